@@ -1,0 +1,158 @@
+// Tensor: an n-dimensional array in host memory; a cheap handle to reference-counted storage.
+//
+// Storage is one 64-byte-aligned allocation, row-major. Copying a Tensor copies the handle:
+// both refer to the same elements. Views (slice, block, reshape) share the storage and may be
+// strided; clone() and contiguous() copy.
+//
+//   Tensor t = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{2, 3});
+//   Tensor col = t.slice(1, 1, 2);           // shape [2,1], shares t's storage
+//   col.fill(0);                              // t is now [[1,0,3],[4,0,6]]
+//   std::vector<float> v = t.to_vector<float>();
+//
+// Errors: a dtype that does not match the requested C++ type, a shape whose element count does
+// not match the data, a slice out of bounds: Error (kInvalidArgument / kOutOfRange) naming the
+// values.
+// Thread safety: the handle is safe to copy across threads; concurrent writes to the same
+// elements are the caller's to order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tessel/dtype.h"
+#include "tessel/shape.h"
+
+namespace tessel {
+
+class Tensor {
+ public:
+  // A null tensor: defined() is false; every other call fails with kFailedPrecondition.
+  Tensor() = default;
+
+  // Factories.
+  static Tensor zeros(const Shape& shape, DType dtype);
+  static Tensor full(const Shape& shape, DType dtype, double value);
+  // The elements of `values` in row-major order; values.size() must equal the element count.
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+  // A copy of `num_bytes` raw bytes, which must equal the shape's element count * dtype size.
+  static Tensor from_bytes(const void* data, size_t num_bytes, const Shape& shape, DType dtype);
+  // Deterministic pseudo-random values: element i depends only on (seed, i), so the same seed
+  // gives the same tensor on every machine. Integer dtypes get integers in [low, high).
+  static Tensor random_uniform(const Shape& shape, DType dtype, uint64_t seed, double low = 0.0,
+                               double high = 1.0);
+  static Tensor random_normal(const Shape& shape, DType dtype, uint64_t seed, double mean = 0.0,
+                              double stddev = 1.0);
+
+  // Queries.
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int rank() const { return shape_.rank(); }
+  int64_t num_elements() const { return shape_.num_elements(); }
+  size_t nbytes() const { return static_cast<size_t>(num_elements()) * dtype_size(dtype_); }
+  // Element strides of this view (row-major strides for a contiguous tensor).
+  const std::vector<int64_t>& strides() const { return strides_; }
+  bool is_contiguous() const;
+  // True when both tensors view the same allocation.
+  bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+
+  // Address of the first element of this view. Typed access checks the dtype.
+  void* data();
+  const void* data() const;
+  template <typename T>
+  T* data();
+  template <typename T>
+  const T* data() const;
+
+  // Element at a multi-index, converted to double (bool -> 0/1). Out of range: kOutOfRange.
+  double at(const std::vector<int64_t>& index) const;
+  // Copies out in row-major order; T must match dtype().
+  template <typename T>
+  std::vector<T> to_vector() const;
+  // Copies out in row-major order, converting every element to double.
+  std::vector<double> to_doubles() const;
+
+  // Views (share storage).
+  // Elements [start, stop) along `axis`; negative axis counts from the end.
+  Tensor slice(int axis, int64_t start, int64_t stop) const;
+  // The block with the given per-dimension offsets and extents (one entry per dimension).
+  Tensor block(const std::vector<int64_t>& offsets, const std::vector<int64_t>& extents) const;
+  // Same elements, new shape; requires a contiguous tensor and an equal element count.
+  Tensor reshape(const Shape& shape) const;
+
+  // Copies.
+  Tensor clone() const;         // contiguous deep copy
+  Tensor contiguous() const;    // *this if already contiguous, else a contiguous copy
+  Tensor astype(DType dtype) const;  // converted copy (floats round to nearest even)
+
+  // Writes.
+  void fill(double value);
+  // Copies src's elements into this view; shapes and dtypes must be equal.
+  void copy_from(const Tensor& src);
+
+  // numpy-like text: "Tensor(shape=[2,3], dtype=f32,\n[[1, 2, 3],\n [4, 5, 6]])".
+  // Large tensors are summarised with "..." (at most `edge_items` per edge).
+  std::string to_string(int edge_items = 3) const;
+
+ private:
+  struct Storage;
+  void check_defined(const char* what) const;
+  void check_dtype(DType requested, const char* what) const;
+  uint8_t* base() const;
+
+  std::shared_ptr<Storage> storage_;  // the allocation; null for a null tensor
+  Shape shape_;                       // extents of this view
+  std::vector<int64_t> strides_;      // element strides of this view
+  int64_t offset_ = 0;                // element offset of this view into the storage
+  DType dtype_ = DType::kF32;
+
+  static Tensor allocate(const Shape& shape, DType dtype);
+  friend class TensorTestAccess;
+};
+
+// numpy.allclose: |a - b| <= atol + rtol * |b| for every element. Shapes must match
+// (kInvalidArgument otherwise); dtypes may differ (compared as double). NaN equals NaN only
+// with equal_nan.
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+              bool equal_nan = false);
+
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
+
+// ---- template definitions -------------------------------------------------------------------
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> bytes(values.begin(), values.end());
+    return from_bytes(bytes.data(), bytes.size(), shape, DType::kBool);
+  } else {
+    return from_bytes(values.data(), values.size() * sizeof(T), shape, dtype_of<T>);
+  }
+}
+
+template <typename T>
+T* Tensor::data() {
+  check_dtype(dtype_of<T>, "data");
+  return static_cast<T*>(data());
+}
+
+template <typename T>
+const T* Tensor::data() const {
+  check_dtype(dtype_of<T>, "data");
+  return static_cast<const T*>(data());
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  check_dtype(dtype_of<T>, "to_vector");
+  Tensor c = contiguous();
+  const auto* p = static_cast<const std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>*>(
+      c.data());
+  return std::vector<T>(p, p + num_elements());
+}
+
+}  // namespace tessel

@@ -1,0 +1,27 @@
+#include "tessel/error.h"
+
+namespace tessel {
+
+std::string_view error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return "InvalidArgument";
+    case ErrorCode::kFailedPrecondition: return "FailedPrecondition";
+    case ErrorCode::kOutOfRange: return "OutOfRange";
+    case ErrorCode::kNotFound: return "NotFound";
+    case ErrorCode::kAlreadyExists: return "AlreadyExists";
+    case ErrorCode::kUnimplemented: return "Unimplemented";
+    case ErrorCode::kUnavailable: return "Unavailable";
+    case ErrorCode::kDeadlineExceeded: return "DeadlineExceeded";
+    case ErrorCode::kAborted: return "Aborted";
+    case ErrorCode::kInternal: return "Internal";
+  }
+  return "Unknown";
+}
+
+Error::Error(ErrorCode code, std::string_view component, std::string_view message)
+    : std::runtime_error(std::string(component) + ": " + std::string(message)),
+      code_(code),
+      component_(component),
+      message_(message) {}
+
+}  // namespace tessel
