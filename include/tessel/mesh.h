@@ -129,8 +129,11 @@ class Mesh {
   friend bool operator!=(const Mesh& a, const Mesh& b) { return !(a == b); }
   size_t hash() const;
 
- private:
+  // ---- internal ---------------------------------------------------------------------------
+  // The fields behind the handle; defined in src/mesh/mesh_data.h, not part of the API.
   struct Data;
+
+ private:
   explicit Mesh(std::shared_ptr<const Data> data);
   friend struct MeshBuilder;
   std::shared_ptr<const Data> data_;  // shared, immutable
