@@ -29,7 +29,8 @@ void check_python_specs(const std::vector<std::string>& specs, const Mesh& mesh)
           kLayout, "{}: A dimension sharding must either be a valid mesh dimension or UNSHARDED.",
           spec);
     }
-    for (const std::string& dim : ShardingSpec::parse(spec).mesh_dims()) used.push_back(dim);
+    const ShardingSpec parsed = ShardingSpec::parse(spec);
+    used.insert(used.end(), parsed.mesh_dims().begin(), parsed.mesh_dims().end());
   }
   for (const std::string& dim : used) {
     if (std::count(used.begin(), used.end(), dim) > 1) {
