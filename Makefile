@@ -4,6 +4,9 @@ BUILD ?= build
 JOBS ?= 2
 PYTHON ?= /usr/bin/python3
 CMAKE_FLAGS ?=
+FUZZ_SECONDS ?= 60
+# Compiler for check-tsan (clang++ or g++).
+TSAN_CXX ?= clang++
 
 .PHONY: all deps configure build demo test check-tsan fuzz format clean
 
@@ -26,6 +29,22 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE stress
 	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q python/tests
+
+# ThreadSanitizer build of the library and tests in build-tsan/, then the unit tests.
+check-tsan: deps
+	CXX=$(TSAN_CXX) cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTESSEL_SANITIZE=thread -DTESSEL_BUILD_PYTHON=OFF $(CMAKE_FLAGS)
+	cmake --build build-tsan -j$(JOBS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" \
+	  ctest --output-on-failure -j$(JOBS) -L unit
+
+# libFuzzer targets (clang, ASan/UBSan) in build-fuzz/, each run for FUZZ_SECONDS seconds.
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTESSEL_BUILD_FUZZERS=ON -DTESSEL_BUILD_PYTHON=OFF -DTESSEL_BUILD_TESTS=OFF \
+	  -DTESSEL_BUILD_TOOLS=OFF
+	cmake --build build-fuzz -j$(JOBS)
+	./fuzz/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')

@@ -2,6 +2,9 @@
 #   find_package(tessel REQUIRED)  target_link_libraries(app PRIVATE tessel::tessel)
 include(CMakePackageConfigHelpers)
 
+# The public headers are C++20 (defaulted operator==, ...): consumers inherit the requirement.
+target_compile_features(tessel INTERFACE cxx_std_20)
+
 install(TARGETS tessel EXPORT tesselTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -11,7 +11,14 @@
 //
 // Errors: a dtype that does not match the requested C++ type, a shape whose element count does
 // not match the data, a slice out of bounds: Error (kInvalidArgument / kOutOfRange) naming the
-// values.
+// values. Any call that needs the elements of a null tensor: kFailedPrecondition
+// "Tensor: <call> on a null tensor".
+//
+// Element conversions (astype, fill, full, at, to_doubles) follow C++ casts where those are
+// defined: float -> int truncates toward zero, int -> int wraps modulo 2^n, x -> bool is
+// x != 0 (NaN -> true). Where a C++ cast is undefined tessel saturates: NaN -> 0 and values
+// beyond an integer type's range clamp to its min/max. Conversions to bf16/f16 round to nearest
+// even from every source type (no double rounding via float).
 // Thread safety: the handle is safe to copy across threads; concurrent writes to the same
 // elements are the caller's to order.
 #pragma once
@@ -20,6 +27,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tessel/dtype.h"
@@ -38,14 +46,33 @@ class Tensor {
   // The elements of `values` in row-major order; values.size() must equal the element count.
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
-  // A copy of `num_bytes` raw bytes, which must equal the shape's element count * dtype size.
+  // A copy of `num_bytes` raw bytes, which must equal the shape's element count * dtype size
+  // (kInvalidArgument naming both otherwise). kBool bytes are normalised to 0/1.
   static Tensor from_bytes(const void* data, size_t num_bytes, const Shape& shape, DType dtype);
-  // Deterministic pseudo-random values: element i depends only on (seed, i), so the same seed
-  // gives the same tensor on every machine. Integer dtypes get integers in [low, high).
+  // Deterministic pseudo-random values: element i (row-major flat index) depends only on
+  // (seed, i) through a counter-based hash (splitmix64), so the same seed gives the same tensor
+  // on every machine and any block can be generated on its own (see *_block below).
+  // Floating dtypes get low + (high - low) * u, u uniform in [0, 1), rounded to the dtype;
+  // integer dtypes get integers in [ceil(low), ceil(high)) that must fit the dtype; kBool gets
+  // true with probability 1/2 (low/high ignored). low > high or a non-finite bound:
+  // kInvalidArgument.
   static Tensor random_uniform(const Shape& shape, DType dtype, uint64_t seed, double low = 0.0,
                                double high = 1.0);
+  // Normal(mean, stddev) by Box-Muller; floating dtypes only (kInvalidArgument otherwise, and for
+  // stddev < 0 or non-finite parameters).
   static Tensor random_normal(const Shape& shape, DType dtype, uint64_t seed, double mean = 0.0,
                               double stddev = 1.0);
+  // The block [offsets, offsets + extents) of random_uniform(global_shape, ...), generated
+  // without materialising the rest: equal element for element to
+  // random_uniform(global_shape, dtype, seed, low, high).block(offsets, extents).
+  // Offsets/extents of the wrong length: kInvalidArgument; a block outside the shape: kOutOfRange.
+  static Tensor random_uniform_block(const Shape& global_shape, const std::vector<int64_t>& offsets,
+                                     const std::vector<int64_t>& extents, DType dtype,
+                                     uint64_t seed, double low = 0.0, double high = 1.0);
+  // As random_uniform_block, for random_normal.
+  static Tensor random_normal_block(const Shape& global_shape, const std::vector<int64_t>& offsets,
+                                    const std::vector<int64_t>& extents, DType dtype, uint64_t seed,
+                                    double mean = 0.0, double stddev = 1.0);
 
   // Queries.
   bool defined() const { return storage_ != nullptr; }
@@ -56,6 +83,8 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(num_elements()) * dtype_size(dtype_); }
   // Element strides of this view (row-major strides for a contiguous tensor).
   const std::vector<int64_t>& strides() const { return strides_; }
+  // Element offset of this view's first element into its storage (0 for a fresh tensor).
+  int64_t storage_offset() const { return offset_; }
   bool is_contiguous() const;
   // True when both tensors view the same allocation.
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
@@ -68,7 +97,8 @@ class Tensor {
   template <typename T>
   const T* data() const;
 
-  // Element at a multi-index, converted to double (bool -> 0/1). Out of range: kOutOfRange.
+  // Element at a multi-index, converted to double (bool -> 0/1). One index per dimension
+  // (kInvalidArgument otherwise); an index outside [0, dim): kOutOfRange.
   double at(const std::vector<int64_t>& index) const;
   // Copies out in row-major order; T must match dtype().
   template <typename T>
@@ -77,25 +107,32 @@ class Tensor {
   std::vector<double> to_doubles() const;
 
   // Views (share storage).
-  // Elements [start, stop) along `axis`; negative axis counts from the end.
+  // Elements [start, stop) along `axis`; negative axis counts from the end. Needs
+  // 0 <= start <= stop <= dim and a valid axis (kOutOfRange otherwise).
   Tensor slice(int axis, int64_t start, int64_t stop) const;
   // The block with the given per-dimension offsets and extents (one entry per dimension).
   Tensor block(const std::vector<int64_t>& offsets, const std::vector<int64_t>& extents) const;
-  // Same elements, new shape; requires a contiguous tensor and an equal element count.
+  // Same elements, new shape. A different element count: kInvalidArgument; a non-contiguous
+  // view: kFailedPrecondition (call contiguous() first).
   Tensor reshape(const Shape& shape) const;
 
   // Copies.
   Tensor clone() const;         // contiguous deep copy
   Tensor contiguous() const;    // *this if already contiguous, else a contiguous copy
-  Tensor astype(DType dtype) const;  // converted copy (floats round to nearest even)
+  Tensor astype(DType dtype) const;  // converted copy (see "Element conversions" above)
 
   // Writes.
+  // Sets every element of this view (strided views included) to `value` converted to dtype().
   void fill(double value);
-  // Copies src's elements into this view; shapes and dtypes must be equal.
+  // Copies src's elements into this view (either may be strided; overlapping views are safe);
+  // shapes and dtypes must be equal (kInvalidArgument naming both otherwise).
   void copy_from(const Tensor& src);
 
   // numpy-like text: "Tensor(shape=[2,3], dtype=f32,\n[[1, 2, 3],\n [4, 5, 6]])".
-  // Large tensors are summarised with "..." (at most `edge_items` per edge).
+  // Rank 0 prints the value ("Tensor(shape=[], dtype=f32,\n2.5)"); floats print like %g,
+  // bool as true/false. Tensors of more than 1000 elements are summarised: a dimension longer
+  // than 2 * edge_items shows its first and last `edge_items` entries around "...".
+  // A null tensor prints "Tensor(null)". edge_items < 1: kInvalidArgument.
   std::string to_string(int edge_items = 3) const;
 
  private:

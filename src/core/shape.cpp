@@ -1,1 +1,94 @@
-// TODO: being implemented
+#include "tessel/shape.h"
+
+#include <charconv>
+#include <limits>
+#include <string_view>
+
+#include "core/errors.h"
+
+namespace tessel {
+namespace {
+
+// Rejects negative extents and element counts that do not fit in int64.
+void validate(const std::vector<int64_t>& dims) {
+  int64_t count = 1;
+  bool overflow = false;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0) {
+      detail::throw_invalid("Shape", "dimension {} has negative extent {} in [{}]", i, dims[i],
+                            fmt::join(dims, ","));
+    }
+    if (dims[i] != 0 && count > std::numeric_limits<int64_t>::max() / dims[i]) overflow = true;
+    if (!overflow) count *= dims[i];
+  }
+  // A zero extent makes the product 0 even if a prefix overflowed.
+  if (overflow && count != 0) {
+    detail::throw_invalid("Shape", "element count of [{}] overflows int64", fmt::join(dims, ","));
+  }
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+Shape::Shape(std::initializer_list<int64_t> dims) : dims_(dims) { validate(dims_); }
+
+Shape::Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) { validate(dims_); }
+
+int64_t Shape::dim(int axis) const {
+  const int r = rank();
+  const int resolved = axis < 0 ? axis + r : axis;
+  if (resolved < 0 || resolved >= r) {
+    detail::throw_error(ErrorCode::kOutOfRange, "Shape",
+                        "axis {} is out of range for rank-{} shape {}", axis, r, to_string());
+  }
+  return dims_[static_cast<size_t>(resolved)];
+}
+
+int64_t Shape::num_elements() const {
+  int64_t count = 1;
+  for (int64_t d : dims_) count *= d;  // validated not to overflow
+  return count;
+}
+
+std::vector<int64_t> Shape::strides() const {
+  std::vector<int64_t> strides(dims_.size(), 1);
+  for (size_t i = dims_.size(); i > 1; --i) strides[i - 2] = strides[i - 1] * dims_[i - 1];
+  return strides;
+}
+
+std::string Shape::to_string() const { return fmt::format("[{}]", fmt::join(dims_, ",")); }
+
+Shape Shape::parse(const std::string& text) {
+  std::string_view body = trim(text);
+  if (!body.empty() && body.front() == '[') {
+    if (body.size() < 2 || body.back() != ']') {
+      detail::throw_invalid("Shape", "cannot parse '{}': unbalanced '['", text);
+    }
+    body = trim(body.substr(1, body.size() - 2));
+  }
+  std::vector<int64_t> dims;
+  if (body.empty()) return Shape(dims);  // scalar
+  while (true) {
+    const size_t comma = body.find(',');
+    const std::string_view item = trim(body.substr(0, comma));
+    int64_t value = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
+      detail::throw_invalid("Shape", "cannot parse '{}': '{}' is not an integer extent", text,
+                            item);
+    }
+    dims.push_back(value);
+    if (comma == std::string_view::npos) break;
+    body.remove_prefix(comma + 1);
+  }
+  return Shape(std::move(dims));
+}
+
+std::ostream& operator<<(std::ostream& os, const Shape& shape) { return os << shape.to_string(); }
+
+}  // namespace tessel

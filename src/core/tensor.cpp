@@ -1,1 +1,174 @@
-// TODO: being implemented
+// Tensor storage, factories, queries and views. Element copies live in tensor_copy.cpp.
+#include "tessel/tensor.h"
+
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "core/tensor_impl.h"
+
+namespace tessel {
+
+Tensor::Storage::Storage(size_t nbytes, bool zero) {
+  const size_t a = detail::kTensorAlignment;
+  capacity = nbytes == 0 ? a : (nbytes + a - 1) / a * a;
+  ptr = ::operator new(capacity, std::align_val_t{a});
+  if (zero) std::memset(ptr, 0, capacity);
+}
+
+Tensor::Storage::~Storage() { ::operator delete(ptr, std::align_val_t{detail::kTensorAlignment}); }
+
+Tensor Tensor::allocate(const Shape& shape, DType dtype) {
+  const size_t item = dtype_size(dtype);
+  const auto count = static_cast<uint64_t>(shape.num_elements());
+  if (count > std::numeric_limits<size_t>::max() / item - detail::kTensorAlignment) {
+    detail::throw_invalid("Tensor", "{} elements of {} ({}) do not fit in memory", count,
+                          dtype_name(dtype), shape.to_string());
+  }
+  Tensor t;
+  try {
+    // Zero-filled so that zeros() is free and no view can ever read uninitialised bytes.
+    t.storage_ = std::make_shared<Storage>(count * item, /*zero=*/true);
+  } catch (const std::bad_alloc&) {
+    detail::throw_error(ErrorCode::kUnavailable, "Tensor", "cannot allocate {} bytes for {} {}",
+                        count * item, shape.to_string(), dtype_name(dtype));
+  }
+  t.shape_ = shape;
+  t.strides_ = shape.strides();
+  t.offset_ = 0;
+  t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) { return allocate(shape, dtype); }
+
+Tensor Tensor::full(const Shape& shape, DType dtype, double value) {
+  Tensor t = allocate(shape, dtype);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::from_bytes(const void* data, size_t num_bytes, const Shape& shape, DType dtype) {
+  const auto expected = static_cast<uint64_t>(shape.num_elements()) * dtype_size(dtype);
+  if (num_bytes != expected) {
+    detail::throw_invalid("Tensor", "from_bytes got {} bytes but shape {} of {} needs {} bytes",
+                          num_bytes, shape.to_string(), dtype_name(dtype), expected);
+  }
+  if (data == nullptr && num_bytes > 0) {
+    detail::throw_invalid("Tensor", "from_bytes got a null pointer for {} bytes", num_bytes);
+  }
+  Tensor t = allocate(shape, dtype);
+  if (num_bytes > 0) std::memcpy(t.base(), data, num_bytes);
+  if (dtype == DType::kBool) {
+    for (size_t i = 0; i < num_bytes; ++i) t.base()[i] = t.base()[i] != 0 ? 1 : 0;
+  }
+  return t;
+}
+
+void Tensor::check_defined(const char* what) const {
+  if (!storage_) {
+    detail::throw_error(ErrorCode::kFailedPrecondition, "Tensor", "{} on a null tensor", what);
+  }
+}
+
+void Tensor::check_dtype(DType requested, const char* what) const {
+  check_defined(what);
+  if (requested != dtype_) {
+    detail::throw_invalid("Tensor", "{}<{}> on a tensor of dtype {} (shape {})", what,
+                          dtype_name(requested), dtype_name(dtype_), shape_.to_string());
+  }
+}
+
+uint8_t* Tensor::base() const { return static_cast<uint8_t*>(storage_->ptr); }
+
+bool Tensor::is_contiguous() const {
+  check_defined("is_contiguous");
+  if (num_elements() == 0) return true;
+  int64_t expected = 1;
+  for (int d = rank() - 1; d >= 0; --d) {
+    const auto i = static_cast<size_t>(d);
+    if (shape_[d] != 1 && strides_[i] != expected) return false;
+    expected *= shape_[d];
+  }
+  return true;
+}
+
+void* Tensor::data() {
+  check_defined("data");
+  return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
+}
+
+const void* Tensor::data() const {
+  check_defined("data");
+  return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
+}
+
+Tensor Tensor::slice(int axis, int64_t start, int64_t stop) const {
+  check_defined("slice");
+  const int resolved = axis < 0 ? axis + rank() : axis;
+  if (resolved < 0 || resolved >= rank()) {
+    detail::throw_error(ErrorCode::kOutOfRange, "Tensor",
+                        "slice axis {} is out of range for shape {}", axis, shape_.to_string());
+  }
+  const int64_t extent = shape_[resolved];
+  if (start < 0 || start > stop || stop > extent) {
+    detail::throw_error(ErrorCode::kOutOfRange, "Tensor",
+                        "slice [{}, {}) along axis {} is out of range for shape {}", start, stop,
+                        axis, shape_.to_string());
+  }
+  std::vector<int64_t> offsets(static_cast<size_t>(rank()), 0);
+  std::vector<int64_t> extents = shape_.dims();
+  offsets[static_cast<size_t>(resolved)] = start;
+  extents[static_cast<size_t>(resolved)] = stop - start;
+  return block(offsets, extents);
+}
+
+Tensor Tensor::block(const std::vector<int64_t>& offsets,
+                     const std::vector<int64_t>& extents) const {
+  check_defined("block");
+  const auto r = static_cast<size_t>(rank());
+  if (offsets.size() != r || extents.size() != r) {
+    detail::throw_invalid("Tensor",
+                          "block needs {} offsets and extents for shape {}, got offsets [{}] and "
+                          "extents [{}]",
+                          r, shape_.to_string(), fmt::join(offsets, ","), fmt::join(extents, ","));
+  }
+  Tensor view = *this;
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t dim = shape_.dims()[i];
+    if (offsets[i] < 0 || extents[i] < 0 || offsets[i] > dim || extents[i] > dim - offsets[i]) {
+      detail::throw_error(ErrorCode::kOutOfRange, "Tensor",
+                          "block offsets [{}] extents [{}] exceed shape {} in dimension {}",
+                          fmt::join(offsets, ","), fmt::join(extents, ","), shape_.to_string(), i);
+    }
+    view.offset_ += offsets[i] * strides_[i];
+  }
+  view.shape_ = Shape(extents);
+  return view;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  check_defined("reshape");
+  if (shape.num_elements() != num_elements()) {
+    detail::throw_invalid("Tensor", "cannot reshape {} ({} elements) to {} ({} elements)",
+                          shape_.to_string(), num_elements(), shape.to_string(),
+                          shape.num_elements());
+  }
+  if (!is_contiguous()) {
+    detail::throw_error(ErrorCode::kFailedPrecondition, "Tensor",
+                        "reshape of a non-contiguous view (shape {}, strides [{}]) to {}; call "
+                        "contiguous() first",
+                        shape_.to_string(), fmt::join(strides_, ","), shape.to_string());
+  }
+  Tensor view = *this;
+  view.shape_ = shape;
+  view.strides_ = shape.strides();
+  return view;
+}
+
+Tensor Tensor::contiguous() const {
+  check_defined("contiguous");
+  return is_contiguous() ? *this : clone();
+}
+
+}  // namespace tessel
