@@ -117,8 +117,8 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;
 
   // Copies.
-  Tensor clone() const;         // contiguous deep copy
-  Tensor contiguous() const;    // *this if already contiguous, else a contiguous copy
+  Tensor clone() const;              // contiguous deep copy
+  Tensor contiguous() const;         // *this if already contiguous, else a contiguous copy
   Tensor astype(DType dtype) const;  // converted copy (see "Element conversions" above)
 
   // Writes.
@@ -187,8 +187,8 @@ template <typename T>
 std::vector<T> Tensor::to_vector() const {
   check_dtype(dtype_of<T>, "to_vector");
   Tensor c = contiguous();
-  const auto* p = static_cast<const std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>*>(
-      c.data());
+  const auto* p =
+      static_cast<const std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>*>(c.data());
   return std::vector<T>(p, p + num_elements());
 }
 

@@ -114,8 +114,7 @@ class Parser {
       return true;
     }
     if (consume("replica:")) {
-      return first_time(&seen_replica_, "replica") &&
-             number_or_wildcard("replica", &name_.replica);
+      return first_time(&seen_replica_, "replica") && number_or_wildcard("replica", &name_.replica);
     }
     if (consume("task:")) {
       return first_time(&seen_task_, "task") && number_or_wildcard("task", &name_.task);
@@ -125,9 +124,10 @@ class Parser {
       if (!consume("*")) {
         const std::string_view type = take_until("/:");
         if (!is_device_type(type)) {
-          return fail("bad device type '{}' (an upper-case letter, then upper-case letters, "
-                      "digits or '_')",
-                      type);
+          return fail(
+              "bad device type '{}' (an upper-case letter, then upper-case letters, "
+              "digits or '_')",
+              type);
         }
         name_.type = std::string(type);
       }
@@ -200,8 +200,7 @@ bool DeviceName::is_fully_specified() const { return job && replica && task && t
 
 bool DeviceName::matches(const DeviceName& other) const {
   return (!job || job == other.job) && (!replica || replica == other.replica) &&
-         (!task || task == other.task) && (!type || type == other.type) &&
-         (!id || id == other.id);
+         (!task || task == other.task) && (!type || type == other.type) && (!id || id == other.id);
 }
 
 }  // namespace tessel

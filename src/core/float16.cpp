@@ -53,7 +53,7 @@ uint16_t float_to_f16_bits(float value) {
 
   // Subnormal or zero: the result is m * 2^-24 with m in [0, 1024].
   const uint32_t exponent = abs >> 23;
-  if (exponent < kF32ExpHalfF16Subnormal) return sign;  // below 2^-25: rounds to zero
+  if (exponent < kF32ExpHalfF16Subnormal) return sign;          // below 2^-25: rounds to zero
   const uint32_t mantissa = (abs & 0x007FFFFFu) | 0x00800000u;  // with the implicit one
   // value = mantissa * 2^(exponent - 150), so m = mantissa >> (126 - exponent), shift in [14, 24].
   const uint32_t shift = 126u - exponent;

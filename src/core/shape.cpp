@@ -11,19 +11,21 @@ namespace {
 
 // Rejects negative extents and element counts that do not fit in int64.
 void validate(const std::vector<int64_t>& dims) {
-  int64_t count = 1;
-  bool overflow = false;
+  bool has_zero = false;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] < 0) {
       detail::throw_invalid("Shape", "dimension {} has negative extent {} in [{}]", i, dims[i],
                             fmt::join(dims, ","));
     }
-    if (dims[i] != 0 && count > std::numeric_limits<int64_t>::max() / dims[i]) overflow = true;
-    if (!overflow) count *= dims[i];
+    has_zero = has_zero || dims[i] == 0;
   }
-  // A zero extent makes the product 0 even if a prefix overflowed.
-  if (overflow && count != 0) {
-    detail::throw_invalid("Shape", "element count of [{}] overflows int64", fmt::join(dims, ","));
+  if (has_zero) return;  // the product is 0 whatever the other extents are
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (count > std::numeric_limits<int64_t>::max() / d) {
+      detail::throw_invalid("Shape", "element count of [{}] overflows int64", fmt::join(dims, ","));
+    }
+    count *= d;
   }
 }
 

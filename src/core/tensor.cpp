@@ -1,6 +1,7 @@
 // Tensor storage, factories, queries and views. Element copies live in tensor_copy.cpp.
 #include "tessel/tensor.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -12,11 +13,12 @@ namespace tessel {
 Tensor::Storage::Storage(size_t nbytes, bool zero) {
   const size_t a = detail::kTensorAlignment;
   capacity = nbytes == 0 ? a : (nbytes + a - 1) / a * a;
-  ptr = ::operator new(capacity, std::align_val_t{a});
+  ptr = std::aligned_alloc(a, capacity);  // capacity is a multiple of the alignment
+  if (ptr == nullptr) throw std::bad_alloc();
   if (zero) std::memset(ptr, 0, capacity);
 }
 
-Tensor::Storage::~Storage() { ::operator delete(ptr, std::align_val_t{detail::kTensorAlignment}); }
+Tensor::Storage::~Storage() { std::free(ptr); }
 
 Tensor Tensor::allocate(const Shape& shape, DType dtype) {
   const size_t item = dtype_size(dtype);

@@ -71,10 +71,8 @@ std::string Tensor::to_string(int edge_items) const {
   }
   std::string out =
       fmt::format("Tensor(shape={}, dtype={},\n", shape_.to_string(), dtype_name(dtype_));
-  const Formatter formatter{base(),     dtype_,
-                            shape_.dims(), strides_,
-                            edge_items, num_elements() > kSummaryThreshold,
-                            out};
+  const Formatter formatter{
+      base(), dtype_, shape_.dims(), strides_, edge_items, num_elements() > kSummaryThreshold, out};
   formatter.array(0, offset_);
   out += ')';
   return out;

@@ -64,10 +64,9 @@ Tensor generate_block(const Shape& global_shape, const std::vector<int64_t>& off
   detail::visit_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = static_cast<T*>(out.data());
-    detail::for_each_offset2(extents, global_strides, first, out.strides(), 0,
-                             [&](int64_t global, int64_t local) {
-                               p[local] = gen(static_cast<uint64_t>(global), tag);
-                             });
+    detail::for_each_offset2(
+        extents, global_strides, first, out.strides(), 0,
+        [&](int64_t global, int64_t local) { p[local] = gen(static_cast<uint64_t>(global), tag); });
   });
   return out;
 }
@@ -75,8 +74,8 @@ Tensor generate_block(const Shape& global_shape, const std::vector<int64_t>& off
 }  // namespace
 
 Tensor Tensor::random_uniform_block(const Shape& global_shape, const std::vector<int64_t>& offsets,
-                                    const std::vector<int64_t>& extents, DType dtype,
-                                    uint64_t seed, double low, double high) {
+                                    const std::vector<int64_t>& extents, DType dtype, uint64_t seed,
+                                    double low, double high) {
   check_finite("random_uniform", low, "low", high, "high");
   if (low > high) {
     detail::throw_invalid("Tensor", "random_uniform needs low <= high, got low {} > high {}", low,

@@ -1,0 +1,127 @@
+// Tensor element access, copies, conversions and writes; all of them walk strided views.
+#include <cmath>
+#include <cstring>
+
+#include "core/tensor_impl.h"
+
+namespace tessel {
+namespace {
+
+// Copies every element of `src` (any strides, any dtype) into `dst` (same shape), converting.
+// Raw pointers and strides are passed so the loops stay free of Tensor's checks.
+void convert_elements(const void* src, DType src_dtype, const std::vector<int64_t>& src_strides,
+                      void* dst, DType dst_dtype, const std::vector<int64_t>& dst_strides,
+                      const std::vector<int64_t>& dims) {
+  detail::visit_dtype(src_dtype, [&](auto src_tag) {
+    using S = typename decltype(src_tag)::type;
+    detail::visit_dtype(dst_dtype, [&](auto dst_tag) {
+      using D = typename decltype(dst_tag)::type;
+      const S* in = static_cast<const S*>(src);
+      D* out = static_cast<D*>(dst);
+      detail::for_each_offset2(dims, src_strides, 0, dst_strides, 0,
+                               [&](int64_t a, int64_t b) { out[b] = detail::convert<D>(in[a]); });
+    });
+  });
+}
+
+}  // namespace
+
+double Tensor::at(const std::vector<int64_t>& index) const {
+  check_defined("at");
+  if (index.size() != static_cast<size_t>(rank())) {
+    detail::throw_invalid("Tensor", "at got {} indices [{}] for rank-{} shape {}", index.size(),
+                          fmt::join(index, ","), rank(), shape_.to_string());
+  }
+  int64_t offset = offset_;
+  for (size_t i = 0; i < index.size(); ++i) {
+    if (index[i] < 0 || index[i] >= shape_.dims()[i]) {
+      detail::throw_error(ErrorCode::kOutOfRange, "Tensor",
+                          "index [{}] is out of range for shape {} (dimension {})",
+                          fmt::join(index, ","), shape_.to_string(), i);
+    }
+    offset += index[i] * strides_[i];
+  }
+  return detail::visit_dtype(dtype_, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return detail::convert<double>(reinterpret_cast<const T*>(base())[offset]);
+  });
+}
+
+std::vector<double> Tensor::to_doubles() const {
+  check_defined("to_doubles");
+  std::vector<double> out(static_cast<size_t>(num_elements()));
+  convert_elements(data(), dtype_, strides_, out.data(), DType::kF64, shape_.strides(),
+                   shape_.dims());
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  check_defined("clone");
+  Tensor out = allocate(shape_, dtype_);
+  if (is_contiguous()) {
+    if (nbytes() > 0) std::memcpy(out.data(), data(), nbytes());
+  } else {
+    convert_elements(data(), dtype_, strides_, out.data(), dtype_, out.strides_, shape_.dims());
+  }
+  return out;
+}
+
+Tensor Tensor::astype(DType dtype) const {
+  check_defined("astype");
+  if (dtype == dtype_) return clone();
+  Tensor out = allocate(shape_, dtype);
+  convert_elements(data(), dtype_, strides_, out.data(), dtype, out.strides_, shape_.dims());
+  return out;
+}
+
+void Tensor::fill(double value) {
+  check_defined("fill");
+  detail::visit_dtype(dtype_, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = detail::convert<T>(value);
+    T* p = static_cast<T*>(data());
+    detail::for_each_offset(shape_.dims(), strides_, 0, [&](int64_t a) { p[a] = v; });
+  });
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  check_defined("copy_from");
+  src.check_defined("copy_from (source)");
+  if (src.shape_ != shape_ || src.dtype_ != dtype_) {
+    detail::throw_invalid("Tensor", "copy_from a {} {} into a {} {}", src.shape_.to_string(),
+                          dtype_name(src.dtype_), shape_.to_string(), dtype_name(dtype_));
+  }
+  // A source sharing this storage may overlap the destination: read it from a private copy.
+  const Tensor from = shares_storage_with(src) ? src.clone() : src;
+  if (is_contiguous() && from.is_contiguous()) {
+    if (nbytes() > 0) std::memcpy(data(), from.data(), nbytes());
+    return;
+  }
+  convert_elements(from.data(), dtype_, from.strides_, data(), dtype_, strides_, shape_.dims());
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  if (!a.defined() || !b.defined()) {
+    detail::throw_error(ErrorCode::kFailedPrecondition, "Tensor", "allclose on a null tensor");
+  }
+  if (a.shape() != b.shape()) {
+    detail::throw_invalid("Tensor", "allclose of shapes {} and {}", a.shape().to_string(),
+                          b.shape().to_string());
+  }
+  const std::vector<double> x = a.to_doubles();
+  const std::vector<double> y = b.to_doubles();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i])) {
+      if (equal_nan && std::isnan(x[i]) && std::isnan(y[i])) continue;
+      return false;
+    }
+    if (std::isinf(x[i]) || std::isinf(y[i])) {
+      if (x[i] == y[i]) continue;  // infinities match only with the same sign, as in numpy
+      return false;
+    }
+    if (std::fabs(x[i] - y[i]) > atol + rtol * std::fabs(y[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace tessel
