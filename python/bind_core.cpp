@@ -1,0 +1,269 @@
+// Bindings of the core layer: errors, dtypes, Tensor <-> numpy, DeviceName, ReduceOp.
+#include <array>
+#include <cstring>
+#include <optional>
+
+#include "casters.h"
+#include "tessel/device_name.h"
+#include "tessel/error.h"
+#include "tessel/float16.h"
+#include "tessel/reduce_op.h"
+#include "tessel/tensor.h"
+
+namespace tessel::python {
+namespace {
+
+// ---- errors -------------------------------------------------------------------------------
+
+constexpr int kNumCodes = static_cast<int>(ErrorCode::kInternal) + 1;
+// One Python class per ErrorCode; created once, never freed (lives as long as the module).
+std::array<PyObject*, kNumCodes> g_error_classes{};
+
+struct ErrorClass {
+  ErrorCode code;
+  const char* name;   // Python class name, TensorFlow's tf.errors names
+  PyObject* builtin;  // the builtin exception it also derives from
+};
+
+void bind_errors(py::module_& m) {
+  PyObject* base = PyErr_NewExceptionWithDoc(
+      "tessel.Error", "Base of every error tessel raises; .code names the ErrorCode.",
+      PyExc_Exception, nullptr);
+  if (base == nullptr) throw py::error_already_set();
+  m.add_object("Error", base);
+  const ErrorClass classes[] = {
+      {ErrorCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError},
+      {ErrorCode::kFailedPrecondition, "FailedPreconditionError", PyExc_RuntimeError},
+      {ErrorCode::kOutOfRange, "OutOfRangeError", PyExc_IndexError},
+      {ErrorCode::kNotFound, "NotFoundError", PyExc_ValueError},
+      {ErrorCode::kAlreadyExists, "AlreadyExistsError", PyExc_RuntimeError},
+      {ErrorCode::kUnimplemented, "UnimplementedError", PyExc_NotImplementedError},
+      {ErrorCode::kUnavailable, "UnavailableError", PyExc_RuntimeError},
+      {ErrorCode::kDeadlineExceeded, "DeadlineExceededError", PyExc_TimeoutError},
+      {ErrorCode::kAborted, "AbortedError", PyExc_RuntimeError},
+      {ErrorCode::kInternal, "InternalError", PyExc_RuntimeError},
+  };
+  for (const ErrorClass& c : classes) {
+    py::dict attrs;
+    attrs["code"] = std::string(error_code_name(c.code));
+    py::tuple bases = py::make_tuple(py::handle(base), py::handle(c.builtin));
+    std::string qualified = std::string("tessel.") + c.name;
+    PyObject* cls = PyErr_NewException(qualified.c_str(), bases.ptr(), attrs.ptr());
+    if (cls == nullptr) throw py::error_already_set();
+    g_error_classes[static_cast<size_t>(c.code)] = cls;
+    m.add_object(c.name, cls);
+  }
+
+  // tessel::Error -> the class of its code; the message is what(), and .component/.message
+  // carry the two parts.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyObject* cls = g_error_classes[static_cast<size_t>(e.code())];
+      py::object exc = py::reinterpret_borrow<py::object>(cls)(e.what());
+      exc.attr("component") = e.component();
+      exc.attr("message") = e.message();
+      PyErr_SetObject(cls, exc.ptr());
+    }
+  });
+
+  py::enum_<ErrorCode>(m, "ErrorCode")
+      .value("INVALID_ARGUMENT", ErrorCode::kInvalidArgument)
+      .value("FAILED_PRECONDITION", ErrorCode::kFailedPrecondition)
+      .value("OUT_OF_RANGE", ErrorCode::kOutOfRange)
+      .value("NOT_FOUND", ErrorCode::kNotFound)
+      .value("ALREADY_EXISTS", ErrorCode::kAlreadyExists)
+      .value("UNIMPLEMENTED", ErrorCode::kUnimplemented)
+      .value("UNAVAILABLE", ErrorCode::kUnavailable)
+      .value("DEADLINE_EXCEEDED", ErrorCode::kDeadlineExceeded)
+      .value("ABORTED", ErrorCode::kAborted)
+      .value("INTERNAL", ErrorCode::kInternal);
+  m.def("error_code_name", &error_code_name, py::arg("code"));
+  // Raises the Python class of `code`, as a C++ call failing with Error(code, ...) would.
+  m.def(
+      "_raise_error",
+      [](ErrorCode code, const std::string& component, const std::string& message) {
+        throw Error(code, component, message);
+      },
+      py::arg("code"), py::arg("component"), py::arg("message"));
+}
+
+// ---- dtypes -------------------------------------------------------------------------------
+
+void bind_dtypes(py::module_& m) {
+  m.def("dtype_size", &dtype_size, py::arg("dtype"));
+  m.def("dtype_name", &dtype_name, py::arg("dtype"), "The short name of any accepted dtype.");
+  m.def("is_floating", &is_floating, py::arg("dtype"));
+  m.def("float_to_bf16_bits", &float_to_bf16_bits, py::arg("value"));
+  m.def("bf16_bits_to_float", &bf16_bits_to_float, py::arg("bits"));
+  m.def("float_to_f16_bits", &float_to_f16_bits, py::arg("value"));
+  m.def("f16_bits_to_float", &f16_bits_to_float, py::arg("bits"));
+}
+
+// ---- Tensor <-> numpy ---------------------------------------------------------------------
+
+// The numpy dtype a tensor of `dtype` converts to; bf16 becomes float32 (numpy has no bf16).
+const char* numpy_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kF64:
+      return "float64";
+    case DType::kBF16:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
+    case DType::kU8:
+      return "uint8";
+    case DType::kBool:
+      return "bool";
+  }
+  return "float32";
+}
+
+// A copy of any array-like; its numpy dtype name selects the DType (numpy's names are accepted
+// by dtype_from_name). With `dtype`, the copy is then converted.
+Tensor tensor_from_numpy(py::handle data, std::optional<DType> dtype) {
+  auto array = py::array::ensure(data, py::array::c_style);
+  if (!array) throw py::type_error("Tensor.from_numpy: cannot convert the argument to an ndarray");
+  if (!array.dtype().attr("isnative").cast<bool>()) {
+    array = array.attr("astype")(array.dtype().attr("newbyteorder")("="));
+  }
+  DType source = dtype_from_name(py::str(array.dtype().attr("name")).cast<std::string>());
+  std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
+  Tensor t = Tensor::from_bytes(array.data(), static_cast<size_t>(array.nbytes()),
+                                Shape(std::move(dims)), source);
+  if (dtype && *dtype != source) return t.astype(*dtype);
+  return t;
+}
+
+// A contiguous numpy copy (bf16 converted to float32).
+py::array tensor_to_numpy(const Tensor& t) {
+  Tensor c = t.dtype() == DType::kBF16 ? t.astype(DType::kF32) : t.contiguous();
+  const std::vector<int64_t>& dims = c.shape().dims();
+  py::array out(py::dtype(numpy_name(c.dtype())),
+                std::vector<py::ssize_t>(dims.begin(), dims.end()));
+  if (c.nbytes() > 0) std::memcpy(out.mutable_data(), c.data(), c.nbytes());
+  return out;
+}
+
+void bind_tensor(py::module_& m) {
+  py::class_<Tensor> cls(m, "Tensor", R"doc(
+An n-dimensional host array; a handle to reference-counted storage (views share it).
+
+Tensor(array, dtype=None) copies any array-like (numpy dtype selects the tensor dtype).
+numpy() returns a copy; bf16 tensors come back as float32 because numpy has no bfloat16,
+f16 tensors as float16. Dtypes are names ("f32", "bf16", ...) and accept numpy dtypes.)doc");
+  cls.def(py::init<>())
+      .def(py::init(&tensor_from_numpy), py::arg("array"), py::arg("dtype") = py::none())
+      .def_static("from_numpy", &tensor_from_numpy, py::arg("array"), py::arg("dtype") = py::none())
+      .def_static("zeros", &Tensor::zeros, py::arg("shape"), py::arg("dtype") = DType::kF32)
+      .def_static("full", &Tensor::full, py::arg("shape"), py::arg("dtype"), py::arg("value"))
+      .def_static("random_uniform", &Tensor::random_uniform, py::arg("shape"),
+                  py::arg("dtype") = DType::kF32, py::arg("seed") = 0, py::arg("low") = 0.0,
+                  py::arg("high") = 1.0)
+      .def_static("random_normal", &Tensor::random_normal, py::arg("shape"),
+                  py::arg("dtype") = DType::kF32, py::arg("seed") = 0, py::arg("mean") = 0.0,
+                  py::arg("stddev") = 1.0)
+      .def("numpy", &tensor_to_numpy)
+      .def(
+          "__array__",
+          [](const Tensor& t, py::object dtype) -> py::object {
+            py::array a = tensor_to_numpy(t);
+            if (dtype.is_none()) return a;
+            return a.attr("astype")(dtype);
+          },
+          py::arg("dtype") = py::none())
+      .def_property_readonly("defined", &Tensor::defined)
+      .def_property_readonly("shape", &Tensor::shape)
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("rank", &Tensor::rank)
+      .def_property_readonly("num_elements", &Tensor::num_elements)
+      .def_property_readonly("nbytes", &Tensor::nbytes)
+      .def_property_readonly("strides", &Tensor::strides)
+      .def("is_contiguous", &Tensor::is_contiguous)
+      .def("shares_storage_with", &Tensor::shares_storage_with, py::arg("other"))
+      .def("at", &Tensor::at, py::arg("index"))
+      .def("to_doubles", &Tensor::to_doubles)
+      .def("slice", &Tensor::slice, py::arg("axis"), py::arg("start"), py::arg("stop"))
+      .def("block", &Tensor::block, py::arg("offsets"), py::arg("extents"))
+      .def("reshape", &Tensor::reshape, py::arg("shape"))
+      .def("clone", &Tensor::clone)
+      .def("contiguous", &Tensor::contiguous)
+      .def("astype", &Tensor::astype, py::arg("dtype"))
+      .def("fill", &Tensor::fill, py::arg("value"))
+      .def("copy_from", &Tensor::copy_from, py::arg("src"))
+      .def("to_string", &Tensor::to_string, py::arg("edge_items") = 3)
+      .def("__str__", [](const Tensor& t) { return t.to_string(); })
+      .def("__repr__", [](const Tensor& t) { return t.to_string(); })
+      .def(py::pickle(  // via numpy; bf16 survives the float32 detour exactly
+          [](const Tensor& t) { return py::make_tuple(tensor_to_numpy(t), t.dtype()); },
+          [](const py::tuple& s) { return tensor_from_numpy(s[0], s[1].cast<DType>()); }));
+  py::implicitly_convertible<py::array, Tensor>();
+
+  m.def("tensor", &tensor_from_numpy, py::arg("data"), py::arg("dtype") = py::none(),
+        "A Tensor holding a copy of `data` (any array-like).");
+  m.def("allclose", &allclose, py::arg("a"), py::arg("b"), py::arg("rtol") = 1e-5,
+        py::arg("atol") = 1e-8, py::arg("equal_nan") = false);
+}
+
+// ---- DeviceName, ReduceOp -----------------------------------------------------------------
+
+void bind_device_name(py::module_& m) {
+  using OptStr = std::optional<std::string>;
+  using OptInt = std::optional<int>;
+  py::class_<DeviceName>(m, "DeviceName")
+      .def(py::init([](OptStr job, OptInt replica, OptInt task, OptStr type, OptInt id) {
+             return DeviceName{std::move(job), replica, task, std::move(type), id};
+           }),
+           py::arg("job") = py::none(), py::arg("replica") = py::none(),
+           py::arg("task") = py::none(), py::arg("type") = py::none(), py::arg("id") = py::none())
+      .def_readwrite("job", &DeviceName::job)
+      .def_readwrite("replica", &DeviceName::replica)
+      .def_readwrite("task", &DeviceName::task)
+      .def_readwrite("type", &DeviceName::type)
+      .def_readwrite("id", &DeviceName::id)
+      .def_static("parse", &DeviceName::parse, py::arg("text"))
+      .def_static("try_parse", &DeviceName::try_parse, py::arg("text"))
+      .def_static("make", &DeviceName::make, py::arg("job"), py::arg("replica"), py::arg("task"),
+                  py::arg("type"), py::arg("id"))
+      .def("to_string", &DeviceName::to_string)
+      .def("is_fully_specified", &DeviceName::is_fully_specified)
+      .def("matches", &DeviceName::matches, py::arg("other"))
+      .def(py::self == py::self)
+      .def(py::self != py::self)
+      .def("__str__", &DeviceName::to_string)
+      .def("__repr__",
+           [](const DeviceName& d) { return "DeviceName.parse('" + d.to_string() + "')"; })
+      .def(py::pickle(
+          [](const DeviceName& d) { return py::make_tuple(d.to_string()); },
+          [](const py::tuple& t) { return DeviceName::parse(t[0].cast<std::string>()); }));
+}
+
+void bind_reduce_op(py::module_& m) {
+  py::enum_<ReduceOp>(m, "ReduceOp")
+      .value("SUM", ReduceOp::kSum)
+      .value("MEAN", ReduceOp::kMean)
+      .value("MAX", ReduceOp::kMax)
+      .value("MIN", ReduceOp::kMin)
+      .value("PROD", ReduceOp::kProd);
+  m.def("reduce_op_name", &reduce_op_name, py::arg("op"));
+  m.def("reduce_op_from_name", &reduce_op_from_name, py::arg("name"));
+}
+
+}  // namespace
+
+void bind_core(py::module_& m) {
+  bind_errors(m);
+  bind_dtypes(m);
+  bind_tensor(m);
+  bind_device_name(m);
+  bind_reduce_op(m);
+}
+
+}  // namespace tessel::python

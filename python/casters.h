@@ -1,0 +1,136 @@
+// Conversions shared by the binding files. Include this (not pybind11 directly) in every
+// bind_*.cpp so that all translation units see the same type casters.
+//
+//   tessel::Shape        <-> tuple of ints (loads any sequence of ints, e.g. a numpy shape)
+//   tessel::DType        <-> str name ("f32"); loads names, numpy dtypes and numpy scalar types
+//   tessel::MeshDimension <-> tessel.MeshDimension namedtuple (loads any (name, size) pair)
+//   tessel::PartialDim   <-> (mesh_dim, op name) tuple (loads the op as a str or ReduceOp)
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/operators.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "tessel/dtype.h"
+#include "tessel/layout.h"
+#include "tessel/mesh.h"
+#include "tessel/reduce_op.h"
+#include "tessel/shape.h"
+
+namespace tessel::python {
+
+namespace py = pybind11;
+
+void bind_core(py::module_& m);
+void bind_mesh(py::module_& m);
+
+// The tessel.MeshDimension namedtuple class, created by bind_mesh.
+py::handle mesh_dimension_type();
+
+}  // namespace tessel::python
+
+namespace pybind11::detail {
+
+// True for a sequence that is not a str or bytes.
+inline bool is_plain_sequence(handle src) {
+  return src && !isinstance<str>(src) && !isinstance<bytes>(src) && isinstance<sequence>(src);
+}
+
+template <>
+struct type_caster<tessel::Shape> {
+  PYBIND11_TYPE_CASTER(tessel::Shape, const_name("tuple[int, ...]"));
+
+  bool load(handle src, bool convert) {
+    if (!is_plain_sequence(src)) return false;
+    std::vector<int64_t> dims;
+    for (handle item : reinterpret_borrow<sequence>(src)) {
+      make_caster<int64_t> dim;
+      if (!dim.load(item, convert)) return false;
+      dims.push_back(cast_op<int64_t>(dim));
+    }
+    value = tessel::Shape(std::move(dims));  // a negative extent throws tessel::Error
+    return true;
+  }
+
+  static handle cast(const tessel::Shape& shape, return_value_policy, handle) {
+    tuple out(shape.rank());
+    for (int i = 0; i < shape.rank(); ++i) out[static_cast<size_t>(i)] = pybind11::int_(shape[i]);
+    return out.release();
+  }
+};
+
+template <>
+struct type_caster<tessel::DType> {
+  PYBIND11_TYPE_CASTER(tessel::DType, const_name("str"));
+
+  bool load(handle src, bool) {
+    if (!src || src.is_none()) return false;
+    std::string name;
+    if (isinstance<str>(src)) {
+      name = src.cast<std::string>();
+    } else {
+      try {  // numpy.dtype accepts np.float32, np.dtype('int64'), float, bool, ...
+        name = str(module_::import("numpy").attr("dtype")(src).attr("name"));
+      } catch (const error_already_set&) {
+        return false;
+      }
+    }
+    value = tessel::dtype_from_name(name);  // unknown name throws tessel::Error
+    return true;
+  }
+
+  static handle cast(tessel::DType dtype, return_value_policy, handle) {
+    return str(std::string(tessel::dtype_name(dtype))).release();
+  }
+};
+
+template <>
+struct type_caster<tessel::MeshDimension> {
+  PYBIND11_TYPE_CASTER(tessel::MeshDimension, const_name("MeshDimension"));
+
+  bool load(handle src, bool convert) {
+    if (!is_plain_sequence(src) || len(src) != 2) return false;
+    auto pair = reinterpret_borrow<sequence>(src);
+    make_caster<std::string> name;
+    make_caster<int64_t> size;
+    if (!name.load(pair[0], convert) || !size.load(pair[1], convert)) return false;
+    value = tessel::MeshDimension{cast_op<std::string>(name), cast_op<int64_t>(size)};
+    return true;
+  }
+
+  static handle cast(const tessel::MeshDimension& dim, return_value_policy, handle) {
+    return tessel::python::mesh_dimension_type()(dim.name, dim.size).release();
+  }
+};
+
+template <>
+struct type_caster<tessel::PartialDim> {
+  PYBIND11_TYPE_CASTER(tessel::PartialDim, const_name("tuple[str, str]"));
+
+  bool load(handle src, bool convert) {
+    if (!is_plain_sequence(src) || len(src) != 2) return false;
+    auto pair = reinterpret_borrow<sequence>(src);
+    make_caster<std::string> dim;
+    if (!dim.load(pair[0], convert)) return false;
+    value.mesh_dim = cast_op<std::string>(dim);
+    object op = pair[1];
+    if (isinstance<str>(op)) {
+      value.op = tessel::reduce_op_from_name(op.cast<std::string>());
+      return true;
+    }
+    make_caster<tessel::ReduceOp> op_caster;
+    if (!op_caster.load(op, convert)) return false;
+    value.op = cast_op<tessel::ReduceOp>(op_caster);
+    return true;
+  }
+
+  static handle cast(const tessel::PartialDim& p, return_value_policy, handle) {
+    return pybind11::make_tuple(p.mesh_dim, std::string(tessel::reduce_op_name(p.op))).release();
+  }
+};
+
+}  // namespace pybind11::detail

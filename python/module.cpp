@@ -1,0 +1,11 @@
+// tessel._tessel: the pybind11 extension behind the `tessel` package.
+// One file per layer binds that layer's public headers; this file only assembles them.
+#include "casters.h"
+#include "tessel/config.h"
+
+PYBIND11_MODULE(_tessel, m) {
+  m.doc() = "tessel: distributed tensors on a device mesh (C++ extension; import tessel).";
+  m.attr("__version__") = TESSEL_VERSION_STRING;
+  tessel::python::bind_core(m);
+  tessel::python::bind_mesh(m);
+}

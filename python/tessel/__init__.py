@@ -1,0 +1,114 @@
+"""tessel: distributed tensors on a device mesh.
+
+The Mesh/Layout API mirrors TensorFlow DTensor's Python API (``tf.experimental.dtensor``):
+same names, argument order and error texts. Errors are raised as tessel's own classes, each
+also a builtin (``InvalidArgumentError`` is a ``ValueError``, ``DeadlineExceededError`` a
+``TimeoutError``, ...), so ``except ValueError`` works as it does with TensorFlow.
+
+Tensors convert to and from numpy (``tessel.tensor(array)``, ``Tensor.numpy()``); numpy has no
+bfloat16, so a bf16 tensor's ``numpy()`` is a float32 array.
+"""
+
+import os as _os
+
+import numpy as _np
+
+from tessel._tessel import (
+    MATCH,
+    UNSHARDED,
+    AbortedError,
+    AlreadyExistsError,
+    DeadlineExceededError,
+    DeviceName,
+    Error,
+    ErrorCode,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    Layout,
+    LayoutType,
+    Mesh,
+    MeshDimension,
+    NotFoundError,
+    OutOfRangeError,
+    ReduceOp,
+    ShardingSpec,
+    ShardMap,
+    Tensor,
+    UnavailableError,
+    UnimplementedError,
+    __version__,
+    allclose,
+    bf16_bits_to_float,
+    dtype_name,
+    dtype_size,
+    error_code_name,
+    f16_bits_to_float,
+    float_to_bf16_bits,
+    float_to_f16_bits,
+    is_floating,
+    reduce_op_from_name,
+    reduce_op_name,
+    shard_chunk_size,
+    shard_range,
+    tensor,
+    visualize,
+)
+
+zeros = Tensor.zeros
+full = Tensor.full
+random_uniform = Tensor.random_uniform
+random_normal = Tensor.random_normal
+from_numpy = Tensor.from_numpy
+
+# Number of virtual CPU devices create_mesh() uses when no devices are given.
+_DEFAULT_CPU_DEVICES = 4
+_DEVICE_PREFIX = "/job:localhost/replica:0/task:0/device:"
+
+
+def _num_devices(device_type):
+    if device_type.upper() != "CPU":
+        return -1
+    return int(_os.environ.get("TESSEL_CPU_DEVICES", _DEFAULT_CPU_DEVICES))
+
+
+def create_mesh(mesh_dims=None, mesh_name="", devices=None, device_type=None,
+                use_xla_spmd=False):
+    """A mesh over local devices, as TF's ``dtensor.create_mesh``.
+
+    Args:
+      mesh_dims: list of ``(name, size)`` pairs or a ``{name: size}`` dict; default
+        ``[('x', number of devices)]``; a size of -1 in a 1-D spec means all devices.
+      mesh_name: the mesh name.
+      devices: device names such as ``'CPU:0'`` (prefixed with
+        ``/job:localhost/replica:0/task:0/device:``) or full names. Default: the first
+        ``TESSEL_CPU_DEVICES`` (4) virtual devices of ``device_type``.
+      device_type: ``'CPU'`` (default), ``'GPU'``, ...
+      use_xla_spmd: TF's flag; only valid on TPU meshes.
+    """
+    if isinstance(mesh_dims, dict):
+        mesh_dims = list(mesh_dims.items())
+    if devices is None:
+        device_type = (device_type or "CPU").upper()
+        mesh = Mesh.create(mesh_dims or [], device_type, mesh_name, _num_devices(device_type))
+        if not use_xla_spmd:
+            return mesh
+        return Mesh(mesh.dim_names, mesh.global_device_ids(), mesh.local_device_ids(),
+                    mesh.local_devices(), mesh_name, None, use_xla_spmd)
+
+    # TF's path: full device names, ids arange(n) in the dims' shape, all of them local.
+    devices = [d if not isinstance(d, str) or d.startswith("/") else _DEVICE_PREFIX + d
+               for d in devices]
+    if mesh_dims is None:
+        mesh_dims = [("x", len(devices))]
+    elif len(mesh_dims) == 1 and mesh_dims[0][1] == -1:
+        mesh_dims = [(mesh_dims[0][0], len(devices))]
+    dim_names = [name for name, _ in mesh_dims]
+    shape = [size for _, size in mesh_dims]
+    global_device_ids = _np.arange(len(devices)).reshape(shape)
+    local_device_ids = _np.ravel(global_device_ids).tolist()
+    return Mesh(dim_names, global_device_ids, local_device_ids, devices, mesh_name,
+                None, use_xla_spmd)
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]
