@@ -1,0 +1,89 @@
+// tessel info: what this build of tessel is and what it can use on this machine.
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "commands.h"
+#include "tessel/config.h"
+
+namespace tessel::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tessel info\n"
+    "\n"
+    "Prints tessel's version, the compiler that built it, which components and backends are\n"
+    "compiled in, and the number of hardware threads.\n";
+
+// The compiler and version that built this binary (and the library with it).
+std::string compiler() {
+#if defined(__clang__)
+  return "clang " __clang_version__;
+#elif defined(__GNUC__)
+  return "gcc " __VERSION__;
+#else
+  return "unknown";
+#endif
+}
+
+// The sanitizer this binary was built with, if any.
+const char* sanitizer() {
+#if defined(__SANITIZE_THREAD__)
+  return "thread";
+#elif defined(__SANITIZE_ADDRESS__)
+  return "address";
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  return "thread";
+#elif __has_feature(address_sanitizer)
+  return "address";
+#else
+  return "none";
+#endif
+#else
+  return "none";
+#endif
+}
+
+// Optional backends: config.h defines TESSEL_HAVE_<X> once the build can compile them in.
+const char* built(bool yes) { return yes ? "built" : "not built"; }
+
+#ifdef TESSEL_HAVE_MPI
+constexpr bool kHaveMpi = true;
+#else
+constexpr bool kHaveMpi = false;
+#endif
+#ifdef TESSEL_HAVE_NCCL
+constexpr bool kHaveNccl = true;
+#else
+constexpr bool kHaveNccl = false;
+#endif
+#ifdef TESSEL_HAVE_CUDA
+constexpr bool kHaveCuda = true;
+#else
+constexpr bool kHaveCuda = false;
+#endif
+
+}  // namespace
+
+int run_info(const Args& args) {
+  if (wants_help(args)) {
+    std::cout << kHelp;
+    return kExitOk;
+  }
+  if (!args.empty()) {
+    std::cerr << "tessel: error: info takes no arguments, got '" << args[0] << "'\n" << kHelp;
+    return kExitUsage;
+  }
+  std::cout << "tessel " << TESSEL_VERSION_STRING << "\n"
+            << "compiler:         " << compiler() << " (C++ " << __cplusplus << ")\n"
+            << "sanitizer:        " << sanitizer() << "\n"
+            << "components:       core, mesh\n"
+            << "MPI:              " << built(kHaveMpi) << "\n"
+            << "NCCL:             " << built(kHaveNccl) << "\n"
+            << "CUDA:             " << built(kHaveCuda) << "\n"
+            << "hardware threads: " << std::thread::hardware_concurrency() << "\n";
+  return kExitOk;
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,198 @@
+// tessel layout: parse and validate a layout, then show its mesh, shard counts and shard map.
+#include <iostream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "commands.h"
+#include "tessel/error.h"
+#include "tessel/layout.h"
+#include "tessel/mesh.h"
+#include "tessel/reduce_op.h"
+#include "tessel/shape.h"
+#include "tessel/shard_map.h"
+
+namespace tessel::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tessel layout '<layout string>' [--shape D0,D1,...]\n"
+    "       tessel layout --mesh '<mesh string>' --specs S0,S1,... [--shape D0,D1,...]\n"
+    "\n"
+    "Parses and validates a layout, prints its text form, mesh, shards per tensor dimension\n"
+    "and, given a global shape, which device holds which block.\n"
+    "\n"
+    "  <layout string>  TensorFlow's text form, with tessel's extensions, e.g.\n"
+    "                   'sharding_specs:x,unsharded, mesh:|x=2,y=2|*CPU'\n"
+    "                   'sharding_specs:x+y,unsharded, partial:sum(y), mesh:|x=2,y=2|*CPU'\n"
+    "  --mesh M         a mesh string, e.g. '|x=2,y=2|*CPU' (use with --specs)\n"
+    "  --specs S        one sharding spec per tensor dimension: a mesh dimension, x+y,\n"
+    "                   unsharded or match, e.g. x,unsharded\n"
+    "  --shape D        the tensor's global shape, e.g. 8,6; its rank must equal the layout's\n"
+    "\n"
+    "Bad input prints 'tessel: error: <reason>' and exits with status 2.\n";
+
+struct Options {
+  std::optional<std::string> layout;  // full layout string (positional)
+  std::optional<std::string> mesh;    // --mesh
+  std::optional<std::string> specs;   // --specs
+  std::optional<std::string> shape;   // --shape
+};
+
+// Prints a usage error and returns the usage exit status.
+int usage_error(std::string_view message) {
+  std::cerr << "tessel: error: layout: " << message << "\n"
+            << "Run 'tessel layout --help' for usage.\n";
+  return kExitUsage;
+}
+
+// Splits "a,b,c" on commas; "" is the empty list (a rank-0 layout).
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  if (text.empty()) return parts;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    parts.push_back(text.substr(start, comma - start));
+    if (comma == std::string::npos) return parts;
+    start = comma + 1;
+  }
+}
+
+// Parses argv into Options; returns an error message for malformed arguments.
+std::optional<std::string> parse_args(const Args& args, Options& opts) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    std::optional<std::string>* target = nullptr;
+    std::string name = arg;
+    std::optional<std::string> inline_value;
+    if (const size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
+      name = arg.substr(0, eq);  // --shape=8,6
+      inline_value = arg.substr(eq + 1);
+    }
+    if (name == "--shape") {
+      target = &opts.shape;
+    } else if (name == "--mesh") {
+      target = &opts.mesh;
+    } else if (name == "--specs") {
+      target = &opts.specs;
+    } else if (arg.starts_with("--")) {
+      return "unknown option '" + arg + "'";
+    } else if (opts.layout) {
+      return "more than one layout string given ('" + *opts.layout + "' and '" + arg + "')";
+    } else {
+      opts.layout = arg;
+      continue;
+    }
+    if (inline_value) {
+      *target = *inline_value;
+    } else if (i + 1 < args.size()) {
+      *target = args[++i];
+    } else {
+      return name + " needs a value";
+    }
+  }
+  if (opts.layout && (opts.mesh || opts.specs)) {
+    return "give either a layout string or --mesh and --specs, not both";
+  }
+  if (!opts.layout && !(opts.mesh && opts.specs)) {
+    return "give a layout string, or --mesh and --specs";
+  }
+  return std::nullopt;
+}
+
+std::string_view type_name(LayoutType type) {
+  switch (type) {
+    case LayoutType::kEmpty:
+      return "empty";
+    case LayoutType::kStatic:
+      return "static";
+    case LayoutType::kParted:
+      return "parted";
+    case LayoutType::kSingleDevice:
+      return "single device";
+  }
+  return "unknown";
+}
+
+// "x=2, y=2 (4 devices, CPU)"; the single-device and empty meshes by name.
+std::string describe_mesh(const Mesh& mesh) {
+  if (mesh.is_empty()) return "empty mesh";
+  if (mesh.is_single_device()) return "single device " + mesh.single_device();
+  std::string text;
+  for (const MeshDimension& d : mesh.dims()) {
+    if (!text.empty()) text += ", ";
+    text += d.name + "=" + std::to_string(d.size);
+  }
+  text += " (" + std::to_string(mesh.size()) + " devices, " +
+          std::to_string(mesh.num_local_devices()) + " local, " + mesh.device_type() + ")";
+  return text;
+}
+
+// One line per tensor dimension: its spec and how many shards it is split into.
+void print_shards(const Layout& layout) {
+  std::cout << "shards per dim:\n";
+  if (layout.rank() == 0) std::cout << "  (rank 0: a scalar, nothing to split)\n";
+  for (int axis = 0; axis < layout.rank(); ++axis) {
+    const ShardingSpec& spec = layout.sharding_specs()[static_cast<size_t>(axis)];
+    std::cout << "  dim " << axis << ": " << spec.to_string() << " -> ";
+    if (spec.is_match() || spec.is_any()) {
+      std::cout << "decided by the source layout\n";  // match/any have no shard count
+    } else {
+      std::cout << layout.num_shards(axis) << " shard(s)\n";
+    }
+  }
+  for (const PartialDim& p : layout.partial()) {
+    std::cout << "  partial: pending " << reduce_op_name(p.op) << " over mesh dim " << p.mesh_dim
+              << "\n";
+  }
+}
+
+}  // namespace
+
+int run_layout(const Args& args) {
+  if (wants_help(args)) {
+    std::cout << kHelp;
+    return kExitOk;
+  }
+  Options opts;
+  if (const auto message = parse_args(args, opts)) return usage_error(*message);
+
+  // Parse first, so that tessel's own message reaches the user (main prints Error::what()).
+  const Layout layout = opts.layout
+                            ? Layout::from_string(*opts.layout)
+                            : Layout(split_commas(*opts.specs), Mesh::from_string(*opts.mesh));
+  // With a shape: check its rank and draw the map before printing, so a rejected shape prints
+  // only the error.
+  std::optional<Shape> shape;
+  std::string largest_shard;
+  std::string shard_map;
+  if (opts.shape) {
+    shape = Shape::parse(*opts.shape);
+    if (shape->rank() != layout.rank()) {
+      throw Error(ErrorCode::kInvalidArgument, "layout",
+                  "--shape " + shape->to_string() + " has rank " + std::to_string(shape->rank()) +
+                      " but the layout has rank " + std::to_string(layout.rank()));
+    }
+    largest_shard = layout.local_shape_from_global_shape(*shape).to_string();
+    shard_map = visualize(layout, *shape);
+  }
+
+  std::cout << "layout:         " << layout.to_string() << "\n"
+            << "type:           " << type_name(layout.type()) << ", rank " << layout.rank() << "\n"
+            << "mesh:           " << layout.mesh().to_string() << "\n"
+            << "mesh dims:      " << describe_mesh(layout.mesh()) << "\n";
+  print_shards(layout);
+  if (!shape) {
+    std::cout << "\n(pass --shape to draw the shard map)\n";
+    return kExitOk;
+  }
+  std::cout << "global shape:   " << shape->to_string() << "\n"
+            << "largest shard:  " << largest_shard << "\n\n"
+            << "shard map:\n"
+            << shard_map;
+  return kExitOk;
+}
+
+}  // namespace tessel::cli

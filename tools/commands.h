@@ -1,0 +1,23 @@
+// The tessel CLI's subcommands. Each takes the arguments after its name and returns the exit
+// status; tessel::Error escaping a command is reported by main() as bad input (status 2).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessel::cli {
+
+using Args = std::vector<std::string>;
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // an unexpected exception (a tessel bug)
+inline constexpr int kExitUsage = 2;    // bad arguments or input tessel rejected
+
+int run_info(const Args& args);
+int run_layout(const Args& args);
+int run_demo(const Args& args);
+
+// True when any argument is "--help" or "-h".
+bool wants_help(const Args& args);
+
+}  // namespace tessel::cli
