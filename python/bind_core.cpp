@@ -170,6 +170,12 @@ f16 tensors as float16. Dtypes are names ("f32", "bf16", ...) and accept numpy d
       .def_static("random_normal", &Tensor::random_normal, py::arg("shape"),
                   py::arg("dtype") = DType::kF32, py::arg("seed") = 0, py::arg("mean") = 0.0,
                   py::arg("stddev") = 1.0)
+      .def_static("random_uniform_block", &Tensor::random_uniform_block, py::arg("global_shape"),
+                  py::arg("offsets"), py::arg("extents"), py::arg("dtype") = DType::kF32,
+                  py::arg("seed") = 0, py::arg("low") = 0.0, py::arg("high") = 1.0)
+      .def_static("random_normal_block", &Tensor::random_normal_block, py::arg("global_shape"),
+                  py::arg("offsets"), py::arg("extents"), py::arg("dtype") = DType::kF32,
+                  py::arg("seed") = 0, py::arg("mean") = 0.0, py::arg("stddev") = 1.0)
       .def("numpy", &tensor_to_numpy)
       .def(
           "__array__",
@@ -186,6 +192,7 @@ f16 tensors as float16. Dtypes are names ("f32", "bf16", ...) and accept numpy d
       .def_property_readonly("num_elements", &Tensor::num_elements)
       .def_property_readonly("nbytes", &Tensor::nbytes)
       .def_property_readonly("strides", &Tensor::strides)
+      .def_property_readonly("storage_offset", &Tensor::storage_offset)
       .def("is_contiguous", &Tensor::is_contiguous)
       .def("shares_storage_with", &Tensor::shares_storage_with, py::arg("other"))
       .def("at", &Tensor::at, py::arg("index"))

@@ -168,6 +168,15 @@ def test_random_is_deterministic():
     assert ints.dtype == np.int32 and ints.min() >= 0 and ints.max() < 10
 
 
+def test_random_block_equals_block_of_full_tensor():
+    full = tessel.random_uniform((6, 4), "f32", seed=9).numpy()
+    block = tessel.Tensor.random_uniform_block((6, 4), [2, 1], [3, 2], "f32", seed=9)
+    np.testing.assert_array_equal(block.numpy(), full[2:5, 1:3])
+    normal = tessel.random_normal((8,), "f64", seed=2).numpy()
+    np.testing.assert_array_equal(
+        tessel.Tensor.random_normal_block((8,), [4], [4], "f64", seed=2).numpy(), normal[4:])
+
+
 def test_allclose_accepts_tensors_and_arrays():
     a = tessel.tensor(np.array([1.0, 2.0, 3.0]))
     assert tessel.allclose(a, np.array([1.0, 2.0, 3.0 + 1e-9]))
@@ -187,6 +196,7 @@ def test_views_share_storage():
     col.fill(0)
     np.testing.assert_array_equal(t.numpy(), [[0, 0, 2], [3, 0, 5]])
     assert t.block([1, 0], [1, 2]).numpy().tolist() == [[3, 0]]
+    assert t.slice(0, 1, 2).storage_offset == 3
     assert t.reshape((3, 2)).shape == (3, 2)
     c = t.clone()
     assert not c.shares_storage_with(t)
