@@ -19,6 +19,7 @@
 // x != 0 (NaN -> true). Where a C++ cast is undefined tessel saturates: NaN -> 0 and values
 // beyond an integer type's range clamp to its min/max. Conversions to bf16/f16 round to nearest
 // even from every source type (no double rounding via float).
+//
 // Thread safety: the handle is safe to copy across threads; concurrent writes to the same
 // elements are the caller's to order.
 #pragma once
@@ -53,9 +54,9 @@ class Tensor {
   // (seed, i) through a counter-based hash (splitmix64), so the same seed gives the same tensor
   // on every machine and any block can be generated on its own (see *_block below).
   // Floating dtypes get low + (high - low) * u, u uniform in [0, 1), rounded to the dtype;
-  // integer dtypes get integers in [ceil(low), ceil(high)) that must fit the dtype; kBool gets
-  // true with probability 1/2 (low/high ignored). low > high or a non-finite bound:
-  // kInvalidArgument.
+  // integer dtypes get integers in [ceil(low), ceil(high)) (non-empty, inside the dtype, at most
+  // 2^53 values); kBool gets true with probability 1/2 (low/high ignored). low > high, a
+  // non-finite bound or a bad integer range: kInvalidArgument.
   static Tensor random_uniform(const Shape& shape, DType dtype, uint64_t seed, double low = 0.0,
                                double high = 1.0);
   // Normal(mean, stddev) by Box-Muller; floating dtypes only (kInvalidArgument otherwise, and for
@@ -153,7 +154,8 @@ class Tensor {
 
 // numpy.allclose: |a - b| <= atol + rtol * |b| for every element. Shapes must match
 // (kInvalidArgument otherwise); dtypes may differ (compared as double). NaN equals NaN only
-// with equal_nan.
+// with equal_nan; an infinity is close only to the same infinity. A null tensor:
+// kFailedPrecondition.
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
               bool equal_nan = false);
 

@@ -52,8 +52,11 @@ int64_t Shape::dim(int axis) const {
 }
 
 int64_t Shape::num_elements() const {
+  for (int64_t d : dims_) {
+    if (d == 0) return 0;  // before multiplying: the other extents' product may overflow
+  }
   int64_t count = 1;
-  for (int64_t d : dims_) count *= d;  // validated not to overflow
+  for (int64_t d : dims_) count *= d;  // validated not to overflow when no extent is 0
   return count;
 }
 

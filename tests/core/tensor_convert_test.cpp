@@ -39,7 +39,7 @@ TEST(TensorConvert, IntegerToHalfHasNoDoubleRounding) {
 }
 
 TEST(TensorConvert, FloatToIntTruncatesTowardZeroAndSaturates) {
-  Tensor t = Tensor::from_vector<float>({2.7f, -2.7f, kNaN, 1e10f, -1e10f, -0.5f}, Shape{6});
+  Tensor t = Tensor::from_vector<float>({2.7f, -2.7f, NAN, 1e10f, -1e10f, -0.5f}, Shape{6});
   EXPECT_EQ(t.astype(DType::kI32).to_vector<int32_t>(),
             (std::vector<int32_t>{2, -2, 0, std::numeric_limits<int32_t>::max(),
                                   std::numeric_limits<int32_t>::min(), 0}));
