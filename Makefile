@@ -5,8 +5,8 @@ JOBS ?= 2
 PYTHON ?= /usr/bin/python3
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
-# Compiler for check-tsan (clang++ or g++).
-TSAN_CXX ?= clang++
+# Compiler for check-tsan: g++ (the default build compiler; clang 14 lacks some C++20) or clang++.
+TSAN_CXX ?= g++
 
 .PHONY: all deps configure build demo test check-tsan fuzz format clean
 
