@@ -1,5 +1,7 @@
 #include "tessel/error.h"
 
+#include <fmt/format.h>
+
 namespace tessel {
 
 std::string_view error_code_name(ErrorCode code) {
@@ -19,7 +21,7 @@ std::string_view error_code_name(ErrorCode code) {
 }
 
 Error::Error(ErrorCode code, std::string_view component, std::string_view message)
-    : std::runtime_error(std::string(component) + ": " + std::string(message)),
+    : std::runtime_error(fmt::format("{}: {}", component, message)),
       code_(code),
       component_(component),
       message_(message) {}

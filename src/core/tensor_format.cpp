@@ -37,7 +37,10 @@ struct Formatter {
   std::string separator(size_t depth) const {
     const size_t r = dims.size() - depth;
     if (r == 1) return ", ";
-    return "," + std::string(r - 1, '\n') + std::string(depth + 1, ' ');
+    std::string sep(1, ',');  // built by append: gcc 12 warns falsely on "," + string
+    sep.append(r - 1, '\n');
+    sep.append(depth + 1, ' ');
+    return sep;
   }
 
   void array(size_t depth, int64_t offset) const {

@@ -96,8 +96,7 @@ Mesh::Mesh(const std::vector<MeshDimension>& dims, const std::vector<std::string
   Data d;
   d.name = std::move(mesh_name);
   d.dims = dims;
-  int64_t n = 1;
-  for (const MeshDimension& dim : dims) n *= std::max<int64_t>(dim.size, 0);
+  const int64_t n = mesh_device_count(dims);
   for (int64_t i = 0; i < n; ++i) d.global_ids.push_back(i);
   d.local_ids = d.global_ids;
   d.local_devices = local_devices;
@@ -127,8 +126,7 @@ Mesh Mesh::create(const std::vector<MeshDimension>& dims, const std::string& dev
     }
     resolved[0].size = num_devices;
   }
-  int64_t n = 1;
-  for (const MeshDimension& dim : resolved) n *= std::max<int64_t>(dim.size, 0);
+  const int64_t n = mesh_device_count(resolved);
   if (num_devices >= 0 && n > num_devices) {
     detail::throw_invalid(kMesh, "create: the dimensions need {} devices but only {} exist", n,
                           num_devices);

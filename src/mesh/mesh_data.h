@@ -38,6 +38,14 @@ struct MeshBuilder {
   static void check_parser_rules(const Mesh::Data& data);
 };
 
+// The most devices one mesh may have: far above any real cluster, low enough that a mistyped
+// size fails cleanly instead of allocating ids for 10^14 devices.
+inline constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
+
+// Product of the dimension sizes. A size below 1, or a product above kMaxMeshDevices:
+// Error kInvalidArgument naming the dimension.
+int64_t mesh_device_count(const std::vector<MeshDimension>& dims);
+
 // "[0,1,2]".
 std::string format_ids(const std::vector<int64_t>& ids);
 

@@ -56,8 +56,7 @@ Mesh::Data expand_shorthand(Mesh::Data d, const std::string& devices_part) {
                           devices_part);
   }
   const std::string type = devices_part.substr(star + 1);
-  int64_t n = 1;
-  for (const MeshDimension& dim : d.dims) n *= std::max<int64_t>(dim.size, 0);
+  const int64_t n = mesh_device_count(d.dims);
   for (int64_t i = 0; i < n; ++i) {
     d.global_ids.push_back(i);
     d.local_ids.push_back(i);

@@ -43,6 +43,22 @@ void check_duplicates(const std::vector<std::string>& devices) {
 
 }  // namespace
 
+int64_t mesh_device_count(const std::vector<MeshDimension>& dims) {
+  int64_t count = 1;
+  for (const MeshDimension& dim : dims) {
+    if (dim.size < 1) {
+      detail::throw_invalid(kMesh, "mesh dimension {} has size {}; sizes must be at least 1",
+                            dim.name, dim.size);
+    }
+    if (dim.size > kMaxMeshDevices || count * dim.size > kMaxMeshDevices) {
+      detail::throw_invalid(kMesh, "mesh dimension {}={} makes the mesh larger than {} devices",
+                            dim.name, dim.size, kMaxMeshDevices);
+    }
+    count *= dim.size;
+  }
+  return count;
+}
+
 std::string format_ids(const std::vector<int64_t>& ids) {
   return fmt::format("[{}]", fmt::join(ids, ","));
 }
@@ -105,7 +121,6 @@ void MeshBuilder::check_parser_rules(const Mesh::Data& d) {
                           d.name);
   }
   std::set<std::string> names;
-  int64_t product = 1;
   for (const MeshDimension& dim : d.dims) {
     if (!names.insert(dim.name).second) {
       detail::throw_invalid(kMesh, "repeated mesh dimension {}", dim.name);
@@ -118,12 +133,8 @@ void MeshBuilder::check_parser_rules(const Mesh::Data& d) {
           kMesh, "mesh dimension name '{}' is invalid: use letters, digits, '_', '-' or '.'",
           dim.name);
     }
-    if (dim.size < 1) {
-      detail::throw_invalid(kMesh, "mesh dimension {} has size {}; sizes must be at least 1",
-                            dim.name, dim.size);
-    }
-    product *= dim.size;
   }
+  const int64_t product = mesh_device_count(d.dims);
   const size_t g = d.global_ids.size();
   const size_t l = d.local_ids.size();
   if (g < l || d.local_devices.size() != l) {

@@ -154,10 +154,9 @@ std::string ShardMap::visualize() const {
   const Layout& l = layout_;
   std::string specs = l.is_single_device() ? "single device"
                                            : fmt::format("{}", fmt::join(l.sharding_spec_strings(), ","));
-  std::string mesh_dims;
-  for (const MeshDimension& d : l.mesh().dims()) {
-    mesh_dims += (mesh_dims.empty() ? "" : ",") + fmt::format("{}={}", d.name, d.size);
-  }
+  std::vector<std::string> dims;
+  for (const MeshDimension& d : l.mesh().dims()) dims.push_back(fmt::format("{}={}", d.name, d.size));
+  const std::string mesh_dims = fmt::format("{}", fmt::join(dims, ","));
   std::string out = fmt::format("shape {} as [{}] over mesh |{}|, device ids in each block\n",
                                 global_shape_.to_string(), specs, mesh_dims);
   const int rank = global_shape_.rank();

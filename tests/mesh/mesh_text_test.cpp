@@ -3,6 +3,7 @@
 
 #include "mesh/mesh_helpers.h"
 #include "testing/expect_error.h"
+#include "tessel/layout.h"
 #include "tessel/mesh.h"
 
 namespace tessel {
@@ -136,6 +137,24 @@ TEST(MeshProtoForm, RoundTripsEveryKind) {
     EXPECT_EQ(Mesh::from_proto(m.as_proto()), m) << text;
   }
   EXPECT_TESSEL_ERROR(Mesh::from_proto("\xff\xff garbage"), kInvalid, "not a MeshProto");
+}
+
+}  // namespace
+}  // namespace tessel
+
+namespace tessel {
+namespace {
+
+// Fuzzer findings: sizes whose product overflows or would allocate ids for 10^14 devices.
+TEST(MeshText, HugeOrOverflowingSizesAreRejectedBeforeAllocating) {
+  EXPECT_TESSEL_ERROR(Mesh::from_string("|x=5909973711006582556,y=2|*CPU"),
+                      ErrorCode::kInvalidArgument, "makes the mesh larger than");
+  EXPECT_TESSEL_ERROR(Mesh::from_string("|x=400000000000002|*CPU"), ErrorCode::kInvalidArgument,
+                      "mesh dimension x=400000000000002 makes the mesh larger than 1048576");
+  EXPECT_TESSEL_ERROR(Layout::from_string("sharding_specs:x,y, mesh:|x=2,y=777777777777777777|*CPU"),
+                      ErrorCode::kInvalidArgument, "makes the mesh larger than");
+  EXPECT_TESSEL_ERROR(Mesh::from_string("|x=4611686018427387904,y=4|0|0|/job:a/task:0/device:CPU:0"),
+                      ErrorCode::kInvalidArgument, "makes the mesh larger than");
 }
 
 }  // namespace
