@@ -108,11 +108,21 @@ void bind_mesh_class(py::module_& m) {
       .def_static(
           "create",
           [](py::handle dims, const std::string& device_type, const std::string& mesh_name,
-             int64_t num_devices) {
-            return Mesh::create(mesh_dims_arg(dims), device_type, mesh_name, num_devices);
+             int64_t num_devices, bool use_xla_spmd) {
+            return Mesh::create(mesh_dims_arg(dims), device_type, mesh_name, num_devices,
+                                use_xla_spmd);
           },
           py::arg("mesh_dims") = py::none(), py::arg("device_type") = "CPU",
-          py::arg("mesh_name") = "", py::arg("num_devices") = -1)
+          py::arg("mesh_name") = "", py::arg("num_devices") = -1, py::arg("use_xla_spmd") = false)
+      .def_static(
+          "create_on_devices",
+          [](py::handle dims, py::handle devices, const std::string& mesh_name,
+             bool use_xla_spmd) {
+            return Mesh::create_on_devices(mesh_dims_arg(dims), device_names(devices, "devices"),
+                                           mesh_name, use_xla_spmd);
+          },
+          py::arg("mesh_dims"), py::arg("devices"), py::arg("mesh_name") = "",
+          py::arg("use_xla_spmd") = false)
       .def_static("from_string", &Mesh::from_string, py::arg("mesh_str"))
       .def_static(
           "from_proto", [](const py::bytes& proto) { return Mesh::from_proto(proto); },

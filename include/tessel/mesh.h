@@ -56,7 +56,14 @@ class Mesh {
   // TF's create_mesh: dims over devices "/job:localhost/replica:0/task:0/device:<type>:<i>".
   // A size of -1 in a 1-D spec means `num_devices`. Empty dims: one dim "x" of num_devices.
   static Mesh create(const std::vector<MeshDimension>& dims, const std::string& device_type = "CPU",
-                     const std::string& mesh_name = "", int64_t num_devices = -1);
+                     const std::string& mesh_name = "", int64_t num_devices = -1,
+                     bool use_xla_spmd = false);
+  // TF's create_mesh with explicit devices: names without a leading '/' ("CPU:0") get the
+  // prefix "/job:localhost/replica:0/task:0/device:"; ids are 0..n-1, all local. Empty dims:
+  // one dim "x" over all devices; a 1-D size of -1 means all devices.
+  static Mesh create_on_devices(const std::vector<MeshDimension>& dims,
+                                const std::vector<std::string>& devices,
+                                const std::string& mesh_name = "", bool use_xla_spmd = false);
   // TF's text form (§1.5). Malformed: Error kInvalidArgument quoting TF's message.
   static Mesh from_string(const std::string& text);
   // The serialized tessel.MeshProto (wire-compatible with tensorflow.dtensor.MeshProto).

@@ -11,7 +11,6 @@ bfloat16, so a bf16 tensor's ``numpy()`` is a float32 array.
 
 import os as _os
 
-import numpy as _np
 
 from tessel._tessel import (
     MATCH,
@@ -63,7 +62,6 @@ from_numpy = Tensor.from_numpy
 
 # Number of virtual CPU devices create_mesh() uses when no devices are given.
 _DEFAULT_CPU_DEVICES = 4
-_DEVICE_PREFIX = "/job:localhost/replica:0/task:0/device:"
 
 
 def _num_devices(device_type):
@@ -90,25 +88,9 @@ def create_mesh(mesh_dims=None, mesh_name="", devices=None, device_type=None,
         mesh_dims = list(mesh_dims.items())
     if devices is None:
         device_type = (device_type or "CPU").upper()
-        mesh = Mesh.create(mesh_dims or [], device_type, mesh_name, _num_devices(device_type))
-        if not use_xla_spmd:
-            return mesh
-        return Mesh(mesh.dim_names, mesh.global_device_ids(), mesh.local_device_ids(),
-                    mesh.local_devices(), mesh_name, None, use_xla_spmd)
-
-    # TF's path: full device names, ids arange(n) in the dims' shape, all of them local.
-    devices = [d if not isinstance(d, str) or d.startswith("/") else _DEVICE_PREFIX + d
-               for d in devices]
-    if mesh_dims is None:
-        mesh_dims = [("x", len(devices))]
-    elif len(mesh_dims) == 1 and mesh_dims[0][1] == -1:
-        mesh_dims = [(mesh_dims[0][0], len(devices))]
-    dim_names = [name for name, _ in mesh_dims]
-    shape = [size for _, size in mesh_dims]
-    global_device_ids = _np.arange(len(devices)).reshape(shape)
-    local_device_ids = _np.ravel(global_device_ids).tolist()
-    return Mesh(dim_names, global_device_ids, local_device_ids, devices, mesh_name,
-                None, use_xla_spmd)
+        return Mesh.create(mesh_dims or [], device_type, mesh_name, _num_devices(device_type),
+                           use_xla_spmd)
+    return Mesh.create_on_devices(mesh_dims or [], devices, mesh_name, use_xla_spmd)
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -111,7 +111,7 @@ Mesh Mesh::from_device(const std::string& device) {
 }
 
 Mesh Mesh::create(const std::vector<MeshDimension>& dims, const std::string& device_type,
-                  const std::string& mesh_name, int64_t num_devices) {
+                  const std::string& mesh_name, int64_t num_devices, bool use_xla_spmd) {
   std::vector<MeshDimension> resolved = dims;
   if (resolved.empty()) {
     if (num_devices < 1) {
@@ -132,10 +132,30 @@ Mesh Mesh::create(const std::vector<MeshDimension>& dims, const std::string& dev
                           num_devices);
   }
   std::vector<std::string> devices;
-  for (int64_t i = 0; i < n; ++i) {
-    devices.push_back(fmt::format("/job:localhost/replica:0/task:0/device:{}:{}", device_type, i));
+  for (int64_t i = 0; i < n; ++i) devices.push_back(fmt::format("{}:{}", device_type, i));
+  return create_on_devices(resolved, devices, mesh_name, use_xla_spmd);
+}
+
+Mesh Mesh::create_on_devices(const std::vector<MeshDimension>& dims,
+                             const std::vector<std::string>& devices, const std::string& mesh_name,
+                             bool use_xla_spmd) {
+  const int64_t count = static_cast<int64_t>(devices.size());
+  std::vector<MeshDimension> resolved = dims;
+  if (resolved.empty()) resolved.push_back({"x", count});
+  if (resolved.size() == 1 && resolved[0].size == -1) resolved[0].size = count;
+  std::vector<std::string> full;
+  for (const std::string& d : devices) {
+    full.push_back(!d.empty() && d[0] == '/' ? d : "/job:localhost/replica:0/task:0/device:" + d);
   }
-  return Mesh(resolved, devices, mesh_name);
+  std::vector<std::string> names;
+  std::vector<int64_t> shape;
+  for (const MeshDimension& d : resolved) {
+    names.push_back(d.name);
+    shape.push_back(d.size);
+  }
+  std::vector<int64_t> ids(devices.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  return Mesh(names, shape, ids, ids, full, mesh_name, {}, use_xla_spmd);
 }
 
 bool Mesh::is_empty() const { return data_->global_ids.empty() && data_->single_device.empty(); }

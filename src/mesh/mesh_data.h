@@ -38,9 +38,9 @@ struct MeshBuilder {
   static void check_parser_rules(const Mesh::Data& data);
 };
 
-// The most devices one mesh may have: far above any real cluster, low enough that a mistyped
-// size fails cleanly instead of allocating ids for 10^14 devices.
-inline constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
+// The most devices one mesh may have: above today's largest SPMD meshes, low enough that a
+// mistyped size fails fast instead of allocating ids for 10^14 devices.
+inline constexpr int64_t kMaxMeshDevices = int64_t{1} << 16;
 
 // Product of the dimension sizes. A size below 1, or a product above kMaxMeshDevices:
 // Error kInvalidArgument naming the dimension.

@@ -150,7 +150,7 @@ TEST(MeshText, HugeOrOverflowingSizesAreRejectedBeforeAllocating) {
   EXPECT_TESSEL_ERROR(Mesh::from_string("|x=5909973711006582556,y=2|*CPU"),
                       ErrorCode::kInvalidArgument, "makes the mesh larger than");
   EXPECT_TESSEL_ERROR(Mesh::from_string("|x=400000000000002|*CPU"), ErrorCode::kInvalidArgument,
-                      "mesh dimension x=400000000000002 makes the mesh larger than 1048576");
+                      "mesh dimension x=400000000000002 makes the mesh larger than 65536");
   EXPECT_TESSEL_ERROR(Layout::from_string("sharding_specs:x,y, mesh:|x=2,y=777777777777777777|*CPU"),
                       ErrorCode::kInvalidArgument, "makes the mesh larger than");
   EXPECT_TESSEL_ERROR(Mesh::from_string("|x=4611686018427387904,y=4|0|0|/job:a/task:0/device:CPU:0"),
