@@ -120,7 +120,9 @@ TEST(DeviceName, ParseFailsOnMalformedNames) {
       {"/device:CPU:0/gpu:1", "part 'device' is given twice"},
       {"/job:a task:0", "bad job name 'a task:0'"},
   };
-  for (const auto& [text, why] : cases) {
+  for (const auto& entry : cases) {
+    const std::string text = entry.first;  // named copies: clang 14 cannot capture bindings
+    const std::string why = entry.second;
     testing::expect_error([&] { DeviceName::parse(text); }, ErrorCode::kInvalidArgument,
                           "DeviceName", std::string("cannot parse '") + text + "': " + why);
     EXPECT_FALSE(DeviceName::try_parse(text)) << text;
