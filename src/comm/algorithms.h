@@ -1,0 +1,38 @@
+// Internal: the collective algorithms, one file each, all written against detail::Transport.
+// The Communicator validates arguments, builds the signature and picks the algorithm; these
+// functions only move and combine bytes.
+#pragma once
+
+#include <cstdint>
+
+#include "comm/transport.h"
+#include "tessel/dtype.h"
+#include "tessel/reduce_op.h"
+
+namespace tessel::detail {
+
+struct AllReduceArgs {
+  const void* input = nullptr;
+  void* output = nullptr;  // may equal input
+  int64_t count = 0;       // elements
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t segment_bytes = 0;  // pipelining segment (ring, reduce_to_one)
+  const Signature* signature = nullptr;
+  Deadline deadline;
+};
+
+// In-process: rank r reduces chunk r straight from every peer's input into every peer's output.
+void direct_all_reduce(Transport& t, const AllReduceArgs& a);
+// Ring reduce-scatter then ring all-gather over send/recv, in segments.
+void ring_all_reduce(Transport& t, const AllReduceArgs& a);
+// Recursive vector halving (reduce-scatter) then distance doubling (all-gather); ranks beyond
+// the largest power of two fold into a partner first.
+void halving_doubling_all_reduce(Transport& t, const AllReduceArgs& a);
+// Everyone streams segments to rank 0, which reduces and streams the result back.
+void reduce_to_one_all_reduce(Transport& t, const AllReduceArgs& a);
+
+// Tag space of algorithm traffic (user send/recv tags are >= 0).
+inline constexpr int kAlgorithmTag = -1;
+
+}  // namespace tessel::detail

@@ -1,0 +1,48 @@
+#include "tessel/collective_options.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "core/errors.h"
+
+namespace tessel {
+
+std::string_view algorithm_name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kHalvingDoubling: return "halving_doubling";
+    case Algorithm::kReduceToOne: return "reduce_to_one";
+    case Algorithm::kHierarchical: return "hierarchical";
+  }
+  return "unknown";
+}
+
+Algorithm algorithm_from_name(std::string_view name) {
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRing,
+                      Algorithm::kHalvingDoubling, Algorithm::kReduceToOne,
+                      Algorithm::kHierarchical}) {
+    if (algorithm_name(a) == name) return a;
+  }
+  if (name == "tree") return Algorithm::kHalvingDoubling;
+  detail::throw_invalid("CollectiveOptions",
+                        "unknown algorithm '{}' (expected auto, direct, ring, halving_doubling, "
+                        "tree, reduce_to_one or hierarchical)",
+                        name);
+}
+
+std::chrono::milliseconds default_collective_timeout() {
+  const char* text = std::getenv("TESSEL_COLLECTIVE_TIMEOUT_S");
+  if (text == nullptr || *text == '\0') return std::chrono::seconds(300);
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(seconds > 0) || seconds > 1e7) {
+    detail::throw_invalid("CollectiveOptions",
+                          "TESSEL_COLLECTIVE_TIMEOUT_S='{}' is not a positive number of seconds",
+                          text);
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+}
+
+}  // namespace tessel

@@ -1,0 +1,342 @@
+// Communicator: argument checks, signatures, failure handling and algorithm choice. The data
+// movement lives in the algorithm files (algorithms.h, direct_collectives.h).
+#include "tessel/communicator.h"
+
+#include <numeric>
+
+#include "comm/algorithms.h"
+#include "comm/direct_collectives.h"
+#include "comm/in_process_hub.h"
+#include "comm/reduce_kernels.h"
+#include "core/errors.h"
+#include "tessel/shard_range.h"
+
+namespace tessel {
+namespace {
+
+constexpr std::string_view kComm = "Communicator";
+
+detail::Deadline deadline_of(const CollectiveOptions& options) {
+  const auto timeout = options.timeout.count() > 0 ? options.timeout : default_collective_timeout();
+  return detail::Clock::now() + timeout;
+}
+
+void require_tensor(const Tensor& t, std::string_view op, std::string_view what) {
+  if (!t.defined()) detail::throw_invalid(kComm, "{}: {} is a null tensor", op, what);
+  if (!t.is_contiguous()) {
+    detail::throw_invalid(kComm, "{}: {} of shape {} is a strided view; pass a contiguous tensor",
+                          op, what, t.shape().to_string());
+  }
+}
+
+// Rows per rank along axis 0: `counts` when given (checked), else chunk semantics.
+std::vector<int64_t> row_counts(std::string_view op, int64_t rows, int n,
+                                const std::vector<int64_t>& counts) {
+  if (counts.empty()) {
+    std::vector<int64_t> out(n);
+    for (int r = 0; r < n; ++r) out[r] = shard_range(rows, n, r).extent;
+    return out;
+  }
+  if (static_cast<int>(counts.size()) != n) {
+    detail::throw_invalid(kComm, "{}: {} counts given for a group of {}", op, counts.size(), n);
+  }
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    if (c < 0) detail::throw_invalid(kComm, "{}: count {} is negative", op, c);
+    total += c;
+  }
+  if (total != rows) {
+    detail::throw_invalid(kComm, "{}: counts [{}] add up to {} but the tensor has {} rows", op,
+                          fmt::join(counts, ","), total, rows);
+  }
+  return counts;
+}
+
+std::string shape_without(const Shape& s, int axis) {
+  std::vector<std::string> parts;
+  for (int i = 0; i < s.rank(); ++i) parts.push_back(i == axis ? "*" : std::to_string(s[i]));
+  return fmt::format("[{}]", fmt::join(parts, ","));
+}
+
+}  // namespace
+
+Communicator::Communicator(std::shared_ptr<detail::Transport> transport)
+    : transport_(std::move(transport)) {}
+
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return transport_->rank(); }
+int Communicator::size() const { return transport_->size(); }
+const std::vector<std::string>& Communicator::members() const { return transport_->members(); }
+
+void Communicator::abort(const std::string& reason) { transport_->abort(reason); }
+
+namespace {
+
+// Runs one collective body; a failure of this rank (not one the group already knows about)
+// aborts the group so that the other ranks stop waiting for it.
+template <typename F>
+auto guarded(detail::Transport& t, const detail::Signature& sig, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    const ErrorCode c = e.code();
+    if (c != ErrorCode::kAborted && c != ErrorCode::kDeadlineExceeded &&
+        c != ErrorCode::kFailedPrecondition) {
+      t.abort(fmt::format("rank {} ({}) failed in {} (sequence {}): {}", t.rank(),
+                          t.members()[t.rank()], sig.text, sig.sequence, e.what()));
+    }
+    throw;
+  } catch (const std::exception& e) {
+    const std::string message = fmt::format("rank {} ({}) failed in {} (sequence {}): {}", t.rank(),
+                                            t.members()[t.rank()], sig.text, sig.sequence, e.what());
+    t.abort(message);
+    throw Error(ErrorCode::kInternal, kComm, message);
+  }
+}
+
+detail::Signature make_signature(detail::Transport& t, uint64_t sequence, std::string agreed,
+                                 const std::string& mine) {
+  detail::Signature s;
+  s.sequence = sequence;
+  s.text = fmt::format("{} over group [{}]", mine, fmt::join(t.members(), ", "));
+  s.agreed = std::move(agreed);
+  return s;
+}
+
+}  // namespace
+
+void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
+                              const CollectiveOptions& options) {
+  const std::string what = fmt::format("all_reduce({}, {} elements, {})",
+                                       input.defined() ? dtype_name(input.dtype()) : "null",
+                                       input.defined() ? input.num_elements() : 0,
+                                       reduce_op_name(op));
+  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  guarded(*transport_, sig, [&] {
+    require_tensor(input, "all_reduce", "input");
+    require_tensor(output, "all_reduce", "output");
+    if (!(output.shape() == input.shape()) || output.dtype() != input.dtype()) {
+      detail::throw_invalid(kComm, "all_reduce: output {} {} does not match input {} {}",
+                            dtype_name(output.dtype()), output.shape().to_string(),
+                            dtype_name(input.dtype()), input.shape().to_string());
+    }
+    detail::check_reducible(input.dtype(), op);
+    detail::AllReduceArgs a;
+    a.input = input.data();
+    a.output = output.data();
+    a.count = input.num_elements();
+    a.dtype = input.dtype();
+    a.op = op;
+    a.segment_bytes = options.segment_bytes;
+    a.signature = &sig;
+    a.deadline = deadline_of(options);
+    Algorithm algo = options.algorithm;
+    if (algo == Algorithm::kAuto || algo == Algorithm::kHierarchical) {
+      // One host: hierarchical has a single level, which is the direct algorithm.
+      algo = transport_->shares_memory() ? Algorithm::kDirect : Algorithm::kRing;
+    }
+    switch (algo) {
+      case Algorithm::kDirect: return detail::direct_all_reduce(*transport_, a);
+      case Algorithm::kRing: return detail::ring_all_reduce(*transport_, a);
+      case Algorithm::kHalvingDoubling: return detail::halving_doubling_all_reduce(*transport_, a);
+      case Algorithm::kReduceToOne: return detail::reduce_to_one_all_reduce(*transport_, a);
+      case Algorithm::kAuto:
+      case Algorithm::kHierarchical: break;
+    }
+  });
+}
+
+void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int root,
+                          const CollectiveOptions& options) {
+  const std::string what = fmt::format("reduce({}, {} elements, {}, root {})",
+                                       input.defined() ? dtype_name(input.dtype()) : "null",
+                                       input.defined() ? input.num_elements() : 0,
+                                       reduce_op_name(op), root);
+  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  guarded(*transport_, sig, [&] {
+    if (root < 0 || root >= size()) detail::throw_invalid(kComm, "reduce: root {} is not a rank of {}", root, size());
+    require_tensor(input, "reduce", "input");
+    detail::check_reducible(input.dtype(), op);
+    if (rank() == root) {
+      require_tensor(output, "reduce", "output");
+      if (!(output.shape() == input.shape()) || output.dtype() != input.dtype()) {
+        detail::throw_invalid(kComm, "reduce: output {} {} does not match input {} {}",
+                              dtype_name(output.dtype()), output.shape().to_string(),
+                              dtype_name(input.dtype()), input.shape().to_string());
+      }
+    }
+    detail::direct_reduce(*transport_, input, output, op, root, {&sig, deadline_of(options)});
+  });
+}
+
+void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& options) {
+  const std::string what = fmt::format("broadcast({}, {} elements, root {})",
+                                       tensor.defined() ? dtype_name(tensor.dtype()) : "null",
+                                       tensor.defined() ? tensor.num_elements() : 0, root);
+  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  guarded(*transport_, sig, [&] {
+    if (root < 0 || root >= size()) detail::throw_invalid(kComm, "broadcast: root {} is not a rank of {}", root, size());
+    require_tensor(tensor, "broadcast", "tensor");
+    detail::direct_broadcast(*transport_, tensor, root, {&sig, deadline_of(options)});
+  });
+}
+
+Tensor Communicator::all_gather(const Tensor& input, int axis, const CollectiveOptions& options) {
+  return gather(input, -1, axis, options);
+}
+
+Tensor Communicator::gather(const Tensor& input, int root, int axis,
+                            const CollectiveOptions& options) {
+  const bool all = root < 0;
+  const std::string op = all ? "all_gather" : fmt::format("gather(root {})", root);
+  const std::string agreed =
+      input.defined() ? fmt::format("{}({}, {}, axis {})", op, dtype_name(input.dtype()),
+                                    shape_without(input.shape(), axis < 0 ? axis + input.rank() : axis), axis)
+                      : op + "(null)";
+  const std::string mine =
+      input.defined() ? fmt::format("{}({}, {}, axis {})", op, dtype_name(input.dtype()),
+                                    input.shape().to_string(), axis)
+                      : agreed;
+  const detail::Signature sig = make_signature(*transport_, ++sequence_, agreed, mine);
+  return guarded(*transport_, sig, [&] {
+    require_tensor(input, op, "input");
+    if (!all && root >= size()) detail::throw_invalid(kComm, "gather: root {} is not a rank of {}", root, size());
+    const int a = axis < 0 ? axis + input.rank() : axis;
+    if (a < 0 || a >= input.rank()) {
+      detail::throw_invalid(kComm, "{}: axis {} is outside a tensor of rank {}", op, axis, input.rank());
+    }
+    return detail::direct_all_gather(*transport_, input, a, root, {&sig, deadline_of(options)});
+  });
+}
+
+Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
+                                    const std::vector<int64_t>& counts,
+                                    const CollectiveOptions& options) {
+  const std::string what = fmt::format(
+      "reduce_scatter({}, {}, {}, counts [{}])", input.defined() ? dtype_name(input.dtype()) : "null",
+      input.defined() ? input.shape().to_string() : "[]", reduce_op_name(op), fmt::join(counts, ","));
+  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  return guarded(*transport_, sig, [&] {
+    require_tensor(input, "reduce_scatter", "input");
+    if (input.rank() == 0) detail::throw_invalid(kComm, "reduce_scatter: the input is a scalar");
+    detail::check_reducible(input.dtype(), op);
+    const std::vector<int64_t> rows = row_counts("reduce_scatter", input.shape()[0], size(), counts);
+    return detail::direct_reduce_scatter(*transport_, input, op, rows, {&sig, deadline_of(options)});
+  });
+}
+
+Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>& send_counts,
+                                const CollectiveOptions& options) {
+  const std::string agreed = input.defined() ? fmt::format("all_to_all({}, {})", dtype_name(input.dtype()),
+                                                           shape_without(input.shape(), 0))
+                                             : "all_to_all(null)";
+  const std::string mine = input.defined()
+                               ? fmt::format("all_to_all({}, {}, send [{}])", dtype_name(input.dtype()),
+                                             input.shape().to_string(), fmt::join(send_counts, ","))
+                               : agreed;
+  const detail::Signature sig = make_signature(*transport_, ++sequence_, agreed, mine);
+  return guarded(*transport_, sig, [&] {
+    require_tensor(input, "all_to_all", "input");
+    if (input.rank() == 0) detail::throw_invalid(kComm, "all_to_all: the input is a scalar");
+    const int64_t rows = input.shape()[0];
+    std::vector<int64_t> counts = send_counts;
+    if (counts.empty()) {
+      if (rows % size() != 0) {
+        detail::throw_invalid(kComm,
+                              "all_to_all: {} rows do not split evenly over {} ranks; pass "
+                              "send_counts",
+                              rows, size());
+      }
+      counts.assign(size(), rows / size());
+    }
+    counts = row_counts("all_to_all", rows, size(), counts);
+    return detail::direct_all_to_all(*transport_, input, counts, {&sig, deadline_of(options)});
+  });
+}
+
+Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<int64_t>& counts,
+                             const CollectiveOptions& options) {
+  const bool is_root = rank() == root;
+  const std::string what = fmt::format("scatter(root {}, counts [{}])", root, fmt::join(counts, ","));
+  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  return guarded(*transport_, sig, [&] {
+    if (root < 0 || root >= size()) detail::throw_invalid(kComm, "scatter: root {} is not a rank of {}", root, size());
+    // Every rank learns the root's shape and dtype from the root's post.
+    Shape row_shape;
+    DType dtype = DType::kF32;
+    int64_t rows = 0;
+    if (is_root) {
+      require_tensor(input, "scatter", "input");
+      if (input.rank() == 0) detail::throw_invalid(kComm, "scatter: the input is a scalar");
+      rows = input.shape()[0];
+      row_shape = Shape(std::vector<int64_t>(input.shape().dims().begin() + 1, input.shape().dims().end()));
+      dtype = input.dtype();
+    }
+    const detail::CallContext ctx{&sig, deadline_of(options)};
+    // First phase: share the root's description (shape and dtype) with everyone.
+    std::vector<int64_t> description = {rows, static_cast<int64_t>(dtype)};
+    if (is_root) description.insert(description.end(), row_shape.dims().begin(), row_shape.dims().end());
+    const auto posts = transport_->exchange(sig, detail::Post{description.data(), nullptr,
+                                                              static_cast<int64_t>(description.size())},
+                                            ctx.deadline);
+    const auto* root_desc = static_cast<const int64_t*>(posts[root].send);
+    rows = root_desc[0];
+    dtype = static_cast<DType>(root_desc[1]);
+    row_shape = Shape(std::vector<int64_t>(root_desc + 2, root_desc + posts[root].count));
+    transport_->barrier(sig, ctx.deadline);
+    const std::vector<int64_t> per_rank = row_counts("scatter", rows, size(), counts);
+    return detail::direct_scatter(*transport_, input, root, per_rank, row_shape, dtype, ctx);
+  });
+}
+
+void Communicator::send(const Tensor& tensor, int peer, int tag, const CollectiveOptions& options) {
+  const std::string what = fmt::format("send({} bytes to rank {}, tag {})",
+                                       tensor.defined() ? tensor.nbytes() : 0, peer, tag);
+  const detail::Signature sig = make_signature(*transport_, sequence_, what, what);
+  guarded(*transport_, sig, [&] {
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      detail::throw_invalid(kComm, "send: peer {} is not another rank of {}", peer, size());
+    }
+    if (tag < 0) detail::throw_invalid(kComm, "send: tag {} is negative", tag);
+    require_tensor(tensor, "send", "tensor");
+    transport_->send(peer, tag, tensor.data(), tensor.nbytes(), sig, deadline_of(options));
+  });
+}
+
+void Communicator::recv(Tensor& tensor, int peer, int tag, const CollectiveOptions& options) {
+  const std::string what = fmt::format("recv({} bytes from rank {}, tag {})",
+                                       tensor.defined() ? tensor.nbytes() : 0, peer, tag);
+  const detail::Signature sig = make_signature(*transport_, sequence_, what, what);
+  guarded(*transport_, sig, [&] {
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      detail::throw_invalid(kComm, "recv: peer {} is not another rank of {}", peer, size());
+    }
+    if (tag < 0) detail::throw_invalid(kComm, "recv: tag {} is negative", tag);
+    require_tensor(tensor, "recv", "tensor");
+    transport_->recv(peer, tag, tensor.data(), tensor.nbytes(), sig, deadline_of(options));
+  });
+}
+
+void Communicator::barrier(const CollectiveOptions& options) {
+  const detail::Signature sig = make_signature(*transport_, ++sequence_, "barrier()", "barrier()");
+  guarded(*transport_, sig, [&] { transport_->barrier(sig, deadline_of(options)); });
+}
+
+std::vector<std::unique_ptr<Communicator>> make_in_process_communicators(
+    int size, std::vector<std::string> names) {
+  if (size < 1) detail::throw_invalid(kComm, "a group needs at least one rank, got {}", size);
+  if (names.empty()) {
+    for (int r = 0; r < size; ++r) names.push_back(fmt::format("rank {}", r));
+  }
+  if (static_cast<int>(names.size()) != size) {
+    detail::throw_invalid(kComm, "{} names given for a group of {}", names.size(), size);
+  }
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (auto& transport : detail::make_in_process_transports(std::move(names))) {
+    out.push_back(std::make_unique<Communicator>(std::move(transport)));
+  }
+  return out;
+}
+
+}  // namespace tessel

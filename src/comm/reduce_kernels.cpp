@@ -1,0 +1,158 @@
+#include "comm/reduce_kernels.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "core/errors.h"
+#include "tessel/float16.h"
+
+namespace tessel::detail {
+namespace {
+
+// Elements reduced per block: the accumulator stays in L1.
+constexpr int64_t kBlock = 2048;
+
+template <typename T>
+struct Traits {
+  using Acc = T;
+  static Acc load(const T& v) { return v; }
+  static T store(Acc v) { return v; }
+};
+template <>
+struct Traits<bfloat16> {
+  using Acc = float;
+  static float load(const bfloat16& v) { return bf16_bits_to_float(v.bits); }
+  static bfloat16 store(float v) { return bfloat16(v); }
+};
+template <>
+struct Traits<float16> {
+  using Acc = float;
+  static float load(const float16& v) { return f16_bits_to_float(v.bits); }
+  static float16 store(float v) { return float16(v); }
+};
+
+template <typename A>
+A combine(ReduceOp op, A a, A b) {
+  if constexpr (std::is_same_v<A, bool>) {
+    return (op == ReduceOp::kProd || op == ReduceOp::kMin) ? (a && b) : (a || b);
+  } else {
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMean: return a + b;
+      case ReduceOp::kProd: return a * b;
+      case ReduceOp::kMax: return std::max(a, b);
+      case ReduceOp::kMin: return std::min(a, b);
+    }
+    return a;
+  }
+}
+
+// The inner loop per op, so that the compiler vectorises it (no switch per element).
+template <typename A, typename T, ReduceOp kOp>
+void combine_block(A* acc, const T* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    acc[i] = combine<A>(kOp, acc[i], Traits<T>::load(in[i]));
+  }
+}
+
+template <typename A, typename T>
+void combine_block(ReduceOp op, A* acc, const T* in, int64_t n) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean: return combine_block<A, T, ReduceOp::kSum>(acc, in, n);
+    case ReduceOp::kProd: return combine_block<A, T, ReduceOp::kProd>(acc, in, n);
+    case ReduceOp::kMax: return combine_block<A, T, ReduceOp::kMax>(acc, in, n);
+    case ReduceOp::kMin: return combine_block<A, T, ReduceOp::kMin>(acc, in, n);
+  }
+}
+
+template <typename T>
+void reduce_typed(ReduceOp op, const void* const* inputs, int num_inputs, void* const* outputs,
+                  int num_outputs, int64_t begin, int64_t end, int64_t divisor) {
+  using A = typename Traits<T>::Acc;
+  alignas(64) A acc[kBlock];
+  for (int64_t b = begin; b < end; b += kBlock) {
+    const int64_t n = std::min(kBlock, end - b);
+    const T* first = static_cast<const T*>(inputs[0]) + b;
+    for (int64_t i = 0; i < n; ++i) acc[i] = Traits<T>::load(first[i]);
+    for (int k = 1; k < num_inputs; ++k) {
+      combine_block<A, T>(op, acc, static_cast<const T*>(inputs[k]) + b, n);
+    }
+    if (op == ReduceOp::kMean && divisor > 1) {
+      if constexpr (!std::is_same_v<A, bool>) {
+        for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<A>(acc[i] / static_cast<A>(divisor));
+      }
+    }
+    for (int k = 0; k < num_outputs; ++k) {
+      T* out = static_cast<T*>(outputs[k]) + b;
+      if constexpr (std::is_same_v<A, T>) {
+        std::copy(acc, acc + n, out);
+      } else {
+        for (int64_t i = 0; i < n; ++i) out[i] = Traits<T>::store(acc[i]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void accumulate_typed(ReduceOp op, void* inout, const void* in, int64_t count) {
+  T* io = static_cast<T*>(inout);
+  const T* src = static_cast<const T*>(in);
+  for (int64_t i = 0; i < count; ++i) {
+    io[i] = Traits<T>::store(combine<typename Traits<T>::Acc>(op, Traits<T>::load(io[i]),
+                                                              Traits<T>::load(src[i])));
+  }
+}
+
+template <typename T>
+void mean_typed(void* buffer, int64_t count, int64_t divisor) {
+  using A = typename Traits<T>::Acc;
+  T* p = static_cast<T*>(buffer);
+  for (int64_t i = 0; i < count; ++i) {
+    p[i] = Traits<T>::store(static_cast<A>(Traits<T>::load(p[i]) / static_cast<A>(divisor)));
+  }
+}
+
+// Calls f.template operator()<T>() for the C++ type of `dtype`.
+template <typename F>
+void dispatch(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return f.template operator()<float>();
+    case DType::kF64: return f.template operator()<double>();
+    case DType::kBF16: return f.template operator()<bfloat16>();
+    case DType::kF16: return f.template operator()<float16>();
+    case DType::kI32: return f.template operator()<int32_t>();
+    case DType::kI64: return f.template operator()<int64_t>();
+    case DType::kU8: return f.template operator()<uint8_t>();
+    case DType::kBool: return f.template operator()<bool>();
+  }
+}
+
+}  // namespace
+
+void check_reducible(DType dtype, ReduceOp op) {
+  if (dtype == DType::kBool && op == ReduceOp::kMean) {
+    throw_invalid("Communicator", "mean is not defined for bool tensors");
+  }
+}
+
+void reduce_buffers(DType dtype, ReduceOp op, const void* const* inputs, int num_inputs,
+                    void* const* outputs, int num_outputs, int64_t begin, int64_t end,
+                    int64_t divisor) {
+  dispatch(dtype, [&]<typename T>() {
+    reduce_typed<T>(op, inputs, num_inputs, outputs, num_outputs, begin, end, divisor);
+  });
+}
+
+void accumulate(DType dtype, ReduceOp op, void* inout, const void* in, int64_t count) {
+  dispatch(dtype, [&]<typename T>() { accumulate_typed<T>(op, inout, in, count); });
+}
+
+void finish_mean(DType dtype, ReduceOp op, void* buffer, int64_t count, int64_t divisor) {
+  if (op != ReduceOp::kMean || divisor <= 1 || dtype == DType::kBool) return;
+  dispatch(dtype, [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, bool>) mean_typed<T>(buffer, count, divisor);
+  });
+}
+
+}  // namespace tessel::detail
