@@ -1,0 +1,56 @@
+// Collective groups of a mesh, and a pool of communicators for them.
+//
+// Reducing (or gathering) over a set of mesh dimensions D splits the mesh into groups: the
+// devices that share their coordinates on every dimension not in D. This is TF DTensor's group
+// assignment (GetAllReducePartitionsFromReducedDims): members are mesh offsets in increasing
+// order, groups are ordered by their kept coordinates. On x=2,y=2:
+//   collective_groups(mesh, {"x"})      == {{0, 2}, {1, 3}}
+//   collective_groups(mesh, {"y"})      == {{0, 1}, {2, 3}}
+//   collective_groups(mesh, {"x", "y"}) == {{0, 1, 2, 3}}
+//
+// CommunicatorPool hands every device of a mesh its communicator for a group, creating each
+// group's shared state once, on first use; later calls return the same Communicator.
+// Thread safety: CommunicatorPool is safe to use from every device thread at once.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tessel/communicator.h"
+#include "tessel/mesh.h"
+
+namespace tessel {
+
+// Unknown or repeated dimension names: Error kInvalidArgument naming them.
+std::vector<std::vector<int64_t>> collective_groups(const Mesh& mesh,
+                                                    const std::vector<std::string>& dims);
+
+// Where the device at mesh `offset` sits: which group, and its rank inside it.
+struct GroupPosition {
+  int group = 0;
+  int rank = 0;
+  std::vector<int64_t> members;  // mesh offsets of the group, rank order
+};
+GroupPosition group_position(const Mesh& mesh, const std::vector<std::string>& dims,
+                             int64_t offset);
+
+class CommunicatorPool {
+ public:
+  // The communicator of the device at mesh `offset` for the group over `dims`. The group's
+  // members are named by their device names. Errors as collective_groups; a bad offset:
+  // kInvalidArgument.
+  Communicator& get(const Mesh& mesh, const std::vector<std::string>& dims, int64_t offset);
+  // Number of groups created so far (for tests: creation is once per group).
+  size_t num_groups() const;
+
+ private:
+  using Key = std::tuple<uint64_t, std::vector<std::string>, int>;  // mesh, dims, group
+  mutable std::mutex mu_;
+  std::map<Key, std::vector<std::unique_ptr<Communicator>>> groups_;  // rank-ordered handles
+};
+
+}  // namespace tessel

@@ -1,0 +1,102 @@
+#include "tessel/mesh_groups.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/errors.h"
+
+namespace tessel {
+namespace {
+
+constexpr std::string_view kGroups = "CommunicatorPool";
+
+// Indices of `dims` in the mesh, validated.
+std::vector<bool> reduced_mask(const Mesh& mesh, const std::vector<std::string>& dims) {
+  std::vector<bool> reduced(static_cast<size_t>(mesh.rank()), false);
+  for (const std::string& d : dims) {
+    if (!mesh.contains_dim(d)) {
+      detail::throw_invalid(kGroups, "mesh dimension {} is not in mesh |{}|", d,
+                            fmt::join(mesh.dim_names(), ","));
+    }
+    const size_t i = static_cast<size_t>(mesh.dim_index(d));
+    if (reduced[i]) detail::throw_invalid(kGroups, "mesh dimension {} is listed twice", d);
+    reduced[i] = true;
+  }
+  return reduced;
+}
+
+// The group key of an offset: its coordinates on the kept dimensions, row-major.
+int64_t kept_index(const Mesh& mesh, const std::vector<bool>& reduced, int64_t offset) {
+  const std::vector<int64_t> loc = mesh.device_location(offset);
+  int64_t key = 0;
+  for (size_t i = 0; i < loc.size(); ++i) {
+    if (!reduced[i]) key = key * mesh.dims()[i].size + loc[i];
+  }
+  return key;
+}
+
+std::string member_name(const Mesh& mesh, int64_t offset) {
+  const int64_t id = mesh.global_device_ids()[static_cast<size_t>(offset)];
+  if (!mesh.global_devices().empty()) return mesh.global_devices()[static_cast<size_t>(offset)];
+  const auto& ids = mesh.local_device_ids();
+  const auto it = std::find(ids.begin(), ids.end(), id);
+  if (it != ids.end()) return mesh.local_devices()[static_cast<size_t>(it - ids.begin())];
+  return fmt::format("device {}", id);
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> collective_groups(const Mesh& mesh,
+                                                    const std::vector<std::string>& dims) {
+  const std::vector<bool> reduced = reduced_mask(mesh, dims);
+  int64_t num_groups = 1;
+  for (size_t i = 0; i < reduced.size(); ++i) {
+    if (!reduced[i]) num_groups *= mesh.dims()[i].size;
+  }
+  std::vector<std::vector<int64_t>> groups(static_cast<size_t>(num_groups));
+  for (int64_t offset = 0; offset < mesh.size(); ++offset) {
+    groups[static_cast<size_t>(kept_index(mesh, reduced, offset))].push_back(offset);
+  }
+  return groups;
+}
+
+GroupPosition group_position(const Mesh& mesh, const std::vector<std::string>& dims,
+                             int64_t offset) {
+  const std::vector<bool> reduced = reduced_mask(mesh, dims);
+  if (offset < 0 || offset >= mesh.size()) {
+    detail::throw_invalid(kGroups, "device offset {} is outside the mesh's {} devices", offset,
+                          mesh.size());
+  }
+  GroupPosition p;
+  p.group = static_cast<int>(kept_index(mesh, reduced, offset));
+  for (int64_t o = 0; o < mesh.size(); ++o) {
+    if (kept_index(mesh, reduced, o) == p.group) {
+      if (o == offset) p.rank = static_cast<int>(p.members.size());
+      p.members.push_back(o);
+    }
+  }
+  return p;
+}
+
+Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::string>& dims,
+                                    int64_t offset) {
+  const GroupPosition p = group_position(mesh, dims, offset);
+  std::vector<std::string> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  Key key{mesh.global_fingerprint(), sorted, p.group};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = groups_.find(key);
+  if (it == groups_.end()) {
+    std::vector<std::string> names;
+    for (int64_t o : p.members) names.push_back(member_name(mesh, o));
+    it = groups_.emplace(key, make_in_process_communicators(static_cast<int>(names.size()), names)).first;
+  }
+  return *it->second[static_cast<size_t>(p.rank)];
+}
+
+size_t CommunicatorPool::num_groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return groups_.size();
+}
+
+}  // namespace tessel
