@@ -9,6 +9,7 @@ packages=(
   libfmt-dev libprotobuf-dev protobuf-compiler
   libopenblas-dev
   pybind11-dev python3-dev python3-numpy python3-pytest
+  openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev
 )
 

@@ -16,6 +16,7 @@ inline constexpr int kExitUsage = 2;    // bad arguments or input tessel rejecte
 int run_info(const Args& args);
 int run_layout(const Args& args);
 int run_demo(const Args& args);
+int run_bench(const Args& args);
 
 // True when any argument is "--help" or "-h".
 bool wants_help(const Args& args);

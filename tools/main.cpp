@@ -16,6 +16,7 @@ constexpr std::string_view kUsage =
     "  info     version, compiler, what this build contains, hardware threads\n"
     "  layout   validate a layout and draw which device holds which block\n"
     "  demo     a walkthrough of layouts on a 2x2 mesh\n"
+    "  bench    time a collective over N in-process devices (nccl-tests table)\n"
     "\n"
     "Run 'tessel <command> --help' for a command's options.\n";
 
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     if (command == "info") return run_info(args);
     if (command == "layout") return run_layout(args);
     if (command == "demo") return run_demo(args);
+    if (command == "bench") return run_bench(args);
     std::cerr << "tessel: error: unknown command '" << command << "'\n\n" << kUsage;
     return kExitUsage;
   } catch (const tessel::Error& e) {
