@@ -29,6 +29,9 @@ void ring_all_reduce(Transport& t, const AllReduceArgs& a);
 // Recursive vector halving (reduce-scatter) then distance doubling (all-gather); ranks beyond
 // the largest power of two fold into a partner first.
 void halving_doubling_all_reduce(Transport& t, const AllReduceArgs& a);
+// Within each host onto its leader, across hosts among the leaders, back within each host.
+// Hosts come from the members' device names (job and task); one host: direct_all_reduce.
+void hierarchical_all_reduce(Transport& t, const AllReduceArgs& a);
 // Everyone streams segments to rank 0, which reduces and streams the result back.
 void reduce_to_one_all_reduce(Transport& t, const AllReduceArgs& a);
 

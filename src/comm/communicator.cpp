@@ -132,8 +132,7 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
     a.signature = &sig;
     a.deadline = deadline_of(options);
     Algorithm algo = options.algorithm;
-    if (algo == Algorithm::kAuto || algo == Algorithm::kHierarchical) {
-      // One host: hierarchical has a single level, which is the direct algorithm.
+    if (algo == Algorithm::kAuto) {
       algo = transport_->shares_memory() ? Algorithm::kDirect : Algorithm::kRing;
     }
     switch (algo) {
@@ -141,8 +140,8 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
       case Algorithm::kRing: return detail::ring_all_reduce(*transport_, a);
       case Algorithm::kHalvingDoubling: return detail::halving_doubling_all_reduce(*transport_, a);
       case Algorithm::kReduceToOne: return detail::reduce_to_one_all_reduce(*transport_, a);
-      case Algorithm::kAuto:
-      case Algorithm::kHierarchical: break;
+      case Algorithm::kHierarchical: return detail::hierarchical_all_reduce(*transport_, a);
+      case Algorithm::kAuto: break;
     }
   });
 }
@@ -183,12 +182,16 @@ void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& 
 }
 
 Tensor Communicator::all_gather(const Tensor& input, int axis, const CollectiveOptions& options) {
-  return gather(input, -1, axis, options);
+  return gather_impl(input, -1, /*all=*/true, axis, options);
 }
 
 Tensor Communicator::gather(const Tensor& input, int root, int axis,
                             const CollectiveOptions& options) {
-  const bool all = root < 0;
+  return gather_impl(input, root, /*all=*/false, axis, options);
+}
+
+Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int axis,
+                                 const CollectiveOptions& options) {
   const std::string op = all ? "all_gather" : fmt::format("gather(root {})", root);
   const std::string agreed =
       input.defined() ? fmt::format("{}({}, {}, axis {})", op, dtype_name(input.dtype()),
@@ -201,7 +204,7 @@ Tensor Communicator::gather(const Tensor& input, int root, int axis,
   const detail::Signature sig = make_signature(*transport_, ++sequence_, agreed, mine);
   return guarded(*transport_, sig, [&] {
     require_tensor(input, op, "input");
-    if (!all && root >= size()) detail::throw_invalid(kComm, "gather: root {} is not a rank of {}", root, size());
+    if (!all && (root < 0 || root >= size())) detail::throw_invalid(kComm, "gather: root {} is not a rank of {}", root, size());
     const int a = axis < 0 ? axis + input.rank() : axis;
     if (a < 0 || a >= input.rank()) {
       detail::throw_invalid(kComm, "{}: axis {} is outside a tensor of rank {}", op, axis, input.rank());

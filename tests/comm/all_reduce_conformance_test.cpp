@@ -70,11 +70,9 @@ std::string fmt_case(const char* mode, DType dtype, ReduceOp op, int64_t count, 
          got.to_string() + " want " + want.to_string();
 }
 
-class AllReduceConformance : public ::testing::TestWithParam<std::tuple<Algorithm, int>> {};
-
-TEST_P(AllReduceConformance, EveryDTypeOpAndCount) {
-  const auto [algorithm, n] = GetParam();
-  auto comms = make_in_process_communicators(n);
+// Runs every case on one group of `n` ranks named `names` (empty: default names).
+std::string run_all_cases(Algorithm algorithm, int n, std::vector<std::string> names) {
+  auto comms = make_in_process_communicators(n, std::move(names));
   CollectiveOptions options;
   options.algorithm = algorithm;
   options.segment_bytes = kSmallSegment;
@@ -100,8 +98,31 @@ TEST_P(AllReduceConformance, EveryDTypeOpAndCount) {
       }
     }
   });
-  EXPECT_EQ(testing::first_error(errors), "");
+  return testing::first_error(errors);
 }
+
+class AllReduceConformance : public ::testing::TestWithParam<std::tuple<Algorithm, int>> {};
+
+TEST_P(AllReduceConformance, EveryDTypeOpAndCount) {
+  const auto [algorithm, n] = GetParam();
+  EXPECT_EQ(run_all_cases(algorithm, n, {}), "");
+}
+
+// Hierarchical over simulated hosts of two devices each (/task:<r/2>/device:CPU:<r%2>); odd
+// world sizes leave one host with a single device.
+class HierarchicalConformance : public ::testing::TestWithParam<int> {};
+
+TEST_P(HierarchicalConformance, HostsOfTwoDevices) {
+  const int n = GetParam();
+  std::vector<std::string> names;
+  for (int r = 0; r < n; ++r) {
+    names.push_back("/job:worker/replica:0/task:" + std::to_string(r / 2) + "/device:CPU:" +
+                    std::to_string(r % 2));
+  }
+  EXPECT_EQ(run_all_cases(Algorithm::kHierarchical, n, names), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, HierarchicalConformance, ::testing::Range(1, 9));
 
 INSTANTIATE_TEST_SUITE_P(
     Algorithms, AllReduceConformance,
