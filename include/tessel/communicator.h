@@ -96,6 +96,10 @@ class Communicator {
   detail::Transport& transport() { return *transport_; }
 
  private:
+  // gather and all_gather (all: every rank receives; root unused).
+  Tensor gather_impl(const Tensor& input, int root, bool all, int axis,
+                     const CollectiveOptions& options);
+
   std::shared_ptr<detail::Transport> transport_;
   uint64_t sequence_ = 0;  // collectives started by this rank
 };
