@@ -53,11 +53,38 @@ fi
 
 echo "# compare_mpi.sh: all-reduce f32 sum, 4 ranks, sizes $min..$max x$factor, $iters iters ($warmup warm-up), $repeat repetition(s)"
 echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# CPU ticks of the whole machine (busy incl. steal, total) and CPU seconds of this script's
+# finished children, as "busy total children" in $sample. `times` must run in this shell (not in
+# a command substitution's subshell) to see the children.
+cpu_sample() {
+  local busy total
+  read -r busy total < <(awk '/^cpu /{t=$2+$3+$4+$5+$6+$7+$8+$9; print t-$5-$6, t}' /proc/stat)
+  times > "$work/times"
+  local children
+  children=$(tail -1 "$work/times" | awk '{
+    s=0
+    for (i=1;i<=2;i++){ split($i, ms, "m"); sub("s","",ms[2]); s+=ms[1]*60+ms[2] }
+    print s}')
+  sample="$busy $total $children"
+}
+# Percentage of the machine's CPU time taken by other processes (and steal) between two samples.
+other_cpu() {
+  awk -v a="$1" -v b="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN{
+    split(a, x, " "); split(b, y, " ")
+    other = (y[1]-x[1]) - (y[3]-x[3])*hz; total = y[2]-x[2]
+    if (total <= 0) print "0.0"; else { p = 100*other/total; if (p < 0) p = 0; printf "%.1f", p } }'
+}
+
 for ((i = 1; i <= repeat; i++)); do
+  cpu_sample; s0=$sample
   mpirun --oversubscribe -np 4 "$work/mpi_allreduce" -b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup" \
     > "$work/mpi.$i.txt"
+  cpu_sample; s1=$sample
   "$tessel" bench all_reduce --devices 4 -b "$min" -e "$max" -f "$factor" --iters "$iters" --warmup "$warmup" --json \
     > "$work/tessel.$i.json"
+  cpu_sample; s2=$sample
+  echo "# repetition $i: other processes and steal took $(other_cpu "$s0" "$s1")% of the CPU time during MPI, $(other_cpu "$s1" "$s2")% during tessel"
 done
 echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -77,17 +104,18 @@ for i in range(1, repeat + 1):
     doc = json.load(open(f"{work}/tessel.{i}.json"))
     memcpy.append(doc["memcpy_gbps"])
     for row in doc["rows"]:
-        tessel.setdefault(row["bytes"], []).append((row["time_us"], row["busbw_gbps"]))
+        tessel.setdefault(row["bytes"], []).append((row["time_us"], row["busbw_gbps"], row["efficiency"]))
         wrong += row["wrong"]
 
 med = lambda rows, k: statistics.median(r[k] for r in rows)
 print(f"# memcpy (tessel bench, read+write, {doc['memcpy_threads']} threads, 64 MiB): "
       f"{statistics.median(memcpy):.2f} GB/s (median of {repeat})")
-print(f"# busbw in GB/s, median over {repeat} repetition(s); ratio = tessel / MPI")
-print(f"{'bytes':>12}  {'mpi_busbw':>10}  {'tessel_busbw':>12}  {'ratio':>7}")
+print(f"# busbw in GB/s, median over {repeat} repetition(s); ratio = tessel / MPI; tessel_effic = tessel's")
+print(f"# efficiency column (fewest bytes 2*N*S through memory / time / memcpy bandwidth of its own run)")
+print(f"{'bytes':>12}  {'mpi_busbw':>10}  {'tessel_busbw':>12}  {'ratio':>7}  {'tessel_effic':>12}")
 for b in sorted(set(mpi) & set(tessel)):
     m, t = med(mpi[b], 1), med(tessel[b], 1)
-    print(f"{b:>12}  {m:>10.3f}  {t:>12.3f}  {t / m if m > 0 else float('nan'):>7.2f}")
+    print(f"{b:>12}  {m:>10.3f}  {t:>12.3f}  {t / m if m > 0 else float('nan'):>7.2f}  {med(tessel[b], 2):>12.3f}")
 if 4096 in mpi and 4096 in tessel:
     m, t = med(mpi[4096], 0), med(tessel[4096], 0)
     print(f"# latency at 4 KiB (median time per call): MPI {m:.2f} us, tessel {t:.2f} us, "

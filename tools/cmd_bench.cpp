@@ -574,6 +574,45 @@ std::string time_text(double us) {
   return buf;
 }
 
+// CPU time counters of the whole machine and of this process (clock ticks), to tell how much of
+// the machine other processes (or the hypervisor, as steal time) took during a run.
+struct CpuSample {
+  double total = 0;  // all CPUs, every state
+  double busy = 0;   // all CPUs, not idle or waiting for I/O (steal counts as busy)
+  double self = 0;   // this process, user + system
+  bool valid = false;
+};
+
+CpuSample sample_cpu() {
+  CpuSample s;
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double v[10] = {};
+  if (!(stat >> cpu) || cpu != "cpu") return s;
+  for (double& x : v) stat >> x;  // user nice system idle iowait irq softirq steal guest guest_nice
+  s.total = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+  s.busy = s.total - v[3] - v[4];
+  std::ifstream self("/proc/self/stat");
+  std::string line;
+  std::getline(self, line);
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return s;
+  std::istringstream fields(line.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14 || i == 15) s.self += std::stod(field);  // utime, stime
+  }
+  s.valid = true;
+  return s;
+}
+
+// The fraction of all CPUs' time between `a` and `b` that went to other processes or steal.
+double other_cpu_fraction(const CpuSample& a, const CpuSample& b) {
+  if (!a.valid || !b.valid || b.total <= a.total) return 0;
+  const double other = (b.busy - a.busy) - (b.self - a.self);
+  return std::clamp(other / (b.total - a.total), 0.0, 1.0);
+}
+
 std::string load_average() {
   std::ifstream in("/proc/loadavg");
   std::string one;
@@ -650,13 +689,15 @@ void print_row(const Config& c, const Collective& coll, const Row& row) {
   std::fflush(stdout);
 }
 
-void print_json(const Config& c, int memcpy_threads, double memcpy_gbps, const std::vector<Row>& rows) {
+void print_json(const Config& c, int memcpy_threads, double memcpy_gbps, double other_cpu,
+                const std::vector<Row>& rows) {
   const int primary = c.collective == "broadcast" ? 1 : 0;
   std::ostringstream o;
   o << "{\"collective\": \"" << c.collective << "\", \"devices\": " << c.devices << ", \"dtype\": \""
     << dtype_name(c.dtype) << "\", \"op\": \"" << reduce_op_name(c.op) << "\", \"algo\": \""
     << algorithm_name(c.algorithm) << "\", \"iters\": " << c.iters << ", \"warmup\": " << c.warmup
     << ", \"memcpy_gbps\": " << json_number(memcpy_gbps) << ", \"memcpy_threads\": " << memcpy_threads
+    << ", \"other_cpu_fraction\": " << json_number(other_cpu)
     << ", \"mode\": \"" << (primary == 1 ? "in_place" : "out_of_place") << "\", \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Mode& m = rows[i].mode[primary];
@@ -687,6 +728,7 @@ int run(const Config& c) {
           std::to_string(static_cast<int64_t>(physical / (1 << 20))) + " MiB");
   }
 
+  const CpuSample start = sample_cpu();
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   const int memcpy_threads = c.memcpy_threads > 0 ? c.memcpy_threads : std::min<int>(c.devices, static_cast<int>(hw));
   const double memcpy_gbps = bench::measure_memcpy_gbps(memcpy_threads, kMemcpyBytes, kMemcpyRepetitions);
@@ -711,11 +753,15 @@ int run(const Config& c) {
       ++measured;
     }
   }
+  const double other_cpu = other_cpu_fraction(start, sample_cpu());
   if (c.json) {
-    print_json(c, memcpy_threads, memcpy_gbps, rows);
+    print_json(c, memcpy_threads, memcpy_gbps, other_cpu, rows);
   } else {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong), wrong == 0 ? "OK" : "FAILED");
     std::printf("# Avg bus bandwidth    : %g\n", measured ? busbw_sum / measured : 0.0);
+    std::printf("# Other processes and steal took %.1f%% of the machine's CPU time during this run "
+                "(/proc/stat); figures from a busy machine are not comparable\n",
+                100 * other_cpu);
     std::printf("#\n");
   }
   if (wrong != 0) {

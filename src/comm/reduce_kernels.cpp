@@ -1,7 +1,16 @@
 #include "comm/reduce_kernels.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <string>
 #include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/errors.h"
 #include "tessel/float16.h"
@@ -66,11 +75,42 @@ void combine_block(ReduceOp op, A* acc, const T* in, int64_t n) {
   }
 }
 
+// memcpy with non-temporal stores for the 16-byte-aligned middle of `dst` (plain stores for
+// the unaligned head and the tail). The caller fences (_mm_sfence) before publishing.
+void stream_copy(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+#if defined(__SSE2__)
+  const size_t misalignment = reinterpret_cast<uintptr_t>(d) % 16;
+  const size_t head = std::min(bytes, misalignment == 0 ? 0 : 16 - misalignment);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+    const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+    const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), v0);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), v1);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), v2);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), v3);
+  }
+  for (; bytes >= 16; bytes -= 16, d += 16, s += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  }
+#endif
+  std::memcpy(d, s, bytes);
+}
+
 template <typename T>
 void reduce_typed(ReduceOp op, const void* const* inputs, int num_inputs, void* const* outputs,
-                  int num_outputs, int64_t begin, int64_t end, int64_t divisor) {
+                  int num_outputs, int64_t begin, int64_t end, int64_t divisor, bool streaming) {
   using A = typename Traits<T>::Acc;
   alignas(64) A acc[kBlock];
+  // Converted results (bf16, f16) staged for the streaming copy.
+  alignas(64) T staged[std::is_same_v<A, T> ? 1 : kBlock];
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t n = std::min(kBlock, end - b);
     const T* first = static_cast<const T*>(inputs[0]) + b;
@@ -83,6 +123,19 @@ void reduce_typed(ReduceOp op, const void* const* inputs, int num_inputs, void* 
         for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<A>(acc[i] / static_cast<A>(divisor));
       }
     }
+    if (streaming) {
+      const T* result = nullptr;
+      if constexpr (std::is_same_v<A, T>) {
+        result = acc;
+      } else {
+        for (int64_t i = 0; i < n; ++i) staged[i] = Traits<T>::store(acc[i]);
+        result = staged;
+      }
+      for (int k = 0; k < num_outputs; ++k) {
+        stream_copy(static_cast<T*>(outputs[k]) + b, result, static_cast<size_t>(n) * sizeof(T));
+      }
+      continue;
+    }
     for (int k = 0; k < num_outputs; ++k) {
       T* out = static_cast<T*>(outputs[k]) + b;
       if constexpr (std::is_same_v<A, T>) {
@@ -92,6 +145,9 @@ void reduce_typed(ReduceOp op, const void* const* inputs, int num_inputs, void* 
       }
     }
   }
+#if defined(__SSE2__)
+  if (streaming) _mm_sfence();  // order the non-temporal stores before the next rendezvous
+#endif
 }
 
 template <typename T>
@@ -138,9 +194,9 @@ void check_reducible(DType dtype, ReduceOp op) {
 
 void reduce_buffers(DType dtype, ReduceOp op, const void* const* inputs, int num_inputs,
                     void* const* outputs, int num_outputs, int64_t begin, int64_t end,
-                    int64_t divisor) {
+                    int64_t divisor, bool streaming) {
   dispatch(dtype, [&]<typename T>() {
-    reduce_typed<T>(op, inputs, num_inputs, outputs, num_outputs, begin, end, divisor);
+    reduce_typed<T>(op, inputs, num_inputs, outputs, num_outputs, begin, end, divisor, streaming);
   });
 }
 
@@ -153,6 +209,24 @@ void finish_mean(DType dtype, ReduceOp op, void* buffer, int64_t count, int64_t 
   dispatch(dtype, [&]<typename T>() {
     if constexpr (!std::is_same_v<T, bool>) mean_typed<T>(buffer, count, divisor);
   });
+}
+
+size_t last_level_cache_bytes() {
+  static const size_t bytes = [] {
+    // sysfs describes the cache this (virtual) machine sees; sysconf may report the host's.
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
+    size_t value = 0;
+    std::string unit;
+    if (in >> value && value > 0) {
+      in >> unit;
+      if (unit == "K") return value << 10;
+      if (unit == "M") return value << 20;
+      return value;
+    }
+    const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return llc > 0 ? static_cast<size_t>(llc) : size_t{32} << 20;
+  }();
+  return bytes;
 }
 
 }  // namespace tessel::detail
