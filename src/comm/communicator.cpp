@@ -108,11 +108,20 @@ detail::Signature make_signature(detail::Transport& t, uint64_t sequence, std::s
 
 void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
                               const CollectiveOptions& options) {
-  const std::string what = fmt::format("all_reduce({}, {} elements, {})",
+  Algorithm algo = options.algorithm;
+  if (algo == Algorithm::kAuto) {
+    algo = transport_->shares_memory() ? Algorithm::kDirect : Algorithm::kRing;
+  }
+  const std::string base = fmt::format("all_reduce({}, {} elements, {}",
                                        input.defined() ? dtype_name(input.dtype()) : "null",
                                        input.defined() ? input.num_elements() : 0,
                                        reduce_op_name(op));
-  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  // The algorithm decides the protocol, so the ranks must agree on it too; messages show it when
+  // the caller chose one.
+  const std::string what =
+      options.algorithm == Algorithm::kAuto ? base + ")" : fmt::format("{}, {})", base, algorithm_name(algo));
+  const detail::Signature sig = make_signature(
+      *transport_, ++sequence_, fmt::format("{}) via {}", base, algorithm_name(algo)), what);
   guarded(*transport_, sig, [&] {
     require_tensor(input, "all_reduce", "input");
     require_tensor(output, "all_reduce", "output");
@@ -131,9 +140,12 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
     a.segment_bytes = options.segment_bytes;
     a.signature = &sig;
     a.deadline = deadline_of(options);
-    Algorithm algo = options.algorithm;
-    if (algo == Algorithm::kAuto) {
-      algo = transport_->shares_memory() ? Algorithm::kDirect : Algorithm::kRing;
+    if (algo == Algorithm::kRing || algo == Algorithm::kHalvingDoubling ||
+        algo == Algorithm::kReduceToOne) {
+      // These move data with send/recv only, which compares no signatures: meet once first, so
+      // that ranks calling different collectives fail with kFailedPrecondition (and a missing
+      // rank is named) instead of exchanging mismatched messages.
+      transport_->barrier(sig, a.deadline);
     }
     switch (algo) {
       case Algorithm::kDirect: return detail::direct_all_reduce(*transport_, a);

@@ -29,7 +29,6 @@ InProcessHub::InProcessHub(std::vector<std::string> members)
 std::vector<Post> InProcessHub::exchange(int rank, const Signature& signature, const Post& mine,
                                          Deadline deadline) {
   if (aborted()) throw_aborted();
-  note_reached(rank, signature.sequence);
   const uint64_t phase = local_phase_[rank];
   const uint64_t bank = phase % 2;
   Slot& slot = slots_[rank];
@@ -127,17 +126,8 @@ void InProcessHub::throw_aborted() {
   throw Error(ErrorCode::kAborted, kComm, reason);
 }
 
-void InProcessHub::note_reached(int rank, uint64_t sequence) {
-  std::atomic<uint64_t>& reached = slots_[rank].reached;
-  if (sequence > reached.load(std::memory_order_relaxed)) {
-    reached.store(sequence, std::memory_order_relaxed);
-  }
-}
-
-void InProcessHub::send(int from, int to, int tag, const void* data, size_t bytes,
-                        const Signature& signature, Deadline) {
+void InProcessHub::send(int from, int to, int tag, const void* data, size_t bytes, Deadline) {
   if (aborted()) throw_aborted();
-  note_reached(from, signature.sequence);
   const auto* p = static_cast<const uint8_t*>(data);
   std::vector<uint8_t> message(p, p + bytes);
   std::lock_guard<std::mutex> lock(mu_);
@@ -148,7 +138,6 @@ void InProcessHub::send(int from, int to, int tag, const void* data, size_t byte
 void InProcessHub::recv(int to, int from, int tag, void* data, size_t bytes,
                         const Signature& signature, Deadline deadline) {
   const auto start = Clock::now();
-  note_reached(to, signature.sequence);
   std::unique_lock<std::mutex> lock(mu_);
   auto& box = mailboxes_[{from, to, tag}];
   cv_.wait_until(lock, deadline, [&] { return !box.empty() || aborted(); });
@@ -167,23 +156,11 @@ void InProcessHub::recv(int to, int from, int tag, void* data, size_t bytes,
     lock.unlock();
     throw_aborted();
   }
-  // The peer may itself be waiting for a rank that never reached this collective (algorithms
-  // built on send/recv wait on their neighbours): name those ranks too.
-  std::vector<std::string> missing;
-  for (int r = 0; r < size(); ++r) {
-    if (r != to && slots_[r].reached.load(std::memory_order_relaxed) < signature.sequence) {
-      missing.push_back(fmt::format("{} ({})", r, members_[r]));
-    }
-  }
-  std::string message = fmt::format(
+  const std::string message = fmt::format(
       "rank {} ({}) waited {:.3f} s for a message from rank {} ({}) with tag {} in {} (sequence "
       "{}); it did not arrive",
       to, members_[to], seconds_between(start, Clock::now()), from, members_[from], tag,
       signature.text, signature.sequence);
-  if (!missing.empty()) {
-    message += fmt::format("; ranks [{}] have not reached sequence {}", fmt::join(missing, ", "),
-                           signature.sequence);
-  }
   abort_reason_ = "group aborted: " + message;
   aborted_.store(true, std::memory_order_release);
   cv_.notify_all();

@@ -31,8 +31,7 @@ class InProcessHub {
 
   std::vector<Post> exchange(int rank, const Signature& signature, const Post& mine,
                              Deadline deadline);
-  void send(int from, int to, int tag, const void* data, size_t bytes, const Signature& signature,
-            Deadline deadline);
+  void send(int from, int to, int tag, const void* data, size_t bytes, Deadline deadline);
   void recv(int to, int from, int tag, void* data, size_t bytes, const Signature& signature,
             Deadline deadline);
   void abort(const std::string& reason);
@@ -41,7 +40,6 @@ class InProcessHub {
  private:
   struct alignas(64) Slot {
     std::atomic<uint64_t> arrived{0};  // phases this rank has arrived at
-    std::atomic<uint64_t> reached{0};  // highest Signature::sequence this rank has called with
     uint64_t hash[2] = {0, 0};          // per bank: hash of Signature::agreed
     std::string agreed[2];              // per bank
     std::string text[2];                // per bank
@@ -52,8 +50,6 @@ class InProcessHub {
   // Blocks until phase `target` completed (all ranks arrived), the group aborts or `deadline`.
   void wait_for_phase(int rank, uint64_t target, const Signature& signature, Deadline deadline);
   [[noreturn]] void throw_aborted();
-  // Records that `rank` has reached collective `sequence` (written only by that rank's thread).
-  void note_reached(int rank, uint64_t sequence);
   void check_signatures(int rank, uint64_t bank, const Signature& signature);
 
   const std::vector<std::string> members_;
@@ -85,9 +81,9 @@ class InProcessTransport : public Transport {
   void barrier(const Signature& signature, Deadline deadline) override {
     hub_->exchange(rank_, signature, Post{}, deadline);
   }
-  void send(int peer, int tag, const void* data, size_t bytes, const Signature& signature,
+  void send(int peer, int tag, const void* data, size_t bytes, const Signature&,
             Deadline deadline) override {
-    hub_->send(rank_, peer, tag, data, bytes, signature, deadline);
+    hub_->send(rank_, peer, tag, data, bytes, deadline);
   }
   void recv(int peer, int tag, void* data, size_t bytes, const Signature& signature,
             Deadline deadline) override {

@@ -167,39 +167,44 @@ TEST(CollectiveFaults, StalledParticipantInEveryCollectiveIsNamed) {
       "barrier", [](int, Communicator& c, const CollectiveOptions& o) { c.barrier(o); }, "barrier()");
 }
 
-// The ring, halving-doubling and reduce-to-one all-reduces move data with send/recv only: each
-// rank waits on a neighbour, which may be healthy and waiting itself. The message must still
-// name the rank that never reached the collective, and the bound must hold.
+// The ring, halving-doubling and reduce-to-one all-reduces move data with send/recv only, after
+// one signature rendezvous. A rank that never arrives is named by that rendezvous; a rank that
+// stalls in the middle leaves every other rank waiting on a neighbour, and the bound must hold
+// all the same.
 TEST(CollectiveFaults, StalledParticipantInPointToPointAllReducesEndsWithinTimeoutPlus10Percent) {
   constexpr int kN = 4, kStalled = 2;
   for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kReduceToOne}) {
-    SCOPED_TRACE(algorithm_name(algorithm));
-    Faults stall;
-    stall.stall_at = 1;
-    auto group = make_faulty_group(kN, {{kStalled, stall}});
-    auto out = run_timed(
-        kN, group.comms, 0,
-        [&](int, Communicator& c) {
-          CollectiveOptions o;
-          o.algorithm = algorithm;
-          o.timeout = std::chrono::milliseconds(500);
-          Tensor x = Tensor::full({1000}, DType::kF32, 1);
-          c.all_reduce(x, x, ReduceOp::kSum, o);
-        },
-        &group, kStalled);
-    int deadline_count = 0;
-    for (int r = 0; r < kN; ++r) {
-      if (r == kStalled) continue;
-      const RankError& e = out[r].error;
-      ASSERT_TRUE(e.thrown) << "rank " << r;
-      EXPECT_TRUE(e.code == ErrorCode::kDeadlineExceeded || e.code == ErrorCode::kAborted) << e.what;
-      deadline_count += e.code == ErrorCode::kDeadlineExceeded;
-      EXPECT_LE(out[r].seconds, 0.5 * 1.1) << "rank " << r;
-      EXPECT_TRUE(contains(e.what, "all_reduce(f32, 1000 elements, sum) over group [rank 0, rank 1, rank 2, rank 3] (sequence 1)"))
-          << e.what;
-      EXPECT_TRUE(contains(e.what, "ranks [2 (rank 2)] have not reached sequence 1")) << e.what;
+    for (int stall_call : {0, 1}) {
+      SCOPED_TRACE(std::string(algorithm_name(algorithm)) + (stall_call == 0 ? ", never arrives" : ", stalls midway"));
+      Faults stall;
+      stall.stall_at = 1;
+      stall.stall_call = stall_call;
+      auto group = make_faulty_group(kN, {{kStalled, stall}});
+      auto out = run_timed(
+          kN, group.comms, 0,
+          [&](int, Communicator& c) {
+            CollectiveOptions o;
+            o.algorithm = algorithm;
+            o.timeout = std::chrono::milliseconds(500);
+            Tensor x = Tensor::full({1000}, DType::kF32, 1);
+            c.all_reduce(x, x, ReduceOp::kSum, o);
+          },
+          &group, kStalled);
+      int deadline_count = 0;
+      for (int r = 0; r < kN; ++r) {
+        if (r == kStalled) continue;
+        const RankError& e = out[r].error;
+        ASSERT_TRUE(e.thrown) << "rank " << r;
+        EXPECT_TRUE(e.code == ErrorCode::kDeadlineExceeded || e.code == ErrorCode::kAborted) << e.what;
+        deadline_count += e.code == ErrorCode::kDeadlineExceeded;
+        EXPECT_LE(out[r].seconds, 0.5 * 1.1) << "rank " << r;
+        EXPECT_TRUE(contains(e.what, "all_reduce(f32, 1000 elements, sum, " + std::string(algorithm_name(algorithm)) +
+                                         ") over group [rank 0, rank 1, rank 2, rank 3] (sequence 1)"))
+            << e.what;
+        if (stall_call == 0) EXPECT_TRUE(contains(e.what, "for ranks [2 (rank 2)]")) << e.what;
+      }
+      EXPECT_GE(deadline_count, 1);
     }
-    EXPECT_GE(deadline_count, 1);
   }
 }
 
@@ -310,6 +315,62 @@ TEST(CollectiveFaults, SameCollectiveWithDifferentDTypeOrCountGivesFailedPrecond
     EXPECT_EQ(out[r].error.code, ErrorCode::kFailedPrecondition) << out[r].error.what;
     EXPECT_TRUE(contains(out[r].error.what, "rank 2 (rank 2) called all_reduce(f32, 11 elements, sum)")) << out[r].error.what;
     EXPECT_TRUE(contains(out[r].error.what, "(sequence 2)")) << out[r].error.what;
+  }
+}
+
+// The send/recv-based all-reduces exchange no posts, yet ranks that disagree on the reduce op
+// (same byte counts: the messages would fit) or on the dtype must still all fail with
+// kFailedPrecondition instead of combining mismatched data; so must ranks that pick different
+// algorithms (different protocols).
+TEST(CollectiveFaults, PointToPointAllReducesCheckSignaturesToo) {
+  constexpr int kN = 3;
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kReduceToOne}) {
+    SCOPED_TRACE(algorithm_name(algorithm));
+    auto comms = make_in_process_communicators(kN);
+    auto out = run_timed(kN, comms, 1, [&](int r, Communicator& c) {
+      CollectiveOptions o;
+      o.algorithm = algorithm;
+      o.timeout = std::chrono::seconds(30);
+      Tensor x = Tensor::full({10}, DType::kF32, r + 1);
+      c.all_reduce(x, x, r == 1 ? ReduceOp::kMax : ReduceOp::kSum, o);
+    });
+    for (int r = 0; r < kN; ++r) {
+      EXPECT_EQ(error_code_name(out[r].error.code), error_code_name(ErrorCode::kFailedPrecondition))
+          << "rank " << r << ": " << (out[r].error.thrown ? out[r].error.what : "no error");
+      EXPECT_TRUE(contains(out[r].error.what, "rank 1 (rank 1) called all_reduce(f32, 10 elements, max, " +
+                                                  std::string(algorithm_name(algorithm)) + ")"))
+          << out[r].error.what;
+      EXPECT_LT(out[r].seconds, 1.0);
+    }
+    comms = make_in_process_communicators(kN);
+    out = run_timed(kN, comms, 0, [&](int r, Communicator& c) {
+      CollectiveOptions o;
+      o.algorithm = algorithm;
+      o.timeout = std::chrono::seconds(30);
+      Tensor x = Tensor::full({10}, r == 2 ? DType::kI32 : DType::kF32, 1);
+      c.all_reduce(x, x, ReduceOp::kSum, o);
+    });
+    for (int r = 0; r < kN; ++r) {
+      EXPECT_EQ(error_code_name(out[r].error.code), error_code_name(ErrorCode::kFailedPrecondition))
+          << "rank " << r << ": " << (out[r].error.thrown ? out[r].error.what : "no error");
+      EXPECT_LT(out[r].seconds, 1.0);
+    }
+  }
+  // Different algorithms on different ranks.
+  auto comms = make_in_process_communicators(2);
+  auto out = run_timed(2, comms, 0, [&](int r, Communicator& c) {
+    CollectiveOptions o;
+    o.algorithm = r == 0 ? Algorithm::kRing : Algorithm::kDirect;
+    o.timeout = std::chrono::seconds(30);
+    Tensor x = Tensor::full({10}, DType::kF32, 1);
+    c.all_reduce(x, x, ReduceOp::kSum, o);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(error_code_name(out[r].error.code), error_code_name(ErrorCode::kFailedPrecondition))
+        << "rank " << r << ": " << (out[r].error.thrown ? out[r].error.what : "no error");
+    EXPECT_TRUE(contains(out[r].error.what, "called all_reduce(f32, 10 elements, sum, ring)")) << out[r].error.what;
+    EXPECT_TRUE(contains(out[r].error.what, "called all_reduce(f32, 10 elements, sum, direct)")) << out[r].error.what;
+    EXPECT_LT(out[r].seconds, 1.0);
   }
 }
 

@@ -9,7 +9,8 @@
 //
 // Faults (all optional, combinable):
 // - delay: sleep before every exchange, barrier, send and recv.
-// - stall_at = k: at the first transport call whose Signature::sequence is k, sleep until
+// - stall_at = k: at transport call number `stall_call` (0: the first) whose
+//   Signature::sequence is k, sleep until
 //   release() or stall_limit (bounded, so a test cannot hang), then carry on into the wrapped
 //   transport (which by then usually throws kAborted: the others gave up on this rank).
 // - fail_at = k: at exchange or barrier number `fail_call` (0: the first) of sequence k, throw
@@ -45,6 +46,7 @@ namespace tessel::testing {
 struct Faults {
   std::chrono::milliseconds delay{0};
   uint64_t stall_at = 0;
+  int stall_call = 0;
   std::chrono::milliseconds stall_limit{std::chrono::seconds(10)};
   uint64_t fail_at = 0;
   int fail_call = 0;
@@ -102,7 +104,8 @@ class FaultTransport : public detail::Transport {
  private:
   void before(const detail::Signature& signature, bool collective) {
     if (faults_.delay.count() > 0) std::this_thread::sleep_for(faults_.delay);
-    if (faults_.stall_at != 0 && signature.sequence == faults_.stall_at && !stall_begun_.load()) {
+    if (faults_.stall_at != 0 && signature.sequence == faults_.stall_at && !stall_begun_.load() &&
+        calls_at_stall_sequence_++ == faults_.stall_call) {
       stall_begun_.store(true);
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, faults_.stall_limit, [&] { return released_; });
@@ -122,6 +125,7 @@ class FaultTransport : public detail::Transport {
   std::atomic<bool> failed_{false};
   std::atomic<int> dropped_{0};
   int calls_at_fail_sequence_ = 0;  // touched only by the rank's thread
+  int calls_at_stall_sequence_ = 0;  // touched only by the rank's thread
   std::mutex mu_;
   std::condition_variable cv_;
   bool released_ = false;
