@@ -3,9 +3,14 @@
 #include "casters.h"
 #include "tessel/config.h"
 
+namespace tessel::python {
+void bind_runtime(py::module_& m);  // bind_runtime.cpp
+}  // namespace tessel::python
+
 PYBIND11_MODULE(_tessel, m) {
   m.doc() = "tessel: distributed tensors on a device mesh (C++ extension; import tessel).";
   m.attr("__version__") = TESSEL_VERSION_STRING;
   tessel::python::bind_core(m);
   tessel::python::bind_mesh(m);
+  tessel::python::bind_runtime(m);
 }

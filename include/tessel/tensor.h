@@ -1,8 +1,9 @@
 // Tensor: an n-dimensional array in host memory; a cheap handle to reference-counted storage.
 //
-// Storage is one 64-byte-aligned allocation, row-major. Copying a Tensor copies the handle:
-// both refer to the same elements. Views (slice, block, reshape) share the storage and may be
-// strided; clone() and contiguous() copy.
+// Storage is one 64-byte-aligned allocation, row-major, from an Allocator (host_allocator()
+// unless a factory is given one; see allocator.h for who keeps the allocator alive). Copying a
+// Tensor copies the handle: both refer to the same elements. Views (slice, block, reshape) share
+// the storage and may be strided; clone() and contiguous() copy.
 //
 //   Tensor t = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{2, 3});
 //   Tensor col = t.slice(1, 1, 2);           // shape [2,1], shares t's storage
@@ -36,6 +37,8 @@
 
 namespace tessel {
 
+class Allocator;
+
 class Tensor {
  public:
   // A null tensor: defined() is false; every other call fails with kFailedPrecondition.
@@ -43,6 +46,15 @@ class Tensor {
 
   // Factories.
   static Tensor zeros(const Shape& shape, DType dtype);
+  // A fresh contiguous tensor from `allocator` (host_allocator() when null). With zero_fill
+  // (the default) every byte is zero: empty(shape, dtype, allocator) is zeros() from that
+  // allocator (zeros is not overloaded, so &Tensor::zeros stays unambiguous). With
+  // zero_fill = false the elements are whatever the allocator returned, for outputs written in
+  // full before being read (it saves a pass over memory); kBool is always zero-filled (other
+  // bytes are not bools). Allocator errors propagate with their code (kUnavailable when out of
+  // memory); an allocator returning memory not aligned to 64 bytes: kInternal.
+  static Tensor empty(const Shape& shape, DType dtype, Allocator* allocator = nullptr,
+                      bool zero_fill = true);
   static Tensor full(const Shape& shape, DType dtype, double value);
   // The elements of `values` in row-major order; values.size() must equal the element count.
   template <typename T>
@@ -89,6 +101,8 @@ class Tensor {
   bool is_contiguous() const;
   // True when both tensors view the same allocation.
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+  // The allocator the storage came from (host_allocator() by default); null for a null tensor.
+  Allocator* allocator() const;
 
   // Address of the first element of this view. Typed access checks the dtype.
   void* data();
@@ -148,7 +162,8 @@ class Tensor {
   int64_t offset_ = 0;                // element offset of this view into the storage
   DType dtype_ = DType::kF32;
 
-  static Tensor allocate(const Shape& shape, DType dtype);
+  static Tensor allocate(const Shape& shape, DType dtype, Allocator* allocator = nullptr,
+                         bool zero_fill = true);
   friend class TensorTestAccess;
 };
 

@@ -1,26 +1,33 @@
 // Tensor storage, factories, queries and views. Element copies live in tensor_copy.cpp.
 #include "tessel/tensor.h"
 
-#include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <new>
 
 #include "core/tensor_impl.h"
+#include "tessel/allocator.h"
 
 namespace tessel {
 
-Tensor::Storage::Storage(size_t nbytes, bool zero) {
-  const size_t a = detail::kTensorAlignment;
-  capacity = nbytes == 0 ? a : (nbytes + a - 1) / a * a;
-  ptr = std::aligned_alloc(a, capacity);  // capacity is a multiple of the alignment
-  if (ptr == nullptr) throw std::bad_alloc();
-  if (zero) std::memset(ptr, 0, capacity);
+Tensor::Storage::Storage(size_t size, bool zero, Allocator* from)
+    : nbytes(size), allocator(from != nullptr ? from : host_allocator()) {
+  owner = allocator->weak_from_this().lock();  // null unless a shared_ptr owns the allocator
+  ptr = allocator->allocate(nbytes);
+  if (ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % detail::kTensorAlignment != 0) {
+    const void* bad = ptr;
+    if (ptr != nullptr) allocator->deallocate(ptr, nbytes);
+    detail::throw_error(ErrorCode::kInternal, "Tensor",
+                        "allocator '{}' returned {} for {} bytes, not {}-byte aligned",
+                        allocator->name(), bad, nbytes, detail::kTensorAlignment);
+  }
+  if (zero && nbytes > 0) std::memset(ptr, 0, nbytes);
 }
 
-Tensor::Storage::~Storage() { std::free(ptr); }
+Tensor::Storage::~Storage() { allocator->deallocate(ptr, nbytes); }
 
-Tensor Tensor::allocate(const Shape& shape, DType dtype) {
+Tensor Tensor::allocate(const Shape& shape, DType dtype, Allocator* allocator, bool zero_fill) {
   const size_t item = dtype_size(dtype);
   const auto count = static_cast<uint64_t>(shape.num_elements());
   if (count > std::numeric_limits<size_t>::max() / item - detail::kTensorAlignment) {
@@ -28,12 +35,18 @@ Tensor Tensor::allocate(const Shape& shape, DType dtype) {
                           dtype_name(dtype), shape.to_string());
   }
   Tensor t;
+  // Zero-filled by default so that zeros() is free and no view can read uninitialised bytes;
+  // empty(..., zero_fill = false) opts out. kBool is always filled: only 0 and 1 are bools.
+  const bool zero = zero_fill || dtype == DType::kBool;
   try {
-    // Zero-filled so that zeros() is free and no view can ever read uninitialised bytes.
-    t.storage_ = std::make_shared<Storage>(count * item, /*zero=*/true);
+    t.storage_ = std::make_shared<Storage>(count * item, zero, allocator);
   } catch (const std::bad_alloc&) {
     detail::throw_error(ErrorCode::kUnavailable, "Tensor", "cannot allocate {} bytes for {} {}",
                         count * item, shape.to_string(), dtype_name(dtype));
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnavailable) throw;
+    detail::throw_error(ErrorCode::kUnavailable, "Tensor", "cannot allocate {} bytes for {} {}: {}",
+                        count * item, shape.to_string(), dtype_name(dtype), e.what());
   }
   t.shape_ = shape;
   t.strides_ = shape.strides();
@@ -43,6 +56,12 @@ Tensor Tensor::allocate(const Shape& shape, DType dtype) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) { return allocate(shape, dtype); }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator* allocator, bool zero_fill) {
+  return allocate(shape, dtype, allocator, zero_fill);
+}
+
+Allocator* Tensor::allocator() const { return storage_ ? storage_->allocator : nullptr; }
 
 Tensor Tensor::full(const Shape& shape, DType dtype, double value) {
   Tensor t = allocate(shape, dtype);

@@ -11,25 +11,30 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "tessel/allocator.h"
 #include "tessel/tensor.h"
 
 namespace tessel {
 
-// One 64-byte-aligned allocation, freed when the last Tensor viewing it goes away.
+// One 64-byte-aligned block from an Allocator, freed (deallocate) when the last Tensor viewing
+// it goes away.
 struct Tensor::Storage {
-  // Allocates at least one cache line; zero-fills when `zero` is set.
-  Storage(size_t nbytes, bool zero);
+  // Takes `nbytes` from `allocator` (host_allocator() when null); zero-fills when `zero` is set.
+  // Allocator errors propagate; a misaligned block: kInternal.
+  Storage(size_t nbytes, bool zero, Allocator* allocator);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* ptr = nullptr;  // aligned to kTensorAlignment
-  size_t capacity = 0;  // bytes allocated (a multiple of kTensorAlignment)
+  void* ptr = nullptr;               // aligned to kTensorAlignment
+  size_t nbytes = 0;                 // bytes requested (deallocate gets the same)
+  Allocator* allocator = nullptr;    // where ptr came from; never null
+  std::shared_ptr<Allocator> owner;  // shares the allocator's ownership when it has one
 };
 
 namespace detail {
 
-inline constexpr size_t kTensorAlignment = 64;
+inline constexpr size_t kTensorAlignment = kAllocatorAlignment;
 
 // Calls fn(std::type_identity<T>{}) with T the C++ element type of `dtype` (bool for kBool,
 // which is stored as one byte holding 0 or 1).

@@ -1,0 +1,114 @@
+// Bindings of the runtime layer: Runtime and Device (streams are driven from C++ only).
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "casters.h"
+#include "tessel/device.h"
+#include "tessel/error.h"
+#include "tessel/runtime.h"
+
+namespace tessel::python {
+namespace {
+
+// Python seconds (int or float) -> the C++ timeout; a negative value reaches C++, which
+// rejects it with its own message.
+std::chrono::milliseconds to_timeout(double seconds) {
+  if (std::isnan(seconds)) {
+    throw Error(ErrorCode::kInvalidArgument, "Runtime", "timeout_seconds is NaN");
+  }
+  constexpr double kMaxSeconds = 1e9;  // ~31 years; keeps the conversion defined
+  return std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(std::min(seconds, kMaxSeconds) * 1000.0)));
+}
+
+py::dict stats_dict(const MemoryStats& s) {
+  py::dict d;
+  d["live_bytes"] = s.live_bytes;
+  d["peak_bytes"] = s.peak_bytes;
+  d["total_allocated_bytes"] = s.total_allocated_bytes;
+  d["num_allocations"] = s.num_allocations;
+  return d;
+}
+
+void bind_device(py::module_& m) {
+  py::class_<Device>(m, "Device", R"doc(
+One virtual CPU device of a Runtime: a TF-style name, an in-order stream with its own worker
+thread, and an allocator that accounts every byte allocated through it. Obtained from a
+Runtime; keeps its Runtime alive.)doc")
+      .def_property_readonly("name", &Device::name)
+      .def_property_readonly("index", &Device::index)
+      .def_property_readonly("parsed_name", &Device::parsed_name)
+      .def(
+          "memory_stats", [](const Device& d) { return stats_dict(d.memory_stats()); },
+          "A dict: live_bytes, peak_bytes, total_allocated_bytes, num_allocations.")
+      .def("reset_peak_memory", &Device::reset_peak_memory)
+      .def("allocate", &Device::allocate, py::arg("shape"), py::arg("dtype") = DType::kF32,
+           py::arg("zero_fill") = true,
+           "A tensor allocated through this device's accounting allocator.")
+      .def("__repr__", [](const Device& d) { return "Device(" + d.name() + ")"; });
+}
+
+void bind_runtime_class(py::module_& m) {
+  py::class_<Runtime>(m, "Runtime", R"doc(
+The virtual CPU devices of this process, named /job:<job>/replica:<r>/task:<t>/device:CPU:<i>.
+
+num_cpu_devices=-1 reads TESSEL_CPU_DEVICES (default 4). Several runtimes may exist at once (one
+per simulated host, with distinct task ids); Runtime.global_runtime() is the process default.
+Errors in a device's work surface at synchronize(), naming the device and the op.)doc")
+      .def(py::init([](int num_cpu_devices, std::string job, int replica, int task) {
+             return new Runtime(RuntimeOptions{num_cpu_devices, std::move(job), replica, task});
+           }),
+           py::arg("num_cpu_devices") = -1, py::arg("job") = "localhost", py::arg("replica") = 0,
+           py::arg("task") = 0)
+      .def_static("global_runtime", &Runtime::global, py::return_value_policy::reference,
+                  "The process-wide runtime, created on first use.")
+      .def("num_devices", &Runtime::num_devices)
+      .def(
+          "devices",
+          [](py::object self) {  // each Device keeps the Runtime alive
+            py::list out;
+            for (Device* d : self.cast<const Runtime&>().devices()) {
+              out.append(py::cast(d, py::return_value_policy::reference_internal, self));
+            }
+            return out;
+          },
+          "Every device, in index order.")
+      .def("device", py::overload_cast<int>(&Runtime::device, py::const_), py::arg("index"),
+           py::return_value_policy::reference_internal)
+      .def("device", py::overload_cast<std::string_view>(&Runtime::device, py::const_),
+           py::arg("name"), py::return_value_policy::reference_internal)
+      .def_property_readonly("job", [](const Runtime& r) { return r.options().job; })
+      .def_property_readonly("replica", [](const Runtime& r) { return r.options().replica; })
+      .def_property_readonly("task", [](const Runtime& r) { return r.options().task; })
+      .def(
+          "synchronize",
+          [](Runtime& r, std::optional<double> timeout_seconds) {
+            std::optional<std::chrono::milliseconds> timeout;
+            if (timeout_seconds) timeout = to_timeout(*timeout_seconds);
+            py::gil_scoped_release release;
+            if (timeout) {
+              r.synchronize(*timeout);
+            } else {
+              r.synchronize();
+            }
+          },
+          py::arg("timeout_seconds") = py::none(),
+          "Waits for every device; raises the first error of their work. With timeout_seconds, "
+          "raises DeadlineExceededError (a TimeoutError) naming the devices still busy.")
+      .def("__len__", &Runtime::num_devices)
+      .def("__repr__", [](const Runtime& r) {
+        return "Runtime(" + std::to_string(r.num_devices()) + " devices, " + r.device(0).name() +
+               ", ...)";
+      });
+}
+
+}  // namespace
+
+void bind_runtime(py::module_& m) {
+  bind_device(m);
+  bind_runtime_class(m);
+}
+
+}  // namespace tessel::python

@@ -1,0 +1,156 @@
+// Runtime: options and environment, device lookup, synchronize across devices.
+#include "tessel/runtime.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+#include <utility>
+
+#include "core/errors.h"
+
+namespace tessel {
+namespace {
+
+constexpr int kDefaultCpuDevices = 4;
+constexpr const char* kCpuDevicesEnv = "TESSEL_CPU_DEVICES";
+
+// num_cpu_devices from the options, else the environment, else the default.
+int resolve_num_devices(int requested) {
+  if (requested != -1) {
+    if (requested < 1 || requested > kMaxCpuDevices) {
+      detail::throw_invalid("Runtime", "num_cpu_devices must be -1 or in [1, {}], got {}",
+                            kMaxCpuDevices, requested);
+    }
+    return requested;
+  }
+  const char* env = std::getenv(kCpuDevicesEnv);
+  if (env == nullptr) return kDefaultCpuDevices;
+  const std::string_view text(env);
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 1 ||
+      value > kMaxCpuDevices) {
+    detail::throw_invalid("Runtime", "{}='{}' is not a positive integer up to {}", kCpuDevicesEnv,
+                          text, kMaxCpuDevices);
+  }
+  return value;
+}
+
+// "<device> running 'op' (N pending)" for a busy device.
+std::string describe_busy(Device& device) {
+  Stream& s = device.stream();
+  const std::string current = s.current_op();
+  const std::string next = s.next_op();
+  std::string what = !current.empty() ? fmt::format("running '{}'", current)
+                     : !next.empty()  ? fmt::format("next '{}'", next)
+                                      : std::string("finishing");
+  return fmt::format("{} {} ({} pending)", device.name(), what, s.pending());
+}
+
+// Waits for every device (until now + timeout, if given); see Runtime::synchronize.
+void synchronize_devices(const std::vector<Device*>& devices,
+                         std::optional<std::chrono::milliseconds> timeout) {
+  for (Device* d : devices) {
+    if (d->stream().on_worker_thread()) {
+      detail::throw_error(ErrorCode::kFailedPrecondition, "Runtime",
+                          "synchronize() called from op '{}' running on {} would wait for itself",
+                          d->stream().current_op(), d->name());
+    }
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + timeout.value_or(std::chrono::milliseconds(0));
+  std::optional<Error> first;  // the lowest-indexed device's failure
+  std::string others;          // the other failures, for the message
+  std::vector<std::string> busy;
+  for (Device* d : devices) {
+    try {
+      if (!timeout) {
+        d->stream().synchronize();
+      } else if (!d->stream().synchronize(deadline)) {
+        busy.push_back(describe_busy(*d));
+      }
+    } catch (const Error& e) {
+      if (!first) {
+        first = e;
+      } else {
+        others += fmt::format("; also: {}", e.message());
+      }
+    }
+  }
+  if (first) {
+    if (!busy.empty()) {
+      others +=
+          fmt::format("; still busy after {} ms: {}", timeout->count(), fmt::join(busy, ", "));
+    }
+    throw Error(first->code(), first->component(), first->message() + others);
+  }
+  if (!busy.empty()) {
+    detail::throw_error(ErrorCode::kDeadlineExceeded, "Runtime",
+                        "synchronize timed out after {} ms; still busy: {}", timeout->count(),
+                        fmt::join(busy, ", "));
+  }
+}
+
+}  // namespace
+
+Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
+  options_.num_cpu_devices = resolve_num_devices(options_.num_cpu_devices);
+  try {
+    (void)DeviceName::make(options_.job, options_.replica, options_.task, "CPU", 0);
+  } catch (const Error& e) {
+    detail::throw_invalid("Runtime", "bad options (job '{}', replica {}, task {}): {}",
+                          options_.job, options_.replica, options_.task, e.message());
+  }
+  devices_.reserve(static_cast<size_t>(options_.num_cpu_devices));
+  for (int i = 0; i < options_.num_cpu_devices; ++i) {
+    devices_.push_back(std::make_unique<Device>(
+        DeviceName::make(options_.job, options_.replica, options_.task, "CPU", i), i));
+    device_ptrs_.push_back(devices_.back().get());
+  }
+}
+
+Runtime::~Runtime() {
+  // Every stream stops (draining) before any device object goes away, so a task that enqueues
+  // onto another device of this runtime meets a stopped stream, never a destroyed one.
+  for (Device* d : device_ptrs_) d->stream().shutdown();
+}
+
+Runtime& Runtime::global() {
+  static Runtime runtime;
+  return runtime;
+}
+
+Device& Runtime::device(int index) const {
+  if (index < 0 || index >= num_devices()) {
+    detail::throw_error(ErrorCode::kOutOfRange, "Runtime",
+                        "device index {} is out of range for {} devices", index, num_devices());
+  }
+  return *devices_[static_cast<size_t>(index)];
+}
+
+Device& Runtime::device(std::string_view name) const {
+  const std::optional<DeviceName> parsed = DeviceName::try_parse(name);
+  if (!parsed || !parsed->type || !parsed->id) {
+    detail::throw_invalid("Runtime",
+                          "'{}' is not a device name with a type and an id (e.g. '{}' or "
+                          "'/device:CPU:0')",
+                          name, devices_.front()->name());
+  }
+  for (const auto& d : devices_) {
+    if (parsed->matches(d->parsed_name())) return *d;
+  }
+  detail::throw_error(ErrorCode::kNotFound, "Runtime", "no device '{}' among the {} devices {}..{}",
+                      name, num_devices(), devices_.front()->name(), devices_.back()->name());
+}
+
+void Runtime::synchronize() { synchronize_devices(device_ptrs_, std::nullopt); }
+
+void Runtime::synchronize(std::chrono::milliseconds timeout) {
+  if (timeout.count() < 0) {
+    detail::throw_invalid("Runtime", "synchronize with a negative timeout of {} ms",
+                          timeout.count());
+  }
+  synchronize_devices(device_ptrs_, timeout);
+}
+
+}  // namespace tessel
