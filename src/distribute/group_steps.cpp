@@ -1,0 +1,178 @@
+// Internal: steps that run through a communicator group: packed all-reduce, sparse all-reduce,
+// all-gather. Every device of the job runs one task that issues the same collectives in the same
+// order; the first device's task is the one the plan describes.
+#include <algorithm>
+#include <memory>
+#include <mutex>
+
+#include "core/errors.h"
+#include "distribute/kernels.h"
+#include "distribute/launch.h"
+#include "distribute/ops_internal.h"
+
+namespace tessel::detail {
+namespace {
+
+// Runs fn(d) for every device d of the job on its stream, with the job's group; a failure
+// evicts the group so that the next call gets a fresh one.
+void run_group(const GroupJob& job, const std::string& step,
+               const std::function<void(size_t, Communicator&)>& fn) {
+  const auto deadline = std::chrono::steady_clock::now() + job.timeout;
+  std::shared_ptr<CommGroup> group = job.cache->get(job.devices, job.group_size, deadline);
+  std::vector<StreamTask> tasks;
+  for (size_t d = 0; d < job.devices.size(); ++d) {
+    Communicator* comm = &group->at(job.devices[d]->name());
+    tasks.push_back({job.devices[d], [group, comm, fn, d] { fn(d, *comm); }});
+  }
+  try {
+    run_on_streams(step, std::move(tasks), job.timeout,
+                   [group](const std::string& reason) { group->abort(reason); });
+  } catch (...) {
+    job.cache->evict(group);
+    throw;
+  }
+}
+
+// Steps recorded by the first device's task (what it issued depends on the data).
+struct StepLog {
+  std::mutex mu;
+  std::vector<PlanStep> steps;
+  void add(PlanStep s) {
+    std::lock_guard<std::mutex> lock(mu);
+    steps.push_back(std::move(s));
+  }
+};
+
+}  // namespace
+
+std::vector<std::vector<Tensor>> all_reduce_dense(const GroupJob& job,
+                                                  const std::vector<std::vector<Tensor>>& inputs,
+                                                  const std::vector<PackSpec>& packs, ReduceOp op,
+                                                  int64_t divisor, CrossDevicePlan& plan) {
+  auto results = std::make_shared<std::vector<std::vector<Tensor>>>(job.devices.size());
+  const std::vector<Device*> devices = job.devices;
+  const CollectiveOptions copts = job.collective;
+  // The communicator's kMean divides by the group size; another divisor divides afterwards.
+  const auto work = [results, devices, inputs, packs, op, divisor, copts](size_t d,
+                                                                          Communicator& comm) {
+    const bool fused_mean = op == ReduceOp::kMean && divisor == comm.size();
+    const ReduceOp comm_op = op == ReduceOp::kMean && !fused_mean ? ReduceOp::kSum : op;
+    const bool divide_after = op == ReduceOp::kMean && !fused_mean;
+    Device& dev = *devices[d];
+    const std::vector<Tensor>& in = inputs[d];
+    std::vector<Tensor> out(in.size());
+    for (const PackSpec& p : packs) {
+      if (p.tensors.size() == 1 && p.ranges.size() == 1) {
+        const Tensor x = in[static_cast<size_t>(p.tensors[0])].contiguous();
+        Tensor y = dev.allocate(x.shape(), x.dtype(), /*zero_fill=*/false);
+        comm.all_reduce(x, y, comm_op, copts);
+        if (divide_after) divide_in_place(y, divisor);
+        out[static_cast<size_t>(p.tensors[0])] = y;
+        continue;
+      }
+      int64_t total = 0;
+      for (int t : p.tensors) total += in[static_cast<size_t>(t)].num_elements();
+      Tensor buffer = dev.allocate(Shape{total}, in[static_cast<size_t>(p.tensors[0])].dtype(),
+                                   /*zero_fill=*/false);
+      int64_t offset = 0;
+      for (int t : p.tensors) {
+        const Tensor& x = in[static_cast<size_t>(t)];
+        const int64_t n = x.num_elements();
+        buffer.slice(0, offset, offset + n).copy_from(x.contiguous().reshape(Shape{n}));
+        offset += n;
+      }
+      for (Tensor piece : split_flat(buffer, p.ranges))
+        comm.all_reduce(piece, piece, comm_op, copts);
+      if (divide_after) divide_in_place(buffer, divisor);
+      offset = 0;
+      for (int t : p.tensors) {
+        const Tensor& x = in[static_cast<size_t>(t)];
+        const int64_t n = x.num_elements();
+        out[static_cast<size_t>(t)] = buffer.slice(0, offset, offset + n).reshape(x.shape());
+        offset += n;
+      }
+    }
+    (*results)[d] = std::move(out);
+  };
+  const std::string algorithm = resolved_algorithm_name(copts.algorithm);
+  for (const PackSpec& p : packs) {
+    const DType dtype = inputs[0][static_cast<size_t>(p.tensors[0])].dtype();
+    for (int64_t r : p.ranges) {
+      plan.steps.push_back(PlanStep{"all_reduce", algorithm, static_cast<int>(p.tensors.size()), r,
+                                    dtype, names_of(devices)});
+    }
+  }
+  if (op == ReduceOp::kMean) {
+    for (size_t k = 0; k < inputs[0].size(); ++k) plan.mean_divisors.push_back(divisor);
+  }
+  run_group(job, "all_reduce", work);
+  return *results;
+}
+
+std::vector<IndexedSlices> all_reduce_sparse(const GroupJob& job,
+                                             const std::vector<IndexedSlices>& inputs, ReduceOp op,
+                                             int64_t divisor, CrossDevicePlan& plan) {
+  auto results = std::make_shared<std::vector<std::optional<IndexedSlices>>>(job.devices.size());
+  auto log = std::make_shared<StepLog>();
+  const std::vector<Device*> devices = job.devices;
+  const CollectiveOptions copts = job.collective;
+  const std::string algorithm = resolved_algorithm_name(copts.algorithm);
+  const std::vector<std::string> names = names_of(devices);
+  const auto work = [=](size_t d, Communicator& comm) {
+    const IndexedSlices& in = inputs[d];
+    const auto record = [&](const char* kind, int64_t n, DType dtype) {
+      if (d == 0) log->add(PlanStep{kind, algorithm, 1, n, dtype, names});
+    };
+    const Tensor rows = Tensor::from_vector<int64_t>({in.num_slices()}, Shape{1});
+    record("all_gather", 1, DType::kI64);
+    const std::vector<int64_t> counts = comm.all_gather(rows, 0, copts).to_vector<int64_t>();
+    const auto [lo, hi] = std::minmax_element(counts.begin(), counts.end());
+    std::optional<IndexedSlices> out;
+    if (*lo == *hi) {
+      record("all_gather", in.values().num_elements(), in.dtype());
+      Tensor values = comm.all_gather(in.values().contiguous(), 0, copts);
+      record("all_gather", in.num_slices(), DType::kI64);
+      Tensor indices = comm.all_gather(in.indices(), 0, copts);
+      if (op == ReduceOp::kMean) divide_in_place(values, divisor);
+      out.emplace(values, indices, in.dense_shape());
+    } else {
+      Tensor dense = in.to_dense();
+      record("all_reduce", dense.num_elements(), dense.dtype());
+      comm.all_reduce(dense, dense, ReduceOp::kSum, copts);
+      if (op == ReduceOp::kMean) divide_in_place(dense, divisor);
+      const int64_t n = in.dense_shape()[0];
+      Tensor all_rows = Tensor::empty(Shape{n}, DType::kI64);
+      auto* p = all_rows.data<int64_t>();
+      for (int64_t i = 0; i < n; ++i) p[i] = i;
+      out.emplace(dense, all_rows, in.dense_shape());
+    }
+    (*results)[d] = std::move(out);
+  };
+  if (op == ReduceOp::kMean) plan.mean_divisors.push_back(divisor);
+  try {
+    run_group(job, "all_reduce_indexed_slices", work);
+  } catch (...) {
+    plan.steps.insert(plan.steps.end(), log->steps.begin(), log->steps.end());
+    throw;
+  }
+  plan.steps.insert(plan.steps.end(), log->steps.begin(), log->steps.end());
+  std::vector<IndexedSlices> out;
+  for (auto& r : *results) out.push_back(*r);
+  return out;
+}
+
+std::vector<Tensor> all_gather(const GroupJob& job, const std::vector<Tensor>& inputs, int axis,
+                               CrossDevicePlan& plan) {
+  auto results = std::make_shared<std::vector<Tensor>>(job.devices.size());
+  const CollectiveOptions copts = job.collective;
+  const auto work = [results, inputs, axis, copts](size_t d, Communicator& comm) {
+    (*results)[d] = comm.all_gather(inputs[d].contiguous(), axis, copts);
+  };
+  plan.steps.push_back(PlanStep{"all_gather", resolved_algorithm_name(Algorithm::kDirect), 1,
+                                inputs[0].num_elements(), inputs[0].dtype(),
+                                names_of(job.devices)});
+  run_group(job, "all_gather", work);
+  return *results;
+}
+
+}  // namespace tessel::detail

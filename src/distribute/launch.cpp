@@ -1,0 +1,189 @@
+// Internal: stream launches with bounded waits and root-cause errors (see launch.h).
+#include "distribute/launch.h"
+
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+
+#include "core/errors.h"
+#include "tessel/error.h"
+
+namespace tessel::detail {
+namespace {
+
+enum class TaskState { kQueued, kRunning, kDone };
+
+struct Launch {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TaskState> state;
+  std::vector<std::exception_ptr> errors;
+  size_t done = 0;
+  std::function<void(const std::string&)> abort;
+
+  void finish(size_t i, std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (state[i] == TaskState::kDone) return;
+      state[i] = TaskState::kDone;
+      errors[i] = std::move(error);
+      ++done;
+    }
+    cv.notify_all();
+  }
+};
+
+// Owned by one task's function: when the stream destroys a task it skipped, marks it failed.
+struct Ticket {
+  std::shared_ptr<Launch> launch;
+  size_t index;
+  std::string step;
+  std::string device;
+  Ticket(std::shared_ptr<Launch> l, size_t i, std::string s, std::string d)
+      : launch(std::move(l)), index(i), step(std::move(s)), device(std::move(d)) {}
+  Ticket(const Ticket&) = delete;
+  Ticket& operator=(const Ticket&) = delete;
+  ~Ticket() {
+    bool ran = false;
+    {
+      std::lock_guard<std::mutex> lock(launch->mu);
+      ran = launch->state[index] == TaskState::kDone;
+    }
+    if (ran) return;
+    const std::string reason = fmt::format(
+        "{} was skipped on {}: an earlier op on its stream failed (its synchronize() reports it)",
+        step, device);
+    if (launch->abort) launch->abort(reason);
+    launch->finish(index, std::make_exception_ptr(
+                              Error(ErrorCode::kFailedPrecondition, "CrossDeviceOps", reason)));
+  }
+};
+
+ErrorCode code_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    return err.code();
+  } catch (...) {
+    return ErrorCode::kInternal;
+  }
+}
+
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& err) {
+    return err.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// The root cause among the failures, rethrown naming its step and device.
+[[noreturn]] void throw_root_cause(const std::string& step, const std::vector<StreamTask>& tasks,
+                                   const std::vector<std::exception_ptr>& errors) {
+  size_t pick = errors.size();
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (!errors[i]) continue;
+    if (pick == errors.size()) pick = i;
+    if (code_of(errors[i]) != ErrorCode::kAborted) {
+      pick = i;
+      break;
+    }
+  }
+  const std::string what = what_of(errors[pick]);
+  if (what.rfind("CrossDeviceOps: ", 0) == 0) std::rethrow_exception(errors[pick]);
+  throw_error(code_of(errors[pick]), "CrossDeviceOps", "{} on {} failed: {}", step,
+              tasks[pick].device->name(), what);
+}
+
+}  // namespace
+
+void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
+                    std::chrono::milliseconds timeout,
+                    const std::function<void(const std::string&)>& abort) {
+  if (tasks.empty()) return;
+  auto launch = std::make_shared<Launch>();
+  launch->state.assign(tasks.size(), TaskState::kQueued);
+  launch->errors.resize(tasks.size());
+  launch->abort = abort;
+  const auto start_deadline =
+      std::chrono::steady_clock::now() + timeout + timeout / 10 + std::chrono::milliseconds(50);
+
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    auto ticket = std::make_shared<Ticket>(launch, i, step, tasks[i].device->name());
+    auto fn = tasks[i].fn;
+    try {
+      tasks[i].device->stream().enqueue(step, [ticket, fn] {
+        Launch& l = *ticket->launch;
+        {
+          std::lock_guard<std::mutex> lock(l.mu);
+          l.state[ticket->index] = TaskState::kRunning;
+        }
+        l.cv.notify_all();
+        try {
+          fn();
+          l.finish(ticket->index, nullptr);
+        } catch (...) {
+          const std::exception_ptr error = std::current_exception();
+          if (l.abort && code_of(error) != ErrorCode::kAborted) {
+            l.abort(
+                fmt::format("{} failed on {}: {}", ticket->step, ticket->device, what_of(error)));
+          }
+          l.finish(ticket->index, error);
+        }
+      });
+    } catch (...) {
+      // The tasks already queued fail fast: the ticket of this one aborted the group.
+      ticket.reset();
+      throw;
+    }
+  }
+
+  std::unique_lock<std::mutex> lock(launch->mu);
+  while (launch->done < tasks.size()) {
+    bool any_error = false;
+    bool any_running = false;
+    bool any_queued = false;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      any_error = any_error || launch->errors[i] != nullptr;
+      any_running = any_running || launch->state[i] == TaskState::kRunning;
+      any_queued = any_queued || launch->state[i] == TaskState::kQueued;
+    }
+    if (any_error && !any_running) {
+      lock.unlock();
+      if (abort) abort(step + " failed: giving up on the devices that did not start it");
+      lock.lock();
+      break;
+    }
+    if (any_queued && std::chrono::steady_clock::now() >= start_deadline) {
+      std::vector<std::string> late;
+      for (size_t i = 0; i < tasks.size(); ++i) {
+        if (launch->state[i] != TaskState::kQueued) continue;
+        Stream& s = tasks[i].device->stream();
+        late.push_back(fmt::format("{} (its stream is running '{}', {} ops pending)",
+                                   tasks[i].device->name(), s.current_op(), s.pending()));
+      }
+      const std::string reason = fmt::format("{} did not start within {} ms on {}", step,
+                                             timeout.count(), fmt::join(late, ", "));
+      lock.unlock();
+      if (abort) abort(reason);
+      lock.lock();
+      if (!any_error) throw Error(ErrorCode::kDeadlineExceeded, "CrossDeviceOps", reason);
+      break;
+    }
+    if (any_queued) {
+      launch->cv.wait_until(lock, start_deadline);
+    } else {
+      launch->cv.wait(lock);
+    }
+  }
+  const std::vector<std::exception_ptr> errors = launch->errors;
+  lock.unlock();
+  for (const auto& e : errors) {
+    if (e) throw_root_cause(step, tasks, errors);
+  }
+}
+
+}  // namespace tessel::detail

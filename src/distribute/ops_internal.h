@@ -1,0 +1,82 @@
+// Internal: the steps cross-device ops are built from, shared by the implementations.
+//
+// Each function runs its step on the devices' streams (launch.h), records it in `plan` and
+// returns when it is done. Results live in new tensors allocated from the devices that hold
+// them (collective gathers: from the host allocator, as the Communicator returns them).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "distribute/group_cache.h"
+#include "tessel/communication_options.h"
+#include "tessel/cross_device_ops.h"
+
+namespace tessel::detail {
+
+inline constexpr std::string_view kOps = "CrossDeviceOps";
+
+// The deadline of a step: options.timeout_seconds, or default_collective_timeout().
+std::chrono::milliseconds effective_timeout(const CommunicationOptions& options);
+// Equal as sets (TF's _devices_match).
+bool same_devices(const std::vector<Device*>& a, const std::vector<Device*>& b);
+std::vector<std::string> names_of(const std::vector<Device*>& devices);
+// The algorithm a collective with `algorithm` runs on the in-process transport (kAuto: direct).
+std::string resolved_algorithm_name(Algorithm algorithm);
+
+// Identity copies of `value` on every device of `dests` (TF's simple_broadcast).
+Mirrored copy_to_devices(const Value& value, const std::vector<Device*>& dests,
+                         std::chrono::milliseconds timeout, CrossDevicePlan& plan);
+
+// TF's ReductionToOneDevice: reduce (or, for gather, concatenate along axis) on `reduce_device`,
+// then copy to `dests`. MEAN divides by the number of components.
+Mirrored reduce_to_one(Device& reduce_device, const ReductionToOneDevice::AccumulationFn& fn,
+                       ReduceOp op, const DistributedValues& value,
+                       const std::vector<Device*>& value_devices, const std::vector<Device*>& dests,
+                       std::chrono::milliseconds timeout, CrossDevicePlan& plan);
+Mirrored gather_to_one(Device& reduce_device, const DistributedValues& value,
+                       const std::vector<Device*>& value_devices, const std::vector<Device*>& dests,
+                       int axis, std::chrono::milliseconds timeout, CrossDevicePlan& plan);
+
+// Tensors `tensors` (indices into the batch, equal dtypes) flattened and concatenated, the
+// buffer cut into `ranges` element counts, one all-reduce per range.
+struct PackSpec {
+  std::vector<int> tensors;
+  std::vector<int64_t> ranges;
+};
+
+// One collective job over `devices` (this worker's; rank order comes from the group).
+struct GroupJob {
+  GroupCache* cache = nullptr;
+  int group_size = 0;  // all workers' devices
+  std::vector<Device*> devices;
+  CollectiveOptions collective;  // algorithm, timeout
+  std::chrono::milliseconds timeout{0};
+};
+
+// Dense all-reduce of a batch: inputs[d][k] is tensor k on devices[d]. Returns the reduced
+// tensors in the same layout. MEAN divides by `divisor`.
+std::vector<std::vector<Tensor>> all_reduce_dense(const GroupJob& job,
+                                                  const std::vector<std::vector<Tensor>>& inputs,
+                                                  const std::vector<PackSpec>& packs, ReduceOp op,
+                                                  int64_t divisor, CrossDevicePlan& plan);
+// TF's collective IndexedSlices all-reduce: inputs[d] on devices[d]. Equal row counts on every
+// rank: all-gather values and indices; otherwise densify, all-reduce, and return all rows.
+// MEAN divides the values by `divisor`.
+std::vector<IndexedSlices> all_reduce_sparse(const GroupJob& job,
+                                             const std::vector<IndexedSlices>& inputs, ReduceOp op,
+                                             int64_t divisor, CrossDevicePlan& plan);
+// All-gather along `axis` (sizes along it may differ).
+std::vector<Tensor> all_gather(const GroupJob& job, const std::vector<Tensor>& inputs, int axis,
+                               CrossDevicePlan& plan);
+
+// Results on `group_devices` (aligned) placed on `dests`: a device of the group keeps its own
+// result, any other destination gets a copy of the first one (TF's CollectiveAllReduce rule).
+Mirrored place_results(const std::vector<Device*>& group_devices, const std::vector<Value>& results,
+                       const std::vector<Device*>& dests, std::chrono::milliseconds timeout,
+                       CrossDevicePlan& plan);
+
+}  // namespace tessel::detail

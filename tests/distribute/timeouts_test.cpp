@@ -1,0 +1,97 @@
+// Deadlines and failures of cross-device ops: timeout_seconds reaches the collectives, a device
+// whose stream is busy or failed is named, nobody hangs, and the next call works.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "distribute/distribute_test_util.h"
+#include "runtime/runtime_test_util.h"
+
+namespace tessel {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::cpu;
+using testing::filled;
+using testing::Gate;
+using testing::kBounded;
+
+using Clock = std::chrono::steady_clock;
+
+TEST(CrossDeviceTimeouts, TimeoutSecondsBecomesTheCollectiveDeadline) {
+  EXPECT_EQ(CommunicationOptions(0, 2.5).collective_options().timeout, 2500ms);
+  EXPECT_EQ(CommunicationOptions(0, 0.0001).collective_options().timeout, 1ms);        // rounded up
+  EXPECT_EQ(CommunicationOptions(0, std::nullopt).collective_options().timeout, 0ms);  // default
+  EXPECT_EQ(CommunicationOptions(0, 0.0).collective_options().timeout, 0ms);  // TF: 0 disables
+}
+
+TEST(CrossDeviceTimeouts, AStalledDeviceIsADeadlineNamingIt) {
+  Runtime rt({.num_cpu_devices = 3});
+  for (auto ops : std::vector<std::shared_ptr<CrossDeviceOps>>{
+           std::make_shared<NcclAllReduce>(1, rt),
+           std::make_shared<CollectiveAllReduce>(std::vector<std::string>{cpu(0), cpu(1), cpu(2)},
+                                                 3, CommunicationOptions{}, rt)}) {
+    Gate release;
+    rt.device(1).stream().enqueue("stall", [&release] { release.wait(); });
+    const PerReplica v = filled(3, Shape{16});
+    const auto start = Clock::now();
+    EXPECT_TESSEL_ERROR(ops->reduce(ReduceOp::kSum, v, v, CommunicationOptions(0, 0.2)),
+                        ErrorCode::kDeadlineExceeded, cpu(1));
+    EXPECT_LT(Clock::now() - start, 2s);  // the deadline (0.2 s), not the stall
+    release.open();
+    rt.synchronize(testing::kWaitLimit);  // the late participant failed quietly, off the stream
+    // The aborted group was replaced: the next call works.
+    testing::expect_mirrored(ops->reduce(ReduceOp::kSum, v, v, kBounded), {cpu(0), cpu(1), cpu(2)},
+                             std::vector<float>(16, 6));
+  }
+}
+
+TEST(CrossDeviceTimeouts, AStreamThatNeverReachesTheStepIsNamed) {
+  // ReductionToOneDevice runs on one device only: no collective notices a stall, the launch does.
+  Runtime rt({.num_cpu_devices = 2});
+  ReductionToOneDevice ops("", nullptr, rt);
+  Gate release;
+  rt.device(0).stream().enqueue("long_kernel", [&release] { release.wait(); });
+  const auto start = Clock::now();
+  EXPECT_TESSEL_ERROR(
+      ops.reduce(ReduceOp::kSum, filled(2, Shape{1}), cpu(0), CommunicationOptions(0, 0.1)),
+      ErrorCode::kDeadlineExceeded,
+      "reduce_to_one did not start within 100 ms on " + cpu(0) +
+          " (its stream is running 'long_kernel'");
+  EXPECT_LT(Clock::now() - start, 2s);
+  release.open();
+  rt.synchronize(testing::kWaitLimit);
+}
+
+TEST(CrossDeviceTimeouts, AFailedStreamSkipsTheStepAndReleasesThePeers) {
+  Runtime rt({.num_cpu_devices = 2});
+  NcclAllReduce ops(1, rt);
+  rt.device(1).stream().enqueue("bad_kernel", [] { throw std::runtime_error("boom"); });
+  const PerReplica v = filled(2, Shape{4});
+  const auto start = Clock::now();
+  EXPECT_TESSEL_ERROR(
+      ops.reduce(ReduceOp::kSum, v, v, CommunicationOptions(0, 30.0)),
+      ErrorCode::kFailedPrecondition,
+      "all_reduce was skipped on " + cpu(1) + ": an earlier op on its stream failed");
+  EXPECT_LT(Clock::now() - start, 5s);  // the peer was aborted, not left to its 30 s deadline
+  // The user's own error still surfaces at their sync point.
+  EXPECT_TESSEL_ERROR(rt.synchronize(testing::kWaitLimit), ErrorCode::kInternal, "boom");
+  testing::expect_mirrored(ops.reduce(ReduceOp::kSum, v, v, kBounded), {cpu(0), cpu(1)},
+                           {3, 3, 3, 3});
+}
+
+TEST(CrossDeviceTimeouts, ErrorsInsideAStepNameTheStepAndDevice) {
+  Runtime rt({.num_cpu_devices = 2});
+  ReductionToOneDevice ops(
+      "",
+      [](const std::vector<Tensor>&) -> Tensor {
+        throw std::runtime_error("accumulation exploded");
+      },
+      rt);
+  EXPECT_TESSEL_ERROR(ops.reduce(ReduceOp::kSum, filled(2, Shape{1}), cpu(1), kBounded),
+                      ErrorCode::kInternal,
+                      "reduce_to_one on " + cpu(1) + " failed: accumulation exploded");
+}
+
+}  // namespace
+}  // namespace tessel
