@@ -5,6 +5,8 @@
 
 namespace tessel::python {
 void bind_runtime(py::module_& m);  // bind_runtime.cpp
+void bind_distribute(py::module_& m);  // bind_distribute.cpp
+void bind_comm(py::module_& m);     // bind_comm.cpp
 }  // namespace tessel::python
 
 PYBIND11_MODULE(_tessel, m) {
@@ -13,4 +15,6 @@ PYBIND11_MODULE(_tessel, m) {
   tessel::python::bind_core(m);
   tessel::python::bind_mesh(m);
   tessel::python::bind_runtime(m);
+  tessel::python::bind_distribute(m);
+  tessel::python::bind_comm(m);
 }
