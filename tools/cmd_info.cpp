@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "tessel/config.h"
+#include "tessel/runtime.h"
 
 namespace tessel::cli {
 namespace {
@@ -78,11 +79,16 @@ int run_info(const Args& args) {
   std::cout << "tessel " << TESSEL_VERSION_STRING << "\n"
             << "compiler:         " << compiler() << " (C++ " << __cplusplus << ")\n"
             << "sanitizer:        " << sanitizer() << "\n"
-            << "components:       core, mesh\n"
+            << "components:       core, mesh, runtime, comm, distribute\n"
+            << "transports:       in-process (always)\n"
+            << "algorithms:       direct, ring, halving_doubling, reduce_to_one, hierarchical\n"
             << "MPI:              " << built(kHaveMpi) << "\n"
             << "NCCL:             " << built(kHaveNccl) << "\n"
             << "CUDA:             " << built(kHaveCuda) << "\n"
             << "hardware threads: " << std::thread::hardware_concurrency() << "\n";
+  const Runtime& runtime = Runtime::global();  // TESSEL_CPU_DEVICES, default 4
+  std::cout << "devices:          " << runtime.num_devices() << " virtual CPU\n";
+  for (const Device* d : runtime.devices()) std::cout << "  " << d->name() << "\n";
   return kExitOk;
 }
 
