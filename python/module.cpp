@@ -5,8 +5,9 @@
 
 namespace tessel::python {
 void bind_runtime(py::module_& m);  // bind_runtime.cpp
-void bind_distribute(py::module_& m);  // bind_distribute.cpp
 void bind_comm(py::module_& m);     // bind_comm.cpp
+
+void bind_distribute(py::module_& m);  // bind_distribute.cpp
 }  // namespace tessel::python
 
 PYBIND11_MODULE(_tessel, m) {
