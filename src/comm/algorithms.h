@@ -22,7 +22,9 @@ struct AllReduceArgs {
   Deadline deadline;
 };
 
-// In-process: rank r reduces chunk r straight from every peer's input into every peer's output.
+// In-process: rank r reduces chunk r straight from every peer's input into every peer's output
+// (two rendezvous); small buffers: one rendezvous, every rank reduces staged copies of all inputs
+// into its own output.
 void direct_all_reduce(Transport& t, const AllReduceArgs& a);
 // Ring reduce-scatter then ring all-gather over send/recv, in segments.
 void ring_all_reduce(Transport& t, const AllReduceArgs& a);

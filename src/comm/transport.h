@@ -59,6 +59,19 @@ class Transport {
 
   // Every current and later wait of every rank throws kAborted carrying `reason`.
   virtual void abort(const std::string& reason) = 0;
+
+  // Memory this endpoint keeps between calls, for algorithms whose posted buffers must outlive
+  // the call that posted them (direct_all_reduce's one-rendezvous path for small buffers). Two
+  // banks, used alternately by such calls (`uses` counts them). Only this rank's thread touches
+  // it; other ranks only read the copies posted to them.
+  struct Staging {
+    std::vector<unsigned char> bank[2];
+    uint64_t uses = 0;
+  };
+  Staging& staging() { return staging_; }
+
+ private:
+  Staging staging_;
 };
 
 }  // namespace tessel::detail
