@@ -29,7 +29,10 @@
 // themselves, with no MEAN division; gather of IndexedSlices: kUnimplemented "gather/all_gather
 // does not support IndexedSlices"; an empty batch_reduce returns no results (TF crashes).
 // Results are Mirrored over the destination devices in destination order (regroup() in
-// distributed_values.h gives TF's plain tensor for one device), allocated from those devices.
+// distributed_values.h gives TF's plain tensor for one device). They are new tensors (never the
+// inputs, except in batch_reduce's shortcut), allocated from the device that holds them; a
+// packed all-reduce's results are views into that device's pack buffer, and collective gathers
+// come from the host allocator as the Communicator returns them.
 //
 // Execution: every step runs on the streams of the devices involved (stream.h), in order with
 // the work already enqueued there; the call returns when the steps are done. Collectives use
@@ -44,8 +47,10 @@
 // from a controller thread, and a call from a task running on one of the runtime's streams fails
 // with kFailedPrecondition instead of waiting for itself.
 //
-// Thread safety: calls on one object are serialised (TF's collective launch lock); different
-// objects may be used from different threads (several workers, one per thread).
+// Thread safety: calls on one object are serialised; different objects may be used from
+// different threads (several workers, one per thread; or several objects over the same devices:
+// each step's tasks are enqueued on all its streams at once under a process-wide lock, TF's
+// collective launch lock, so concurrent steps cannot wait for each other in opposite orders).
 #pragma once
 
 #include <cstdint>

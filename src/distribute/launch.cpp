@@ -98,6 +98,14 @@ std::string what_of(const std::exception_ptr& e) {
               tasks[pick].device->name(), what);
 }
 
+// Serialises the enqueueing of launches (TF's collective launch lock): the tasks of one launch
+// reach every stream before those of another, so two launches over shared devices can never
+// wait for each other in opposite orders.
+std::mutex& launch_mutex() {
+  static std::mutex* mu = new std::mutex();  // never destroyed: launches may run during exit
+  return *mu;
+}
+
 }  // namespace
 
 void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
@@ -111,6 +119,7 @@ void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
   const auto start_deadline =
       std::chrono::steady_clock::now() + timeout + timeout / 10 + std::chrono::milliseconds(50);
 
+  std::unique_lock<std::mutex> enqueue_lock(launch_mutex());
   for (size_t i = 0; i < tasks.size(); ++i) {
     auto ticket = std::make_shared<Ticket>(launch, i, step, tasks[i].device->name());
     auto fn = tasks[i].fn;
@@ -136,10 +145,12 @@ void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
       });
     } catch (...) {
       // The tasks already queued fail fast: the ticket of this one aborted the group.
+      enqueue_lock.unlock();
       ticket.reset();
       throw;
     }
   }
+  enqueue_lock.unlock();
 
   std::unique_lock<std::mutex> lock(launch->mu);
   while (launch->done < tasks.size()) {

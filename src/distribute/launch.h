@@ -1,6 +1,8 @@
 // Internal: runs one step of a cross-device op on the streams of its devices and waits for it.
 //
-// Each task runs on its device's stream, in order with the work already queued there. The
+// Each task runs on its device's stream, in order with the work already queued there. Launches
+// are enqueued one at a time, process-wide (TF's launch lock), so every stream sees concurrent
+// launches from different threads in the same order and they cannot deadlock each other. The
 // controller waits until every task finished, with two exits that keep the wait bounded:
 // - a task failed and no task is running any more (the others are still queued behind other
 //   work, or done): the group is aborted so that the queued ones fail at once when they run;

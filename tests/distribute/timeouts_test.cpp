@@ -2,6 +2,7 @@
 // whose stream is busy or failed is named, nobody hangs, and the next call works.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <thread>
 
 #include "distribute/distribute_test_util.h"
@@ -91,6 +92,28 @@ TEST(CrossDeviceTimeouts, ErrorsInsideAStepNameTheStepAndDevice) {
   EXPECT_TESSEL_ERROR(ops.reduce(ReduceOp::kSum, filled(2, Shape{1}), cpu(1), kBounded),
                       ErrorCode::kInternal,
                       "reduce_to_one on " + cpu(1) + " failed: accumulation exploded");
+}
+
+TEST(CrossDeviceConcurrency, ObjectsSharingDevicesFromTwoThreadsDoNotDeadlock) {
+  // Two objects over the same devices, driven from two threads, enqueue in opposite device
+  // orders; the launch lock keeps every stream's order consistent (TF's collective launch lock).
+  Runtime rt({.num_cpu_devices = 3});
+  NcclAllReduce a(1, rt);
+  CollectiveAllReduce b({cpu(2), cpu(1), cpu(0)}, 3, CommunicationOptions{}, rt);
+  const PerReplica forward = filled(3, Shape{64});
+  const PerReplica backward({cpu(2), cpu(1), cpu(0)}, forward.values());
+  auto run = [](CrossDeviceOps& ops, const PerReplica& v) {
+    for (int i = 0; i < 50; ++i) {
+      testing::expect_mirrored(ops.reduce(ReduceOp::kSum, v, v, kBounded), v.devices(),
+                               std::vector<float>(64, 6));
+    }
+  };
+  auto first = std::async(std::launch::async, [&] { run(a, forward); });
+  auto second = std::async(std::launch::async, [&] { run(b, backward); });
+  first.get();  // a deadlock would surface here as DeadlineExceeded (kBounded), not a hang
+  second.get();
+  EXPECT_EQ(a.num_collectives(), 50);
+  EXPECT_EQ(b.num_collectives(), 50);
 }
 
 }  // namespace
