@@ -119,7 +119,7 @@ void stalled_participant_case(const std::string& collective,
     } else {
       EXPECT_TRUE(contains(what, "group aborted")) << what;
     }
-    ::testing::Test::RecordProperty(collective + "_rank" + std::to_string(r) + "_ms", static_cast<int>(out[r].seconds * 1000));
+    ::testing::Test::RecordProperty(collective + "_rank" + std::to_string(r) + "_us", static_cast<int>(out[r].seconds * 1e6));
   }
   EXPECT_GE(deadline_count, 1);
   // The stalled rank, once released, finds the group aborted.
@@ -239,7 +239,7 @@ TEST(CollectiveFaults, FailingParticipantReleasesTheOthersWithin1sDespite30sTime
                            "group [rank 0, rank 1, rank 2, rank 3] (sequence 3): FaultTransport: injected fault"))
           << out[r].error.what;
       EXPECT_LT(out[r].seconds, 1.0) << who << " waited " << out[r].seconds << " s for a failed rank";
-      RecordProperty("release_ms_rank" + std::to_string(r), static_cast<int>(out[r].seconds * 1000));
+      RecordProperty("release_us_rank" + std::to_string(r), static_cast<int>(out[r].seconds * 1e6));
     }
   }
 }
