@@ -8,6 +8,7 @@
 // the devices work.
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <pybind11/functional.h>
@@ -357,6 +358,36 @@ HierarchicalCopyAllReduce or CollectiveAllReduce.)doc")
       .def_property_readonly("devices", &CollectiveAllReduce::devices)
       .def_property_readonly("group_size", &CollectiveAllReduce::group_size)
       .def_property_readonly("options", &CollectiveAllReduce::options);
+
+  m.def(
+      "reduce_non_distributed_value",
+      [](py::handle reduce_op, py::handle value, py::handle destinations, int num_replicas_in_graph,
+         Runtime* runtime) -> py::object {
+        if (py::isinstance<DistributedValues>(value)) {
+          value_error(
+              "You are passing a `DistributedValues` to `reduce_non_distributed_value`, "
+              "which is not allowed.");
+        }
+        const bool python_number =
+            py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value);
+        if (python_number && value.cast<double>() == 0.0) {
+          return py::reinterpret_borrow<py::object>(value);  // TF: a Python 0 stays 0
+        }
+        const ReduceOp op = to_reduce_op(reduce_op);
+        const Tensor t = to_tensor(value);
+        const Destinations dest = to_destinations(destinations);
+        std::optional<std::variant<Tensor, Mirrored>> out;
+        {
+          py::gil_scoped_release release;
+          out.emplace(reduce_non_distributed_value(op, t, dest, num_replicas_in_graph,
+                                                   runtime_or_global(runtime)));
+        }
+        if (auto* m = std::get_if<Mirrored>(&*out)) return from_result(*m);
+        return py::cast(std::get<Tensor>(*out));
+      },
+      py::arg("reduce_op"), py::arg("value"), py::arg("destinations"),
+      py::arg("num_replicas_in_graph"), py::arg("runtime") = nullptr,
+      "TF's reduce_non_distributed_value: a value that is the same on every replica.");
 }
 
 }  // namespace

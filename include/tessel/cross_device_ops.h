@@ -59,6 +59,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "tessel/communication_options.h"
@@ -281,6 +282,17 @@ class CollectiveAllReduce : public CrossDeviceOps {
   int group_size_;
   CommunicationOptions options_;
 };
+
+// TF's reduce_non_distributed_value: reducing a value that is the same on every one of
+// `num_replicas_in_graph` replicas. MEAN (and tessel's MAX and MIN) return `value` itself; with
+// one replica any op copies it to `destinations` (empty: kDestinationsEmptyMessage); SUM or PROD
+// over several replicas is kInvalidArgument "A non-DistributedValues value <value> cannot be
+// reduced with the given reduce op <op>." (summing copies of one value is not clearly defined).
+// Python also rejects a DistributedValues with TF's text; C++ does not compile it.
+std::variant<Tensor, Mirrored> reduce_non_distributed_value(ReduceOp reduce_op, const Tensor& value,
+                                                            const Destinations& destinations,
+                                                            int num_replicas_in_graph,
+                                                            Runtime& runtime = Runtime::global());
 
 // Names of devices 0..count-1 of `runtime` (a default placement for PerReplica values).
 // count < 0 or above the device count: kInvalidArgument.

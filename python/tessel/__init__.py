@@ -82,6 +82,7 @@ from tessel._tessel import (
     PerReplica,
     ReductionToOneDevice,
     group_by_size,
+    reduce_non_distributed_value,
     split_into_packs,
 )
 

@@ -295,3 +295,17 @@ def test_reduce_releases_the_gil(rt):
     stop.set()
     t.join(timeout=10)
     assert ticks
+
+
+def test_reduce_non_distributed_value(rt):
+    x = tessel.tensor(np.float32([4, 5]))
+    same = tessel.reduce_non_distributed_value(tessel.ReduceOp.MEAN, x, cpu(0), 4, runtime=rt)
+    assert same.shares_storage_with(x)
+    assert tessel.reduce_non_distributed_value(tessel.ReduceOp.SUM, 0, cpu(0), 4) == 0
+    with pytest.raises(ValueError, match="cannot be reduced with the given reduce op"):
+        tessel.reduce_non_distributed_value(tessel.ReduceOp.SUM, x, cpu(0), 2, runtime=rt)
+    with pytest.raises(ValueError, match="You are passing a `DistributedValues` to "
+                       "`reduce_non_distributed_value`, which is not allowed."):
+        tessel.reduce_non_distributed_value("SUM", per_replica(2), cpu(0), 1, runtime=rt)
+    out = tessel.reduce_non_distributed_value("SUM", x, [cpu(1), cpu(0)], 1, runtime=rt)
+    assert isinstance(out, tessel.Mirrored) and out.devices == (cpu(1), cpu(0))

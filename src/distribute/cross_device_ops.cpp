@@ -315,6 +315,25 @@ Mirrored CrossDeviceOps::gather_implementation(const DistributedValues&, const D
                       "_gather method must be implemented in descendants.");
 }
 
+std::variant<Tensor, Mirrored> reduce_non_distributed_value(ReduceOp reduce_op, const Tensor& value,
+                                                            const Destinations& destinations,
+                                                            int num_replicas_in_graph,
+                                                            Runtime& runtime) {
+  if (!value.defined())
+    detail::throw_invalid(kOps, "reduce_non_distributed_value of a null tensor");
+  if (reduce_op == ReduceOp::kMean || reduce_op == ReduceOp::kMax || reduce_op == ReduceOp::kMin) {
+    return value;
+  }
+  if (num_replicas_in_graph != 1) {
+    detail::throw_invalid(kOps,
+                          "A non-DistributedValues value {} cannot be reduced with the given "
+                          "reduce op {}.",
+                          value.to_string(), reduce_op_name(reduce_op));
+  }
+  CrossDeviceOps ops(runtime);
+  return ops.broadcast(value, destinations);
+}
+
 std::vector<std::string> first_devices(int count, const Runtime& runtime) {
   if (count < 0 || count > runtime.num_devices()) {
     detail::throw_invalid(kOps, "{} devices requested but the runtime has {}", count,

@@ -199,5 +199,25 @@ TEST(CrossDeviceValidation, ResultsAreAllocatedFromTheDestinationDevices) {
   EXPECT_EQ(m.tensor(0).allocator(), rt.device(1).allocator());
 }
 
+TEST(CrossDeviceValidation, ReduceNonDistributedValue) {
+  Runtime rt({.num_cpu_devices = 2});
+  const Tensor x = vec({4, 5});
+  // MEAN of identical values is the value itself (also MAX and MIN, tessel's ops).
+  for (ReduceOp op : {ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
+    const auto same = reduce_non_distributed_value(op, x, cpu(0), 4, rt);
+    ASSERT_TRUE(std::holds_alternative<Tensor>(same));
+    EXPECT_TRUE(std::get<Tensor>(same).shares_storage_with(x));
+  }
+  EXPECT_TESSEL_ERROR(reduce_non_distributed_value(ReduceOp::kSum, x, cpu(0), 2, rt),
+                      ErrorCode::kInvalidArgument,
+                      "cannot be reduced with the given reduce op sum.");
+  // One replica: copied to the destinations.
+  const auto copied = reduce_non_distributed_value(ReduceOp::kSum, x, {cpu(1), cpu(0)}, 1, rt);
+  ASSERT_TRUE(std::holds_alternative<Mirrored>(copied));
+  testing::expect_mirrored(std::get<Mirrored>(copied), {cpu(1), cpu(0)}, {4, 5});
+  EXPECT_TESSEL_ERROR(reduce_non_distributed_value(ReduceOp::kSum, x, "", 1, rt),
+                      ErrorCode::kInvalidArgument, "destinations can not be empty");
+}
+
 }  // namespace
 }  // namespace tessel
