@@ -14,20 +14,43 @@ namespace {
 
 enum class TaskState { kQueued, kRunning, kDone };
 
+// A task's failure as plain data, taken on the thread that caught it: the exception object
+// itself stays on that thread (exception_ptr's reference count is invisible to TSan, and the
+// controller never needs the object, only its code and text).
+struct Failure {
+  bool failed = false;
+  ErrorCode code = ErrorCode::kInternal;
+  std::string what;
+};
+
+Failure failure_of(const std::exception_ptr& e) {
+  Failure f{true, ErrorCode::kInternal, "unknown exception"};
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    f.code = err.code();
+    f.what = err.what();
+  } catch (const std::exception& err) {
+    f.what = err.what();
+  } catch (...) {
+  }
+  return f;
+}
+
 struct Launch {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<TaskState> state;
-  std::vector<std::exception_ptr> errors;
+  std::vector<Failure> failures;
   size_t done = 0;
   std::function<void(const std::string&)> abort;
 
-  void finish(size_t i, std::exception_ptr error) {
+  void finish(size_t i, Failure failure) {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (state[i] == TaskState::kDone) return;
       state[i] = TaskState::kDone;
-      errors[i] = std::move(error);
+      failures[i] = std::move(failure);
       ++done;
     }
     cv.notify_all();
@@ -55,47 +78,30 @@ struct Ticket {
         "{} was skipped on {}: an earlier op on its stream failed (its synchronize() reports it)",
         step, device);
     if (launch->abort) launch->abort(reason);
-    launch->finish(index, std::make_exception_ptr(
-                              Error(ErrorCode::kFailedPrecondition, "CrossDeviceOps", reason)));
+    launch->finish(index, Failure{true, ErrorCode::kFailedPrecondition, reason});
   }
 };
 
-ErrorCode code_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const Error& err) {
-    return err.code();
-  } catch (...) {
-    return ErrorCode::kInternal;
-  }
-}
-
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& err) {
-    return err.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
-// The root cause among the failures, rethrown naming its step and device.
+// The root cause among the failures (the first that is not kAborted), thrown as a new Error
+// naming its step and device.
 [[noreturn]] void throw_root_cause(const std::string& step, const std::vector<StreamTask>& tasks,
-                                   const std::vector<std::exception_ptr>& errors) {
-  size_t pick = errors.size();
-  for (size_t i = 0; i < errors.size(); ++i) {
-    if (!errors[i]) continue;
-    if (pick == errors.size()) pick = i;
-    if (code_of(errors[i]) != ErrorCode::kAborted) {
+                                   const std::vector<Failure>& failures) {
+  size_t pick = failures.size();
+  for (size_t i = 0; i < failures.size(); ++i) {
+    if (!failures[i].failed) continue;
+    if (pick == failures.size()) pick = i;
+    if (failures[i].code != ErrorCode::kAborted) {
       pick = i;
       break;
     }
   }
-  const std::string what = what_of(errors[pick]);
-  if (what.rfind("CrossDeviceOps: ", 0) == 0) std::rethrow_exception(errors[pick]);
-  throw_error(code_of(errors[pick]), "CrossDeviceOps", "{} on {} failed: {}", step,
-              tasks[pick].device->name(), what);
+  const Failure& f = failures[pick];
+  constexpr std::string_view kPrefix = "CrossDeviceOps: ";
+  if (f.what.rfind(kPrefix, 0) == 0) {
+    throw Error(f.code, "CrossDeviceOps", std::string_view(f.what).substr(kPrefix.size()));
+  }
+  throw_error(f.code, "CrossDeviceOps", "{} on {} failed: {}", step, tasks[pick].device->name(),
+              f.what);
 }
 
 // Serialises the enqueueing of launches (TF's collective launch lock): the tasks of one launch
@@ -114,7 +120,7 @@ void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
   if (tasks.empty()) return;
   auto launch = std::make_shared<Launch>();
   launch->state.assign(tasks.size(), TaskState::kQueued);
-  launch->errors.resize(tasks.size());
+  launch->failures.resize(tasks.size());
   launch->abort = abort;
   const auto start_deadline =
       std::chrono::steady_clock::now() + timeout + timeout / 10 + std::chrono::milliseconds(50);
@@ -131,17 +137,16 @@ void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
           l.state[ticket->index] = TaskState::kRunning;
         }
         l.cv.notify_all();
+        Failure failure;
         try {
           fn();
-          l.finish(ticket->index, nullptr);
         } catch (...) {
-          const std::exception_ptr error = std::current_exception();
-          if (l.abort && code_of(error) != ErrorCode::kAborted) {
-            l.abort(
-                fmt::format("{} failed on {}: {}", ticket->step, ticket->device, what_of(error)));
-          }
-          l.finish(ticket->index, error);
+          failure = failure_of(std::current_exception());
         }
+        if (failure.failed && l.abort && failure.code != ErrorCode::kAborted) {
+          l.abort(fmt::format("{} failed on {}: {}", ticket->step, ticket->device, failure.what));
+        }
+        l.finish(ticket->index, std::move(failure));
       });
     } catch (...) {
       // The tasks already queued fail fast: the ticket of this one aborted the group.
@@ -158,7 +163,7 @@ void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
     bool any_running = false;
     bool any_queued = false;
     for (size_t i = 0; i < tasks.size(); ++i) {
-      any_error = any_error || launch->errors[i] != nullptr;
+      any_error = any_error || launch->failures[i].failed;
       any_running = any_running || launch->state[i] == TaskState::kRunning;
       any_queued = any_queued || launch->state[i] == TaskState::kQueued;
     }
@@ -190,10 +195,10 @@ void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
       launch->cv.wait(lock);
     }
   }
-  const std::vector<std::exception_ptr> errors = launch->errors;
+  const std::vector<Failure> failures = launch->failures;
   lock.unlock();
-  for (const auto& e : errors) {
-    if (e) throw_root_cause(step, tasks, errors);
+  for (const Failure& f : failures) {
+    if (f.failed) throw_root_cause(step, tasks, failures);
   }
 }
 
