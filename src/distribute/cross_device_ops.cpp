@@ -181,10 +181,10 @@ std::vector<Device*> CrossDeviceOps::devices_of(const DistributedValues& value) 
 Mirrored CrossDeviceOps::reduce(ReduceOp reduce_op, const DistributedValues& per_replica_value,
                                 const Destinations& destinations,
                                 const CommunicationOptions& options) {
+  check_controller(*runtime_, "reduce");
   std::lock_guard<std::mutex> call(call_mu_);
   begin("reduce");
   CallScope scope([this] { finish(); });
-  check_controller(*runtime_, "reduce");
   const std::vector<Device*> dests = destinations_of(destinations);
   const std::vector<Device*> devices = devices_of(per_replica_value);
   scope.validated = true;
@@ -200,6 +200,7 @@ Mirrored CrossDeviceOps::reduce(ReduceOp reduce_op, const DistributedValues& per
 std::vector<Mirrored> CrossDeviceOps::batch_reduce(
     ReduceOp reduce_op, const std::vector<ValueDestinationPair>& value_destination_pairs,
     const CommunicationOptions& options) {
+  check_controller(*runtime_, "batch_reduce");
   std::lock_guard<std::mutex> call(call_mu_);
   begin("batch_reduce");
   CallScope scope([this] { finish(); });
@@ -208,7 +209,6 @@ std::vector<Mirrored> CrossDeviceOps::batch_reduce(
     plan_.path = "empty";
     return {};
   }
-  check_controller(*runtime_, "batch_reduce");
   bool all_match = true;
   std::vector<Device*> first;
   for (size_t i = 0; i < value_destination_pairs.size(); ++i) {
@@ -236,10 +236,10 @@ std::vector<Mirrored> CrossDeviceOps::batch_reduce(
 }
 
 Mirrored CrossDeviceOps::broadcast(const Tensor& tensor, const Destinations& destinations) {
+  check_controller(*runtime_, "broadcast");
   std::lock_guard<std::mutex> call(call_mu_);
   begin("broadcast");
   CallScope scope([this] { finish(); });
-  check_controller(*runtime_, "broadcast");
   destinations_of(destinations);
   if (!tensor.defined()) detail::throw_invalid(kOps, "broadcast of a null tensor");
   scope.validated = true;
@@ -249,6 +249,7 @@ Mirrored CrossDeviceOps::broadcast(const Tensor& tensor, const Destinations& des
 Mirrored CrossDeviceOps::gather(const DistributedValues& per_replica_value,
                                 const Destinations& destinations, int axis,
                                 const CommunicationOptions& options) {
+  check_controller(*runtime_, "gather");
   std::lock_guard<std::mutex> call(call_mu_);
   begin("gather");
   CallScope scope([this] { finish(); });
@@ -256,7 +257,6 @@ Mirrored CrossDeviceOps::gather(const DistributedValues& per_replica_value,
     detail::throw_error(ErrorCode::kUnimplemented, kOps,
                         "gather/all_gather does not support IndexedSlices");
   }
-  check_controller(*runtime_, "gather");
   const std::vector<Device*> dests = destinations_of(destinations);
   const std::vector<Device*> devices = devices_of(per_replica_value);
   scope.validated = true;

@@ -21,10 +21,11 @@ struct Failure {
   bool failed = false;
   ErrorCode code = ErrorCode::kInternal;
   std::string what;
+  bool names_step = false;  // `what` already names the step and the device
 };
 
 Failure failure_of(const std::exception_ptr& e) {
-  Failure f{true, ErrorCode::kInternal, "unknown exception"};
+  Failure f{true, ErrorCode::kInternal, "unknown exception", false};
   try {
     std::rethrow_exception(e);
   } catch (const Error& err) {
@@ -78,7 +79,7 @@ struct Ticket {
         "{} was skipped on {}: an earlier op on its stream failed (its synchronize() reports it)",
         step, device);
     if (launch->abort) launch->abort(reason);
-    launch->finish(index, Failure{true, ErrorCode::kFailedPrecondition, reason});
+    launch->finish(index, Failure{true, ErrorCode::kFailedPrecondition, reason, true});
   }
 };
 
@@ -96,10 +97,7 @@ struct Ticket {
     }
   }
   const Failure& f = failures[pick];
-  constexpr std::string_view kPrefix = "CrossDeviceOps: ";
-  if (f.what.rfind(kPrefix, 0) == 0) {
-    throw Error(f.code, "CrossDeviceOps", std::string_view(f.what).substr(kPrefix.size()));
-  }
+  if (f.names_step) throw Error(f.code, "CrossDeviceOps", f.what);
   throw_error(f.code, "CrossDeviceOps", "{} on {} failed: {}", step, tasks[pick].device->name(),
               f.what);
 }

@@ -158,5 +158,24 @@ TEST(CrossDeviceReductionToOne, BatchReduceIsOneReducePerPair) {
   EXPECT_EQ(reductions, 2);  // no fusion
 }
 
+TEST(CrossDeviceReductionToOne, AnAccumulationFnCallingBackFailsInsteadOfDeadlocking) {
+  // The accumulation runs on a device stream: a cross-device call from there (BR-70-05) fails.
+  Runtime rt({.num_cpu_devices = 2});
+  ReductionToOneDevice* self = nullptr;
+  const PerReplica v = filled(2, Shape{1});
+  ReductionToOneDevice ops(
+      "",
+      [&self, &v](const std::vector<Tensor>& xs) {
+        self->reduce(ReduceOp::kSum, v, cpu(0), kBounded);
+        return xs[0];
+      },
+      rt);
+  self = &ops;
+  EXPECT_TESSEL_ERROR(ops.reduce(ReduceOp::kSum, v, cpu(1), kBounded),
+                      ErrorCode::kFailedPrecondition,
+                      "reduce_to_one on " + cpu(1) +
+                          " failed: CrossDeviceOps: reduce must be called from the controller");
+}
+
 }  // namespace
 }  // namespace tessel
