@@ -309,3 +309,16 @@ def test_reduce_non_distributed_value(rt):
         tessel.reduce_non_distributed_value("SUM", per_replica(2), cpu(0), 1, runtime=rt)
     out = tessel.reduce_non_distributed_value("SUM", x, [cpu(1), cpu(0)], 1, runtime=rt)
     assert isinstance(out, tessel.Mirrored) and out.devices == (cpu(1), cpu(0))
+
+
+def test_errors_in_accumulation_fn_surface_naming_the_step(rt):
+    def broken(tensors):
+        raise KeyError("no sum today")
+
+    ops = tessel.ReductionToOneDevice(accumulation_fn=broken, runtime=rt)
+    with pytest.raises(RuntimeError, match="reduce_to_one on .*CPU:1 failed: .*no sum today"):
+        ops.reduce(tessel.ReduceOp.SUM, per_replica(2), cpu(1), BOUNDED)
+    # The devices keep working.
+    np.testing.assert_array_equal(
+        tessel.NcclAllReduce(runtime=rt).reduce("SUM", per_replica(2), cpu(0), BOUNDED).numpy(),
+        [3, 3])
