@@ -136,6 +136,33 @@ TEST(Seed70, BR_70_05_CallsComeFromTheControllerThread) {
                       "broadcast must be called from the controller");
 }
 
+// The error table's rows, each with the code Python maps to the table's exception class
+// (InvalidArgument -> ValueError, Unimplemented -> NotImplementedError).
+TEST(Seed70, Error_EmptyDestinationsIsValueError) {
+  Runtime rt({.num_cpu_devices = 2});
+  NcclAllReduce ops(1, rt);
+  EXPECT_TESSEL_ERROR(ops.reduce(ReduceOp::kSum, filled(2, Shape{1}), "", kBounded),
+                      ErrorCode::kInvalidArgument, "destinations can not be empty");
+}
+
+TEST(Seed70, Error_InvalidDestinationTypeIsValueError) {
+  // C++ rejects other types at compile time (BR_70_02); the text Python raises is TF's.
+  EXPECT_EQ(kDestinationsTypeMessage,
+            "destinations must be one of a `DistributedValues` object, a tf.Variable object, or "
+            "a device string.");
+  static_assert(!std::is_constructible_v<Destinations, int>);
+}
+
+TEST(Seed70, Error_GatherOfIndexedSlicesIsNotImplemented) {
+  Runtime rt({.num_cpu_devices = 2});
+  ReductionToOneDevice ops("", nullptr, rt);
+  const IndexedSlices s(vec({1}).reshape(Shape{1, 1}), Tensor::from_vector<int64_t>({0}, Shape{1}),
+                        Shape{1, 1});
+  const PerReplica v({cpu(0), cpu(1)}, {s, s});
+  EXPECT_TESSEL_ERROR(ops.gather(v, cpu(0), 0, kBounded), ErrorCode::kUnimplemented,
+                      "gather/all_gather does not support IndexedSlices");
+}
+
 TEST(Seed70, Error_EmptyPerReplicaIsValueError) {
   Runtime rt({.num_cpu_devices = 2});
   const PerReplica empty({}, {});
