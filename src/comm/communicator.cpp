@@ -73,24 +73,22 @@ void Communicator::abort(const std::string& reason) { transport_->abort(reason);
 
 namespace {
 
-// Runs one collective body; a failure of this rank (not one the group already knows about)
-// aborts the group so that the other ranks stop waiting for it.
+// Runs one collective body. On any failure this rank leaves through Transport::fail: the group
+// is aborted (naming this rank, unless the group already failed for another reason) so that the
+// others stop waiting, and the call returns only once no peer can still touch this rank's
+// buffers, so the caller may free them.
 template <typename F>
 auto guarded(detail::Transport& t, const detail::Signature& sig, F&& body) -> decltype(body()) {
   try {
     return body();
   } catch (const Error& e) {
-    const ErrorCode c = e.code();
-    if (c != ErrorCode::kAborted && c != ErrorCode::kDeadlineExceeded &&
-        c != ErrorCode::kFailedPrecondition) {
-      t.abort(fmt::format("rank {} ({}) failed in {} (sequence {}): {}", t.rank(),
-                          t.members()[t.rank()], sig.text, sig.sequence, e.what()));
-    }
+    t.fail(fmt::format("rank {} ({}) failed in {} (sequence {}): {}", t.rank(),
+                       t.members()[t.rank()], sig.text, sig.sequence, e.what()));
     throw;
   } catch (const std::exception& e) {
     const std::string message = fmt::format("rank {} ({}) failed in {} (sequence {}): {}", t.rank(),
                                             t.members()[t.rank()], sig.text, sig.sequence, e.what());
-    t.abort(message);
+    t.fail(message);
     throw Error(ErrorCode::kInternal, kComm, message);
   }
 }
@@ -292,7 +290,7 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
     // First phase: share the root's description (shape and dtype) with everyone.
     std::vector<int64_t> description = {rows, static_cast<int64_t>(dtype)};
     if (is_root) description.insert(description.end(), row_shape.dims().begin(), row_shape.dims().end());
-    const auto posts = transport_->exchange(sig, detail::Post{description.data(), nullptr,
+    const auto posts = transport_->share(sig, detail::Post{description.data(), nullptr,
                                                               static_cast<int64_t>(description.size())},
                                             ctx.deadline);
     const auto* root_desc = static_cast<const int64_t*>(posts[root].send);

@@ -52,7 +52,7 @@ void direct_all_reduce(Transport& t, const AllReduceArgs& a) {
   }
   const size_t bytes = static_cast<size_t>(a.count) * dtype_size(a.dtype);
   if (static_cast<int64_t>(bytes) * t.size() <= kSmallReadBytes) return small_all_reduce(t, a, bytes);
-  const std::vector<Post> posts = t.exchange(*a.signature, Post{a.input, a.output, a.count}, a.deadline);
+  const std::vector<Post> posts = t.share(*a.signature, Post{a.input, a.output, a.count}, a.deadline);
   const int n = t.size();
   std::vector<const void*> inputs(n);
   std::vector<void*> outputs(n);

@@ -26,7 +26,7 @@ Shape with_rows(const Shape& s, int64_t rows) {
 }  // namespace
 
 void direct_broadcast(Transport& t, Tensor& tensor, int root, const CallContext& c) {
-  const auto posts = t.exchange(*c.signature, Post{tensor.data(), nullptr, 0}, c.deadline);
+  const auto posts = t.share(*c.signature, Post{tensor.data(), nullptr, 0}, c.deadline);
   if (t.rank() != root && tensor.nbytes() > 0) {
     std::memcpy(tensor.data(), posts[root].send, tensor.nbytes());
   }
@@ -36,7 +36,7 @@ void direct_broadcast(Transport& t, Tensor& tensor, int root, const CallContext&
 void direct_reduce(Transport& t, const Tensor& input, Tensor& output, ReduceOp op, int root,
                    const CallContext& c) {
   void* out = t.rank() == root ? output.data() : nullptr;
-  const auto posts = t.exchange(*c.signature, Post{input.data(), out, 0}, c.deadline);
+  const auto posts = t.share(*c.signature, Post{input.data(), out, 0}, c.deadline);
   const int n = t.size();
   std::vector<const void*> inputs(n);
   for (int k = 0; k < n; ++k) inputs[k] = posts[k].send;
@@ -56,7 +56,7 @@ Tensor direct_all_gather(Transport& t, const Tensor& input, int axis, int root,
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < axis; ++i) outer *= s[i];
   for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
-  const auto posts = t.exchange(*c.signature, Post{input.data(), nullptr, s[axis]}, c.deadline);
+  const auto posts = t.share(*c.signature, Post{input.data(), nullptr, s[axis]}, c.deadline);
   Tensor out;
   if (root < 0 || t.rank() == root) {
     int64_t total = 0;
@@ -82,7 +82,7 @@ Tensor direct_all_gather(Transport& t, const Tensor& input, int axis, int root,
 
 Tensor direct_reduce_scatter(Transport& t, const Tensor& input, ReduceOp op,
                              const std::vector<int64_t>& counts, const CallContext& c) {
-  const auto posts = t.exchange(*c.signature, Post{input.data(), nullptr, 0}, c.deadline);
+  const auto posts = t.share(*c.signature, Post{input.data(), nullptr, 0}, c.deadline);
   const int n = t.size();
   const int r = t.rank();
   const int64_t row = row_elements(input.shape());
@@ -104,7 +104,7 @@ Tensor direct_reduce_scatter(Transport& t, const Tensor& input, ReduceOp op,
 Tensor direct_all_to_all(Transport& t, const Tensor& input, const std::vector<int64_t>& send_counts,
                          const CallContext& c) {
   const auto posts =
-      t.exchange(*c.signature, Post{input.data(), nullptr, 0, 0, send_counts.data()}, c.deadline);
+      t.share(*c.signature, Post{input.data(), nullptr, 0, 0, send_counts.data()}, c.deadline);
   const int n = t.size();
   const int r = t.rank();
   const int64_t row = row_elements(input.shape());
@@ -128,7 +128,7 @@ Tensor direct_all_to_all(Transport& t, const Tensor& input, const std::vector<in
 Tensor direct_scatter(Transport& t, const Tensor& input, int root, const std::vector<int64_t>& counts,
                       const Shape& row_shape, DType dtype, const CallContext& c) {
   const void* mine = t.rank() == root ? input.data() : nullptr;
-  const auto posts = t.exchange(*c.signature, Post{mine, nullptr, 0}, c.deadline);
+  const auto posts = t.share(*c.signature, Post{mine, nullptr, 0}, c.deadline);
   const int r = t.rank();
   std::vector<int64_t> dims = {counts[r]};
   dims.insert(dims.end(), row_shape.dims().begin(), row_shape.dims().end());

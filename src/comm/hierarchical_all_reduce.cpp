@@ -70,7 +70,7 @@ void hierarchical_all_reduce(Transport& t, const AllReduceArgs& a) {
     throw_error(ErrorCode::kUnimplemented, "Communicator",
                 "hierarchical all-reduce needs ranks that share memory within a host");
   }
-  const auto posts = t.exchange(*a.signature, Post{a.input, a.output, a.count}, a.deadline);
+  const auto posts = t.share(*a.signature, Post{a.input, a.output, a.count}, a.deadline);
   const std::vector<int>& local = by_host[hosts[t.rank()]];
   const int leader = local[0];
   const int index = static_cast<int>(std::find(local.begin(), local.end(), t.rank()) - local.begin());

@@ -12,6 +12,10 @@ namespace {
 constexpr std::string_view kComm = "Communicator";
 // How long a waiter spins (yielding) before it sleeps: short collectives finish within it.
 constexpr auto kSpinTime = std::chrono::microseconds(50);
+// How long a failing rank waits for peers to stop touching its shared buffers: they only have
+// their share of one collective's memory traffic left, so this is never reached in practice;
+// it bounds the wait if a peer thread is stuck for another reason.
+constexpr auto kDrainLimit = std::chrono::seconds(30);
 
 uint64_t signature_hash(const Signature& s) {
   return std::hash<std::string>()(s.agreed) * 1000003u ^ s.sequence;
@@ -24,12 +28,22 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 InProcessHub::InProcessHub(std::vector<std::string> members)
-    : members_(std::move(members)), slots_(members_.size()), local_phase_(members_.size(), 0) {}
+    : members_(std::move(members)),
+      slots_(members_.size()),
+      local_phase_(members_.size(), 0),
+      sharing_(members_.size(), 0),
+      retired_(new std::atomic<bool>[members_.size()]) {
+  for (size_t r = 0; r < members_.size(); ++r) retired_[r].store(false);
+}
 
 std::vector<Post> InProcessHub::exchange(int rank, const Signature& signature, const Post& mine,
-                                         Deadline deadline) {
-  if (aborted()) throw_aborted();
+                                         Deadline deadline, bool shared) {
   const uint64_t phase = local_phase_[rank];
+  if (aborted()) {
+    // Arriving means "done with the previous phase's buffers", which a draining peer waits for.
+    slots_[rank].arrived.store(phase + 1, std::memory_order_release);
+    throw_aborted();
+  }
   const uint64_t bank = phase % 2;
   Slot& slot = slots_[rank];
   slot.hash[bank] = signature_hash(signature);
@@ -50,6 +64,7 @@ std::vector<Post> InProcessHub::exchange(int rank, const Signature& signature, c
     wait_for_phase(rank, phase + 1, signature, deadline);
   }
   local_phase_[rank] = phase + 1;
+  sharing_[rank] = shared;
   check_signatures(rank, bank, signature);
   std::vector<Post> posts(members_.size());
   for (size_t i = 0; i < posts.size(); ++i) posts[i] = slots_[i].post[bank];
@@ -115,6 +130,23 @@ void InProcessHub::abort(const std::string& reason) {
     aborted_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
+}
+
+void InProcessHub::fail(int rank, const std::string& reason) {
+  retired_[rank].store(true, std::memory_order_release);
+  abort(reason);
+  if (!sharing_[rank]) return;
+  // Peers past the exchange may still be reading or writing this rank's buffers; they are done
+  // once they arrive at the next phase (or leave by an error themselves).
+  const uint64_t next = local_phase_[rank] + 1;
+  const auto limit = Clock::now() + kDrainLimit;
+  for (int r = 0; r < size(); ++r) {
+    while (r != rank && slots_[r].arrived.load(std::memory_order_acquire) < next &&
+           !retired_[r].load(std::memory_order_acquire) && Clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  sharing_[rank] = 0;
 }
 
 void InProcessHub::throw_aborted() {

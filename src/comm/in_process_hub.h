@@ -29,8 +29,13 @@ class InProcessHub {
   int size() const { return static_cast<int>(members_.size()); }
   const std::vector<std::string>& members() const { return members_; }
 
+  // `shared`: the posted buffers are touched by peers until the next phase (see fail).
   std::vector<Post> exchange(int rank, const Signature& signature, const Post& mine,
-                             Deadline deadline);
+                             Deadline deadline, bool shared = false);
+  // Rank `rank` leaves its collective by an error: it stops touching peers' buffers, aborts the
+  // group, and if its own buffers are shared, waits (at most kDrainLimit) until every peer has
+  // either reached the next phase or left too.
+  void fail(int rank, const std::string& reason);
   void send(int from, int to, int tag, const void* data, size_t bytes, Deadline deadline);
   void recv(int to, int from, int tag, void* data, size_t bytes, const Signature& signature,
             Deadline deadline);
@@ -55,6 +60,8 @@ class InProcessHub {
   const std::vector<std::string> members_;
   std::vector<Slot> slots_;
   std::vector<uint64_t> local_phase_;       // per rank, touched only by that rank
+  std::vector<uint8_t> sharing_;            // per rank, owner only: buffers shared this phase
+  std::unique_ptr<std::atomic<bool>[]> retired_;  // per rank: left by an error
   alignas(64) std::atomic<int> arrivals_{0};
   alignas(64) std::atomic<uint64_t> completed_{0};  // phases completed by all ranks
   std::atomic<bool> aborted_{false};
@@ -78,6 +85,10 @@ class InProcessTransport : public Transport {
   std::vector<Post> exchange(const Signature& signature, const Post& mine, Deadline deadline) override {
     return hub_->exchange(rank_, signature, mine, deadline);
   }
+  std::vector<Post> share(const Signature& signature, const Post& mine, Deadline deadline) override {
+    return hub_->exchange(rank_, signature, mine, deadline, /*shared=*/true);
+  }
+  void fail(const std::string& reason) override { hub_->fail(rank_, reason); }
   void barrier(const Signature& signature, Deadline deadline) override {
     hub_->exchange(rank_, signature, Post{}, deadline);
   }

@@ -48,6 +48,12 @@ class Transport {
   // the ranks' signatures differ, kDeadlineExceeded naming the missing ranks, kAborted.
   virtual std::vector<Post> exchange(const Signature& signature, const Post& mine,
                                      Deadline deadline) = 0;
+  // exchange whose posted buffers the other ranks read or write until the next barrier. If this
+  // rank then leaves the collective early (fail), it first waits until no peer can still be
+  // touching them, so that its caller may free them.
+  virtual std::vector<Post> share(const Signature& signature, const Post& mine, Deadline deadline) {
+    return exchange(signature, mine, deadline);
+  }
   // exchange without data.
   virtual void barrier(const Signature& signature, Deadline deadline) = 0;
   // Buffered: returns once the bytes are copied out of `data`.
@@ -59,6 +65,9 @@ class Transport {
 
   // Every current and later wait of every rank throws kAborted carrying `reason`.
   virtual void abort(const std::string& reason) = 0;
+  // This rank leaves its current collective because of an error: aborts the group (the first
+  // reason wins) and returns once no other rank can still touch the buffers it shared.
+  virtual void fail(const std::string& reason) { abort(reason); }
 
   // Memory this endpoint keeps between calls, for algorithms whose posted buffers must outlive
   // the call that posted them (direct_all_reduce's one-rendezvous path for small buffers). Two

@@ -201,7 +201,9 @@ TEST(CollectiveFaults, StalledParticipantInPointToPointAllReducesEndsWithinTimeo
         EXPECT_TRUE(contains(e.what, "all_reduce(f32, 1000 elements, sum, " + std::string(algorithm_name(algorithm)) +
                                          ") over group [rank 0, rank 1, rank 2, rank 3] (sequence 1)"))
             << e.what;
-        if (stall_call == 0) EXPECT_TRUE(contains(e.what, "for ranks [2 (rank 2)]")) << e.what;
+        if (stall_call == 0) {
+          EXPECT_TRUE(contains(e.what, "for ranks [2 (rank 2)]")) << e.what;
+        }
       }
       EXPECT_GE(deadline_count, 1);
     }

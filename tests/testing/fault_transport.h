@@ -81,6 +81,11 @@ class FaultTransport : public detail::Transport {
     before(signature, /*collective=*/true);
     return inner_->exchange(signature, mine, deadline);
   }
+  std::vector<detail::Post> share(const detail::Signature& signature, const detail::Post& mine,
+                                  detail::Deadline deadline) override {
+    before(signature, /*collective=*/true);
+    return inner_->share(signature, mine, deadline);
+  }
   void barrier(const detail::Signature& signature, detail::Deadline deadline) override {
     before(signature, /*collective=*/true);
     inner_->barrier(signature, deadline);
@@ -100,6 +105,7 @@ class FaultTransport : public detail::Transport {
     inner_->recv(peer, tag, data, bytes, signature, deadline);
   }
   void abort(const std::string& reason) override { inner_->abort(reason); }
+  void fail(const std::string& reason) override { inner_->fail(reason); }
 
  private:
   void before(const detail::Signature& signature, bool collective) {
