@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/allocator.h"
 #include "tessel/collective_options.h"
 #include "tessel/reduce_op.h"
 #include "tessel/tensor.h"
@@ -92,6 +93,14 @@ class Communicator {
   // Aborts the group: every rank's current and later calls throw kAborted with `reason`.
   void abort(const std::string& reason);
 
+  // Where this rank's temporaries and collective outputs come from (a device's accounting
+  // allocator, so that its memory statistics include them); null: the host allocator. An
+  // all-reduce allocates no temporary memory with the direct algorithm and one segment with
+  // ring, halving_doubling, reduce_to_one and hierarchical (the in-process transport also keeps
+  // messages in flight between send and recv, outside any device's accounting).
+  void set_scratch_allocator(Allocator* allocator) { scratch_ = allocator; }
+  Allocator* scratch_allocator() const { return scratch_; }
+
   // ---- internal ---------------------------------------------------------------------------
   detail::Transport& transport() { return *transport_; }
 
@@ -101,7 +110,8 @@ class Communicator {
                      const CollectiveOptions& options);
 
   std::shared_ptr<detail::Transport> transport_;
-  uint64_t sequence_ = 0;  // collectives started by this rank
+  uint64_t sequence_ = 0;       // collectives started by this rank
+  Allocator* scratch_ = nullptr;  // temporaries and outputs; null: host allocator
 };
 
 // One group of `size` in-process participants; element r is rank r's handle. `names` label the

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "comm/transport.h"
+#include "tessel/allocator.h"
 #include "tessel/dtype.h"
 #include "tessel/reduce_op.h"
 
@@ -18,6 +19,7 @@ struct AllReduceArgs {
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;
   size_t segment_bytes = 0;  // pipelining segment (ring, reduce_to_one)
+  Allocator* scratch = nullptr;  // temporaries (null: the host allocator)
   const Signature* signature = nullptr;
   Deadline deadline;
 };

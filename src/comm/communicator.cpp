@@ -136,6 +136,7 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
     a.dtype = input.dtype();
     a.op = op;
     a.segment_bytes = options.segment_bytes;
+    a.scratch = scratch_;
     a.signature = &sig;
     a.deadline = deadline_of(options);
     if (algo == Algorithm::kRing || algo == Algorithm::kHalvingDoubling ||
@@ -175,7 +176,7 @@ void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int 
                               dtype_name(input.dtype()), input.shape().to_string());
       }
     }
-    detail::direct_reduce(*transport_, input, output, op, root, {&sig, deadline_of(options)});
+    detail::direct_reduce(*transport_, input, output, op, root, {&sig, deadline_of(options), scratch_});
   });
 }
 
@@ -187,7 +188,7 @@ void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& 
   guarded(*transport_, sig, [&] {
     if (root < 0 || root >= size()) detail::throw_invalid(kComm, "broadcast: root {} is not a rank of {}", root, size());
     require_tensor(tensor, "broadcast", "tensor");
-    detail::direct_broadcast(*transport_, tensor, root, {&sig, deadline_of(options)});
+    detail::direct_broadcast(*transport_, tensor, root, {&sig, deadline_of(options), scratch_});
   });
 }
 
@@ -219,7 +220,7 @@ Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int ax
     if (a < 0 || a >= input.rank()) {
       detail::throw_invalid(kComm, "{}: axis {} is outside a tensor of rank {}", op, axis, input.rank());
     }
-    return detail::direct_all_gather(*transport_, input, a, root, {&sig, deadline_of(options)});
+    return detail::direct_all_gather(*transport_, input, a, root, {&sig, deadline_of(options), scratch_});
   });
 }
 
@@ -235,7 +236,7 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
     if (input.rank() == 0) detail::throw_invalid(kComm, "reduce_scatter: the input is a scalar");
     detail::check_reducible(input.dtype(), op);
     const std::vector<int64_t> rows = row_counts("reduce_scatter", input.shape()[0], size(), counts);
-    return detail::direct_reduce_scatter(*transport_, input, op, rows, {&sig, deadline_of(options)});
+    return detail::direct_reduce_scatter(*transport_, input, op, rows, {&sig, deadline_of(options), scratch_});
   });
 }
 
@@ -264,7 +265,7 @@ Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>&
       counts.assign(size(), rows / size());
     }
     counts = row_counts("all_to_all", rows, size(), counts);
-    return detail::direct_all_to_all(*transport_, input, counts, {&sig, deadline_of(options)});
+    return detail::direct_all_to_all(*transport_, input, counts, {&sig, deadline_of(options), scratch_});
   });
 }
 
@@ -286,7 +287,7 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
       row_shape = Shape(std::vector<int64_t>(input.shape().dims().begin() + 1, input.shape().dims().end()));
       dtype = input.dtype();
     }
-    const detail::CallContext ctx{&sig, deadline_of(options)};
+    const detail::CallContext ctx{&sig, deadline_of(options), scratch_};
     // First phase: share the root's description (shape and dtype) with everyone.
     std::vector<int64_t> description = {rows, static_cast<int64_t>(dtype)};
     if (is_root) description.insert(description.end(), row_shape.dims().begin(), row_shape.dims().end());

@@ -63,7 +63,7 @@ Tensor direct_all_gather(Transport& t, const Tensor& input, int axis, int root,
     for (const Post& p : posts) total += p.count;
     std::vector<int64_t> dims = s.dims();
     dims[axis] = total;
-    out = Tensor::zeros(Shape(dims), input.dtype());
+    out = Tensor::empty(Shape(dims), input.dtype(), c.allocator, /*zero_fill=*/false);
     const size_t item = dtype_size(input.dtype());
     auto* dst = static_cast<uint8_t*>(out.data());
     int64_t offset = 0;
@@ -87,7 +87,7 @@ Tensor direct_reduce_scatter(Transport& t, const Tensor& input, ReduceOp op,
   const int r = t.rank();
   const int64_t row = row_elements(input.shape());
   const int64_t first_row = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
-  Tensor out = Tensor::zeros(with_rows(input.shape(), counts[r]), input.dtype());
+  Tensor out = Tensor::empty(with_rows(input.shape(), counts[r]), input.dtype(), c.allocator, false);
   std::vector<const void*> inputs(n);
   const size_t item = dtype_size(input.dtype());
   for (int k = 0; k < n; ++k) {
@@ -111,7 +111,7 @@ Tensor direct_all_to_all(Transport& t, const Tensor& input, const std::vector<in
   const size_t item = dtype_size(input.dtype());
   int64_t total = 0;
   for (int k = 0; k < n; ++k) total += posts[k].counts[r];
-  Tensor out = Tensor::zeros(with_rows(input.shape(), total), input.dtype());
+  Tensor out = Tensor::empty(with_rows(input.shape(), total), input.dtype(), c.allocator, false);
   auto* dst = static_cast<uint8_t*>(out.data());
   for (int k = 0; k < n; ++k) {
     const int64_t skip = std::accumulate(posts[k].counts, posts[k].counts + r, int64_t{0});
@@ -132,7 +132,7 @@ Tensor direct_scatter(Transport& t, const Tensor& input, int root, const std::ve
   const int r = t.rank();
   std::vector<int64_t> dims = {counts[r]};
   dims.insert(dims.end(), row_shape.dims().begin(), row_shape.dims().end());
-  Tensor out = Tensor::zeros(Shape(dims), dtype);
+  Tensor out = Tensor::empty(Shape(dims), dtype, c.allocator, false);
   const int64_t row = row_shape.num_elements();
   const int64_t first_row = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
   const size_t item = dtype_size(dtype);

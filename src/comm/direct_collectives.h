@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/transport.h"
+#include "tessel/allocator.h"
 #include "tessel/reduce_op.h"
 #include "tessel/tensor.h"
 
@@ -14,6 +15,7 @@ namespace tessel::detail {
 struct CallContext {
   const Signature* signature = nullptr;
   Deadline deadline;
+  Allocator* allocator = nullptr;  // outputs (null: the host allocator)
 };
 
 void direct_broadcast(Transport& t, Tensor& tensor, int root, const CallContext& c);

@@ -7,6 +7,7 @@
 
 #include "comm/algorithms.h"
 #include "comm/reduce_kernels.h"
+#include "comm/scratch.h"
 #include "tessel/collective_options.h"
 #include "tessel/shard_range.h"
 
@@ -24,7 +25,7 @@ void ring_all_reduce(Transport& t, const AllReduceArgs& a) {
   auto* out = static_cast<uint8_t*>(a.output);
   const size_t segment_bytes = a.segment_bytes ? a.segment_bytes : kDefaultSegmentBytes;
   const int64_t segment = std::max<int64_t>(1, static_cast<int64_t>(segment_bytes / item));
-  std::vector<uint8_t> incoming(static_cast<size_t>(segment) * item);
+  ScratchBuffer incoming(a.scratch, static_cast<size_t>(segment) * item);  // one segment
   const int right = (r + 1) % n;
   const int left = (r + n - 1) % n;
 

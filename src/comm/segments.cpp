@@ -30,12 +30,12 @@ void SegmentedLink::recv(int peer, void* buffer, int64_t offset, int64_t count) 
 }
 
 void SegmentedLink::recv_reduce(int peer, void* buffer, int64_t offset, int64_t count) {
-  if (scratch_.empty()) scratch_.resize(static_cast<size_t>(segment_) * item_);
+  if (!scratch_) scratch_ = std::make_unique<ScratchBuffer>(a_.scratch, static_cast<size_t>(segment_) * item_);
   auto* p = static_cast<uint8_t*>(buffer);
   for (int64_t o = 0; o < count; o += segment_) {
     const int64_t n = std::min(segment_, count - o);
-    t_.recv(peer, kAlgorithmTag, scratch_.data(), n * item_, *a_.signature, a_.deadline);
-    accumulate(a_.dtype, a_.op, p + (offset + o) * item_, scratch_.data(), n);
+    t_.recv(peer, kAlgorithmTag, scratch_->data(), n * item_, *a_.signature, a_.deadline);
+    accumulate(a_.dtype, a_.op, p + (offset + o) * item_, scratch_->data(), n);
   }
 }
 

@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
 #include "comm/algorithms.h"
+#include "comm/scratch.h"
 
 namespace tessel::detail {
 
@@ -25,7 +28,7 @@ class SegmentedLink {
   const AllReduceArgs& a_;
   const size_t item_;
   int64_t segment_;               // elements per segment
-  std::vector<uint8_t> scratch_;  // one segment, for recv_reduce
+  std::unique_ptr<ScratchBuffer> scratch_;  // one segment, for recv_reduce; made on first use
 };
 
 }  // namespace tessel::detail
