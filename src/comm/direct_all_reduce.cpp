@@ -66,7 +66,7 @@ void direct_all_reduce(Transport& t, const AllReduceArgs& a) {
   const ShardRange mine = shard_range(lines, n, t.rank());
   const int64_t begin = std::min(a.count, mine.offset * per_line);
   const int64_t end = std::min(a.count, (mine.offset + mine.extent) * per_line);
-  // Out of place, once the group's inputs and outputs (2·N·S bytes) exceed the last-level
+  // Out of place, once the group's inputs and outputs (2·N·S bytes) fill the last-level
   // cache, outputs are written with non-temporal stores: each output line is then written
   // without first being read, which cuts the traffic from 3·N·S to 2·N·S bytes. In place, the
   // output lines were just read (they are the input), so there is nothing to save; with the
@@ -75,7 +75,7 @@ void direct_all_reduce(Transport& t, const AllReduceArgs& a) {
   bool out_of_place = true;
   for (int k = 0; k < n; ++k) out_of_place = out_of_place && posts[k].send != posts[k].recv;
   const size_t footprint = 2 * static_cast<size_t>(a.count) * dtype_size(a.dtype) * static_cast<size_t>(n);
-  const bool streaming = out_of_place && footprint > last_level_cache_bytes();
+  const bool streaming = out_of_place && footprint >= last_level_cache_bytes();
   if (end > begin) {
     reduce_buffers(a.dtype, a.op, inputs.data(), n, outputs.data(), n, begin, end, n, streaming);
   }
