@@ -13,8 +13,9 @@
 //   mean:          N * (1 + (j + 3r) mod 8), so the mean is an exact integer
 //   prod:          2 if (j + r) mod 4 == 0 else 1 (the product is a power of two <= 2^N)
 //   bool:          (j + r) mod 8 < 3
-// These are exact in every dtype for the group sizes the bench allows (u8 sums stay below 256
-// for N <= 31, bf16 integers are exact up to 256).
+// These are exact in every dtype for the group sizes the bench allows (at most 32 devices; u8:
+// sums below 256 for N <= 31, means for N <= 5, products for N <= 28; bf16 integers are exact
+// up to 256).
 #pragma once
 
 #include <cstddef>

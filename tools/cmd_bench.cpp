@@ -232,7 +232,9 @@ Config parse_args(const Args& args) {
   }
   if (c.collective != "broadcast" && c.root != 0) usage("--root applies to broadcast only");
   // The reference stays exact only while sums and products of the small inputs fit the dtype.
-  const int exact_limit = c.dtype == DType::kU8 ? (c.op == ReduceOp::kMean ? 5 : 31) : 32;
+  // u8: a mean's inputs sum to at most 8*N*N, a product is at most 2^ceil(N/4), a sum 8*N.
+  int exact_limit = 32;
+  if (c.dtype == DType::kU8) exact_limit = c.op == ReduceOp::kMean ? 5 : c.op == ReduceOp::kProd ? 28 : 31;
   if (reduces && c.dtype != DType::kBool && c.devices > exact_limit) {
     usage("--devices " + std::to_string(c.devices) + ": the exact reference for " + std::string(dtype_name(c.dtype)) +
           " " + std::string(reduce_op_name(c.op)) + " allows at most " + std::to_string(exact_limit) + " devices");
@@ -689,12 +691,18 @@ void print_row(const Config& c, const Collective& coll, const Row& row) {
   std::fflush(stdout);
 }
 
+// The reduce op of a reducing collective, else "none".
+std::string reduces_text(const Config& c) {
+  const bool reduces = c.collective == "all_reduce" || c.collective == "reduce_scatter";
+  return reduces ? std::string(reduce_op_name(c.op)) : "none";
+}
+
 void print_json(const Config& c, int memcpy_threads, double memcpy_gbps, double other_cpu,
                 const std::vector<Row>& rows) {
   const int primary = c.collective == "broadcast" ? 1 : 0;
   std::ostringstream o;
   o << "{\"collective\": \"" << c.collective << "\", \"devices\": " << c.devices << ", \"dtype\": \""
-    << dtype_name(c.dtype) << "\", \"op\": \"" << reduce_op_name(c.op) << "\", \"algo\": \""
+    << dtype_name(c.dtype) << "\", \"op\": \"" << reduces_text(c) << "\", \"algo\": \""
     << algorithm_name(c.algorithm) << "\", \"iters\": " << c.iters << ", \"warmup\": " << c.warmup
     << ", \"memcpy_gbps\": " << json_number(memcpy_gbps) << ", \"memcpy_threads\": " << memcpy_threads
     << ", \"other_cpu_fraction\": " << json_number(other_cpu)
