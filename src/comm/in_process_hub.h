@@ -41,6 +41,7 @@ class InProcessHub {
             Deadline deadline);
   void abort(const std::string& reason);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  Transport::Staging& staging(int rank) { return slots_[rank].staging; }
 
  private:
   struct alignas(64) Slot {
@@ -50,6 +51,7 @@ class InProcessHub {
     std::string text[2];                // per bank
     uint64_t sequence[2] = {0, 0};
     Post post[2];
+    Transport::Staging staging;  // this rank's (Transport::staging); lives as long as the hub
   };
 
   // Blocks until phase `target` completed (all ranks arrived), the group aborts or `deadline`.
@@ -82,6 +84,7 @@ class InProcessTransport : public Transport {
   int size() const override { return hub_->size(); }
   const std::vector<std::string>& members() const override { return hub_->members(); }
   bool shares_memory() const override { return true; }
+  Staging& staging() override { return hub_->staging(rank_); }
   std::vector<Post> exchange(const Signature& signature, const Post& mine, Deadline deadline) override {
     return hub_->exchange(rank_, signature, mine, deadline);
   }

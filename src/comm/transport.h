@@ -69,15 +69,17 @@ class Transport {
   // reason wins) and returns once no other rank can still touch the buffers it shared.
   virtual void fail(const std::string& reason) { abort(reason); }
 
-  // Memory this endpoint keeps between calls, for algorithms whose posted buffers must outlive
-  // the call that posted them (direct_all_reduce's one-rendezvous path for small buffers). Two
-  // banks, used alternately by such calls (`uses` counts them). Only this rank's thread touches
-  // it; other ranks only read the copies posted to them.
+  // Memory kept between calls for algorithms whose posted buffers must outlive the call that
+  // posted them (direct_all_reduce's one-rendezvous path for small buffers): peers may still be
+  // reading a rank's staged copy after that rank has returned. Two banks, used alternately by
+  // such calls (`uses` counts them). Only this rank's thread writes it; other ranks only read
+  // the copies posted to them. In-process endpoints keep it in the group's shared hub, so that it
+  // outlives an endpoint destroyed while peers still read from it; the default is this object.
   struct Staging {
     std::vector<unsigned char> bank[2];
     uint64_t uses = 0;
   };
-  Staging& staging() { return staging_; }
+  virtual Staging& staging() { return staging_; }
 
  private:
   Staging staging_;
