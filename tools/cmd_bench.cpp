@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -442,7 +443,7 @@ class ReduceScatter : public Collective {
   std::vector<Tensor> in_;
   std::vector<Pattern> inputs_;
   Pattern reduced_;
-  int64_t count_ = 0;
+  std::atomic<int64_t> count_{0};  // every rank stores the same value in setup()
 };
 
 // all_to_all: count elements to every peer; N*count in and out per rank.
@@ -478,7 +479,7 @@ class AllToAll : public Collective {
  private:
   std::vector<Tensor> in_;
   std::vector<Pattern> inputs_;
-  int64_t count_ = 0;
+  std::atomic<int64_t> count_{0};  // every rank stores the same value in setup()
 };
 
 std::unique_ptr<Collective> make_collective(const Config& c, std::vector<std::unique_ptr<Communicator>>& comms) {
