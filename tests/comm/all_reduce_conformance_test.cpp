@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "testing/reduction_reference.h"
 #include "testing/run_ranks.h"
 #include "tessel/communicator.h"
 
@@ -20,42 +21,8 @@ const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, Reduce
 const int64_t kCounts[] = {0, 1, 7, 1023, 5000};
 constexpr size_t kSmallSegment = 256;
 
-// Small integer inputs whose sums, products and means are exact in every dtype.
-double input_value(ReduceOp op, DType dtype, int rank, int64_t i) {
-  if (dtype == DType::kBool) return (rank + i) % 3 == 0 ? 1 : 0;
-  switch (op) {
-    case ReduceOp::kProd: return (rank + i) % 4 == 0 ? 2 : 1;
-    case ReduceOp::kMax:
-    case ReduceOp::kMin: return static_cast<double>((rank * 13 + i * 5) % 11);
-    default: return static_cast<double>((rank * 31 + i * 7) % 5);
-  }
-}
-
-double expected_value(ReduceOp op, DType dtype, int n, int64_t i) {
-  if (dtype == DType::kBool) {
-    bool any = false, all = true;
-    for (int r = 0; r < n; ++r) {
-      any = any || input_value(op, dtype, r, i) != 0;
-      all = all && input_value(op, dtype, r, i) != 0;
-    }
-    return (op == ReduceOp::kProd || op == ReduceOp::kMin) ? all : any;
-  }
-  double acc = input_value(op, dtype, 0, i);
-  for (int r = 1; r < n; ++r) {
-    const double v = input_value(op, dtype, r, i);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kMean: acc += v; break;
-      case ReduceOp::kProd: acc *= v; break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-    }
-  }
-  if (op == ReduceOp::kMean) {
-    acc = is_floating(dtype) ? acc / n : std::trunc(acc / n);
-  }
-  return acc;
-}
+using testing::reduction_expected;
+using testing::reduction_input;
 
 Tensor make(int64_t count, DType dtype, const std::function<double(int64_t)>& f) {
   std::vector<double> v(static_cast<size_t>(count));
@@ -82,8 +49,8 @@ std::string run_all_cases(Algorithm algorithm, int n, std::vector<std::string> n
       for (ReduceOp op : kOps) {
         if (dtype == DType::kBool && op == ReduceOp::kMean) continue;
         for (int64_t count : kCounts) {
-          Tensor in = make(count, dtype, [&](int64_t i) { return input_value(op, dtype, r, i); });
-          Tensor expected = make(count, dtype, [&](int64_t i) { return expected_value(op, dtype, n, i); });
+          Tensor in = make(count, dtype, [&](int64_t i) { return reduction_input(op, dtype, r, i); });
+          Tensor expected = make(count, dtype, [&](int64_t i) { return reduction_expected(op, dtype, n, i); });
           const double tol = dtype == DType::kBF16 ? 1e-2 : (dtype == DType::kF16 ? 1e-3 : 1e-6);
           Tensor out = Tensor::zeros(in.shape(), dtype);
           comms[r]->all_reduce(in, out, op, options);  // out of place

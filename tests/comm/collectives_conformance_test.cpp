@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "testing/fault_transport.h"
+#include "testing/reduction_reference.h"
 #include "testing/run_ranks.h"
 #include "tessel/communicator.h"
 
@@ -44,41 +45,8 @@ double pattern(DType dtype, int rank, int64_t i) {
   return static_cast<double>((rank * 37 + i * 11) % 97);
 }
 
-// Reduction inputs whose sums, products and means are exact in every dtype (as in the
-// all-reduce conformance suite).
-double input_value(ReduceOp op, DType dtype, int rank, int64_t i) {
-  if (dtype == DType::kBool) return (rank + i) % 3 == 0 ? 1 : 0;
-  switch (op) {
-    case ReduceOp::kProd: return (rank + i) % 4 == 0 ? 2 : 1;
-    case ReduceOp::kMax:
-    case ReduceOp::kMin: return static_cast<double>((rank * 13 + i * 5) % 11);
-    default: return static_cast<double>((rank * 31 + i * 7) % 5);
-  }
-}
-
-double reduced_value(ReduceOp op, DType dtype, int n, int64_t i) {
-  if (dtype == DType::kBool) {
-    bool any = false, all = true;
-    for (int r = 0; r < n; ++r) {
-      any = any || input_value(op, dtype, r, i) != 0;
-      all = all && input_value(op, dtype, r, i) != 0;
-    }
-    return (op == ReduceOp::kProd || op == ReduceOp::kMin) ? all : any;
-  }
-  double acc = input_value(op, dtype, 0, i);
-  for (int r = 1; r < n; ++r) {
-    const double v = input_value(op, dtype, r, i);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kMean: acc += v; break;
-      case ReduceOp::kProd: acc *= v; break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-    }
-  }
-  if (op == ReduceOp::kMean) acc = is_floating(dtype) ? acc / n : std::trunc(acc / n);
-  return acc;
-}
+using testing::reduction_expected;
+using testing::reduction_input;
 
 // Relative tolerance: only means of floating dtypes are inexact.
 double tolerance(DType dtype) {
@@ -120,7 +88,7 @@ void check(const std::string& what, const Tensor& got, const Shape& shape, DType
 
 std::vector<double> reduced(ReduceOp op, DType dtype, int n, int64_t begin, int64_t end) {
   std::vector<double> out;
-  for (int64_t i = begin; i < end; ++i) out.push_back(reduced_value(op, dtype, n, i));
+  for (int64_t i = begin; i < end; ++i) out.push_back(reduction_expected(op, dtype, n, i));
   return out;
 }
 
@@ -199,7 +167,7 @@ TEST_P(CollectivesConformance, ReduceToEveryRootEveryDTypeAndOp) {
         for (ReduceOp op : kOps) {
           if (dtype == DType::kBool && op == ReduceOp::kMean) continue;
           for (const Shape& shape : shapes) {
-            Tensor in = make(shape, dtype, [&](int64_t i) { return input_value(op, dtype, r, i); });
+            Tensor in = make(shape, dtype, [&](int64_t i) { return reduction_input(op, dtype, r, i); });
             const Tensor before = in.clone();
             // Non-roots: even ranks pass a null output, odd ranks a sentinel that must not change.
             Tensor out;
@@ -233,7 +201,7 @@ TEST_P(CollectivesConformance, ReduceInPlaceOnTheRoot) {
   auto comms = make_in_process_communicators(n);
   auto errors = run_checked(comms, [&](int r) {
     for (int root = 0; root < n; ++root) {
-      Tensor x = make(Shape{100}, DType::kF32, [&](int64_t i) { return input_value(ReduceOp::kSum, DType::kF32, r, i); });
+      Tensor x = make(Shape{100}, DType::kF32, [&](int64_t i) { return reduction_input(ReduceOp::kSum, DType::kF32, r, i); });
       comms[r]->reduce(x, x, ReduceOp::kSum, root, opts());
       if (r == root) {
         check("in-place reduce root " + std::to_string(root), x, Shape{100}, DType::kF32,
@@ -337,7 +305,7 @@ TEST_P(CollectivesConformance, ReduceScatterChunkSemantics) {
       for (ReduceOp op : kOps) {
         if (dtype == DType::kBool && op == ReduceOp::kMean) continue;
         for (int64_t rows : row_cases) {
-          Tensor in = make(Shape{rows, kCols}, dtype, [&](int64_t i) { return input_value(op, dtype, r, i); });
+          Tensor in = make(Shape{rows, kCols}, dtype, [&](int64_t i) { return reduction_input(op, dtype, r, i); });
           Tensor out = comms[r]->reduce_scatter(in, op, {}, opts());
           const int64_t begin = chunk_begin(rows, n, r), end = chunk_begin(rows, n, r + 1);
           check(case_name("reduce_scatter", dtype, std::string(reduce_op_name(op)) + " rows " + std::to_string(rows)),
@@ -362,7 +330,7 @@ TEST_P(CollectivesConformance, ReduceScatterExplicitUnequalCountsWithZeros) {
     for (DType dtype : kDTypes) {
       for (ReduceOp op : kOps) {
         if (dtype == DType::kBool && op == ReduceOp::kMean) continue;
-        Tensor in = make(Shape{rows, kCols}, dtype, [&](int64_t i) { return input_value(op, dtype, r, i); });
+        Tensor in = make(Shape{rows, kCols}, dtype, [&](int64_t i) { return reduction_input(op, dtype, r, i); });
         Tensor out = comms[r]->reduce_scatter(in, op, counts, opts());
         int64_t begin = 0;
         for (int k = 0; k < r; ++k) begin += counts[k];
