@@ -1,0 +1,64 @@
+#include "tessel/scoped_allocator_manager.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/expect_error.h"
+
+namespace tessel {
+namespace {
+
+TEST(ScopedAllocatorManager, FieldIdsAndRelease) {
+  TrackingAllocator tracked(host_allocator(), "dev0");
+  ScopedAllocatorManager mgr("dev0", &tracked);
+  ScopedAllocator& s = mgr.add(1, 10, "grads", {Shape{3}, Shape{5}}, DType::kF32, 2);
+  EXPECT_EQ(s.fields()[0].scope_id, 11);
+  EXPECT_EQ(s.fields()[1].scope_id, 12);
+  Tensor b = mgr.allocate(1, 12, 20);
+  Tensor a = mgr.allocate(1, 11, 12);
+  EXPECT_EQ(static_cast<const uint8_t*>(b.data()) - static_cast<const uint8_t*>(a.data()), 64);
+  EXPECT_EQ(&mgr.get(1, 10), &s);
+  EXPECT_EQ(mgr.num_live_scopes(), 1);
+  mgr.release(1, 10);
+  EXPECT_EQ(mgr.num_live_scopes(), 0);
+  EXPECT_EQ(tracked.stats().live_bytes, 128);  // the aliases keep the backing alive
+  a = Tensor();
+  b = Tensor();
+  EXPECT_EQ(tracked.stats().live_bytes, 0);
+  EXPECT_TESSEL_ERROR(mgr.allocate(1, 11, 12), ErrorCode::kNotFound,
+                      "device dev0 step 1: no live field with scope_id 11");
+  EXPECT_TESSEL_ERROR(mgr.get(1, 10), ErrorCode::kNotFound, "no live ScopedAllocator");
+  EXPECT_TESSEL_ERROR(mgr.release(1, 10), ErrorCode::kNotFound, "not live");
+}
+
+TEST(ScopedAllocatorManager, AlreadyExists) {
+  ScopedAllocatorManager mgr("dev0");
+  mgr.add(1, 10, "grads", {Shape{3}, Shape{5}}, DType::kF32, 2);
+  EXPECT_TESSEL_ERROR(mgr.add(1, 10, "other", {Shape{1}}, DType::kF32, 1), ErrorCode::kInternal,
+                      "ScopedAllocatorManager: device dev0 step 1: Cannot create ScopedAllocator "
+                      "because scope_id 10 for name other already exists");
+  EXPECT_TESSEL_ERROR(mgr.add(1, 12, "other", {Shape{1}}, DType::kF32, 1), ErrorCode::kInternal,
+                      "because scope_id 12 for name other already exists");
+  EXPECT_TESSEL_ERROR(mgr.add(1, 8, "other", {Shape{1}, Shape{1}, Shape{1}}, DType::kF32, 3),
+                      ErrorCode::kInternal,
+                      "because field scope_id 10 for name other already exists");
+  // Another step has its own ids.
+  EXPECT_NO_THROW(mgr.add(2, 10, "grads", {Shape{3}}, DType::kF32, 1));
+  EXPECT_NO_THROW(mgr.add(1, 13, "next", {Shape{3}}, DType::kF32, 1));
+  EXPECT_EQ(mgr.num_live_scopes(), 3);
+}
+
+TEST(ScopedAllocatorManager, ReleaseReportsMissingCallsAndCleanup) {
+  ScopedAllocatorManager mgr("dev0");
+  mgr.add(1, 10, "grads", {Shape{3}, Shape{5}}, DType::kF32, 2);
+  mgr.allocate(1, 11, 12);
+  EXPECT_TESSEL_ERROR(mgr.release(1, 10), ErrorCode::kInternal,
+                      "scope grads (id 10): closed after 1 of 2 expected calls");
+  EXPECT_EQ(mgr.num_live_scopes(), 0);
+  mgr.add(3, 0, "a", {Shape{3}}, DType::kF32, 1);
+  mgr.add(3, 5, "b", {Shape{3}}, DType::kF32, 1);
+  mgr.cleanup_step(3);
+  EXPECT_EQ(mgr.num_live_scopes(), 0);
+}
+
+}  // namespace
+}  // namespace tessel
