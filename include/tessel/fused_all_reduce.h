@@ -4,9 +4,11 @@
 // FusionOptions (fusion.h); every participant must list the same tensors in the same order, so
 // that all plan the same buckets and run the same collectives in the same order. Each bucket is
 // one persistent ScopedAllocator (scoped_allocator.h) whose backing comes from `allocator`; per
-// call each bucket opens a round, its fields are allocated, inputs are copied into their fields
-// (unless an input already IS its field: see tensor_view), one all_reduce runs in place over
-// the bucket's whole backing (concat), and the results come back as the field views (split).
+// call each bucket opens a round, its fields are allocated (allocate_all), inputs are copied into
+// their fields (unless an input already IS its field: see tensor_view), one all_reduce runs in
+// place over the bucket's whole backing (concat, which checks the fields), and the results are
+// the field views (what split would return; they are made once, so a call costs no per-tensor
+// allocation).
 //
 //   FusedAllReducer fused(*comm, tensors, {.bytes_per_pack = 25 << 20}, device_allocator);
 //   Tensor g = fused.tensor_view(3);   // write gradient 3 here: no copy in
@@ -53,9 +55,10 @@ class FusedAllReducer {
   // Tensor i's field in its bucket: inputs written here are reduced without a copy.
   Tensor tensor_view(int tensor_index) const;
 
-  // out[i] = op over participants of inputs[i], as views into the buckets.
-  std::vector<Tensor> all_reduce(const std::vector<Tensor>& inputs, ReduceOp op,
-                                 const CollectiveOptions& options = {});
+  // out[i] = op over participants of inputs[i], as views into the buckets (the same views as
+  // tensor_view(i); the vector is this object's and stays valid until it is destroyed).
+  const std::vector<Tensor>& all_reduce(const std::vector<Tensor>& inputs, ReduceOp op,
+                                        const CollectiveOptions& options = {});
 
   // Bytes copied into buckets by the last all_reduce (0 when every input was its field view).
   int64_t last_copied_bytes() const { return last_copied_bytes_; }
@@ -66,6 +69,7 @@ class FusedAllReducer {
   Communicator& comm_;
   FusionPlan plan_;
   std::vector<std::unique_ptr<ScopedAllocator>> buckets_;
+  std::vector<Tensor> results_;  // tensor i's field view, in tensor order
   int64_t last_copied_bytes_ = 0;
   int64_t steps_ = 0;
 };

@@ -88,6 +88,10 @@ class ScopedAllocator {
   // field's bytes_requested (by shape: the shape must equal the field's). Counts one call.
   Tensor allocate(int field_index, size_t bytes);
   Tensor allocate(int field_index, const Shape& shape);
+  // Every field in one call, counting num_fields() calls: the round must be fresh and expect
+  // all fields (kInternal otherwise). Returns the views made at construction (no per-call work;
+  // the fast path of a fusion bucket).
+  const std::vector<Tensor>& allocate_all();
   // Field i's view without counting a call (for owners such as a fusion bucket).
   Tensor field_view(int field_index) const;
 
@@ -109,6 +113,7 @@ class ScopedAllocator {
 
  private:
   std::string where() const;
+  Tensor make_view(int field_index) const;
   std::string field_where(int field_index) const;
   void check_backing(const Tensor& backing, const char* call) const;
   void check_aliases(const std::vector<Tensor>& aliases, const char* call) const;
@@ -119,6 +124,7 @@ class ScopedAllocator {
   std::vector<ScopedField> fields_;
   int64_t total_bytes_ = 0;
   Tensor backing_;
+  std::vector<Tensor> views_;  // field i's view of backing_, made once
 
   mutable std::mutex mu_;
   int expected_ = 0;             // expected_call_count of this round

@@ -25,6 +25,11 @@ FusedAllReducer::FusedAllReducer(Communicator& comm, const std::vector<FusionTen
     buckets_.back()->close();  // an empty round; all_reduce opens one per call
     next_id += n + 1;
   }
+  results_.reserve(plan_.tensors.size());
+  for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+    results_.push_back(
+        buckets_[static_cast<size_t>(plan_.bucket_of[i])]->field_view(plan_.field_of[i]));
+  }
 }
 
 FusedAllReducer::~FusedAllReducer() = default;
@@ -38,8 +43,9 @@ Tensor FusedAllReducer::tensor_view(int tensor_index) const {
   return buckets_[static_cast<size_t>(plan_.bucket_of[i])]->field_view(plan_.field_of[i]);
 }
 
-std::vector<Tensor> FusedAllReducer::all_reduce(const std::vector<Tensor>& inputs, ReduceOp op,
-                                                const CollectiveOptions& options) {
+const std::vector<Tensor>& FusedAllReducer::all_reduce(const std::vector<Tensor>& inputs,
+                                                       ReduceOp op,
+                                                       const CollectiveOptions& options) {
   if (inputs.size() != plan_.tensors.size()) {
     detail::throw_invalid(kComponent, "got {} inputs for {} planned tensors", inputs.size(),
                           plan_.tensors.size());
@@ -53,7 +59,6 @@ std::vector<Tensor> FusedAllReducer::all_reduce(const std::vector<Tensor>& input
                             dtype_name(t.dtype), t.shape.to_string());
     }
   }
-  std::vector<Tensor> out(inputs.size());
   last_copied_bytes_ = 0;
   for (size_t k = 0; k < buckets_.size(); ++k) {
     ScopedAllocator& scope = *buckets_[k];
@@ -65,28 +70,22 @@ std::vector<Tensor> FusedAllReducer::all_reduce(const std::vector<Tensor>& input
       }
     }
     scope.reopen(scope.num_fields());
-    std::vector<Tensor> aliases;
-    aliases.reserve(b.tensors.size());
+    const std::vector<Tensor>& aliases = scope.allocate_all();
     for (size_t f = 0; f < b.tensors.size(); ++f) {
       const Tensor& input = inputs[static_cast<size_t>(b.tensors[f])];
-      Tensor alias = scope.allocate(static_cast<int>(f), input.shape());
+      Tensor& alias = results_[static_cast<size_t>(b.tensors[f])];
       if (!(input.shares_storage_with(alias) && input.data() == alias.data() &&
             input.is_contiguous())) {
         alias.copy_from(input);
         last_copied_bytes_ += static_cast<int64_t>(alias.nbytes());
       }
-      aliases.push_back(std::move(alias));
     }
     Tensor all = scope.concat(scope.backing(), aliases);
     comm_.all_reduce(all, all, op, options);
-    std::vector<Tensor> parts = scope.split(all, aliases);
-    for (size_t f = 0; f < parts.size(); ++f) {
-      out[static_cast<size_t>(b.tensors[f])] = std::move(parts[f]);
-    }
     scope.close();
   }
   ++steps_;
-  return out;
+  return results_;
 }
 
 }  // namespace tessel

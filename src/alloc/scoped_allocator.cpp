@@ -65,6 +65,8 @@ ScopedAllocator::ScopedAllocator(std::vector<Shape> shapes, DType dtype, std::st
   backing_ = Tensor::empty(Shape{elements}, dtype, allocator);
   expected_ = expected_call_count;
   allocated_.assign(fields_.size(), false);
+  views_.reserve(fields_.size());
+  for (int i = 0; i < num_fields(); ++i) views_.push_back(make_view(i));
 }
 
 std::string ScopedAllocator::where() const {
@@ -80,6 +82,26 @@ Tensor ScopedAllocator::field_view(int field_index) const {
     fail_internal(fmt::format("{}: received unexpected field number {} (the scope has {} fields)",
                               where(), field_index, num_fields()));
   }
+  return views_[static_cast<size_t>(field_index)];
+}
+
+const std::vector<Tensor>& ScopedAllocator::allocate_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) {
+    fail_internal(fmt::format("{}: allocate_all after close() (call reopen() first)", where()));
+  }
+  if (calls_ != 0 || expected_ != num_fields()) {
+    fail_internal(
+        fmt::format("{}: allocate_all needs a fresh round expecting all {} fields "
+                    "({} of {} expected calls made)",
+                    where(), num_fields(), calls_, expected_));
+  }
+  allocated_.assign(fields_.size(), true);
+  calls_ = expected_;
+  return views_;
+}
+
+Tensor ScopedAllocator::make_view(int field_index) const {
   const ScopedField& f = fields_[static_cast<size_t>(field_index)];
   const auto size = static_cast<int64_t>(dtype_size(dtype_));
   const int64_t start = f.offset / size;
@@ -163,12 +185,12 @@ void ScopedAllocator::check_aliases(const std::vector<Tensor>& aliases, const ch
   for (size_t i = 0; i < aliases.size(); ++i) {
     const Tensor& a = aliases[i];
     const ScopedField& f = fields_[i];
-    const std::string field = field_where(static_cast<int>(i));
+    // Messages are built only on failure: this runs once per field per collective.
     if (!a.defined() || !a.shares_storage_with(backing_)) {
       fail_internal(
           fmt::format("{}: {}: alias {} lies outside the backing buffer (it is not a "
                       "view of it)",
-                      field, call, i));
+                      field_where(static_cast<int>(i)), call, i));
     }
     const int64_t begin = a.storage_offset() * size;
     const int64_t end = begin + static_cast<int64_t>(a.nbytes());
@@ -176,14 +198,15 @@ void ScopedAllocator::check_aliases(const std::vector<Tensor>& aliases, const ch
       fail_internal(
           fmt::format("{}: {}: alias {} bytes [{}, {}) lie outside the backing buffer "
                       "of {} bytes",
-                      field, call, i, begin, end, total_bytes_));
+                      field_where(static_cast<int>(i)), call, i, begin, end, total_bytes_));
     }
-    if (a.dtype() != dtype_ || !a.is_contiguous() || begin != f.offset || !(a.shape() == f.shape)) {
-      fail_internal(fmt::format(
-          "{}: {}: alias {} ({} {} at byte {}{}) is not the field ({} {} at "
-          "byte {})",
-          field, call, i, dtype_name(a.dtype()), a.shape().to_string(), begin,
-          a.is_contiguous() ? "" : ", strided", dtype_name(dtype_), f.shape.to_string(), f.offset));
+    if (a.dtype() != dtype_ || begin != f.offset || !(a.shape() == f.shape) || !a.is_contiguous()) {
+      fail_internal(
+          fmt::format("{}: {}: alias {} ({} {} at byte {}{}) is not the field ({} {} at "
+                      "byte {})",
+                      field_where(static_cast<int>(i)), call, i, dtype_name(a.dtype()),
+                      a.shape().to_string(), begin, a.is_contiguous() ? "" : ", strided",
+                      dtype_name(dtype_), f.shape.to_string(), f.offset));
     }
   }
 }

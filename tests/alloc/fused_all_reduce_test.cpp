@@ -47,7 +47,7 @@ TEST(FusedAllReduce, KBucketsKCollectivesAndCorrectSums) {
     for (int i = 0; i < kTensors; ++i) {
       inputs.push_back(Tensor::full(tensors[static_cast<size_t>(i)].shape, DType::kF32, r + i));
     }
-    std::vector<Tensor> out = fused.all_reduce(inputs, ReduceOp::kSum, bounded());
+    const std::vector<Tensor>& out = fused.all_reduce(inputs, ReduceOp::kSum, bounded());
     for (int i = 0; i < kTensors; ++i) {
       const float expect = static_cast<float>(0 + 1 + 2 + 3 + kRanks * i);
       for (float v : out[static_cast<size_t>(i)].to_vector<float>()) ASSERT_EQ(v, expect);
@@ -83,7 +83,7 @@ TEST(FusedAllReduce, BucketViewsAreZeroCopyAndPersistent) {
     const void* first = views[0].data();
     for (int step = 0; step < 3; ++step) {
       for (int i = 0; i < 10; ++i) views[static_cast<size_t>(i)].fill(r + step);
-      std::vector<Tensor> out = fused.all_reduce(views, ReduceOp::kSum, bounded());
+      const std::vector<Tensor>& out = fused.all_reduce(views, ReduceOp::kSum, bounded());
       EXPECT_EQ(fused.last_copied_bytes(), 0);
       for (int i = 0; i < 10; ++i) {
         EXPECT_EQ(out[static_cast<size_t>(i)].data(), views[static_cast<size_t>(i)].data());

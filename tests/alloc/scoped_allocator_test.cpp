@@ -193,3 +193,24 @@ TEST(ScopedAllocator, ConstructionErrors) {
 
 }  // namespace
 }  // namespace tessel
+
+namespace tessel {
+namespace {
+
+TEST(ScopedAllocator, AllocateAllReturnsEveryFieldOnce) {
+  ScopedAllocator scope({Shape{3}, Shape{5}}, DType::kF32, "grads", 7, 2);
+  const std::vector<Tensor>& all = scope.allocate_all();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].data(), static_cast<const uint8_t*>(scope.backing().data()) + 64);
+  EXPECT_EQ(scope.calls_remaining(), 0);
+  EXPECT_TESSEL_ERROR(scope.allocate(0, 12), ErrorCode::kInternal, "expected uses exhausted");
+  EXPECT_NO_THROW(scope.concat(scope.backing(), all));
+  scope.close();
+  scope.reopen(1);
+  EXPECT_TESSEL_ERROR(scope.allocate_all(), ErrorCode::kInternal,
+                      "scope grads (id 7): allocate_all needs a fresh round expecting all 2 "
+                      "fields (0 of 1 expected calls made)");
+}
+
+}  // namespace
+}  // namespace tessel

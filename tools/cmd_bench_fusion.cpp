@@ -1,0 +1,255 @@
+// tessel bench fusion: the batch all-reduce of many tensors fused into buckets (FusedAllReducer),
+// against the same tensors as separate all-reduces and one all-reduce of a single buffer of the
+// same total size, over N in-process devices, in one run.
+//
+// Each device is a worker thread with its own Communicator of one in-process group. Every mode
+// runs `warmup` untimed and `iters` timed calls; before each call the workers meet at a
+// spin-yield barrier, each times its own call on the steady clock, one call's time is the slowest
+// worker's, and the reported time is the median over the timed calls.
+// - fused: the tensors live in their buckets (FusedAllReducer::tensor_view, as DDP's
+//   gradient_as_bucket_view), so a call is one all-reduce per bucket and no copy;
+// - fused_copy: the same with the tensors in their own storage (copied into the buckets);
+// - unfused: one all-reduce per tensor;
+// - single_buffer: one all-reduce of tensors * bytes bytes.
+// The results of one extra fused call (on inputs rank + 1) are checked against the exact sum.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_team.h"
+#include "commands.h"
+#include "tessel/collective_options.h"
+#include "tessel/communicator.h"
+#include "tessel/error.h"
+#include "tessel/fused_all_reduce.h"
+#include "tessel/fusion.h"
+#include "tessel/reduce_op.h"
+#include "tessel/tensor.h"
+
+namespace tessel::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tessel bench fusion [options]\n"
+    "\n"
+    "Times, over N in-process devices, the f32 sum all-reduce of many tensors three ways: fused\n"
+    "into buckets (one all-reduce per bucket, tensors living in their buckets), as separate\n"
+    "all-reduces, and as one all-reduce of a single buffer of the same total size. Times are\n"
+    "medians of the slowest device's time per call.\n"
+    "\n"
+    "  --tensors N         number of tensors (default 1000)\n"
+    "  --bytes S           bytes of each tensor (default 4K; K, M are powers of 1024; a multiple\n"
+    "                      of 4)\n"
+    "  --devices N         participants (default 4, at most 64)\n"
+    "  --bucket-bytes S    fusion threshold, TF's greedy bytes_per_pack (default 25M; 0: one\n"
+    "                      bucket)\n"
+    "  -n, --iters N       timed calls per mode (default 20)\n"
+    "  -w, --warmup N      untimed calls before them (default 3)\n"
+    "  --json              print {\"tensors\", \"bytes_each\", \"devices\", \"buckets\", "
+    "\"fused_us\",\n"
+    "                      \"unfused_us\", \"single_buffer_us\", \"fused_copy_us\", \"wrong\"}\n"
+    "\n"
+    "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
+
+struct FusionConfig {
+  int tensors = 1000;
+  int64_t bytes = 4 << 10;
+  int devices = 4;
+  int64_t bucket_bytes = int64_t{25} << 20;
+  int iters = 20;
+  int warmup = 3;
+  bool json = false;
+};
+
+struct FusionUsageError {
+  std::string message;
+};
+
+int64_t to_int(const std::string& flag, const std::string& text, int64_t low, int64_t high,
+               bool size) {
+  size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  int shift = 0;
+  if (size && used > 0 && used + 1 == text.size()) {
+    const char unit = text[used];
+    shift = unit == 'K' || unit == 'k' ? 10 : unit == 'M' || unit == 'm' ? 20 : -1;
+    if (shift > 0) ++used;
+  }
+  if (used == 0 || used != text.size() || value < 0 || value > (high >> shift)) {
+    throw FusionUsageError{flag + ": '" + text + "' is not " +
+                           (size ? "a size (e.g. 4096, 4K, 1M)" : "an integer") + " in range"};
+  }
+  const int64_t v = static_cast<int64_t>(value) << shift;
+  if (v < low) throw FusionUsageError{flag + ": " + text + " is too small"};
+  return v;
+}
+
+FusionConfig parse(const Args& args) {
+  FusionConfig c;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (flag == "--json") {
+      c.json = true;
+      continue;
+    }
+    if (i + 1 >= args.size()) throw FusionUsageError{"unknown flag or missing value: " + flag};
+    const std::string& v = args[++i];
+    if (flag == "--tensors") {
+      c.tensors = static_cast<int>(to_int(flag, v, 1, 1000000, false));
+    } else if (flag == "--bytes") {
+      c.bytes = to_int(flag, v, 4, int64_t{1} << 30, true);
+    } else if (flag == "--devices") {
+      c.devices = static_cast<int>(to_int(flag, v, 1, 64, false));
+    } else if (flag == "--bucket-bytes") {
+      c.bucket_bytes = to_int(flag, v, 0, int64_t{1} << 40, true);
+    } else if (flag == "-n" || flag == "--iters") {
+      c.iters = static_cast<int>(to_int(flag, v, 1, 100000, false));
+    } else if (flag == "-w" || flag == "--warmup") {
+      c.warmup = static_cast<int>(to_int(flag, v, 0, 100000, false));
+    } else {
+      throw FusionUsageError{"unknown flag: " + flag};
+    }
+  }
+  if (c.bytes % 4 != 0) throw FusionUsageError{"--bytes: must be a multiple of 4 (f32)"};
+  return c;
+}
+
+// Median over iters of the slowest worker's time (microseconds) of `call`, after warmup calls.
+double time_mode(bench::Team& team, const FusionConfig& c,
+                 const std::function<void(int rank)>& call) {
+  std::vector<std::vector<double>> times(static_cast<size_t>(c.iters),
+                                         std::vector<double>(static_cast<size_t>(c.devices)));
+  team.run([&](int rank) {
+    for (int i = 0; i < c.warmup + c.iters; ++i) {
+      team.sync();
+      const double t0 = bench::now_seconds();
+      call(rank);
+      const double t1 = bench::now_seconds();
+      if (i >= c.warmup) {
+        times[static_cast<size_t>(i - c.warmup)][static_cast<size_t>(rank)] = (t1 - t0) * 1e6;
+      }
+    }
+  });
+  std::vector<double> slowest;
+  for (const auto& row : times) slowest.push_back(*std::max_element(row.begin(), row.end()));
+  return bench::median(slowest);
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one;
+  if (!(in >> one)) return "unknown";
+  return one;
+}
+
+int run(const FusionConfig& c) {
+  const int64_t elements = c.bytes / 4;
+  auto comms = make_in_process_communicators(c.devices);
+  bench::Team team(c.devices);
+  std::vector<FusionTensor> specs;
+  for (int i = 0; i < c.tensors; ++i) {
+    specs.push_back({std::to_string(i), Shape{elements}, DType::kF32, ""});
+  }
+  const FusionOptions options{.bytes_per_pack = c.bucket_bytes, .num_packs = 0};
+  std::vector<std::unique_ptr<FusedAllReducer>> fused(static_cast<size_t>(c.devices));
+  std::vector<std::vector<Tensor>> views(static_cast<size_t>(c.devices));
+  std::vector<std::vector<Tensor>> own(static_cast<size_t>(c.devices));
+  std::vector<Tensor> single(static_cast<size_t>(c.devices));
+  team.run([&](int r) {
+    const auto ru = static_cast<size_t>(r);
+    fused[ru] = std::make_unique<FusedAllReducer>(*comms[ru], specs, options);
+    for (int i = 0; i < c.tensors; ++i) {
+      views[ru].push_back(fused[ru]->tensor_view(i));
+      own[ru].push_back(Tensor::zeros(Shape{elements}, DType::kF32));
+    }
+    single[ru] = Tensor::zeros(Shape{elements * c.tensors}, DType::kF32);
+  });
+  const CollectiveOptions copts;
+  const double fused_us = time_mode(team, c, [&](int r) {
+    fused[static_cast<size_t>(r)]->all_reduce(views[static_cast<size_t>(r)], ReduceOp::kSum, copts);
+  });
+  const double fused_copy_us = time_mode(team, c, [&](int r) {
+    fused[static_cast<size_t>(r)]->all_reduce(own[static_cast<size_t>(r)], ReduceOp::kSum, copts);
+  });
+  const double unfused_us = time_mode(team, c, [&](int r) {
+    for (Tensor& t : own[static_cast<size_t>(r)])
+      comms[static_cast<size_t>(r)]->all_reduce(t, t, ReduceOp::kSum, copts);
+  });
+  const double single_us = time_mode(team, c, [&](int r) {
+    Tensor& t = single[static_cast<size_t>(r)];
+    comms[static_cast<size_t>(r)]->all_reduce(t, t, ReduceOp::kSum, copts);
+  });
+  // Check one fused call: rank r's tensors hold r + 1, so every result is N(N+1)/2.
+  std::vector<int64_t> wrong(static_cast<size_t>(c.devices), 0);
+  team.run([&](int r) {
+    const auto ru = static_cast<size_t>(r);
+    for (Tensor& v : views[ru]) v.fill(r + 1);
+    const std::vector<Tensor>& out = fused[ru]->all_reduce(views[ru], ReduceOp::kSum, copts);
+    const float expect = static_cast<float>(c.devices * (c.devices + 1) / 2);
+    for (const Tensor& t : out) {
+      const float* p = t.data<float>();
+      for (int64_t e = 0; e < t.num_elements(); ++e) wrong[ru] += p[e] != expect;
+    }
+  });
+  int64_t total_wrong = 0;
+  for (int64_t w : wrong) total_wrong += w;
+  const int buckets = fused[0]->num_buckets();
+  if (c.json) {
+    std::printf(
+        "{\"tensors\": %d, \"bytes_each\": %lld, \"devices\": %d, \"buckets\": %d, "
+        "\"fused_us\": %.6g, \"unfused_us\": %.6g, \"single_buffer_us\": %.6g, "
+        "\"fused_copy_us\": %.6g, \"wrong\": %lld}\n",
+        c.tensors, static_cast<long long>(c.bytes), c.devices, buckets, fused_us, unfused_us,
+        single_us, fused_copy_us, static_cast<long long>(total_wrong));
+  } else {
+    std::printf(
+        "# tessel bench fusion: %d f32 tensors x %lld bytes, %d devices, bucket threshold "
+        "%lld bytes -> %d buckets; hardware threads %u, load average %s; median of %d\n",
+        c.tensors, static_cast<long long>(c.bytes), c.devices,
+        static_cast<long long>(c.bucket_bytes), buckets, std::thread::hardware_concurrency(),
+        load_average().c_str(), c.iters);
+    std::printf("%-28s %12s %10s\n", "mode", "time (us)", "vs single");
+    const auto row = [&](const char* name, double us) {
+      std::printf("%-28s %12.1f %9.2fx\n", name, us, us / single_us);
+    };
+    row("fused (in-bucket tensors)", fused_us);
+    row("fused (copied in)", fused_copy_us);
+    row("unfused (one per tensor)", unfused_us);
+    row("single buffer", single_us);
+    std::printf("# unfused / fused = %.1fx; wrong results: %lld\n", unfused_us / fused_us,
+                static_cast<long long>(total_wrong));
+  }
+  return total_wrong == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+int run_bench_fusion(const Args& args) {
+  if (wants_help(args)) {
+    std::cout << kHelp;
+    return kExitOk;
+  }
+  try {
+    return run(parse(args));
+  } catch (const FusionUsageError& e) {
+    std::cerr << "tessel: error: bench fusion: " << e.message
+              << "\nRun 'tessel bench fusion --help' for usage.\n";
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::cerr << "tessel: error: bench fusion failed: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+}  // namespace tessel::cli
