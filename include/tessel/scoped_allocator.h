@@ -100,7 +100,8 @@ class ScopedAllocator {
   int calls_remaining() const;
 
   // The backing (1-D), after checking that `backing` is this scope's backing and `aliases` are
-  // exactly its fields in order. Read-only by contract: write through the aliases. No copy.
+  // exactly its fields in order (the vector allocate_all returned is, by construction, and is
+  // not checked again). Read-only by contract: write through the aliases. No copy.
   Tensor concat(const Tensor& backing, const std::vector<Tensor>& aliases) const;
   // The field views again, after the same checks on `concat` and `aliases`. No copy.
   std::vector<Tensor> split(const Tensor& concat, const std::vector<Tensor>& aliases) const;

@@ -74,8 +74,11 @@ const std::vector<Tensor>& FusedAllReducer::all_reduce(const std::vector<Tensor>
     for (size_t f = 0; f < b.tensors.size(); ++f) {
       const Tensor& input = inputs[static_cast<size_t>(b.tensors[f])];
       Tensor& alias = results_[static_cast<size_t>(b.tensors[f])];
-      if (!(input.shares_storage_with(alias) && input.data() == alias.data() &&
-            input.is_contiguous())) {
+      // The same view (storage, offset, strides; shape and dtype were checked above): no copy.
+      const bool same_view = input.shares_storage_with(alias) &&
+                             input.storage_offset() == alias.storage_offset() &&
+                             input.strides() == alias.strides();
+      if (!same_view) {
         alias.copy_from(input);
         last_copied_bytes_ += static_cast<int64_t>(alias.nbytes());
       }
