@@ -2,12 +2,14 @@
 // against the same tensors as separate all-reduces and one all-reduce of a single buffer of the
 // same total size, over N in-process devices, in one run.
 //
-// Each device is a worker thread with its own Communicator of one in-process group. Every mode
-// runs `warmup` untimed and `iters` timed calls; before each call the workers meet at a
+// Each device is a worker thread with its own Communicator of one in-process group. The modes
+// take turns in `rounds` rounds of iters/rounds timed calls (after `warmup` untimed calls in the
+// first round, one in later rounds); before each call the workers meet at a
 // spin-yield barrier, each times its own call on the steady clock, one call's time is the slowest
 // worker's, and the reported time is the median over the timed calls.
 // - fused: the tensors live in their buckets (FusedAllReducer::tensor_view, as DDP's
-//   gradient_as_bucket_view), so a call is one all-reduce per bucket and no copy;
+//   gradient_as_bucket_view), so a call (all_reduce_buckets) is one all-reduce per bucket and no
+//   copy; the checked call below passes the views through all_reduce;
 // - fused_copy: the same with the tensors in their own storage (copied into the buckets);
 // - unfused: one all-reduce per tensor;
 // - single_buffer: one all-reduce of tensors * bytes bytes.
@@ -50,7 +52,8 @@ constexpr const char* kHelp =
     "  --bucket-bytes S    fusion threshold, TF's greedy bytes_per_pack (default 25M; 0: one\n"
     "                      bucket)\n"
     "  -n, --iters N       timed calls per mode (default 20)\n"
-    "  -w, --warmup N      untimed calls before them (default 3)\n"
+    "  -w, --warmup N      untimed calls before a mode's first round (default 3; 1 later)\n"
+    "  --rounds R          the modes take turns in R rounds of iters/R calls (default 5)\n"
     "  --json              print {\"tensors\", \"bytes_each\", \"devices\", \"buckets\", "
     "\"fused_us\",\n"
     "                      \"unfused_us\", \"single_buffer_us\", \"fused_copy_us\", \"wrong\"}\n"
@@ -64,6 +67,7 @@ struct FusionConfig {
   int64_t bucket_bytes = int64_t{25} << 20;
   int iters = 20;
   int warmup = 3;
+  int rounds = 5;
   bool json = false;
 };
 
@@ -115,6 +119,8 @@ FusionConfig parse(const Args& args) {
       c.bucket_bytes = to_int(flag, v, 0, int64_t{1} << 40, true);
     } else if (flag == "-n" || flag == "--iters") {
       c.iters = static_cast<int>(to_int(flag, v, 1, 100000, false));
+    } else if (flag == "--rounds") {
+      c.rounds = static_cast<int>(to_int(flag, v, 1, 1000, false));
     } else if (flag == "-w" || flag == "--warmup") {
       c.warmup = static_cast<int>(to_int(flag, v, 0, 100000, false));
     } else {
@@ -125,25 +131,24 @@ FusionConfig parse(const Args& args) {
   return c;
 }
 
-// Median over iters of the slowest worker's time (microseconds) of `call`, after warmup calls.
-double time_mode(bench::Team& team, const FusionConfig& c,
-                 const std::function<void(int rank)>& call) {
-  std::vector<std::vector<double>> times(static_cast<size_t>(c.iters),
+// Appends to `samples` the slowest worker's time (microseconds) of each of `iters` calls of
+// `call`, after `warmup` untimed calls.
+void time_mode(bench::Team& team, const FusionConfig& c, int warmup, int iters,
+               const std::function<void(int rank)>& call, std::vector<double>& samples) {
+  std::vector<std::vector<double>> times(static_cast<size_t>(iters),
                                          std::vector<double>(static_cast<size_t>(c.devices)));
   team.run([&](int rank) {
-    for (int i = 0; i < c.warmup + c.iters; ++i) {
+    for (int i = 0; i < warmup + iters; ++i) {
       team.sync();
       const double t0 = bench::now_seconds();
       call(rank);
       const double t1 = bench::now_seconds();
-      if (i >= c.warmup) {
-        times[static_cast<size_t>(i - c.warmup)][static_cast<size_t>(rank)] = (t1 - t0) * 1e6;
+      if (i >= warmup) {
+        times[static_cast<size_t>(i - warmup)][static_cast<size_t>(rank)] = (t1 - t0) * 1e6;
       }
     }
   });
-  std::vector<double> slowest;
-  for (const auto& row : times) slowest.push_back(*std::max_element(row.begin(), row.end()));
-  return bench::median(slowest);
+  for (const auto& row : times) samples.push_back(*std::max_element(row.begin(), row.end()));
 }
 
 std::string load_average() {
@@ -176,20 +181,35 @@ int run(const FusionConfig& c) {
     single[ru] = Tensor::zeros(Shape{elements * c.tensors}, DType::kF32);
   });
   const CollectiveOptions copts;
-  const double fused_us = time_mode(team, c, [&](int r) {
-    fused[static_cast<size_t>(r)]->all_reduce(views[static_cast<size_t>(r)], ReduceOp::kSum, copts);
-  });
-  const double fused_copy_us = time_mode(team, c, [&](int r) {
-    fused[static_cast<size_t>(r)]->all_reduce(own[static_cast<size_t>(r)], ReduceOp::kSum, copts);
-  });
-  const double unfused_us = time_mode(team, c, [&](int r) {
-    for (Tensor& t : own[static_cast<size_t>(r)])
-      comms[static_cast<size_t>(r)]->all_reduce(t, t, ReduceOp::kSum, copts);
-  });
-  const double single_us = time_mode(team, c, [&](int r) {
-    Tensor& t = single[static_cast<size_t>(r)];
-    comms[static_cast<size_t>(r)]->all_reduce(t, t, ReduceOp::kSum, copts);
-  });
+  // The modes take turns in rounds, so that all four see the same machine (noise on a busy or
+  // small machine comes in bursts); each mode's time is the median over all its samples.
+  const std::vector<std::function<void(int)>> modes = {
+      [&](int r) { fused[static_cast<size_t>(r)]->all_reduce_buckets(ReduceOp::kSum, copts); },
+      [&](int r) {
+        fused[static_cast<size_t>(r)]->all_reduce(own[static_cast<size_t>(r)], ReduceOp::kSum,
+                                                  copts);
+      },
+      [&](int r) {
+        for (Tensor& t : own[static_cast<size_t>(r)]) {
+          comms[static_cast<size_t>(r)]->all_reduce(t, t, ReduceOp::kSum, copts);
+        }
+      },
+      [&](int r) {
+        Tensor& t = single[static_cast<size_t>(r)];
+        comms[static_cast<size_t>(r)]->all_reduce(t, t, ReduceOp::kSum, copts);
+      }};
+  std::vector<std::vector<double>> samples(modes.size());
+  const int rounds = std::min(c.rounds, c.iters);
+  for (int round = 0; round < rounds; ++round) {
+    const int iters = c.iters / rounds + (round < c.iters % rounds ? 1 : 0);
+    for (size_t m = 0; m < modes.size(); ++m) {
+      time_mode(team, c, round == 0 ? c.warmup : 1, iters, modes[m], samples[m]);
+    }
+  }
+  const double fused_us = bench::median(samples[0]);
+  const double fused_copy_us = bench::median(samples[1]);
+  const double unfused_us = bench::median(samples[2]);
+  const double single_us = bench::median(samples[3]);
   // Check one fused call: rank r's tensors hold r + 1, so every result is N(N+1)/2.
   std::vector<int64_t> wrong(static_cast<size_t>(c.devices), 0);
   team.run([&](int r) {

@@ -60,12 +60,21 @@ class FusedAllReducer {
   const std::vector<Tensor>& all_reduce(const std::vector<Tensor>& inputs, ReduceOp op,
                                         const CollectiveOptions& options = {});
 
+  // The same over the buckets as they are: for callers that wrote every tensor into its
+  // tensor_view (DDP's gradient_as_bucket_view). No per-tensor work at all: per bucket one
+  // scoped-allocation round (allocate_all, concat) and one all_reduce.
+  const std::vector<Tensor>& all_reduce_buckets(ReduceOp op, const CollectiveOptions& options = {});
+
   // Bytes copied into buckets by the last all_reduce (0 when every input was its field view).
   int64_t last_copied_bytes() const { return last_copied_bytes_; }
   // all_reduce calls completed.
   int64_t steps() const { return steps_; }
 
  private:
+  // Both all_reduce forms; inputs null: the buckets as they are.
+  const std::vector<Tensor>& run(const std::vector<Tensor>* inputs, ReduceOp op,
+                                 const CollectiveOptions& options);
+
   Communicator& comm_;
   FusionPlan plan_;
   std::vector<std::unique_ptr<ScopedAllocator>> buckets_;

@@ -60,6 +60,17 @@ const std::vector<Tensor>& FusedAllReducer::all_reduce(const std::vector<Tensor>
     }
   }
   last_copied_bytes_ = 0;
+  return run(&inputs, op, options);
+}
+
+const std::vector<Tensor>& FusedAllReducer::all_reduce_buckets(ReduceOp op,
+                                                               const CollectiveOptions& options) {
+  last_copied_bytes_ = 0;
+  return run(nullptr, op, options);
+}
+
+const std::vector<Tensor>& FusedAllReducer::run(const std::vector<Tensor>* inputs, ReduceOp op,
+                                                const CollectiveOptions& options) {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     ScopedAllocator& scope = *buckets_[k];
     const FusionBucket& b = plan_.buckets[k];
@@ -71,8 +82,8 @@ const std::vector<Tensor>& FusedAllReducer::all_reduce(const std::vector<Tensor>
     }
     scope.reopen(scope.num_fields());
     const std::vector<Tensor>& aliases = scope.allocate_all();
-    for (size_t f = 0; f < b.tensors.size(); ++f) {
-      const Tensor& input = inputs[static_cast<size_t>(b.tensors[f])];
+    for (size_t f = 0; inputs != nullptr && f < b.tensors.size(); ++f) {
+      const Tensor& input = (*inputs)[static_cast<size_t>(b.tensors[f])];
       Tensor& alias = results_[static_cast<size_t>(b.tensors[f])];
       // The same view (storage, offset, strides; shape and dtype were checked above): no copy.
       const bool same_view = input.shares_storage_with(alias) &&

@@ -99,6 +99,24 @@ TEST(FusedAllReduce, BucketViewsAreZeroCopyAndPersistent) {
   EXPECT_EQ(group.recorders[1]->collectives(), 9);
 }
 
+TEST(FusedAllReduce, AllReduceBucketsReducesInPlace) {
+  constexpr int kRanks = 3;
+  auto group = make_recording_group(kRanks);
+  const auto tensors = mixed(7);
+  auto errors = run_ranks(kRanks, [&](int r) {
+    FusedAllReducer fused(*group.comms[static_cast<size_t>(r)], tensors, {.num_packs = 2});
+    for (int i = 0; i < 7; ++i) fused.tensor_view(i).fill(r * 10 + i);
+    const std::vector<Tensor>& out = fused.all_reduce_buckets(ReduceOp::kSum, bounded());
+    for (int i = 0; i < 7; ++i) {
+      EXPECT_EQ(out[static_cast<size_t>(i)].data(), fused.tensor_view(i).data());
+      EXPECT_EQ(out[static_cast<size_t>(i)].at({0, 0}), 30 + 3 * i);
+    }
+    EXPECT_EQ(fused.last_copied_bytes(), 0);
+  });
+  ASSERT_EQ(testing::first_error(errors), "");
+  EXPECT_EQ(group.recorders[2]->collectives(), 2);
+}
+
 TEST(FusedAllReduce, InputErrors) {
   auto group = make_recording_group(1);
   FusedAllReducer fused(*group.comms[0], mixed(2));
