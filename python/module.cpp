@@ -8,6 +8,7 @@ void bind_runtime(py::module_& m);  // bind_runtime.cpp
 void bind_comm(py::module_& m);     // bind_comm.cpp
 
 void bind_distribute(py::module_& m);  // bind_distribute.cpp
+void bind_alloc(py::module_& m);       // bind_alloc.cpp
 }  // namespace tessel::python
 
 PYBIND11_MODULE(_tessel, m) {
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_tessel, m) {
   tessel::python::bind_runtime(m);
   tessel::python::bind_distribute(m);
   tessel::python::bind_comm(m);
+  tessel::python::bind_alloc(m);
 }

@@ -86,6 +86,20 @@ from tessel._tessel import (
     split_into_packs,
 )
 
+# Scoped allocator, fusion planner and fused batch all-reduce (bind_alloc.cpp).
+from tessel._tessel import (
+    FusedAllReducer,
+    FusionBucket,
+    FusionOptions,
+    FusionPlan,
+    FusionTensor,
+    ScopedAllocator,
+    ScopedAllocatorManager,
+    ScopedField,
+    plan_fusion,
+    scoped_layout,
+)
+
 zeros = Tensor.zeros
 full = Tensor.full
 random_uniform = Tensor.random_uniform
