@@ -17,9 +17,10 @@ ScopedAllocator& ScopedAllocatorManager::add(int64_t step_id, int64_t scope_id,
                                              const std::vector<Shape>& shapes, DType dtype,
                                              int expected_call_count) {
   std::lock_guard<std::mutex> lock(mu_);
-  Step& step = steps_[step_id];
+  const auto existing = steps_.find(step_id);
   const auto taken = [&](int64_t id) {
-    return step.scopes.count(id) != 0 || step.fields.count(id) != 0;
+    return existing != steps_.end() &&
+           (existing->second.scopes.count(id) != 0 || existing->second.fields.count(id) != 0);
   };
   if (taken(scope_id)) {
     detail::throw_error(ErrorCode::kInternal, kComponent,
@@ -36,8 +37,10 @@ ScopedAllocator& ScopedAllocatorManager::add(int64_t step_id, int64_t scope_id,
                           device_, step_id, field_id, name);
     }
   }
+  // Built before the step is registered, so that a construction error leaves nothing behind.
   auto scope = std::make_shared<ScopedAllocator>(shapes, dtype, name, scope_id, expected_call_count,
                                                  allocator_);
+  Step& step = steps_[step_id];
   step.scopes[scope_id] = scope;
   for (int i = 0; i < scope->num_fields(); ++i) {
     step.fields[scope->fields()[static_cast<size_t>(i)].scope_id] = {scope, i};

@@ -54,6 +54,11 @@ TEST(ScopedAllocatorManager, ReleaseReportsMissingCallsAndCleanup) {
   EXPECT_TESSEL_ERROR(mgr.release(1, 10), ErrorCode::kInternal,
                       "scope grads (id 10): closed after 1 of 2 expected calls");
   EXPECT_EQ(mgr.num_live_scopes(), 0);
+  EXPECT_TESSEL_ERROR(mgr.add(4, 0, "bad", {Shape{3}}, DType::kF32, 2), ErrorCode::kInvalidArgument,
+                      "expected_call_count 2 is outside [0, 1]");
+  EXPECT_EQ(mgr.num_live_scopes(), 0);
+  EXPECT_NO_THROW(mgr.add(4, 0, "good", {Shape{3}}, DType::kF32, 1));
+  mgr.cleanup_step(4);
   mgr.add(3, 0, "a", {Shape{3}}, DType::kF32, 1);
   mgr.add(3, 5, "b", {Shape{3}}, DType::kF32, 1);
   mgr.cleanup_step(3);
