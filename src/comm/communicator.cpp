@@ -83,21 +83,21 @@ auto guarded(detail::Transport& t, const detail::Signature& sig, F&& body) -> de
     return body();
   } catch (const Error& e) {
     t.fail(fmt::format("rank {} ({}) failed in {} (sequence {}): {}", t.rank(),
-                       t.members()[t.rank()], sig.text, sig.sequence, e.what()));
+                       t.members()[t.rank()], sig.describe(t.members()), sig.sequence, e.what()));
     throw;
   } catch (const std::exception& e) {
     const std::string message = fmt::format("rank {} ({}) failed in {} (sequence {}): {}", t.rank(),
-                                            t.members()[t.rank()], sig.text, sig.sequence, e.what());
+                                            t.members()[t.rank()], sig.describe(t.members()), sig.sequence, e.what());
     t.fail(message);
     throw Error(ErrorCode::kInternal, kComm, message);
   }
 }
 
-detail::Signature make_signature(detail::Transport& t, uint64_t sequence, std::string agreed,
+detail::Signature make_signature(uint64_t sequence, std::string agreed,
                                  const std::string& mine) {
   detail::Signature s;
   s.sequence = sequence;
-  s.text = fmt::format("{} over group [{}]", mine, fmt::join(t.members(), ", "));
+  s.text = mine;
   s.agreed = std::move(agreed);
   return s;
 }
@@ -118,8 +118,8 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
   // the caller chose one.
   const std::string what =
       options.algorithm == Algorithm::kAuto ? base + ")" : fmt::format("{}, {})", base, algorithm_name(algo));
-  const detail::Signature sig = make_signature(
-      *transport_, ++sequence_, fmt::format("{}) via {}", base, algorithm_name(algo)), what);
+  const detail::Signature sig =
+      make_signature(++sequence_, fmt::format("{}) via {}", base, algorithm_name(algo)), what);
   guarded(*transport_, sig, [&] {
     require_tensor(input, "all_reduce", "input");
     require_tensor(output, "all_reduce", "output");
@@ -163,7 +163,7 @@ void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int 
                                        input.defined() ? dtype_name(input.dtype()) : "null",
                                        input.defined() ? input.num_elements() : 0,
                                        reduce_op_name(op), root);
-  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  const detail::Signature sig = make_signature(++sequence_, what, what);
   guarded(*transport_, sig, [&] {
     if (root < 0 || root >= size()) detail::throw_invalid(kComm, "reduce: root {} is not a rank of {}", root, size());
     require_tensor(input, "reduce", "input");
@@ -184,7 +184,7 @@ void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& 
   const std::string what = fmt::format("broadcast({}, {} elements, root {})",
                                        tensor.defined() ? dtype_name(tensor.dtype()) : "null",
                                        tensor.defined() ? tensor.num_elements() : 0, root);
-  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  const detail::Signature sig = make_signature(++sequence_, what, what);
   guarded(*transport_, sig, [&] {
     if (root < 0 || root >= size()) detail::throw_invalid(kComm, "broadcast: root {} is not a rank of {}", root, size());
     require_tensor(tensor, "broadcast", "tensor");
@@ -212,7 +212,7 @@ Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int ax
       input.defined() ? fmt::format("{}({}, {}, axis {})", op, dtype_name(input.dtype()),
                                     input.shape().to_string(), axis)
                       : agreed;
-  const detail::Signature sig = make_signature(*transport_, ++sequence_, agreed, mine);
+  const detail::Signature sig = make_signature(++sequence_, agreed, mine);
   return guarded(*transport_, sig, [&] {
     require_tensor(input, op, "input");
     if (!all && (root < 0 || root >= size())) detail::throw_invalid(kComm, "gather: root {} is not a rank of {}", root, size());
@@ -230,7 +230,7 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
   const std::string what = fmt::format(
       "reduce_scatter({}, {}, {}, counts [{}])", input.defined() ? dtype_name(input.dtype()) : "null",
       input.defined() ? input.shape().to_string() : "[]", reduce_op_name(op), fmt::join(counts, ","));
-  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  const detail::Signature sig = make_signature(++sequence_, what, what);
   return guarded(*transport_, sig, [&] {
     require_tensor(input, "reduce_scatter", "input");
     if (input.rank() == 0) detail::throw_invalid(kComm, "reduce_scatter: the input is a scalar");
@@ -249,7 +249,7 @@ Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>&
                                ? fmt::format("all_to_all({}, {}, send [{}])", dtype_name(input.dtype()),
                                              input.shape().to_string(), fmt::join(send_counts, ","))
                                : agreed;
-  const detail::Signature sig = make_signature(*transport_, ++sequence_, agreed, mine);
+  const detail::Signature sig = make_signature(++sequence_, agreed, mine);
   return guarded(*transport_, sig, [&] {
     require_tensor(input, "all_to_all", "input");
     if (input.rank() == 0) detail::throw_invalid(kComm, "all_to_all: the input is a scalar");
@@ -273,7 +273,7 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
                              const CollectiveOptions& options) {
   const bool is_root = rank() == root;
   const std::string what = fmt::format("scatter(root {}, counts [{}])", root, fmt::join(counts, ","));
-  const detail::Signature sig = make_signature(*transport_, ++sequence_, what, what);
+  const detail::Signature sig = make_signature(++sequence_, what, what);
   return guarded(*transport_, sig, [&] {
     if (root < 0 || root >= size()) detail::throw_invalid(kComm, "scatter: root {} is not a rank of {}", root, size());
     // Every rank learns the root's shape and dtype from the root's post.
@@ -307,7 +307,7 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
 void Communicator::send(const Tensor& tensor, int peer, int tag, const CollectiveOptions& options) {
   const std::string what = fmt::format("send({} bytes to rank {}, tag {})",
                                        tensor.defined() ? tensor.nbytes() : 0, peer, tag);
-  const detail::Signature sig = make_signature(*transport_, sequence_, what, what);
+  const detail::Signature sig = make_signature(sequence_, what, what);
   guarded(*transport_, sig, [&] {
     if (peer < 0 || peer >= size() || peer == rank()) {
       detail::throw_invalid(kComm, "send: peer {} is not another rank of {}", peer, size());
@@ -321,7 +321,7 @@ void Communicator::send(const Tensor& tensor, int peer, int tag, const Collectiv
 void Communicator::recv(Tensor& tensor, int peer, int tag, const CollectiveOptions& options) {
   const std::string what = fmt::format("recv({} bytes from rank {}, tag {})",
                                        tensor.defined() ? tensor.nbytes() : 0, peer, tag);
-  const detail::Signature sig = make_signature(*transport_, sequence_, what, what);
+  const detail::Signature sig = make_signature(sequence_, what, what);
   guarded(*transport_, sig, [&] {
     if (peer < 0 || peer >= size() || peer == rank()) {
       detail::throw_invalid(kComm, "recv: peer {} is not another rank of {}", peer, size());
@@ -333,7 +333,7 @@ void Communicator::recv(Tensor& tensor, int peer, int tag, const CollectiveOptio
 }
 
 void Communicator::barrier(const CollectiveOptions& options) {
-  const detail::Signature sig = make_signature(*transport_, ++sequence_, "barrier()", "barrier()");
+  const detail::Signature sig = make_signature(++sequence_, "barrier()", "barrier()");
   guarded(*transport_, sig, [&] { transport_->barrier(sig, deadline_of(options)); });
 }
 

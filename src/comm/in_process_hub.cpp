@@ -96,7 +96,7 @@ void InProcessHub::wait_for_phase(int rank, uint64_t target, const Signature& si
   const std::string message = fmt::format(
       "rank {} ({}) waited {:.3f} s for ranks [{}] in {} (sequence {}); they did not arrive",
       rank, members_[rank], seconds_between(start, Clock::now()), fmt::join(missing, ", "),
-      signature.text, signature.sequence);
+      signature.describe(members_), signature.sequence);
   abort_reason_ = "group aborted: " + message;
   aborted_.store(true, std::memory_order_release);
   cv_.notify_all();
@@ -112,10 +112,10 @@ void InProcessHub::check_signatures(int rank, uint64_t bank, const Signature& si
       continue;
     }
     const std::string message = fmt::format(
-        "collectives differ: rank 0 ({}) called {} (sequence {}) but rank {} ({}) called {} "
-        "(sequence {})",
-        members_[0], first.text[bank], first.sequence[bank], r, members_[r], other.text[bank],
-        other.sequence[bank]);
+        "collectives differ: rank 0 ({}) called {} over group [{}] (sequence {}) but rank {} ({}) "
+        "called {} over group [{}] (sequence {})",
+        members_[0], first.text[bank], fmt::join(members_, ", "), first.sequence[bank], r,
+        members_[r], other.text[bank], fmt::join(members_, ", "), other.sequence[bank]);
     (void)rank;
     (void)signature;
     abort(message);
@@ -192,7 +192,7 @@ void InProcessHub::recv(int to, int from, int tag, void* data, size_t bytes,
       "rank {} ({}) waited {:.3f} s for a message from rank {} ({}) with tag {} in {} (sequence "
       "{}); it did not arrive",
       to, members_[to], seconds_between(start, Clock::now()), from, members_[from], tag,
-      signature.text, signature.sequence);
+      signature.describe(members_), signature.sequence);
   abort_reason_ = "group aborted: " + message;
   aborted_.store(true, std::memory_order_release);
   cv_.notify_all();

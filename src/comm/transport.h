@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 namespace tessel::detail {
 
 using Clock = std::chrono::steady_clock;
@@ -32,6 +35,12 @@ struct Signature {
   uint64_t sequence = 0;
   std::string agreed;
   std::string text;
+
+  // "<text> over group [<members>]", for error messages: built only when one is needed, so that
+  // the hot path formats no group list.
+  std::string describe(const std::vector<std::string>& members) const {
+    return fmt::format("{} over group [{}]", text, fmt::join(members, ", "));
+  }
 };
 
 class Transport {
