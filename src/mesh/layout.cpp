@@ -19,17 +19,20 @@ std::string python_list(const std::vector<std::string>& items) {
   return fmt::format("[{}]", fmt::join(quoted, ", "));
 }
 
-// TF's Python Layout.__init__ checks (§2.3 step 2), extended to "x+y" specs.
-void check_python_specs(const std::vector<std::string>& specs, const Mesh& mesh) {
+// The specs, parsed, after TF's Python Layout.__init__ checks (§2.3 step 2), extended to "x+y".
+std::vector<ShardingSpec> parse_python_specs(const std::vector<std::string>& specs,
+                                             const Mesh& mesh) {
+  std::vector<ShardingSpec> parsed_specs;
   std::vector<std::string> used;
   for (const std::string& spec : specs) {
+    parsed_specs.push_back(ShardingSpec::parse(spec));
     if (spec == kUnsharded || spec == kMatch) continue;
     if (spec == kAny) {
       detail::throw_invalid(
           kLayout, "{}: A dimension sharding must either be a valid mesh dimension or UNSHARDED.",
           spec);
     }
-    const ShardingSpec parsed = ShardingSpec::parse(spec);
+    const ShardingSpec& parsed = parsed_specs.back();
     used.insert(used.end(), parsed.mesh_dims().begin(), parsed.mesh_dims().end());
   }
   for (const std::string& dim : used) {
@@ -45,6 +48,7 @@ void check_python_specs(const std::vector<std::string>& specs, const Mesh& mesh)
           dim);
     }
   }
+  return parsed_specs;
 }
 
 }  // namespace
@@ -56,10 +60,7 @@ Layout::Layout(LayoutType type, std::vector<ShardingSpec> specs, Mesh mesh,
     : type_(type), specs_(std::move(specs)), mesh_(std::move(mesh)), partial_(std::move(partial)) {}
 
 Layout::Layout(const std::vector<std::string>& sharding_specs, const Mesh& mesh) {
-  check_python_specs(sharding_specs, mesh);
-  std::vector<ShardingSpec> specs;
-  for (const std::string& s : sharding_specs) specs.push_back(ShardingSpec::parse(s));
-  *this = create(LayoutType::kStatic, std::move(specs), mesh);
+  *this = create(LayoutType::kStatic, parse_python_specs(sharding_specs, mesh), mesh);
 }
 
 Layout Layout::create(LayoutType type, std::vector<ShardingSpec> specs, const Mesh& mesh,

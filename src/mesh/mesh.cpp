@@ -287,26 +287,24 @@ std::vector<std::vector<int64_t>> Mesh::local_device_locations() const {
 
 Mesh Mesh::host_mesh() const {
   if (is_empty() || is_single_device()) return *this;
+  // The same job, replica, task and id, on the host's CPU.
+  auto to_cpu = [](const std::vector<std::string>& devices) {
+    std::vector<std::string> out;
+    for (const std::string& device : devices) {
+      const DeviceName name = DeviceName::parse(device);
+      out.push_back(DeviceName::make(name.job.value_or("localhost"), name.replica.value_or(0),
+                                     name.task.value_or(0), "CPU", name.id.value_or(0))
+                        .to_string());
+    }
+    return out;
+  };
   Data d;
   d.dims = data_->dims;
   d.global_ids = data_->global_ids;
   d.local_ids = data_->local_ids;
-  for (const std::string& device : data_->local_devices) {
-    DeviceName name = DeviceName::parse(device);
-    d.local_devices.push_back(fmt::format("/job:{}/replica:{}/task:{}/device:CPU:{}",
-                                          name.job.value_or("localhost"), name.replica.value_or(0),
-                                          name.task.value_or(0), name.id.value_or(0)));
-  }
-  if (d.local_devices.empty()) {
-    // A remote mesh keeps its global devices so that it stays describable.
-    for (const std::string& device : data_->global_devices) {
-      DeviceName name = DeviceName::parse(device);
-      d.global_devices.push_back(fmt::format("/job:{}/replica:{}/task:{}/device:CPU:{}",
-                                             name.job.value_or("localhost"),
-                                             name.replica.value_or(0), name.task.value_or(0),
-                                             name.id.value_or(0)));
-    }
-  }
+  d.local_devices = to_cpu(data_->local_devices);
+  // A remote mesh keeps its global devices so that it stays describable.
+  if (d.local_devices.empty()) d.global_devices = to_cpu(data_->global_devices);
   return MeshBuilder::build(std::move(d), MeshOrigin::kParser);
 }
 
