@@ -52,6 +52,20 @@ std::vector<int64_t> row_counts(std::string_view op, int64_t rows, int n,
   return counts;
 }
 
+void check_root(std::string_view op, int root, int size) {
+  if (root < 0 || root >= size) {
+    detail::throw_invalid(kComm, "{}: root {} is not a rank of {}", op, root, size);
+  }
+}
+
+// A point-to-point partner must be another rank; tags below 0 belong to the algorithms.
+void check_peer(std::string_view op, int peer, int tag, int rank, int size) {
+  if (peer < 0 || peer >= size || peer == rank) {
+    detail::throw_invalid(kComm, "{}: peer {} is not another rank of {}", op, peer, size);
+  }
+  if (tag < 0) detail::throw_invalid(kComm, "{}: tag {} is negative", op, tag);
+}
+
 std::string shape_without(const Shape& s, int axis) {
   std::vector<std::string> parts;
   for (int i = 0; i < s.rank(); ++i) parts.push_back(i == axis ? "*" : std::to_string(s[i]));
@@ -165,7 +179,7 @@ void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int 
                                        reduce_op_name(op), root);
   const detail::Signature sig = make_signature(++sequence_, what, what);
   guarded(*transport_, sig, [&] {
-    if (root < 0 || root >= size()) detail::throw_invalid(kComm, "reduce: root {} is not a rank of {}", root, size());
+    check_root("reduce", root, size());
     require_tensor(input, "reduce", "input");
     detail::check_reducible(input.dtype(), op);
     if (rank() == root) {
@@ -186,7 +200,7 @@ void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& 
                                        tensor.defined() ? tensor.num_elements() : 0, root);
   const detail::Signature sig = make_signature(++sequence_, what, what);
   guarded(*transport_, sig, [&] {
-    if (root < 0 || root >= size()) detail::throw_invalid(kComm, "broadcast: root {} is not a rank of {}", root, size());
+    check_root("broadcast", root, size());
     require_tensor(tensor, "broadcast", "tensor");
     detail::direct_broadcast(*transport_, tensor, root, {&sig, deadline_of(options), scratch_});
   });
@@ -215,7 +229,7 @@ Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int ax
   const detail::Signature sig = make_signature(++sequence_, agreed, mine);
   return guarded(*transport_, sig, [&] {
     require_tensor(input, op, "input");
-    if (!all && (root < 0 || root >= size())) detail::throw_invalid(kComm, "gather: root {} is not a rank of {}", root, size());
+    if (!all) check_root("gather", root, size());
     const int a = axis < 0 ? axis + input.rank() : axis;
     if (a < 0 || a >= input.rank()) {
       detail::throw_invalid(kComm, "{}: axis {} is outside a tensor of rank {}", op, axis, input.rank());
@@ -275,7 +289,7 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
   const std::string what = fmt::format("scatter(root {}, counts [{}])", root, fmt::join(counts, ","));
   const detail::Signature sig = make_signature(++sequence_, what, what);
   return guarded(*transport_, sig, [&] {
-    if (root < 0 || root >= size()) detail::throw_invalid(kComm, "scatter: root {} is not a rank of {}", root, size());
+    check_root("scatter", root, size());
     // Every rank learns the root's shape and dtype from the root's post.
     Shape row_shape;
     DType dtype = DType::kF32;
@@ -309,10 +323,7 @@ void Communicator::send(const Tensor& tensor, int peer, int tag, const Collectiv
                                        tensor.defined() ? tensor.nbytes() : 0, peer, tag);
   const detail::Signature sig = make_signature(sequence_, what, what);
   guarded(*transport_, sig, [&] {
-    if (peer < 0 || peer >= size() || peer == rank()) {
-      detail::throw_invalid(kComm, "send: peer {} is not another rank of {}", peer, size());
-    }
-    if (tag < 0) detail::throw_invalid(kComm, "send: tag {} is negative", tag);
+    check_peer("send", peer, tag, rank(), size());
     require_tensor(tensor, "send", "tensor");
     transport_->send(peer, tag, tensor.data(), tensor.nbytes(), sig, deadline_of(options));
   });
@@ -323,10 +334,7 @@ void Communicator::recv(Tensor& tensor, int peer, int tag, const CollectiveOptio
                                        tensor.defined() ? tensor.nbytes() : 0, peer, tag);
   const detail::Signature sig = make_signature(sequence_, what, what);
   guarded(*transport_, sig, [&] {
-    if (peer < 0 || peer >= size() || peer == rank()) {
-      detail::throw_invalid(kComm, "recv: peer {} is not another rank of {}", peer, size());
-    }
-    if (tag < 0) detail::throw_invalid(kComm, "recv: tag {} is negative", tag);
+    check_peer("recv", peer, tag, rank(), size());
     require_tensor(tensor, "recv", "tensor");
     transport_->recv(peer, tag, tensor.data(), tensor.nbytes(), sig, deadline_of(options));
   });

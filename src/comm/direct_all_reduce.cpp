@@ -5,7 +5,7 @@
 //
 // Small buffers take one rendezvous instead of two: with more ranks than cores, each rendezvous
 // costs every rank a context switch, which dominates the time of a small all-reduce. Each rank
-// copies its input into its endpoint's staging memory (Transport::staging) and posts that copy;
+// copies its input into its staging memory (Transport::staging, kept by the group) and posts it;
 // after the rendezvous, every rank reduces all the staged copies into its own output. No rank
 // touches another rank's buffers, so there is no closing barrier. The two staging banks
 // alternate between such calls: a bank is rewritten two small all-reduces later, and every rank
