@@ -1,4 +1,4 @@
-// FaultTransport: a detail::Transport that wraps another endpoint and injects faults, so that
+// FaultTransport: a ForwardingTransport that wraps another endpoint and injects faults, so that
 // tests can make one participant of a group late, stuck, failing or lossy.
 //
 //   Faults f;
@@ -38,6 +38,7 @@
 
 #include "comm/in_process_hub.h"
 #include "comm/transport.h"
+#include "testing/forwarding_transport.h"
 #include "tessel/communicator.h"
 #include "tessel/error.h"
 
@@ -53,10 +54,10 @@ struct Faults {
   std::optional<std::pair<int, int>> drop;  // (peer, tag) of sends never delivered
 };
 
-class FaultTransport : public detail::Transport {
+class FaultTransport : public ForwardingTransport {
  public:
   FaultTransport(std::shared_ptr<detail::Transport> inner, Faults faults)
-      : inner_(std::move(inner)), faults_(std::move(faults)) {}
+      : ForwardingTransport(std::move(inner)), faults_(std::move(faults)) {}
 
   // Ends a current or future stall at once.
   void release() {
@@ -71,25 +72,6 @@ class FaultTransport : public detail::Transport {
   bool failed() const { return failed_.load(); }
   int dropped() const { return dropped_.load(); }
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::vector<std::string>& members() const override { return inner_->members(); }
-  bool shares_memory() const override { return inner_->shares_memory(); }
-
-  std::vector<detail::Post> exchange(const detail::Signature& signature, const detail::Post& mine,
-                                     detail::Deadline deadline) override {
-    before(signature, /*collective=*/true);
-    return inner_->exchange(signature, mine, deadline);
-  }
-  std::vector<detail::Post> share(const detail::Signature& signature, const detail::Post& mine,
-                                  detail::Deadline deadline) override {
-    before(signature, /*collective=*/true);
-    return inner_->share(signature, mine, deadline);
-  }
-  void barrier(const detail::Signature& signature, detail::Deadline deadline) override {
-    before(signature, /*collective=*/true);
-    inner_->barrier(signature, deadline);
-  }
   void send(int peer, int tag, const void* data, size_t bytes, const detail::Signature& signature,
             detail::Deadline deadline) override {
     before(signature, /*collective=*/false);
@@ -97,18 +79,11 @@ class FaultTransport : public detail::Transport {
       dropped_.fetch_add(1);
       return;
     }
-    inner_->send(peer, tag, data, bytes, signature, deadline);
+    inner().send(peer, tag, data, bytes, signature, deadline);
   }
-  void recv(int peer, int tag, void* data, size_t bytes, const detail::Signature& signature,
-            detail::Deadline deadline) override {
-    before(signature, /*collective=*/false);
-    inner_->recv(peer, tag, data, bytes, signature, deadline);
-  }
-  void abort(const std::string& reason) override { inner_->abort(reason); }
-  void fail(const std::string& reason) override { inner_->fail(reason); }
 
  private:
-  void before(const detail::Signature& signature, bool collective) {
+  void before(const detail::Signature& signature, bool collective) override {
     if (faults_.delay.count() > 0) std::this_thread::sleep_for(faults_.delay);
     if (faults_.stall_at != 0 && signature.sequence == faults_.stall_at && !stall_begun_.load() &&
         calls_at_stall_sequence_++ == faults_.stall_call) {
@@ -125,7 +100,6 @@ class FaultTransport : public detail::Transport {
     }
   }
 
-  const std::shared_ptr<detail::Transport> inner_;
   const Faults faults_;
   std::atomic<bool> stall_begun_{false};
   std::atomic<bool> failed_{false};

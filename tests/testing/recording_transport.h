@@ -1,4 +1,4 @@
-// RecordingTransport: a detail::Transport that forwards to another endpoint and records every
+// RecordingTransport: a ForwardingTransport that records every
 // collective this rank takes part in (one entry per sequence number, with its signature text),
 // so that tests can prove how many collectives a call ran (e.g. N tensors in K fusion buckets
 // -> exactly K all-reduces).
@@ -18,14 +18,15 @@
 
 #include "comm/in_process_hub.h"
 #include "comm/transport.h"
+#include "testing/forwarding_transport.h"
 #include "tessel/communicator.h"
 
 namespace tessel::testing {
 
-class RecordingTransport : public detail::Transport {
+class RecordingTransport : public ForwardingTransport {
  public:
   explicit RecordingTransport(std::shared_ptr<detail::Transport> inner)
-      : inner_(std::move(inner)) {}
+      : ForwardingTransport(std::move(inner)) {}
 
   int collectives() const { return static_cast<int>(signatures_.size()); }
   const std::vector<std::string>& signatures() const { return signatures_; }
@@ -34,48 +35,15 @@ class RecordingTransport : public detail::Transport {
     last_sequence_ = 0;
   }
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::vector<std::string>& members() const override { return inner_->members(); }
-  bool shares_memory() const override { return inner_->shares_memory(); }
-  std::vector<detail::Post> exchange(const detail::Signature& signature, const detail::Post& mine,
-                                     detail::Deadline deadline) override {
-    record(signature);
-    return inner_->exchange(signature, mine, deadline);
-  }
-  std::vector<detail::Post> share(const detail::Signature& signature, const detail::Post& mine,
-                                  detail::Deadline deadline) override {
-    record(signature);
-    return inner_->share(signature, mine, deadline);
-  }
-  void barrier(const detail::Signature& signature, detail::Deadline deadline) override {
-    record(signature);
-    inner_->barrier(signature, deadline);
-  }
-  void send(int peer, int tag, const void* data, size_t bytes, const detail::Signature& signature,
-            detail::Deadline deadline) override {
-    record(signature);
-    inner_->send(peer, tag, data, bytes, signature, deadline);
-  }
-  void recv(int peer, int tag, void* data, size_t bytes, const detail::Signature& signature,
-            detail::Deadline deadline) override {
-    record(signature);
-    inner_->recv(peer, tag, data, bytes, signature, deadline);
-  }
-  void abort(const std::string& reason) override { inner_->abort(reason); }
-  void fail(const std::string& reason) override { inner_->fail(reason); }
-  Staging& staging() override { return inner_->staging(); }
-
  private:
   // A collective may use several transport calls; they share its sequence number.
-  void record(const detail::Signature& signature) {
+  void before(const detail::Signature& signature, bool /*collective*/) override {
     if (signature.sequence != last_sequence_) {
       last_sequence_ = signature.sequence;
       signatures_.push_back(signature.text);
     }
   }
 
-  std::shared_ptr<detail::Transport> inner_;
   std::vector<std::string> signatures_;
   uint64_t last_sequence_ = 0;
 };
