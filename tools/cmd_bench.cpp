@@ -377,19 +377,31 @@ class Broadcast : public Collective {
   Pattern source_;
 };
 
-// all_gather: count elements per rank; the call returns a new [N*count] tensor.
-class AllGather : public Collective {
+// The collectives that move count elements to or from every peer (N*count on the larger side of
+// each rank) and have only the separate-output form: each rank's input tensor and input pattern.
+class PerPeerCollective : public Collective {
  public:
-  AllGather(const Config& c, std::vector<std::unique_ptr<Communicator>>& comms)
+  PerPeerCollective(const Config& c, std::vector<std::unique_ptr<Communicator>>& comms)
       : Collective(c, comms), in_(n_) {
     for (int r = 0; r < n_; ++r) inputs_.push_back(input_pattern(r));
   }
   int64_t count_for(int64_t bytes) const override { return bytes / static_cast<int64_t>(item_) / n_; }
   int64_t size_of(int64_t count) const override { return count * n_ * static_cast<int64_t>(item_); }
   double bus_factor() const override { return (n_ - 1.0) / n_; }
+  bool has_mode(bool in_place) const override { return !in_place; }
+  void teardown(int r) override { in_[r] = Tensor(); }
+
+ protected:
+  std::vector<Tensor> in_;
+  std::vector<Pattern> inputs_;
+};
+
+// all_gather: count elements per rank; the call returns a new [N*count] tensor.
+class AllGather : public PerPeerCollective {
+ public:
+  using PerPeerCollective::PerPeerCollective;
   double min_traffic(int64_t count) const override { return (n_ + 1.0) * size_of(count); }
   double footprint(int64_t count) const override { return (n_ + 1.0) * size_of(count) + n_ * size_of(count); }
-  bool has_mode(bool in_place) const override { return !in_place; }
 
   void setup(int r, int64_t count) override {
     in_[r] = Tensor::zeros(Shape{count}, c_.dtype);
@@ -405,27 +417,16 @@ class AllGather : public Collective {
     for (int k = 0; k < n_; ++k) wrong += inputs_[k].count_wrong(p + k * count * item_, 0, count);
     return wrong;
   }
-  void teardown(int r) override { in_[r] = Tensor(); }
-
- private:
-  std::vector<Tensor> in_;
-  std::vector<Pattern> inputs_;
 };
 
 // reduce_scatter: N*count elements in per rank, count out (rank r keeps block r).
-class ReduceScatter : public Collective {
+class ReduceScatter : public PerPeerCollective {
  public:
   ReduceScatter(const Config& c, std::vector<std::unique_ptr<Communicator>>& comms)
-      : Collective(c, comms), in_(n_), reduced_(reduced_pattern()) {
-    for (int r = 0; r < n_; ++r) inputs_.push_back(input_pattern(r));
-  }
-  int64_t count_for(int64_t bytes) const override { return bytes / static_cast<int64_t>(item_) / n_; }
-  int64_t size_of(int64_t count) const override { return count * n_ * static_cast<int64_t>(item_); }
-  double bus_factor() const override { return (n_ - 1.0) / n_; }
+      : PerPeerCollective(c, comms), reduced_(reduced_pattern()) {}
   double min_traffic(int64_t count) const override { return (n_ + 1.0) * size_of(count); }
   double footprint(int64_t count) const override { return (n_ + 1.0) * size_of(count) + size_of(count); }
   std::string redop() const override { return std::string(reduce_op_name(c_.op)); }
-  bool has_mode(bool in_place) const override { return !in_place; }
 
   void setup(int r, int64_t count) override {
     count_ = count;
@@ -438,28 +439,18 @@ class ReduceScatter : public Collective {
     if (result.num_elements() != count_) return count_;
     return reduced_.count_wrong(result.data(), r * count_, count_);
   }
-  void teardown(int r) override { in_[r] = Tensor(); }
 
  private:
-  std::vector<Tensor> in_;
-  std::vector<Pattern> inputs_;
   Pattern reduced_;
   std::atomic<int64_t> count_{0};  // every rank stores the same value in setup()
 };
 
 // all_to_all: count elements to every peer; N*count in and out per rank.
-class AllToAll : public Collective {
+class AllToAll : public PerPeerCollective {
  public:
-  AllToAll(const Config& c, std::vector<std::unique_ptr<Communicator>>& comms)
-      : Collective(c, comms), in_(n_) {
-    for (int r = 0; r < n_; ++r) inputs_.push_back(input_pattern(r));
-  }
-  int64_t count_for(int64_t bytes) const override { return bytes / static_cast<int64_t>(item_) / n_; }
-  int64_t size_of(int64_t count) const override { return count * n_ * static_cast<int64_t>(item_); }
-  double bus_factor() const override { return (n_ - 1.0) / n_; }
+  using PerPeerCollective::PerPeerCollective;
   double min_traffic(int64_t count) const override { return 2.0 * n_ * size_of(count); }
   double footprint(int64_t count) const override { return 3.0 * n_ * size_of(count); }
-  bool has_mode(bool in_place) const override { return !in_place; }
 
   void setup(int r, int64_t count) override {
     count_ = count;
@@ -475,11 +466,8 @@ class AllToAll : public Collective {
     for (int k = 0; k < n_; ++k) wrong += inputs_[k].count_wrong(p + k * count_ * item_, r * count_, count_);
     return wrong;
   }
-  void teardown(int r) override { in_[r] = Tensor(); }
 
  private:
-  std::vector<Tensor> in_;
-  std::vector<Pattern> inputs_;
   std::atomic<int64_t> count_{0};  // every rank stores the same value in setup()
 };
 
