@@ -39,8 +39,7 @@ Tensor FusedAllReducer::tensor_view(int tensor_index) const {
     detail::throw_invalid(kComponent, "tensor index {} is outside [0, {})", tensor_index,
                           plan_.tensors.size());
   }
-  const auto i = static_cast<size_t>(tensor_index);
-  return buckets_[static_cast<size_t>(plan_.bucket_of[i])]->field_view(plan_.field_of[i]);
+  return results_[static_cast<size_t>(tensor_index)];
 }
 
 const std::vector<Tensor>& FusedAllReducer::all_reduce(const std::vector<Tensor>& inputs,
