@@ -153,6 +153,9 @@ class CrossDeviceOps {
   std::vector<Device*> destinations_of(const Destinations& destinations) const;
   // The devices of the value's components; two components on one device: kInvalidArgument.
   std::vector<Device*> devices_of(const DistributedValues& value) const;
+  // Whether every pair's value and destinations lie on one and the same device set (checking
+  // every pair's devices and destinations as above, in pair order).
+  bool on_one_device_set(const std::vector<ValueDestinationPair>& pairs) const;
   // The plan being filled by the current call.
   CrossDevicePlan& plan() { return plan_; }
   void set_num_between_graph_workers(int n) { num_workers_ = n; }

@@ -66,13 +66,7 @@ Mirrored AllReduceCrossDeviceOps::reduce_implementation(ReduceOp reduce_op,
 std::vector<Mirrored> AllReduceCrossDeviceOps::batch_reduce_implementation(
     ReduceOp reduce_op, const std::vector<ValueDestinationPair>& pairs,
     const CommunicationOptions& options) {
-  const std::vector<Device*> first = devices_of(pairs.front().first);
-  bool all_match = true;
-  for (const auto& [value, dest] : pairs) {
-    const std::vector<Device*> devices = devices_of(value);
-    all_match = all_match && detail::same_devices(devices, destinations_of(dest)) &&
-                detail::same_devices(devices, first);
-  }
+  const bool all_match = on_one_device_set(pairs);
   if (all_match) return batch_all_reduce(reduce_op, pairs, options);
   std::vector<Mirrored> out;
   for (const auto& [value, dest] : pairs) {

@@ -141,13 +141,7 @@ Mirrored CollectiveAllReduce::reduce_implementation(ReduceOp reduce_op,
 std::vector<Mirrored> CollectiveAllReduce::batch_reduce_implementation(
     ReduceOp reduce_op, const std::vector<ValueDestinationPair>& pairs,
     const CommunicationOptions& options) {
-  const std::vector<Device*> first = devices_of(pairs.front().first);
-  bool all_match = true;
-  for (const auto& [value, dest] : pairs) {
-    const std::vector<Device*> devices = devices_of(value);
-    all_match = all_match && detail::same_devices(devices, destinations_of(dest)) &&
-                detail::same_devices(devices, first);
-  }
+  const bool all_match = on_one_device_set(pairs);
   std::vector<Mirrored> out;
   if (!all_match) {
     // TF: "Efficient batch_reduce is not supported if destinations are different."

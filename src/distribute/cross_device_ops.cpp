@@ -178,6 +178,20 @@ std::vector<Device*> CrossDeviceOps::devices_of(const DistributedValues& value) 
   return out;
 }
 
+bool CrossDeviceOps::on_one_device_set(const std::vector<ValueDestinationPair>& pairs) const {
+  bool all_match = true;
+  std::vector<Device*> first;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto& [value, dest] = pairs[i];
+    const std::vector<Device*> dests = destinations_of(dest);
+    const std::vector<Device*> devices = devices_of(value);
+    if (i == 0) first = devices;
+    all_match =
+        all_match && detail::same_devices(devices, dests) && detail::same_devices(devices, first);
+  }
+  return all_match;
+}
+
 Mirrored CrossDeviceOps::reduce(ReduceOp reduce_op, const DistributedValues& per_replica_value,
                                 const Destinations& destinations,
                                 const CommunicationOptions& options) {
@@ -209,16 +223,7 @@ std::vector<Mirrored> CrossDeviceOps::batch_reduce(
     plan_.path = "empty";
     return {};
   }
-  bool all_match = true;
-  std::vector<Device*> first;
-  for (size_t i = 0; i < value_destination_pairs.size(); ++i) {
-    const auto& [value, dest] = value_destination_pairs[i];
-    const std::vector<Device*> dests = destinations_of(dest);
-    const std::vector<Device*> devices = devices_of(value);
-    if (i == 0) first = devices;
-    all_match =
-        all_match && detail::same_devices(devices, dests) && detail::same_devices(devices, first);
-  }
+  const bool all_match = on_one_device_set(value_destination_pairs);
   scope.validated = true;
   if (num_workers_ == 1 && all_match && value_destination_pairs[0].first.size() == 1) {
     plan_.path = "single_replica_shortcut";
