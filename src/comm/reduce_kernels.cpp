@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -64,14 +66,40 @@ void combine_block(A* acc, const T* in, int64_t n) {
   }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The same loop compiled for AVX2 (twice the vector width of the SSE2 baseline), taken when
+// the CPU has it and TESSEL_NO_AVX2 is unset: 18% off a 4 MiB all-reduce over 4 devices here
+// (docs/benchmarks.md). Its callees are inline baseline code, which GCC and Clang inline into it.
+#define TESSEL_HAVE_AVX2_KERNELS 1
+template <typename A, typename T, ReduceOp kOp>
+__attribute__((target("avx2"))) void combine_block_avx2(A* acc, const T* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    acc[i] = combine<A>(kOp, acc[i], Traits<T>::load(in[i]));
+  }
+}
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && !getenv("TESSEL_NO_AVX2");
+  return has;
+}
+#endif
+
+template <typename A, typename T, ReduceOp kOp>
+void combine_block_best(A* acc, const T* in, int64_t n) {
+#if defined(TESSEL_HAVE_AVX2_KERNELS)
+  if (cpu_has_avx2()) return combine_block_avx2<A, T, kOp>(acc, in, n);
+#endif
+  combine_block<A, T, kOp>(acc, in, n);
+}
+
 template <typename A, typename T>
 void combine_block(ReduceOp op, A* acc, const T* in, int64_t n) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kMean: return combine_block<A, T, ReduceOp::kSum>(acc, in, n);
-    case ReduceOp::kProd: return combine_block<A, T, ReduceOp::kProd>(acc, in, n);
-    case ReduceOp::kMax: return combine_block<A, T, ReduceOp::kMax>(acc, in, n);
-    case ReduceOp::kMin: return combine_block<A, T, ReduceOp::kMin>(acc, in, n);
+    case ReduceOp::kMean: return combine_block_best<A, T, ReduceOp::kSum>(acc, in, n);
+    case ReduceOp::kProd: return combine_block_best<A, T, ReduceOp::kProd>(acc, in, n);
+    case ReduceOp::kMax: return combine_block_best<A, T, ReduceOp::kMax>(acc, in, n);
+    case ReduceOp::kMin: return combine_block_best<A, T, ReduceOp::kMin>(acc, in, n);
   }
 }
 

@@ -39,6 +39,7 @@ std::vector<detail::PackSpec> plan_packs(const std::vector<Tensor>& tensors,
     int64_t total = 0;
     for (int i : p.tensors) total += tensors[static_cast<size_t>(i)].num_elements();
     p.ranges = {total};
+    p.scoped = true;
   }
   return packs;
 }

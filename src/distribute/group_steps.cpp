@@ -9,6 +9,7 @@
 #include "distribute/kernels.h"
 #include "distribute/launch.h"
 #include "distribute/ops_internal.h"
+#include "tessel/scoped_allocator.h"
 
 namespace tessel::detail {
 namespace {
@@ -70,6 +71,29 @@ std::vector<std::vector<Tensor>> all_reduce_dense(const GroupJob& job,
         out[static_cast<size_t>(p.tensors[0])] = y;
         continue;
       }
+      if (p.scoped) {
+        // A bytes_per_pack pack: one scoped allocation (fields at 64-byte offsets), inputs
+        // copied into their fields, one all_reduce over the backing, results are the fields.
+        // The scope is per call: the caller owns the results (persistent buckets whose views
+        // are overwritten every step are FusedAllReducer's, for callers that want them).
+        std::vector<Shape> shapes;
+        for (int t : p.tensors) shapes.push_back(in[static_cast<size_t>(t)].shape());
+        ScopedAllocator scope(std::move(shapes), in[static_cast<size_t>(p.tensors[0])].dtype(),
+                              "batch_all_reduce_pack", /*scope_id=*/0,
+                              static_cast<int>(p.tensors.size()), dev.allocator());
+        const std::vector<Tensor>& fields = scope.allocate_all();
+        for (size_t f = 0; f < fields.size(); ++f)
+          Tensor(fields[f]).copy_from(in[static_cast<size_t>(p.tensors[f])]);
+        Tensor all = scope.concat(scope.backing(), fields);
+        comm.all_reduce(all, all, comm_op, copts);
+        scope.close();
+        for (size_t f = 0; f < fields.size(); ++f) {
+          Tensor result = fields[f];
+          if (divide_after) divide_in_place(result, divisor);
+          out[static_cast<size_t>(p.tensors[f])] = std::move(result);
+        }
+        continue;
+      }
       int64_t total = 0;
       for (int t : p.tensors) total += in[static_cast<size_t>(t)].num_elements();
       Tensor buffer = dev.allocate(Shape{total}, in[static_cast<size_t>(p.tensors[0])].dtype(),
@@ -97,7 +121,16 @@ std::vector<std::vector<Tensor>> all_reduce_dense(const GroupJob& job,
   const std::string algorithm = resolved_algorithm_name(copts.algorithm);
   for (const PackSpec& p : packs) {
     const DType dtype = inputs[0][static_cast<size_t>(p.tensors[0])].dtype();
-    for (int64_t r : p.ranges) {
+    std::vector<int64_t> counts = p.ranges;
+    if (p.tensors.size() > 1 && p.scoped) {
+      // The scoped backing: fields padded to 64 bytes.
+      std::vector<Shape> shapes;
+      for (int t : p.tensors) shapes.push_back(inputs[0][static_cast<size_t>(t)].shape());
+      int64_t bytes = 0;
+      scoped_layout(shapes, dtype, 0, &bytes);
+      counts = {bytes / static_cast<int64_t>(dtype_size(dtype))};
+    }
+    for (int64_t r : counts) {
       plan.steps.push_back(PlanStep{"all_reduce", algorithm, static_cast<int>(p.tensors.size()), r,
                                     dtype, names_of(devices)});
     }

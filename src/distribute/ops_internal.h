@@ -46,6 +46,9 @@ Mirrored gather_to_one(Device& reduce_device, const DistributedValues& value,
 struct PackSpec {
   std::vector<int> tensors;
   std::vector<int64_t> ranges;
+  // A bytes_per_pack pack (one range): the tensors live in one ScopedAllocator's fields
+  // (64-byte aligned) and the collective runs over its backing. Otherwise TF's concat-and-split.
+  bool scoped = false;
 };
 
 // One collective job over `devices` (this worker's; rank order comes from the group).

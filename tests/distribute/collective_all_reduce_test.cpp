@@ -86,8 +86,9 @@ TEST(CrossDeviceCollective, BytesPerPackGroupsGreedily) {
   ops.batch_reduce(ReduceOp::kSum, pairs, kBounded);             // instance options apply (merge)
   const auto steps = ops.last_plan().steps;
   ASSERT_EQ(steps.size(), 2u);
-  EXPECT_EQ(steps[0].num_elements, 200);  // tensors 3 and 2
-  EXPECT_EQ(steps[1].num_elements, 125);  // tensors 1 and 0
+  // Each pack is one scoped backing, fields padded to 64 bytes: 400 B -> 448 B, 100 B -> 128 B.
+  EXPECT_EQ(steps[0].num_elements, 224);  // tensors 3 and 2
+  EXPECT_EQ(steps[1].num_elements, 144);  // tensors 1 and 0
 }
 
 TEST(CrossDeviceCollective, ImplementationPicksTheAlgorithm) {
@@ -238,6 +239,31 @@ TEST(CrossDeviceCollective, AMissingWorkerIsADeadline) {
   EXPECT_TESSEL_ERROR(ops.reduce(ReduceOp::kSum, v, v), ErrorCode::kDeadlineExceeded,
                       "only 2 of 4 devices joined before the deadline");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(CrossDeviceCollective, PackedResultsAreFieldsOfOneScopedBacking) {
+  // Seed 135 through tf.distribute: a bytes_per_pack pack is one scoped allocation, one
+  // collective, and the results are that allocation's 64-byte-aligned fields (no copy out).
+  Runtime rt({.num_cpu_devices = 2});
+  std::vector<ValueDestinationPair> pairs;
+  for (int k = 0; k < 3; ++k) {
+    const PerReplica v({cpu(0), cpu(1)}, {Tensor::full(Shape{3 + k}, DType::kF32, k),
+                                          Tensor::full(Shape{3 + k}, DType::kF32, 1)});
+    pairs.emplace_back(v, v);
+  }
+  CollectiveAllReduce ops({cpu(0), cpu(1)}, 2, {}, rt);
+  const auto out = ops.batch_reduce(ReduceOp::kSum, pairs, CommunicationOptions(0, 10.0));
+  ASSERT_EQ(ops.last_plan().num_collectives(), 1);
+  for (int d = 0; d < 2; ++d) {
+    const Tensor first = out[0].tensor(d);
+    for (int k = 0; k < 3; ++k) {
+      const Tensor t = out[static_cast<size_t>(k)].tensor(d);
+      EXPECT_TRUE(t.shares_storage_with(first)) << "tensor " << k << " device " << d;
+      EXPECT_EQ(t.storage_offset() * 4 % 64, 0) << "tensor " << k;
+      EXPECT_EQ(t.to_vector<float>(), std::vector<float>(static_cast<size_t>(3 + k), k + 1.0f));
+    }
+    EXPECT_FALSE(first.shares_storage_with(out[0].tensor(1 - d)));  // one backing per device
+  }
 }
 
 }  // namespace
