@@ -26,9 +26,11 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessel/allocator.h"
+#include "tessel/box.h"
 #include "tessel/collective_options.h"
 #include "tessel/reduce_op.h"
 #include "tessel/tensor.h"
@@ -76,6 +78,33 @@ class Communicator {
   // equal splits (input rows must divide by N).
   Tensor all_to_all(const Tensor& input, const std::vector<int64_t>& send_counts = {},
                     const CollectiveOptions& options = {});
+  // Block collectives over one global row-major array (MPI_Alltoallw with subarray types): the
+  // building blocks of relayout (dtensor). Every rank passes the same `transfers`: transfer t
+  // moves the global region t.box from rank t.from's `input` (which holds the block starting
+  // at input_origins[t.from]) into rank t.to's `output` (the block starting at
+  // output_origins[t.to]). from == to is a local copy. A rank without an input or an output
+  // passes a null Tensor. `label` names the collective in signatures and errors ("all_gather",
+  // "all_to_all", "send_recv"). Regions outside the holding blocks, or origins of the wrong
+  // count or rank: kInvalidArgument. Shared memory: each receiver copies its regions straight
+  // from the senders' inputs (one copy per byte); otherwise the sender packs each region and
+  // sends it (buffered point to point), the receiver unpacks it.
+  struct BoxTransfer {
+    int from = 0;
+    int to = 0;
+    Box box;
+  };
+  void transfer_boxes(const Tensor& input, const std::vector<std::vector<int64_t>>& input_origins,
+                      Tensor& output, const std::vector<std::vector<int64_t>>& output_origins,
+                      const std::vector<BoxTransfer>& transfers, std::string_view label,
+                      const CollectiveOptions& options = {});
+  // Reduce-scatter of boxes: every rank's `input` holds the same block (starting at
+  // `input_origin`, equal on every rank) of N partial arrays; rank r's `output` receives op over
+  // the ranks of the region `output_boxes[r]` (inside the input block; boxes may be empty).
+  // Shared memory: every rank reduces its own box reading all inputs (no temporary memory);
+  // otherwise inputs are packed box by box and reduce_scatter runs with those counts.
+  void reduce_scatter_boxes(const Tensor& input, const std::vector<int64_t>& input_origin,
+                            Tensor& output, const std::vector<Box>& output_boxes, ReduceOp op,
+                            const CollectiveOptions& options = {});
   // all_gather delivered to `root` only; other ranks get a null Tensor.
   Tensor gather(const Tensor& input, int root, int axis = 0, const CollectiveOptions& options = {});
   // Root's input split along axis 0 (chunk semantics, or `counts`); rank r receives block r.
