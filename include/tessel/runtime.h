@@ -20,6 +20,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,6 +57,9 @@ class Runtime {
 
   // The options with num_cpu_devices resolved to the actual count.
   const RuntimeOptions& options() const { return options_; }
+  // Unique among the Runtimes of this process, never reused (keys per-runtime state of higher
+  // layers, such as the communicator groups of relayout).
+  uint64_t id() const { return id_; }
   int num_devices() const { return static_cast<int>(devices_.size()); }
   // By position, 0 <= index < num_devices(); otherwise kOutOfRange naming index and count.
   Device& device(int index) const;
@@ -77,6 +81,7 @@ class Runtime {
 
  private:
   RuntimeOptions options_;                        // as resolved
+  uint64_t id_ = 0;
   std::vector<std::unique_ptr<Device>> devices_;  // owned, in index order
   std::vector<Device*> device_ptrs_;              // the same, for devices()
 };

@@ -1,6 +1,7 @@
 // Runtime: options and environment, device lookup, synchronize across devices.
 #include "tessel/runtime.h"
 
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
@@ -94,6 +95,8 @@ void synchronize_devices(const std::vector<Device*>& devices,
 }  // namespace
 
 Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1);
   options_.num_cpu_devices = resolve_num_devices(options_.num_cpu_devices);
   try {
     (void)DeviceName::make(options_.job, options_.replica, options_.task, "CPU", 0);

@@ -1,0 +1,72 @@
+// DTensor: one global tensor laid out over a mesh of devices (TensorFlow DTensor's DTensor).
+//
+// A DTensor has a global shape, a dtype and a Layout; it holds one component per LOCAL device of
+// its layout's mesh, in mesh.local_devices() order: component i is the block of the global
+// tensor that the ShardMap (shard_map.h) gives that device, allocated from the device (so the
+// device's memory statistics count it), contiguous. Devices of other processes (a multi-client
+// mesh) hold their own components; a mesh with no local device (remote) gives a DTensor with no
+// components. A Partial layout means every component holds a pending term of a reduction over
+// the partial mesh dimensions (see layout.h); to_host() reduces it.
+//
+//   Mesh mesh = Mesh::create({{"x", 4}});
+//   DTensor d = copy_to_mesh(Tensor::random_uniform({10, 6}, DType::kF32, 7),
+//                            Layout({"x", "unsharded"}, mesh));
+//   d.component(1)          // rows [3, 6) on CPU:1 (chunk semantics: 3, 3, 3, 1 rows)
+//   relayout(d, Layout({"unsharded", "x"}, mesh))   // see relayout.h
+//
+// Make DTensors with pack / copy_to_mesh / relayout (dtensor_api.h, relayout.h); the
+// constructor below checks every invariant and is for those functions and the op layer.
+//
+// Thread safety: an immutable value (components share storage like Tensor handles).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tessel/device.h"
+#include "tessel/dtype.h"
+#include "tessel/layout.h"
+#include "tessel/runtime.h"
+#include "tessel/shape.h"
+#include "tessel/tensor.h"
+
+namespace tessel {
+
+class DTensor {
+ public:
+  DTensor() = default;  // null: defined() is false
+  // Checks: the layout is a tensor layout (not empty, no match/any specs, rank == shape rank),
+  // every local device of the mesh exists in `runtime`, components.size() equals the local
+  // device count, and component i has `dtype`, is contiguous and has its block's shape.
+  // Violations: kInvalidArgument naming the component, its shape and the expected one.
+  DTensor(Layout layout, Shape global_shape, DType dtype, std::vector<Tensor> components,
+          Runtime& runtime);
+
+  bool defined() const { return runtime_ != nullptr; }
+  const Layout& layout() const { return layout_; }
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int rank() const { return shape_.rank(); }
+  // Bytes of the global tensor (elements * dtype size).
+  int64_t nbytes() const;
+
+  int num_components() const { return static_cast<int>(components_.size()); }
+  const Tensor& component(int local_index) const;  // kOutOfRange for a bad index
+  const std::vector<Tensor>& components() const { return components_; }
+  // The device of component i (mesh.local_devices()[i] in the runtime).
+  Device& device(int local_index) const;
+  Runtime& runtime() const;  // kFailedPrecondition on a null DTensor
+
+  // "DTensor(shape=[8, 6], dtype=f32, layout=sharding_specs:x,unsharded, mesh:...)"
+  std::string to_string() const;
+
+ private:
+  Layout layout_;
+  Shape shape_;
+  DType dtype_ = DType::kF32;
+  std::vector<Tensor> components_;
+  std::vector<Device*> devices_;  // per component
+  Runtime* runtime_ = nullptr;
+};
+
+}  // namespace tessel
