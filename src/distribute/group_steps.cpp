@@ -7,7 +7,7 @@
 
 #include "core/errors.h"
 #include "distribute/kernels.h"
-#include "distribute/launch.h"
+#include "runtime/launch.h"
 #include "distribute/ops_internal.h"
 #include "tessel/scoped_allocator.h"
 
@@ -26,7 +26,7 @@ void run_group(const GroupJob& job, const std::string& step,
     tasks.push_back({job.devices[d], [group, comm, fn, d] { fn(d, *comm); }});
   }
   try {
-    run_on_streams(step, std::move(tasks), job.timeout,
+    run_on_streams("CrossDeviceOps", step, std::move(tasks), job.timeout,
                    [group](const std::string& reason) { group->abort(reason); });
   } catch (...) {
     job.cache->evict(group);

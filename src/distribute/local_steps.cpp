@@ -4,7 +4,7 @@
 
 #include "core/errors.h"
 #include "distribute/kernels.h"
-#include "distribute/launch.h"
+#include "runtime/launch.h"
 #include "distribute/ops_internal.h"
 
 namespace tessel::detail {
@@ -67,7 +67,7 @@ Mirrored copy_to_devices(const Value& value, const std::vector<Device*>& dests,
     tasks.push_back({d, [results, j, d, value] { (*results)[j] = copy_value(*d, value); }});
   }
   plan.steps.push_back(copy_step(value, dests));
-  run_on_streams("copy", std::move(tasks), timeout);
+  run_on_streams("CrossDeviceOps", "copy", std::move(tasks), timeout);
   return Mirrored(names_of(dests), *results);
 }
 
@@ -114,7 +114,7 @@ Mirrored reduce_to_one(Device& reduce_device, const ReductionToOneDevice::Accumu
                                 dtype_of_value(first), names_of(value_devices)});
   plan.steps.push_back(copy_step(first, dests));
   if (op == ReduceOp::kMean) plan.mean_divisors.push_back(count);
-  run_on_streams("reduce_to_one", {{rd, work}}, timeout);
+  run_on_streams("CrossDeviceOps", "reduce_to_one", {{rd, work}}, timeout);
   return Mirrored(names_of(dests), *results);
 }
 
@@ -135,7 +135,7 @@ Mirrored gather_to_one(Device& reduce_device, const DistributedValues& value,
   plan.steps.push_back(PlanStep{"gather_to_one", rd->name(), static_cast<int>(inputs.size()), total,
                                 inputs[0].dtype(), names_of(value_devices)});
   plan.steps.push_back(PlanStep{"copy", "", 1, total, inputs[0].dtype(), names_of(dests)});
-  run_on_streams("gather_to_one", {{rd, work}}, timeout);
+  run_on_streams("CrossDeviceOps", "gather_to_one", {{rd, work}}, timeout);
   return Mirrored(names_of(dests), *results);
 }
 

@@ -1,5 +1,5 @@
 // Internal: stream launches with bounded waits and root-cause errors (see launch.h).
-#include "distribute/launch.h"
+#include "runtime/launch.h"
 
 #include <condition_variable>
 #include <exception>
@@ -85,7 +85,8 @@ struct Ticket {
 
 // The root cause among the failures (the first that is not kAborted), thrown as a new Error
 // naming its step and device.
-[[noreturn]] void throw_root_cause(const std::string& step, const std::vector<StreamTask>& tasks,
+[[noreturn]] void throw_root_cause(const std::string& component, const std::string& step,
+                                   const std::vector<StreamTask>& tasks,
                                    const std::vector<Failure>& failures) {
   size_t pick = failures.size();
   for (size_t i = 0; i < failures.size(); ++i) {
@@ -97,8 +98,8 @@ struct Ticket {
     }
   }
   const Failure& f = failures[pick];
-  if (f.names_step) throw Error(f.code, "CrossDeviceOps", f.what);
-  throw_error(f.code, "CrossDeviceOps", "{} on {} failed: {}", step, tasks[pick].device->name(),
+  if (f.names_step) throw Error(f.code, component, f.what);
+  throw_error(f.code, component, "{} on {} failed: {}", step, tasks[pick].device->name(),
               f.what);
 }
 
@@ -112,7 +113,8 @@ std::mutex& launch_mutex() {
 
 }  // namespace
 
-void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
+void run_on_streams(const std::string& component, const std::string& step,
+                    std::vector<StreamTask> tasks,
                     std::chrono::milliseconds timeout,
                     const std::function<void(const std::string&)>& abort) {
   if (tasks.empty()) return;
@@ -184,7 +186,7 @@ void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
       lock.unlock();
       if (abort) abort(reason);
       lock.lock();
-      if (!any_error) throw Error(ErrorCode::kDeadlineExceeded, "CrossDeviceOps", reason);
+      if (!any_error) throw Error(ErrorCode::kDeadlineExceeded, component, reason);
       break;
     }
     if (any_queued) {
@@ -196,7 +198,7 @@ void run_on_streams(const std::string& step, std::vector<StreamTask> tasks,
   const std::vector<Failure> failures = launch->failures;
   lock.unlock();
   for (const Failure& f : failures) {
-    if (f.failed) throw_root_cause(step, tasks, failures);
+    if (f.failed) throw_root_cause(component, step, tasks, failures);
   }
 }
 
