@@ -13,6 +13,7 @@
 // Thread safety: CommunicatorPool is safe to use from every device thread at once.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,14 @@ GroupPosition group_position(const Mesh& mesh, const std::vector<std::string>& d
 
 class CommunicatorPool {
  public:
+  // Makes one group's communicators (rank order) from its size and member names.
+  using GroupFactory = std::function<std::vector<std::unique_ptr<Communicator>>(
+      int size, std::vector<std::string> names)>;
+  // Groups over the in-process transport (make_in_process_communicators).
+  CommunicatorPool();
+  // Groups made by `factory` (tests: recording or fault-injecting transports).
+  explicit CommunicatorPool(GroupFactory factory);
+
   // The communicator of the device at mesh `offset` for the group over `dims`. The group's
   // members are named by their device names. Errors as collective_groups; a bad offset:
   // kInvalidArgument.
@@ -49,6 +58,7 @@ class CommunicatorPool {
 
  private:
   using Key = std::tuple<uint64_t, std::vector<std::string>, int>;  // mesh, dims, group
+  GroupFactory factory_;
   mutable std::mutex mu_;
   std::map<Key, std::vector<std::unique_ptr<Communicator>>> groups_;  // rank-ordered handles
 };

@@ -13,7 +13,7 @@
 //   local_slice     keep a sub-block of the local block (replicated -> sharded): no communication
 //   local_partial   replicated -> Partial: the first device of each group keeps the value, the
 //                   others take the reduction's identity (sum: 0, prod: 1; max/min/mean keep it)
-//   all_gather      sharded -> replicated along `mesh_dims` on `tensor_dims[0]`
+//   all_gather      sharded -> replicated along `mesh_dims` on `tensor_dims`
 //   all_to_all      the sharding moves from tensor_dims[0] to tensor_dims[1] along `mesh_dims`
 //   all_reduce      Partial over `mesh_dims` -> replicated
 //   reduce_scatter  Partial over `mesh_dims` -> sharded on `tensor_dims[0]`
@@ -29,7 +29,9 @@
 // layouts (all_reduce / reduce_scatter), several mesh dimensions on one tensor dimension, uneven
 // shards (chunk semantics: a collective step is used only when the blocks nest exactly, else
 // send_recv), swapped mesh dimensions and other meshes (send_recv instead of gather-then-slice).
-// No step moves a byte that its target does not need.
+// No step moves a byte that its target does not need; where collectives would move more in total
+// than sending the blocks directly (x,unsharded -> y,unsharded: a gather then a slice), the plan
+// is one send_recv.
 //
 // Thread safety: pure functions and value types.
 #pragma once
@@ -75,8 +77,12 @@ struct RelayoutStep {
   Layout to;                           // layout after the step
   // The most bytes any one device sends (to other devices) in this step.
   int64_t bytes_per_device = 0;
-  // The most bytes any one device allocates during the step: its output block plus any
-  // temporary buffer (the input block is not counted: it exists before the step).
+  // Bytes sent between devices in this step, summed over the devices.
+  int64_t bytes_total = 0;
+  // The most bytes any one device holds for the relayout during the step: its output block,
+  // plus its input block when that is an earlier step's output (the source tensor's block is
+  // not counted: it exists before the relayout). Block moves and reductions run in place on
+  // shared memory and need no other temporary.
   int64_t peak_bytes = 0;
   std::vector<std::string> participants;   // device names; transfers index into it
   std::vector<RelayoutTransfer> transfers;  // block-moving steps only
@@ -93,8 +99,9 @@ struct RelayoutPlan {
   Layout to;  // the target with every `match` resolved
   std::vector<RelayoutStep> steps;  // empty: nothing to do (same layout)
 
-  // Sum over the steps of bytes_per_device, and the largest peak_bytes.
+  // Sums over the steps of bytes_per_device and bytes_total, and the largest peak_bytes.
   int64_t bytes_per_device() const;
+  int64_t bytes_total() const;
   int64_t peak_bytes() const;
   // A header line, then one line per step (see the example above).
   std::string to_string() const;

@@ -78,6 +78,10 @@ GroupPosition group_position(const Mesh& mesh, const std::vector<std::string>& d
   return p;
 }
 
+CommunicatorPool::CommunicatorPool() : CommunicatorPool(make_in_process_communicators) {}
+
+CommunicatorPool::CommunicatorPool(GroupFactory factory) : factory_(std::move(factory)) {}
+
 Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::string>& dims,
                                     int64_t offset) {
   const GroupPosition p = group_position(mesh, dims, offset);
@@ -89,7 +93,7 @@ Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::str
   if (it == groups_.end()) {
     std::vector<std::string> names;
     for (int64_t o : p.members) names.push_back(member_name(mesh, o));
-    it = groups_.emplace(key, make_in_process_communicators(static_cast<int>(names.size()), names)).first;
+    it = groups_.emplace(key, factory_(static_cast<int>(names.size()), names)).first;
   }
   return *it->second[static_cast<size_t>(p.rank)];
 }

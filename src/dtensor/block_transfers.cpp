@@ -88,6 +88,14 @@ int64_t max_bytes_sent(const std::vector<RelayoutTransfer>& transfers, int parti
   return most * static_cast<int64_t>(dtype_size(dtype));
 }
 
+int64_t total_bytes_sent(const std::vector<RelayoutTransfer>& transfers, DType dtype) {
+  int64_t total = 0;
+  for (const RelayoutTransfer& t : transfers) {
+    if (t.from != t.to) total += t.box.num_elements();
+  }
+  return total * static_cast<int64_t>(dtype_size(dtype));
+}
+
 int64_t max_block_bytes(const std::vector<MaybeBox>& blocks, DType dtype) {
   int64_t most = 0;
   for (const MaybeBox& b : blocks) {

@@ -35,6 +35,8 @@ std::optional<std::vector<RelayoutTransfer>> block_transfers(const std::vector<M
 // The most bytes any participant sends to another one.
 int64_t max_bytes_sent(const std::vector<RelayoutTransfer>& transfers, int participants,
                        DType dtype);
+// Bytes sent between participants, summed.
+int64_t total_bytes_sent(const std::vector<RelayoutTransfer>& transfers, DType dtype);
 // The largest block of `blocks`, in bytes.
 int64_t max_block_bytes(const std::vector<MaybeBox>& blocks, DType dtype);
 

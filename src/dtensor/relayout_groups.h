@@ -13,5 +13,7 @@ namespace tessel::detail {
 
 std::shared_ptr<CommunicatorPool> relayout_groups(const Runtime& runtime);
 void drop_relayout_groups(const Runtime& runtime);
+// Tests: the runtime's groups from now on come from `factory` (recording transports).
+void set_relayout_group_factory(const Runtime& runtime, CommunicatorPool::GroupFactory factory);
 
 }  // namespace tessel::detail

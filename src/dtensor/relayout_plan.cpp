@@ -59,7 +59,9 @@ std::string RelayoutStep::to_string() const {
   std::string text(relayout_step_kind_name(kind));
   if (!mesh_dims.empty()) text += fmt::format(" over {}", fmt::join(mesh_dims, ","));
   if (tensor_dims.size() == 1) text += fmt::format(" on dim {}", tensor_dims[0]);
-  if (tensor_dims.size() == 2) text += fmt::format(" on dims {}->{}", tensor_dims[0], tensor_dims[1]);
+  if (tensor_dims.size() > 1) {
+    text += fmt::format(" on dims {}", fmt::join(tensor_dims, kind == RelayoutStepKind::kAllToAll ? "->" : ","));
+  }
   if (kind == RelayoutStepKind::kSendRecv) {
     int moved = 0;
     for (const RelayoutTransfer& t : transfers) moved += t.from != t.to ? 1 : 0;
@@ -72,6 +74,12 @@ std::string RelayoutStep::to_string() const {
 int64_t RelayoutPlan::bytes_per_device() const {
   int64_t total = 0;
   for (const RelayoutStep& s : steps) total += s.bytes_per_device;
+  return total;
+}
+
+int64_t RelayoutPlan::bytes_total() const {
+  int64_t total = 0;
+  for (const RelayoutStep& s : steps) total += s.bytes_total;
   return total;
 }
 

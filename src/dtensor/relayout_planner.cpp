@@ -4,6 +4,7 @@
 // collective steps cannot do a move, or would send more than moving the blocks directly, one
 // send_recv step moves exactly the blocks whose holder changes.
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/errors.h"
@@ -81,6 +82,7 @@ class Planner {
     step.participants = detail::mesh_device_names(from.mesh());
     step.bytes_per_device =
         detail::max_bytes_sent(*transfers, static_cast<int>(before.size()), dtype_);
+    step.bytes_total = detail::total_bytes_sent(*transfers, dtype_);
     step.peak_bytes = detail::max_block_bytes(after, dtype_);
     step.transfers = std::move(*transfers);
     out.push_back(std::move(step));
@@ -109,6 +111,7 @@ class Planner {
     RelayoutStep step = base(kind, std::move(mesh_dims), {}, from, to);
     const int64_t block = detail::max_block_bytes(maybe(detail::blocks_of(from, shape_)), dtype_);
     step.bytes_per_device = static_cast<int64_t>(static_cast<double>(block) * sent_factor);
+    step.bytes_total = step.bytes_per_device * from.mesh().size();
     step.peak_bytes = detail::max_block_bytes(maybe(detail::blocks_of(to, shape_)), dtype_);
     out.push_back(std::move(step));
   }
@@ -120,12 +123,17 @@ class Planner {
     const std::vector<Box> before = detail::blocks_of(from, shape_);
     const std::vector<Box> after = detail::blocks_of(to, shape_);
     int64_t most_sent = 0;
+    int64_t total_sent = 0;
     for (size_t k = 0; k < before.size(); ++k) {
       if (!before[k].contains(after[k])) return false;
-      most_sent = std::max(most_sent, before[k].num_elements() - after[k].num_elements());
+      const int64_t sent = before[k].num_elements() - after[k].num_elements();
+      most_sent = std::max(most_sent, sent);
+      total_sent += sent;
     }
+    const auto esize = static_cast<int64_t>(dtype_size(dtype_));
     RelayoutStep step = base(RelayoutStepKind::kReduceScatter, {m}, {i}, from, to);
-    step.bytes_per_device = most_sent * static_cast<int64_t>(dtype_size(dtype_));
+    step.bytes_per_device = most_sent * esize;
+    step.bytes_total = total_sent * esize;
     step.peak_bytes = detail::max_block_bytes(maybe(after), dtype_);
     out.push_back(std::move(step));
     return true;
@@ -158,6 +166,7 @@ class Planner {
     RelayoutStep step = base(RelayoutStepKind::kSendRecv, {}, {}, from, to);
     step.bytes_per_device =
         detail::max_bytes_sent(*transfers, static_cast<int>(names.size()), dtype_);
+    step.bytes_total = detail::total_bytes_sent(*transfers, dtype_);
     step.peak_bytes = detail::max_block_bytes(after, dtype_);
     step.participants = std::move(names);
     step.transfers = std::move(*transfers);
@@ -218,20 +227,26 @@ class Planner {
         }
       }
       if (moved) continue;
-      // All-gather: drop the mesh dims of a dimension past its common prefix with the target.
-      for (size_t i = 0; i < cur.size() && !moved; ++i) {
+      // All-gather, one step for every dimension at once: drop the mesh dims of each dimension
+      // past its common prefix with the target.
+      Specs gathered_specs = cur;
+      std::vector<std::string> gathered;
+      std::vector<int> gathered_dims;
+      for (size_t i = 0; i < cur.size(); ++i) {
         if (is_prefix(cur[i], target[i])) continue;
         size_t keep = 0;
         while (keep < cur[i].size() && keep < target[i].size() && cur[i][keep] == target[i][keep]) {
           ++keep;
         }
-        std::vector<std::string> gathered(cur[i].begin() + static_cast<long>(keep), cur[i].end());
-        Specs step_specs = cur;
-        step_specs[i].resize(keep);
-        const Layout to = make_layout(mesh, step_specs, from.partial());
-        if (add_moving(RelayoutStepKind::kAllGather, gathered, {static_cast<int>(i)}, layout, to,
-                       gathered, steps)) {
-          cur = step_specs;
+        gathered.insert(gathered.end(), cur[i].begin() + static_cast<long>(keep), cur[i].end());
+        gathered_dims.push_back(static_cast<int>(i));
+        gathered_specs[i].resize(keep);
+      }
+      if (!gathered.empty()) {
+        const Layout to = make_layout(mesh, gathered_specs, from.partial());
+        if (add_moving(RelayoutStepKind::kAllGather, gathered, gathered_dims, layout, to, gathered,
+                       steps)) {
+          cur = gathered_specs;
           layout = to;
           moved = true;
         }
@@ -353,6 +368,22 @@ void add_partials(Planner& planner, const Layout& cur, const Layout& target,
   }
 }
 
+// A step after the first also holds its input (the previous step's output) until it ends:
+// its peak is the most any device holds of input and output together.
+void count_held_inputs(RelayoutPlan& plan) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(plan.dtype));
+  for (size_t i = 1; i < plan.steps.size(); ++i) {
+    RelayoutStep& step = plan.steps[i];
+    std::map<std::string, int64_t> held;
+    for (const Layout* layout : {&step.from, &step.to}) {
+      const std::vector<std::string> names = detail::mesh_device_names(layout->mesh());
+      const std::vector<Box> blocks = detail::blocks_of(*layout, plan.shape);
+      for (size_t k = 0; k < names.size(); ++k) held[names[k]] += blocks[k].num_elements() * esize;
+    }
+    for (const auto& [name, bytes] : held) step.peak_bytes = std::max(step.peak_bytes, bytes);
+  }
+}
+
 bool same_blocks(const Layout& a, const Layout& b, const Shape& shape) {
   return a.mesh() == b.mesh() && detail::blocks_of(a, shape) == detail::blocks_of(b, shape);
 }
@@ -411,6 +442,7 @@ RelayoutPlan plan_relayout(const Shape& shape, const Layout& from, const Layout&
     const Layout landed = target.without_partial();
     plan.steps.push_back(planner.send_recv(cur, landed));
     add_partials(planner, landed, target, plan.steps);
+    count_held_inputs(plan);
     return plan;
   }
   Layout cur = reduce_partials(planner, from, target, plan.steps);
@@ -419,11 +451,13 @@ RelayoutPlan plan_relayout(const Shape& shape, const Layout& from, const Layout&
     const Layout landed = make_layout(cur.mesh(), want, cur.partial());
     std::optional<std::vector<RelayoutStep>> moves = planner.collective_moves(cur, want);
     RelayoutStep direct = planner.send_recv(cur, landed);
+    // Collectives unless moving the blocks directly sends fewer bytes in total (ties go to the
+    // collectives: fewer rendezvous, TF's plans).
     int64_t collective_bytes = 0;
     if (moves) {
-      for (const RelayoutStep& s : *moves) collective_bytes += s.bytes_per_device;
+      for (const RelayoutStep& s : *moves) collective_bytes += s.bytes_total;
     }
-    if (moves && collective_bytes <= direct.bytes_per_device) {
+    if (moves && collective_bytes <= direct.bytes_total) {
       for (RelayoutStep& s : *moves) plan.steps.push_back(std::move(s));
     } else {
       plan.steps.push_back(std::move(direct));
@@ -431,6 +465,7 @@ RelayoutPlan plan_relayout(const Shape& shape, const Layout& from, const Layout&
     cur = landed;
   }
   add_partials(planner, cur, target, plan.steps);
+  count_held_inputs(plan);
   return plan;
 }
 

@@ -130,7 +130,7 @@ void run_on_streams(const std::string& component, const std::string& step,
     auto ticket = std::make_shared<Ticket>(launch, i, step, tasks[i].device->name());
     auto fn = tasks[i].fn;
     try {
-      tasks[i].device->stream().enqueue(step, [ticket, fn] {
+      tasks[i].device->stream().enqueue(step, [ticket, fn]() mutable {
         Launch& l = *ticket->launch;
         {
           std::lock_guard<std::mutex> lock(l.mu);
@@ -143,6 +143,7 @@ void run_on_streams(const std::string& component, const std::string& step,
         } catch (...) {
           failure = failure_of(std::current_exception());
         }
+        fn = nullptr;  // release the task's captures (its tensors) before it counts as done
         if (failure.failed && l.abort && failure.code != ErrorCode::kAborted) {
           l.abort(fmt::format("{} failed on {}: {}", ticket->step, ticket->device, failure.what));
         }

@@ -167,6 +167,23 @@ TEST(RelayoutPlan, ChangingThePendingReductionIsAnError) {
                       ErrorCode::kInvalidArgument, "cannot turn a pending sum over x");
 }
 
+TEST(RelayoutPlan, GathersEveryDimensionInOneStep) {
+  const RelayoutPlan plan =
+      plan_relayout(Shape{8, 8}, lay("x,y", mesh_2x2()), lay("unsharded,unsharded", mesh_2x2()));
+  ASSERT_EQ(kinds(plan), std::vector<std::string>{"all_gather"});
+  EXPECT_EQ(plan.steps[0].mesh_dims, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(plan.steps[0].tensor_dims, (std::vector<int>{0, 1}));
+}
+
+TEST(RelayoutPlan, LaterStepsCountTheirHeldInput) {
+  // all_gather over x (-> 8x8 on every device), then local_partial into a new 8x8: the second
+  // step holds both.
+  const RelayoutPlan plan = plan_relayout(Shape{8, 8}, lay("x,unsharded", mesh_2x2()),
+                                          lay("unsharded,unsharded", mesh_2x2(), {{"y", ReduceOp::kSum}}));
+  ASSERT_EQ(kinds(plan), (std::vector<std::string>{"all_gather", "local_partial"}));
+  EXPECT_EQ(plan.steps[1].peak_bytes, 2 * 8 * 8 * 4);
+}
+
 TEST(RelayoutPlan, PrintsOneLinePerStep) {
   const RelayoutPlan plan = plan_relayout(Shape{4, 4}, lay("x,unsharded", mesh_2x2()),
                                           lay("y,x", mesh_2x2()));

@@ -53,9 +53,9 @@ struct RecordingGroup {
   std::vector<std::shared_ptr<RecordingTransport>> recorders;  // per rank
 };
 
-inline RecordingGroup make_recording_group(int size) {
-  std::vector<std::string> names;
-  for (int r = 0; r < size; ++r) {
+// `names` label the ranks (default "rank 0", "rank 1", ...).
+inline RecordingGroup make_recording_group(int size, std::vector<std::string> names = {}) {
+  for (int r = static_cast<int>(names.size()); r < size; ++r) {
     std::string name = "rank ";  // by append: gcc 12 warns falsely (-Wrestrict) on "rank " + ...
     name += std::to_string(r);
     names.push_back(std::move(name));
