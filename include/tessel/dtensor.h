@@ -6,7 +6,8 @@
 // device's memory statistics count it), contiguous. Devices of other processes (a multi-client
 // mesh) hold their own components; a mesh with no local device (remote) gives a DTensor with no
 // components. A Partial layout means every component holds a pending term of a reduction over
-// the partial mesh dimensions (see layout.h); to_host() reduces it.
+// the partial mesh dimensions (see layout.h); to_host() reduces it, one partial dimension at a
+// time in mesh-dimension order (this order matters only when the ops differ).
 //
 //   Mesh mesh = Mesh::create({{"x", 4}});
 //   DTensor d = copy_to_mesh(Tensor::random_uniform({10, 6}, DType::kF32, 7),
@@ -20,6 +21,7 @@
 // Thread safety: an immutable value (components share storage like Tensor handles).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,9 +37,10 @@ namespace tessel {
 class DTensor {
  public:
   DTensor() = default;  // null: defined() is false
-  // Checks: the layout is a tensor layout (not empty, no match/any specs, rank == shape rank),
-  // every local device of the mesh exists in `runtime`, components.size() equals the local
-  // device count, and component i has `dtype`, is contiguous and has its block's shape.
+  // Checks: the layout is a tensor layout (not empty, not single-device, no match/any specs,
+  // rank == shape rank), every local device of the mesh exists in `runtime`, components.size()
+  // equals the local device count, and component i is defined, has `dtype`, is contiguous and
+  // has its block's shape.
   // Violations: kInvalidArgument naming the component, its shape and the expected one.
   DTensor(Layout layout, Shape global_shape, DType dtype, std::vector<Tensor> components,
           Runtime& runtime);
@@ -57,8 +60,12 @@ class DTensor {
   Device& device(int local_index) const;
   Runtime& runtime() const;  // kFailedPrecondition on a null DTensor
 
-  // "DTensor(shape=[8, 6], dtype=f32, layout=sharding_specs:x,unsharded, mesh:...)"
+  // "DTensor(shape=[8,6], dtype=f32, layout=sharding_specs:x,unsharded, mesh:...)";
+  // "DTensor(null)" for a null DTensor.
   std::string to_string() const;
+
+  // Identifies this value (copies share it): gradient tapes key their records by it.
+  uint64_t id() const { return id_; }
 
  private:
   Layout layout_;
@@ -67,6 +74,9 @@ class DTensor {
   std::vector<Tensor> components_;
   std::vector<Device*> devices_;  // per component
   Runtime* runtime_ = nullptr;
+  uint64_t id_ = next_id();
+
+  static uint64_t next_id();  // unique per constructed value, process-wide
 };
 
 }  // namespace tessel

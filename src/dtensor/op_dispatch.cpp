@@ -1,0 +1,166 @@
+// call_op: infer, shard, relayout the inputs, enqueue the kernels, record on the tape (see
+// op_registry.h).
+#include <atomic>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "core/errors.h"
+#include "dtensor/dtensor_internal.h"
+#include "tessel/autodiff.h"
+#include "tessel/op_registry.h"
+#include "tessel/relayout.h"
+#include "tessel/shard_map.h"
+
+namespace tessel {
+namespace {
+
+std::atomic<bool> g_replicate_fallback{false};
+
+std::string layouts_text(const std::vector<TensorSpec>& inputs) {
+  std::string text;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    text += fmt::format("{}input {}: {} {} in {}", i == 0 ? "" : "; ", i,
+                        inputs[i].shape.to_string(), dtype_name(inputs[i].dtype),
+                        inputs[i].layout.to_string());
+  }
+  return text;
+}
+
+// Every input replicated (Partial reduced), the output replicated.
+ShardingDecision replicate_everything(const std::vector<TensorSpec>& inputs,
+                                      const TensorSpec& output, const Mesh& mesh) {
+  ShardingDecision d;
+  for (const TensorSpec& in : inputs) d.inputs.push_back(Layout::replicated(mesh, in.shape.rank()));
+  d.output = Layout::replicated(mesh, output.shape.rank());
+  return d;
+}
+
+void warn_fallback_once(const std::string& op, const std::vector<TensorSpec>& inputs) {
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!warned.insert(op).second) return;
+  int64_t bytes = 0;
+  for (const TensorSpec& in : inputs) {
+    bytes += plan_relayout(in.shape, in.layout, Layout::replicated(in.layout.mesh(), in.shape.rank()),
+                           in.dtype)
+                 .bytes_total();
+  }
+  std::cerr << fmt::format(
+      "tessel: warning: op '{}' has no sharding rule for {}; replicating its inputs ({} bytes "
+      "moved this call)\n",
+      op, layouts_text(inputs), bytes);
+}
+
+const Mesh& mesh_of(const std::vector<TensorSpec>& inputs, const OpAttrs& attrs,
+                    std::string_view op) {
+  if (!inputs.empty()) return inputs[0].layout.mesh();
+  if (!attrs.layout) detail::throw_invalid(op, "a creation op needs a layout");
+  return attrs.layout->mesh();
+}
+
+ShardingDecision decide(const OpDef& def, const std::vector<TensorSpec>& inputs,
+                        const TensorSpec& output, const OpAttrs& attrs) {
+  try {
+    ShardingDecision d = def.shard(inputs, output, attrs);
+    if (d.inputs.size() != inputs.size()) {
+      detail::throw_error(ErrorCode::kInternal, def.name,
+                          "sharding rule returned {} input layouts for {} inputs", d.inputs.size(),
+                          inputs.size());
+    }
+    return d;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnimplemented) throw;
+    if (!replicate_fallback()) {
+      detail::throw_error(ErrorCode::kUnimplemented, def.name,
+                          "no sharding rule for {} ({}); set_replicate_fallback(true) replicates "
+                          "the inputs instead",
+                          layouts_text(inputs), e.message());
+    }
+    warn_fallback_once(def.name, inputs);
+    return replicate_everything(inputs, output, mesh_of(inputs, attrs, def.name));
+  }
+}
+
+}  // namespace
+
+void set_replicate_fallback(bool enabled) { g_replicate_fallback = enabled; }
+bool replicate_fallback() { return g_replicate_fallback; }
+
+ShardingDecision plan_op(std::string_view name, const std::vector<TensorSpec>& inputs,
+                         const OpAttrs& attrs) {
+  const OpDef& def = OpRegistry::global().get(name);
+  return decide(def, inputs, def.infer(inputs, attrs), attrs);
+}
+
+DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
+  const OpDef& def = OpRegistry::global().get(name);
+  if (static_cast<int>(inputs.size()) != def.num_inputs) {
+    detail::throw_invalid(def.name, "takes {} inputs, got {}", def.num_inputs, inputs.size());
+  }
+  std::vector<TensorSpec> specs;
+  specs.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) detail::throw_invalid(def.name, "input {} is a null DTensor", i);
+    if (inputs[i].layout().mesh() != inputs[0].layout().mesh()) {
+      detail::throw_invalid(def.name, "inputs 0 and {} are on different meshes ({} and {})", i,
+                            inputs[0].layout().mesh().to_string(),
+                            inputs[i].layout().mesh().to_string());
+    }
+    specs.push_back({inputs[i].shape(), inputs[i].dtype(), inputs[i].layout()});
+  }
+  const TensorSpec out = def.infer(specs, attrs);
+  const ShardingDecision decision = decide(def, specs, out, attrs);
+
+  std::vector<DTensor> ready;
+  ready.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ready.push_back(inputs[i].layout() == decision.inputs[i] ? inputs[i]
+                                                             : relayout(inputs[i], decision.inputs[i]));
+  }
+  Runtime& runtime = !inputs.empty() ? inputs[0].runtime()
+                                     : (attrs.runtime ? *attrs.runtime : Runtime::global());
+  const Layout& layout = decision.output;
+  const Mesh& mesh = layout.mesh();
+  const std::vector<Device*> devices = detail::resolve_local_devices(mesh, runtime, def.name);
+  const std::vector<int64_t> offsets = detail::local_offsets(mesh);
+  const ShardMap out_map(layout, out.shape);
+  std::vector<ShardMap> in_maps;
+  for (const DTensor& in : ready) in_maps.emplace_back(in.layout(), in.shape());
+
+  auto shared_attrs = std::make_shared<const OpAttrs>(attrs);
+  auto shared_layout = std::make_shared<const Layout>(layout);
+  const OpDef* op = &def;
+  std::vector<Tensor> outputs;
+  outputs.reserve(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const ShardBlock& block = out_map.block(offsets[i]);
+    Tensor output = devices[i]->allocate(Shape(block.extents), out.dtype, /*zero_fill=*/false);
+    outputs.push_back(output);
+    LocalContext context;
+    context.output_block = Box{block.offsets, block.extents};
+    context.output_shape = out.shape;
+    context.mesh_offset = offsets[i];
+    std::vector<Tensor> local;
+    for (size_t k = 0; k < ready.size(); ++k) {
+      const ShardBlock& b = in_maps[k].block(offsets[i]);
+      context.input_blocks.push_back(Box{b.offsets, b.extents});
+      context.input_shapes.push_back(ready[k].shape());
+      local.push_back(ready[k].component(static_cast<int>(i)));
+    }
+    devices[i]->stream().enqueue(def.name, [op, local = std::move(local), output, shared_attrs,
+                                            shared_layout, context = std::move(context)]() mutable {
+      context.output_layout = shared_layout.get();
+      op->kernel(local, output, *shared_attrs, context);
+    });
+  }
+  DTensor result(layout, out.shape, out.dtype, std::move(outputs), runtime);
+  for (GradientTape* tape : GradientTape::active()) {
+    tape->record(def, inputs, ready, result, shared_attrs);
+  }
+  return result;
+}
+
+}  // namespace tessel

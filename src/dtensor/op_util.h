@@ -1,0 +1,57 @@
+// Internal: helpers shared by the op families (layouts from spec lists, axis checks, dtype
+// dispatch of kernels, broadcasting).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/errors.h"
+#include "tessel/layout.h"
+#include "tessel/op_registry.h"
+#include "tessel/shape.h"
+
+namespace tessel::detail {
+
+// Per tensor dimension: the mesh dimensions it is sharded over, major first (empty: unsharded).
+using SpecList = std::vector<std::vector<std::string>>;
+
+SpecList spec_list(const Layout& layout);
+Layout make_layout(const Mesh& mesh, const SpecList& specs, std::vector<PartialDim> partial = {});
+// True when `layout` shards some tensor dimension over `mesh_dim`.
+bool shards_over(const Layout& layout, const std::string& mesh_dim);
+
+// axis in [-rank, rank) -> [0, rank); else kInvalidArgument naming the op.
+int64_t normalize_axis(int64_t axis, int rank, std::string_view op);
+
+// numpy broadcasting of two shapes; kInvalidArgument naming the op and both shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+
+// Calls f.template operator()<T>() for f32 / f64 (kUnimplemented naming the op otherwise).
+template <typename F>
+void dispatch_float(DType dtype, std::string_view op, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return f.template operator()<float>();
+    case DType::kF64: return f.template operator()<double>();
+    default:
+      throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {}", dtype_name(dtype));
+  }
+}
+
+// The same for the index dtypes i32 / i64.
+template <typename F>
+void dispatch_index(DType dtype, std::string_view op, F&& f) {
+  switch (dtype) {
+    case DType::kI32: return f.template operator()<int32_t>();
+    case DType::kI64: return f.template operator()<int64_t>();
+    default:
+      throw_error(ErrorCode::kInvalidArgument, op, "indices must be i32 or i64, got {}",
+                  dtype_name(dtype));
+  }
+}
+
+// The rule's answer when it has none: kUnimplemented (call_op names the op and the layouts).
+[[noreturn]] void no_rule(std::string_view why);
+
+}  // namespace tessel::detail

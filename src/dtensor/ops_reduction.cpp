@@ -1,0 +1,12 @@
+// The reduction op family (registered by register_reduction_ops).
+#include "dtensor/op_families.h"
+#include "dtensor/op_util.h"
+#include "tessel/ops.h"
+
+namespace tessel {
+namespace detail {
+
+void register_reduction_ops(OpRegistry& /*registry*/) {}
+
+}  // namespace detail
+}  // namespace tessel

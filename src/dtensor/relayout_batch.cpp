@@ -1,0 +1,117 @@
+// relayout_batch: many relayouts, the all-reduce-only ones fused into scoped buckets (one
+// collective per bucket; results are the buckets' fields), the rest one by one.
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "core/errors.h"
+#include "dtensor/dtensor_internal.h"
+#include "dtensor/relayout_groups.h"
+#include "runtime/launch.h"
+#include "tessel/autodiff.h"
+#include "tessel/packing.h"
+#include "tessel/relayout.h"
+#include "tessel/scoped_allocator.h"
+
+namespace tessel {
+namespace {
+
+// Tensors whose plan is one all_reduce over the same dims with the same op and dtype.
+using FuseKey = std::tuple<uint64_t, std::vector<std::string>, ReduceOp, DType>;
+
+void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>& members,
+                  const std::vector<RelayoutPlan>& plans, std::vector<DTensor>& out) {
+  const DTensor& first = tensors[members.front()];
+  const RelayoutStep& step = plans[members.front()].steps.front();
+  const ReduceOp op = first.layout().partial().front().op;
+  const Mesh& mesh = first.layout().mesh();
+  Runtime& runtime = first.runtime();
+  const std::vector<Device*> devices = detail::resolve_local_devices(mesh, runtime, "relayout");
+  const std::vector<int64_t> offsets = detail::local_offsets(mesh);
+  auto pool = detail::relayout_groups(runtime);
+  // Per device: one scoped backing holding every member's component.
+  auto results = std::make_shared<std::vector<std::vector<Tensor>>>(devices.size());
+  std::vector<detail::StreamTask> tasks;
+  std::vector<Communicator*> comms;
+  for (size_t d = 0; d < devices.size(); ++d) {
+    std::vector<Tensor> inputs;
+    std::vector<Shape> shapes;
+    for (size_t m : members) {
+      inputs.push_back(tensors[m].component(static_cast<int>(d)));
+      shapes.push_back(inputs.back().shape());
+    }
+    Communicator* comm = &pool->get(mesh, step.mesh_dims, offsets[d]);
+    comm->set_scratch_allocator(devices[d]->allocator());
+    comms.push_back(comm);
+    Device* device = devices[d];
+    const DType dtype = first.dtype();
+    tasks.push_back({device, [=]() {
+                       ScopedAllocator scope(shapes, dtype, "relayout_batch", 0,
+                                             static_cast<int>(shapes.size()), device->allocator());
+                       const std::vector<Tensor>& fields = scope.allocate_all();
+                       for (size_t f = 0; f < fields.size(); ++f) Tensor(fields[f]).copy_from(inputs[f]);
+                       Tensor all = scope.concat(scope.backing(), fields);
+                       comm->all_reduce(all, all, op);
+                       scope.close();
+                       (*results)[d] = fields;
+                     }});
+  }
+  try {
+    detail::run_on_streams("relayout", "fused all_reduce", std::move(tasks),
+                           RelayoutOptions{}.timeout, [comms](const std::string& reason) {
+                             for (Communicator* c : comms) c->abort(reason);
+                           });
+  } catch (...) {
+    detail::drop_relayout_groups(runtime);
+    throw;
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    std::vector<Tensor> components;
+    for (size_t d = 0; d < devices.size(); ++d) components.push_back((*results)[d][i]);
+    const size_t m = members[i];
+    out[m] = DTensor(plans[m].to, tensors[m].shape(), tensors[m].dtype(), std::move(components),
+                     runtime);
+  }
+}
+
+}  // namespace
+
+std::vector<DTensor> relayout_batch(const std::vector<DTensor>& tensors,
+                                    const std::vector<Layout>& layouts, int64_t bucket_bytes) {
+  if (tensors.size() != layouts.size()) {
+    detail::throw_invalid("relayout", "{} tensors but {} layouts", tensors.size(), layouts.size());
+  }
+  std::vector<DTensor> out(tensors.size());
+  std::vector<RelayoutPlan> plans;
+  std::map<FuseKey, std::vector<size_t>> fusable;
+  std::vector<FuseKey> order;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].defined()) detail::throw_invalid("relayout", "tensor {} is null", i);
+    plans.push_back(plan_relayout(tensors[i].shape(), tensors[i].layout(), layouts[i],
+                                  tensors[i].dtype()));
+    const RelayoutPlan& p = plans.back();
+    if (p.steps.size() == 1 && p.steps[0].kind == RelayoutStepKind::kAllReduce &&
+        p.from.partial().size() == p.steps[0].mesh_dims.size() && p.to.partial().empty()) {
+      FuseKey key{p.from.mesh().global_fingerprint(), p.steps[0].mesh_dims,
+                  p.from.partial().front().op, tensors[i].dtype()};
+      auto [it, fresh] = fusable.try_emplace(key);
+      if (fresh) order.push_back(key);
+      it->second.push_back(i);
+    } else {
+      out[i] = execute_relayout(tensors[i], p);
+    }
+  }
+  for (const FuseKey& key : order) {
+    const std::vector<size_t>& members = fusable[key];
+    std::vector<int64_t> bytes;
+    for (size_t m : members) bytes.push_back(tensors[m].component(0).nbytes());
+    for (const std::vector<int>& bucket : group_by_size(bytes, bucket_bytes)) {
+      std::vector<size_t> chosen;
+      for (int b : bucket) chosen.push_back(members[static_cast<size_t>(b)]);
+      reduce_fused(tensors, chosen, plans, out);
+    }
+  }
+  return out;
+}
+
+}  // namespace tessel
