@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "comm/algorithms.h"
+#include "comm/communicator_internal.h"
 #include "comm/direct_collectives.h"
 #include "comm/in_process_hub.h"
 #include "comm/reduce_kernels.h"
@@ -14,20 +15,11 @@
 namespace tessel {
 namespace {
 
-constexpr std::string_view kComm = "Communicator";
-
-detail::Deadline deadline_of(const CollectiveOptions& options) {
-  const auto timeout = options.timeout.count() > 0 ? options.timeout : default_collective_timeout();
-  return detail::Clock::now() + timeout;
-}
-
-void require_tensor(const Tensor& t, std::string_view op, std::string_view what) {
-  if (!t.defined()) detail::throw_invalid(kComm, "{}: {} is a null tensor", op, what);
-  if (!t.is_contiguous()) {
-    detail::throw_invalid(kComm, "{}: {} of shape {} is a strided view; pass a contiguous tensor",
-                          op, what, t.shape().to_string());
-  }
-}
+using detail::deadline_of;
+using detail::guarded;
+using detail::kComm;
+using detail::make_signature;
+using detail::require_tensor;
 
 // Rows per rank along axis 0: `counts` when given (checked), else chunk semantics.
 std::vector<int64_t> row_counts(std::string_view op, int64_t rows, int n,
@@ -84,39 +76,6 @@ int Communicator::size() const { return transport_->size(); }
 const std::vector<std::string>& Communicator::members() const { return transport_->members(); }
 
 void Communicator::abort(const std::string& reason) { transport_->abort(reason); }
-
-namespace {
-
-// Runs one collective body. On any failure this rank leaves through Transport::fail: the group
-// is aborted (naming this rank, unless the group already failed for another reason) so that the
-// others stop waiting, and the call returns only once no peer can still touch this rank's
-// buffers, so the caller may free them.
-template <typename F>
-auto guarded(detail::Transport& t, const detail::Signature& sig, F&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const Error& e) {
-    t.fail(fmt::format("rank {} ({}) failed in {} (sequence {}): {}", t.rank(),
-                       t.members()[t.rank()], sig.describe(t.members()), sig.sequence, e.what()));
-    throw;
-  } catch (const std::exception& e) {
-    const std::string message = fmt::format("rank {} ({}) failed in {} (sequence {}): {}", t.rank(),
-                                            t.members()[t.rank()], sig.describe(t.members()), sig.sequence, e.what());
-    t.fail(message);
-    throw Error(ErrorCode::kInternal, kComm, message);
-  }
-}
-
-detail::Signature make_signature(uint64_t sequence, std::string agreed,
-                                 const std::string& mine) {
-  detail::Signature s;
-  s.sequence = sequence;
-  s.text = mine;
-  s.agreed = std::move(agreed);
-  return s;
-}
-
-}  // namespace
 
 void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
                               const CollectiveOptions& options) {
