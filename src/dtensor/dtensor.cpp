@@ -1,0 +1,145 @@
+#include "tessel/dtensor.h"
+
+#include <exception>
+
+#include "core/errors.h"
+#include "dtensor/dtensor_internal.h"
+#include "tessel/shard_map.h"
+
+namespace tessel {
+namespace {
+
+constexpr std::string_view kDTensor = "DTensor";
+
+}  // namespace
+
+namespace detail {
+
+void check_tensor_layout(const Layout& layout, std::string_view component) {
+  if (layout.is_empty()) throw_invalid(component, "the empty layout places no tensor");
+  if (layout.is_single_device()) {
+    throw_invalid(component, "the single-device layout {} is not a mesh layout",
+                  layout.to_string());
+  }
+  for (const ShardingSpec& spec : layout.sharding_specs()) {
+    if (spec.is_match() || spec.is_any()) {
+      throw_invalid(component, "layout {} has a '{}' spec; a tensor needs concrete specs",
+                    layout.to_string(), spec.to_string());
+    }
+  }
+}
+
+std::vector<Device*> resolve_local_devices(const Mesh& mesh, Runtime& runtime,
+                                           std::string_view component) {
+  std::vector<Device*> devices;
+  for (const std::string& name : mesh.local_devices()) {
+    try {
+      devices.push_back(&runtime.device(name));
+    } catch (const Error& e) {
+      throw_invalid(component, "mesh device {} is not a device of this runtime ({})", name,
+                    e.message());
+    }
+  }
+  return devices;
+}
+
+std::vector<int64_t> local_offsets(const Mesh& mesh) {
+  std::vector<int64_t> offsets;
+  for (int64_t id : mesh.local_device_ids()) offsets.push_back(mesh.offset_of_device_id(id));
+  return offsets;
+}
+
+void synchronize_devices(const std::vector<Device*>& devices) {
+  std::exception_ptr first;
+  for (Device* d : devices) {
+    try {
+      d->stream().synchronize();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+std::string block_string(const std::vector<int64_t>& offsets, const std::vector<int64_t>& extents) {
+  std::vector<std::string> ranges;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    ranges.push_back(fmt::format("{}:{}", offsets[i], offsets[i] + extents[i]));
+  }
+  return fmt::format("[{}]", fmt::join(ranges, ", "));
+}
+
+}  // namespace detail
+
+DTensor::DTensor(Layout layout, Shape global_shape, DType dtype, std::vector<Tensor> components,
+                 Runtime& runtime) {
+  detail::check_tensor_layout(layout, kDTensor);
+  if (layout.rank() != global_shape.rank()) {
+    detail::throw_invalid(kDTensor, "shape {} has rank {} but layout {} has rank {}",
+                          global_shape.to_string(), global_shape.rank(), layout.to_string(),
+                          layout.rank());
+  }
+  std::vector<Device*> devices = detail::resolve_local_devices(layout.mesh(), runtime, kDTensor);
+  if (components.size() != devices.size()) {
+    detail::throw_invalid(kDTensor, "{} components given for the {} local devices of mesh {}",
+                          components.size(), devices.size(), layout.mesh().to_string());
+  }
+  const ShardMap map(layout, global_shape);
+  const std::vector<int64_t> offsets = detail::local_offsets(layout.mesh());
+  for (size_t i = 0; i < components.size(); ++i) {
+    const Tensor& c = components[i];
+    const std::string& device = devices[i]->name();
+    if (!c.defined()) detail::throw_invalid(kDTensor, "component {} ({}) is null", i, device);
+    if (c.dtype() != dtype) {
+      detail::throw_invalid(kDTensor, "component {} ({}) has dtype {}, expected {}", i, device,
+                            dtype_name(c.dtype()), dtype_name(dtype));
+    }
+    const Shape expected(map.block(offsets[i]).extents);
+    if (c.shape() != expected) {
+      detail::throw_invalid(kDTensor, "component {} ({}) has shape {}, expected {}", i, device,
+                            c.shape().to_string(), expected.to_string());
+    }
+    if (!c.is_contiguous()) {
+      detail::throw_invalid(kDTensor, "component {} ({}) is not contiguous", i, device);
+    }
+  }
+  layout_ = std::move(layout);
+  shape_ = std::move(global_shape);
+  dtype_ = dtype;
+  components_ = std::move(components);
+  devices_ = std::move(devices);
+  runtime_ = &runtime;
+}
+
+int64_t DTensor::nbytes() const {
+  return shape_.num_elements() * static_cast<int64_t>(dtype_size(dtype_));
+}
+
+const Tensor& DTensor::component(int local_index) const {
+  if (local_index < 0 || local_index >= num_components()) {
+    detail::throw_error(ErrorCode::kOutOfRange, kDTensor,
+                        "component index {} is outside the {} local components", local_index,
+                        num_components());
+  }
+  return components_[static_cast<size_t>(local_index)];
+}
+
+Device& DTensor::device(int local_index) const {
+  component(local_index);  // the index check
+  return *devices_[static_cast<size_t>(local_index)];
+}
+
+Runtime& DTensor::runtime() const {
+  if (runtime_ == nullptr) {
+    detail::throw_error(ErrorCode::kFailedPrecondition, kDTensor, "runtime() of a null DTensor");
+  }
+  return *runtime_;
+}
+
+std::string DTensor::to_string() const {
+  if (!defined()) return "DTensor(null)";
+  return fmt::format("DTensor(shape={}, dtype={}, layout={})", shape_.to_string(),
+                     dtype_name(dtype_), layout_.to_string());
+}
+
+}  // namespace tessel

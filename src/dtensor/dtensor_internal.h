@@ -1,0 +1,32 @@
+// Internal helpers of the DTensor layer: which runtime device and which mesh offset each local
+// device of a mesh is, and the checks that pack, copy_to_mesh and the DTensor constructor share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessel/device.h"
+#include "tessel/layout.h"
+#include "tessel/runtime.h"
+
+namespace tessel::detail {
+
+// kInvalidArgument (from `component`) unless `layout` can place a tensor: a tile mesh (not the
+// empty or single-device layout) and no match/any specs.
+void check_tensor_layout(const Layout& layout, std::string_view component);
+// The runtime's device for each local device of `mesh`, in local order. A name the runtime does
+// not have: kInvalidArgument naming it.
+std::vector<Device*> resolve_local_devices(const Mesh& mesh, Runtime& runtime,
+                                           std::string_view component);
+// The mesh offset of each local device, in local order.
+std::vector<int64_t> local_offsets(const Mesh& mesh);
+// Waits for every stream of `devices`, then throws the first failure (a sync point).
+void synchronize_devices(const std::vector<Device*>& devices);
+// "[0:3, 0:4]": a block as global index ranges.
+std::string block_string(const std::vector<int64_t>& offsets, const std::vector<int64_t>& extents);
+// "/job:<job>/replica:<r>/task:<t>/device:CUSTOM:0" for `runtime`'s options.
+std::string dtensor_device_name(const Runtime& runtime);
+
+}  // namespace tessel::detail

@@ -1,0 +1,81 @@
+// DefaultMeshScope, get_default_mesh, require_default_mesh, device_name, visualize
+// (dtensor_api.h).
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tessel/dtensor_api.h"
+#include "tessel/shard_map.h"
+#include "testing/expect_error.h"
+
+namespace tessel {
+namespace {
+
+TEST(DefaultMesh, NoneOutsideAnyScope) { EXPECT_FALSE(get_default_mesh().has_value()); }
+
+TEST(DefaultMesh, NestingRestoresThePreviousMesh) {
+  Mesh outer = Mesh::create({{"x", 4}});
+  Mesh inner = Mesh::create({{"x", 2}, {"y", 2}});
+  {
+    DefaultMeshScope a(outer);
+    EXPECT_EQ(get_default_mesh(), outer);
+    {
+      DefaultMeshScope b(inner);
+      EXPECT_EQ(get_default_mesh(), inner);
+      EXPECT_EQ(require_default_mesh("matmul"), inner);
+    }
+    EXPECT_EQ(get_default_mesh(), outer);
+  }
+  EXPECT_FALSE(get_default_mesh().has_value());
+}
+
+TEST(DefaultMesh, EachThreadHasItsOwnStack) {
+  Mesh main_mesh = Mesh::create({{"x", 4}});
+  Mesh thread_mesh = Mesh::create({{"y", 2}});
+  DefaultMeshScope scope(main_mesh);
+  bool thread_saw_none = false;
+  std::optional<Mesh> thread_saw_own;
+  std::thread t([&] {
+    thread_saw_none = !get_default_mesh().has_value();
+    DefaultMeshScope own(thread_mesh);
+    thread_saw_own = get_default_mesh();
+  });
+  t.join();
+  EXPECT_TRUE(thread_saw_none);
+  EXPECT_EQ(thread_saw_own, thread_mesh);
+  EXPECT_EQ(get_default_mesh(), main_mesh);  // the thread's scope did not leak here
+}
+
+TEST(DefaultMesh, RequireWithoutScopeNamesTheOp) {
+  EXPECT_TESSEL_ERROR(require_default_mesh("zeros"), ErrorCode::kInvalidArgument,
+                      "zeros: No default mesh has been registered to DTensor");
+}
+
+TEST(DefaultMesh, ErrorEmptyMesh) {
+  EXPECT_TESSEL_ERROR(DefaultMeshScope scope{Mesh()}, ErrorCode::kInvalidArgument,
+                      "Expect `mesh` to be a non-empty `Mesh`, got empty_mesh");
+  EXPECT_FALSE(get_default_mesh().has_value());
+}
+
+TEST(DefaultMesh, DeviceNameIsTheGlobalRuntimesCustomDevice) {
+  const RuntimeOptions& o = Runtime::global().options();
+  EXPECT_EQ(device_name(), "/job:" + o.job + "/replica:" + std::to_string(o.replica) +
+                               "/task:" + std::to_string(o.task) + "/device:CUSTOM:0");
+  EXPECT_EQ(device_name(), "/job:localhost/replica:0/task:0/device:CUSTOM:0");
+}
+
+TEST(DefaultMesh, VisualizeShowsBlocksAndDeviceIds) {
+  Runtime rt({.num_cpu_devices = 4});
+  Layout l({"x", "y"}, Mesh::create({{"x", 2}, {"y", 2}}));
+  DTensor d = copy_to_mesh(Tensor::zeros({5, 4}, DType::kF32), l, rt);
+  const std::string text = visualize(d);
+  EXPECT_EQ(text, ShardMap(l, Shape{5, 4}).visualize());
+  for (const char* part : {"[0:3)", "[3:5)", "[0:2)", "[2:4)", " 0 ", " 1 ", " 2 ", " 3 "}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << " in\n" << text;
+  }
+  EXPECT_TESSEL_ERROR(visualize(DTensor()), ErrorCode::kInvalidArgument,
+                      "a null DTensor has no layout");
+}
+
+}  // namespace
+}  // namespace tessel
