@@ -39,6 +39,15 @@ DTensor relayout(const Tensor& tensor, const Layout& layout, Runtime& runtime = 
 // matter).
 DTensor relayout_like(const DTensor& tensor, const DTensor& like,
                       const RelayoutOptions& options = {});
+// Collectives relayouts have run in this process (steps that communicate; a fused bucket of
+// relayout_batch counts once) and the bytes their plans send between devices: for reports such
+// as the demo's "collectives per step".
+struct RelayoutStats {
+  int64_t collectives = 0;
+  int64_t bytes = 0;
+};
+RelayoutStats relayout_stats();
+
 // Runs an already made plan (its `from` must be the tensor's layout and shape: kInvalidArgument
 // otherwise).
 DTensor execute_relayout(const DTensor& tensor, const RelayoutPlan& plan,

@@ -3,6 +3,7 @@
 #include "tessel/relayout.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 
@@ -17,6 +18,13 @@ namespace tessel {
 namespace {
 
 constexpr std::string_view kComponent = "relayout";
+
+std::atomic<int64_t> g_collectives{0};
+std::atomic<int64_t> g_bytes{0};
+
+bool communicates(RelayoutStepKind kind) {
+  return kind != RelayoutStepKind::kLocalSlice && kind != RelayoutStepKind::kLocalPartial;
+}
 
 // The current block of every device while a plan runs, by the runtime's device name (meshes may
 // spell names differently).
@@ -201,6 +209,15 @@ class StepRunner {
 
 }  // namespace
 
+namespace detail {
+void count_collective(int64_t bytes) {
+  g_collectives.fetch_add(1, std::memory_order_relaxed);
+  g_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+}  // namespace detail
+
+RelayoutStats relayout_stats() { return {g_collectives.load(), g_bytes.load()}; }
+
 DTensor execute_relayout(const DTensor& tensor, const RelayoutPlan& plan,
                          const RelayoutOptions& options) {
   if (!tensor.defined()) detail::throw_invalid(kComponent, "relayout of a null DTensor");
@@ -228,7 +245,10 @@ DTensor execute_relayout(const DTensor& tensor, const RelayoutPlan& plan,
     blocks[tensor.device(i).name()] = tensor.component(i);
   }
   StepRunner runner(tensor.runtime(), tensor.shape(), tensor.dtype(), options);
-  for (const RelayoutStep& step : plan.steps) runner.run(step, blocks);
+  for (const RelayoutStep& step : plan.steps) {
+    runner.run(step, blocks);
+    if (communicates(step.kind)) detail::count_collective(step.bytes_total);
+  }
   std::vector<Tensor> components;
   const Mesh& mesh = plan.to.mesh();
   for (const std::string& name : mesh.is_single_device()

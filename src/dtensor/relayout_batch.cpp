@@ -65,6 +65,9 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
     detail::drop_relayout_groups(runtime);
     throw;
   }
+  int64_t bytes = 0;
+  for (size_t m : members) bytes += plans[m].bytes_total();
+  detail::count_collective(bytes);
   for (size_t i = 0; i < members.size(); ++i) {
     std::vector<Tensor> components;
     for (size_t d = 0; d < devices.size(); ++d) components.push_back((*results)[d][i]);

@@ -13,6 +13,8 @@ namespace tessel::detail {
 
 std::shared_ptr<CommunicatorPool> relayout_groups(const Runtime& runtime);
 void drop_relayout_groups(const Runtime& runtime);
+// Counts one collective sending `bytes` in relayout_stats() (relayout.h).
+void count_collective(int64_t bytes);
 // Tests: the runtime's groups from now on come from `factory` (recording transports).
 void set_relayout_group_factory(const Runtime& runtime, CommunicatorPool::GroupFactory factory);
 
