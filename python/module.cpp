@@ -9,6 +9,7 @@ void bind_comm(py::module_& m);     // bind_comm.cpp
 
 void bind_distribute(py::module_& m);  // bind_distribute.cpp
 void bind_alloc(py::module_& m);       // bind_alloc.cpp
+void bind_dtensor(py::module_& m);     // bind_dtensor.cpp
 }  // namespace tessel::python
 
 PYBIND11_MODULE(_tessel, m) {
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_tessel, m) {
   tessel::python::bind_distribute(m);
   tessel::python::bind_comm(m);
   tessel::python::bind_alloc(m);
+  tessel::python::bind_dtensor(m);
 }

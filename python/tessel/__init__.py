@@ -100,6 +100,34 @@ from tessel._tessel import (
     scoped_layout,
 )
 
+# DTensor with TF's tf.experimental.dtensor names, relayout and its planner (bind_dtensor.cpp).
+# `visualize` (above) also takes a DTensor.
+from tessel._tessel import (
+    Box,
+    DTensor,
+    DefaultMeshScope,
+    RelayoutPlan,
+    RelayoutStep,
+    call_with_layout,
+    check_layout,
+    copy_to_mesh,
+    default_mesh,
+    device_name,
+    execute_relayout,
+    fetch_layout,
+    full_tensor,
+    get_default_mesh,
+    intersect,
+    is_dtensor,
+    pack,
+    plan_relayout,
+    relayout,
+    relayout_like,
+    resolve_match,
+    to_host,
+    unpack,
+)
+
 zeros = Tensor.zeros
 full = Tensor.full
 random_uniform = Tensor.random_uniform
