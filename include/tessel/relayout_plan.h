@@ -6,7 +6,7 @@
 //                                     Layout({"unsharded", "x"}, mesh), DType::kF32);
 //   std::cout << plan;
 //   // relayout [4096,4096] f32: x,unsharded -> unsharded,x on |x=4| (1 step, 12.0 MiB sent per device, peak 16.0 MiB)
-//   //   1. all_to_all over x on dims 0->1: 12.0 MiB sent per device, peak 16.0 MiB
+//   //   1. all_to_all over x on dims 0->1: 12.0 MiB sent per device, peak 16.0 MiB -> unsharded,x
 //
 // Steps (kinds and what each does per device; groups are TF's collective groups of the step's
 // mesh dimensions, mesh_groups.h):
@@ -88,7 +88,7 @@ struct RelayoutStep {
   std::vector<RelayoutTransfer> transfers;  // block-moving steps only
 
   std::string kind_name() const { return std::string(relayout_step_kind_name(kind)); }
-  // "all_to_all over x on dims 0->1: 12.0 MiB sent per device, peak 16.0 MiB"
+  // "all_to_all over x on dims 0->1: 12.0 MiB sent per device, peak 16.0 MiB -> unsharded,x"
   std::string to_string() const;
 };
 
