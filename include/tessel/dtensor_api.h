@@ -97,6 +97,12 @@ class DefaultMeshScope {
   ~DefaultMeshScope();
   DefaultMeshScope(const DefaultMeshScope&) = delete;
   DefaultMeshScope& operator=(const DefaultMeshScope&) = delete;
+
+ private:
+  // The stack's depth below this scope: the destructor cuts the stack back to it, so closing an
+  // outer scope first also closes the inner ones, and a scope closed on another thread (whose
+  // stack is shallower) changes nothing there.
+  size_t depth_ = 0;
 };
 // The innermost default mesh of this thread, if any.
 std::optional<Mesh> get_default_mesh();

@@ -21,10 +21,14 @@ DefaultMeshScope::DefaultMeshScope(const Mesh& mesh) {
     detail::throw_invalid("default_mesh", "Expect `mesh` to be a non-empty `Mesh`, got {}",
                           mesh.to_string());
   }
+  depth_ = mesh_stack().size();
   mesh_stack().push_back(mesh);
 }
 
-DefaultMeshScope::~DefaultMeshScope() { mesh_stack().pop_back(); }
+DefaultMeshScope::~DefaultMeshScope() {
+  std::vector<Mesh>& stack = mesh_stack();
+  if (stack.size() > depth_) stack.resize(depth_);
+}
 
 std::optional<Mesh> get_default_mesh() {
   if (mesh_stack().empty()) return std::nullopt;

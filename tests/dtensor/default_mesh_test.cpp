@@ -2,6 +2,8 @@
 // (dtensor_api.h).
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <thread>
 
 #include "tessel/dtensor_api.h"
@@ -75,6 +77,17 @@ TEST(DefaultMesh, VisualizeShowsBlocksAndDeviceIds) {
   }
   EXPECT_TESSEL_ERROR(visualize(DTensor()), ErrorCode::kInvalidArgument,
                       "a null DTensor has no layout");
+}
+
+TEST(DefaultMesh, ClosingAnOuterScopeFirstClosesTheInnerOnesToo) {
+  const Mesh a = Mesh::create({{"x", 2}});
+  const Mesh b = Mesh::create({{"y", 2}});
+  auto outer = std::make_unique<DefaultMeshScope>(a);
+  auto inner = std::make_unique<DefaultMeshScope>(b);
+  outer.reset();  // out of order (interleaved generators, async code)
+  EXPECT_FALSE(get_default_mesh().has_value());
+  inner.reset();  // nothing left to pop: no effect
+  EXPECT_FALSE(get_default_mesh().has_value());
 }
 
 }  // namespace
