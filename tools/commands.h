@@ -19,6 +19,8 @@ int run_demo(const Args& args);
 int run_bench(const Args& args);
 // `tessel bench fusion ...` (called by run_bench with the arguments after "fusion").
 int run_bench_fusion(const Args& args);
+// `tessel bench relayout ...` (called by run_bench with the arguments after "relayout").
+int run_bench_relayout(const Args& args);
 
 // True when any argument is "--help" or "-h".
 bool wants_help(const Args& args);
