@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "tessel/autodiff.h"
 #include "tessel/dtensor_api.h"
 #include "tessel/ops.h"
