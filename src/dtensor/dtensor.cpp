@@ -4,6 +4,7 @@
 
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
+#include "dtensor/placement.h"
 #include "tessel/shard_map.h"
 
 namespace tessel {
@@ -73,31 +74,28 @@ std::string block_string(const std::vector<int64_t>& offsets, const std::vector<
 
 DTensor::DTensor(Layout layout, Shape global_shape, DType dtype, std::vector<Tensor> components,
                  Runtime& runtime) {
-  detail::check_tensor_layout(layout, kDTensor);
-  if (layout.rank() != global_shape.rank()) {
+  if (layout.rank() != global_shape.rank() && !layout.is_empty() && !layout.is_single_device()) {
     detail::throw_invalid(kDTensor, "shape {} has rank {} but layout {} has rank {}",
                           global_shape.to_string(), global_shape.rank(), layout.to_string(),
                           layout.rank());
   }
-  std::vector<Device*> devices = detail::resolve_local_devices(layout.mesh(), runtime, kDTensor);
-  if (components.size() != devices.size()) {
+  const auto place = detail::placement(layout, global_shape, runtime, kDTensor);
+  if (components.size() != place->devices.size()) {
     detail::throw_invalid(kDTensor, "{} components given for the {} local devices of mesh {}",
-                          components.size(), devices.size(), layout.mesh().to_string());
+                          components.size(), place->devices.size(), layout.mesh().to_string());
   }
-  const ShardMap map(layout, global_shape);
-  const std::vector<int64_t> offsets = detail::local_offsets(layout.mesh());
   for (size_t i = 0; i < components.size(); ++i) {
     const Tensor& c = components[i];
-    const std::string& device = devices[i]->name();
+    const std::string& device = place->devices[i]->name();
     if (!c.defined()) detail::throw_invalid(kDTensor, "component {} ({}) is null", i, device);
     if (c.dtype() != dtype) {
       detail::throw_invalid(kDTensor, "component {} ({}) has dtype {}, expected {}", i, device,
                             dtype_name(c.dtype()), dtype_name(dtype));
     }
-    const Shape expected(map.block(offsets[i]).extents);
-    if (c.shape() != expected) {
+    const std::vector<int64_t>& expected = place->blocks[i].extents;
+    if (c.shape().dims() != expected) {
       detail::throw_invalid(kDTensor, "component {} ({}) has shape {}, expected {}", i, device,
-                            c.shape().to_string(), expected.to_string());
+                            c.shape().to_string(), Shape(expected).to_string());
     }
     if (!c.is_contiguous()) {
       detail::throw_invalid(kDTensor, "component {} ({}) is not contiguous", i, device);
@@ -107,7 +105,7 @@ DTensor::DTensor(Layout layout, Shape global_shape, DType dtype, std::vector<Ten
   shape_ = std::move(global_shape);
   dtype_ = dtype;
   components_ = std::move(components);
-  devices_ = std::move(devices);
+  devices_ = place->devices;
   runtime_ = &runtime;
 }
 

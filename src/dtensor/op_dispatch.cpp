@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
+#include "dtensor/placement.h"
 #include "tessel/autodiff.h"
 #include "tessel/op_registry.h"
 #include "tessel/relayout.h"
@@ -123,35 +124,36 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
   Runtime& runtime = !inputs.empty() ? inputs[0].runtime()
                                      : (attrs.runtime ? *attrs.runtime : Runtime::global());
   const Layout& layout = decision.output;
-  const Mesh& mesh = layout.mesh();
-  const std::vector<Device*> devices = detail::resolve_local_devices(mesh, runtime, def.name);
-  const std::vector<int64_t> offsets = detail::local_offsets(mesh);
-  const ShardMap out_map(layout, out.shape);
-  std::vector<ShardMap> in_maps;
-  for (const DTensor& in : ready) in_maps.emplace_back(in.layout(), in.shape());
-
+  const auto out_place = detail::placement(layout, out.shape, runtime, def.name);
+  std::vector<std::shared_ptr<const detail::Placement>> in_places;
+  in_places.reserve(ready.size());
+  for (const DTensor& in : ready) {
+    in_places.push_back(detail::placement(in.layout(), in.shape(), runtime, def.name));
+  }
   auto shared_attrs = std::make_shared<const OpAttrs>(attrs);
   auto shared_layout = std::make_shared<const Layout>(layout);
   const OpDef* op = &def;
+  const size_t n = out_place->devices.size();
   std::vector<Tensor> outputs;
-  outputs.reserve(devices.size());
-  for (size_t i = 0; i < devices.size(); ++i) {
-    const ShardBlock& block = out_map.block(offsets[i]);
-    Tensor output = devices[i]->allocate(Shape(block.extents), out.dtype, /*zero_fill=*/false);
+  outputs.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Box& block = out_place->blocks[i];
+    Device* device = out_place->devices[i];
+    Tensor output = device->allocate(Shape(block.extents), out.dtype, /*zero_fill=*/false);
     outputs.push_back(output);
     LocalContext context;
-    context.output_block = Box{block.offsets, block.extents};
+    context.output_block = block;
     context.output_shape = out.shape;
-    context.mesh_offset = offsets[i];
+    context.mesh_offset = out_place->offsets[i];
     std::vector<Tensor> local;
+    local.reserve(ready.size());
     for (size_t k = 0; k < ready.size(); ++k) {
-      const ShardBlock& b = in_maps[k].block(offsets[i]);
-      context.input_blocks.push_back(Box{b.offsets, b.extents});
+      context.input_blocks.push_back(in_places[k]->blocks[i]);
       context.input_shapes.push_back(ready[k].shape());
       local.push_back(ready[k].component(static_cast<int>(i)));
     }
-    devices[i]->stream().enqueue(def.name, [op, local = std::move(local), output, shared_attrs,
-                                            shared_layout, context = std::move(context)]() mutable {
+    device->stream().enqueue(def.name, [op, local = std::move(local), output, shared_attrs,
+                                        shared_layout, context = std::move(context)]() mutable {
       context.output_layout = shared_layout.get();
       op->kernel(local, output, *shared_attrs, context);
     });
