@@ -1,4 +1,5 @@
-// tessel demo: a walkthrough of layouts on a 2x2 mesh, each with its text form and shard map.
+// tessel demo --layouts: a walkthrough of layouts on a 2x2 mesh, each with its text form and shard map.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -15,7 +16,7 @@ namespace tessel::cli {
 namespace {
 
 constexpr const char* kHelp =
-    "usage: tessel demo\n"
+    "usage: tessel demo --layouts\n"
     "\n"
     "Walks through a 2x2 mesh of CPU devices and a few ways to lay a tensor over it: replicated,\n"
     "sharded over one or both mesh dimensions, uneven shards, and a Partial (pending sum) layout.\n"
@@ -43,6 +44,7 @@ void show(int step, std::string_view title, std::string_view note, const Layout&
 }  // namespace
 
 int run_demo(const Args& args) {
+  if (std::find(args.begin(), args.end(), "--layouts") == args.end()) return run_demo_train(args);
   if (wants_help(args)) {
     std::cout << kHelp;
     return kExitOk;

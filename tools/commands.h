@@ -16,11 +16,16 @@ inline constexpr int kExitUsage = 2;    // bad arguments or input tessel rejecte
 int run_info(const Args& args);
 int run_layout(const Args& args);
 int run_demo(const Args& args);
+// `tessel demo` without --layouts: the training demo.
+int run_demo_train(const Args& args);
 int run_bench(const Args& args);
 // `tessel bench fusion ...` (called by run_bench with the arguments after "fusion").
 int run_bench_fusion(const Args& args);
 // `tessel bench relayout ...` (called by run_bench with the arguments after "relayout").
 int run_bench_relayout(const Args& args);
+// `tessel bench matmul ...` and `tessel bench dispatch ...` (the SPMD op benchmarks).
+int run_bench_matmul(const Args& args);
+int run_bench_dispatch(const Args& args);
 
 // True when any argument is "--help" or "-h".
 bool wants_help(const Args& args);

@@ -15,7 +15,7 @@ constexpr std::string_view kUsage =
     "commands:\n"
     "  info     version, compiler, what this build contains, hardware threads\n"
     "  layout   validate a layout and draw which device holds which block\n"
-    "  demo     a walkthrough of layouts on a 2x2 mesh\n"
+    "  demo     trains a small MLP on a 2x2 mesh (--layouts: a walkthrough of layouts)\n"
     "  bench    time a collective over N in-process devices (nccl-tests table)\n"
     "\n"
     "Run 'tessel <command> --help' for a command's options.\n";

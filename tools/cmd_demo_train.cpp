@@ -1,0 +1,300 @@
+// tessel demo: trains a small MLP with a batch x model mesh of virtual CPU devices (Megatron
+// column-parallel then row-parallel layers behind a data-parallel input projection) and checks
+// every step's loss against the same model on one device.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "commands.h"
+#include "tessel/autodiff.h"
+#include "tessel/dtensor_api.h"
+#include "tessel/error.h"
+#include "tessel/ops.h"
+#include "tessel/optimizers.h"
+#include "tessel/relayout.h"
+#include "tessel/runtime.h"
+
+namespace tessel::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tessel demo [options]\n"
+    "\n"
+    "Trains a small MLP on a synthetic classification task over a batch x model mesh of\n"
+    "virtual CPU devices: an input projection (replicated weights: data parallel), a column-\n"
+    "parallel layer and a row-parallel layer (Megatron: no communication between them), Adam.\n"
+    "Every step's loss is checked against the same model on one device.\n"
+    "\n"
+    "  --mesh BxM          batch x model mesh (default 2x2)\n"
+    "  --batch N           examples per step (default 256)\n"
+    "  --features N        input features (default 256)\n"
+    "  --width N           projection width (default 512)\n"
+    "  --hidden N          hidden units of the parallel layers (default 1024)\n"
+    "  --classes N         classes (default 16)\n"
+    "  --steps N           training steps (default 100)\n"
+    "  --lr X              Adam learning rate (default 0.002)\n"
+    "  --no-check          skip the single-device run\n"
+    "  --json              print {\"mesh\", \"steps\", \"final_loss\", \"final_accuracy\",\n"
+    "                      \"max_rel_loss_diff\", \"step_us\", \"single_device_step_us\",\n"
+    "                      \"collectives_per_step\", \"bytes_per_step\"} instead of the summary\n"
+    "  --layouts           the older walkthrough of layouts on a 2x2 mesh instead\n";
+
+struct Options {
+  int64_t mesh_batch = 2, mesh_model = 2;
+  int64_t batch = 256, features = 256, width = 512, hidden = 1024, classes = 16, steps = 100;
+  double lr = 0.002;
+  bool check = true, json = false;
+};
+
+int64_t positive(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  int64_t v = -1;
+  try {
+    v = std::stoll(value, &used);
+  } catch (...) {
+  }
+  if (used != value.size() || v < 1) {
+    throw Error(ErrorCode::kInvalidArgument, "demo",
+                fmt::format("{} needs a positive integer, got '{}'", flag, value));
+  }
+  return v;
+}
+
+Options parse(const Args& args) {
+  Options o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) {
+        throw Error(ErrorCode::kInvalidArgument, "demo", fmt::format("{} needs a value", a));
+      }
+      return args[++i];
+    };
+    if (a == "--mesh") {
+      const std::string v = value();
+      const size_t x = v.find('x');
+      if (x == std::string::npos) {
+        throw Error(ErrorCode::kInvalidArgument, "demo",
+                    fmt::format("--mesh needs BxM (e.g. 2x2), got '{}'", v));
+      }
+      o.mesh_batch = positive("--mesh", v.substr(0, x));
+      o.mesh_model = positive("--mesh", v.substr(x + 1));
+    } else if (a == "--batch") {
+      o.batch = positive(a, value());
+    } else if (a == "--features") {
+      o.features = positive(a, value());
+    } else if (a == "--width") {
+      o.width = positive(a, value());
+    } else if (a == "--hidden") {
+      o.hidden = positive(a, value());
+    } else if (a == "--classes") {
+      o.classes = positive(a, value());
+    } else if (a == "--steps") {
+      o.steps = positive(a, value());
+    } else if (a == "--lr") {
+      const std::string v = value();
+      try {
+        o.lr = std::stod(v);
+      } catch (...) {
+        throw Error(ErrorCode::kInvalidArgument, "demo", fmt::format("--lr needs a number, got '{}'", v));
+      }
+    } else if (a == "--no-check") {
+      o.check = false;
+    } else if (a == "--json") {
+      o.json = true;
+    } else {
+      throw Error(ErrorCode::kInvalidArgument, "demo", fmt::format("unknown option '{}'", a));
+    }
+  }
+  return o;
+}
+
+// The synthetic task: labels are the argmax of a fixed random linear teacher.
+struct Batch {
+  Tensor x;       // [batch, features] f32
+  Tensor labels;  // [batch] i32
+};
+
+Batch make_batch(const Options& o, const Tensor& teacher, uint64_t seed) {
+  Batch b{Tensor::random_normal(Shape{o.batch, o.features}, DType::kF32, seed),
+          Tensor::zeros(Shape{o.batch}, DType::kI32)};
+  const float* x = b.x.data<float>();
+  const float* w = teacher.data<float>();
+  for (int64_t i = 0; i < o.batch; ++i) {
+    int best = 0;
+    double best_score = -1e300;
+    for (int64_t c = 0; c < o.classes; ++c) {
+      double score = 0;
+      for (int64_t f = 0; f < o.features; ++f) score += x[i * o.features + f] * w[f * o.classes + c];
+      if (score > best_score) {
+        best_score = score;
+        best = static_cast<int>(c);
+      }
+    }
+    b.labels.data<int32_t>()[i] = best;
+  }
+  return b;
+}
+
+// One model on one mesh: parameters, layouts and the optimizer.
+class Model {
+ public:
+  Model(const Options& o, const Mesh& mesh, Runtime& rt) : o_(o), mesh_(mesh), rt_(rt), adam_(o.lr) {
+    const auto init = [&](const Shape& shape, const Layout& layout, uint64_t seed) {
+      return random_normal(shape, layout, seed, 0.0, 1.0 / std::sqrt(static_cast<double>(shape[0])),
+                           DType::kF32, &rt_);
+    };
+    params_ = {init(Shape{o.features, o.width}, layout({"unsharded", "unsharded"}), 1),
+               init(Shape{o.width, o.hidden}, layout({"unsharded", "model"}), 2),
+               init(Shape{o.hidden, o.classes}, layout({"model", "unsharded"}), 3)};
+  }
+
+  Layout layout(const std::vector<std::string>& specs) const { return Layout(specs, mesh_); }
+  const std::vector<DTensor>& params() const { return params_; }
+
+  DTensor logits(const std::vector<DTensor>& p, const DTensor& x) const {
+    const DTensor projected = matmul(x, p[0]);           // (batch, -): data parallel
+    const DTensor hidden = gelu(matmul(projected, p[1]));  // (batch, model): column parallel
+    return matmul(hidden, p[2]);                           // Partial(sum over model): row parallel
+  }
+
+  // One training step; returns the loss.
+  double step(const Batch& batch) {
+    const DTensor x = copy_to_mesh(batch.x, layout({"batch", "unsharded"}), rt_);
+    const DTensor y = copy_to_mesh(batch.labels, layout({"batch"}), rt_);
+    auto [loss, grads] = value_and_grad(
+        [&](const std::vector<DTensor>& p) {
+          return reduce_mean(sparse_softmax_cross_entropy_with_logits(y, logits(p, x)));
+        },
+        params_);
+    adam_.apply(params_, grads);
+    return to_host(loss).astype(DType::kF64).data<double>()[0];
+  }
+
+  double accuracy(const Batch& batch) const {
+    const Tensor out = to_host(logits(params_, copy_to_mesh(batch.x, layout({"batch", "unsharded"}), rt_)));
+    int64_t right = 0;
+    for (int64_t i = 0; i < o_.batch; ++i) {
+      const float* row = out.data<float>() + i * o_.classes;
+      const int64_t guess = std::max_element(row, row + o_.classes) - row;
+      right += guess == batch.labels.data<int32_t>()[i] ? 1 : 0;
+    }
+    return static_cast<double>(right) / static_cast<double>(o_.batch);
+  }
+
+ private:
+  Options o_;
+  Mesh mesh_;
+  Runtime& rt_;
+  Adam adam_;
+  std::vector<DTensor> params_;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string bar(int64_t done, int64_t total) {
+  const int width = 30;
+  const int filled = static_cast<int>(width * done / std::max<int64_t>(total, 1));
+  return std::string(static_cast<size_t>(filled), '=') + std::string(static_cast<size_t>(width - filled), ' ');
+}
+
+int train(const Options& o) {
+  Runtime rt({.num_cpu_devices = static_cast<int>(o.mesh_batch * o.mesh_model)});
+  const Mesh mesh = Mesh::create({{"batch", o.mesh_batch}, {"model", o.mesh_model}});
+  const Mesh one = Mesh::create_on_devices({{"batch", 1}, {"model", 1}}, {rt.device(0).name()});
+  Model model(o, mesh, rt);
+  std::optional<Model> single;
+  if (o.check) single.emplace(o, one, rt);
+  const Tensor teacher = Tensor::random_normal(Shape{o.features, o.classes}, DType::kF32, 99);
+
+  if (!o.json) {
+    std::cout << "tessel demo: MLP " << o.features << " -> " << o.width << " -> " << o.hidden
+              << " -> " << o.classes << ", batch " << o.batch << ", Adam lr " << o.lr << "\n"
+              << "mesh " << mesh.to_string() << "\n\n";
+    const char* names[] = {"input projection (data parallel)", "layer 1 (column parallel)",
+                           "layer 2 (row parallel)"};
+    for (size_t i = 0; i < model.params().size(); ++i) {
+      const DTensor& p = model.params()[i];
+      std::cout << names[i] << ": " << p.shape().to_string() << " "
+                << fmt::format("{}", fmt::join(p.layout().sharding_spec_strings(), ",")) << "\n"
+                << visualize(p) << "\n";
+    }
+  }
+  std::vector<double> step_us, single_us;
+  double max_rel = 0, loss = 0;
+  int64_t collectives = 0, bytes = 0;
+  for (int64_t s = 0; s < o.steps; ++s) {
+    const Batch batch = make_batch(o, teacher, 1000 + static_cast<uint64_t>(s));
+    const RelayoutStats before = relayout_stats();
+    auto t0 = std::chrono::steady_clock::now();
+    loss = model.step(batch);
+    auto t1 = std::chrono::steady_clock::now();
+    const RelayoutStats after = relayout_stats();
+    if (s == o.steps - 1 || s == 3) {
+      collectives = after.collectives - before.collectives;
+      bytes = after.bytes - before.bytes;
+    }
+    if (s >= 3 || o.steps <= 3) step_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (single) {
+      auto t2 = std::chrono::steady_clock::now();
+      const double ref = single->step(batch);
+      auto t3 = std::chrono::steady_clock::now();
+      if (s >= 3 || o.steps <= 3) single_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+      max_rel = std::max(max_rel, std::abs(loss - ref) / std::max(std::abs(ref), 1e-12));
+    }
+    if (!o.json && (s % 10 == 9 || s == o.steps - 1 || s == 0)) {
+      std::cout << fmt::format("step {:4}/{} [{}] loss {:.5f}", s + 1, o.steps, bar(s + 1, o.steps), loss);
+      if (single) std::cout << fmt::format("  (one device: rel. diff so far {:.1e})", max_rel);
+      std::cout << "\n";
+    }
+  }
+  const double accuracy = model.accuracy(make_batch(o, teacher, 7));
+  const double mesh_us = median(step_us);
+  const double one_us = median(single_us);
+  if (o.json) {
+    std::cout << fmt::format(
+        "{{\"mesh\": \"{}x{}\", \"steps\": {}, \"final_loss\": {:.6g}, \"final_accuracy\": {:.4f}, "
+        "\"max_rel_loss_diff\": {}, \"step_us\": {:.1f}, \"single_device_step_us\": {}, "
+        "\"collectives_per_step\": {}, \"bytes_per_step\": {}}}\n",
+        o.mesh_batch, o.mesh_model, o.steps, loss, accuracy,
+        single ? fmt::format("{:.3g}", max_rel) : "null", mesh_us,
+        single ? fmt::format("{:.1f}", one_us) : "null", collectives, bytes);
+    return kExitOk;
+  }
+  std::cout << fmt::format("\nfinal loss {:.5f}, accuracy {:.1f}% on a fresh batch\n", loss,
+                           100 * accuracy)
+            << fmt::format("collectives per step: {} ({} bytes between devices)\n", collectives, bytes)
+            << fmt::format("step time: {:.0f} us on the {}x{} mesh", mesh_us, o.mesh_batch, o.mesh_model);
+  if (single) {
+    std::cout << fmt::format(", {:.0f} us on one device ({:.2f}x)\n", one_us, mesh_us / one_us)
+              << fmt::format("largest relative loss difference from one device: {:.2e} ({})\n",
+                             max_rel, max_rel <= 1e-4 ? "within 1e-4" : "ABOVE 1e-4");
+  } else {
+    std::cout << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_demo_train(const Args& args) {
+  if (wants_help(args)) {
+    std::cout << kHelp;
+    return kExitOk;
+  }
+  return train(parse(args));
+}
+
+}  // namespace tessel::cli
