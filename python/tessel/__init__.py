@@ -128,11 +128,91 @@ from tessel._tessel import (
     unpack,
 )
 
-zeros = Tensor.zeros
+# SPMD ops with TF's names (bind_ops.cpp): elementwise, matmul/einsum, reductions, nn, shape,
+# embedding_lookup, creation; DTensor gets the operators + - * / @ and unary -. zeros,
+# random_uniform and random_normal without a Layout are the host forms (tessel.Tensor).
+from tessel._tessel import (
+    OpAttrs,
+    OpRegistry,
+    ShardingDecision,
+    TensorSpec,
+    add,
+    call_op,
+    cast,
+    concat,
+    divide,
+    einsum,
+    embedding_lookup,
+    exp,
+    fill,
+    gelu,
+    log,
+    log_softmax,
+    matmul,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    ones,
+    ones_like,
+    op_names,
+    plan_op,
+    random_normal,
+    random_uniform,
+    reduce_max,
+    reduce_mean,
+    reduce_sum,
+    relu,
+    replicate_fallback,
+    reshape,
+    rsqrt,
+    set_replicate_fallback,
+    slice,
+    softmax,
+    sparse_softmax_cross_entropy_with_logits,
+    sqrt,
+    subtract,
+    tanh,
+    transpose,
+    zeros,
+    zeros_like,
+)
+
+# Gradients, optimizers, batched relayout (bind_autodiff.cpp).
+from tessel._tessel import (
+    Adam,
+    GradientTape,
+    Optimizer,
+    RelayoutStats,
+    SGD,
+    relayout_batch,
+    relayout_stats,
+    value_and_grad,
+)
+
 full = Tensor.full
-random_uniform = Tensor.random_uniform
-random_normal = Tensor.random_normal
 from_numpy = Tensor.from_numpy
+
+# The system lifecycle (seed 102) and TF DTensor's initialize_accelerator_system /
+# shutdown_accelerator_system (bind_system.cpp).
+from tessel._tessel import (
+    AcceleratorSystemInfo,
+    Host,
+    HostConfiguration,
+    HostState,
+    SystemChannel,
+    SystemCoordinator,
+    SystemState,
+    Topology,
+    accelerator_system_info,
+    accelerator_system_runtime,
+    initialize_accelerator_system,
+    is_accelerator_system_initialized,
+    make_in_process_system_channel,
+    shutdown_accelerator_system,
+    start_system,
+    stop_system,
+)
 
 # Number of virtual CPU devices create_mesh() uses when no devices are given.
 _DEFAULT_CPU_DEVICES = 4

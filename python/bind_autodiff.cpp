@@ -1,0 +1,250 @@
+// Bindings of autodiff.h (GradientTape, value_and_grad, relayout_batch), optimizers.h (SGD, Adam)
+// and relayout.h's relayout_stats, with TensorFlow's names.
+//
+// GradientTape: TF's `with tessel.GradientTape() as tape: tape.watch(x); y = f(x)` then
+// `tape.gradient(y, x)` (after the block, as in TF). The C++ tape records the ops of its thread
+// from construction to destruction and has no call that stops recording, so the Python object
+// makes the C++ tape on the first __enter__ and keeps it until the Python object is collected
+// (or tape.reset()): after the `with` block it goes on recording the ops that depend on its
+// watched tensors. Gradients are unaffected (ops made after the target are not on its path);
+// the cost is that their inputs and outputs stay alive with the tape — `del tape` or
+// tape.reset() releases them. A tape records on the thread that entered it; one collected on
+// another thread is left alive (its thread's list of active tapes still points at it).
+//
+// Conversions only; calls that run on the devices release the GIL; value_and_grad's Python
+// function runs with the GIL re-acquired.
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "casters.h"
+#include "tessel/autodiff.h"
+#include "tessel/dtensor.h"
+#include "tessel/error.h"
+#include "tessel/optimizers.h"
+#include "tessel/relayout.h"
+
+namespace tessel::python {
+
+py::object wrap_dtensor(DTensor tensor);             // bind_ops.cpp
+py::list wrap_dtensors(std::vector<DTensor> tensors);  // bind_ops.cpp
+
+namespace {
+
+constexpr const char* kTape = "GradientTape";
+
+// TF's single-tensor-or-list arguments: (the DTensors, whether it was one).
+std::pair<std::vector<DTensor>, bool> to_dtensors(py::handle obj, const char* what) {
+  if (py::isinstance<DTensor>(obj)) return {{obj.cast<DTensor>()}, true};
+  if (!py::detail::is_plain_sequence(obj)) {
+    throw py::type_error(std::string(what) + " must be a DTensor or a list of DTensors");
+  }
+  return {obj.cast<std::vector<DTensor>>(), false};
+}
+
+// The Python GradientTape: a C++ GradientTape made on the first __enter__ (see the file comment).
+class Tape {
+ public:
+  explicit Tape(bool persistent) : persistent_(persistent) {}
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+  ~Tape() {
+    // ~GradientTape unregisters from the destroying thread's active tapes: on another thread it
+    // would leave a dangling pointer in the recording thread's list, so the tape is left alive.
+    if (tape_ && owner_ != std::this_thread::get_id()) static_cast<void>(tape_.release());
+  }
+
+  bool persistent() const { return persistent_; }
+  bool recording() const { return tape_ != nullptr; }
+
+  void enter() {
+    if (!tape_) make();
+    ++depth_;
+  }
+  void exit() {
+    if (depth_ > 0) --depth_;
+  }
+
+  // TF's reset(): forgets everything recorded and watched; inside a `with`, records afresh.
+  void reset() {
+    check_thread("reset");
+    tape_.reset();
+    if (depth_ > 0) make();
+  }
+
+  GradientTape& tape(const char* call) {
+    if (!tape_) {
+      throw Error(ErrorCode::kFailedPrecondition, kTape,
+                  std::string(call) +
+                      "() on a tape that is not recording: use it as `with "
+                      "tessel.GradientTape() as tape:`");
+    }
+    check_thread(call);
+    return *tape_;
+  }
+
+ private:
+  void make() {
+    tape_ = std::make_unique<GradientTape>(persistent_);
+    owner_ = std::this_thread::get_id();
+  }
+  void check_thread(const char* call) const {
+    if (tape_ && owner_ != std::this_thread::get_id()) {
+      throw Error(ErrorCode::kFailedPrecondition, kTape,
+                  std::string(call) + "() from another thread: a tape records the ops of the "
+                                      "thread that entered it");
+    }
+  }
+
+  bool persistent_;
+  std::unique_ptr<GradientTape> tape_;
+  std::thread::id owner_;
+  int depth_ = 0;  // open `with` blocks
+};
+
+void bind_tape(py::module_& m) {
+  py::class_<Tape>(m, "GradientTape", R"doc(
+TF's GradientTape: records the ops (on this thread) whose inputs depend on watched DTensors.
+
+    with tessel.GradientTape() as tape:
+        tape.watch(w)
+        loss = tessel.reduce_mean(tessel.matmul(x, w))
+    [grad] = tape.gradient(loss, [w])     # grad has w's layout
+
+Recording starts at the first `with`. The C++ tape cannot pause, so after the block it keeps
+recording ops that depend on the watched tensors until the tape object is collected or
+reset() (gradients are unaffected; `del tape` frees what it holds). persistent=True allows
+several gradient() calls. A source the target does not depend on gets zeros (TF: None).)doc")
+      .def(py::init<bool>(), py::arg("persistent") = false)
+      .def_property_readonly("persistent", &Tape::persistent)
+      .def_property_readonly("recording", &Tape::recording,
+                             "Whether the C++ tape exists (from the first __enter__ until "
+                             "the object is collected).")
+      .def("__enter__",
+           [](py::object self) {
+             self.cast<Tape&>().enter();
+             return self;
+           })
+      .def(
+          "__exit__",
+          [](Tape& self, py::handle, py::handle, py::handle) {
+            self.exit();
+            return false;  // exceptions propagate
+          },
+          py::arg("exc_type"), py::arg("exc_value"), py::arg("traceback"))
+      .def(
+          "watch",
+          [](Tape& self, py::handle tensor) {
+            GradientTape& tape = self.tape("watch");
+            for (const DTensor& t : to_dtensors(tensor, "watch: tensor").first) tape.watch(t);
+          },
+          py::arg("tensor"), "Watches a DTensor or each of a list of DTensors.")
+      .def(
+          "gradient",
+          [](Tape& self, const DTensor& target, py::handle sources) -> py::object {
+            GradientTape& tape = self.tape("gradient");
+            auto [list, single] = to_dtensors(sources, "gradient: sources");
+            std::vector<DTensor> grads;
+            {
+              py::gil_scoped_release release;
+              grads = tape.gradient(target, list);
+            }
+            if (single) return wrap_dtensor(std::move(grads.at(0)));
+            return wrap_dtensors(std::move(grads));
+          },
+          py::arg("target"), py::arg("sources"),
+          "d sum(target) / d source in each source's layout: a DTensor for a DTensor, a list "
+          "for a list.")
+      .def("reset", &Tape::reset,
+           "Forgets what was recorded and watched (inside a `with`: records afresh).");
+}
+
+void bind_functions(py::module_& m) {
+  m.def(
+      "value_and_grad",
+      [](py::function fn, const std::vector<DTensor>& params) {
+        const auto call = [&fn](const std::vector<DTensor>& p) {
+          py::gil_scoped_acquire acquire;
+          py::object result = fn(wrap_dtensors(p));
+          if (!py::isinstance<DTensor>(result)) {
+            throw py::type_error("value_and_grad: fn must return a DTensor, got " +
+                                 std::string(py::str(py::type::of(result))));
+          }
+          return result.cast<DTensor>();
+        };
+        std::pair<DTensor, std::vector<DTensor>> out;
+        {
+          py::gil_scoped_release release;
+          out = value_and_grad(call, params);
+        }
+        return py::make_tuple(wrap_dtensor(std::move(out.first)),
+                              wrap_dtensors(std::move(out.second)));
+      },
+      py::arg("fn"), py::arg("params"),
+      "(fn(params), gradients of sum(fn(params)) w.r.t. params); fn takes the list of DTensors.");
+  m.def(
+      "relayout_batch",
+      [](const std::vector<DTensor>& tensors, const std::vector<Layout>& layouts,
+         int64_t bucket_bytes) {
+        std::vector<DTensor> out;
+        {
+          py::gil_scoped_release release;
+          out = relayout_batch(tensors, layouts, bucket_bytes);
+        }
+        return wrap_dtensors(std::move(out));
+      },
+      py::arg("tensors"), py::arg("layouts"), py::arg("bucket_bytes") = int64_t{25} << 20,
+      "Relayouts many tensors at once; single all_reduces over the same mesh dims, op and "
+      "dtype are fused into buckets of at most bucket_bytes (one collective per bucket).");
+
+  py::class_<RelayoutStats>(m, "RelayoutStats",
+                            "Collectives relayouts have run in this process and the bytes their "
+                            "plans sent between devices; unpacks as (collectives, bytes).")
+      .def_readonly("collectives", &RelayoutStats::collectives)
+      .def_readonly("bytes", &RelayoutStats::bytes)
+      .def("__iter__",
+           [](const RelayoutStats& s) {
+             return py::iter(py::make_tuple(s.collectives, s.bytes));
+           })
+      .def("__repr__", [](const RelayoutStats& s) {
+        return "RelayoutStats(collectives=" + std::to_string(s.collectives) +
+               ", bytes=" + std::to_string(s.bytes) + ")";
+      });
+  m.def("relayout_stats", &relayout_stats);
+}
+
+void bind_optimizers(py::module_& m) {
+  py::class_<Optimizer>(m, "Optimizer", R"doc(
+Base of SGD and Adam. apply(params, grads) returns the updated parameters (a new list; the
+state, with each parameter's layout, belongs to the first parameter list applied).)doc")
+      .def(
+          "apply",
+          [](Optimizer& self, std::vector<DTensor> params, const std::vector<DTensor>& grads) {
+            {
+              py::gil_scoped_release release;
+              self.apply(params, grads);
+            }
+            return wrap_dtensors(std::move(params));
+          },
+          py::arg("params"), py::arg("grads"))
+      .def_property_readonly("iterations", &Optimizer::iterations);
+  py::class_<SGD, Optimizer>(m, "SGD",
+                             "v = momentum v - lr g; p += v (nesterov: p += momentum v - lr g).")
+      .def(py::init<double, double, bool>(), py::arg("learning_rate") = 0.01,
+           py::arg("momentum") = 0.0, py::arg("nesterov") = false);
+  py::class_<Adam, Optimizer>(m, "Adam", "Keras' Adam (epsilon added to sqrt(v)).")
+      .def(py::init<double, double, double, double>(), py::arg("learning_rate") = 0.001,
+           py::arg("beta_1") = 0.9, py::arg("beta_2") = 0.999, py::arg("epsilon") = 1e-7);
+}
+
+}  // namespace
+
+void bind_autodiff(py::module_& m) {
+  bind_tape(m);
+  bind_functions(m);
+  bind_optimizers(m);
+}
+
+}  // namespace tessel::python

@@ -1,0 +1,465 @@
+// Bindings of the SPMD op layer with TensorFlow's names and keyword names (ops.h): elementwise
+// (add, subtract, multiply, divide, maximum, minimum, negative, exp, log, tanh, relu, gelu, sqrt,
+// rsqrt, cast), matmul, einsum, reductions, softmax / log_softmax /
+// sparse_softmax_cross_entropy_with_logits, shape ops, embedding_lookup and the creation ops;
+// Python operators on DTensor; and the op registry (op_registry.h): call_op, plan_op
+// (TensorSpec -> ShardingDecision), OpAttrs, the replicate fallback and the op names.
+//
+// Conversions only. Every op releases the GIL while it dispatches (relayouts of its inputs wait
+// for the devices). Every DTensor returned keeps its Runtime alive (as bind_dtensor.cpp does).
+// Python scalars: add(x, 2.0) and multiply(x, 2.0) use C++'s host-scalar overloads; the
+// operators `x - 2.0`, `2.0 - x`, `x / 2.0`, `2.0 / x` convert the scalar to a replicated rank-0
+// DTensor of x's dtype on x's mesh (TF's convert_to_tensor) and call subtract / divide.
+//
+// tessel.zeros / random_uniform / random_normal keep their host forms (tessel.Tensor, from
+// bind_core.cpp's Tensor.zeros / ...) as second overloads: a call without a Layout is the host
+// form, so the package's existing host-tensor API is unchanged.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "casters.h"
+#include "tessel/dtensor.h"
+#include "tessel/error.h"
+#include "tessel/op_registry.h"
+#include "tessel/ops.h"
+#include "tessel/runtime.h"
+#include "tessel/tensor.h"
+
+namespace tessel::python {
+
+// A DTensor as a Python object that keeps its Runtime alive (shared with bind_autodiff.cpp).
+py::object wrap_dtensor(DTensor tensor) {
+  Runtime* runtime = tensor.defined() ? &tensor.runtime() : nullptr;
+  py::object obj = py::cast(std::move(tensor));
+  if (runtime != nullptr) {
+    py::detail::keep_alive_impl(obj, py::cast(runtime, py::return_value_policy::reference));
+  }
+  return obj;
+}
+
+py::list wrap_dtensors(std::vector<DTensor> tensors) {
+  py::list out;
+  for (DTensor& t : tensors) out.append(wrap_dtensor(std::move(t)));
+  return out;
+}
+
+namespace {
+
+// fn() with the GIL released, its DTensor wrapped.
+template <class Fn>
+py::object run(Fn&& fn) {
+  DTensor out;
+  {
+    py::gil_scoped_release release;
+    out = fn();
+  }
+  return wrap_dtensor(std::move(out));
+}
+
+// TF's `axis`: None (every axis), an int, or a sequence of ints. An empty sequence means "no
+// axis" in TF but "every axis" in C++: refused rather than silently reinterpreted.
+std::vector<int64_t> to_axes(py::handle axis, const char* op) {
+  if (axis.is_none()) return {};
+  if (py::isinstance<py::int_>(axis) || py::hasattr(axis, "__index__")) {
+    return {axis.cast<int64_t>()};
+  }
+  if (!py::detail::is_plain_sequence(axis)) {
+    throw py::type_error(std::string(op) + ": axis must be None, an int or a list of ints");
+  }
+  auto axes = axis.cast<std::vector<int64_t>>();
+  if (axes.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, op,
+                "axis=[] (reduce over no axis) is not supported; axis=None reduces every axis");
+  }
+  return axes;
+}
+
+// A Python scalar as a replicated rank-0 DTensor like `like` (dtype, mesh, runtime).
+DTensor scalar_like(double value, const DTensor& like) {
+  return fill(Shape(std::vector<int64_t>{}), value, Layout::replicated(like.layout().mesh(), 0),
+              like.dtype(), &like.runtime());
+}
+
+// ---- ops.h --------------------------------------------------------------------------------
+
+using Binary = DTensor (*)(const DTensor&, const DTensor&);
+using Unary = DTensor (*)(const DTensor&);
+
+void bind_binary(py::module_& m, const char* name, Binary fn) {
+  m.def(
+      name, [fn](const DTensor& x, const DTensor& y) { return run([&] { return fn(x, y); }); },
+      py::arg("x"), py::arg("y"));
+}
+
+void bind_unary(py::module_& m, const char* name, Unary fn, const char* arg = "x") {
+  m.def(
+      name, [fn](const DTensor& x) { return run([&] { return fn(x); }); }, py::arg(arg));
+}
+
+void bind_elementwise(py::module_& m) {
+  bind_binary(m, "add", &tessel::add);
+  m.def(
+      "add",
+      [](const DTensor& x, double y) {
+        return run([&] { return add(x, y); });
+      },
+      py::arg("x"), py::arg("y"), "x + a host scalar (added once to a Partial sum).");
+  bind_binary(m, "subtract", &tessel::subtract);
+  bind_binary(m, "multiply", &tessel::multiply);
+  m.def(
+      "multiply",
+      [](const DTensor& x, double y) {
+        return run([&] { return multiply(x, y); });
+      },
+      py::arg("x"), py::arg("y"), "x * a host scalar.");
+  bind_binary(m, "divide", &tessel::divide);
+  bind_binary(m, "maximum", &tessel::maximum);
+  bind_binary(m, "minimum", &tessel::minimum);
+
+  bind_unary(m, "negative", &tessel::negative);
+  bind_unary(m, "exp", &tessel::exp);
+  bind_unary(m, "log", &tessel::log);
+  bind_unary(m, "tanh", &tessel::tanh);
+  bind_unary(m, "relu", &tessel::relu, "features");
+  m.def(
+      "gelu",
+      [](const DTensor& features, bool approximate) {
+        if (!approximate) {
+          throw Error(ErrorCode::kUnimplemented, "gelu",
+                      "only the tanh approximation is implemented: pass approximate=True");
+        }
+        return run([&] { return gelu(features); });
+      },
+      py::arg("features"), py::arg("approximate") = true,
+      "GELU, tanh approximation (TF's approximate=True; approximate=False: "
+      "NotImplementedError).");
+  bind_unary(m, "sqrt", &tessel::sqrt);
+  bind_unary(m, "rsqrt", &tessel::rsqrt);
+  m.def(
+      "cast", [](const DTensor& x, DType dtype) { return run([&] { return cast(x, dtype); }); },
+      py::arg("x"), py::arg("dtype"));
+}
+
+void bind_linalg(py::module_& m) {
+  m.def(
+      "matmul",
+      [](const DTensor& a, const DTensor& b, bool transpose_a, bool transpose_b) {
+        return run([&] { return matmul(a, b, transpose_a, transpose_b); });
+      },
+      py::arg("a"), py::arg("b"), py::arg("transpose_a") = false, py::arg("transpose_b") = false,
+      "[..., m, k] x [..., k, n] (transpose_a / transpose_b: the last two axes swapped).");
+  m.def(
+      "einsum",
+      [](const std::string& equation, const DTensor& a, const DTensor& b) {
+        return run([&] { return einsum(equation, a, b); });
+      },
+      py::arg("equation"), py::arg("a"), py::arg("b"),
+      "Two-operand einsum, e.g. 'bsh,hf->bsf' (every dimension named, no '...').");
+}
+
+void bind_reductions(py::module_& m) {
+  using Reduce = DTensor (*)(const DTensor&, const std::vector<int64_t>&, bool);
+  const auto bind = [&m](const char* name, Reduce fn) {
+    m.def(
+        name,
+        [fn, name](const DTensor& input_tensor, py::handle axis, bool keepdims) {
+          const std::vector<int64_t> axes = to_axes(axis, name);
+          return run([&] { return fn(input_tensor, axes, keepdims); });
+        },
+        py::arg("input_tensor"), py::arg("axis") = py::none(), py::arg("keepdims") = false,
+        "axis: None (every axis), an int or a list of ints (negative counts from the end).");
+  };
+  bind("reduce_sum", &tessel::reduce_sum);
+  bind("reduce_mean", &tessel::reduce_mean);
+  bind("reduce_max", &tessel::reduce_max);
+}
+
+void bind_nn(py::module_& m) {
+  bind_unary(m, "softmax", &tessel::softmax, "logits");
+  bind_unary(m, "log_softmax", &tessel::log_softmax, "logits");
+  m.def(
+      "sparse_softmax_cross_entropy_with_logits",
+      [](const DTensor& labels, const DTensor& logits) {
+        return run([&] { return sparse_softmax_cross_entropy_with_logits(labels, logits); });
+      },
+      py::arg("labels"), py::arg("logits"),
+      "Per-example -log softmax(logits)[label]: labels [..] of i32/i64, logits [.., classes].");
+}
+
+void bind_shape_ops(py::module_& m) {
+  m.def(
+      "reshape",
+      [](const DTensor& tensor, const Shape& shape) {
+        return run([&] { return reshape(tensor, shape); });
+      },
+      py::arg("tensor"), py::arg("shape"));
+  m.def(
+      "transpose",
+      [](const DTensor& a, std::optional<std::vector<int64_t>> perm) {
+        const std::vector<int64_t> p = perm.value_or(std::vector<int64_t>{});
+        return run([&] { return transpose(a, p); });
+      },
+      py::arg("a"), py::arg("perm") = py::none(), "perm None: the axes reversed.");
+  m.def(
+      "slice",
+      [](const DTensor& input_, const std::vector<int64_t>& begin,
+         const std::vector<int64_t>& size) {
+        return run([&] { return slice(input_, begin, size); });
+      },
+      py::arg("input_"), py::arg("begin"), py::arg("size"), "size -1: to the end of the axis.");
+  m.def(
+      "concat",
+      [](const std::vector<DTensor>& values, int64_t axis) {
+        return run([&] { return concat(values, axis); });
+      },
+      py::arg("values"), py::arg("axis"));
+  m.def(
+      "embedding_lookup",
+      [](const DTensor& params, const DTensor& ids) {
+        return run([&] { return embedding_lookup(params, ids); });
+      },
+      py::arg("params"), py::arg("ids"),
+      "Rows `ids` (i32/i64) of params ([vocab, dim]); a row-sharded table gives a Partial(sum).");
+}
+
+void bind_creation(py::module_& m) {
+  m.def(
+      "zeros",
+      [](const Shape& shape, const Layout& layout, DType dtype, Runtime* runtime) {
+        return run([&] { return zeros(shape, layout, dtype, runtime); });
+      },
+      py::arg("shape"), py::arg("layout"), py::arg("dtype") = DType::kF32,
+      py::arg("runtime") = nullptr, "A DTensor of zeros with `layout` (runtime None: global).");
+  m.def("zeros", &Tensor::zeros, py::arg("shape"), py::arg("dtype") = DType::kF32,
+        "Host form (no layout): tessel.Tensor.zeros.");
+  m.def(
+      "ones",
+      [](const Shape& shape, const Layout& layout, DType dtype, Runtime* runtime) {
+        return run([&] { return ones(shape, layout, dtype, runtime); });
+      },
+      py::arg("shape"), py::arg("layout"), py::arg("dtype") = DType::kF32,
+      py::arg("runtime") = nullptr);
+  m.def(
+      "fill",
+      [](const Shape& dims, double value, const Layout& layout, DType dtype, Runtime* runtime) {
+        return run([&] { return fill(dims, value, layout, dtype, runtime); });
+      },
+      py::arg("dims"), py::arg("value"), py::arg("layout"), py::arg("dtype") = DType::kF32,
+      py::arg("runtime") = nullptr);
+  m.def(
+      "random_uniform",
+      [](const Shape& shape, const Layout& layout, uint64_t seed, double minval, double maxval,
+         DType dtype, Runtime* runtime) {
+        return run(
+            [&] { return random_uniform(shape, layout, seed, minval, maxval, dtype, runtime); });
+      },
+      py::arg("shape"), py::arg("layout"), py::arg("seed"), py::arg("minval") = 0.0,
+      py::arg("maxval") = 1.0, py::arg("dtype") = DType::kF32, py::arg("runtime") = nullptr,
+      "Uniform in [minval, maxval), keyed by global element index (the same values for every "
+      "layout).");
+  m.def("random_uniform", &Tensor::random_uniform, py::arg("shape"),
+        py::arg("dtype") = DType::kF32, py::arg("seed") = 0, py::arg("low") = 0.0,
+        py::arg("high") = 1.0, "Host form (no layout): tessel.Tensor.random_uniform.");
+  m.def(
+      "random_normal",
+      [](const Shape& shape, const Layout& layout, uint64_t seed, double mean, double stddev,
+         DType dtype, Runtime* runtime) {
+        return run(
+            [&] { return random_normal(shape, layout, seed, mean, stddev, dtype, runtime); });
+      },
+      py::arg("shape"), py::arg("layout"), py::arg("seed"), py::arg("mean") = 0.0,
+      py::arg("stddev") = 1.0, py::arg("dtype") = DType::kF32, py::arg("runtime") = nullptr,
+      "Normal(mean, stddev), keyed by global element index.");
+  m.def("random_normal", &Tensor::random_normal, py::arg("shape"),
+        py::arg("dtype") = DType::kF32, py::arg("seed") = 0, py::arg("mean") = 0.0,
+        py::arg("stddev") = 1.0, "Host form (no layout): tessel.Tensor.random_normal.");
+  bind_unary(m, "zeros_like", &tessel::zeros_like, "input");
+  bind_unary(m, "ones_like", &tessel::ones_like, "input");
+}
+
+// ---- operators on DTensor -----------------------------------------------------------------
+
+void bind_operators(py::module_& m) {
+  // DTensor is bound by bind_dtensor.cpp (registered first in module.cpp).
+  auto cls = py::reinterpret_borrow<py::class_<DTensor>>(m.attr("DTensor"));
+  const auto op = py::is_operator();
+  cls.def(
+         "__add__",
+         [](const DTensor& x, const DTensor& y) { return run([&] { return add(x, y); }); }, op)
+      .def(
+          "__add__", [](const DTensor& x, double y) { return run([&] { return add(x, y); }); },
+          op)
+      .def(
+          "__radd__", [](const DTensor& x, double y) { return run([&] { return add(x, y); }); },
+          op)
+      .def(
+          "__sub__",
+          [](const DTensor& x, const DTensor& y) { return run([&] { return subtract(x, y); }); },
+          op)
+      .def(
+          "__sub__",
+          [](const DTensor& x, double y) {
+            return run([&] { return subtract(x, scalar_like(y, x)); });
+          },
+          op)
+      .def(
+          "__rsub__",
+          [](const DTensor& x, double y) {
+            return run([&] { return subtract(scalar_like(y, x), x); });
+          },
+          op)
+      .def(
+          "__mul__",
+          [](const DTensor& x, const DTensor& y) { return run([&] { return multiply(x, y); }); },
+          op)
+      .def(
+          "__mul__",
+          [](const DTensor& x, double y) { return run([&] { return multiply(x, y); }); }, op)
+      .def(
+          "__rmul__",
+          [](const DTensor& x, double y) { return run([&] { return multiply(x, y); }); }, op)
+      .def(
+          "__truediv__",
+          [](const DTensor& x, const DTensor& y) { return run([&] { return divide(x, y); }); },
+          op)
+      .def(
+          "__truediv__",
+          [](const DTensor& x, double y) {
+            return run([&] { return divide(x, scalar_like(y, x)); });
+          },
+          op)
+      .def(
+          "__rtruediv__",
+          [](const DTensor& x, double y) {
+            return run([&] { return divide(scalar_like(y, x), x); });
+          },
+          op)
+      .def(
+          "__matmul__",
+          [](const DTensor& a, const DTensor& b) { return run([&] { return matmul(a, b); }); },
+          op)
+      .def("__neg__", [](const DTensor& x) { return run([&] { return negative(x); }); });
+  // numpy defers to DTensor's reflected operators (np.float32(2) * x is x.__rmul__).
+  cls.attr("__array_ufunc__") = py::none();
+}
+
+// ---- op_registry.h ------------------------------------------------------------------------
+
+// OpAttrs from call_op's / plan_op's keyword arguments (each names an OpAttrs field).
+OpAttrs to_attrs(const py::kwargs& kwargs) {
+  py::object attrs = py::type::of<OpAttrs>()();
+  for (auto [key, value] : kwargs) {
+    const std::string name = py::str(key);
+    if (name.rfind("__", 0) == 0 || !py::hasattr(attrs, key)) {
+      throw py::type_error("unknown op attribute '" + name + "' (an OpAttrs field)");
+    }
+    py::setattr(attrs, key, value);
+  }
+  return attrs.cast<OpAttrs>();
+}
+
+void bind_registry(py::module_& m) {
+  py::class_<OpAttrs>(m, "OpAttrs", R"doc(
+What an op call carries besides its inputs (each op reads the fields it documents): axes,
+begin, sizes, equation, scalar, scalar2, dtype, keepdims, transpose_a, transpose_b, seed,
+layout (creation ops), runtime (creation ops). call_op / plan_op take them as keywords.)doc")
+      .def(py::init<>())
+      .def_readwrite("axes", &OpAttrs::axes)
+      .def_readwrite("begin", &OpAttrs::begin)
+      .def_readwrite("sizes", &OpAttrs::sizes)
+      .def_readwrite("equation", &OpAttrs::equation)
+      .def_readwrite("scalar", &OpAttrs::scalar)
+      .def_readwrite("scalar2", &OpAttrs::scalar2)
+      .def_readwrite("dtype", &OpAttrs::dtype)
+      .def_readwrite("keepdims", &OpAttrs::keepdims)
+      .def_readwrite("transpose_a", &OpAttrs::transpose_a)
+      .def_readwrite("transpose_b", &OpAttrs::transpose_b)
+      .def_readwrite("seed", &OpAttrs::seed)
+      .def_readwrite("layout", &OpAttrs::layout)
+      .def_property(
+          "runtime", [](const OpAttrs& a) { return a.runtime; },
+          [](OpAttrs& a, Runtime* runtime) { a.runtime = runtime; },
+          py::return_value_policy::reference, py::keep_alive<1, 2>());
+
+  py::class_<TensorSpec>(m, "TensorSpec", R"doc(
+An input or output of an op call as the sharding rules see it: shape, dtype and layout, no
+data. TensorSpec(dtensor) takes a DTensor's; plan_op converts DTensors itself.)doc")
+      .def(py::init([](Shape shape, DType dtype, Layout layout) {
+             return TensorSpec{std::move(shape), dtype, std::move(layout)};
+           }),
+           py::arg("shape"), py::arg("dtype"), py::arg("layout"))
+      .def(py::init([](const DTensor& t) {
+             return TensorSpec{t.shape(), t.dtype(), t.layout()};
+           }),
+           py::arg("tensor"))
+      .def_readwrite("shape", &TensorSpec::shape)
+      .def_readwrite("dtype", &TensorSpec::dtype)
+      .def_readwrite("layout", &TensorSpec::layout)
+      .def("__repr__", [](const TensorSpec& s) {
+        return "TensorSpec(shape=" + s.shape.to_string() + ", dtype=" +
+               std::string(dtype_name(s.dtype)) + ", layout=" + s.layout.to_string() + ")";
+      });
+  py::implicitly_convertible<DTensor, TensorSpec>();
+
+  py::class_<ShardingDecision>(m, "ShardingDecision", R"doc(
+What plan_op decides: `inputs`, the layouts the inputs must have (an input whose layout
+differs is relaid out first: that is where collectives happen), and `output`, the output's
+layout (may be Partial: reduced later, by the consumer that needs it).)doc")
+      .def_readonly("inputs", &ShardingDecision::inputs)
+      .def_readonly("output", &ShardingDecision::output)
+      .def("__repr__", [](const ShardingDecision& d) {
+        std::string text = "ShardingDecision(inputs=[";
+        for (size_t i = 0; i < d.inputs.size(); ++i) {
+          text += (i > 0 ? ", " : "") + d.inputs[i].to_string();
+        }
+        return text + "], output=" + d.output.to_string() + ")";
+      });
+
+  py::class_<OpRegistry>(m, "OpRegistry", "The registry of SPMD ops (read-only from Python).")
+      .def_static("global_", &OpRegistry::global, py::return_value_policy::reference)
+      .def("names", &OpRegistry::names)
+      .def("contains", &OpRegistry::contains, py::arg("name"))
+      .def("__contains__", &OpRegistry::contains, py::arg("name"));
+
+  m.def(
+      "op_names", [] { return OpRegistry::global().names(); }, "Every registered op's name.");
+  m.def(
+      "call_op",
+      [](const std::string& name, const std::vector<DTensor>& inputs, const py::kwargs& kwargs) {
+        const OpAttrs attrs = to_attrs(kwargs);
+        return run([&] { return call_op(name, inputs, attrs); });
+      },
+      py::arg("name"), py::arg("inputs"),
+      "Runs op `name` on `inputs`; keywords set OpAttrs fields (e.g. axes=[1], keepdims=True).");
+  m.def(
+      "plan_op",
+      [](const std::string& name, const std::vector<TensorSpec>& inputs,
+         const py::kwargs& kwargs) {
+        const OpAttrs attrs = to_attrs(kwargs);
+        return plan_op(name, inputs, attrs);
+      },
+      py::arg("name"), py::arg("inputs"),
+      "The layouts call_op would relayout the inputs to and the output layout, running "
+      "nothing. inputs: TensorSpecs or DTensors; keywords set OpAttrs fields.");
+  m.def("set_replicate_fallback", &set_replicate_fallback, py::arg("enabled"),
+        "Opt-in: ops without a sharding rule for their input layouts replicate their inputs.");
+  m.def("replicate_fallback", &replicate_fallback);
+}
+
+}  // namespace
+
+void bind_ops(py::module_& m) {
+  bind_elementwise(m);
+  bind_linalg(m);
+  bind_reductions(m);
+  bind_nn(m);
+  bind_shape_ops(m);
+  bind_creation(m);
+  bind_operators(m);
+  bind_registry(m);
+}
+
+}  // namespace tessel::python
