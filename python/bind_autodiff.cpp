@@ -2,14 +2,9 @@
 // and relayout.h's relayout_stats, with TensorFlow's names.
 //
 // GradientTape: TF's `with tessel.GradientTape() as tape: tape.watch(x); y = f(x)` then
-// `tape.gradient(y, x)` (after the block, as in TF). The C++ tape records the ops of its thread
-// from construction to destruction and has no call that stops recording, so the Python object
-// makes the C++ tape on the first __enter__ and keeps it until the Python object is collected
-// (or tape.reset()): after the `with` block it goes on recording the ops that depend on its
-// watched tensors. Gradients are unaffected (ops made after the target are not on its path);
-// the cost is that their inputs and outputs stay alive with the tape — `del tape` or
-// tape.reset() releases them. A tape records on the thread that entered it; one collected on
-// another thread is left alive (its thread's list of active tapes still points at it).
+// `tape.gradient(y, x)` (after the block, as in TF). The Python object makes the C++ tape on the
+// first __enter__ and stops its recording when the outermost `with` block ends; gradient() works
+// afterwards. A tape records on the thread that entered it.
 //
 // Conversions only; calls that run on the devices release the GIL; value_and_grad's Python
 // function runs with the GIL re-acquired.
@@ -50,11 +45,6 @@ class Tape {
   explicit Tape(bool persistent) : persistent_(persistent) {}
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
-  ~Tape() {
-    // ~GradientTape unregisters from the destroying thread's active tapes: on another thread it
-    // would leave a dangling pointer in the recording thread's list, so the tape is left alive.
-    if (tape_ && owner_ != std::this_thread::get_id()) static_cast<void>(tape_.release());
-  }
 
   bool persistent() const { return persistent_; }
   bool recording() const { return tape_ != nullptr; }
@@ -65,6 +55,7 @@ class Tape {
   }
   void exit() {
     if (depth_ > 0) --depth_;
+    if (depth_ == 0 && tape_) tape_->stop_recording();
   }
 
   // TF's reset(): forgets everything recorded and watched; inside a `with`, records afresh.
@@ -113,15 +104,12 @@ TF's GradientTape: records the ops (on this thread) whose inputs depend on watch
         loss = tessel.reduce_mean(tessel.matmul(x, w))
     [grad] = tape.gradient(loss, [w])     # grad has w's layout
 
-Recording starts at the first `with`. The C++ tape cannot pause, so after the block it keeps
-recording ops that depend on the watched tensors until the tape object is collected or
-reset() (gradients are unaffected; `del tape` frees what it holds). persistent=True allows
+Recording starts at the first `with` and stops when the block ends. persistent=True allows
 several gradient() calls. A source the target does not depend on gets zeros (TF: None).)doc")
       .def(py::init<bool>(), py::arg("persistent") = false)
       .def_property_readonly("persistent", &Tape::persistent)
       .def_property_readonly("recording", &Tape::recording,
-                             "Whether the C++ tape exists (from the first __enter__ until "
-                             "the object is collected).")
+                             "Whether the C++ tape exists (from the first __enter__ on).")
       .def("__enter__",
            [](py::object self) {
              self.cast<Tape&>().enter();

@@ -18,7 +18,7 @@
 // kUnimplemented naming it; gradient() twice on a non-persistent tape: kFailedPrecondition.
 //
 // Thread safety: a tape records the ops of the thread that made it; nested tapes record
-// independently (higher-order gradients).
+// independently (higher-order gradients). A tape may be destroyed on any thread.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +43,8 @@ class GradientTape {
   GradientTape& operator=(const GradientTape&) = delete;
 
   void watch(const DTensor& tensor);
+  // Stops recording for good (TF: leaving the `with` block); gradient() still works.
+  void stop_recording();
   // d sum(target) / d source for each source, in the source's layout; a source the target does
   // not depend on gets zeros.
   std::vector<DTensor> gradient(const DTensor& target, const std::vector<DTensor>& sources);
@@ -52,8 +54,8 @@ class GradientTape {
   void record(const OpDef& def, const std::vector<DTensor>& original_inputs,
               const std::vector<DTensor>& inputs, const DTensor& output,
               std::shared_ptr<const OpAttrs> attrs);
-  // The tapes recording on this thread, innermost last.
-  static const std::vector<GradientTape*>& active();
+  // The tapes recording on this thread, innermost last (empty fast when no tape exists).
+  static std::vector<GradientTape*> active();
 
  private:
   bool depends(uint64_t id) const;

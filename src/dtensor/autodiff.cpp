@@ -3,6 +3,9 @@
 #include "tessel/autodiff.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -26,7 +29,30 @@ namespace {
 
 constexpr std::string_view kComponent = "GradientTape";
 
-thread_local std::vector<GradientTape*> t_active;
+// Recording tapes with the thread each records, process-wide so that a tape can be destroyed
+// (or stopped) from any thread; the count lets call_op skip the lock when no tape exists.
+struct Tapes {
+  std::mutex mu;
+  std::vector<std::pair<std::thread::id, GradientTape*>> list;
+  std::atomic<int> count{0};
+};
+
+Tapes& tapes() {
+  static Tapes* t = new Tapes();  // never destroyed: tapes may die during exit
+  return *t;
+}
+
+void unregister(GradientTape* tape) {
+  Tapes& t = tapes();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (auto it = t.list.begin(); it != t.list.end(); ++it) {
+    if (it->second == tape) {
+      t.list.erase(it);
+      t.count.fetch_sub(1);
+      return;
+    }
+  }
+}
 
 // `grad`'s layout changed to `like`'s sharding; its pending reductions over mesh dims that
 // `like` does not shard on stay pending (they are reduced once, at the end, in fused buckets).
@@ -42,14 +68,28 @@ Layout keep_pending(const Layout& grad, const Layout& like) {
 
 }  // namespace
 
-GradientTape::GradientTape(bool persistent) : persistent_(persistent) { t_active.push_back(this); }
-
-GradientTape::~GradientTape() {
-  auto it = std::find(t_active.begin(), t_active.end(), this);
-  if (it != t_active.end()) t_active.erase(it);
+GradientTape::GradientTape(bool persistent) : persistent_(persistent) {
+  Tapes& t = tapes();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.list.emplace_back(std::this_thread::get_id(), this);
+  t.count.fetch_add(1);
 }
 
-const std::vector<GradientTape*>& GradientTape::active() { return t_active; }
+GradientTape::~GradientTape() { unregister(this); }
+
+void GradientTape::stop_recording() { unregister(this); }
+
+std::vector<GradientTape*> GradientTape::active() {
+  Tapes& t = tapes();
+  if (t.count.load() == 0) return {};
+  const std::thread::id me = std::this_thread::get_id();
+  std::vector<GradientTape*> mine;
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (const auto& [thread, tape] : t.list) {
+    if (thread == me) mine.push_back(tape);
+  }
+  return mine;
+}
 
 void GradientTape::watch(const DTensor& tensor) {
   if (!tensor.defined()) detail::throw_invalid(kComponent, "cannot watch a null DTensor");
