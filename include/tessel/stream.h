@@ -53,6 +53,12 @@ class Stream {
   // kFailedPrecondition. Both name the op.
   void enqueue(std::string op_name, std::function<void()> fn);
 
+  // Runs fn on the calling thread now, as the stream's next task, when the stream is idle
+  // (nothing queued or running, no pending error, not shut down): false without running it
+  // otherwise. Tasks enqueued meanwhile wait for it. A throw becomes the stream's sticky error,
+  // as from the worker. For tiny work, where waking the worker costs more than the work (an
+  // eager op on a few elements), in the same order as enqueue would have run it.
+  bool run_inline_if_idle(const std::string& op_name, const std::function<void()>& fn);
   // Waits until every task enqueued before the call has finished (its captures destroyed too),
   // then reports a captured error, if any, by throwing it (see above).
   void synchronize();
@@ -95,6 +101,7 @@ class Stream {
   uint64_t enqueued_ = 0;         // tasks ever enqueued (a task's ticket is its position)
   uint64_t completed_ = 0;        // tasks ever finished or skipped; in order, so <= enqueued_
   std::string current_;           // op running now, "" when none
+  bool inline_running_ = false;   // run_inline_if_idle is running a task on its caller
   bool stopping_ = false;         // shutdown() was called: accept no more work
   std::exception_ptr error_;      // the first failure not yet reported
   std::string error_op_;          // its op

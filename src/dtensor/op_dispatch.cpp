@@ -19,6 +19,10 @@ namespace {
 
 std::atomic<bool> g_replicate_fallback{false};
 
+// Calls whose local blocks hold at most this many elements in all (inputs and outputs, every
+// local device) run inline: a few microseconds of work at most.
+constexpr int64_t kInlineElements = 16384;
+
 std::string layouts_text(const std::vector<TensorSpec>& inputs) {
   std::string text;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -134,6 +138,14 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
   auto shared_layout = std::make_shared<const Layout>(layout);
   const OpDef* op = &def;
   const size_t n = out_place->devices.size();
+  // A call touching few elements runs on this thread where the device is idle: waking the
+  // device's worker would cost more than the kernel (tessel bench dispatch).
+  int64_t elements = 0;
+  for (size_t i = 0; i < n; ++i) {
+    elements += out_place->blocks[i].num_elements();
+    for (const auto& p : in_places) elements += p->blocks[i].num_elements();
+  }
+  const bool small = elements <= kInlineElements;
   std::vector<Tensor> outputs;
   outputs.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -151,6 +163,11 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
       context.input_blocks.push_back(in_places[k]->blocks[i]);
       context.input_shapes.push_back(ready[k].shape());
       local.push_back(ready[k].component(static_cast<int>(i)));
+    }
+    if (small) {
+      context.output_layout = &layout;
+      const auto run = [&] { op->kernel(local, output, attrs, context); };
+      if (device->stream().run_inline_if_idle(def.name, run)) continue;
     }
     device->stream().enqueue(def.name, [op, local = std::move(local), output, shared_attrs,
                                         shared_layout, context = std::move(context)]() mutable {

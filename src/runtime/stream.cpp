@@ -40,10 +40,45 @@ void Stream::enqueue(std::string op_name, std::function<void()> fn) {
   work_.notify_one();
 }
 
+bool Stream::run_inline_if_idle(const std::string& op_name, const std::function<void()>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || error_ || inline_running_ || !queue_.empty() || !current_.empty() ||
+        completed_ != enqueued_) {
+      return false;
+    }
+    ++enqueued_;
+    current_ = op_name;
+    inline_running_ = true;
+  }
+  std::exception_ptr failure;
+  try {
+    fn();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_.clear();
+    inline_running_ = false;
+    if (failure && !error_) {
+      error_ = std::move(failure);
+      error_op_ = op_name;
+      skipped_ = 0;
+    }
+    ++completed_;
+    queued = !queue_.empty() || stopping_;
+  }
+  done_.notify_all();
+  if (queued) work_.notify_one();  // only then: waking an idle worker for nothing costs a switch
+  return true;
+}
+
 void Stream::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    work_.wait(lock, [this] { return !queue_.empty() || stopping_; });
+    work_.wait(lock, [this] { return !inline_running_ && (!queue_.empty() || stopping_); });
     if (queue_.empty()) return;  // stopping, and drained
     Task task = std::move(queue_.front());
     queue_.pop_front();

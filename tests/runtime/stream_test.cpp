@@ -1,6 +1,8 @@
 #include "tessel/stream.h"
 
 #include <gtest/gtest.h>
+#include <chrono>
+#include <mutex>
 
 #include <atomic>
 #include <memory>
@@ -10,6 +12,7 @@
 
 #include "core/tensor_test_util.h"
 #include "runtime/runtime_test_util.h"
+#include "testing/expect_error.h"
 
 namespace tessel {
 namespace {
@@ -234,6 +237,50 @@ TEST(Stream, OnWorkerThreadIsTrueOnlyInsideTasks) {
   s.enqueue("probe", [&] { inside = s.on_worker_thread(); });
   sync(s);
   EXPECT_TRUE(inside.load());
+}
+
+TEST(Stream, RunInlineIfIdleRunsOnTheCallerOnlyWhenNothingIsPending) {
+  Stream s("test");
+  std::thread::id ran_on;
+  EXPECT_TRUE(s.run_inline_if_idle("inline", [&] { ran_on = std::this_thread::get_id(); }));
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  std::atomic<bool> release{false};
+  s.enqueue("blocker", [&] {
+    while (!release) std::this_thread::yield();
+  });
+  bool ran = false;
+  EXPECT_FALSE(s.run_inline_if_idle("inline", [&] { ran = true; }));  // busy: not run
+  EXPECT_FALSE(ran);
+  release = true;
+  s.synchronize();
+  EXPECT_EQ(s.pending(), 0u);
+}
+
+TEST(Stream, TasksEnqueuedDuringAnInlineTaskRunAfterIt) {
+  Stream s("test");
+  std::vector<int> order;
+  std::mutex mu;
+  EXPECT_TRUE(s.run_inline_if_idle("inline", [&] {
+    s.enqueue("later", [&] {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(2);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker must not start it
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back(1);
+  }));
+  s.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
+TEST(Stream, AnInlineFailureIsTheStreamsStickyError) {
+  Stream s("dev");
+  EXPECT_TRUE(s.run_inline_if_idle("bad_op", [] {
+    throw Error(ErrorCode::kInvalidArgument, "kernel", "boom");
+  }));
+  EXPECT_FALSE(s.run_inline_if_idle("next", [] {}));  // an error is pending
+  EXPECT_TESSEL_ERROR(s.synchronize(), ErrorCode::kInvalidArgument, "op 'bad_op' on dev failed");
+  EXPECT_TRUE(s.run_inline_if_idle("next", [] {}));
 }
 
 }  // namespace
