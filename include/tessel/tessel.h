@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tessel/config.h"
+#include "tessel/accelerator_system.h"
 #include "tessel/allocator.h"
 #include "tessel/box.h"
 #include "tessel/collective_options.h"
@@ -35,4 +36,7 @@
 #include "tessel/shard_range.h"
 #include "tessel/sharding_spec.h"
 #include "tessel/stream.h"
+#include "tessel/system.h"
+#include "tessel/system_channel.h"
 #include "tessel/tensor.h"
+#include "tessel/topology.h"
