@@ -10,6 +10,7 @@ void bind_comm(py::module_& m);     // bind_comm.cpp
 void bind_distribute(py::module_& m);  // bind_distribute.cpp
 void bind_alloc(py::module_& m);       // bind_alloc.cpp
 void bind_dtensor(py::module_& m);     // bind_dtensor.cpp
+void bind_system(py::module_& m);      // bind_system.cpp
 void bind_ops(py::module_& m);         // bind_ops.cpp (after bind_dtensor: adds DTensor operators)
 void bind_autodiff(py::module_& m);    // bind_autodiff.cpp
 }  // namespace tessel::python
@@ -24,6 +25,7 @@ PYBIND11_MODULE(_tessel, m) {
   tessel::python::bind_comm(m);
   tessel::python::bind_alloc(m);
   tessel::python::bind_dtensor(m);
+  tessel::python::bind_system(m);
   tessel::python::bind_ops(m);
   tessel::python::bind_autodiff(m);
 }
