@@ -35,7 +35,8 @@ void bind_comm(py::module_& m) {
       .value("RING", Algorithm::kRing)
       .value("HALVING_DOUBLING", Algorithm::kHalvingDoubling)
       .value("REDUCE_TO_ONE", Algorithm::kReduceToOne)
-      .value("HIERARCHICAL", Algorithm::kHierarchical);
+      .value("HIERARCHICAL", Algorithm::kHierarchical)
+      .value("MPI", Algorithm::kMpi);
   m.def("algorithm_name", &algorithm_name);
   m.def("algorithm_from_name", &algorithm_from_name);
   m.def("default_collective_timeout",

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "tessel/config.h"
+#include "tessel/mpi.h"
 #include "tessel/runtime.h"
 
 namespace tessel::cli {
@@ -65,6 +66,13 @@ constexpr bool kHaveCuda = true;
 constexpr bool kHaveCuda = false;
 #endif
 
+// "built (<MPI library and version>)" or "not built".
+std::string mpi_info() {
+  if (!mpi_available()) return built(false);
+  const std::string version = mpi_library_version();
+  return std::string(built(true)) + " (" + version.substr(0, version.find(',')) + ")";
+}
+
 }  // namespace
 
 int run_info(const Args& args) {
@@ -80,9 +88,10 @@ int run_info(const Args& args) {
             << "compiler:         " << compiler() << " (C++ " << __cplusplus << ")\n"
             << "sanitizer:        " << sanitizer() << "\n"
             << "components:       core, mesh, runtime, comm, distribute\n"
-            << "transports:       in-process (always)\n"
-            << "algorithms:       direct, ring, halving_doubling, reduce_to_one, hierarchical\n"
-            << "MPI:              " << built(kHaveMpi) << "\n"
+            << "transports:       in-process (always)" << (kHaveMpi ? ", MPI" : "") << "\n"
+            << "algorithms:       direct, ring, halving_doubling, reduce_to_one, hierarchical"
+            << (kHaveMpi ? ", mpi" : "") << "\n"
+            << "MPI:              " << mpi_info() << "\n"
             << "NCCL:             " << built(kHaveNccl) << "\n"
             << "CUDA:             " << built(kHaveCuda) << "\n"
             << "hardware threads: " << std::thread::hardware_concurrency() << "\n";

@@ -6,8 +6,10 @@
 //   comm.all_reduce(x, y, ReduceOp::kSum, opts);
 //
 // kAuto picks by size and transport: in-process groups use kDirect (participants read each
-// other's buffers). Every wait inside a collective ends by its deadline: `timeout`, or when that
-// is zero the process default, TESSEL_COLLECTIVE_TIMEOUT_S seconds (300 when unset).
+// other's buffers); MPI communicators use kMpi, hierarchical groups across processes
+// kHierarchical (tessel/mpi.h; docs/benchmarks.md, "tessel over MPI"); other transports that do
+// not share memory use kRing. Every wait inside a collective ends by its deadline: `timeout`, or
+// when that is zero the process default, TESSEL_COLLECTIVE_TIMEOUT_S seconds (300 when unset).
 #pragma once
 
 #include <chrono>
@@ -23,9 +25,11 @@ enum class Algorithm {
   kHalvingDoubling,  // recursive vector halving, distance doubling (Rabenseifner)
   kReduceToOne,      // reduce on the root, then broadcast from it
   kHierarchical,     // within each host first, then across hosts, then back
+  kMpi,              // the MPI library's own MPI_Iallreduce (MPI communicators only, tessel/mpi.h)
 };
 
-// "auto", "direct", "ring", "halving_doubling" (also "tree"), "reduce_to_one", "hierarchical".
+// "auto", "direct", "ring", "halving_doubling" (also "tree"), "reduce_to_one", "hierarchical",
+// "mpi".
 std::string_view algorithm_name(Algorithm algorithm);
 // Unknown name: Error kInvalidArgument naming it.
 Algorithm algorithm_from_name(std::string_view name);

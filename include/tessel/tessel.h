@@ -24,6 +24,7 @@
 #include "tessel/layout.h"
 #include "tessel/mesh.h"
 #include "tessel/mesh_groups.h"
+#include "tessel/mpi.h"
 #include "tessel/packing.h"
 #include "tessel/reduce_op.h"
 #include "tessel/relayout.h"

@@ -7,6 +7,7 @@
 
 #include "comm/transport.h"
 #include "tessel/allocator.h"
+#include "tessel/collective_options.h"
 #include "tessel/dtype.h"
 #include "tessel/reduce_op.h"
 
@@ -38,6 +39,18 @@ void halving_doubling_all_reduce(Transport& t, const AllReduceArgs& a);
 void hierarchical_all_reduce(Transport& t, const AllReduceArgs& a);
 // Everyone streams segments to rank 0, which reduces and streams the result back.
 void reduce_to_one_all_reduce(Transport& t, const AllReduceArgs& a);
+
+// The MPI library's all-reduce (MPI_Iallreduce, polled against the deadline) on an MPI
+// transport (mpi_all_reduce.cpp). Other transports: kInvalidArgument; built without MPI:
+// kUnavailable (mpi_stub.cpp).
+void mpi_all_reduce(Transport& t, const AllReduceArgs& a);
+// What kAuto runs on a transport that does not share memory: kMpi on MPI transports,
+// kHierarchical on hierarchical groups across processes, else kRing.
+Algorithm auto_all_reduce_algorithm(const Transport& t, size_t bytes);
+// hierarchical_all_reduce of a group made by make_hierarchical_communicators (tessel/mpi.h):
+// within the process, MPI across processes, back (mpi_hierarchy.cpp). False for other
+// transports (and without MPI).
+bool process_hierarchy_all_reduce(Transport& t, const AllReduceArgs& a);
 
 // Tag space of algorithm traffic (user send/recv tags are >= 0).
 inline constexpr int kAlgorithmTag = -1;

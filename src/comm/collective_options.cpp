@@ -15,6 +15,7 @@ std::string_view algorithm_name(Algorithm algorithm) {
     case Algorithm::kHalvingDoubling: return "halving_doubling";
     case Algorithm::kReduceToOne: return "reduce_to_one";
     case Algorithm::kHierarchical: return "hierarchical";
+    case Algorithm::kMpi: return "mpi";
   }
   return "unknown";
 }
@@ -22,13 +23,13 @@ std::string_view algorithm_name(Algorithm algorithm) {
 Algorithm algorithm_from_name(std::string_view name) {
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRing,
                       Algorithm::kHalvingDoubling, Algorithm::kReduceToOne,
-                      Algorithm::kHierarchical}) {
+                      Algorithm::kHierarchical, Algorithm::kMpi}) {
     if (algorithm_name(a) == name) return a;
   }
   if (name == "tree") return Algorithm::kHalvingDoubling;
   detail::throw_invalid("CollectiveOptions",
                         "unknown algorithm '{}' (expected auto, direct, ring, halving_doubling, "
-                        "tree, reduce_to_one or hierarchical)",
+                        "tree, reduce_to_one, hierarchical or mpi)",
                         name);
 }
 

@@ -81,7 +81,10 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
                               const CollectiveOptions& options) {
   Algorithm algo = options.algorithm;
   if (algo == Algorithm::kAuto) {
-    algo = transport_->shares_memory() ? Algorithm::kDirect : Algorithm::kRing;
+    algo = transport_->shares_memory()
+               ? Algorithm::kDirect
+               : detail::auto_all_reduce_algorithm(
+                     *transport_, input.defined() ? input.nbytes() : 0);
   }
   const std::string base = fmt::format("all_reduce({}, {} elements, {}",
                                        input.defined() ? dtype_name(input.dtype()) : "null",
@@ -113,10 +116,11 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
     a.signature = &sig;
     a.deadline = deadline_of(options);
     if (algo == Algorithm::kRing || algo == Algorithm::kHalvingDoubling ||
-        algo == Algorithm::kReduceToOne) {
-      // These move data with send/recv only, which compares no signatures: meet once first, so
-      // that ranks calling different collectives fail with kFailedPrecondition (and a missing
-      // rank is named) instead of exchanging mismatched messages.
+        algo == Algorithm::kReduceToOne || algo == Algorithm::kMpi) {
+      // These move data with send/recv (or MPI's collective) only, which compares no
+      // signatures: meet once first, so that ranks calling different collectives fail with
+      // kFailedPrecondition (and a missing rank is named) instead of exchanging mismatched
+      // messages.
       transport_->barrier(sig, a.deadline);
     }
     switch (algo) {
@@ -125,6 +129,7 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
       case Algorithm::kHalvingDoubling: return detail::halving_doubling_all_reduce(*transport_, a);
       case Algorithm::kReduceToOne: return detail::reduce_to_one_all_reduce(*transport_, a);
       case Algorithm::kHierarchical: return detail::hierarchical_all_reduce(*transport_, a);
+      case Algorithm::kMpi: return detail::mpi_all_reduce(*transport_, a);
       case Algorithm::kAuto: break;
     }
   });

@@ -1,0 +1,152 @@
+// tessel_mpi_allreduce: tessel's all-reduce across MPI processes, timed exactly like the raw
+// MPI_Allreduce baseline bench/mpi_allreduce.c (bench/compare_mpi_2proc.sh runs both).
+//
+//   mpirun -np 2 tessel_mpi_allreduce -b 1M -e 64M -f 2 -n 20 -w 5 [--algorithm auto,ring,...]
+//
+// One communicator from make_mpi_communicator (1 device per process), f32 sum, out of place,
+// over the sizes -b..-e (times -f), for each algorithm listed (default auto). Before every call
+// the processes meet at MPI_Barrier; each times its own call with MPI_Wtime; one call's time is
+// the slowest process's; the reported time is the median over the -n timed calls (after -w
+// untimed ones). algbw = bytes / time, busbw = algbw * 2(n-1)/n. After timing, one more call on
+// fresh inputs (rank r's element j is 1 + (j + 3r) mod 8, as in mpi_allreduce.c) is checked
+// against the exact sum; #wrong counts elements that differ, summed over processes.
+//
+// Output (rank 0): '#' comment lines, then one row per algorithm and size:
+//   algorithm bytes count time_us algbw_gbps busbw_gbps wrong
+// Exit status 1 if any result is wrong, 2 on bad arguments.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tessel/communicator.h"
+#include "tessel/error.h"
+#include "tessel/mpi.h"
+
+namespace {
+
+int64_t parse_size(const std::string& text) {
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || v < 0) return -1;
+  switch (*end) {
+    case '\0': return v;
+    case 'K': case 'k': v <<= 10; break;
+    case 'M': case 'm': v <<= 20; break;
+    case 'G': case 'g': v <<= 30; break;
+    default: return -1;
+  }
+  return end[1] == '\0' ? v : -1;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+float input_value(int rank, int64_t j) { return static_cast<float>(1 + (j + 3 * rank) % 8); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessel;
+  MpiEnvironment mpi(&argc, &argv);
+  const int rank = mpi_rank(), n = mpi_size();
+  int64_t min_bytes = 4 << 10, max_bytes = 64 << 20, factor = 2;
+  int iters = 20, warmup = 5;
+  std::vector<Algorithm> algorithms = {Algorithm::kAuto};
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const bool has_value = i + 1 < argc;
+    const std::string value = has_value ? argv[i + 1] : "";
+    bool ok = has_value;
+    try {
+      if (ok && flag == "-b") ok = (min_bytes = parse_size(value)) >= 0;
+      else if (ok && flag == "-e") ok = (max_bytes = parse_size(value)) >= 0;
+      else if (ok && flag == "-f") ok = (factor = std::atoll(value.c_str())) >= 2;
+      else if (ok && flag == "-n") ok = (iters = std::atoi(value.c_str())) >= 1;
+      else if (ok && flag == "-w") ok = (warmup = std::atoi(value.c_str())) >= 0;
+      else if (ok && flag == "--algorithm") {
+        algorithms.clear();
+        size_t start = 0;
+        while (start <= value.size()) {
+          const size_t comma = value.find(',', start);
+          algorithms.push_back(algorithm_from_name(value.substr(start, comma - start)));
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+      } else {
+        ok = false;
+      }
+    } catch (const Error& e) {
+      if (rank == 0) std::fprintf(stderr, "tessel_mpi_allreduce: error: %s\n", e.what());
+      ok = false;
+    }
+    if (!ok) {
+      if (rank == 0) std::fprintf(stderr, "tessel_mpi_allreduce: error: bad argument '%s'\n", flag.c_str());
+      return 2;
+    }
+    ++i;
+  }
+
+  auto comm = make_mpi_communicator();
+  CollectiveOptions options;
+  options.timeout = std::chrono::seconds(60);
+  if (rank == 0) {
+    std::printf("# tessel all_reduce over MPI (make_mpi_communicator), f32 sum, out of place, %d "
+                "processes (%s; thread level %s)\n",
+                n, mpi_library_version().c_str(), std::string(mpi_thread_level_name(mpi.thread_level())).c_str());
+    std::printf("# time: median over %d iters (after %d warm-up) of one call's time on its slowest rank\n",
+                iters, warmup);
+    std::printf("# %-16s  %10s  %12s  %10s  %10s  %10s  %6s\n", "algorithm", "bytes", "count", "time_us",
+                "algbw_gbps", "busbw_gbps", "wrong");
+  }
+  int64_t total_wrong = 0;
+  const int calls = warmup + iters;
+  for (Algorithm algorithm : algorithms) {
+    options.algorithm = algorithm;
+    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
+      const int64_t count = bytes / static_cast<int64_t>(sizeof(float));
+      Tensor send = Tensor::empty(Shape{count}, DType::kF32);
+      Tensor recv = Tensor::zeros(Shape{count}, DType::kF32);
+      auto* s = static_cast<float*>(send.data());
+      for (int64_t j = 0; j < count; ++j) s[j] = input_value(rank, j);
+      std::vector<double> mine(static_cast<size_t>(calls)), slowest(static_cast<size_t>(calls));
+      for (int i = 0; i < calls; ++i) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        comm->all_reduce(send, recv, ReduceOp::kSum, options);
+        mine[static_cast<size_t>(i)] = MPI_Wtime() - t0;
+      }
+      MPI_Reduce(mine.data(), slowest.data(), calls, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      // The checked call: fresh inputs, poisoned output.
+      for (int64_t j = 0; j < count; ++j) s[j] = input_value(rank, j);
+      std::memset(recv.data(), 0xA5, static_cast<size_t>(count) * sizeof(float));
+      comm->all_reduce(send, recv, ReduceOp::kSum, options);
+      const auto* r = static_cast<const float*>(recv.data());
+      long long wrong = 0, wrong_all = 0;
+      for (int64_t j = 0; j < count; ++j) {
+        float want = 0;
+        for (int k = 0; k < n; ++k) want += input_value(k, j);
+        if (r[j] != want) ++wrong;
+      }
+      MPI_Reduce(&wrong, &wrong_all, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+      if (rank == 0) {
+        const double t = median(std::vector<double>(slowest.begin() + warmup, slowest.end()));
+        const double algbw = static_cast<double>(bytes) / t / 1e9;
+        std::printf("  %-16s  %10lld  %12lld  %10.2f  %10.3f  %10.3f  %6lld\n",
+                    std::string(algorithm_name(algorithm)).c_str(), static_cast<long long>(bytes),
+                    static_cast<long long>(count), t * 1e6, algbw, algbw * 2.0 * (n - 1) / n, wrong_all);
+        std::fflush(stdout);
+        total_wrong += wrong_all;
+      }
+      if (bytes > max_bytes / factor) break;
+    }
+  }
+  return total_wrong == 0 ? 0 : 1;
+}

@@ -1,0 +1,256 @@
+// Hierarchical groups across MPI processes (make_hierarchical_communicators, tessel/mpi.h).
+//
+// Every process drives L local participants. Their transports share one in-process hub (the
+// process's devices) and one MPI transport (one rank per process). Global rank of local device
+// d on process p is p * L + d.
+// - exchange/barrier: the local ranks meet in the hub (local signatures compared), device 0
+//   exchanges its process's posts with the other processes over MPI (signatures compared across
+//   processes), and the local ranks meet again to read the result, or the error device 0 got.
+//   Posts of ranks on other processes carry count and aux only.
+// - send/recv: within the process through the hub; across processes over MPI, the tag carrying
+//   both local device indices.
+// - all_reduce kHierarchical (and kAuto): process_hierarchy_all_reduce below: reduce within the
+//   process onto device 0's output (shared memory, chunk-parallel), MPI's all-reduce among the
+//   devices 0 (one per process), copy back within the process. Only device 0 talks to MPI.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <optional>
+
+#include "comm/algorithms.h"
+#include "comm/in_process_hub.h"
+#include "comm/mpi_transport.h"
+#include "comm/reduce_kernels.h"
+#include "core/errors.h"
+#include "tessel/shard_range.h"
+
+namespace tessel {
+namespace detail {
+namespace {
+
+constexpr std::string_view kComm = "Communicator";
+// Local ranks waiting for device 0's cross-process result wait this much past the collective's
+// deadline, so that device 0's own deadline error (naming the remote ranks) reaches them first.
+constexpr auto kLeaderGrace = std::chrono::milliseconds(250);
+
+// State shared by the local transports of one process.
+struct ProcessGroup {
+  int local = 1;      // L: devices per process
+  int processes = 1;  // P
+  int process = 0;    // p
+  std::vector<std::string> members;  // P * L device names
+  std::shared_ptr<MpiTransport> mpi;
+  std::vector<std::shared_ptr<Transport>> hub;  // the L in-process endpoints
+
+  // What device 0 learned in the current exchange (written by it between the two local
+  // phases, read by the others after the second).
+  std::vector<Post> posts;
+  std::optional<Error> error;
+};
+
+class HierarchicalTransport : public Transport {
+ public:
+  HierarchicalTransport(std::shared_ptr<ProcessGroup> group, int device)
+      : g_(std::move(group)), d_(device) {}
+
+  int rank() const override { return g_->process * g_->local + d_; }
+  int size() const override { return g_->processes * g_->local; }
+  const std::vector<std::string>& members() const override { return g_->members; }
+  bool shares_memory() const override { return g_->processes == 1; }
+  Staging& staging() override { return hub().staging(); }
+
+  Transport& hub() { return *g_->hub[static_cast<size_t>(d_)]; }
+  ProcessGroup& group() { return *g_; }
+  int device() const { return d_; }
+
+  std::vector<Post> exchange(const Signature& signature, const Post& mine, Deadline deadline) override {
+    const std::vector<Post> local = hub().exchange(signature, mine, deadline);
+    return cross_process(signature, local, deadline);
+  }
+
+  std::vector<Post> share(const Signature& signature, const Post& mine, Deadline deadline) override {
+    if (g_->processes == 1) return hub().share(signature, mine, deadline);
+    exchange(signature, mine, deadline);
+    unsupported_ = true;
+    throw_error(ErrorCode::kUnimplemented, kComm,
+                "{} needs ranks that share memory; across processes tessel runs all_reduce, "
+                "barrier, send/recv and transfer_boxes",
+                signature.text);
+  }
+
+  void barrier(const Signature& signature, Deadline deadline) override {
+    exchange(signature, Post{}, deadline);
+  }
+
+  void send(int peer, int tag, const void* data, size_t bytes, const Signature& signature,
+            Deadline deadline) override {
+    const int q = peer / g_->local, e = peer % g_->local;
+    if (q == g_->process) return hub().send(e, tag, data, bytes, signature, deadline);
+    g_->mpi->send_tagged(q, mpi_tag(tag, d_, e), data, bytes, signature, deadline);
+  }
+
+  void recv(int peer, int tag, void* data, size_t bytes, const Signature& signature,
+            Deadline deadline) override {
+    const int q = peer / g_->local, e = peer % g_->local;
+    if (q == g_->process) return hub().recv(e, tag, data, bytes, signature, deadline);
+    g_->mpi->recv_tagged(q, mpi_tag(tag, e, d_), data, bytes, signature, deadline, std::to_string(tag));
+  }
+
+  void abort(const std::string& reason) override {
+    hub().abort(reason);
+    g_->mpi->abort(reason);
+  }
+
+  void fail(const std::string& reason) override {
+    if (unsupported_) {
+      unsupported_ = false;
+      return;
+    }
+    hub().fail(reason);
+    g_->mpi->abort(reason);
+  }
+
+  // Device 0's part of a rendezvous across processes, then the local ranks read its outcome.
+  std::vector<Post> cross_process(const Signature& signature, const std::vector<Post>& local,
+                                  Deadline deadline) {
+    const int L = g_->local;
+    if (d_ == 0) {
+      try {
+        std::string payload(static_cast<size_t>(L) * 2 * sizeof(int64_t), '\0');
+        for (int e = 0; e < L; ++e) {
+          const int64_t fields[2] = {local[e].count, local[e].aux};
+          std::memcpy(payload.data() + e * sizeof fields, fields, sizeof fields);
+        }
+        const auto records = g_->mpi->exchange_records(signature, Post{}, payload, deadline);
+        g_->posts.assign(static_cast<size_t>(L * g_->processes), Post{});
+        for (int q = 0; q < g_->processes; ++q) {
+          for (int e = 0; e < L; ++e) {
+            int64_t fields[2] = {0, 0};
+            if (records[q].payload.size() >= (e + 1) * sizeof fields) {
+              std::memcpy(fields, records[q].payload.data() + e * sizeof fields, sizeof fields);
+            }
+            g_->posts[static_cast<size_t>(q * L + e)].count = fields[0];
+            g_->posts[static_cast<size_t>(q * L + e)].aux = fields[1];
+          }
+        }
+      } catch (const Error& e) {
+        g_->error = e;
+      }
+    }
+    // Second local phase: device 0 has written posts or error.
+    hub().barrier(signature, d_ == 0 ? deadline : deadline + kLeaderGrace);
+    if (g_->error) throw *g_->error;
+    std::vector<Post> posts = g_->posts;
+    for (int e = 0; e < L; ++e) posts[static_cast<size_t>(g_->process * L + e)] = local[e];
+    return posts;
+  }
+
+ private:
+  // MPI tag of transport tag `tag` from local device `from` to local device `to`.
+  int mpi_tag(int tag, int from, int to) const {
+    const int64_t L = g_->local;
+    const int64_t index = static_cast<int64_t>(tag) + 8;  // algorithm tags -1..-7 included
+    const int64_t t = MpiTransport::kFirstFreeTag + (index * L + from) * L + to;
+    if (index < 1 || t > g_->mpi->tag_upper_bound()) {
+      throw_invalid(kComm, "tag {} is outside what this MPI allows with {} devices per process", tag, L);
+    }
+    return static_cast<int>(t);
+  }
+
+  std::shared_ptr<ProcessGroup> g_;
+  int d_;
+  bool unsupported_ = false;
+};
+
+}  // namespace
+
+bool is_process_hierarchy(const Transport& t) {
+  return dynamic_cast<const HierarchicalTransport*>(&t) != nullptr;
+}
+
+bool process_hierarchy_all_reduce(Transport& t, const AllReduceArgs& a) {
+  auto* h = dynamic_cast<HierarchicalTransport*>(&t);
+  if (h == nullptr) return false;
+  ProcessGroup& g = h->group();
+  Transport& hub = h->hub();
+  const int d = h->device();
+  const int L = g.local;
+  // 1. Within the process: chunk d of every local input, reduced into device 0's output.
+  const auto posts = hub.share(*a.signature, Post{a.input, a.output, a.count}, a.deadline);
+  std::vector<const void*> inputs;
+  for (int e = 0; e < L; ++e) inputs.push_back(posts[e].send);
+  void* leader_out = posts[0].recv;
+  const ShardRange chunk = shard_range(a.count, L, d);
+  const ReduceOp partial = a.op == ReduceOp::kMean ? ReduceOp::kSum : a.op;
+  if (chunk.extent > 0) {
+    reduce_buffers(a.dtype, partial, inputs.data(), L, &leader_out, 1, chunk.offset,
+                   chunk.offset + chunk.extent, 1);
+  }
+  hub.barrier(*a.signature, a.deadline);
+  // 2. Across processes: device 0 of every process, MPI's all-reduce (after the rendezvous that
+  // compares the signatures across processes).
+  if (d == 0) {
+    try {
+      g.mpi->barrier(*a.signature, a.deadline);
+      AllReduceArgs across = a;
+      across.input = a.output;
+      across.op = partial;
+      if (g.processes > 1) mpi_all_reduce(*g.mpi, across);
+      finish_mean(a.dtype, a.op, a.output, a.count, static_cast<int64_t>(L) * g.processes);
+    } catch (const Error& e) {
+      g.error = e;
+    }
+  }
+  hub.barrier(*a.signature, d == 0 ? a.deadline : a.deadline + kLeaderGrace);
+  if (g.error) throw *g.error;
+  // 3. Within the process: everyone copies device 0's result.
+  if (d != 0 && a.count > 0) {
+    std::memcpy(a.output, leader_out, static_cast<size_t>(a.count) * dtype_size(a.dtype));
+  }
+  hub.barrier(*a.signature, a.deadline);
+  return true;
+}
+
+}  // namespace detail
+
+std::vector<std::unique_ptr<Communicator>> make_hierarchical_communicators(
+    int local_devices, const MpiCommunicatorOptions& options) {
+  if (local_devices < 1) {
+    detail::throw_invalid(detail::kComm, "make_hierarchical_communicators: {} local devices; need at least 1",
+                          local_devices);
+  }
+  auto g = std::make_shared<detail::ProcessGroup>();
+  MpiCommunicatorOptions mpi_options = options;
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (mpi_options.name.empty()) mpi_options.name = fmt::format("/job:worker/replica:0/task:{}", world_rank);
+  g->mpi = detail::MpiTransport::create(MPI_COMM_WORLD, mpi_options, local_devices);
+  g->local = local_devices;
+  g->processes = g->mpi->size();
+  g->process = g->mpi->rank();
+  std::vector<std::string> differ;
+  for (int q = 0; q < g->processes; ++q) {
+    const int64_t l = g->mpi->peers()[q].extra;
+    if (l != local_devices) differ.push_back(fmt::format("process {} has {}", q, l));
+  }
+  if (!differ.empty()) {
+    detail::throw_invalid(detail::kComm,
+                          "make_hierarchical_communicators: process {} has {} local devices but {}; "
+                          "every process needs the same number",
+                          g->process, local_devices, fmt::join(differ, ", "));
+  }
+  for (int q = 0; q < g->processes; ++q) {
+    for (int e = 0; e < local_devices; ++e) {
+      g->members.push_back(fmt::format("/job:worker/replica:0/task:{}/device:CPU:{}", q, e));
+    }
+  }
+  g->hub = detail::make_in_process_transports(std::vector<std::string>(
+      g->members.begin() + g->process * local_devices, g->members.begin() + (g->process + 1) * local_devices));
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int e = 0; e < local_devices; ++e) {
+    out.push_back(std::make_unique<Communicator>(std::make_shared<detail::HierarchicalTransport>(g, e)));
+  }
+  return out;
+}
+
+}  // namespace tessel

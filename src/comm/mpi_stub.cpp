@@ -1,0 +1,58 @@
+// The MPI API of a tessel built without MPI (TESSEL_WITH_MPI=OFF): mpi_available() is false and
+// every call that would need MPI throws kUnavailable, so that callers need no #ifdefs.
+#include "comm/algorithms.h"
+#include "core/errors.h"
+#include "tessel/mpi.h"
+
+namespace tessel {
+namespace {
+
+[[noreturn]] void unavailable(std::string_view what) {
+  detail::throw_error(ErrorCode::kUnavailable, "MPI",
+                      "{}: tessel was built without MPI (configure with -DTESSEL_WITH_MPI=ON and "
+                      "an MPI installed, e.g. libopenmpi-dev)",
+                      what);
+}
+
+}  // namespace
+
+bool mpi_available() { return false; }
+std::string mpi_library_version() { return ""; }
+
+std::string_view mpi_thread_level_name(MpiThreadLevel level) {
+  switch (level) {
+    case MpiThreadLevel::kSingle: return "single";
+    case MpiThreadLevel::kFunneled: return "funneled";
+    case MpiThreadLevel::kSerialized: return "serialized";
+    case MpiThreadLevel::kMultiple: return "multiple";
+  }
+  return "unknown";
+}
+
+MpiEnvironment::MpiEnvironment() { init(nullptr, nullptr); }
+MpiEnvironment::MpiEnvironment(int* argc, char*** argv) { init(argc, argv); }
+void MpiEnvironment::init(int*, char***) { unavailable("MpiEnvironment"); }
+MpiEnvironment::~MpiEnvironment() = default;
+
+int mpi_rank() { unavailable("mpi_rank"); }
+int mpi_size() { unavailable("mpi_size"); }
+
+std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions&) {
+  unavailable("make_mpi_communicator");
+}
+
+std::vector<std::unique_ptr<Communicator>> make_hierarchical_communicators(
+    int, const MpiCommunicatorOptions&) {
+  unavailable("make_hierarchical_communicators");
+}
+
+namespace detail {
+
+void mpi_all_reduce(Transport&, const AllReduceArgs&) { unavailable("all_reduce via mpi"); }
+
+Algorithm auto_all_reduce_algorithm(const Transport&, size_t) { return Algorithm::kRing; }
+
+bool process_hierarchy_all_reduce(Transport&, const AllReduceArgs&) { return false; }
+
+}  // namespace detail
+}  // namespace tessel

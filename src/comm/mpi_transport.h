@@ -1,0 +1,180 @@
+// Internal: the MPI transport (include/tessel/mpi.h describes its behaviour). Compiled only when
+// tessel is built with MPI (cmake/mpi.cmake); nothing outside src/comm/mpi_*.cpp includes it.
+//
+// One MpiTransport is one process's endpoint of a duplicate of a parent communicator. All its
+// waits go through wait(): non-blocking requests polled with MPI_Test against the deadline,
+// while also reaping finished buffered sends, receiving abort records (kAbortTag, from any
+// source) and, every kWatchInterval, checking that the processes of peers on this host still
+// exist.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/transport.h"
+#include "tessel/mpi.h"
+
+namespace tessel::detail {
+
+inline constexpr std::string_view kMpiComponent = "MPI";
+
+// Held around every MPI call tessel makes: a process-wide mutex when MPI provides less than
+// MPI_THREAD_MULTIPLE, nothing otherwise. Below MPI_THREAD_SERIALIZED, a thread other than the
+// one that initialised MPI gets kFailedPrecondition.
+class MpiCallLock {
+ public:
+  MpiCallLock();
+  ~MpiCallLock();
+  MpiCallLock(const MpiCallLock&) = delete;
+  MpiCallLock& operator=(const MpiCallLock&) = delete;
+
+ private:
+  bool locked_ = false;
+};
+
+// True for the transports of make_hierarchical_communicators (mpi_hierarchy.cpp).
+bool is_process_hierarchy(const Transport& t);
+
+// Throws kUnavailable "<call> failed: <MPI's error string>" unless rc is MPI_SUCCESS.
+void check_mpi(int rc, std::string_view call);
+// kFailedPrecondition unless MPI is initialised and not finalized.
+void require_mpi_initialized(std::string_view what);
+
+class MpiTransport : public Transport {
+ public:
+  // One rank's exchange record.
+  struct Record {
+    uint64_t sequence = 0;
+    uint64_t hash = 0;
+    int64_t count = 0;
+    int64_t aux = 0;
+    std::string agreed;
+    std::string text;
+    std::string payload;  // exchange_records' extra bytes
+    uint64_t incarnation = 0;  // the group's (see incarnation_)
+  };
+
+  // What every process tells the others when the transport is made.
+  struct Peer {
+    std::string name;  // members()[rank]
+    std::string host;  // host name, boot id and pid namespace: equal iff pids are comparable
+    int64_t pid = 0;
+    int64_t extra = 0;  // creator-defined (hierarchical: local device count)
+  };
+
+  // Collective over `parent`: duplicates it (MPI_Comm_idup, polled against the deadline) and
+  // exchanges every process's Peer record. `extra` is published in peers()[rank].extra.
+  static std::shared_ptr<MpiTransport> create(MPI_Comm parent, const MpiCommunicatorOptions& options,
+                                              int64_t extra = 0);
+  ~MpiTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::vector<std::string>& members() const override { return members_; }
+  bool shares_memory() const override { return false; }
+
+  std::vector<Post> exchange(const Signature& signature, const Post& mine, Deadline deadline) override;
+  // The rendezvous happens (so that mismatched calls are still reported as such), then every
+  // rank throws kUnimplemented: no process can read another's buffers. The group stays usable.
+  std::vector<Post> share(const Signature& signature, const Post& mine, Deadline deadline) override;
+  void barrier(const Signature& signature, Deadline deadline) override;
+  void send(int peer, int tag, const void* data, size_t bytes, const Signature& signature,
+            Deadline deadline) override;
+  void recv(int peer, int tag, void* data, size_t bytes, const Signature& signature,
+            Deadline deadline) override;
+  void abort(const std::string& reason) override;
+  void fail(const std::string& reason) override;
+
+  // ---- for the MPI algorithms and the hierarchical transport ---------------------------------
+  MPI_Comm comm() const { return comm_; }
+  // exchange() that also carries `payload` (any bytes) from every rank: returns every rank's
+  // record (rank order) after the same signature check.
+  std::vector<Record> exchange_records(const Signature& signature, const Post& mine,
+                                       const std::string& payload, Deadline deadline);
+  const std::vector<Peer>& peers() const { return peers_; }
+  // send/recv under a raw MPI tag (>= kFirstFreeTag) instead of a transport tag.
+  void send_tagged(int peer, int mpi_tag, const void* data, size_t bytes, const Signature& signature,
+                   Deadline deadline);
+  void recv_tagged(int peer, int mpi_tag, void* data, size_t bytes, const Signature& signature,
+                   Deadline deadline, std::string_view tag_text);
+  // Waits for a non-blocking collective started on comm(); `what` names it in errors. On the
+  // deadline the request stays with MPI (a collective cannot be cancelled) and the group aborts.
+  void wait_collective(MPI_Request& request, std::string_view what, const Signature& signature,
+                       Deadline deadline);
+  // Throws kAborted if the group was aborted.
+  void check_aborted();
+  // The largest MPI tag this communicator allows.
+  int tag_upper_bound() const { return tag_ub_; }
+
+  // MPI tags: abort records, exchange records, algorithm traffic (transport tag -1 .. -7 map to
+  // kAlgorithmTagBase + 1..7); transport tags t >= 0 use kFirstFreeTag + t.
+  static constexpr int kAbortTag = 1;
+  static constexpr int kExchangeTag = 2;
+  static constexpr int kAlgorithmTagBase = 8;
+  static constexpr int kFirstFreeTag = 16;
+
+  MpiTransport(MPI_Comm comm, const MpiCommunicatorOptions& options);
+
+ private:
+  struct PendingSend {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<uint8_t> buffer;
+  };
+  // Sends this rank's record to every peer and returns every rank's, in rank order (no checks).
+  std::vector<Record> rendezvous(const Signature& signature, const Post& mine, Deadline deadline,
+                                 const std::string& payload = {});
+  // kFailedPrecondition (and the group aborted) unless every record has rank 0's signature.
+  void check_signatures(const std::vector<Record>& records);
+  // Polls `poll` until it returns true; throws kAborted (abort record, lost peer) or calls
+  // `on_deadline` (which throws) at the deadline.
+  void wait(const std::function<bool()>& poll, const Signature& signature, Deadline deadline,
+            const std::function<void(double waited)>& on_deadline);
+  // Copies `bytes` and starts an MPI_Isend of the copy.
+  void post_send(int peer, int mpi_tag, const void* data, size_t bytes);
+  void reap_sends();
+  // Receives pending abort records; throws kAborted if there was one (or the group is aborted).
+  void poll_aborts();
+  // Throws kAborted naming the first peer on this host whose process is gone.
+  void watch_peers(const Signature& signature, double waited);
+  // Marks the group aborted with `reason` (the first reason wins) and, if `tell_peers`, sends
+  // the reason to every peer. Returns false when it was already aborted.
+  bool abort_group(const std::string& reason, bool tell_peers);
+  [[noreturn]] void throw_aborted();
+  int mpi_tag_of(int tag, std::string_view op) const;
+  std::string who(int r) const;  // "rank r (name)"
+  void exchange_peers(const MpiCommunicatorOptions& options, int64_t extra, Deadline deadline);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int tag_ub_ = 32767;
+  bool watch_local_peers_ = true;
+  std::vector<std::string> members_;
+  std::vector<Peer> peers_;
+  std::mutex send_mu_;                        // guards sends_ and spare_ (taken before MpiCallLock)
+  std::deque<PendingSend> sends_;            // buffered sends in flight
+  std::vector<std::vector<uint8_t>> spare_;  // send buffers to reuse
+
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mu_;         // guards abort_reason_
+  std::string abort_reason_;   // "group aborted: ..."
+  bool unsupported_ = false;   // share() threw kUnimplemented: the following fail() is local
+  bool constructing_ = false;  // in the construction rendezvous
+  // Identifies this group among the communicators this process made (equal on every rank: the
+  // ranks agree on it at construction). Exchange and abort records carry it, and records of
+  // another group are dropped: MPI reuses a freed communicator's context id, so a late record
+  // of an old group could otherwise match in a new one.
+  uint64_t incarnation_ = 0;
+};
+
+}  // namespace tessel::detail
