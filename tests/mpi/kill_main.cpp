@@ -1,0 +1,89 @@
+// tessel_mpi_kill: one process is killed in the middle of a collective (kill_test.sh runs it).
+//
+//   mpirun -np 4 tessel_mpi_kill --algorithm ring|mpi|barrier [--timeout-ms 3000] [--no-watch]
+//
+// Every process runs collectives in a loop over one MPI communicator; 300 ms in, rank 1 raises
+// SIGKILL from a helper thread, in the middle of whichever collective it is in. Each survivor
+// catches the error of its failing call and prints one line
+//   survivor rank <r>: <ErrorCode> after <seconds> s: <message>
+// then exits with status 1 (with the watch off, without MPI_Finalize: it would wait for the
+// dead process). A survivor whose loop ends without an error prints "rank <r>: no error" and
+// exits 0, which kill_test.sh reports as a failure. SIGTERM (which mpirun sends before SIGKILL
+// when it tears the job down) is caught and ignored, so that survivors report even when they
+// fail by the deadline.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "tessel/communicator.h"
+#include "tessel/error.h"
+#include "tessel/mpi.h"
+
+namespace {
+
+void ignore(int) {}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessel;
+  std::string mode = "ring";
+  int timeout_ms = 3000;
+  bool watch = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--algorithm" && i + 1 < argc) {
+      mode = argv[++i];
+    } else if (a == "--timeout-ms" && i + 1 < argc) {
+      timeout_ms = std::atoi(argv[++i]);
+    } else if (a == "--no-watch") {
+      watch = false;
+    } else {
+      std::fprintf(stderr, "tessel_mpi_kill: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  signal(SIGTERM, ignore);
+  MpiEnvironment mpi(&argc, &argv);
+  MpiCommunicatorOptions mo;
+  mo.watch_local_peers = watch;
+  auto comm = make_mpi_communicator(mo);
+  const int rank = comm->rank();
+  CollectiveOptions o;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  o.algorithm = mode == "barrier" ? Algorithm::kAuto : algorithm_from_name(mode);
+  Tensor x = Tensor::full({1 << 20}, DType::kF32, 1);  // 4 MiB
+  comm->barrier(o);
+  if (rank == 1) {
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      raise(SIGKILL);
+    }).detach();
+  }
+  const auto loop_start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - loop_start < std::chrono::seconds(20)) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      if (mode == "barrier") {
+        comm->barrier(o);
+      } else {
+        comm->all_reduce(x, x, ReduceOp::kSum, o);
+        x.fill(1);
+      }
+    } catch (const Error& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("survivor rank %d: %s after %.3f s: %s\n", rank,
+                  std::string(error_code_name(e.code())).c_str(), s, e.what());
+      std::fflush(stdout);
+      if (!watch) std::_Exit(1);
+      return 1;
+    }
+  }
+  std::printf("rank %d: no error\n", rank);
+  return 0;
+}

@@ -1,0 +1,309 @@
+// The MPI transport's conformance, run by every process under mpirun (-np 2 and -np 4): the
+// all-reduce algorithms that move data point to point (ring, halving_doubling, reduce_to_one)
+// and MPI's own (mpi, and auto, which picks it) on every dtype, reduce op and count of the
+// in-process conformance suite (tests/comm/all_reduce_conformance_test.cpp), with the same
+// reference values; send/recv, barrier and transfer_boxes; and the collectives that need shared
+// memory, which refuse with kUnimplemented and leave the group usable.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <numeric>
+#include <thread>
+
+#include "testing/expect_error.h"
+#include "testing/reduction_reference.h"
+#include "mpi_testing.h"
+#include "tessel/box.h"
+#include "tessel/communicator.h"
+#include "tessel/mpi.h"
+
+namespace tessel {
+namespace {
+
+using testing::mpi_options;
+using testing::reduction_expected;
+using testing::reduction_input;
+using testing::tensor_of;
+
+const DType kDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16,
+                         DType::kI32, DType::kI64, DType::kU8,   DType::kBool};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin,
+                         ReduceOp::kProd};
+// 5000 f32 elements with 256-byte segments: many segments per chunk of the ring.
+const int64_t kCounts[] = {0, 1, 7, 1023, 5000};
+
+TEST(MpiEnvironmentTest, AvailableVersionAndThreadLevel) {
+  EXPECT_TRUE(mpi_available());
+  EXPECT_NE(mpi_library_version().find("MPI"), std::string::npos) << mpi_library_version();
+  // A second environment finds MPI initialised: it does not own it (and will not finalize it).
+  MpiEnvironment again;
+  EXPECT_FALSE(again.owns_mpi());
+  EXPECT_EQ(mpi_thread_level_name(again.thread_level()), "multiple");
+  EXPECT_GE(mpi_size(), 1);
+  EXPECT_LT(mpi_rank(), mpi_size());
+}
+
+TEST(MpiCommunicatorTest, RanksAreProcessesNamedByHostAndPid) {
+  auto comm = make_mpi_communicator();
+  EXPECT_EQ(comm->rank(), mpi_rank());
+  EXPECT_EQ(comm->size(), mpi_size());
+  ASSERT_EQ(static_cast<int>(comm->members().size()), mpi_size());
+  const std::string mine = comm->members()[comm->rank()];
+  const std::string pid = std::to_string(getpid());
+  EXPECT_TRUE(testing::contains(mine, std::string(":").append(pid))) << mine;
+  for (int r = 0; r < comm->size(); ++r) {
+    for (int s = r + 1; s < comm->size(); ++s) EXPECT_NE(comm->members()[r], comm->members()[s]);
+  }
+}
+
+TEST(MpiCommunicatorTest, NamesComeFromTheOptions) {
+  MpiCommunicatorOptions o;
+  o.name = "/job:worker/replica:0/task:" + std::to_string(mpi_rank()) + "/device:CPU:0";
+  auto comm = make_mpi_communicator(o);
+  for (int r = 0; r < comm->size(); ++r) {
+    EXPECT_EQ(comm->members()[r], "/job:worker/replica:0/task:" + std::to_string(r) + "/device:CPU:0");
+  }
+}
+
+// ---- all_reduce ------------------------------------------------------------------------------
+
+class MpiAllReduceConformance : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(MpiAllReduceConformance, EveryDTypeOpAndCount) {
+  const Algorithm algorithm = GetParam();
+  auto comm = make_mpi_communicator();
+  const int n = comm->size(), r = comm->rank();
+  CollectiveOptions options = mpi_options(algorithm);
+  options.segment_bytes = 256;
+  for (DType dtype : kDTypes) {
+    for (ReduceOp op : kOps) {
+      if (dtype == DType::kBool && op == ReduceOp::kMean) continue;
+      for (int64_t count : kCounts) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::string(reduce_op_name(op)) +
+                     " count " + std::to_string(count));
+        Tensor in = tensor_of(count, dtype, [&](int64_t i) { return reduction_input(op, dtype, r, i); });
+        const Tensor want = tensor_of(count, dtype, [&](int64_t i) { return reduction_expected(op, dtype, n, i); });
+        Tensor out = Tensor::zeros(in.shape(), dtype);
+        comm->all_reduce(in, out, op, options);  // out of place
+        ASSERT_EQ(out.to_doubles(), want.to_doubles()) << "out of place";
+        comm->all_reduce(in, in, op, options);  // in place
+        ASSERT_EQ(in.to_doubles(), want.to_doubles()) << "in place";
+      }
+    }
+  }
+}
+
+// 4 MiB of f32 (many 1 MiB segments on every algorithm), exact integer sums.
+TEST_P(MpiAllReduceConformance, FourMiBSumIsExact) {
+  auto comm = make_mpi_communicator();
+  const int n = comm->size(), r = comm->rank();
+  const int64_t count = int64_t{1} << 20;
+  Tensor x = tensor_of(count, DType::kF32, [&](int64_t i) { return static_cast<double>((i + 3 * r) % 8 + 1); });
+  comm->all_reduce(x, x, ReduceOp::kSum, mpi_options(GetParam()));
+  const auto got = x.to_doubles();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    double want = 0;
+    for (int k = 0; k < n; ++k) want += (i + 3 * k) % 8 + 1;
+    wrong += got[static_cast<size_t>(i)] != want;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+// Above 64 KiB MPI's own all-reduce runs libnbc's ring (mpi_all_reduce.cpp): every dtype and op,
+// in place and out of place, on 70000 elements (64 KiB and more even for u8 and bool).
+TEST(MpiAllReduce, MpiAlgorithmOnLargeBuffersEveryDTypeAndOp) {
+  auto comm = make_mpi_communicator();
+  const int n = comm->size(), r = comm->rank();
+  const int64_t count = 70000;
+  for (DType dtype : kDTypes) {
+    for (ReduceOp op : kOps) {
+      if (dtype == DType::kBool && op == ReduceOp::kMean) continue;
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::string(reduce_op_name(op)));
+      Tensor in = tensor_of(count, dtype, [&](int64_t i) { return reduction_input(op, dtype, r, i); });
+      const Tensor want = tensor_of(count, dtype, [&](int64_t i) { return reduction_expected(op, dtype, n, i); });
+      Tensor out = Tensor::zeros(in.shape(), dtype);
+      comm->all_reduce(in, out, op, mpi_options(Algorithm::kMpi));
+      ASSERT_EQ(out.to_doubles(), want.to_doubles()) << "out of place";
+      comm->all_reduce(in, in, op, mpi_options(Algorithm::kMpi));
+      ASSERT_EQ(in.to_doubles(), want.to_doubles()) << "in place";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, MpiAllReduceConformance,
+                         ::testing::Values(Algorithm::kRing, Algorithm::kHalvingDoubling,
+                                           Algorithm::kReduceToOne, Algorithm::kMpi,
+                                           Algorithm::kAuto),
+                         [](const auto& info) { return std::string(algorithm_name(info.param)); });
+
+// kAuto over MPI is kMpi: the ranks' signatures name the algorithm kAuto chose, so auto on some
+// ranks and mpi on the others agree, while auto against ring is a mismatch.
+TEST(MpiAllReduce, AutoPicksMpi) {
+  auto comm = make_mpi_communicator();
+  Tensor x = Tensor::full({1000}, DType::kF32, 1);
+  const Algorithm mine = comm->rank() == 0 ? Algorithm::kAuto : Algorithm::kMpi;
+  comm->all_reduce(x, x, ReduceOp::kSum, mpi_options(mine));
+  EXPECT_EQ(x.to_doubles(), std::vector<double>(1000, comm->size()));
+  const Algorithm other = comm->rank() == 0 ? Algorithm::kAuto : Algorithm::kRing;
+  EXPECT_TESSEL_ERROR(comm->all_reduce(x, x, ReduceOp::kSum, mpi_options(other)),
+                      ErrorCode::kFailedPrecondition, "collectives differ");
+}
+
+TEST(MpiAllReduce, DirectNeedsSharedMemory) {
+  auto comm = make_mpi_communicator();
+  Tensor x = Tensor::full({8}, DType::kF32, 1);
+  EXPECT_TESSEL_ERROR(comm->all_reduce(x, x, ReduceOp::kSum, mpi_options(Algorithm::kDirect)),
+                      ErrorCode::kInvalidArgument, "needs an in-process group");
+}
+
+TEST(MpiAllReduce, MpiAlgorithmNeedsAnMpiCommunicator) {
+  auto comms = make_in_process_communicators(1);
+  Tensor x = Tensor::full({8}, DType::kF32, 1);
+  EXPECT_TESSEL_ERROR(comms[0]->all_reduce(x, x, ReduceOp::kSum, mpi_options(Algorithm::kMpi)),
+                      ErrorCode::kInvalidArgument, "needs a communicator over MPI");
+}
+
+// Many back-to-back small calls alternate algorithms on one group (sequence numbers, tags and
+// buffered sends stay consistent).
+TEST(MpiAllReduce, ManyBackToBackCallsAcrossAlgorithms) {
+  auto comm = make_mpi_communicator();
+  const int n = comm->size();
+  const Algorithm algorithms[] = {Algorithm::kRing, Algorithm::kMpi, Algorithm::kHalvingDoubling,
+                                  Algorithm::kReduceToOne};
+  for (int i = 0; i < 200; ++i) {
+    Tensor x = Tensor::full({33}, DType::kI64, comm->rank() + i);
+    comm->all_reduce(x, x, ReduceOp::kSum, mpi_options(algorithms[i % 4]));
+    ASSERT_EQ(x.to_doubles()[32], static_cast<double>(n * i + n * (n - 1) / 2)) << "call " << i;
+  }
+  EXPECT_EQ(comm->sequence_number(), 200u);
+}
+
+// ---- point to point, barrier, transfer_boxes ---------------------------------------------------
+
+TEST(MpiPointToPoint, RingExchangeKeepsOrderPerTag) {
+  auto comm = make_mpi_communicator();
+  const int n = comm->size(), r = comm->rank();
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  const auto o = mpi_options();
+  // Two tags interleaved; per tag, messages arrive in the order sent.
+  for (int k = 0; k < 3; ++k) {
+    comm->send(Tensor::full({4}, DType::kI32, 100 * r + k), right, 7, o);
+    comm->send(Tensor::full({2}, DType::kF64, -(100 * r + k)), right, 9, o);
+  }
+  for (int k = 0; k < 3; ++k) {
+    Tensor b = Tensor::zeros({2}, DType::kF64);
+    comm->recv(b, left, 9, o);
+    EXPECT_EQ(b.to_doubles(), std::vector<double>(2, -(100 * left + k)));
+  }
+  for (int k = 0; k < 3; ++k) {
+    Tensor a = Tensor::zeros({4}, DType::kI32);
+    comm->recv(a, left, 7, o);
+    EXPECT_EQ(a.to_doubles(), std::vector<double>(4, 100 * left + k));
+  }
+}
+
+TEST(MpiPointToPoint, LargeMessageAndEmptyMessage) {
+  auto comm = make_mpi_communicator();
+  const int n = comm->size(), r = comm->rank();
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  const int64_t count = 3 << 20;  // 12 MiB of f32
+  comm->send(tensor_of(count, DType::kF32, [&](int64_t i) { return static_cast<double>((i + r) % 1000); }),
+             right, 1, mpi_options());
+  comm->send(Tensor::zeros({0}, DType::kF32), right, 2, mpi_options());
+  Tensor big = Tensor::zeros({count}, DType::kF32);
+  comm->recv(big, left, 1, mpi_options());
+  const auto got = big.to_doubles();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; ++i) wrong += got[static_cast<size_t>(i)] != (i + left) % 1000;
+  EXPECT_EQ(wrong, 0);
+  Tensor empty = Tensor::zeros({0}, DType::kF32);
+  comm->recv(empty, left, 2, mpi_options());
+}
+
+// A message longer or shorter than the receive: kInvalidArgument at the receiver (which then
+// aborts the group, like any failed call), naming both sizes.
+TEST(MpiPointToPoint, SizeMismatchIsInvalidArgumentAtTheReceiver) {
+  for (int64_t sent : {5, 3}) {
+    auto comm = make_mpi_communicator();
+    if (comm->size() < 2) GTEST_SKIP() << "needs two processes";
+    if (comm->rank() == 0) comm->send(Tensor::zeros({sent}, DType::kF32), 1, 3, mpi_options());
+    if (comm->rank() == 1) {
+      Tensor four = Tensor::zeros({4}, DType::kF32);
+      EXPECT_TESSEL_ERROR(comm->recv(four, 0, 3, mpi_options()), ErrorCode::kInvalidArgument,
+                          "expected 16 bytes from rank 0 (" + comm->members()[0] + ") (tag 3) but " +
+                              (sent == 5 ? std::string("more than 16") : std::string("12")) + " were sent");
+    }
+    testing::world_barrier();
+  }
+}
+
+TEST(MpiBarrier, ReleasesNobodyEarly) {
+  auto comm = make_mpi_communicator();
+  // The last rank arrives 200 ms late; nobody may leave the barrier before it arrived.
+  if (comm->rank() == comm->size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double before = MPI_Wtime();
+  comm->barrier(mpi_options());
+  const double after = MPI_Wtime();
+  double arrived_last = comm->rank() == comm->size() - 1 ? before : 0, latest = 0;
+  MPI_Allreduce(&arrived_last, &latest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  // MPI_Wtime is global on one host (MPI_WTIME_IS_GLOBAL aside, same clock source).
+  EXPECT_GE(after, latest - 1e-3);
+  for (int i = 0; i < 100; ++i) comm->barrier(mpi_options());
+  EXPECT_EQ(comm->sequence_number(), 101u);
+}
+
+// transfer_boxes runs point to point when memory is not shared: an all-gather of row blocks.
+TEST(MpiTransferBoxes, AllGatherOfRowBlocks) {
+  auto comm = make_mpi_communicator();
+  const int n = comm->size(), r = comm->rank();
+  const std::vector<int64_t> dims = {static_cast<int64_t>(3 * n + 1), 5};
+  auto rows = [&](int k) {
+    const int64_t base = dims[0] / n, extra = dims[0] % n;
+    const int64_t offset = k * base + std::min<int64_t>(k, extra);
+    return Box{{offset, 0}, {base + (k < extra ? 1 : 0), dims[1]}};
+  };
+  auto global = [&](const Box& b) {
+    return tensor_of(b.num_elements(), DType::kF32, [&](int64_t i) {
+             const int64_t row = b.offsets[0] + i / b.extents[1], col = i % b.extents[1];
+             return static_cast<double>(row * dims[1] + col);
+           }).reshape(Shape(b.extents));
+  };
+  std::vector<std::vector<int64_t>> in_origins, out_origins;
+  std::vector<Communicator::BoxTransfer> transfers;
+  const Box whole{{0, 0}, dims};
+  for (int f = 0; f < n; ++f) {
+    in_origins.push_back(rows(f).offsets);
+    out_origins.push_back({0, 0});
+    for (int t = 0; t < n; ++t) transfers.push_back({f, t, rows(f)});
+  }
+  Tensor input = global(rows(r));
+  Tensor output = Tensor::full(Shape(dims), DType::kF32, -1);
+  comm->transfer_boxes(input, in_origins, output, out_origins, transfers, "all_gather", mpi_options());
+  EXPECT_EQ(output.to_doubles(), global(whole).to_doubles());
+}
+
+// ---- collectives that need shared memory -----------------------------------------------------
+
+// Each refuses on every rank after its rendezvous (so mismatches are still reported as such),
+// and the group stays usable.
+TEST(MpiUnsupported, SharedMemoryCollectivesRefuseAndTheGroupStaysUsable) {
+  auto comm = make_mpi_communicator();
+  const int n = comm->size();
+  const auto o = mpi_options();
+  Tensor x = Tensor::full({2 * n}, DType::kF32, 1);
+  Tensor y = Tensor::zeros({2 * n}, DType::kF32);
+  EXPECT_TESSEL_ERROR(comm->broadcast(x, 0, o), ErrorCode::kUnimplemented, "broadcast(f32");
+  EXPECT_TESSEL_ERROR(comm->reduce(x, y, ReduceOp::kSum, 0, o), ErrorCode::kUnimplemented, "needs ranks that share memory");
+  EXPECT_TESSEL_ERROR(comm->all_gather(x, 0, o), ErrorCode::kUnimplemented, "all_gather");
+  EXPECT_TESSEL_ERROR(comm->gather(x, 0, 0, o), ErrorCode::kUnimplemented, "gather");
+  EXPECT_TESSEL_ERROR(comm->reduce_scatter(x, ReduceOp::kSum, {}, o), ErrorCode::kUnimplemented, "reduce_scatter");
+  EXPECT_TESSEL_ERROR(comm->all_to_all(x, {}, o), ErrorCode::kUnimplemented, "all_to_all");
+  EXPECT_TESSEL_ERROR(comm->scatter(x, 0, {}, o), ErrorCode::kUnimplemented, "scatter");
+  comm->all_reduce(x, y, ReduceOp::kSum, o);
+  EXPECT_EQ(y.to_doubles(), std::vector<double>(2 * n, n));
+}
+
+}  // namespace
+}  // namespace tessel
