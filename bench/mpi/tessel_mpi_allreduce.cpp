@@ -2,14 +2,18 @@
 // MPI_Allreduce baseline bench/mpi_allreduce.c (bench/compare_mpi_2proc.sh runs both).
 //
 //   mpirun -np 2 tessel_mpi_allreduce -b 1M -e 64M -f 2 -n 20 -w 5 [--algorithm auto,ring,...]
+//                                     [--devices-per-process L]
 //
-// One communicator from make_mpi_communicator (1 device per process), f32 sum, out of place,
-// over the sizes -b..-e (times -f), for each algorithm listed (default auto). Before every call
-// the processes meet at MPI_Barrier; each times its own call with MPI_Wtime; one call's time is
-// the slowest process's; the reported time is the median over the -n timed calls (after -w
-// untimed ones). algbw = bytes / time, busbw = algbw * 2(n-1)/n. After timing, one more call on
-// fresh inputs (rank r's element j is 1 + (j + 3r) mod 8, as in mpi_allreduce.c) is checked
-// against the exact sum; #wrong counts elements that differ, summed over processes.
+// One communicator from make_mpi_communicator (1 device per process), or with
+// --devices-per-process L > 1 the L communicators of make_hierarchical_communicators (one thread
+// each; N = processes * L ranks), f32 sum, out of place, over the sizes -b..-e (times -f), for
+// each algorithm listed (default auto). Before every call the ranks meet (the threads of a
+// process, then the processes at MPI_Barrier, then the threads again); each rank times its own
+// call with MPI_Wtime; one call's time is the slowest rank's; the reported time is the median
+// over the -n timed calls (after -w untimed ones). algbw = bytes / time, busbw = algbw *
+// 2(N-1)/N. After timing, one more call on fresh inputs (rank r's element j is 1 + (j + 3r) mod
+// 8, as in mpi_allreduce.c) is checked against the exact sum; #wrong counts elements that
+// differ, summed over ranks.
 //
 // Output (rank 0): '#' comment lines, then one row per algorithm and size:
 //   algorithm bytes count time_us algbw_gbps busbw_gbps wrong
@@ -17,10 +21,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <barrier>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tessel/communicator.h"
@@ -58,7 +64,7 @@ int main(int argc, char** argv) {
   MpiEnvironment mpi(&argc, &argv);
   const int rank = mpi_rank(), n = mpi_size();
   int64_t min_bytes = 4 << 10, max_bytes = 64 << 20, factor = 2;
-  int iters = 20, warmup = 5;
+  int iters = 20, warmup = 5, local = 1;
   std::vector<Algorithm> algorithms = {Algorithm::kAuto};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -71,6 +77,7 @@ int main(int argc, char** argv) {
       else if (ok && flag == "-f") ok = (factor = std::atoll(value.c_str())) >= 2;
       else if (ok && flag == "-n") ok = (iters = std::atoi(value.c_str())) >= 1;
       else if (ok && flag == "-w") ok = (warmup = std::atoi(value.c_str())) >= 0;
+      else if (ok && flag == "--devices-per-process") ok = (local = std::atoi(value.c_str())) >= 1;
       else if (ok && flag == "--algorithm") {
         algorithms.clear();
         size_t start = 0;
@@ -94,13 +101,20 @@ int main(int argc, char** argv) {
     ++i;
   }
 
-  auto comm = make_mpi_communicator();
+  std::vector<std::unique_ptr<Communicator>> comms;
+  if (local == 1) {
+    comms.push_back(make_mpi_communicator());
+  } else {
+    comms = make_hierarchical_communicators(local);
+  }
+  const int ranks = comms[0]->size();
   CollectiveOptions options;
   options.timeout = std::chrono::seconds(60);
   if (rank == 0) {
-    std::printf("# tessel all_reduce over MPI (make_mpi_communicator), f32 sum, out of place, %d "
-                "processes (%s; thread level %s)\n",
-                n, mpi_library_version().c_str(), std::string(mpi_thread_level_name(mpi.thread_level())).c_str());
+    std::printf("# tessel all_reduce over MPI (%s), f32 sum, out of place, %d processes x %d devices "
+                "(%s; thread level %s)\n",
+                local == 1 ? "make_mpi_communicator" : "make_hierarchical_communicators", n, local,
+                mpi_library_version().c_str(), std::string(mpi_thread_level_name(mpi.thread_level())).c_str());
     std::printf("# time: median over %d iters (after %d warm-up) of one call's time on its slowest rank\n",
                 iters, warmup);
     std::printf("# %-16s  %10s  %12s  %10s  %10s  %10s  %6s\n", "algorithm", "bytes", "count", "time_us",
@@ -108,40 +122,58 @@ int main(int argc, char** argv) {
   }
   int64_t total_wrong = 0;
   const int calls = warmup + iters;
+  std::barrier meet(local);
   for (Algorithm algorithm : algorithms) {
     options.algorithm = algorithm;
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
       const int64_t count = bytes / static_cast<int64_t>(sizeof(float));
-      Tensor send = Tensor::empty(Shape{count}, DType::kF32);
-      Tensor recv = Tensor::zeros(Shape{count}, DType::kF32);
-      auto* s = static_cast<float*>(send.data());
-      for (int64_t j = 0; j < count; ++j) s[j] = input_value(rank, j);
-      std::vector<double> mine(static_cast<size_t>(calls)), slowest(static_cast<size_t>(calls));
-      for (int i = 0; i < calls; ++i) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = MPI_Wtime();
-        comm->all_reduce(send, recv, ReduceOp::kSum, options);
-        mine[static_cast<size_t>(i)] = MPI_Wtime() - t0;
+      // Per local device: its time of every call, and its wrong elements.
+      std::vector<std::vector<double>> times(static_cast<size_t>(local), std::vector<double>(static_cast<size_t>(calls)));
+      std::vector<long long> wrong(static_cast<size_t>(local), 0);
+      auto device = [&](int d) {
+        Communicator& comm = *comms[static_cast<size_t>(d)];
+        const int r = comm.rank();
+        Tensor send = Tensor::empty(Shape{count}, DType::kF32);
+        Tensor recv = Tensor::zeros(Shape{count}, DType::kF32);
+        auto* s = static_cast<float*>(send.data());
+        for (int64_t j = 0; j < count; ++j) s[j] = input_value(r, j);
+        for (int i = 0; i < calls; ++i) {
+          meet.arrive_and_wait();
+          if (d == 0) MPI_Barrier(MPI_COMM_WORLD);
+          meet.arrive_and_wait();
+          const double t0 = MPI_Wtime();
+          comm.all_reduce(send, recv, ReduceOp::kSum, options);
+          times[static_cast<size_t>(d)][static_cast<size_t>(i)] = MPI_Wtime() - t0;
+        }
+        // The checked call: fresh inputs, poisoned output.
+        for (int64_t j = 0; j < count; ++j) s[j] = input_value(r, j);
+        std::memset(recv.data(), 0xA5, static_cast<size_t>(count) * sizeof(float));
+        comm.all_reduce(send, recv, ReduceOp::kSum, options);
+        const auto* out = static_cast<const float*>(recv.data());
+        for (int64_t j = 0; j < count; ++j) {
+          float want = 0;
+          for (int k = 0; k < ranks; ++k) want += input_value(k, j);
+          if (out[j] != want) ++wrong[static_cast<size_t>(d)];
+        }
+      };
+      std::vector<std::thread> threads;
+      for (int d = 1; d < local; ++d) threads.emplace_back(device, d);
+      device(0);
+      for (auto& t : threads) t.join();
+      std::vector<double> mine(static_cast<size_t>(calls), 0), slowest(static_cast<size_t>(calls));
+      for (int d = 0; d < local; ++d) {
+        for (int i = 0; i < calls; ++i) mine[i] = std::max(mine[i], times[d][i]);
       }
       MPI_Reduce(mine.data(), slowest.data(), calls, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-      // The checked call: fresh inputs, poisoned output.
-      for (int64_t j = 0; j < count; ++j) s[j] = input_value(rank, j);
-      std::memset(recv.data(), 0xA5, static_cast<size_t>(count) * sizeof(float));
-      comm->all_reduce(send, recv, ReduceOp::kSum, options);
-      const auto* r = static_cast<const float*>(recv.data());
-      long long wrong = 0, wrong_all = 0;
-      for (int64_t j = 0; j < count; ++j) {
-        float want = 0;
-        for (int k = 0; k < n; ++k) want += input_value(k, j);
-        if (r[j] != want) ++wrong;
-      }
-      MPI_Reduce(&wrong, &wrong_all, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+      long long wrong_mine = 0, wrong_all = 0;
+      for (long long w : wrong) wrong_mine += w;
+      MPI_Reduce(&wrong_mine, &wrong_all, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
       if (rank == 0) {
         const double t = median(std::vector<double>(slowest.begin() + warmup, slowest.end()));
         const double algbw = static_cast<double>(bytes) / t / 1e9;
         std::printf("  %-16s  %10lld  %12lld  %10.2f  %10.3f  %10.3f  %6lld\n",
                     std::string(algorithm_name(algorithm)).c_str(), static_cast<long long>(bytes),
-                    static_cast<long long>(count), t * 1e6, algbw, algbw * 2.0 * (n - 1) / n, wrong_all);
+                    static_cast<long long>(count), t * 1e6, algbw, algbw * 2.0 * (ranks - 1) / ranks, wrong_all);
         std::fflush(stdout);
         total_wrong += wrong_all;
       }
