@@ -1,7 +1,7 @@
 // Allocator: where tensor storage comes from.
 //
 // An Allocator hands out 64-byte-aligned blocks of host memory. host_allocator() is the process
-// default (aligned_alloc); TrackingAllocator wraps another allocator and counts live, peak and
+// default (aligned_alloc, with a cache of large freed blocks); TrackingAllocator wraps another allocator and counts live, peak and
 // total bytes (each runtime Device owns one). Tensor::empty takes an Allocator*.
 //
 //   auto tracked = std::make_shared<TrackingAllocator>(host_allocator(), "scratch");
@@ -43,8 +43,11 @@ class Allocator : public std::enable_shared_from_this<Allocator> {
   virtual std::string_view name() const = 0;
 };
 
-// The process default: aligned_alloc/free. Never destroyed (safe to use from static
-// destructors). A request above 2^47 bytes fails with kUnavailable without asking the system.
+// The process default: aligned_alloc/free, keeping freed blocks of 1 MiB and more for reuse by
+// requests of the same rounded size (up to 1 GiB in all; TESSEL_HOST_CACHE_BYTES sets the limit,
+// 0 turns it off), so that repeated large temporaries do not page-fault afresh every time.
+// Never destroyed (safe to use from static destructors). A request above 2^47 bytes fails with
+// kUnavailable without asking the system.
 Allocator* host_allocator();
 
 // Counters of a TrackingAllocator; a consistent-enough snapshot (each field read atomically).
