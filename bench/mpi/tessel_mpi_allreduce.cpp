@@ -2,7 +2,7 @@
 // MPI_Allreduce baseline bench/mpi_allreduce.c (bench/compare_mpi_2proc.sh runs both).
 //
 //   mpirun -np 2 tessel_mpi_allreduce -b 1M -e 64M -f 2 -n 20 -w 5 [--algorithm auto,ring,...]
-//                                     [--devices-per-process L]
+//                                     [--devices-per-process L] [--interleave-mpi]
 //
 // One communicator from make_mpi_communicator (1 device per process), or with
 // --devices-per-process L > 1 the L communicators of make_hierarchical_communicators (one thread
@@ -14,6 +14,9 @@
 // 2(N-1)/N. After timing, one more call on fresh inputs (rank r's element j is 1 + (j + 3r) mod
 // 8, as in mpi_allreduce.c) is checked against the exact sum; #wrong counts elements that
 // differ, summed over ranks.
+// --interleave-mpi (one device per process only): every timed tessel call is preceded by a
+// timed raw MPI_Allreduce (on a duplicate of MPI_COMM_WORLD, same buffers, same timing), so the
+// baseline sees the same machine at the same moment; its rows are named mpi@<algorithm>.
 //
 // Output (rank 0): '#' comment lines, then one row per algorithm and size:
 //   algorithm bytes count time_us algbw_gbps busbw_gbps wrong
@@ -65,6 +68,7 @@ int main(int argc, char** argv) {
   const int rank = mpi_rank(), n = mpi_size();
   int64_t min_bytes = 4 << 10, max_bytes = 64 << 20, factor = 2;
   int iters = 20, warmup = 5, local = 1;
+  bool interleave = false;
   std::vector<Algorithm> algorithms = {Algorithm::kAuto};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -78,6 +82,7 @@ int main(int argc, char** argv) {
       else if (ok && flag == "-n") ok = (iters = std::atoi(value.c_str())) >= 1;
       else if (ok && flag == "-w") ok = (warmup = std::atoi(value.c_str())) >= 0;
       else if (ok && flag == "--devices-per-process") ok = (local = std::atoi(value.c_str())) >= 1;
+      else if (flag == "--interleave-mpi") { interleave = true; ok = true; --i; }
       else if (ok && flag == "--algorithm") {
         algorithms.clear();
         size_t start = 0;
@@ -108,6 +113,12 @@ int main(int argc, char** argv) {
     comms = make_hierarchical_communicators(local);
   }
   const int ranks = comms[0]->size();
+  if (interleave && local != 1) {
+    if (rank == 0) std::fprintf(stderr, "tessel_mpi_allreduce: error: --interleave-mpi needs 1 device per process\n");
+    return 2;
+  }
+  MPI_Comm world = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &world);
   CollectiveOptions options;
   options.timeout = std::chrono::seconds(60);
   if (rank == 0) {
@@ -129,6 +140,7 @@ int main(int argc, char** argv) {
       const int64_t count = bytes / static_cast<int64_t>(sizeof(float));
       // Per local device: its time of every call, and its wrong elements.
       std::vector<std::vector<double>> times(static_cast<size_t>(local), std::vector<double>(static_cast<size_t>(calls)));
+      std::vector<double> raw(static_cast<size_t>(calls), 0.0);
       std::vector<long long> wrong(static_cast<size_t>(local), 0);
       auto device = [&](int d) {
         Communicator& comm = *comms[static_cast<size_t>(d)];
@@ -138,6 +150,12 @@ int main(int argc, char** argv) {
         auto* s = static_cast<float*>(send.data());
         for (int64_t j = 0; j < count; ++j) s[j] = input_value(r, j);
         for (int i = 0; i < calls; ++i) {
+          if (interleave) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            const double t0 = MPI_Wtime();
+            MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, world);
+            raw[static_cast<size_t>(i)] = MPI_Wtime() - t0;
+          }
           meet.arrive_and_wait();
           if (d == 0) MPI_Barrier(MPI_COMM_WORLD);
           meet.arrive_and_wait();
@@ -165,6 +183,8 @@ int main(int argc, char** argv) {
         for (int i = 0; i < calls; ++i) mine[i] = std::max(mine[i], times[d][i]);
       }
       MPI_Reduce(mine.data(), slowest.data(), calls, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      std::vector<double> raw_slowest(static_cast<size_t>(calls), 0.0);
+      MPI_Reduce(raw.data(), raw_slowest.data(), calls, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       long long wrong_mine = 0, wrong_all = 0;
       for (long long w : wrong) wrong_mine += w;
       MPI_Reduce(&wrong_mine, &wrong_all, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -176,9 +196,19 @@ int main(int argc, char** argv) {
                     static_cast<long long>(count), t * 1e6, algbw, algbw * 2.0 * (ranks - 1) / ranks, wrong_all);
         std::fflush(stdout);
         total_wrong += wrong_all;
+        if (interleave) {
+          const double b = median(std::vector<double>(raw_slowest.begin() + warmup, raw_slowest.end()));
+          const double bw = static_cast<double>(bytes) / b / 1e9;
+          std::printf("  %-16s  %10lld  %12lld  %10.2f  %10.3f  %10.3f  %6d\n",
+                      ("mpi@" + std::string(algorithm_name(algorithm))).c_str(), static_cast<long long>(bytes),
+                      static_cast<long long>(count), b * 1e6, bw, bw * 2.0 * (ranks - 1) / ranks, 0);
+          std::fflush(stdout);
+        }
       }
       if (bytes > max_bytes / factor) break;
     }
   }
+  comms.clear();
+  MPI_Comm_free(&world);
   return total_wrong == 0 ? 0 : 1;
 }
