@@ -1,6 +1,7 @@
 // The MPI transport and environment (include/tessel/mpi.h, comm/mpi_transport.h).
 #include "comm/mpi_transport.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -22,9 +23,14 @@ namespace {
 constexpr std::string_view kComm = "Communicator";
 // How often a wait checks that the processes of peers on this host still exist.
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
-// A wait polls without pause this long, then yields the CPU between polls (ranks may outnumber
-// cores), and after kSleepAfter sleeps between polls (a peer that late is not a hot path).
-constexpr auto kSpinTime = std::chrono::microseconds(100);
+// A wait polls without pause (as MPI's own blocking calls do) for kSpinTime, or only
+// kOversubscribedSpinTime when this host runs more processes of the group than it has cores,
+// then yields the CPU between polls, and after kSleepAfter sleeps between polls (a peer that
+// late is not a hot path). Yielding early under oversubscription lets the peer that is being
+// waited for run; without it, yielding would hand the core to unrelated processes in the middle
+// of a transfer that only progresses while this process polls.
+constexpr auto kSpinTime = std::chrono::milliseconds(20);
+constexpr auto kOversubscribedSpinTime = std::chrono::microseconds(100);
 constexpr auto kSleepAfter = std::chrono::seconds(1);
 // How long a transport being destroyed waits for its buffered sends to be received.
 constexpr auto kDrainLimit = std::chrono::seconds(10);
@@ -288,6 +294,13 @@ void MpiTransport::exchange_peers(const MpiCommunicatorOptions& options, int64_t
     peers_[r].extra = records[r].aux;
   }
   for (int r = 0; r < size_; ++r) members_[r] = peers_[r].name;
+  int here = 0;
+  for (const Peer& p : peers_) here += p.host == peers_[rank_].host;
+  cpu_set_t cpus;
+  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus)
+                                                                 : static_cast<int>(std::thread::hardware_concurrency());
+  spin_time_ = here > cores ? std::chrono::duration_cast<Clock::duration>(kOversubscribedSpinTime)
+                            : std::chrono::duration_cast<Clock::duration>(kSpinTime);
 }
 
 MpiTransport::~MpiTransport() {
@@ -441,7 +454,7 @@ void MpiTransport::wait(const std::function<bool()>& poll, const Signature& sign
       watch_peers(signature, seconds_between(start, now));
       next_watch = now + kWatchInterval;
     }
-    if (now - start < kSpinTime) continue;
+    if (now - start < spin_time_) continue;
     if (now - start < kSleepAfter) {
       std::this_thread::yield();
     } else {

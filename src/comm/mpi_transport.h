@@ -159,6 +159,8 @@ class MpiTransport : public Transport {
   int size_ = 1;
   int tag_ub_ = 32767;
   bool watch_local_peers_ = true;
+  // How long a wait polls before it starts yielding (see kSpinTime in the .cpp).
+  std::chrono::steady_clock::duration spin_time_ = std::chrono::microseconds(100);
   std::vector<std::string> members_;
   std::vector<Peer> peers_;
   std::mutex send_mu_;                        // guards sends_ and spare_ (taken before MpiCallLock)
