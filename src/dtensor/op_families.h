@@ -12,6 +12,7 @@ void register_nn_ops(OpRegistry& registry);           // ops_nn.cpp
 void register_shape_ops(OpRegistry& registry);        // ops_shape.cpp
 void register_indexing_ops(OpRegistry& registry);     // ops_indexing.cpp
 void register_creation_ops(OpRegistry& registry);     // ops_creation.cpp
+void register_optimizer_ops(OpRegistry& registry);    // ops_optimizer.cpp
 
 inline void register_builtin_ops(OpRegistry& registry) {
   register_elementwise_ops(registry);
@@ -21,6 +22,7 @@ inline void register_builtin_ops(OpRegistry& registry) {
   register_shape_ops(registry);
   register_indexing_ops(registry);
   register_creation_ops(registry);
+  register_optimizer_ops(registry);
 }
 
 }  // namespace tessel::detail

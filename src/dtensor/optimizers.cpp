@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/errors.h"
+#include "tessel/op_registry.h"
 #include "tessel/ops.h"
 
 namespace tessel {
@@ -83,9 +84,15 @@ void Adam::update(size_t index, DTensor& param, const DTensor& grad) {
       learning_rate_ * std::sqrt(1 - std::pow(beta_2_, t)) / (1 - std::pow(beta_1_, t));
   DTensor& m = m_[index];
   DTensor& v = v_[index];
-  m = add(multiply(m, beta_1_), multiply(grad, 1 - beta_1_));
-  v = add(multiply(v, beta_2_), multiply(multiply(grad, grad), 1 - beta_2_));
-  param = subtract(param, multiply(divide(m, add(sqrt(v), epsilon_)), lr_t));
+  // Three one-pass kernels (ops_optimizer.cpp) instead of ten elementwise ops.
+  OpAttrs beta1, beta2, step;
+  beta1.scalar = beta_1_;
+  beta2.scalar = beta_2_;
+  step.scalar = lr_t;
+  step.scalar2 = epsilon_;
+  m = call_op("ema", {m, grad}, beta1);
+  v = call_op("ema_square", {v, grad}, beta2);
+  param = call_op("adam_apply", {param, m, v}, step);
 }
 
 }  // namespace tessel
