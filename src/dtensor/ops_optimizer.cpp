@@ -49,7 +49,12 @@ void add_fused(OpRegistry& registry, const char* name, F f) {
       const T* b = in[1].data<T>();
       const T* c = N > 2 ? in[2].data<T>() : nullptr;
       const T s1 = static_cast<T>(attrs.scalar), s2 = static_cast<T>(attrs.scalar2);
-      for (int64_t i = 0; i < out.num_elements(); ++i) o[i] = f(s1, s2, a[i], b[i], c ? c[i] : T(0));
+      const int64_t n = out.num_elements();
+      if (c != nullptr) {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(s1, s2, a[i], b[i], c[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(s1, s2, a[i], b[i], T(0));
+      }
     });
   };
   registry.add(std::move(def));

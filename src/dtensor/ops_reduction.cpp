@@ -229,7 +229,8 @@ void reduce_kernel(Kind kind, const std::vector<Tensor>& inputs, Tensor& output,
     if (kind == Kind::kMean) {
       const T count = static_cast<T>(reduced_count(context.input_shapes[0], mask));
       T* o = output.data<T>();
-      for (int64_t i = 0; i < output.num_elements(); ++i) o[i] /= count;
+      const int64_t n = output.num_elements();
+      for (int64_t i = 0; i < n; ++i) o[i] /= count;
     }
   });
 }
