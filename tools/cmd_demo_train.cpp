@@ -34,10 +34,10 @@ constexpr const char* kHelp =
     "Every step's loss is checked against the same model on one device.\n"
     "\n"
     "  --mesh BxM          batch x model mesh (default 2x2)\n"
-    "  --batch N           examples per step (default 256)\n"
+    "  --batch N           examples per step (default 512)\n"
     "  --features N        input features (default 256)\n"
     "  --width N           projection width (default 512)\n"
-    "  --hidden N          hidden units of the parallel layers (default 1024)\n"
+    "  --hidden N          hidden units of the parallel layers (default 2048)\n"
     "  --classes N         classes (default 16)\n"
     "  --steps N           training steps (default 100)\n"
     "  --lr X              Adam learning rate (default 0.002)\n"
@@ -49,7 +49,7 @@ constexpr const char* kHelp =
 
 struct Options {
   int64_t mesh_batch = 2, mesh_model = 2;
-  int64_t batch = 256, features = 256, width = 512, hidden = 1024, classes = 16, steps = 100;
+  int64_t batch = 512, features = 256, width = 512, hidden = 2048, classes = 16, steps = 100;
   double lr = 0.002;
   bool check = true, json = false;
 };
