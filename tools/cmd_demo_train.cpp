@@ -1,6 +1,8 @@
 // tessel demo: trains a small MLP with a batch x model mesh of virtual CPU devices (Megatron
 // column-parallel then row-parallel layers behind a data-parallel input projection) and checks
 // every step's loss against the same model on one device.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -232,6 +234,7 @@ int train(const Options& o) {
                 << visualize(p) << "\n";
     }
   }
+  const bool tty = isatty(STDOUT_FILENO) != 0;
   std::vector<double> step_us, single_us;
   double max_rel = 0, loss = 0;
   int64_t collectives = 0, bytes = 0;
@@ -254,10 +257,13 @@ int train(const Options& o) {
       if (s >= 3 || o.steps <= 3) single_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
       max_rel = std::max(max_rel, std::abs(loss - ref) / std::max(std::abs(ref), 1e-12));
     }
-    if (!o.json && (s % 10 == 9 || s == o.steps - 1 || s == 0)) {
-      std::cout << fmt::format("step {:4}/{} [{}] loss {:.5f}", s + 1, o.steps, bar(s + 1, o.steps), loss);
+    // On a terminal the bar is redrawn every step; in a log, a line every 10 steps.
+    const bool keep = s % 10 == 9 || s == o.steps - 1 || s == 0;
+    if (!o.json && (tty || keep)) {
+      std::cout << fmt::format("{}step {:4}/{} [{}] loss {:.5f}", tty ? "\r" : "", s + 1, o.steps,
+                               bar(s + 1, o.steps), loss);
       if (single) std::cout << fmt::format("  (one device: rel. diff so far {:.1e})", max_rel);
-      std::cout << "\n";
+      std::cout << (keep ? "\n" : "") << std::flush;
     }
   }
   const double accuracy = model.accuracy(make_batch(o, teacher, 7));
