@@ -9,6 +9,7 @@
 
 #include "core/errors.h"
 #include "dtensor/block_transfers.h"
+#include "dtensor/op_util.h"
 #include "tessel/mesh_groups.h"
 #include "tessel/relayout_plan.h"
 
@@ -17,21 +18,10 @@ namespace {
 
 constexpr std::string_view kComponent = "relayout";
 
-using Specs = std::vector<std::vector<std::string>>;  // per tensor dim: mesh dims, major first
+using Specs = detail::SpecList;  // per tensor dim: mesh dims, major first
 
-Specs specs_of(const Layout& layout) {
-  Specs specs;
-  for (const ShardingSpec& s : layout.sharding_specs()) specs.push_back(s.mesh_dims());
-  return specs;
-}
-
-Layout make_layout(const Mesh& mesh, const Specs& specs, std::vector<PartialDim> partial) {
-  std::vector<ShardingSpec> out;
-  for (const auto& dims : specs) {
-    out.push_back(dims.empty() ? ShardingSpec::unsharded() : ShardingSpec::sharded(dims));
-  }
-  return Layout::create(LayoutType::kStatic, std::move(out), mesh, std::move(partial));
-}
+Specs specs_of(const Layout& layout) { return detail::spec_list(layout); }
+using detail::make_layout;
 
 bool is_prefix(const std::vector<std::string>& a, const std::vector<std::string>& b) {
   return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());

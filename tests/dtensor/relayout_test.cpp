@@ -8,6 +8,7 @@
 
 #include "dtensor/relayout_groups.h"
 #include "testing/expect_error.h"
+#include "testing/op_check.h"
 #include "testing/recording_transport.h"
 #include "tessel/dtensor_api.h"
 #include "tessel/relayout.h"
@@ -38,23 +39,9 @@ bool same_bits(const Tensor& a, const Tensor& b) {
          std::memcmp(a.contiguous().data(), b.contiguous().data(), a.nbytes()) == 0;
 }
 
-// A random layout of rank `rank` on `mesh`: each tensor dim unsharded or sharded over one or
-// two unused mesh dims, in a random order.
+// A random layout (each tensor dim unsharded or over one or two free mesh dims, no Partial).
 Layout random_layout(const Mesh& mesh, int rank, std::mt19937& rng) {
-  std::vector<std::string> free = mesh.dim_names();
-  std::shuffle(free.begin(), free.end(), rng);
-  std::vector<ShardingSpec> specs;
-  for (int d = 0; d < rank; ++d) {
-    const int take = std::min<int>(static_cast<int>(free.size()), static_cast<int>(rng() % 3));
-    if (take == 0) {
-      specs.push_back(ShardingSpec::unsharded());
-      continue;
-    }
-    std::vector<std::string> dims(free.end() - take, free.end());
-    free.resize(free.size() - static_cast<size_t>(take));
-    specs.push_back(ShardingSpec::sharded(dims));
-  }
-  return Layout::create(LayoutType::kStatic, specs, mesh);
+  return testing::random_op_layout(mesh, rank, rng, /*allow_partial=*/false);
 }
 
 TEST(Relayout, PropertyUnpackRelayoutPackEqualsSplitBitForBit) {
