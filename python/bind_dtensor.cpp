@@ -19,6 +19,7 @@
 #include "casters.h"
 #include "tessel/box.h"
 #include "tessel/dtensor.h"
+#include "tessel/clients.h"
 #include "tessel/dtensor_api.h"
 #include "tessel/error.h"
 #include "tessel/relayout.h"
@@ -290,6 +291,14 @@ void bind_api(py::module_& m) {
       "fn(*args, **kwargs) with layout.mesh as the default mesh, relaid out to `layout` "
       "(layout None: fn's result as is).");
   m.def("device_name", &device_name);
+  // Multi-client configuration (clients.h), TF's config.py names.
+  m.def("num_clients", &num_clients);
+  m.def("client_id", &client_id);
+  m.def("job_name", &job_name);
+  m.def("full_job_name", &full_job_name, py::arg("task_id") = py::none());
+  m.def("jobs", &jobs);
+  m.def("_create_distributed_mesh", &create_distributed_mesh, py::arg("mesh_dims"),
+        py::arg("local_devices"), py::arg("mesh_name") = "", py::arg("use_xla_spmd") = false);
   m.def("visualize", py::overload_cast<const DTensor&>(&visualize), py::arg("tensor"));
 }
 

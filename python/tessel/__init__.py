@@ -113,6 +113,12 @@ from tessel._tessel import (
     copy_to_mesh,
     default_mesh,
     device_name,
+    num_clients,
+    client_id,
+    job_name,
+    full_job_name,
+    jobs,
+    _create_distributed_mesh,
     execute_relayout,
     fetch_layout,
     full_tensor,
@@ -245,6 +251,24 @@ def create_mesh(mesh_dims=None, mesh_name="", devices=None, device_type=None,
         return Mesh.create(mesh_dims or [], device_type, mesh_name, _num_devices(device_type),
                            use_xla_spmd)
     return Mesh.create_on_devices(mesh_dims or [], devices, mesh_name, use_xla_spmd)
+
+
+def create_distributed_mesh(mesh_dims, mesh_name="", local_devices=None, device_type=None,
+                            use_xla_spmd=False):
+    """A mesh over every client's devices, as TF's ``dtensor.create_distributed_mesh``.
+
+    Args:
+      mesh_dims: list of ``(name, size)`` pairs or a ``{name: size}`` dict; their product must be
+        ``num_clients()`` x the number of local devices.
+      local_devices: this client's devices (``'CPU:0'`` or full names). Default: the first
+        ``TESSEL_CPU_DEVICES`` (4) virtual devices of ``device_type``.
+    """
+    if isinstance(mesh_dims, dict):
+        mesh_dims = list(mesh_dims.items())
+    if local_devices is None:
+        device_type = (device_type or "CPU").upper()
+        local_devices = ["%s:%d" % (device_type, i) for i in range(_num_devices(device_type))]
+    return _create_distributed_mesh(mesh_dims, local_devices, mesh_name, use_xla_spmd)
 
 
 __all__ = [name for name in dir() if not name.startswith("_")]

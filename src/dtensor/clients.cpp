@@ -1,0 +1,129 @@
+// Multi-client configuration from the environment (see clients.h).
+#include "tessel/clients.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <numeric>
+
+#include "core/errors.h"
+#include "tessel/device_name.h"
+
+namespace tessel {
+namespace {
+
+constexpr std::string_view kComponent = "clients";
+
+// The first of `names` set in the environment, as an integer.
+std::optional<int> env_int(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    int value = 0;
+    const char* end = v + std::char_traits<char>::length(v);
+    auto [p, ec] = std::from_chars(v, end, value);
+    if (ec != std::errc() || p != end) {
+      detail::throw_invalid(kComponent, "{}='{}' is not an integer", name, v);
+    }
+    return value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::string> jobs() {
+  std::vector<std::string> out;
+  const char* v = std::getenv("DTENSOR_JOBS");
+  if (v == nullptr || *v == '\0') return out;
+  std::string s(v);
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+int num_clients() {
+  if (auto n = env_int({"TESSEL_NUM_CLIENTS", "DTENSOR_NUM_CLIENTS"})) {
+    if (*n < 1) detail::throw_invalid(kComponent, "the number of clients must be >= 1, got {}", *n);
+    return *n;
+  }
+  if (const auto j = jobs(); !j.empty()) return static_cast<int>(j.size());
+  if (auto n = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})) return std::max(*n, 1);
+  return 1;
+}
+
+int client_id() {
+  const int id = env_int({"TESSEL_CLIENT_ID", "DTENSOR_CLIENT_ID", "OMPI_COMM_WORLD_RANK",
+                          "PMI_RANK"})
+                     .value_or(0);
+  const int n = num_clients();
+  if (id < 0 || id >= n) {
+    detail::throw_invalid(kComponent, "Client ID {} is out of range [0, {})", id, n);
+  }
+  return id;
+}
+
+std::string job_name() {
+  for (const char* name : {"TESSEL_JOB_NAME", "DTENSOR_JOB_NAME"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return v;
+  }
+  return num_clients() == 1 ? "localhost" : "worker";
+}
+
+std::string full_job_name(std::optional<int> task_id) {
+  const int task = task_id.value_or(client_id());
+  if (num_clients() == 1 && task != 0) {
+    detail::throw_invalid(kComponent, "Unexpected task ID {} in local runs", task);
+  }
+  return fmt::format("{}/replica:0/task:{}", job_name(), task);
+}
+
+Mesh create_distributed_mesh(const std::vector<MeshDimension>& dims,
+                             const std::vector<std::string>& local_devices,
+                             const std::string& mesh_name, bool use_xla_spmd) {
+  if (local_devices.empty()) detail::throw_invalid(kComponent, "no local devices given");
+  const int clients = num_clients();
+  const int me = client_id();
+  const int64_t per_client = static_cast<int64_t>(local_devices.size());
+  int64_t wanted = 1;
+  std::vector<std::string> names;
+  std::vector<int64_t> shape;
+  for (const MeshDimension& d : dims) {
+    wanted *= d.size;
+    names.push_back(d.name);
+    shape.push_back(d.size);
+  }
+  if (wanted != per_client * clients) {
+    detail::throw_invalid(kComponent,
+                          "Global number of devices ({} per client * {} clients) does not match "
+                          "requested mesh of {} devices",
+                          per_client, clients, wanted);
+  }
+  const std::string& first = local_devices.front();
+  const std::string type =
+      DeviceName::parse(first.find('/') == 0
+                            ? first
+                            : fmt::format("/job:localhost/replica:0/task:0/device:{}", first))
+          .type.value_or("CPU");
+  const std::string job = job_name();
+  std::vector<int64_t> global_ids(static_cast<size_t>(wanted));
+  std::iota(global_ids.begin(), global_ids.end(), 0);
+  std::vector<int64_t> local_ids;
+  std::vector<std::string> local_names, global_names;
+  for (int c = 0; c < clients; ++c) {
+    for (int64_t i = 0; i < per_client; ++i) {
+      global_names.push_back(fmt::format("/job:{}/replica:0/task:{}/device:{}:{}", job, c, type, i));
+    }
+  }
+  for (int64_t i = 0; i < per_client; ++i) {
+    local_ids.push_back(me * per_client + i);
+    local_names.push_back(global_names[static_cast<size_t>(me * per_client + i)]);
+  }
+  return Mesh(names, shape, global_ids, local_ids, local_names, mesh_name,
+              clients > 1 ? global_names : std::vector<std::string>{}, use_xla_spmd);
+}
+
+}  // namespace tessel
