@@ -220,6 +220,16 @@ from tessel._tessel import (
     stop_system,
 )
 
+# Replication metadata and device assignment (seed 105; bind_replicate.cpp).
+from tessel._tessel import (
+    DeviceAssignment,
+    ReplicateMetadata,
+    SINGLE_CORE_ASSIGNMENT,
+    StepMarkerLocation,
+    step_marker_location_from_name,
+    step_marker_location_name,
+)
+
 # Number of virtual CPU devices create_mesh() uses when no devices are given.
 _DEFAULT_CPU_DEVICES = 4
 
