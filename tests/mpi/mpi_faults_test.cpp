@@ -81,7 +81,7 @@ TEST(MpiFaults, ARankThatSkipsACollectiveIsNamedByDeadlineExceeded) {
     // Every waiting rank's deadline expires at about the same time; with more ranks than cores
     // one of them may get there first and abort the group, so the others see kAborted quoting
     // its DeadlineExceeded. Either way the late rank is named.
-    const std::string code = error_code_name(c.code);
+    const std::string code(error_code_name(c.code));
     EXPECT_TRUE(code == "DeadlineExceeded" || code == "Aborted") << c.what;
     EXPECT_TRUE(contains(c.what, "for ranks [" + std::to_string(late) + " (" + comm->members()[late] + ")]")) << c.what;
     EXPECT_TRUE(contains(c.what, "in barrier() over group [")) << c.what;
