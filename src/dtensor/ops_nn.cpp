@@ -236,48 +236,39 @@ void xent_grad_kernel(const std::vector<Tensor>& in, Tensor& out) {
 
 }  // namespace
 
+// softmax and log_softmax differ only in the kernel's flavour and their VJP.
+template <bool kLog>
+void add_softmax(OpRegistry& registry, std::string_view name,
+                 std::function<std::vector<DTensor>(const VjpArgs&)> vjp) {
+  OpDef def;
+  def.name = std::string(name);
+  def.num_inputs = 1;
+  def.infer = [name](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    return infer_softmax(in, name);
+  };
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    return shard_softmax(in);
+  };
+  def.kernel = [name](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                      const LocalContext&) { softmax_kernel<kLog>(in, out, name); };
+  def.vjp = std::move(vjp);
+  registry.add(std::move(def));
+}
+
 void register_nn_ops(OpRegistry& registry) {
-  {
-    OpDef def;
-    def.name = std::string(kSoftmax);
-    def.num_inputs = 1;
-    def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
-      return infer_softmax(in, kSoftmax);
-    };
-    def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-      return shard_softmax(in);
-    };
-    def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                    const LocalContext&) { softmax_kernel<false>(in, out, kSoftmax); };
-    // s * (g - sum(g * s, -1, keepdims))
-    def.vjp = [](const VjpArgs& a) {
-      const DTensor& s = a.output;
-      const int64_t last = s.rank() - 1;
-      const DTensor inner = reduce_sum(multiply(a.grad, s), {last}, /*keepdims=*/true);
-      return std::vector<DTensor>{multiply(s, subtract(a.grad, inner))};
-    };
-    registry.add(std::move(def));
-  }
-  {
-    OpDef def;
-    def.name = std::string(kLogSoftmax);
-    def.num_inputs = 1;
-    def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
-      return infer_softmax(in, kLogSoftmax);
-    };
-    def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-      return shard_softmax(in);
-    };
-    def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                    const LocalContext&) { softmax_kernel<true>(in, out, kLogSoftmax); };
-    // g - softmax * sum(g, -1, keepdims)
-    def.vjp = [](const VjpArgs& a) {
-      const int64_t last = a.output.rank() - 1;
-      const DTensor total = reduce_sum(a.grad, {last}, /*keepdims=*/true);
-      return std::vector<DTensor>{subtract(a.grad, multiply(exp(a.output), total))};
-    };
-    registry.add(std::move(def));
-  }
+  // s * (g - sum(g * s, -1, keepdims))
+  add_softmax<false>(registry, kSoftmax, [](const VjpArgs& a) {
+    const DTensor& s = a.output;
+    const int64_t last = s.rank() - 1;
+    const DTensor inner = reduce_sum(multiply(a.grad, s), {last}, /*keepdims=*/true);
+    return std::vector<DTensor>{multiply(s, subtract(a.grad, inner))};
+  });
+  // g - softmax * sum(g, -1, keepdims)
+  add_softmax<true>(registry, kLogSoftmax, [](const VjpArgs& a) {
+    const int64_t last = a.output.rank() - 1;
+    const DTensor total = reduce_sum(a.grad, {last}, /*keepdims=*/true);
+    return std::vector<DTensor>{subtract(a.grad, multiply(exp(a.output), total))};
+  });
   {
     OpDef def;
     def.name = std::string(kXent);
