@@ -18,11 +18,17 @@
 // Make DTensors with pack / copy_to_mesh / relayout (dtensor_api.h, relayout.h); the
 // constructor below checks every invariant and is for those functions and the op layer.
 //
+// Abstract DTensors (tracing, compile.h): while compile() traces a computation, ops return
+// abstract DTensors — layout, shape, dtype and an id, no data. Reading their data
+// (num_components, component, components, device; hence to_host, unpack, relayout to another
+// layout) throws kFailedPrecondition: data exists only in eager mode.
+//
 // Thread safety: an immutable value (components share storage like Tensor handles).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessel/device.h"
@@ -53,9 +59,16 @@ class DTensor {
   // Bytes of the global tensor (elements * dtype size).
   int64_t nbytes() const;
 
-  int num_components() const { return static_cast<int>(components_.size()); }
+  // An abstract DTensor: kFailedPrecondition (eager-only), as component / components / device.
+  int num_components() const {
+    if (abstract_) throw_abstract("num_components()");
+    return static_cast<int>(components_.size());
+  }
   const Tensor& component(int local_index) const;  // kOutOfRange for a bad index
-  const std::vector<Tensor>& components() const { return components_; }
+  const std::vector<Tensor>& components() const {
+    if (abstract_) throw_abstract("components()");
+    return components_;
+  }
   // The device of component i (mesh.local_devices()[i] in the runtime).
   Device& device(int local_index) const;
   Runtime& runtime() const;  // kFailedPrecondition on a null DTensor
@@ -67,7 +80,17 @@ class DTensor {
   // Identifies this value (copies share it): gradient tapes key their records by it.
   uint64_t id() const { return id_; }
 
+  // ---- tracing hook (compile.h, src/replicate/trace*.cpp) ---------------------------------
+  // An abstract DTensor for a value compile() traces: the layout checks of the constructor
+  // (kInvalidArgument), no components, no device check. Only the tracer makes them.
+  static DTensor abstract(Layout layout, Shape global_shape, DType dtype, Runtime& runtime);
+  bool is_abstract() const { return abstract_; }
+
  private:
+  // kFailedPrecondition: `call` reads data, which an abstract DTensor does not have.
+  [[noreturn]] void throw_abstract(std::string_view call) const;
+  bool abstract_ = false;  // tracing hook: see abstract()
+
   Layout layout_;
   Shape shape_;
   DType dtype_ = DType::kF32;

@@ -12,6 +12,14 @@ namespace {
 
 constexpr std::string_view kDTensor = "DTensor";
 
+void check_rank(const Layout& layout, const Shape& global_shape) {
+  if (layout.rank() != global_shape.rank()) {
+    detail::throw_invalid(kDTensor, "shape {} has rank {} but layout {} has rank {}",
+                          global_shape.to_string(), global_shape.rank(), layout.to_string(),
+                          layout.rank());
+  }
+}
+
 }  // namespace
 
 namespace detail {
@@ -74,11 +82,7 @@ std::string block_string(const std::vector<int64_t>& offsets, const std::vector<
 
 DTensor::DTensor(Layout layout, Shape global_shape, DType dtype, std::vector<Tensor> components,
                  Runtime& runtime) {
-  if (layout.rank() != global_shape.rank() && !layout.is_empty() && !layout.is_single_device()) {
-    detail::throw_invalid(kDTensor, "shape {} has rank {} but layout {} has rank {}",
-                          global_shape.to_string(), global_shape.rank(), layout.to_string(),
-                          layout.rank());
-  }
+  if (!layout.is_empty() && !layout.is_single_device()) check_rank(layout, global_shape);
   const auto place = detail::placement(layout, global_shape, runtime, kDTensor);
   if (components.size() != place->devices.size()) {
     detail::throw_invalid(kDTensor, "{} components given for the {} local devices of mesh {}",
@@ -109,11 +113,33 @@ DTensor::DTensor(Layout layout, Shape global_shape, DType dtype, std::vector<Ten
   runtime_ = &runtime;
 }
 
+// Tracing hook (compile.h): an abstract value has the constructor's layout checks and no data.
+DTensor DTensor::abstract(Layout layout, Shape global_shape, DType dtype, Runtime& runtime) {
+  detail::check_tensor_layout(layout, kDTensor);
+  check_rank(layout, global_shape);
+  DTensor d;
+  d.layout_ = std::move(layout);
+  d.shape_ = std::move(global_shape);
+  d.dtype_ = dtype;
+  d.runtime_ = &runtime;
+  d.abstract_ = true;
+  return d;
+}
+
+void DTensor::throw_abstract(std::string_view call) const {
+  detail::throw_error(ErrorCode::kFailedPrecondition, kDTensor,
+                      "{} of abstract DTensor #{} ({} {}, a value traced by compile()): it has no "
+                      "data, and reading data (to_host, unpack, relayout, components) is "
+                      "eager-only; run the compiled computation instead",
+                      call, id_, shape_.to_string(), dtype_name(dtype_));
+}
+
 int64_t DTensor::nbytes() const {
   return shape_.num_elements() * static_cast<int64_t>(dtype_size(dtype_));
 }
 
 const Tensor& DTensor::component(int local_index) const {
+  if (abstract_) throw_abstract("component()");  // tracing hook
   if (local_index < 0 || local_index >= num_components()) {
     detail::throw_error(ErrorCode::kOutOfRange, kDTensor,
                         "component index {} is outside the {} local components", local_index,

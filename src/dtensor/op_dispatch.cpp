@@ -9,6 +9,7 @@
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
 #include "dtensor/placement.h"
+#include "replicate/trace_hooks.h"  // tracing hook: record calls instead of running them
 #include "tessel/autodiff.h"
 #include "tessel/op_registry.h"
 #include "tessel/relayout.h"
@@ -100,11 +101,60 @@ ShardingDecision plan_op(std::string_view name, const std::vector<TensorSpec>& i
   return decide(def, inputs, def.infer(inputs, attrs), attrs);
 }
 
+// The kernel half of call_op, shared with the replay of compiled graphs (trace_hooks.h).
+DTensor detail::launch_op(const OpDef& def, const std::vector<DTensor>& ready,
+                          const TensorSpec& out, const std::shared_ptr<const Layout>& layout,
+                          const std::shared_ptr<const OpAttrs>& attrs, Runtime& runtime,
+                          const Placement& out_place,
+                          const std::vector<std::shared_ptr<const Placement>>& in_places) {
+  const OpDef* op = &def;
+  const size_t n = out_place.devices.size();
+  // A call touching few elements runs on this thread where the device is idle: waking the
+  // device's worker would cost more than the kernel (tessel bench dispatch).
+  int64_t elements = 0;
+  for (size_t i = 0; i < n; ++i) {
+    elements += out_place.blocks[i].num_elements();
+    for (const auto& p : in_places) elements += p->blocks[i].num_elements();
+  }
+  const bool small = elements <= kInlineElements;
+  std::vector<Tensor> outputs;
+  outputs.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Box& block = out_place.blocks[i];
+    Device* device = out_place.devices[i];
+    Tensor output = device->allocate(Shape(block.extents), out.dtype, /*zero_fill=*/false);
+    outputs.push_back(output);
+    LocalContext context;
+    context.output_block = block;
+    context.output_shape = out.shape;
+    context.mesh_offset = out_place.offsets[i];
+    std::vector<Tensor> local;
+    local.reserve(ready.size());
+    for (size_t k = 0; k < ready.size(); ++k) {
+      context.input_blocks.push_back(in_places[k]->blocks[i]);
+      context.input_shapes.push_back(ready[k].shape());
+      local.push_back(ready[k].component(static_cast<int>(i)));
+    }
+    if (small) {
+      context.output_layout = layout.get();
+      const auto run = [&] { op->kernel(local, output, *attrs, context); };
+      if (device->stream().run_inline_if_idle(def.name, run)) continue;
+    }
+    device->stream().enqueue(def.name, [op, local = std::move(local), output, attrs, layout,
+                                        context = std::move(context)]() mutable {
+      context.output_layout = layout.get();
+      op->kernel(local, output, *attrs, context);
+    });
+  }
+  return DTensor(*layout, out.shape, out.dtype, std::move(outputs), runtime);
+}
+
 DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
   const OpDef& def = OpRegistry::global().get(name);
   if (static_cast<int>(inputs.size()) != def.num_inputs) {
     detail::throw_invalid(def.name, "takes {} inputs, got {}", def.num_inputs, inputs.size());
   }
+  detail::OpTracer* tracer = detail::active_op_tracer();  // tracing hook (trace_hooks.h)
   std::vector<TensorSpec> specs;
   specs.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -114,68 +164,44 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
                             inputs[0].layout().mesh().to_string(),
                             inputs[i].layout().mesh().to_string());
     }
+    // Tracing hook: an abstract value (compile.h) runs only inside its trace.
+    if (inputs[i].is_abstract() && tracer == nullptr) {
+      detail::throw_error(ErrorCode::kFailedPrecondition, def.name,
+                          "input {} is an abstract DTensor (a value traced by compile()) used "
+                          "outside its trace: it has no data",
+                          i);
+    }
     specs.push_back({inputs[i].shape(), inputs[i].dtype(), inputs[i].layout()});
   }
   const TensorSpec out = def.infer(specs, attrs);
   const ShardingDecision decision = decide(def, specs, out, attrs);
+  auto shared_attrs = std::make_shared<const OpAttrs>(attrs);
 
   std::vector<DTensor> ready;
-  ready.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    ready.push_back(inputs[i].layout() == decision.inputs[i] ? inputs[i]
-                                                             : relayout(inputs[i], decision.inputs[i]));
-  }
-  Runtime& runtime = !inputs.empty() ? inputs[0].runtime()
-                                     : (attrs.runtime ? *attrs.runtime : Runtime::global());
-  const Layout& layout = decision.output;
-  const auto out_place = detail::placement(layout, out.shape, runtime, def.name);
-  std::vector<std::shared_ptr<const detail::Placement>> in_places;
-  in_places.reserve(ready.size());
-  for (const DTensor& in : ready) {
-    in_places.push_back(detail::placement(in.layout(), in.shape(), runtime, def.name));
-  }
-  auto shared_attrs = std::make_shared<const OpAttrs>(attrs);
-  auto shared_layout = std::make_shared<const Layout>(layout);
-  const OpDef* op = &def;
-  const size_t n = out_place->devices.size();
-  // A call touching few elements runs on this thread where the device is idle: waking the
-  // device's worker would cost more than the kernel (tessel bench dispatch).
-  int64_t elements = 0;
-  for (size_t i = 0; i < n; ++i) {
-    elements += out_place->blocks[i].num_elements();
-    for (const auto& p : in_places) elements += p->blocks[i].num_elements();
-  }
-  const bool small = elements <= kInlineElements;
-  std::vector<Tensor> outputs;
-  outputs.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const Box& block = out_place->blocks[i];
-    Device* device = out_place->devices[i];
-    Tensor output = device->allocate(Shape(block.extents), out.dtype, /*zero_fill=*/false);
-    outputs.push_back(output);
-    LocalContext context;
-    context.output_block = block;
-    context.output_shape = out.shape;
-    context.mesh_offset = out_place->offsets[i];
-    std::vector<Tensor> local;
-    local.reserve(ready.size());
-    for (size_t k = 0; k < ready.size(); ++k) {
-      context.input_blocks.push_back(in_places[k]->blocks[i]);
-      context.input_shapes.push_back(ready[k].shape());
-      local.push_back(ready[k].component(static_cast<int>(i)));
+  DTensor result;
+  if (tracer != nullptr) {
+    // Tracing hook: record the call (and the relayouts it needs) instead of running it.
+    detail::TracedCall traced = tracer->record_op(def, inputs, out, decision, shared_attrs);
+    ready = std::move(traced.ready);
+    result = std::move(traced.result);
+  } else {
+    ready.reserve(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ready.push_back(inputs[i].layout() == decision.inputs[i]
+                          ? inputs[i]
+                          : relayout(inputs[i], decision.inputs[i]));
     }
-    if (small) {
-      context.output_layout = &layout;
-      const auto run = [&] { op->kernel(local, output, attrs, context); };
-      if (device->stream().run_inline_if_idle(def.name, run)) continue;
+    Runtime& runtime = !inputs.empty() ? inputs[0].runtime()
+                                       : (attrs.runtime ? *attrs.runtime : Runtime::global());
+    const auto out_place = detail::placement(decision.output, out.shape, runtime, def.name);
+    std::vector<std::shared_ptr<const detail::Placement>> in_places;
+    in_places.reserve(ready.size());
+    for (const DTensor& in : ready) {
+      in_places.push_back(detail::placement(in.layout(), in.shape(), runtime, def.name));
     }
-    device->stream().enqueue(def.name, [op, local = std::move(local), output, shared_attrs,
-                                        shared_layout, context = std::move(context)]() mutable {
-      context.output_layout = shared_layout.get();
-      op->kernel(local, output, *shared_attrs, context);
-    });
+    result = detail::launch_op(def, ready, out, std::make_shared<const Layout>(decision.output),
+                               shared_attrs, runtime, *out_place, in_places);
   }
-  DTensor result(layout, out.shape, out.dtype, std::move(outputs), runtime);
   for (GradientTape* tape : GradientTape::active()) {
     tape->record(def, inputs, ready, result, shared_attrs);
   }

@@ -4,6 +4,7 @@
 
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
+#include "replicate/trace_hooks.h"  // tracing hook: pack / unpack are eager only
 #include "tessel/dtensor_api.h"
 #include "tessel/shard_map.h"
 
@@ -38,6 +39,8 @@ Shape infer_global_shape(const std::vector<Tensor>& tensors, const Layout& layou
 }  // namespace
 
 DTensor pack(const std::vector<Tensor>& tensors, const Layout& layout, Runtime& runtime) {
+  // Tracing hook (BR-74-05): pack is eager only.
+  if (detail::active_op_tracer() != nullptr) detail::throw_eager_only(kPack, "pack()", "BR-74-05");
   if (tensors.empty()) detail::throw_invalid(kPack, "DTensorPack requires 1 or more inputs");
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i].defined()) detail::throw_invalid(kPack, "input {} is a null tensor", i);
@@ -94,6 +97,10 @@ DTensor pack(const std::vector<Tensor>& tensors, const Layout& layout, Runtime& 
 }
 
 std::vector<Tensor> unpack(const DTensor& tensor) {
+  // Tracing hook (BR-74-05): unpack is eager only, and an abstract value has no components.
+  if (detail::active_op_tracer() != nullptr || tensor.is_abstract()) {
+    detail::throw_eager_only("unpack", "unpack()", "BR-74-05");
+  }
   if (!tensor.defined()) {
     detail::throw_invalid("unpack", "DTensorUnpack expects a tensor placed on the DTensor device");
   }

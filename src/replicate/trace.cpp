@@ -1,0 +1,158 @@
+// Tracer: records op calls, relayouts, collectives, inputs and captures as graph nodes (see
+// trace.h), and the thread's active tracer behind trace_hooks.h.
+#include "replicate/trace.h"
+
+#include "core/errors.h"
+
+namespace tessel::detail {
+namespace {
+
+constexpr std::string_view kComponent = "compile";
+
+thread_local OpTracer* t_active_tracer = nullptr;
+
+}  // namespace
+
+OpTracer* active_op_tracer() { return t_active_tracer; }
+
+OpTracer* set_active_op_tracer(OpTracer* tracer) {
+  OpTracer* previous = t_active_tracer;
+  t_active_tracer = tracer;
+  return previous;
+}
+
+void throw_eager_only(std::string_view component, std::string_view call, std::string_view rule) {
+  throw_error(ErrorCode::kFailedPrecondition, component,
+              "{} is eager-only{}: it was called while compile() traces a computation on this "
+              "thread, or on an abstract (traced) value; call it outside the traced function",
+              call, rule.empty() ? "" : fmt::format(" ({})", rule));
+}
+
+Tracer::Tracer(Mesh mesh, Runtime& runtime) : mesh_(std::move(mesh)), runtime_(runtime) {
+  if (active_op_tracer() != nullptr) {
+    throw_error(ErrorCode::kFailedPrecondition, kComponent,
+                "compile() was called while another computation is being traced on this thread "
+                "(compile inside a traced function); compile it before, outside the trace");
+  }
+  set_active_op_tracer(this);
+  installed_ = true;
+}
+
+Tracer::~Tracer() { uninstall(); }
+
+void Tracer::uninstall() {
+  if (installed_) set_active_op_tracer(nullptr);
+  installed_ = false;
+}
+
+int Tracer::add_value(const TensorSpec& spec, const DTensor& handle) {
+  const int id = static_cast<int>(specs_.size());
+  specs_.push_back(spec);
+  handles_.push_back(handle);
+  value_of_id_.emplace(handle.id(), id);
+  nodes_.back().output = id;
+  return id;
+}
+
+DTensor Tracer::new_value(const TensorSpec& spec) {
+  if (spec.layout.mesh() != mesh_) {
+    throw_invalid(kComponent, "{} makes a {} {} value on mesh {}, not on the replica's core mesh "
+                  "{} that the computation is traced on",
+                  nodes_.back().op, spec.shape.to_string(), dtype_name(spec.dtype),
+                  spec.layout.mesh().to_string(), mesh_.to_string());
+  }
+  DTensor handle = DTensor::abstract(spec.layout, spec.shape, spec.dtype, runtime_);
+  add_value(spec, handle);
+  return handle;
+}
+
+DTensor Tracer::add_input(int index, const TensorSpec& spec) {
+  GraphNode node;
+  node.kind = GraphNodeKind::kInput;
+  node.op = "input";
+  node.input_index = index;
+  nodes_.push_back(std::move(node));
+  return new_value(spec);
+}
+
+int Tracer::value_of(const DTensor& x, std::string_view user, size_t position) {
+  if (!x.defined()) throw_invalid(kComponent, "{}: input {} is a null DTensor", user, position);
+  auto it = value_of_id_.find(x.id());
+  if (it != value_of_id_.end()) return it->second;
+  if (x.is_abstract()) {
+    throw_error(ErrorCode::kFailedPrecondition, kComponent,
+                "{}: input {} is abstract DTensor #{} of another trace (a traced value kept past "
+                "the end of its compile()); values do not carry over between traces",
+                user, position, x.id());
+  }
+  if (x.layout().mesh() != mesh_) {
+    throw_invalid(kComponent, "{}: input {} captures a DTensor on mesh {}; a compiled computation "
+                  "computes on the replica's core mesh {}",
+                  user, position, x.layout().mesh().to_string(), mesh_.to_string());
+  }
+  GraphNode node;
+  node.kind = GraphNodeKind::kCapture;
+  node.op = "capture";
+  node.capture = x;
+  nodes_.push_back(std::move(node));
+  return add_value({x.shape(), x.dtype(), x.layout()}, x);
+}
+
+DTensor Tracer::in_layout(int value, const Layout& layout) {
+  const TensorSpec spec = specs_[static_cast<size_t>(value)];
+  if (spec.layout == layout) return handles_[static_cast<size_t>(value)];
+  const auto key = std::make_pair(value, layout.to_string());
+  auto it = relaid_.find(key);
+  if (it != relaid_.end()) return handles_[static_cast<size_t>(it->second)];
+  GraphNode node;
+  node.kind = GraphNodeKind::kRelayout;
+  node.op = "relayout";
+  node.inputs = {value};
+  node.plan = plan_relayout(spec.shape, spec.layout, layout, spec.dtype);
+  nodes_.push_back(std::move(node));
+  DTensor handle = new_value({spec.shape, spec.dtype, layout});
+  relaid_.emplace(key, static_cast<int>(specs_.size()) - 1);
+  return handle;
+}
+
+TracedCall Tracer::record_op(const OpDef& def, const std::vector<DTensor>& inputs,
+                             const TensorSpec& output, const ShardingDecision& decision,
+                             const std::shared_ptr<const OpAttrs>& attrs) {
+  TracedCall call;
+  std::vector<int> ids;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DTensor ready = in_layout(value_of(inputs[i], def.name, i), decision.inputs[i]);
+    ids.push_back(value_of_id_.at(ready.id()));
+    call.ready.push_back(ready);
+  }
+  GraphNode node;
+  node.kind = GraphNodeKind::kOp;
+  node.op = def.name;
+  node.inputs = std::move(ids);
+  node.attrs = attrs;
+  nodes_.push_back(std::move(node));
+  call.result = new_value({output.shape, output.dtype, decision.output});
+  return call;
+}
+
+DTensor Tracer::record_collective(GraphNode node, const std::vector<DTensor>& inputs,
+                                  const std::optional<TensorSpec>& output) {
+  node.kind = GraphNodeKind::kCollective;
+  for (size_t i = 0; i < inputs.size(); ++i) node.inputs.push_back(value_of(inputs[i], node.op, i));
+  nodes_.push_back(std::move(node));
+  return output ? new_value(*output) : DTensor();
+}
+
+Graph Tracer::finish(const std::vector<DTensor>& outputs) {
+  std::vector<int> ids;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined()) {
+      throw_invalid(kComponent, "output {} of the computation is a null DTensor", i);
+    }
+    ids.push_back(value_of(outputs[i], "return", i));
+  }
+  uninstall();
+  return Graph(mesh_, std::move(nodes_), std::move(specs_), std::move(ids));
+}
+
+}  // namespace tessel::detail

@@ -1,0 +1,124 @@
+// Graph: the traced nodes and their one-line-per-node text form (see graph.h).
+#include <algorithm>
+#include <array>
+#include <sstream>
+
+#include "core/errors.h"
+#include "tessel/graph.h"
+
+namespace tessel {
+namespace {
+
+// The attributes that differ from OpAttrs' defaults, "[axes=1, keepdims]" (empty if none).
+std::string attrs_string(const OpAttrs& a) {
+  const OpAttrs defaults;
+  std::vector<std::string> parts;
+  if (!a.axes.empty()) parts.push_back(fmt::format("axes={}", fmt::join(a.axes, ",")));
+  if (!a.begin.empty()) parts.push_back(fmt::format("begin={}", fmt::join(a.begin, ",")));
+  if (!a.sizes.empty()) parts.push_back(fmt::format("sizes={}", fmt::join(a.sizes, ",")));
+  if (!a.equation.empty()) parts.push_back("equation=" + a.equation);
+  if (a.scalar != defaults.scalar) parts.push_back(fmt::format("scalar={}", a.scalar));
+  if (a.scalar2 != defaults.scalar2) parts.push_back(fmt::format("scalar2={}", a.scalar2));
+  if (a.dtype != defaults.dtype) parts.push_back(fmt::format("dtype={}", dtype_name(a.dtype)));
+  if (a.keepdims) parts.push_back("keepdims");
+  if (a.transpose_a) parts.push_back("transpose_a");
+  if (a.transpose_b) parts.push_back("transpose_b");
+  if (a.seed != defaults.seed) parts.push_back(fmt::format("seed={}", a.seed));
+  if (parts.empty()) return "";
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+std::string spec_string(const TensorSpec& spec) {
+  return fmt::format("{} {} {{{}}}", spec.shape.to_string(), dtype_name(spec.dtype),
+                     layout_specs_string(spec.layout));
+}
+
+std::string node_string(const GraphNode& node, const std::vector<TensorSpec>& values) {
+  std::vector<std::string> args;
+  for (int v : node.inputs) {
+    args.push_back(node.kind == GraphNodeKind::kOp
+                       ? fmt::format("%{} {{{}}}", v, layout_specs_string(values[v].layout))
+                       : fmt::format("%{}", v));
+  }
+  std::string call;
+  switch (node.kind) {
+    case GraphNodeKind::kInput:
+      call = fmt::format("input {}", node.input_index);
+      break;
+    case GraphNodeKind::kCapture:
+      call = fmt::format("capture DTensor#{}", node.capture.id());
+      break;
+    case GraphNodeKind::kOp:
+      call = fmt::format("{}{}({})", node.op, node.attrs ? attrs_string(*node.attrs) : "",
+                         fmt::join(args, ", "));
+      break;
+    case GraphNodeKind::kRelayout:
+      call = fmt::format("relayout({})", fmt::join(args, ", "));
+      break;
+    case GraphNodeKind::kCollective: {
+      std::string attr;
+      if (node.collective == CollectiveKind::kAllReduce) {
+        attr = fmt::format("[{}]", reduce_op_name(node.reduce_op));
+      }
+      if (node.collective == CollectiveKind::kAllGather) attr = fmt::format("[axis={}]", node.axis);
+      if (node.collective == CollectiveKind::kBroadcast) attr = fmt::format("[root={}]", node.root);
+      call = fmt::format("{}{}({})", node.op, attr, fmt::join(args, ", "));
+      break;
+    }
+  }
+  if (node.output < 0) return "  " + call;
+  std::string line = fmt::format("  %{} = {} -> {}", node.output, call,
+                                 spec_string(values[static_cast<size_t>(node.output)]));
+  if (node.kind == GraphNodeKind::kRelayout) {
+    std::vector<std::string> steps;
+    for (const RelayoutStep& s : node.plan.steps) steps.push_back(s.to_string());
+    line += fmt::format(": {}", steps.empty() ? "no data moves" : fmt::format("{}", fmt::join(steps, "; ")));
+  }
+  return line;
+}
+
+}  // namespace
+
+std::string_view collective_kind_name(CollectiveKind kind) {
+  static constexpr std::array<std::string_view, 4> kNames = {"all_reduce", "all_gather",
+                                                             "broadcast", "barrier"};
+  return kNames[static_cast<size_t>(kind)];
+}
+
+std::string layout_specs_string(const Layout& layout) {
+  std::string text = fmt::format("{}", fmt::join(layout.sharding_spec_strings(), ","));
+  std::vector<std::string> partial;
+  for (const PartialDim& p : layout.partial()) {
+    partial.push_back(fmt::format("{}({})", reduce_op_name(p.op), p.mesh_dim));
+  }
+  if (!partial.empty()) text += fmt::format(" partial:{}", fmt::join(partial, ","));
+  return text;
+}
+
+Graph::Graph(Mesh mesh, std::vector<GraphNode> nodes, std::vector<TensorSpec> values,
+             std::vector<int> outputs)
+    : mesh_(std::move(mesh)), nodes_(std::move(nodes)), values_(std::move(values)),
+      outputs_(std::move(outputs)) {}
+
+int Graph::count(GraphNodeKind kind) const {
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(),
+                                        [kind](const GraphNode& n) { return n.kind == kind; }));
+}
+
+int Graph::num_inputs() const { return count(GraphNodeKind::kInput); }
+
+std::string Graph::to_string() const {
+  std::ostringstream os;
+  os << fmt::format("graph on mesh {}: {} input{}, {} output{}, {} nodes\n", mesh_.to_string(),
+                    num_inputs(), num_inputs() == 1 ? "" : "s", outputs_.size(),
+                    outputs_.size() == 1 ? "" : "s", nodes_.size());
+  for (const GraphNode& node : nodes_) os << node_string(node, values_) << "\n";
+  std::vector<std::string> outs;
+  for (int v : outputs_) outs.push_back(fmt::format("%{}", v));
+  os << fmt::format("  return {}", fmt::join(outs, ", "));
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Graph& graph) { return os << graph.to_string(); }
+
+}  // namespace tessel

@@ -1,0 +1,166 @@
+// ReplayPlan: a graph bound to one replica's mesh, and its replay (see trace_replay.h).
+#include "replicate/trace_replay.h"
+
+#include "core/errors.h"
+#include "replicate/trace_hooks.h"
+#include "tessel/dtensor_api.h"
+#include "tessel/relayout.h"
+
+namespace tessel::detail {
+namespace {
+
+constexpr std::string_view kComponent = "compile";
+
+bool same_dims(const Mesh& a, const Mesh& b) { return a.dims() == b.dims(); }
+
+std::string spec_text(const TensorSpec& spec) {
+  return fmt::format("{} {} {{{}}}", spec.shape.to_string(), dtype_name(spec.dtype),
+                     layout_specs_string(spec.layout));
+}
+
+}  // namespace
+
+Layout layout_on_mesh(const Layout& layout, const Mesh& mesh) {
+  if (layout.mesh() == mesh) return layout;
+  return Layout::create(layout.type(), layout.sharding_specs(), mesh, layout.partial());
+}
+
+ReplayPlan::ReplayPlan(std::shared_ptr<const Graph> graph, const Mesh& mesh, Runtime& runtime)
+    : graph_(std::move(graph)), mesh_(mesh), runtime_(runtime) {
+  if (!same_dims(graph_->mesh(), mesh_)) {
+    throw_invalid(kComponent, "the computation was compiled for core mesh {} but replays on {}, "
+                  "whose dimensions differ",
+                  graph_->mesh().to_string(), mesh_.to_string());
+  }
+  const std::vector<GraphNode>& nodes = graph_->nodes();
+  std::vector<int> last_use(graph_->values().size(), -1);
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    for (int v : nodes[k].inputs) last_use[static_cast<size_t>(v)] = static_cast<int>(k);
+  }
+  for (int v : graph_->outputs()) last_use[static_cast<size_t>(v)] = static_cast<int>(nodes.size());
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    Step step = make_step(nodes[k], k);
+    for (int v : nodes[k].inputs) {
+      if (last_use[static_cast<size_t>(v)] == static_cast<int>(k)) step.release.push_back(v);
+    }
+    // A value nothing reads is dropped right away.
+    const int out = nodes[k].output;
+    if (out >= 0 && last_use[static_cast<size_t>(out)] < 0) step.release.push_back(out);
+    steps_.push_back(std::move(step));
+  }
+}
+
+ReplayPlan::Step ReplayPlan::make_step(const GraphNode& node, size_t index) {
+  Step step;
+  step.node = &node;
+  if (node.output >= 0) {
+    const TensorSpec& traced = graph_->values()[static_cast<size_t>(node.output)];
+    step.out = {traced.shape, traced.dtype, layout_on_mesh(traced.layout, mesh_)};
+  }
+  const std::string where = fmt::format("{} (node {})", node.op, index);
+  switch (node.kind) {
+    case GraphNodeKind::kOp: {
+      step.def = &OpRegistry::global().get(node.op);
+      if (node.attrs && node.attrs->layout) {  // creation ops: the output layout, the runtime
+        auto attrs = std::make_shared<OpAttrs>(*node.attrs);
+        attrs->layout = layout_on_mesh(*attrs->layout, mesh_);
+        attrs->runtime = &runtime_;
+        step.attrs = std::move(attrs);
+      } else {
+        step.attrs = node.attrs ? node.attrs : std::make_shared<const OpAttrs>();
+      }
+      step.layout = std::make_shared<const Layout>(step.out.layout);
+      step.out_place = placement(step.out.layout, step.out.shape, runtime_, where);
+      for (int v : node.inputs) {
+        const TensorSpec& in = graph_->values()[static_cast<size_t>(v)];
+        step.in_places.push_back(
+            placement(layout_on_mesh(in.layout, mesh_), in.shape, runtime_, where));
+      }
+      break;
+    }
+    case GraphNodeKind::kRelayout:
+      step.plan = plan_relayout(node.plan.shape, layout_on_mesh(node.plan.from, mesh_),
+                                layout_on_mesh(node.plan.to, mesh_), node.plan.dtype);
+      break;
+    case GraphNodeKind::kCapture:
+      step.capture = node.capture.layout().mesh() == mesh_
+                         ? node.capture
+                         : copy_to_mesh(to_host(node.capture), step.out.layout, runtime_);
+      break;
+    case GraphNodeKind::kInput:
+    case GraphNodeKind::kCollective:
+      break;
+  }
+  return step;
+}
+
+DTensor ReplayPlan::run_input(const Step& step, const std::vector<DTensor>& inputs) const {
+  const int index = step.node->input_index;
+  const DTensor& x = inputs[static_cast<size_t>(index)];
+  if (!x.defined()) throw_invalid(kComponent, "input {} is a null DTensor", index);
+  if (x.shape() != step.out.shape || x.dtype() != step.out.dtype) {
+    throw_invalid(kComponent, "input {} is {} {} but the computation was compiled for {}", index,
+                  x.shape().to_string(), dtype_name(x.dtype()), spec_text(step.out));
+  }
+  return x.layout() == step.out.layout ? x : relayout(x, step.out.layout);
+}
+
+void ReplayPlan::check_collective(const Step& step, const DTensor& result) const {
+  const bool expected_output = step.node->output >= 0;
+  if (expected_output != result.defined() ||
+      (expected_output && (result.shape() != step.out.shape || result.dtype() != step.out.dtype ||
+                           result.layout() != step.out.layout))) {
+    throw_error(ErrorCode::kInternal, kComponent,
+                "collective {} (value %{}) returned {}, but the trace recorded {}", step.node->op,
+                step.node->output,
+                result.defined() ? fmt::format("{} {} in {}", result.shape().to_string(),
+                                               dtype_name(result.dtype()),
+                                               result.layout().to_string())
+                                 : "no value",
+                expected_output ? spec_text(step.out) : "no value");
+  }
+}
+
+std::vector<DTensor> ReplayPlan::run(const std::vector<DTensor>& inputs,
+                                     ReplayCollectives& collectives) const {
+  if (active_op_tracer() != nullptr) throw_eager_only(kComponent, "running a compiled computation");
+  if (static_cast<int>(inputs.size()) != graph_->num_inputs()) {
+    throw_invalid(kComponent, "the computation was compiled for {} inputs, got {}",
+                  graph_->num_inputs(), inputs.size());
+  }
+  std::vector<DTensor> values(graph_->values().size());
+  std::vector<DTensor> args;
+  for (const Step& step : steps_) {
+    const GraphNode& node = *step.node;
+    args.clear();
+    for (int v : node.inputs) args.push_back(values[static_cast<size_t>(v)]);
+    DTensor out;
+    switch (node.kind) {
+      case GraphNodeKind::kInput:
+        out = run_input(step, inputs);
+        break;
+      case GraphNodeKind::kCapture:
+        out = step.capture;
+        break;
+      case GraphNodeKind::kOp:
+        out = launch_op(*step.def, args, step.out, step.layout, step.attrs, runtime_,
+                        *step.out_place, step.in_places);
+        break;
+      case GraphNodeKind::kRelayout:
+        out = execute_relayout(args[0], step.plan);
+        break;
+      case GraphNodeKind::kCollective:
+        out = collectives.run(node, args);
+        check_collective(step, out);
+        break;
+    }
+    if (node.output >= 0) values[static_cast<size_t>(node.output)] = std::move(out);
+    for (int v : step.release) values[static_cast<size_t>(v)] = DTensor();
+  }
+  std::vector<DTensor> outputs;
+  outputs.reserve(graph_->outputs().size());
+  for (int v : graph_->outputs()) outputs.push_back(values[static_cast<size_t>(v)]);
+  return outputs;
+}
+
+}  // namespace tessel::detail
