@@ -29,7 +29,8 @@ function(tessel_add_mpi target)
   if(TESSEL_HAVE_MPI)
     target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src/comm/mpi_transport.cpp
                                      ${PROJECT_SOURCE_DIR}/src/comm/mpi_all_reduce.cpp
-                                     ${PROJECT_SOURCE_DIR}/src/comm/mpi_hierarchy.cpp)
+                                     ${PROJECT_SOURCE_DIR}/src/comm/mpi_hierarchy.cpp
+                                     ${PROJECT_SOURCE_DIR}/src/comm/mpi_cluster.cpp)
     target_link_libraries(${target} PRIVATE MPI::MPI_CXX)
   else()
     target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src/comm/mpi_stub.cpp)

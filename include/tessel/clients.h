@@ -41,4 +41,21 @@ Mesh create_distributed_mesh(const std::vector<MeshDimension>& dims,
                              const std::vector<std::string>& local_devices,
                              const std::string& mesh_name = "", bool use_xla_spmd = false);
 
+// Who this client is: num_clients(), client_id() and job_name() read together.
+struct ClientConfig {
+  int num_clients = 1;
+  int client_id = 0;
+  std::string job = "localhost";
+};
+ClientConfig client_config();
+
+// create_distributed_mesh for the client `client` names rather than the environment's: tests
+// simulate several clients in one process (one Runtime per client, RuntimeOptions::task =
+// client_id, job = client.job; multi_client.h). A client id outside [0, num_clients):
+// kInvalidArgument.
+Mesh create_distributed_mesh(const std::vector<MeshDimension>& dims,
+                             const std::vector<std::string>& local_devices,
+                             const ClientConfig& client, const std::string& mesh_name = "",
+                             bool use_xla_spmd = false);
+
 }  // namespace tessel

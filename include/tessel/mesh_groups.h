@@ -9,10 +9,16 @@
 //   collective_groups(mesh, {"x", "y"}) == {{0, 1, 2, 3}}
 //
 // CommunicatorPool hands every device of a mesh its communicator for a group, creating each
-// group's shared state once, on first use; later calls return the same Communicator.
+// group's shared state once, on first use; later calls return the same Communicator. With a
+// Cluster (multi-client, tessel/cluster.h), a group whose members belong to several clients is
+// joined through it: the client owning a device is the task of its name (".../task:<c>/...";
+// a name without a task is this client's), and the first get() for a (mesh, dims) that spans
+// clients joins every group of it holding a device of this client, in group order, so that
+// all clients join in the same order.
 // Thread safety: CommunicatorPool is safe to use from every device thread at once.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,6 +27,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tessel/cluster.h"
 #include "tessel/communicator.h"
 #include "tessel/mesh.h"
 
@@ -48,17 +55,27 @@ class CommunicatorPool {
   CommunicatorPool();
   // Groups made by `factory` (tests: recording or fault-injecting transports).
   explicit CommunicatorPool(GroupFactory factory);
+  // Groups spanning clients through `cluster`; the others by `factory` (null: in-process).
+  explicit CommunicatorPool(std::shared_ptr<Cluster> cluster, GroupFactory factory = nullptr);
 
   // The communicator of the device at mesh `offset` for the group over `dims`. The group's
   // members are named by their device names. Errors as collective_groups; a bad offset:
-  // kInvalidArgument.
-  Communicator& get(const Mesh& mesh, const std::vector<std::string>& dims, int64_t offset);
+  // kInvalidArgument, as is the offset of another client's device. `join_timeout` bounds joining
+  // a group that spans clients (zero: default_collective_timeout()).
+  Communicator& get(const Mesh& mesh, const std::vector<std::string>& dims, int64_t offset,
+                    std::chrono::milliseconds join_timeout = {});
   // Number of groups created so far (for tests: creation is once per group).
   size_t num_groups() const;
 
  private:
   using Key = std::tuple<uint64_t, std::vector<std::string>, int>;  // mesh, dims, group
+  // Makes (joins) the group of `members` (mesh offsets) into groups_[key].
+  void create(const Key& key, const Mesh& mesh, const std::vector<int64_t>& members,
+              std::chrono::milliseconds join_timeout);
+  int owner_of(const std::string& device) const;
+
   GroupFactory factory_;
+  std::shared_ptr<Cluster> cluster_;
   mutable std::mutex mu_;
   std::map<Key, std::vector<std::unique_ptr<Communicator>>> groups_;  // rank-ordered handles
 };

@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/cluster.h"
 #include "tessel/communicator.h"
 
 namespace tessel {
@@ -127,5 +128,12 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
 // Collective over MPI_COMM_WORLD.
 std::vector<std::unique_ptr<Communicator>> make_hierarchical_communicators(
     int local_devices, const MpiCommunicatorOptions& options = {});
+
+// The processes of MPI_COMM_WORLD as a Cluster (tessel/cluster.h): client c is MPI rank c, and
+// the devices of client c are named ".../task:<c>/...". A group spanning processes meets in shared
+// memory within each process and over MPI between them (one MPI communicator per group, made
+// once by MPI_Comm_create_group after a deadline-bounded meeting of its processes). Collective
+// over MPI_COMM_WORLD. MPI not initialised: kFailedPrecondition.
+std::shared_ptr<Cluster> make_mpi_cluster(const MpiCommunicatorOptions& options = {});
 
 }  // namespace tessel

@@ -51,8 +51,11 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // The process-wide runtime with default options, created on first call (thread-safe). If that
-  // creation throws (a bad TESSEL_CPU_DEVICES), the next call tries again.
+  // The process-wide runtime, created on first call (thread-safe): default options, except job
+  // and task, which are this client's (clients.h: "localhost" and 0 for a single process,
+  // "worker" and the client id under mpirun or with TESSEL_CLIENT_ID), so that the devices of a
+  // create_distributed_mesh are this runtime's. If that creation throws (a bad
+  // TESSEL_CPU_DEVICES or client variable), the next call tries again.
   static Runtime& global();
 
   // The options with num_cpu_devices resolved to the actual count.

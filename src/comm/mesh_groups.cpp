@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/errors.h"
+#include "tessel/device_name.h"
 
 namespace tessel {
 namespace {
@@ -82,20 +83,67 @@ CommunicatorPool::CommunicatorPool() : CommunicatorPool(make_in_process_communic
 
 CommunicatorPool::CommunicatorPool(GroupFactory factory) : factory_(std::move(factory)) {}
 
+CommunicatorPool::CommunicatorPool(std::shared_ptr<Cluster> cluster, GroupFactory factory)
+    : factory_(factory ? std::move(factory) : GroupFactory(make_in_process_communicators)),
+      cluster_(std::move(cluster)) {}
+
 Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::string>& dims,
-                                    int64_t offset) {
+                                    int64_t offset, std::chrono::milliseconds join_timeout) {
   const GroupPosition p = group_position(mesh, dims, offset);
   std::vector<std::string> sorted = dims;
   std::sort(sorted.begin(), sorted.end());
-  Key key{mesh.global_fingerprint(), sorted, p.group};
+  const Key key{mesh.global_fingerprint(), sorted, p.group};
+  const std::string device = member_name(mesh, offset);
+  const int me = cluster_ ? cluster_->client_id() : 0;
+  if (cluster_ && owner_of(device) != me) {
+    detail::throw_invalid(kGroups, "device {} (mesh offset {}) belongs to client {}, not to client {}",
+                          device, offset, owner_of(device), me);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = groups_.find(key);
   if (it == groups_.end()) {
-    std::vector<std::string> names;
-    for (int64_t o : p.members) names.push_back(member_name(mesh, o));
-    it = groups_.emplace(key, factory_(static_cast<int>(names.size()), names)).first;
+    create(key, mesh, p.members, join_timeout);
+    it = groups_.find(key);
   }
   return *it->second[static_cast<size_t>(p.rank)];
+}
+
+int CommunicatorPool::owner_of(const std::string& device) const {
+  const int me = cluster_ ? cluster_->client_id() : 0;
+  const auto name = DeviceName::try_parse(device);
+  return name && name->task ? *name->task : me;
+}
+
+void CommunicatorPool::create(const Key& key, const Mesh& mesh, const std::vector<int64_t>& members,
+                              std::chrono::milliseconds join_timeout) {
+  auto names_of = [&](const std::vector<int64_t>& offsets) {
+    std::vector<std::string> names;
+    for (int64_t o : offsets) names.push_back(member_name(mesh, o));
+    return names;
+  };
+  auto owners_of = [&](const std::vector<std::string>& names) {
+    std::vector<int> owners;
+    for (const std::string& n : names) owners.push_back(owner_of(n));
+    return owners;
+  };
+  const std::vector<std::string> names = names_of(members);
+  const std::vector<int> owners = owners_of(names);
+  const int me = cluster_ ? cluster_->client_id() : 0;
+  const bool spans = std::any_of(owners.begin(), owners.end(), [me](int o) { return o != me; });
+  if (!cluster_ || !spans) {
+    groups_.emplace(key, factory_(static_cast<int>(names.size()), names));
+    return;
+  }
+  // Join every group of (mesh, dims) holding a device of this client, in group order.
+  const std::vector<std::vector<int64_t>> groups = collective_groups(mesh, std::get<1>(key));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<std::string> group_names = names_of(groups[g]);
+    const std::vector<int> group_owners = owners_of(group_names);
+    if (std::find(group_owners.begin(), group_owners.end(), me) == group_owners.end()) continue;
+    const Key group_key{std::get<0>(key), std::get<1>(key), static_cast<int>(g)};
+    if (groups_.count(group_key) != 0) continue;
+    groups_.emplace(group_key, cluster_->join(group_names, group_owners, join_timeout));
+  }
 }
 
 size_t CommunicatorPool::num_groups() const {

@@ -33,14 +33,20 @@ constexpr std::string_view kComm = "Communicator";
 // deadline, so that device 0's own deadline error (naming the remote ranks) reaches them first.
 constexpr auto kLeaderGrace = std::chrono::milliseconds(250);
 
-// State shared by the local transports of one process.
+// State shared by the local transports of one process. Members are in group rank order; each
+// belongs to one process (an MPI rank of `mpi`) and has an index among that process's members.
 struct ProcessGroup {
-  int local = 1;      // L: devices per process
-  int processes = 1;  // P
-  int process = 0;    // p
-  std::vector<std::string> members;  // P * L device names
+  std::vector<std::string> members;
+  std::vector<int> process_of;             // per rank: its process
+  std::vector<int> local_index;            // per rank: its index among its process's members
+  std::vector<std::vector<int>> ranks_of;  // per process: its members' ranks, ascending
+  int process = 0;                         // this process (mpi->rank())
+  int max_local = 1;                       // the most members one process has (MPI tag space)
   std::shared_ptr<MpiTransport> mpi;
-  std::vector<std::shared_ptr<Transport>> hub;  // the L in-process endpoints
+  std::vector<std::shared_ptr<Transport>> hub;  // this process's members' in-process endpoints
+
+  int processes() const { return static_cast<int>(ranks_of.size()); }
+  int local() const { return static_cast<int>(ranks_of[static_cast<size_t>(process)].size()); }
 
   // What device 0 learned in the current exchange (written by it between the two local
   // phases, read by the others after the second).
@@ -53,10 +59,10 @@ class HierarchicalTransport : public Transport {
   HierarchicalTransport(std::shared_ptr<ProcessGroup> group, int device)
       : g_(std::move(group)), d_(device) {}
 
-  int rank() const override { return g_->process * g_->local + d_; }
-  int size() const override { return g_->processes * g_->local; }
+  int rank() const override { return g_->ranks_of[static_cast<size_t>(g_->process)][static_cast<size_t>(d_)]; }
+  int size() const override { return static_cast<int>(g_->members.size()); }
   const std::vector<std::string>& members() const override { return g_->members; }
-  bool shares_memory() const override { return g_->processes == 1; }
+  bool shares_memory() const override { return g_->processes() == 1; }
   Staging& staging() override { return hub().staging(); }
 
   Transport& hub() { return *g_->hub[static_cast<size_t>(d_)]; }
@@ -69,7 +75,7 @@ class HierarchicalTransport : public Transport {
   }
 
   std::vector<Post> share(const Signature& signature, const Post& mine, Deadline deadline) override {
-    if (g_->processes == 1) return hub().share(signature, mine, deadline);
+    if (g_->processes() == 1) return hub().share(signature, mine, deadline);
     exchange(signature, mine, deadline);
     unsupported_ = true;
     throw_error(ErrorCode::kUnimplemented, kComm,
@@ -84,14 +90,14 @@ class HierarchicalTransport : public Transport {
 
   void send(int peer, int tag, const void* data, size_t bytes, const Signature& signature,
             Deadline deadline) override {
-    const int q = peer / g_->local, e = peer % g_->local;
+    const int q = g_->process_of[static_cast<size_t>(peer)], e = g_->local_index[static_cast<size_t>(peer)];
     if (q == g_->process) return hub().send(e, tag, data, bytes, signature, deadline);
     g_->mpi->send_tagged(q, mpi_tag(tag, d_, e), data, bytes, signature, deadline);
   }
 
   void recv(int peer, int tag, void* data, size_t bytes, const Signature& signature,
             Deadline deadline) override {
-    const int q = peer / g_->local, e = peer % g_->local;
+    const int q = g_->process_of[static_cast<size_t>(peer)], e = g_->local_index[static_cast<size_t>(peer)];
     if (q == g_->process) return hub().recv(e, tag, data, bytes, signature, deadline);
     g_->mpi->recv_tagged(q, mpi_tag(tag, e, d_), data, bytes, signature, deadline, std::to_string(tag));
   }
@@ -113,7 +119,7 @@ class HierarchicalTransport : public Transport {
   // Device 0's part of a rendezvous across processes, then the local ranks read its outcome.
   std::vector<Post> cross_process(const Signature& signature, const std::vector<Post>& local,
                                   Deadline deadline) {
-    const int L = g_->local;
+    const int L = g_->local();
     if (d_ == 0) {
       try {
         std::string payload(static_cast<size_t>(L) * 2 * sizeof(int64_t), '\0');
@@ -122,15 +128,16 @@ class HierarchicalTransport : public Transport {
           std::memcpy(payload.data() + e * sizeof fields, fields, sizeof fields);
         }
         const auto records = g_->mpi->exchange_records(signature, Post{}, payload, deadline);
-        g_->posts.assign(static_cast<size_t>(L * g_->processes), Post{});
-        for (int q = 0; q < g_->processes; ++q) {
-          for (int e = 0; e < L; ++e) {
+        g_->posts.assign(g_->members.size(), Post{});
+        for (int q = 0; q < g_->processes(); ++q) {
+          const std::vector<int>& ranks = g_->ranks_of[static_cast<size_t>(q)];
+          for (size_t e = 0; e < ranks.size(); ++e) {
             int64_t fields[2] = {0, 0};
             if (records[q].payload.size() >= (e + 1) * sizeof fields) {
               std::memcpy(fields, records[q].payload.data() + e * sizeof fields, sizeof fields);
             }
-            g_->posts[static_cast<size_t>(q * L + e)].count = fields[0];
-            g_->posts[static_cast<size_t>(q * L + e)].aux = fields[1];
+            g_->posts[static_cast<size_t>(ranks[e])].count = fields[0];
+            g_->posts[static_cast<size_t>(ranks[e])].aux = fields[1];
           }
         }
       } catch (const Error& e) {
@@ -141,14 +148,18 @@ class HierarchicalTransport : public Transport {
     hub().barrier(signature, d_ == 0 ? deadline : deadline + kLeaderGrace);
     if (g_->error) throw *g_->error;
     std::vector<Post> posts = g_->posts;
-    for (int e = 0; e < L; ++e) posts[static_cast<size_t>(g_->process * L + e)] = local[e];
+    for (int e = 0; e < L; ++e) posts[static_cast<size_t>(rank_of_local(e))] = local[e];
     return posts;
   }
 
  private:
+  int rank_of_local(int e) const {
+    return g_->ranks_of[static_cast<size_t>(g_->process)][static_cast<size_t>(e)];
+  }
+
   // MPI tag of transport tag `tag` from local device `from` to local device `to`.
   int mpi_tag(int tag, int from, int to) const {
-    const int64_t L = g_->local;
+    const int64_t L = g_->max_local;
     const int64_t index = static_cast<int64_t>(tag) + 8;  // algorithm tags -1..-7 included
     const int64_t t = MpiTransport::kFirstFreeTag + (index * L + from) * L + to;
     if (index < 1 || t > g_->mpi->tag_upper_bound()) {
@@ -174,7 +185,7 @@ bool process_hierarchy_all_reduce(Transport& t, const AllReduceArgs& a) {
   ProcessGroup& g = h->group();
   Transport& hub = h->hub();
   const int d = h->device();
-  const int L = g.local;
+  const int L = g.local();
   // 1. Within the process: chunk d of every local input, reduced into device 0's output.
   const auto posts = hub.share(*a.signature, Post{a.input, a.output, a.count}, a.deadline);
   std::vector<const void*> inputs;
@@ -195,8 +206,8 @@ bool process_hierarchy_all_reduce(Transport& t, const AllReduceArgs& a) {
       AllReduceArgs across = a;
       across.input = a.output;
       across.op = partial;
-      if (g.processes > 1) mpi_all_reduce(*g.mpi, across);
-      finish_mean(a.dtype, a.op, a.output, a.count, static_cast<int64_t>(L) * g.processes);
+      if (g.processes() > 1) mpi_all_reduce(*g.mpi, across);
+      finish_mean(a.dtype, a.op, a.output, a.count, static_cast<int64_t>(g.members.size()));
     } catch (const Error& e) {
       g.error = e;
     }
@@ -211,6 +222,32 @@ bool process_hierarchy_all_reduce(Transport& t, const AllReduceArgs& a) {
   return true;
 }
 
+std::vector<std::unique_ptr<Communicator>> make_process_group(std::shared_ptr<MpiTransport> mpi,
+                                                             std::vector<std::string> members,
+                                                             const std::vector<int>& process_of) {
+  auto g = std::make_shared<ProcessGroup>();
+  g->process = mpi->rank();
+  g->ranks_of.resize(static_cast<size_t>(mpi->size()));
+  for (size_t r = 0; r < members.size(); ++r) {
+    std::vector<int>& ranks = g->ranks_of[static_cast<size_t>(process_of[r])];
+    g->local_index.push_back(static_cast<int>(ranks.size()));
+    ranks.push_back(static_cast<int>(r));
+    g->max_local = std::max(g->max_local, static_cast<int>(ranks.size()));
+  }
+  std::vector<std::string> local_names;
+  for (int r : g->ranks_of[static_cast<size_t>(g->process)]) local_names.push_back(members[r]);
+  g->hub = make_in_process_transports(std::move(local_names));
+  g->process_of = process_of;
+  g->members = std::move(members);
+  g->mpi = std::move(mpi);
+  std::vector<std::unique_ptr<Communicator>> out(g->members.size());
+  for (int e = 0; e < g->local(); ++e) {
+    out[static_cast<size_t>(g->ranks_of[static_cast<size_t>(g->process)][static_cast<size_t>(e)])] =
+        std::make_unique<Communicator>(std::make_shared<HierarchicalTransport>(g, e));
+  }
+  return out;
+}
+
 }  // namespace detail
 
 std::vector<std::unique_ptr<Communicator>> make_hierarchical_communicators(
@@ -219,38 +256,34 @@ std::vector<std::unique_ptr<Communicator>> make_hierarchical_communicators(
     detail::throw_invalid(detail::kComm, "make_hierarchical_communicators: {} local devices; need at least 1",
                           local_devices);
   }
-  auto g = std::make_shared<detail::ProcessGroup>();
   MpiCommunicatorOptions mpi_options = options;
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   if (mpi_options.name.empty()) mpi_options.name = fmt::format("/job:worker/replica:0/task:{}", world_rank);
-  g->mpi = detail::MpiTransport::create(MPI_COMM_WORLD, mpi_options, local_devices);
-  g->local = local_devices;
-  g->processes = g->mpi->size();
-  g->process = g->mpi->rank();
+  auto mpi = detail::MpiTransport::create(MPI_COMM_WORLD, mpi_options, local_devices);
   std::vector<std::string> differ;
-  for (int q = 0; q < g->processes; ++q) {
-    const int64_t l = g->mpi->peers()[q].extra;
+  for (int q = 0; q < mpi->size(); ++q) {
+    const int64_t l = mpi->peers()[q].extra;
     if (l != local_devices) differ.push_back(fmt::format("process {} has {}", q, l));
   }
   if (!differ.empty()) {
     detail::throw_invalid(detail::kComm,
                           "make_hierarchical_communicators: process {} has {} local devices but {}; "
                           "every process needs the same number",
-                          g->process, local_devices, fmt::join(differ, ", "));
+                          mpi->rank(), local_devices, fmt::join(differ, ", "));
   }
-  for (int q = 0; q < g->processes; ++q) {
+  std::vector<std::string> members;
+  std::vector<int> process_of;
+  for (int q = 0; q < mpi->size(); ++q) {
     for (int e = 0; e < local_devices; ++e) {
-      g->members.push_back(fmt::format("/job:worker/replica:0/task:{}/device:CPU:{}", q, e));
+      members.push_back(fmt::format("/job:worker/replica:0/task:{}/device:CPU:{}", q, e));
+      process_of.push_back(q);
     }
   }
-  g->hub = detail::make_in_process_transports(std::vector<std::string>(
-      g->members.begin() + g->process * local_devices, g->members.begin() + (g->process + 1) * local_devices));
-  std::vector<std::unique_ptr<Communicator>> out;
-  for (int e = 0; e < local_devices; ++e) {
-    out.push_back(std::make_unique<Communicator>(std::make_shared<detail::HierarchicalTransport>(g, e)));
-  }
-  return out;
+  const int first = mpi->rank() * local_devices;
+  auto all = detail::make_process_group(std::move(mpi), std::move(members), process_of);
+  return {std::make_move_iterator(all.begin() + first),
+          std::make_move_iterator(all.begin() + first + local_devices)};
 }
 
 }  // namespace tessel

@@ -46,6 +46,10 @@ std::vector<std::unique_ptr<Communicator>> make_hierarchical_communicators(
   unavailable("make_hierarchical_communicators");
 }
 
+std::shared_ptr<Cluster> make_mpi_cluster(const MpiCommunicatorOptions&) {
+  unavailable("make_mpi_cluster");
+}
+
 namespace detail {
 
 void mpi_all_reduce(Transport&, const AllReduceArgs&) { unavailable("all_reduce via mpi"); }

@@ -179,4 +179,12 @@ class MpiTransport : public Transport {
   uint64_t incarnation_ = 0;
 };
 
+// One group spanning processes of `mpi` (mpi_hierarchy.cpp): members in rank order, member r
+// owned by MPI rank process_of[r] of `mpi`, every process owning at least one. Within a process
+// the members meet in shared memory; across processes over `mpi`. Returns the communicators of
+// this process's members at their rank positions (nullptr for the others'). Not collective.
+std::vector<std::unique_ptr<Communicator>> make_process_group(std::shared_ptr<MpiTransport> mpi,
+                                                             std::vector<std::string> members,
+                                                             const std::vector<int>& process_of);
+
 }  // namespace tessel::detail

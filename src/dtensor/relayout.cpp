@@ -9,6 +9,7 @@
 
 #include "core/errors.h"
 #include "dtensor/block_transfers.h"
+#include "dtensor/dtensor_internal.h"
 #include "dtensor/relayout_groups.h"
 #include "runtime/launch.h"
 #include "tessel/dtensor_api.h"
@@ -76,22 +77,24 @@ class StepRunner {
 
  private:
   // Steps whose devices are the mesh's and whose blocks stay put or shrink locally, or reduce.
+  // Only this client's devices get tasks; their groups reach the others'.
   void in_place_tasks(const RelayoutStep& step, Blocks& blocks, Blocks& outputs,
                       std::vector<detail::StreamTask>& tasks, std::vector<Communicator*>& comms) {
     const Mesh& mesh = step.from.mesh();
-    const std::vector<std::string> names = detail::mesh_device_names(mesh);
+    const std::vector<int64_t> offsets = detail::local_offsets(mesh);
     const std::vector<Box> before = detail::blocks_of(step.from, shape_);
     const std::vector<Box> after = detail::blocks_of(step.to, shape_);
     const ReduceOp op = step.kind == RelayoutStepKind::kLocalPartial
                             ? step.to.partial().front().op
                             : (step.from.partial().empty() ? ReduceOp::kSum
                                                            : step.from.partial().front().op);
-    for (size_t k = 0; k < names.size(); ++k) {
-      Device* device = &runtime_.device(names[k]);
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      const size_t k = static_cast<size_t>(offsets[i]);
+      Device* device = &runtime_.device(mesh.local_devices()[i]);
       const Tensor input = blocks.at(device->name());
       Tensor output = allocate(*device, after[k], dtype_);
       outputs[device->name()] = output;
-      const int64_t offset = static_cast<int64_t>(k);
+      const int64_t offset = offsets[i];
       const CollectiveOptions copts = collective_;
       std::function<void()> fn;
       switch (step.kind) {
@@ -130,10 +133,11 @@ class StepRunner {
     }
   }
 
-  // Block-moving steps: every participant runs transfer_boxes in its group.
+  // Block-moving steps: every participant of this client runs transfer_boxes in its group.
   void moving_tasks(const RelayoutStep& step, Blocks& blocks, Blocks& outputs,
                     std::vector<detail::StreamTask>& tasks, std::vector<Communicator*>& comms) {
     const size_t n = step.participants.size();
+    const std::vector<std::string> local = local_names(step);
     std::vector<detail::MaybeBox> before(n), after(n);
     place(step.from, step.participants, before);
     place(step.to, step.participants, after);
@@ -146,6 +150,7 @@ class StepRunner {
     }
     const std::vector<int64_t> zeros(static_cast<size_t>(shape_.rank()), 0);
     for (size_t p = 0; p < n; ++p) {
+      if (std::find(local.begin(), local.end(), step.participants[p]) == local.end()) continue;
       Device* device = &runtime_.device(step.participants[p]);
       const GroupPosition pos = group_position(mesh, dims, static_cast<int64_t>(p));
       Communicator* comm = communicator(mesh, dims, static_cast<int64_t>(p), *device, comms);
@@ -180,6 +185,19 @@ class StepRunner {
     }
   }
 
+  // The participants of `step` that are this client's devices: all of them on a single-client
+  // mesh, else those the meshes list as local (participants use the meshes' spelling).
+  static std::vector<std::string> local_names(const RelayoutStep& step) {
+    std::vector<std::string> local;
+    for (const Mesh* mesh : {&step.from.mesh(), &step.to.mesh()}) {
+      const bool all = mesh->num_local_devices() == mesh->size();
+      for (const std::string& name : all ? detail::mesh_device_names(*mesh) : mesh->local_devices()) {
+        local.push_back(name);
+      }
+    }
+    return local;
+  }
+
   // Each participant's block under `layout` (nullopt for devices outside its mesh).
   void place(const Layout& layout, const std::vector<std::string>& participants,
              std::vector<detail::MaybeBox>& out) const {
@@ -193,7 +211,7 @@ class StepRunner {
 
   Communicator* communicator(const Mesh& mesh, const std::vector<std::string>& dims,
                              int64_t offset, Device& device, std::vector<Communicator*>& comms) {
-    Communicator& comm = pool_->get(mesh, dims, offset);
+    Communicator& comm = pool_->get(mesh, dims, offset, options_.timeout);
     comm.set_scratch_allocator(device.allocator());
     comms.push_back(&comm);
     return &comm;
@@ -231,14 +249,6 @@ DTensor execute_relayout(const DTensor& tensor, const RelayoutPlan& plan,
   if (plan.steps.empty()) {
     if (plan.to == tensor.layout()) return tensor;
     return DTensor(plan.to, tensor.shape(), tensor.dtype(), tensor.components(), tensor.runtime());
-  }
-  for (const Mesh& mesh : {plan.from.mesh(), plan.to.mesh()}) {
-    if (mesh.num_local_devices() != mesh.size() && !mesh.is_single_device()) {
-      detail::throw_error(ErrorCode::kUnimplemented, kComponent,
-                          "mesh {} spans other processes; relayout across processes needs the "
-                          "multi-client runtime",
-                          mesh.to_string());
-    }
   }
   Blocks blocks;
   for (int i = 0; i < tensor.num_components(); ++i) {

@@ -1,6 +1,8 @@
 // Runtime: options and environment, device lookup, synchronize across devices.
 #include "tessel/runtime.h"
 
+#include "tessel/clients.h"
+
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
@@ -119,7 +121,8 @@ Runtime::~Runtime() {
 }
 
 Runtime& Runtime::global() {
-  static Runtime runtime;
+  // This client's identity (clients.h): localhost/task 0 alone, worker/task <rank> under mpirun.
+  static Runtime runtime(RuntimeOptions{.job = job_name(), .task = client_id()});
   return runtime;
 }
 

@@ -1,4 +1,5 @@
-// Multi-client configuration from the environment (see clients.h).
+// Multi-client configuration from the environment (see clients.h). It lives in the runtime layer:
+// Runtime::global() names its devices after this client.
 #include "tessel/clients.h"
 
 #include <charconv>
@@ -81,12 +82,24 @@ std::string full_job_name(std::optional<int> task_id) {
   return fmt::format("{}/replica:0/task:{}", job_name(), task);
 }
 
+ClientConfig client_config() { return ClientConfig{num_clients(), client_id(), job_name()}; }
+
 Mesh create_distributed_mesh(const std::vector<MeshDimension>& dims,
                              const std::vector<std::string>& local_devices,
                              const std::string& mesh_name, bool use_xla_spmd) {
+  return create_distributed_mesh(dims, local_devices, client_config(), mesh_name, use_xla_spmd);
+}
+
+Mesh create_distributed_mesh(const std::vector<MeshDimension>& dims,
+                             const std::vector<std::string>& local_devices,
+                             const ClientConfig& client, const std::string& mesh_name,
+                             bool use_xla_spmd) {
   if (local_devices.empty()) detail::throw_invalid(kComponent, "no local devices given");
-  const int clients = num_clients();
-  const int me = client_id();
+  const int clients = client.num_clients;
+  const int me = client.client_id;
+  if (clients < 1 || me < 0 || me >= clients) {
+    detail::throw_invalid(kComponent, "Client ID {} is out of range [0, {})", me, clients);
+  }
   const int64_t per_client = static_cast<int64_t>(local_devices.size());
   int64_t wanted = 1;
   std::vector<std::string> names;
@@ -108,7 +121,7 @@ Mesh create_distributed_mesh(const std::vector<MeshDimension>& dims,
                             ? first
                             : fmt::format("/job:localhost/replica:0/task:0/device:{}", first))
           .type.value_or("CPU");
-  const std::string job = job_name();
+  const std::string& job = client.job;
   std::vector<int64_t> global_ids(static_cast<size_t>(wanted));
   std::iota(global_ids.begin(), global_ids.end(), 0);
   std::vector<int64_t> local_ids;

@@ -1,0 +1,136 @@
+// The clients of an MPI job as a Cluster (make_mpi_cluster, tessel/mpi.h).
+//
+// join(): a group owned by this process alone is an in-process group. Otherwise the owning
+// processes first meet over the cluster's duplicate of MPI_COMM_WORLD: each sends the others a
+// digest of the member list and waits for theirs, against the deadline (a missing process is
+// named; a process joining another group is kFailedPrecondition). Only then do they call the
+// blocking MPI_Comm_create_group, which every owner has by then reached, and build the group
+// over the new communicator (make_process_group: shared memory within a process, MPI across).
+#include <algorithm>
+
+#include "comm/cluster_join.h"
+#include "comm/in_process_hub.h"
+#include "comm/mpi_transport.h"
+#include "core/errors.h"
+#include "tessel/cluster.h"
+#include "tessel/collective_options.h"
+
+namespace tessel {
+namespace {
+
+constexpr std::string_view kCluster = "Cluster";
+// MPI tag of the join meeting on the world communicator, and of MPI_Comm_create_group.
+constexpr int kJoinTag = detail::MpiTransport::kFirstFreeTag;
+constexpr int kCreateTag = 7;
+
+uint64_t digest_of(const std::vector<std::string>& members, const std::vector<int>& owners) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a
+  auto add = [&h](std::string_view bytes) {
+    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  };
+  for (size_t r = 0; r < members.size(); ++r) {
+    add(members[r]);
+    add(fmt::format("@{};", owners[r]));
+  }
+  return h;
+}
+
+class MpiCluster : public Cluster {
+ public:
+  explicit MpiCluster(const MpiCommunicatorOptions& options)
+      : options_(options), world_(detail::MpiTransport::create(MPI_COMM_WORLD, options)) {}
+
+  int num_clients() const override { return world_->size(); }
+  int client_id() const override { return world_->rank(); }
+
+  std::vector<std::unique_ptr<Communicator>> join(const std::vector<std::string>& members,
+                                                  const std::vector<int>& owners,
+                                                  std::chrono::milliseconds timeout) override {
+    const int me = client_id();
+    detail::check_join(members, owners, num_clients(), me);
+    const std::vector<int> clients = detail::owning_clients(owners);
+    if (clients.size() == 1) {
+      std::vector<std::unique_ptr<Communicator>> out;
+      for (auto& t : detail::make_in_process_transports(members)) {
+        out.push_back(std::make_unique<Communicator>(std::move(t)));
+      }
+      return out;
+    }
+    const auto deadline = detail::Clock::now() + (timeout.count() > 0 ? timeout : default_collective_timeout());
+    meet(members, owners, clients, deadline);
+    MPI_Comm comm = create_group_comm(clients);
+    MpiCommunicatorOptions options = options_;
+    options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::max(deadline - detail::Clock::now(), detail::Clock::duration(std::chrono::milliseconds(1))));
+    std::shared_ptr<detail::MpiTransport> transport;
+    try {
+      transport = detail::MpiTransport::create(comm, options);
+    } catch (...) {
+      free_comm(comm);
+      throw;
+    }
+    free_comm(comm);
+    std::vector<int> process_of;
+    for (int owner : owners) {
+      process_of.push_back(static_cast<int>(std::find(clients.begin(), clients.end(), owner) - clients.begin()));
+    }
+    return detail::make_process_group(std::move(transport), members, process_of);
+  }
+
+ private:
+  // Every owning client sends the others the group's digest and checks theirs.
+  void meet(const std::vector<std::string>& members, const std::vector<int>& owners,
+            const std::vector<int>& clients, detail::Deadline deadline) {
+    const uint64_t mine = digest_of(members, owners);
+    const detail::Signature sig{++joins_, fmt::format("join({:016x})", mine),
+                                fmt::format("join of group [{}]", fmt::join(members, ", "))};
+    for (int c : clients) {
+      if (c != client_id()) world_->send_tagged(c, kJoinTag, &mine, sizeof mine, sig, deadline);
+    }
+    for (int c : clients) {
+      if (c == client_id()) continue;
+      uint64_t theirs = 0;
+      world_->recv_tagged(c, kJoinTag, &theirs, sizeof theirs, sig, deadline, "join");
+      if (theirs != mine) {
+        detail::throw_error(ErrorCode::kFailedPrecondition, kCluster,
+                            "client {} joins group [{}] (digest {:016x}) but client {} joins "
+                            "another group (digest {:016x}) at the same point; every client must "
+                            "make the same collective calls in the same order",
+                            client_id(), fmt::join(members, ", "), mine, c, theirs);
+      }
+    }
+  }
+
+  MPI_Comm create_group_comm(const std::vector<int>& clients) {
+    detail::MpiCallLock lock;
+    MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+    MPI_Comm comm = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Comm_group(world_->comm(), &world_group), "MPI_Comm_group");
+    int rc = MPI_Group_incl(world_group, static_cast<int>(clients.size()), clients.data(), &group);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(world_->comm(), group, kCreateTag, &comm);
+    if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    detail::check_mpi(rc, "MPI_Comm_create_group");
+    return comm;
+  }
+
+  static void free_comm(MPI_Comm& comm) {
+    detail::MpiCallLock lock;
+    MPI_Comm_free(&comm);
+  }
+
+  MpiCommunicatorOptions options_;
+  std::shared_ptr<detail::MpiTransport> world_;
+  uint64_t joins_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Cluster> make_mpi_cluster(const MpiCommunicatorOptions& options) {
+  detail::require_mpi_initialized("make_mpi_cluster");
+  MpiCommunicatorOptions named = options;
+  if (named.name.empty()) named.name = fmt::format("/job:worker/replica:0/task:{}", mpi_rank());
+  return std::make_shared<MpiCluster>(named);
+}
+
+}  // namespace tessel
