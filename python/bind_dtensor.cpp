@@ -263,16 +263,19 @@ void bind_api(py::module_& m) {
         return wrap(std::move(out));
       },
       py::arg("tensor"), py::arg("layout"), py::arg("runtime") = nullptr);
-  const auto host = [](const DTensor& tensor) {
-    Tensor out;
-    {
-      py::gil_scoped_release release;
-      out = to_host(tensor);
-    }
-    return py::cast(std::move(out)).attr("numpy")();
+  const auto host = [](Tensor (*fetch)(const DTensor&)) {
+    return [fetch](const DTensor& tensor) {
+      Tensor out;
+      {
+        py::gil_scoped_release release;
+        out = fetch(tensor);
+      }
+      return py::cast(std::move(out)).attr("numpy")();
+    };
   };
-  m.def("to_host", host, py::arg("tensor"), "The global tensor as a numpy array.");
-  m.def("full_tensor", host, py::arg("tensor"), "The global tensor as a numpy array.");
+  m.def("to_host", host(&to_host), py::arg("tensor"), "The global tensor as a numpy array.");
+  m.def("full_tensor", host(&full_tensor), py::arg("tensor"),
+        "The global tensor as a numpy array; on a mesh spanning clients, a collective.");
   m.def(
       "call_with_layout",
       [](py::function fn, std::optional<Layout> layout, py::args args,

@@ -17,8 +17,10 @@
 
 #include "commands.h"
 #include "tessel/autodiff.h"
+#include "tessel/clients.h"
 #include "tessel/dtensor_api.h"
 #include "tessel/error.h"
+#include "tessel/mpi.h"
 #include "tessel/ops.h"
 #include "tessel/optimizers.h"
 #include "tessel/relayout.h"
@@ -44,16 +46,22 @@ constexpr const char* kHelp =
     "  --steps N           training steps (default 100)\n"
     "  --lr X              Adam learning rate (default 0.002)\n"
     "  --no-check          skip the single-device run\n"
+    "  --losses FILE       write every step's loss to FILE, one per line (%.9g)\n"
     "  --json              print {\"mesh\", \"steps\", \"final_loss\", \"final_accuracy\",\n"
     "                      \"max_rel_loss_diff\", \"step_us\", \"single_device_step_us\",\n"
     "                      \"collectives_per_step\", \"bytes_per_step\"} instead of the summary\n"
-    "  --layouts           the older walkthrough of layouts on a 2x2 mesh instead\n";
+    "  --layouts           the older walkthrough of layouts on a 2x2 mesh instead\n"
+    "\n"
+    "Several processes: `mpirun -np P tessel demo` makes each process a client holding B*M/P\n"
+    "devices of the mesh (batch across processes, model within); only process 0 prints, the\n"
+    "single-device check runs on every process's first device.\n";
 
 struct Options {
   int64_t mesh_batch = 2, mesh_model = 2;
   int64_t batch = 512, features = 256, width = 512, hidden = 2048, classes = 16, steps = 100;
   double lr = 0.002;
   bool check = true, json = false;
+  std::string losses_path;
 };
 
 int64_t positive(const std::string& flag, const std::string& value) {
@@ -110,6 +118,8 @@ Options parse(const Args& args) {
       }
     } else if (a == "--no-check") {
       o.check = false;
+    } else if (a == "--losses") {
+      o.losses_path = value();
     } else if (a == "--json") {
       o.json = true;
     } else {
@@ -178,11 +188,12 @@ class Model {
         },
         params_);
     adam_.apply(params_, grads);
-    return to_host(loss).astype(DType::kF64).data<double>()[0];
+    return full_tensor(loss).astype(DType::kF64).data<double>()[0];
   }
 
   double accuracy(const Batch& batch) const {
-    const Tensor out = to_host(logits(params_, copy_to_mesh(batch.x, layout({"batch", "unsharded"}), rt_)));
+    // full_tensor: on several processes each holds only its rows.
+    const Tensor out = full_tensor(logits(params_, copy_to_mesh(batch.x, layout({"batch", "unsharded"}), rt_)));
     int64_t right = 0;
     for (int64_t i = 0; i < o_.batch; ++i) {
       const float* row = out.data<float>() + i * o_.classes;
@@ -200,6 +211,15 @@ class Model {
   std::vector<DTensor> params_;
 };
 
+void write_losses(const std::string& path, const std::vector<double>& losses) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument, "demo", fmt::format("cannot write --losses file '{}'", path));
+  }
+  for (double l : losses) std::fprintf(f, "%.9g\n", l);
+  std::fclose(f);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -212,19 +232,50 @@ std::string bar(int64_t done, int64_t total) {
   return std::string(static_cast<size_t>(filled), '=') + std::string(static_cast<size_t>(width - filled), ' ');
 }
 
+// This process's share of the mesh: all of it alone, B*M/P devices as one of P clients (MPI).
+struct Client {
+  ClientConfig config = client_config();
+  std::optional<MpiEnvironment> mpi;
+  int local_devices = 1;
+  bool prints() const { return config.client_id == 0; }
+};
+
+void join_clients(const Options& o, Client& c) {
+  const int64_t devices = o.mesh_batch * o.mesh_model;
+  if (devices % c.config.num_clients != 0) {
+    throw Error(ErrorCode::kInvalidArgument, "demo",
+                fmt::format("the {}x{} mesh's {} devices do not split evenly over {} processes",
+                            o.mesh_batch, o.mesh_model, devices, c.config.num_clients));
+  }
+  c.local_devices = static_cast<int>(devices / c.config.num_clients);
+  if (c.config.num_clients > 1) c.mpi.emplace();  // kUnavailable in a build without MPI
+}
+
 int train(const Options& o) {
-  Runtime rt({.num_cpu_devices = static_cast<int>(o.mesh_batch * o.mesh_model)});
-  const Mesh mesh = Mesh::create({{"batch", o.mesh_batch}, {"model", o.mesh_model}});
+  Client client;
+  join_clients(o, client);
+  Runtime rt({.num_cpu_devices = client.local_devices, .job = client.config.job,
+              .task = client.config.client_id});
+  std::vector<std::string> local_names;
+  for (int i = 0; i < client.local_devices; ++i) local_names.push_back(fmt::format("CPU:{}", i));
+  const Mesh mesh = create_distributed_mesh({{"batch", o.mesh_batch}, {"model", o.mesh_model}},
+                                            local_names, client.config);
   const Mesh one = Mesh::create_on_devices({{"batch", 1}, {"model", 1}}, {rt.device(0).name()});
   Model model(o, mesh, rt);
   std::optional<Model> single;
   if (o.check) single.emplace(o, one, rt);
   const Tensor teacher = Tensor::random_normal(Shape{o.features, o.classes}, DType::kF32, 99);
 
-  if (!o.json) {
+  const bool quiet = o.json || !client.prints();
+  if (!quiet) {
     std::cout << "tessel demo: MLP " << o.features << " -> " << o.width << " -> " << o.hidden
               << " -> " << o.classes << ", batch " << o.batch << ", Adam lr " << o.lr << "\n"
-              << "mesh " << mesh.to_string() << "\n\n";
+              << "mesh " << mesh.to_string();
+    if (client.config.num_clients > 1) {
+      std::cout << fmt::format(" over {} processes ({} devices each)", client.config.num_clients,
+                               client.local_devices);
+    }
+    std::cout << "\n\n";
     const char* names[] = {"input projection (data parallel)", "layer 1 (column parallel)",
                            "layer 2 (row parallel)"};
     for (size_t i = 0; i < model.params().size(); ++i) {
@@ -235,7 +286,7 @@ int train(const Options& o) {
     }
   }
   const bool tty = isatty(STDOUT_FILENO) != 0;
-  std::vector<double> step_us, single_us;
+  std::vector<double> step_us, single_us, losses;
   double max_rel = 0, loss = 0;
   int64_t collectives = 0, bytes = 0;
   for (int64_t s = 0; s < o.steps; ++s) {
@@ -244,6 +295,7 @@ int train(const Options& o) {
     auto t0 = std::chrono::steady_clock::now();
     loss = model.step(batch);
     auto t1 = std::chrono::steady_clock::now();
+    losses.push_back(loss);
     const RelayoutStats after = relayout_stats();
     if (s == o.steps - 1 || s == 3) {
       collectives = after.collectives - before.collectives;
@@ -259,7 +311,7 @@ int train(const Options& o) {
     }
     // On a terminal the bar is redrawn every step; in a log, a line every 10 steps.
     const bool keep = s % 10 == 9 || s == o.steps - 1 || s == 0;
-    if (!o.json && (tty || keep)) {
+    if (!quiet && (tty || keep)) {
       std::cout << fmt::format("{}step {:4}/{} [{}] loss {:.5f}", tty ? "\r" : "", s + 1, o.steps,
                                bar(s + 1, o.steps), loss);
       if (single) std::cout << fmt::format("  (one device: rel. diff so far {:.1e})", max_rel);
@@ -269,12 +321,14 @@ int train(const Options& o) {
   const double accuracy = model.accuracy(make_batch(o, teacher, 7));
   const double mesh_us = median(step_us);
   const double one_us = median(single_us);
+  if (!client.prints()) return kExitOk;
+  if (!o.losses_path.empty()) write_losses(o.losses_path, losses);
   if (o.json) {
     std::cout << fmt::format(
-        "{{\"mesh\": \"{}x{}\", \"steps\": {}, \"final_loss\": {:.6g}, \"final_accuracy\": {:.4f}, "
+        "{{\"mesh\": \"{}x{}\", \"processes\": {}, \"steps\": {}, \"final_loss\": {:.6g}, \"final_accuracy\": {:.4f}, "
         "\"max_rel_loss_diff\": {}, \"step_us\": {:.1f}, \"single_device_step_us\": {}, "
         "\"collectives_per_step\": {}, \"bytes_per_step\": {}}}\n",
-        o.mesh_batch, o.mesh_model, o.steps, loss, accuracy,
+        o.mesh_batch, o.mesh_model, client.config.num_clients, o.steps, loss, accuracy,
         single ? fmt::format("{:.3g}", max_rel) : "null", mesh_us,
         single ? fmt::format("{:.1f}", one_us) : "null", collectives, bytes);
     return kExitOk;

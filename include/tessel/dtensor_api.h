@@ -86,7 +86,10 @@ DTensor copy_to_mesh(const Tensor& tensor, const Layout& layout,
 // the other processes' blocks must be brought here by a relayout to a replicated layout first
 // (kFailedPrecondition otherwise, naming the missing non-empty blocks and their device ids).
 Tensor to_host(const DTensor& tensor);
-inline Tensor full_tensor(const DTensor& tensor) { return to_host(tensor); }
+// to_host that also works when other clients hold blocks (PyTorch's full_tensor): on a mesh that
+// spans clients it first relays out to replicated, a collective every client must call; on a
+// single-client mesh it is to_host.
+Tensor full_tensor(const DTensor& tensor);
 
 // The default mesh: a per-thread stack. DefaultMeshScope pushes on construction and pops on
 // destruction (TF's `with dtensor.default_mesh(mesh):`); nesting restores the previous one.

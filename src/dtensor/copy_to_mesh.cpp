@@ -7,6 +7,7 @@
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
 #include "tessel/dtensor_api.h"
+#include "tessel/relayout.h"
 #include "tessel/shard_map.h"
 
 namespace tessel {
@@ -142,6 +143,13 @@ Tensor to_host(const DTensor& tensor) {
                         fmt::join(missing, ", "));
   }
   return out;
+}
+
+Tensor full_tensor(const DTensor& tensor) {
+  if (!tensor.defined()) return to_host(tensor);  // its error
+  const Mesh& mesh = tensor.layout().mesh();
+  if (mesh.is_single_device() || mesh.num_local_devices() == mesh.size()) return to_host(tensor);
+  return to_host(relayout(tensor, Layout::replicated(mesh, tensor.shape().rank())));
 }
 
 }  // namespace tessel
