@@ -105,8 +105,17 @@ void bind_comm(py::module_& m) {
   m.def("group_position", &group_position, py::arg("mesh"), py::arg("dims"), py::arg("offset"));
   py::class_<CommunicatorPool>(m, "CommunicatorPool")
       .def(py::init<>())
-      .def("get", &CommunicatorPool::get, py::arg("mesh"), py::arg("dims"), py::arg("offset"),
-           py::return_value_policy::reference_internal)
+      .def(py::init<std::shared_ptr<Cluster>>(), py::arg("cluster"))
+      .def(
+          "get",
+          [](CommunicatorPool& pool, const Mesh& mesh, const std::vector<std::string>& dims,
+             int64_t offset, double join_timeout_seconds) -> Communicator& {
+            py::gil_scoped_release release;
+            return pool.get(mesh, dims, offset,
+                            std::chrono::milliseconds(static_cast<int64_t>(join_timeout_seconds * 1000)));
+          },
+          py::arg("mesh"), py::arg("dims"), py::arg("offset"), py::arg("join_timeout_seconds") = 0.0,
+          py::return_value_policy::reference_internal)
       .def("num_groups", &CommunicatorPool::num_groups);
 }
 

@@ -300,7 +300,10 @@ void bind_api(py::module_& m) {
   m.def("job_name", &job_name);
   m.def("full_job_name", &full_job_name, py::arg("task_id") = py::none());
   m.def("jobs", &jobs);
-  m.def("_create_distributed_mesh", &create_distributed_mesh, py::arg("mesh_dims"),
+  m.def("_create_distributed_mesh",
+        py::overload_cast<const std::vector<MeshDimension>&, const std::vector<std::string>&,
+                          const std::string&, bool>(&create_distributed_mesh),
+        py::arg("mesh_dims"),
         py::arg("local_devices"), py::arg("mesh_name") = "", py::arg("use_xla_spmd") = false);
   m.def("visualize", py::overload_cast<const DTensor&>(&visualize), py::arg("tensor"));
 }

@@ -6,6 +6,7 @@
 namespace tessel::python {
 void bind_runtime(py::module_& m);  // bind_runtime.cpp
 void bind_comm(py::module_& m);     // bind_comm.cpp
+void bind_mpi(py::module_& m);      // bind_mpi.cpp (after bind_comm: returns Communicators)
 
 void bind_distribute(py::module_& m);  // bind_distribute.cpp
 void bind_alloc(py::module_& m);       // bind_alloc.cpp
@@ -24,6 +25,7 @@ PYBIND11_MODULE(_tessel, m) {
   tessel::python::bind_runtime(m);
   tessel::python::bind_distribute(m);
   tessel::python::bind_comm(m);
+  tessel::python::bind_mpi(m);
   tessel::python::bind_alloc(m);
   tessel::python::bind_dtensor(m);
   tessel::python::bind_system(m);

@@ -12,6 +12,23 @@ bfloat16, so a bf16 tensor's ``numpy()`` is a float32 array.
 import os as _os
 
 
+from tessel._tessel import (  # multi-process: MPI, clusters, client configuration
+    ClientConfig,
+    Cluster,
+    MpiEnvironment,
+    _create_distributed_mesh_for_client,
+    client_config,
+    cluster_of,
+    make_hierarchical_communicators,
+    make_in_process_cluster,
+    make_mpi_cluster,
+    make_mpi_communicator,
+    mpi_available,
+    mpi_library_version,
+    mpi_rank,
+    mpi_size,
+    set_cluster,
+)
 from tessel._tessel import (
     AbortedError,
     Algorithm,
@@ -264,7 +281,7 @@ def create_mesh(mesh_dims=None, mesh_name="", devices=None, device_type=None,
 
 
 def create_distributed_mesh(mesh_dims, mesh_name="", local_devices=None, device_type=None,
-                            use_xla_spmd=False):
+                            use_xla_spmd=False, client=None):
     """A mesh over every client's devices, as TF's ``dtensor.create_distributed_mesh``.
 
     Args:
@@ -272,12 +289,17 @@ def create_distributed_mesh(mesh_dims, mesh_name="", local_devices=None, device_
         ``num_clients()`` x the number of local devices.
       local_devices: this client's devices (``'CPU:0'`` or full names). Default: the first
         ``TESSEL_CPU_DEVICES`` (4) virtual devices of ``device_type``.
+      client: a ``ClientConfig`` naming the client instead of the environment (simulated
+        clients in one process, one ``Runtime`` each; see ``make_in_process_cluster``).
     """
     if isinstance(mesh_dims, dict):
         mesh_dims = list(mesh_dims.items())
     if local_devices is None:
         device_type = (device_type or "CPU").upper()
         local_devices = ["%s:%d" % (device_type, i) for i in range(_num_devices(device_type))]
+    if client is not None:
+        return _create_distributed_mesh_for_client(mesh_dims, local_devices, client, mesh_name,
+                                                   use_xla_spmd)
     return _create_distributed_mesh(mesh_dims, local_devices, mesh_name, use_xla_spmd)
 
 
