@@ -23,9 +23,10 @@
 //   that does not arrive is named in every other rank's kDeadlineExceeded.
 // - send is buffered (the bytes are copied, then MPI_Isend), recv is MPI_Irecv, so the ring,
 //   halving_doubling and reduce_to_one algorithms run over it unchanged. shares_memory() is
-//   false: the in-process-only collectives (broadcast, reduce, all_gather, gather,
-//   reduce_scatter, all_to_all, scatter, reduce_scatter_boxes) throw kUnimplemented on every
-//   rank after their rendezvous. all_reduce, barrier, send/recv and transfer_boxes work.
+//   false, so the other collectives (broadcast, reduce, all_gather, gather, reduce_scatter,
+//   all_to_all, scatter, reduce_scatter_boxes, transfer_boxes) run their point-to-point
+//   versions: one rendezvous, then buffered messages between the ranks, with the results of the
+//   in-process versions (reductions bit for bit). Every Communicator collective works over MPI.
 // - abort() (and any failing collective) sends an abort record to every peer; their current
 //   and later waits throw kAborted carrying the reason, which names the failed rank.
 // - Peers on the same host are watched while waiting: when one has exited (killed, crashed),
@@ -122,9 +123,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
 // in shared memory (each device one chunk), devices 0 all-reduce across processes with MPI's
 // all-reduce (kMpi), and the other devices copy the result: one participant per process talks
 // to MPI. kRing, kHalvingDoubling and kReduceToOne run over all P * local_devices ranks (pairs
-// within a process in memory, others over MPI). kDirect and kMpi: kInvalidArgument. The
-// shared-memory collectives refuse as on make_mpi_communicator (kUnimplemented); barrier,
-// send/recv and transfer_boxes work. With one process the group is an in-process group.
+// within a process in memory, others over MPI). kDirect and kMpi: kInvalidArgument. The other
+// collectives run point to point over all P * local_devices ranks, as on make_mpi_communicator;
+// barrier and send/recv work too. With one process the group is an in-process group.
 // Collective over MPI_COMM_WORLD.
 std::vector<std::unique_ptr<Communicator>> make_hierarchical_communicators(
     int local_devices, const MpiCommunicatorOptions& options = {});

@@ -9,7 +9,7 @@
 
 #include "comm/algorithms.h"
 #include "comm/communicator_internal.h"
-#include "comm/direct_collectives.h"
+#include "comm/p2p_collectives.h"
 #include "comm/reduce_kernels.h"
 #include "tessel/communicator.h"
 
@@ -302,8 +302,8 @@ void Communicator::reduce_scatter_boxes(const Tensor& input, const std::vector<i
       transport_->barrier(sig, deadline);
       return;
     }
-    // Pack the boxes in rank order and run reduce_scatter's algorithm on them (under this call's
-    // signature: one sequence number per call).
+    // Pack the boxes in rank order and run reduce_scatter's point-to-point algorithm on them
+    // (under this call's signature: one sequence number per call).
     std::vector<int64_t> counts(n);
     int64_t total = 0;
     for (int r = 0; r < n; ++r) total += counts[r] = output_boxes[r].num_elements();
@@ -315,8 +315,8 @@ void Communicator::reduce_scatter_boxes(const Tensor& input, const std::vector<i
       });
       dst += box.num_elements() * item;
     }
-    const Tensor reduced = detail::direct_reduce_scatter(*transport_, packed, op, counts,
-                                                         {&sig, deadline, scratch_});
+    const Tensor reduced = detail::p2p_reduce_scatter(*transport_, packed, op, counts,
+                                                      {&sig, deadline, scratch_, options.segment_bytes});
     if (reduced.nbytes() > 0) std::memcpy(output.data(), reduced.data(), reduced.nbytes());
   });
 }

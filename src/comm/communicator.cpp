@@ -1,5 +1,7 @@
 // Communicator: argument checks, signatures, failure handling and algorithm choice. The data
-// movement lives in the algorithm files (algorithms.h, direct_collectives.h).
+// movement lives in the algorithm files (algorithms.h, direct_collectives.h, p2p_collectives.h):
+// the collectives other than all_reduce run their direct versions when the transport shares
+// memory and their point-to-point versions otherwise (MPI, hierarchical groups across processes).
 #include "tessel/communicator.h"
 
 #include <numeric>
@@ -8,6 +10,7 @@
 #include "comm/communicator_internal.h"
 #include "comm/direct_collectives.h"
 #include "comm/in_process_hub.h"
+#include "comm/p2p_collectives.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
 #include "tessel/shard_range.h"
@@ -154,7 +157,9 @@ void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int 
                               dtype_name(input.dtype()), input.shape().to_string());
       }
     }
-    detail::direct_reduce(*transport_, input, output, op, root, {&sig, deadline_of(options), scratch_});
+    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    if (transport_->shares_memory()) return detail::direct_reduce(*transport_, input, output, op, root, ctx);
+    detail::p2p_reduce(*transport_, input, output, op, root, ctx);
   });
 }
 
@@ -166,7 +171,9 @@ void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& 
   guarded(*transport_, sig, [&] {
     check_root("broadcast", root, size());
     require_tensor(tensor, "broadcast", "tensor");
-    detail::direct_broadcast(*transport_, tensor, root, {&sig, deadline_of(options), scratch_});
+    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    if (transport_->shares_memory()) return detail::direct_broadcast(*transport_, tensor, root, ctx);
+    detail::p2p_broadcast(*transport_, tensor, root, ctx);
   });
 }
 
@@ -198,7 +205,9 @@ Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int ax
     if (a < 0 || a >= input.rank()) {
       detail::throw_invalid(kComm, "{}: axis {} is outside a tensor of rank {}", op, axis, input.rank());
     }
-    return detail::direct_all_gather(*transport_, input, a, root, {&sig, deadline_of(options), scratch_});
+    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    if (transport_->shares_memory()) return detail::direct_all_gather(*transport_, input, a, root, ctx);
+    return detail::p2p_all_gather(*transport_, input, a, root, ctx);
   });
 }
 
@@ -214,7 +223,9 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
     if (input.rank() == 0) detail::throw_invalid(kComm, "reduce_scatter: the input is a scalar");
     detail::check_reducible(input.dtype(), op);
     const std::vector<int64_t> rows = row_counts("reduce_scatter", input.shape()[0], size(), counts);
-    return detail::direct_reduce_scatter(*transport_, input, op, rows, {&sig, deadline_of(options), scratch_});
+    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    if (transport_->shares_memory()) return detail::direct_reduce_scatter(*transport_, input, op, rows, ctx);
+    return detail::p2p_reduce_scatter(*transport_, input, op, rows, ctx);
   });
 }
 
@@ -243,7 +254,9 @@ Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>&
       counts.assign(size(), rows / size());
     }
     counts = row_counts("all_to_all", rows, size(), counts);
-    return detail::direct_all_to_all(*transport_, input, counts, {&sig, deadline_of(options), scratch_});
+    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    if (transport_->shares_memory()) return detail::direct_all_to_all(*transport_, input, counts, ctx);
+    return detail::p2p_all_to_all(*transport_, input, counts, ctx);
   });
 }
 
@@ -265,20 +278,19 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
       row_shape = Shape(std::vector<int64_t>(input.shape().dims().begin() + 1, input.shape().dims().end()));
       dtype = input.dtype();
     }
-    const detail::CallContext ctx{&sig, deadline_of(options), scratch_};
-    // First phase: share the root's description (shape and dtype) with everyone.
+    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    // First phase: every rank learns the root's description (rows, dtype, row shape).
     std::vector<int64_t> description = {rows, static_cast<int64_t>(dtype)};
     if (is_root) description.insert(description.end(), row_shape.dims().begin(), row_shape.dims().end());
-    const auto posts = transport_->share(sig, detail::Post{description.data(), nullptr,
-                                                              static_cast<int64_t>(description.size())},
-                                            ctx.deadline);
-    const auto* root_desc = static_cast<const int64_t*>(posts[root].send);
-    rows = root_desc[0];
-    dtype = static_cast<DType>(root_desc[1]);
-    row_shape = Shape(std::vector<int64_t>(root_desc + 2, root_desc + posts[root].count));
-    transport_->barrier(sig, ctx.deadline);
+    const bool shared = transport_->shares_memory();
+    description = shared ? detail::direct_root_description(*transport_, description, root, ctx)
+                         : detail::p2p_root_description(*transport_, description, root, ctx);
+    rows = description[0];
+    dtype = static_cast<DType>(description[1]);
+    row_shape = Shape(std::vector<int64_t>(description.begin() + 2, description.end()));
     const std::vector<int64_t> per_rank = row_counts("scatter", rows, size(), counts);
-    return detail::direct_scatter(*transport_, input, root, per_rank, row_shape, dtype, ctx);
+    if (shared) return detail::direct_scatter(*transport_, input, root, per_rank, row_shape, dtype, ctx);
+    return detail::p2p_scatter(*transport_, input, root, per_rank, row_shape, dtype, ctx);
   });
 }
 

@@ -8,9 +8,7 @@
 #include "tessel/shard_range.h"
 
 namespace tessel::detail {
-namespace {
 
-// Elements of one index along axis 0 (the product of the other extents).
 int64_t row_elements(const Shape& s) {
   int64_t n = 1;
   for (int i = 1; i < s.rank(); ++i) n *= s[i];
@@ -23,7 +21,37 @@ Shape with_rows(const Shape& s, int64_t rows) {
   return Shape(dims);
 }
 
-}  // namespace
+GatherGeometry::GatherGeometry(const Shape& s, int gathered_axis) : dims(s.dims()), axis(gathered_axis) {
+  for (int i = 0; i < axis; ++i) outer *= s[i];
+  for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
+}
+
+Tensor GatherGeometry::allocate(int64_t total, DType dtype, Allocator* allocator) const {
+  std::vector<int64_t> out_dims = dims;
+  out_dims[axis] = total;
+  return Tensor::empty(Shape(out_dims), dtype, allocator, /*zero_fill=*/false);
+}
+
+void GatherGeometry::place(void* out, int64_t total, int64_t offset, const void* block,
+                           int64_t count, size_t item) const {
+  auto* dst = static_cast<uint8_t*>(out);
+  const auto* src = static_cast<const uint8_t*>(block);
+  const size_t run = static_cast<size_t>(count * inner) * item;
+  for (int64_t o = 0; o < outer && run > 0; ++o) {
+    std::memcpy(dst + ((o * total + offset) * inner) * item, src + o * run, run);
+  }
+}
+
+std::vector<int64_t> direct_root_description(Transport& t, const std::vector<int64_t>& description,
+                                             int root, const CallContext& c) {
+  const auto posts = t.share(*c.signature,
+                             Post{description.data(), nullptr, static_cast<int64_t>(description.size())},
+                             c.deadline);
+  const auto* values = static_cast<const int64_t*>(posts[root].send);
+  std::vector<int64_t> out(values, values + posts[root].count);
+  t.barrier(*c.signature, c.deadline);
+  return out;
+}
 
 void direct_broadcast(Transport& t, Tensor& tensor, int root, const CallContext& c) {
   const auto posts = t.share(*c.signature, Post{tensor.data(), nullptr, 0}, c.deadline);
@@ -53,26 +81,16 @@ void direct_reduce(Transport& t, const Tensor& input, Tensor& output, ReduceOp o
 Tensor direct_all_gather(Transport& t, const Tensor& input, int axis, int root,
                          const CallContext& c) {
   const Shape& s = input.shape();
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; ++i) outer *= s[i];
-  for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
+  const GatherGeometry geometry(s, axis);
   const auto posts = t.share(*c.signature, Post{input.data(), nullptr, s[axis]}, c.deadline);
   Tensor out;
   if (root < 0 || t.rank() == root) {
     int64_t total = 0;
     for (const Post& p : posts) total += p.count;
-    std::vector<int64_t> dims = s.dims();
-    dims[axis] = total;
-    out = Tensor::empty(Shape(dims), input.dtype(), c.allocator, /*zero_fill=*/false);
-    const size_t item = dtype_size(input.dtype());
-    auto* dst = static_cast<uint8_t*>(out.data());
+    out = geometry.allocate(total, input.dtype(), c.allocator);
     int64_t offset = 0;
     for (const Post& p : posts) {
-      const auto* src = static_cast<const uint8_t*>(p.send);
-      const size_t block = static_cast<size_t>(p.count * inner) * item;
-      for (int64_t o = 0; o < outer && block > 0; ++o) {
-        std::memcpy(dst + ((o * total + offset) * inner) * item, src + o * block, block);
-      }
+      geometry.place(out.data(), total, offset, p.send, p.count, dtype_size(input.dtype()));
       offset += p.count;
     }
   }

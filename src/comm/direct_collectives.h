@@ -1,8 +1,10 @@
 // Internal: the in-process (shared-memory) versions of the collectives other than all-reduce.
 // Each exchanges buffer pointers, copies or reduces straight between ranks' buffers, and ends
-// with a barrier so that no rank frees a buffer another is still reading.
+// with a barrier so that no rank frees a buffer another is still reading. Also the call context
+// and the row and gather geometry that the point-to-point versions (p2p_collectives.h) share.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "comm/transport.h"
@@ -16,7 +18,34 @@ struct CallContext {
   const Signature* signature = nullptr;
   Deadline deadline;
   Allocator* allocator = nullptr;  // outputs (null: the host allocator)
+  size_t segment_bytes = 0;        // message size of the point-to-point versions (0: the default)
 };
+
+// Elements of one index along axis 0 (the product of the other extents).
+int64_t row_elements(const Shape& s);
+// `s` with `rows` indices along axis 0.
+Shape with_rows(const Shape& s, int64_t rows);
+
+// all_gather's geometry: a tensor viewed as [outer, count, inner] around the gathered axis.
+struct GatherGeometry {
+  GatherGeometry(const Shape& s, int axis);
+  // The gathered tensor: `total` indices along the axis, uninitialised.
+  Tensor allocate(int64_t total, DType dtype, Allocator* allocator) const;
+  // Copies one rank's block (`count` indices along the axis: outer runs of count * inner
+  // contiguous elements) into `out`, viewed as [outer, total, inner], at index `offset`.
+  void place(void* out, int64_t total, int64_t offset, const void* block, int64_t count,
+             size_t item) const;
+
+  std::vector<int64_t> dims;  // the input's
+  int axis = 0;
+  int64_t outer = 1;
+  int64_t inner = 1;
+};
+
+// scatter's first phase: every rank returns the root's `description` (int64 values whose
+// number only the root knows), after the rendezvous that compares the ranks' signatures.
+std::vector<int64_t> direct_root_description(Transport& t, const std::vector<int64_t>& description,
+                                             int root, const CallContext& c);
 
 void direct_broadcast(Transport& t, Tensor& tensor, int root, const CallContext& c);
 void direct_reduce(Transport& t, const Tensor& input, Tensor& output, ReduceOp op, int root,

@@ -12,6 +12,9 @@
 // - all_reduce kHierarchical (and kAuto): process_hierarchy_all_reduce below: reduce within the
 //   process onto device 0's output (shared memory, chunk-parallel), MPI's all-reduce among the
 //   devices 0 (one per process), copy back within the process. Only device 0 talks to MPI.
+// - the other collectives: with more than one process shares_memory() is false, so they run
+//   point to point over all the ranks (p2p_collectives.h); share() only refuses (kUnimplemented)
+//   should an algorithm still ask to read peers' buffers.
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -79,8 +82,8 @@ class HierarchicalTransport : public Transport {
     exchange(signature, mine, deadline);
     unsupported_ = true;
     throw_error(ErrorCode::kUnimplemented, kComm,
-                "{} needs ranks that share memory; across processes tessel runs all_reduce, "
-                "barrier, send/recv and transfer_boxes",
+                "{} asked to read peers' buffers, which ranks on other processes do not share "
+                "(every collective runs point to point across processes)",
                 signature.text);
   }
 

@@ -84,8 +84,10 @@ class MpiTransport : public Transport {
   bool shares_memory() const override { return false; }
 
   std::vector<Post> exchange(const Signature& signature, const Post& mine, Deadline deadline) override;
-  // The rendezvous happens (so that mismatched calls are still reported as such), then every
-  // rank throws kUnimplemented: no process can read another's buffers. The group stays usable.
+  // No collective calls it: over a transport that does not share memory they all run point to
+  // point (p2p_collectives.h). Kept as a safety net: the rendezvous happens (so that mismatched
+  // calls are still reported as such), then every rank throws kUnimplemented, as no process can
+  // read another's buffers. The group stays usable.
   std::vector<Post> share(const Signature& signature, const Post& mine, Deadline deadline) override;
   void barrier(const Signature& signature, Deadline deadline) override;
   void send(int peer, int tag, const void* data, size_t bytes, const Signature& signature,

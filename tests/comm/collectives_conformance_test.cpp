@@ -1,5 +1,6 @@
-// Conformance of the collectives other than all-reduce on the in-process transport, world sizes
-// 1..8, every dtype, against references computed here in double: reduce to every root,
+// Conformance of the collectives other than all-reduce on the in-process transport (world sizes
+// 1..8: the direct versions) and behind a transport that hides its shared memory (world sizes
+// 1..4 and 7, whole blocks and 40-byte segments: the point-to-point versions MPI runs), every dtype, against references computed here in double: reduce to every root,
 // broadcast from every root, all_gather/gather along axes 0, 1 and -1 with unequal (and zero)
 // sizes per rank, reduce_scatter with chunk semantics and explicit unequal counts, all_to_all
 // with equal and unequal send counts, scatter (chunks and counts), send/recv around a ring and
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "testing/fault_transport.h"
+#include "testing/message_passing_transport.h"
 #include "testing/reduction_reference.h"
 #include "testing/run_ranks.h"
 #include "tessel/communicator.h"
@@ -155,11 +157,30 @@ std::vector<std::exception_ptr> run_checked(std::vector<std::unique_ptr<Communic
 
 // ---- per world size --------------------------------------------------------------------------
 
-class CollectivesConformance : public ::testing::TestWithParam<int> {};
+// One world size over one kind of transport.
+struct GroupKind {
+  int world = 1;
+  bool message_passing = false;  // hide the shared memory: the point-to-point versions run
+  size_t segment_bytes = 0;      // their message size (0: the default)
+};
+
+class CollectivesConformance : public ::testing::TestWithParam<GroupKind> {
+ protected:
+  std::vector<std::unique_ptr<Communicator>> make_group() const {
+    return GetParam().message_passing ? testing::make_message_passing_communicators(GetParam().world)
+                                      : make_in_process_communicators(GetParam().world);
+  }
+  // The file's opts() with this kind's segment size (the tests below call this one).
+  CollectiveOptions opts() const {
+    CollectiveOptions o = tessel::opts();
+    o.segment_bytes = GetParam().segment_bytes;
+    return o;
+  }
+};
 
 TEST_P(CollectivesConformance, ReduceToEveryRootEveryDTypeAndOp) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   const Shape shapes[] = {Shape{0}, Shape{1}, Shape{7}, Shape{1023}, Shape{3, 5}};
   auto errors = run_checked(comms, [&](int r) {
     for (int root = 0; root < n; ++root) {
@@ -197,8 +218,8 @@ TEST_P(CollectivesConformance, ReduceToEveryRootEveryDTypeAndOp) {
 }
 
 TEST_P(CollectivesConformance, ReduceInPlaceOnTheRoot) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   auto errors = run_checked(comms, [&](int r) {
     for (int root = 0; root < n; ++root) {
       Tensor x = make(Shape{100}, DType::kF32, [&](int64_t i) { return reduction_input(ReduceOp::kSum, DType::kF32, r, i); });
@@ -213,8 +234,8 @@ TEST_P(CollectivesConformance, ReduceInPlaceOnTheRoot) {
 }
 
 TEST_P(CollectivesConformance, BroadcastFromEveryRootEveryDType) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   const Shape shapes[] = {Shape{0}, Shape{1}, Shape{7}, Shape{33, 31}};
   auto errors = run_checked(comms, [&](int r) {
     for (int root = 0; root < n; ++root) {
@@ -237,8 +258,8 @@ TEST_P(CollectivesConformance, BroadcastFromEveryRootEveryDType) {
 int64_t uneven_size(int r) { return (3 * r + 1) % 4; }
 
 TEST_P(CollectivesConformance, AllGatherUnequalSizesAlongAxes0And1AndMinus1) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   const std::vector<int64_t> base = {2, 3, 4};
   auto errors = run_checked(comms, [&](int r) {
     for (DType dtype : kDTypes) {
@@ -264,8 +285,8 @@ TEST_P(CollectivesConformance, AllGatherUnequalSizesAlongAxes0And1AndMinus1) {
 }
 
 TEST_P(CollectivesConformance, GatherToEveryRootUnequalSizes) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   const std::vector<int64_t> base = {3, 2};
   auto errors = run_checked(comms, [&](int r) {
     for (int root = 0; root < n; ++root) {
@@ -295,8 +316,8 @@ TEST_P(CollectivesConformance, GatherToEveryRootUnequalSizes) {
 }
 
 TEST_P(CollectivesConformance, ReduceScatterChunkSemantics) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   constexpr int64_t kCols = 3;
   // Fewer rows than ranks (empty trailing shards), uneven and even splits.
   const std::vector<int64_t> row_cases = {0, 1, std::max(1, n - 1), 2 * n + 1, 3 * n};
@@ -319,8 +340,8 @@ TEST_P(CollectivesConformance, ReduceScatterChunkSemantics) {
 }
 
 TEST_P(CollectivesConformance, ReduceScatterExplicitUnequalCountsWithZeros) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   constexpr int64_t kCols = 2;
   std::vector<int64_t> counts(n);
   for (int k = 0; k < n; ++k) counts[k] = k % 3 == 1 ? 0 : k % 4 + 1;
@@ -361,8 +382,8 @@ std::vector<double> all_to_all_reference(DType dtype, int n, int r, int64_t cols
 }
 
 TEST_P(CollectivesConformance, AllToAllEqualSplits) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   constexpr int64_t kCols = 2;
   auto errors = run_checked(comms, [&](int r) {
     for (DType dtype : kDTypes) {
@@ -380,8 +401,8 @@ TEST_P(CollectivesConformance, AllToAllEqualSplits) {
 }
 
 TEST_P(CollectivesConformance, AllToAllUnequalSendCountsWithZeros) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   constexpr int64_t kCols = 3;
   auto send_count = [](int from, int to) -> int64_t { return (from + 2 * to) % 3; };
   auto errors = run_checked(comms, [&](int r) {
@@ -400,8 +421,8 @@ TEST_P(CollectivesConformance, AllToAllUnequalSendCountsWithZeros) {
 }
 
 TEST_P(CollectivesConformance, ScatterFromEveryRootChunksAndCounts) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   constexpr int64_t kCols = 2;
   std::vector<int64_t> counts(n);
   for (int k = 0; k < n; ++k) counts[k] = k % 2 == 0 ? k + 1 : 0;
@@ -441,9 +462,9 @@ TEST_P(CollectivesConformance, ScatterFromEveryRootChunksAndCounts) {
 }
 
 TEST_P(CollectivesConformance, SendRecvRingExchangeKeepsOrderPerTag) {
-  const int n = GetParam();
+  const int n = GetParam().world;
   if (n == 1) GTEST_SKIP() << "no peer";
-  auto comms = make_in_process_communicators(n);
+  auto comms = make_group();
   auto errors = run_checked(comms, [&](int r) {
     const int right = (r + 1) % n, left = (r + n - 1) % n;
     for (DType dtype : kDTypes) {
@@ -477,8 +498,8 @@ TEST_P(CollectivesConformance, SendRecvRingExchangeKeepsOrderPerTag) {
 }
 
 TEST_P(CollectivesConformance, SendRecvEveryPair) {
-  const int n = GetParam();
-  auto comms = make_in_process_communicators(n);
+  const int n = GetParam().world;
+  auto comms = make_group();
   auto errors = run_checked(comms, [&](int r) {
     for (int to = 0; to < n; ++to) {
       if (to == r) continue;
@@ -496,12 +517,13 @@ TEST_P(CollectivesConformance, SendRecvEveryPair) {
 }
 
 TEST_P(CollectivesConformance, BarrierReleasesNobodyEarly) {
-  const int n = GetParam();
+  const int n = GetParam().world;
   constexpr int kRounds = 20;
   // The last rank is slowed down so that the others really wait for it.
   testing::Faults slow;
   slow.delay = std::chrono::milliseconds(1);
-  auto group = testing::make_faulty_group(n, {{n - 1, slow}});
+  auto group = GetParam().message_passing ? testing::make_message_passing_faulty_group(n, {{n - 1, slow}})
+                                          : testing::make_faulty_group(n, {{n - 1, slow}});
   std::vector<std::atomic<int>> arrived(kRounds);
   auto errors = run_checked(group.comms, [&](int r) {
     for (int round = 0; round < kRounds; ++round) {
@@ -518,8 +540,29 @@ TEST_P(CollectivesConformance, BarrierReleasesNobodyEarly) {
   EXPECT_EQ(first_error(errors), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesConformance, ::testing::Range(1, 9),
-                         [](const auto& info) { return "world" + std::to_string(info.param); });
+std::vector<GroupKind> in_process_kinds() {
+  std::vector<GroupKind> kinds;
+  for (int n = 1; n <= 8; ++n) kinds.push_back({n, false, 0});
+  return kinds;
+}
+
+std::vector<GroupKind> message_passing_kinds() {
+  std::vector<GroupKind> kinds;
+  for (int n : {1, 2, 3, 4, 7}) {
+    for (size_t segment : {size_t{0}, size_t{40}}) kinds.push_back({n, true, segment});
+  }
+  return kinds;
+}
+
+std::string kind_name(const ::testing::TestParamInfo<GroupKind>& info) {
+  const GroupKind& k = info.param;
+  return "world" + std::to_string(k.world) +
+         (k.segment_bytes ? "_segment" + std::to_string(k.segment_bytes) : std::string());
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesConformance, ::testing::ValuesIn(in_process_kinds()), kind_name);
+INSTANTIATE_TEST_SUITE_P(MessagePassing, CollectivesConformance, ::testing::ValuesIn(message_passing_kinds()),
+                         kind_name);
 
 // ---- argument errors -------------------------------------------------------------------------
 

@@ -2,8 +2,10 @@
 // all-reduce algorithms that move data point to point (ring, halving_doubling, reduce_to_one)
 // and MPI's own (mpi, and auto, which picks it) on every dtype, reduce op and count of the
 // in-process conformance suite (tests/comm/all_reduce_conformance_test.cpp), with the same
-// reference values; send/recv, barrier and transfer_boxes; and the collectives that need shared
-// memory, which refuse with kUnimplemented and leave the group usable.
+// reference values; send/recv, barrier and transfer_boxes; and the other collectives (reduce,
+// broadcast, all_gather, gather, reduce_scatter, all_to_all, scatter, reduce_scatter_boxes),
+// which run point to point, against the references of testing/collective_checks.h, with whole
+// blocks and with 40-byte messages, and with a rank that never arrives.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <numeric>
 #include <thread>
 
+#include "testing/collective_checks.h"
 #include "testing/expect_error.h"
 #include "testing/reduction_reference.h"
 #include "mpi_testing.h"
@@ -284,25 +287,99 @@ TEST(MpiTransferBoxes, AllGatherOfRowBlocks) {
   EXPECT_EQ(output.to_doubles(), global(whole).to_doubles());
 }
 
-// ---- collectives that need shared memory -----------------------------------------------------
+// ---- the other collectives, point to point ------------------------------------------------------
 
-// Each refuses on every rank after its rendezvous (so mismatches are still reported as such),
-// and the group stays usable.
-TEST(MpiUnsupported, SharedMemoryCollectivesRefuseAndTheGroupStaysUsable) {
+// Each check of testing/collective_checks.h on every process, with whole blocks per message
+// and with 40-byte messages (many per block, a broadcast down the chain). A failing check aborts
+// the group, so that the other processes stop at once (with kAborted quoting it) instead of
+// waiting out their deadline.
+class MpiCollectives : public ::testing::TestWithParam<testing::CheckParam> {};
+
+TEST_P(MpiCollectives, MatchesTheReference) {
+  const auto& [check, segment_bytes] = GetParam();
   auto comm = make_mpi_communicator();
-  const int n = comm->size();
+  CollectiveOptions o = mpi_options();
+  o.segment_bytes = segment_bytes;
+  try {
+    check.check(*comm, o);
+  } catch (const std::exception& e) {
+    comm->abort("rank " + std::to_string(comm->rank()) + " failed a check: " + e.what());
+    ADD_FAILURE() << e.what();
+  }
+  testing::world_barrier();
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryCollective, MpiCollectives, testing::every_check_and_segment(),
+                         testing::check_param_name);
+
+// 4 MiB buffers: several default (1 MiB) segments per block, exact integer values.
+TEST(MpiCollectivesLarge, FourMiBReduceScatterAllGatherAndBroadcast) {
+  auto comm = make_mpi_communicator();
+  const int n = comm->size(), r = comm->rank();
+  const int64_t count = int64_t{1} << 20;
   const auto o = mpi_options();
-  Tensor x = Tensor::full({2 * n}, DType::kF32, 1);
-  Tensor y = Tensor::zeros({2 * n}, DType::kF32);
-  EXPECT_TESSEL_ERROR(comm->broadcast(x, 0, o), ErrorCode::kUnimplemented, "broadcast(f32");
-  EXPECT_TESSEL_ERROR(comm->reduce(x, y, ReduceOp::kSum, 0, o), ErrorCode::kUnimplemented, "needs ranks that share memory");
-  EXPECT_TESSEL_ERROR(comm->all_gather(x, 0, o), ErrorCode::kUnimplemented, "all_gather");
-  EXPECT_TESSEL_ERROR(comm->gather(x, 0, 0, o), ErrorCode::kUnimplemented, "gather");
-  EXPECT_TESSEL_ERROR(comm->reduce_scatter(x, ReduceOp::kSum, {}, o), ErrorCode::kUnimplemented, "reduce_scatter");
-  EXPECT_TESSEL_ERROR(comm->all_to_all(x, {}, o), ErrorCode::kUnimplemented, "all_to_all");
-  EXPECT_TESSEL_ERROR(comm->scatter(x, 0, {}, o), ErrorCode::kUnimplemented, "scatter");
-  comm->all_reduce(x, y, ReduceOp::kSum, o);
-  EXPECT_EQ(y.to_doubles(), std::vector<double>(2 * n, n));
+  auto value = [](int rank, int64_t i) { return static_cast<double>((i + 3 * rank) % 8 + 1); };
+  const Tensor x = tensor_of(count, DType::kF32, [&](int64_t i) { return value(r, i); });
+  const Tensor reduced = comm->reduce_scatter(x, ReduceOp::kSum, {}, o);
+  const Tensor gathered = comm->all_gather(reduced, 0, o);
+  ASSERT_EQ(gathered.num_elements(), count);
+  const auto got = gathered.to_doubles();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    double want = 0;
+    for (int k = 0; k < n; ++k) want += value(k, i);
+    wrong += got[static_cast<size_t>(i)] != want;
+  }
+  EXPECT_EQ(wrong, 0);
+  Tensor b = r == n - 1 ? x.clone() : Tensor::zeros({count}, DType::kF32);
+  comm->broadcast(b, n - 1, o);
+  const auto broadcast = b.to_doubles();
+  wrong = 0;
+  for (int64_t i = 0; i < count; ++i) wrong += broadcast[static_cast<size_t>(i)] != value(n - 1, i);
+  EXPECT_EQ(wrong, 0);
+}
+
+// Many back-to-back calls of every collective keep the group in step (sequence numbers, message
+// order per pair), and all_reduce still works afterwards.
+TEST(MpiCollectivesLarge, ManyBackToBackCallsOfEveryCollective) {
+  auto comm = make_mpi_communicator();
+  const int n = comm->size(), r = comm->rank();
+  const auto o = mpi_options();
+  for (int i = 0; i < 50; ++i) {
+    Tensor x = Tensor::full({n + i % 3, 2}, DType::kI64, r + i);
+    Tensor b = x.clone();
+    comm->broadcast(b, i % n, o);
+    ASSERT_EQ(b.to_doubles()[0], i % n + i) << "call " << i;
+    const Tensor g = comm->all_gather(x, 0, o);
+    ASSERT_EQ(g.to_doubles().back(), n - 1 + i) << "call " << i;
+    const Tensor s = comm->reduce_scatter(x, ReduceOp::kMax, {}, o);  // some ranks get no rows
+    for (double v : s.to_doubles()) ASSERT_EQ(v, n - 1 + i) << "call " << i;
+    const Tensor a = comm->all_to_all(Tensor::full({n, 1}, DType::kI32, r), {}, o);
+    ASSERT_EQ(a.to_doubles()[static_cast<size_t>(n - 1)], n - 1) << "call " << i;
+  }
+  EXPECT_EQ(comm->sequence_number(), 200u);
+  Tensor y = Tensor::full({8}, DType::kF32, 1);
+  comm->all_reduce(y, y, ReduceOp::kSum, o);
+  EXPECT_EQ(y.to_doubles(), std::vector<double>(8, n));
+}
+
+// The last rank never calls the reduce_scatter: the others end by the deadline naming it.
+TEST(MpiCollectivesLarge, ARankThatSkipsAReduceScatterIsNamed) {
+  auto comm = make_mpi_communicator();
+  if (comm->size() < 2) GTEST_SKIP() << "needs two processes";
+  const int late = comm->size() - 1;
+  const auto o = mpi_options(Algorithm::kAuto, std::chrono::milliseconds(1000));
+  if (comm->rank() != late) {
+    const testing::Caught c = testing::catch_error(
+        [&] { comm->reduce_scatter(Tensor::zeros({8, 2}, DType::kF32), ReduceOp::kSum, {}, o); });
+    ASSERT_TRUE(c.thrown);
+    EXPECT_TRUE(c.code == ErrorCode::kDeadlineExceeded || c.code == ErrorCode::kAborted) << c.what;
+    EXPECT_TRUE(testing::contains(c.what, "for ranks [" + std::to_string(late) + " (" + comm->members()[late] + ")]"))
+        << c.what;
+    EXPECT_TRUE(testing::contains(c.what, "reduce_scatter(f32, [8,2], sum, counts [])")) << c.what;
+    EXPECT_LE(c.seconds, 1.1);
+  }
+  testing::world_barrier();
 }
 
 }  // namespace

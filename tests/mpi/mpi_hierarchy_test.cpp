@@ -2,9 +2,13 @@
 // 2 local devices on 2 threads; global rank of device d on process p is 2p + d. all_reduce with
 // kAuto / kHierarchical (within the process, MPI across, back) and with the point-to-point
 // algorithms over all 2P ranks, exact values against the in-process conformance references;
-// barrier and send/recv within and across processes; errors on every rank.
+// the other collectives (point to point over all 2P ranks, pairs within a process in memory)
+// against the references of testing/collective_checks.h; barrier and send/recv within and
+// across processes; errors on every rank.
 #include <gtest/gtest.h>
 
+
+#include "testing/collective_checks.h"
 #include "testing/expect_error.h"
 #include "testing/reduction_reference.h"
 #include "testing/run_ranks.h"
@@ -148,21 +152,45 @@ TEST(MpiHierarchy, MismatchAcrossProcessesIsFailedPreconditionEverywhere) {
   testing::world_barrier();
 }
 
-TEST(MpiHierarchy, SharedMemoryOnlyCollectivesAndDirectRefuse) {
+// Each check of testing/collective_checks.h over the 2P ranks, with whole blocks and with 40-byte
+// messages. A device whose check fails aborts the group, so that every other device stops at once.
+class MpiHierarchyCollectives : public ::testing::TestWithParam<testing::CheckParam> {};
+
+TEST_P(MpiHierarchyCollectives, MatchesTheReference) {
+  const auto& [check, segment_bytes] = GetParam();
+  auto comms = make_hierarchical_communicators(kLocal);
+  CollectiveOptions o = mpi_options();
+  o.segment_bytes = segment_bytes;
+  EXPECT_EQ(on_devices(comms, [&](int, Communicator& c) {
+              try {
+                check.check(c, o);
+              } catch (const std::exception& e) {
+                c.abort("rank " + std::to_string(c.rank()) + " failed a check: " + e.what());
+                throw;
+              }
+            }),
+            "");
+  testing::world_barrier();
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryCollective, MpiHierarchyCollectives, testing::every_check_and_segment(),
+                         testing::check_param_name);
+
+// kDirect reads peers' buffers: across processes it refuses (every device, kInvalidArgument).
+TEST(MpiHierarchy, DirectAllReduceNeedsSharedMemory) {
   auto comms = make_hierarchical_communicators(kLocal);
   if (mpi_size() < 2) GTEST_SKIP() << "one process shares memory";
   EXPECT_EQ(on_devices(comms, [&](int, Communicator& c) {
               Tensor x = Tensor::full({8}, DType::kF32, 1);
               try {
-                c.broadcast(x, 0, mpi_options());
-                throw std::runtime_error("broadcast did not refuse");
+                c.all_reduce(x, x, ReduceOp::kSum, mpi_options(Algorithm::kDirect));
+                throw std::runtime_error("kDirect did not refuse");
               } catch (const Error& e) {
-                if (e.code() != ErrorCode::kUnimplemented) throw;
+                if (e.code() != ErrorCode::kInvalidArgument) throw;
               }
-              c.all_reduce(x, x, ReduceOp::kSum, mpi_options());  // still usable
-              if (x.to_doubles()[0] != c.size()) throw std::runtime_error("wrong sum");
             }),
             "");
+  testing::world_barrier();
 }
 
 }  // namespace
