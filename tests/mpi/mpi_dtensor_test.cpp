@@ -2,10 +2,12 @@
 // 2 CPU devices, and runs the programs of tests/testing/multi_client_cases.h (the same ones the
 // simulated clients of tests/dtensor/multi_client_test.cpp run): each relayout kind and an ops
 // program over meshes that span the processes, checked block by block on every process.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "testing/expect_error.h"
 #include "testing/multi_client_cases.h"
+#include "testing/run_ranks.h"
 #include "tessel/clients.h"
 #include "tessel/mpi.h"
 #include "tessel/multi_client.h"
@@ -64,6 +66,80 @@ TEST(MpiDTensor, RuntimeOfAnotherTaskIsRefused) {
   const DTensor d = copy_to_mesh(host, Layout::batch_sharded(mesh, "x", 1), wrong);
   EXPECT_TESSEL_ERROR(relayout(d, Layout::replicated(mesh, 1)), ErrorCode::kInvalidArgument,
                       "RuntimeOptions::task");
+}
+
+}  // namespace
+}  // namespace tessel
+
+namespace tessel {
+namespace {
+
+// Rank r's communicators of `mine` (nullptr for other processes' members) on one thread each.
+std::string on_members(std::vector<std::unique_ptr<Communicator>>& mine,
+                       const std::function<void(Communicator&)>& body) {
+  std::vector<Communicator*> local;
+  for (auto& c : mine) {
+    if (c) local.push_back(c.get());
+  }
+  return testing::first_error(testing::run_ranks(static_cast<int>(local.size()),
+                                                 [&](int i) { body(*local[static_cast<size_t>(i)]); }));
+}
+
+TEST(MpiCluster, UnevenMembersPerProcessReduceAcrossProcesses) {
+  if (mpi_size() < 2) GTEST_SKIP() << "needs two processes";
+  auto cluster = make_mpi_cluster();
+  // Process 0 owns three members, every other process one.
+  std::vector<std::string> members;
+  std::vector<int> owners;
+  for (int p = 0; p < mpi_size(); ++p) {
+    for (int d = 0; d < (p == 0 ? 3 : 1); ++d) {
+      members.push_back(fmt::format("/job:worker/replica:0/task:{}/device:CPU:{}", p, d));
+      owners.push_back(p);
+    }
+  }
+  auto mine = cluster->join(members, owners, std::chrono::seconds(20));
+  const int n = static_cast<int>(members.size());
+  for (Algorithm algorithm : {Algorithm::kAuto, Algorithm::kRing}) {
+    EXPECT_EQ(on_members(mine, [&](Communicator& c) {
+                EXPECT_EQ(c.size(), n);
+                Tensor x = Tensor::full({1000}, DType::kF64, c.rank() + 1.0);
+                Tensor y = Tensor::zeros({1000}, DType::kF64);
+                CollectiveOptions options;
+                options.algorithm = algorithm;
+                options.timeout = std::chrono::seconds(20);
+                c.all_reduce(x, y, ReduceOp::kSum, options);
+                EXPECT_EQ(y.to_doubles(), std::vector<double>(1000, n * (n + 1) / 2.0));
+                c.barrier(options);
+              }),
+              "")
+        << algorithm_name(algorithm);
+  }
+}
+
+TEST(MpiCluster, ProcessesJoiningDifferentGroupsFailWithFailedPrecondition) {
+  if (mpi_size() < 2) GTEST_SKIP() << "needs two processes";
+  auto cluster = make_mpi_cluster();  // a fresh one: a failed meeting leaves messages behind
+  std::vector<std::string> members;
+  std::vector<int> owners;
+  for (int p = 0; p < mpi_size(); ++p) {
+    // Rank 0 spells its device differently from the others: not the same group.
+    members.push_back(fmt::format("/job:worker/replica:0/task:{}/device:CPU:{}", p,
+                                  mpi_rank() == 0 && p == 0 ? 7 : 0));
+    owners.push_back(p);
+  }
+  EXPECT_TESSEL_ERROR(cluster->join(members, owners, std::chrono::seconds(20)),
+                      ErrorCode::kFailedPrecondition, "another group");
+}
+
+TEST(MpiCluster, ProcessThatNeverJoinsIsNamed) {
+  if (mpi_size() < 2) GTEST_SKIP() << "needs two processes";
+  auto cluster = make_mpi_cluster();
+  const std::vector<std::string> members = {"/job:worker/replica:0/task:0/device:CPU:0",
+                                             "/job:worker/replica:0/task:1/device:CPU:0"};
+  if (mpi_rank() == 0) {
+    EXPECT_TESSEL_ERROR(cluster->join(members, {0, 1}, std::chrono::milliseconds(300)),
+                        ErrorCode::kDeadlineExceeded, "rank 1");
+  }
 }
 
 }  // namespace
