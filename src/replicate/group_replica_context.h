@@ -1,0 +1,34 @@
+// Internal: the ReplicaContext replicate() hands each replica — its collectives run on the
+// CrossReplicaGroup's communicators, one launch over the replica's cores per call (see
+// replica_context.h for the semantics, cross_replica_group.h for the shared state).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "replicate/cross_replica_group.h"
+#include "runtime/launch.h"
+#include "tessel/replica_context.h"
+
+namespace tessel::detail {
+
+class GroupReplicaContext final : public ReplicaContext {
+ public:
+  GroupReplicaContext(int replica_id, Mesh mesh, Runtime& runtime, CrossReplicaGroup& group);
+
+  DTensor all_reduce(const DTensor& x, ReduceOp op = ReduceOp::kSum) override;
+  DTensor all_gather(const DTensor& x, int axis) override;
+  DTensor broadcast(const DTensor& x, int root_replica) override;
+  void barrier() override;
+
+ private:
+  // One task per core, made by task(core, that core's communicator); every core's stream runs
+  // its task, as one launch, after group_.enter(signature); returns when all have finished.
+  template <typename MakeTask>
+  void run_on_cores(const std::string& collective, const std::string& signature, MakeTask&& task);
+
+  CrossReplicaGroup& group_;
+  CollectiveOptions options_;
+};
+
+}  // namespace tessel::detail

@@ -1,0 +1,224 @@
+// ReplicaContext (single-replica base, argument checks) and GroupReplicaContext, the context of
+// replicate()'s replicas (see replica_context.h, group_replica_context.h).
+#include "tessel/replica_context.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <utility>
+
+#include "core/errors.h"
+#include "replicate/group_replica_context.h"
+#include "tessel/relayout.h"
+
+namespace tessel {
+namespace {
+
+constexpr const char* kComponent = "ReplicaContext";
+
+// The sharding specs and Partial dims of a layout without its mesh: what must agree between
+// the replicas (each has its own mesh).
+std::string layout_without_mesh(const Layout& layout) {
+  const std::string text = layout.to_string();
+  return text.substr(0, text.find(" mesh:"));
+}
+
+std::string describe(const DTensor& x) {
+  return fmt::format("{}{} {}", dtype_name(x.dtype()), x.shape().to_string(),
+                     layout_without_mesh(x.layout()));
+}
+
+bool linear(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kMean; }
+
+// Whether reducing every core's component over the replicas with `op` keeps the pending
+// reductions of x's Partial dims valid: both linear, or the same op (max of maxes, ...).
+bool commutes_with_partial(const Layout& layout, ReduceOp op) {
+  for (const PartialDim& p : layout.partial()) {
+    if (!(linear(p.op) && linear(op)) && p.op != op) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ReplicaContext::ReplicaContext(int replica_id, int num_replicas, Mesh mesh, Runtime& runtime)
+    : replica_id_(replica_id),
+      num_replicas_(num_replicas),
+      mesh_(std::move(mesh)),
+      runtime_(&runtime) {
+  if (num_replicas < 1 || replica_id < 0 || replica_id >= num_replicas) {
+    detail::throw_invalid(kComponent, "replica_id {} must lie in [0, num_replicas = {})",
+                          replica_id, num_replicas);
+  }
+  if (mesh_.is_empty() || mesh_.is_single_device()) {
+    detail::throw_invalid(kComponent, "replica {} needs a mesh of its cores; got {}", replica_id,
+                          mesh_.to_string());
+  }
+}
+
+ReplicaContext::~ReplicaContext() = default;
+
+void ReplicaContext::check_input(const DTensor& x, const char* collective) const {
+  if (!x.defined()) {
+    detail::throw_invalid(kComponent, "{} on replica {}: the input is a null DTensor", collective,
+                          replica_id_);
+  }
+  if (x.layout().mesh() != mesh_ || &x.runtime() != runtime_) {
+    detail::throw_invalid(kComponent,
+                          "{} on replica {}: the input must lie on this replica's cores (mesh {}); "
+                          "it is on {}",
+                          collective, replica_id_, mesh_.to_string(),
+                          x.layout().mesh().to_string());
+  }
+}
+
+int ReplicaContext::check_axis(const DTensor& x, int axis) const {
+  const int rank = x.rank();
+  if (axis < -rank || axis >= rank) {
+    detail::throw_invalid(kComponent, "all_gather on replica {}: axis {} is out of range for {}",
+                          replica_id_, axis, describe(x));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+void ReplicaContext::check_root(int root_replica) const {
+  if (root_replica < 0 || root_replica >= num_replicas_) {
+    detail::throw_invalid(kComponent,
+                          "broadcast on replica {}: root_replica {} must lie in [0, {})",
+                          replica_id_, root_replica, num_replicas_);
+  }
+}
+
+namespace {
+
+void require_one_replica(const ReplicaContext& ctx, const char* collective) {
+  if (ctx.num_replicas() == 1) return;
+  detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
+                      "{} over {} replicas needs cross-replica communicators; only the contexts "
+                      "replicate() makes have them",
+                      collective, ctx.num_replicas());
+}
+
+}  // namespace
+
+DTensor ReplicaContext::all_reduce(const DTensor& x, ReduceOp) {
+  check_input(x, "all_reduce");
+  require_one_replica(*this, "all_reduce");
+  return x;
+}
+
+DTensor ReplicaContext::all_gather(const DTensor& x, int axis) {
+  check_input(x, "all_gather");
+  check_axis(x, axis);
+  require_one_replica(*this, "all_gather");
+  return x;
+}
+
+DTensor ReplicaContext::broadcast(const DTensor& x, int root_replica) {
+  check_input(x, "broadcast");
+  check_root(root_replica);
+  require_one_replica(*this, "broadcast");
+  return x;
+}
+
+void ReplicaContext::barrier() { require_one_replica(*this, "barrier"); }
+
+namespace detail {
+
+GroupReplicaContext::GroupReplicaContext(int replica_id, Mesh mesh, Runtime& runtime,
+                                         CrossReplicaGroup& group)
+    : ReplicaContext(replica_id, group.num_replicas(), std::move(mesh), runtime), group_(group) {
+  options_.timeout = group.timeout();
+}
+
+template <typename MakeTask>
+void GroupReplicaContext::run_on_cores(const std::string& collective, const std::string& signature,
+                                       MakeTask&& task) {
+  std::vector<StreamTask> tasks;
+  for (int c = 0; c < group_.num_cores(); ++c) {
+    tasks.push_back(
+        {&group_.device(replica_id(), c), task(c, &group_.communicator(replica_id(), c))});
+  }
+  group_.enter(replica_id(), signature);
+  CrossReplicaGroup* group = &group_;
+  run_on_streams(kComponent, collective, std::move(tasks), group_.timeout(),
+                 [group](const std::string& reason) { group->abort(reason); });
+}
+
+namespace {
+
+// A fresh block of every core's component's shape, on the core's device.
+std::vector<Tensor> allocate_like(const DTensor& x) {
+  std::vector<Tensor> out;
+  for (int c = 0; c < x.num_components(); ++c) {
+    out.push_back(x.device(c).allocate(x.component(c).shape(), x.dtype(), /*zero_fill=*/false));
+  }
+  return out;
+}
+
+}  // namespace
+
+DTensor GroupReplicaContext::all_reduce(const DTensor& x, ReduceOp op) {
+  check_input(x, "all_reduce");
+  const std::string signature =
+      fmt::format("all_reduce({}) of {}", reduce_op_name(op), describe(x));
+  const bool keep = commutes_with_partial(x.layout(), op);
+  const DTensor in = keep ? x : relayout(x, x.layout().without_partial());
+  const std::vector<Tensor> outputs = allocate_like(in);
+  const CollectiveOptions options = options_;
+  run_on_cores("all_reduce", signature, [&](int c, Communicator* comm) {
+    return [comm, input = in.component(c), output = outputs[c], op, options]() mutable {
+      comm->all_reduce(input, output, op, options);
+    };
+  });
+  DTensor out(in.layout(), in.shape(), in.dtype(), outputs, runtime());
+  return keep ? out : relayout(out, x.layout());
+}
+
+DTensor GroupReplicaContext::all_gather(const DTensor& x, int axis) {
+  check_input(x, "all_gather");
+  const int a = check_axis(x, axis);
+  const std::string signature = fmt::format("all_gather(axis {}) of {}", a, describe(x));
+  std::vector<ShardingSpec> specs = x.layout().sharding_specs();
+  specs[static_cast<size_t>(a)] = ShardingSpec::unsharded();
+  const Layout gathered = Layout::create(x.layout().type(), specs, mesh(), x.layout().partial());
+  const DTensor in = gathered == x.layout() ? x : relayout(x, gathered);
+  auto results = std::make_shared<std::vector<Tensor>>(static_cast<size_t>(in.num_components()));
+  const CollectiveOptions options = options_;
+  run_on_cores("all_gather", signature, [&](int c, Communicator* comm) {
+    return [comm, input = in.component(c), results, c, a, options]() {
+      (*results)[static_cast<size_t>(c)] = comm->all_gather(input, a, options);
+    };
+  });
+  std::vector<int64_t> dims = x.shape().dims();
+  dims[static_cast<size_t>(a)] *= num_replicas();
+  DTensor out(gathered, Shape(dims), x.dtype(), *results, runtime());
+  return gathered == x.layout() ? out : relayout(out, x.layout());
+}
+
+DTensor GroupReplicaContext::broadcast(const DTensor& x, int root_replica) {
+  check_input(x, "broadcast");
+  check_root(root_replica);
+  const std::string signature = fmt::format("broadcast(root {}) of {}", root_replica, describe(x));
+  const std::vector<Tensor> outputs = allocate_like(x);
+  const bool root = replica_id() == root_replica;
+  const CollectiveOptions options = options_;
+  run_on_cores("broadcast", signature, [&](int c, Communicator* comm) {
+    return
+        [comm, input = x.component(c), output = outputs[c], root, root_replica, options]() mutable {
+          if (root) output.copy_from(input);
+          comm->broadcast(output, root_replica, options);
+        };
+  });
+  return DTensor(x.layout(), x.shape(), x.dtype(), outputs, runtime());
+}
+
+void GroupReplicaContext::barrier() {
+  const CollectiveOptions options = options_;
+  run_on_cores("barrier", "barrier", [&](int, Communicator* comm) {
+    return [comm, options]() { comm->barrier(options); };
+  });
+}
+
+}  // namespace detail
+}  // namespace tessel
