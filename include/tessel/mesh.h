@@ -128,7 +128,9 @@ class Mesh {
   // Text and wire forms.
   std::string to_string() const;
   std::string as_proto() const;  // serialized MeshProto bytes
-  // Hash of the dims, global ids and global devices only: equal on every client of a mesh.
+  // Hash of the dims, global ids and global devices only: equal on every client of a mesh. A
+  // mesh whose ids are all local and that names no global devices hashes its local devices in
+  // their place (they are its global devices), so that meshes over different devices differ.
   uint64_t global_fingerprint() const;
 
   // Exact equality of every field (TF compares the protos).

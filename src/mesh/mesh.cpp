@@ -313,6 +313,13 @@ uint64_t Mesh::global_fingerprint() const {
   for (const MeshDimension& d : data_->dims) h = fnv1a(fmt::format("{}={};", d.name, d.size), h);
   h = fnv1a(format_ids(data_->global_ids), h);
   for (const std::string& device : data_->global_devices) h = fnv1a(device + ";", h);
+  // A mesh of one client (every id local) without global device names: its local devices are
+  // its global ones. Without them, meshes of equal shape over different devices of one process
+  // (the replicas of replicate(), relayout's send_recv groups) would share collective groups.
+  if (data_->global_devices.empty() && !data_->local_ids.empty() &&
+      data_->local_ids.size() == data_->global_ids.size()) {
+    for (const std::string& device : data_->local_devices) h = fnv1a(device + ";", h);
+  }
   return h;
 }
 
