@@ -28,7 +28,8 @@ namespace tessel::detail {
 // and receives the tensor once).
 void p2p_broadcast(Transport& t, Tensor& tensor, int root, const CallContext& c);
 // Rank k reduces chunk k (shard_range of the elements) of every rank's input, then sends it to
-// the root: every rank sends and receives about 2(N-1)/N of the tensor.
+// the root: every rank sends about the tensor's size and receives (N-1)/N of it (the root twice
+// that), instead of the root receiving N-1 whole tensors.
 void p2p_reduce(Transport& t, const Tensor& input, Tensor& output, ReduceOp op, int root,
                 const CallContext& c);
 // Every rank sends its input to every other rank (or only to `root` when root >= 0); the
