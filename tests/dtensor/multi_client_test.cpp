@@ -45,6 +45,13 @@ TEST(MultiClient, OpsMatchOneDevice) {
   }));
 }
 
+TEST(MultiClient, TrainingStepsMatchOneDevice) {
+  SimulatedClients clients(2, 2);
+  expect_no_errors(clients.run([&](SimulatedClient& c) {
+    testing::run_training_case(c.mesh(testing::client_by_device_mesh(2)), c.runtime());
+  }));
+}
+
 TEST(MultiClient, ClientThatNeverJoinsIsNamedInDeadlineExceeded) {
   SimulatedClients clients(2, 2);
   const Tensor host = Tensor::random_uniform(Shape({8, 2}), DType::kF32, 3, -1.0, 1.0);

@@ -48,6 +48,10 @@ TEST(MpiDTensor, OpsMatchOneDevice) {
   testing::run_ops_case(client_mesh(testing::client_by_device_mesh(mpi_size())), client_runtime());
 }
 
+TEST(MpiDTensor, TrainingStepsMatchOneDevice) {
+  testing::run_training_case(client_mesh(testing::client_by_device_mesh(mpi_size())), client_runtime());
+}
+
 TEST(MpiDTensor, RuntimeGlobalIsNamedAfterThisProcess) {
   // Under mpirun the environment names this client: job "worker", task = rank.
   EXPECT_EQ(num_clients(), mpi_size());
