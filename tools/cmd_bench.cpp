@@ -69,7 +69,8 @@ constexpr const char* kHelp =
     "  <collective>        all_reduce, all_gather, reduce_scatter, broadcast or all_to_all\n"
     "                      (tessel bench fusion --help: the fused batch all-reduce;\n"
     "                      tessel bench relayout --help: a DTensor relayout;\n"
-    "                      tessel bench matmul --help, tessel bench dispatch --help: SPMD ops)\n"
+    "                      tessel bench matmul --help, tessel bench dispatch --help: SPMD ops;\n"
+    "                      tessel bench replicate --help: a compiled replicated training step)\n"
     "  --devices N         participants (default 4, at most 64)\n"
     "  -b, --minbytes S    smallest size (default 4K; K, M, G are powers of 1024)\n"
     "  -e, --maxbytes S    largest size (default 256M)\n"
@@ -778,6 +779,7 @@ int run_bench(const Args& args) {
   if (!args.empty() && args[0] == "relayout") return run_bench_relayout(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "matmul") return run_bench_matmul(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "dispatch") return run_bench_dispatch(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "replicate") return run_bench_replicate(Args(args.begin() + 1, args.end()));
   if (wants_help(args)) {
     std::cout << kHelp;
     return kExitOk;

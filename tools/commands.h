@@ -26,6 +26,8 @@ int run_bench_relayout(const Args& args);
 // `tessel bench matmul ...` and `tessel bench dispatch ...` (the SPMD op benchmarks).
 int run_bench_matmul(const Args& args);
 int run_bench_dispatch(const Args& args);
+// `tessel bench replicate ...`: a replicated training step, compiled vs eager vs sequential.
+int run_bench_replicate(const Args& args);
 
 // True when any argument is "--help" or "-h".
 bool wants_help(const Args& args);

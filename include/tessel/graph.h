@@ -4,18 +4,21 @@
 //
 //   CompilationResult r = compile(step, signature, options);
 //   std::cout << r.computation()->graph();
-//   // graph on mesh |core=1|0|0|/job:localhost/replica:0/task:0/device:CPU:0: 2 inputs, 1 output, 5 nodes
-//   //   %0 = input 0                                   -> [8,4] f32 {unsharded,unsharded}
-//   //   %1 = input 1                                   -> [4,2] f32 {unsharded,unsharded}
-//   //   %2 = matmul(%0 {unsharded,unsharded}, %1 {unsharded,unsharded})  -> [8,2] f32 {unsharded,unsharded}
-//   //   %3 = all_reduce[sum](%2)                       -> [8,2] f32 {unsharded,unsharded}
+//   // graph on mesh replica_0|core=1|...|CPU:0: 2 inputs, 1 output, 5 nodes (1 unused removed)
+//   //   %0 = input 0 -> [8,4] f32 {unsharded,unsharded}
+//   //   %1 = input 1 -> [4,2] f32 {unsharded,unsharded}
+//   //   %2 = matmul(%0 {unsharded,unsharded}, %1 {unsharded,unsharded}) -> [8,2] f32 {...}
+//   //   %3 = all_reduce[sum](%2) -> [8,2] f32 {unsharded,unsharded}
+//   //   barrier()
 //   //   return %3
 //
 // Values are numbered %0, %1, ... in the order they were made; each node makes at most one
-// (barrier makes none). Layouts print as their sharding specs (with "partial:sum(core)" when
-// Partial) on the graph's mesh, a replica's core mesh at trace time: at replay every layout is
-// the same specs on the replica's own core mesh. A relayout node is one the sharding rule of its
-// consumer required (dispatch would insert it); it prints its plan's steps.
+// (barrier makes none). Nodes that nothing returned depends on are left out (inputs and
+// collectives always stay: every replica calls the same collectives in the same order).
+// Layouts print as their sharding specs (with "partial:sum(core)" when Partial) on the graph's
+// mesh, a replica's core mesh at trace time: at replay every layout is the same specs on the
+// replica's own core mesh. A relayout node is one the sharding rule of its consumer required
+// (dispatch would insert it); it prints its plan's steps.
 //
 // Thread safety: an immutable value once compile() returns it.
 #pragma once
@@ -68,7 +71,7 @@ class Graph {
  public:
   Graph() = default;
   Graph(Mesh mesh, std::vector<GraphNode> nodes, std::vector<TensorSpec> values,
-        std::vector<int> outputs);
+        std::vector<int> outputs, int removed_nodes = 0);
 
   // The core mesh the graph was traced on (replica 0's).
   const Mesh& mesh() const { return mesh_; }
@@ -80,6 +83,9 @@ class Graph {
   int num_inputs() const;
   // Nodes of each kind.
   int count(GraphNodeKind kind) const;
+  // Traced nodes left out because nothing the computation returns depends on them (the eager
+  // run computes them: gradients of inputs nobody asked for, ...).
+  int removed_nodes() const { return removed_nodes_; }
 
   // A header line, one line per node (see the example above), then "return %a, %b".
   std::string to_string() const;
@@ -89,6 +95,7 @@ class Graph {
   std::vector<GraphNode> nodes_;
   std::vector<TensorSpec> values_;
   std::vector<int> outputs_;
+  int removed_nodes_ = 0;
 };
 
 std::ostream& operator<<(std::ostream& os, const Graph& graph);

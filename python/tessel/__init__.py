@@ -247,6 +247,23 @@ from tessel._tessel import (
     step_marker_location_name,
 )
 
+# compile(): trace a replica computation once, replay it on every replica (bind_compile.cpp).
+from tessel._tessel import (
+    CollectiveKind,
+    CompilationResult,
+    CompileCacheStats,
+    CompileOptions,
+    CompiledComputation,
+    Function,
+    Graph,
+    GraphNode,
+    GraphNodeKind,
+    InputSpec,
+    clear_compile_cache,
+    compile,
+    compile_cache_stats,
+)
+
 # Number of virtual CPU devices create_mesh() uses when no devices are given.
 _DEFAULT_CPU_DEVICES = 4
 

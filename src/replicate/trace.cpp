@@ -152,7 +152,39 @@ Graph Tracer::finish(const std::vector<DTensor>& outputs) {
     ids.push_back(value_of(outputs[i], "return", i));
   }
   uninstall();
-  return Graph(mesh_, std::move(nodes_), std::move(specs_), std::move(ids));
+  return prune(std::move(ids));
+}
+
+Graph Tracer::prune(std::vector<int> outputs) {
+  std::vector<bool> live(specs_.size(), false);
+  for (int v : outputs) live[static_cast<size_t>(v)] = true;
+  std::vector<bool> keep(nodes_.size(), false);
+  for (size_t k = nodes_.size(); k-- > 0;) {
+    const GraphNode& node = nodes_[k];
+    // Inputs keep their positions; collectives are called by every replica in the same order.
+    keep[k] = node.kind == GraphNodeKind::kInput || node.kind == GraphNodeKind::kCollective ||
+              (node.output >= 0 && live[static_cast<size_t>(node.output)]);
+    if (keep[k]) {
+      for (int v : node.inputs) live[static_cast<size_t>(v)] = true;
+    }
+  }
+  std::vector<int> renumbered(specs_.size(), -1);
+  std::vector<GraphNode> nodes;
+  std::vector<TensorSpec> specs;
+  for (size_t k = 0; k < nodes_.size(); ++k) {
+    if (!keep[k]) continue;
+    GraphNode node = std::move(nodes_[k]);
+    for (int& v : node.inputs) v = renumbered[static_cast<size_t>(v)];
+    if (node.output >= 0) {
+      specs.push_back(specs_[static_cast<size_t>(node.output)]);
+      renumbered[static_cast<size_t>(node.output)] = static_cast<int>(specs.size()) - 1;
+      node.output = static_cast<int>(specs.size()) - 1;
+    }
+    nodes.push_back(std::move(node));
+  }
+  for (int& v : outputs) v = renumbered[static_cast<size_t>(v)];
+  const int removed = static_cast<int>(nodes_.size() - nodes.size());
+  return Graph(mesh_, std::move(nodes), std::move(specs), std::move(outputs), removed);
 }
 
 }  // namespace tessel::detail

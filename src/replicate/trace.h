@@ -54,7 +54,9 @@ class Tracer final : public OpTracer {
                             const std::optional<TensorSpec>& output);
 
   // Stops tracing and returns the graph returning `outputs` (each a value of this trace or a
-  // concrete DTensor, captured; a null DTensor: kInvalidArgument naming its position).
+  // concrete DTensor, captured; a null DTensor: kInvalidArgument naming its position), without
+  // the nodes nothing returned depends on (inputs and collectives are always kept), values
+  // renumbered in order.
   Graph finish(const std::vector<DTensor>& outputs);
 
  private:
@@ -68,6 +70,8 @@ class Tracer final : public OpTracer {
   // `value` in `layout`: itself, or a (memoised) relayout node's output.
   DTensor in_layout(int value, const Layout& layout);
   void uninstall();
+  // The graph of the live nodes (see finish).
+  Graph prune(std::vector<int> outputs);
 
   Mesh mesh_;
   Runtime& runtime_;

@@ -96,9 +96,9 @@ std::string layout_specs_string(const Layout& layout) {
 }
 
 Graph::Graph(Mesh mesh, std::vector<GraphNode> nodes, std::vector<TensorSpec> values,
-             std::vector<int> outputs)
+             std::vector<int> outputs, int removed_nodes)
     : mesh_(std::move(mesh)), nodes_(std::move(nodes)), values_(std::move(values)),
-      outputs_(std::move(outputs)) {}
+      outputs_(std::move(outputs)), removed_nodes_(removed_nodes) {}
 
 int Graph::count(GraphNodeKind kind) const {
   return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(),
@@ -109,9 +109,11 @@ int Graph::num_inputs() const { return count(GraphNodeKind::kInput); }
 
 std::string Graph::to_string() const {
   std::ostringstream os;
-  os << fmt::format("graph on mesh {}: {} input{}, {} output{}, {} nodes\n", mesh_.to_string(),
+  os << fmt::format("graph on mesh {}: {} input{}, {} output{}, {} nodes", mesh_.to_string(),
                     num_inputs(), num_inputs() == 1 ? "" : "s", outputs_.size(),
                     outputs_.size() == 1 ? "" : "s", nodes_.size());
+  if (removed_nodes_ > 0) os << fmt::format(" ({} unused removed)", removed_nodes_);
+  os << "\n";
   for (const GraphNode& node : nodes_) os << node_string(node, values_) << "\n";
   std::vector<std::string> outs;
   for (int v : outputs_) outs.push_back(fmt::format("%{}", v));

@@ -205,6 +205,27 @@ TEST(CompileTrace, OutputsAndCapturesMustLiveOnTheTraceMesh) {
                       "output 0 of the computation is a null DTensor");
 }
 
+TEST(CompileTrace, NodesNothingReturnedNeedsAreRemovedButCollectivesStay) {
+  Runtime rt({.num_cpu_devices = 1});
+  const Mesh mesh = Mesh::create({{"core", 1}});
+  Tracer tracer(mesh, rt);
+  const DTensor x = tracer.add_input(0, replicated_spec(mesh, Shape{2}));
+  exp(x);  // unused: removed
+  GraphNode node;
+  node.op = "all_reduce";
+  tracer.record_collective(node, {tanh(x)}, replicated_spec(mesh, Shape{2}));  // kept
+  const Graph g = tracer.finish({negative(x)});
+  EXPECT_EQ(g.removed_nodes(), 1);
+  const std::string text = g.to_string();
+  EXPECT_NE(text.find("4 nodes (1 unused removed)"), std::string::npos) << text;
+  EXPECT_NE(text.find("%1 = tanh(%0 {unsharded}) -> [2] f32 {unsharded}\n"
+                      "  %2 = all_reduce[sum](%1) -> [2] f32 {unsharded}\n"
+                      "  %3 = negative(%0 {unsharded}) -> [2] f32 {unsharded}\n"
+                      "  return %3"),
+            std::string::npos)
+      << text;
+}
+
 // Replays `fn` traced on `trace_mesh` on `replay_mesh` and compares with running it eagerly there.
 void expect_replay_matches_eager(const Mesh& trace_mesh, const Mesh& replay_mesh, Runtime& rt) {
   const std::function<std::vector<DTensor>(const std::vector<DTensor>&)> fn = loss_and_grads;
