@@ -19,10 +19,13 @@
 //   replay       CompiledComputation::replay on a single-replica context, until its device is idle
 //   eager step   the step function on the same context
 // replay - kernels is what the compiled replay adds per step (allocation, launch, stream
-// hand-off); eager step - kernels the same for eager dispatch. For R replicas the line
+// hand-off, and the page faults of fresh output blocks, counted per step); eager step - kernels
+// the same for eager dispatch. For R replicas the line
 // "compiled - kernels x R / P" subtracts the kernels' time spread over P = min(R, hardware
 // threads) cores from the compiled step.
 // Compiled and eager outputs are compared bit for bit ("wrong"); any difference exits 1.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -176,13 +179,22 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Microseconds per call of fn, over `steps` calls.
+int64_t minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Microseconds per call of fn over `steps` calls; adds the page faults per call to *faults.
 template <typename Fn>
-double us_per_step(int64_t steps, Fn&& fn) {
+double us_per_step(int64_t steps, Fn&& fn, std::vector<double>* faults = nullptr) {
+  const int64_t faults0 = minor_faults();
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < steps; ++s) fn();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-         static_cast<double>(steps);
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (faults) faults->push_back(static_cast<double>(minor_faults() - faults0) / steps);
+  return us / static_cast<double>(steps);
 }
 
 int count_differences(const std::vector<std::vector<DTensor>>& a,
@@ -256,19 +268,26 @@ int run_bench_replicate(const Args& args) {
   const int wrong = count_differences(run_compiled(), run_eager());  // also warms up
   run_sequential();
   std::vector<double> t_compiled, t_eager, t_sequential, t_kernels, t_replay, t_direct;
+  std::vector<double> f_replay, f_direct;  // page faults per step
   for (int64_t round = 0; round < c.rounds; ++round) {
     t_compiled.push_back(us_per_step(c.steps, run_compiled));
     t_eager.push_back(us_per_step(c.steps, run_eager));
     t_sequential.push_back(us_per_step(c.steps, run_sequential));
     t_kernels.push_back(us_per_step(c.steps, [&] { kernels.run(); }));
-    t_replay.push_back(us_per_step(c.steps, [&] {
-      compiled_one->replay(ctx, inputs);
-      rt.synchronize();
-    }));
-    t_direct.push_back(us_per_step(c.steps, [&] {
-      mlp_step(ctx, inputs);
-      rt.synchronize();
-    }));
+    t_replay.push_back(us_per_step(
+        c.steps,
+        [&] {
+          compiled_one->replay(ctx, inputs);
+          rt.synchronize();
+        },
+        &f_replay));
+    t_direct.push_back(us_per_step(
+        c.steps,
+        [&] {
+          mlp_step(ctx, inputs);
+          rt.synchronize();
+        },
+        &f_direct));
   }
   const double compiled_us = median(t_compiled), eager_us = median(t_eager);
   const double sequential_us = median(t_sequential), kernels_us = median(t_kernels);
@@ -287,11 +306,13 @@ int run_bench_replicate(const Args& args) {
         "\"eager_over_compiled\": {:.3f}, \"sequential_over_compiled\": {:.3f}, "
         "\"kernels_us\": {:.1f}, \"replay_us\": {:.1f}, \"eager_step_us\": {:.1f}, "
         "\"replay_overhead_us\": {:.1f}, \"eager_overhead_us\": {:.1f}, "
-        "\"parallel_overhead_us\": {:.1f}, \"load1\": {:.2f}, \"wrong\": {}}}\n",
+        "\"parallel_overhead_us\": {:.1f}, \"replay_faults\": {:.1f}, \"eager_step_faults\": {:.1f}, "
+        "\"load1\": {:.2f}, \"wrong\": {}}}\n",
         replicas, c.devices, std::thread::hardware_concurrency(), c.batch, c.features, c.hidden,
         c.classes, compiled->graph().nodes().size(), compiled_us, eager_us, sequential_us,
         eager_us / compiled_us, sequential_us / compiled_us, kernels_us, replay_us, direct_us,
-        replay_us - kernels_us, direct_us - kernels_us, parallel_overhead_us, load[0], wrong);
+        replay_us - kernels_us, direct_us - kernels_us, parallel_overhead_us, median(f_replay),
+        median(f_direct), load[0], wrong);
   } else {
     std::cout << fmt::format(
         "MLP step [{}x{}] -> {} -> {}, {} replicas x 1 core on {} devices ({} hardware threads, "
@@ -305,10 +326,12 @@ int run_bench_replicate(const Args& args) {
     std::cout << fmt::format("  {} sequential 1-replica steps {:9.1f} us/step  {:.2f}x compiled\n",
                              replicas, sequential_us, sequential_us / compiled_us);
     std::cout << fmt::format("one replica, no replicate(): kernels alone {:.1f} us/step\n", kernels_us);
-    std::cout << fmt::format("  compiled replay               {:9.1f} us/step  overhead {:.1f} us\n",
-                             replay_us, replay_us - kernels_us);
-    std::cout << fmt::format("  eager step                    {:9.1f} us/step  overhead {:.1f} us\n",
-                             direct_us, direct_us - kernels_us);
+    std::cout << fmt::format(
+        "  compiled replay               {:9.1f} us/step  overhead {:.1f} us ({:.0f} page faults)\n",
+        replay_us, replay_us - kernels_us, median(f_replay));
+    std::cout << fmt::format(
+        "  eager step                    {:9.1f} us/step  overhead {:.1f} us ({:.0f} page faults)\n",
+        direct_us, direct_us - kernels_us, median(f_direct));
     std::cout << fmt::format("{} replicas: compiled - kernels x {} / {} cores = {:.1f} us/step\n",
                              replicas, replicas, cores, parallel_overhead_us);
     std::cout << fmt::format("wrong results: {}\n", wrong);

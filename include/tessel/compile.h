@@ -23,7 +23,9 @@
 // as usual, so gradients are traced too. Concrete DTensors the function uses (created before,
 // or inside it with copy_to_mesh) are captured as constants; they must lie on the core mesh.
 // Reading data while tracing is refused with kFailedPrecondition: pack and unpack (BR-74-05:
-// eager only), to_host / unpack / relayout / components of an abstract value.
+// eager only), to_host / unpack / relayout / components of an abstract value. Only the calling
+// thread traces: ops the function runs on other threads see abstract values outside their
+// trace (kFailedPrecondition).
 //
 // Replay. run() calls replicate() (replicate.h) with a computation that replays the graph on
 // each replica's own core mesh and collectives; the function is not called again. Everything
@@ -42,7 +44,10 @@
 // tracing (CompilationResult::cache_hit()). std::function has no identity, so a Function
 // carries one: each Function constructed gets a fresh id, never reused; copies share it. Two
 // Functions made from the same lambda, or with the same name, are different keys: a stale hit
-// needs the same Function object (or a copy), whose callable cannot change. The entries of a
+// needs the same Function object (or a copy), whose callable cannot change. What the trace
+// records is the path the function took once: control flow on captured state, and captured
+// DTensors' values, are fixed at compile time (as with tf.function); make a new Function when
+// they change. The entries of a
 // Function are dropped when its last copy is destroyed; failed compilations are not cached.
 // Two threads compiling the same key at once may both trace; the first result stored wins.
 //
