@@ -1,7 +1,21 @@
-// Bindings of the replicate layer's metadata: ReplicateMetadata (TF's TPUReplicateMetadata
-// attributes), StepMarkerLocation and DeviceAssignment (tf.tpu.experimental.DeviceAssignment).
-// Needs Topology, bound by bind_system.
+// Bindings of the replicate layer: ReplicateMetadata (TF's TPUReplicateMetadata attributes),
+// StepMarkerLocation, DeviceAssignment (tf.tpu.experimental.DeviceAssignment), PartialShape,
+// the replicated-input merges, ReplicatedVariable, replicated_output, dummy_input,
+// ReplicaContext, ReplicateOptions, replicate and replica_device_names. Needs Topology (bound by
+// bind_system) and the DTensor classes (bind_dtensor, bind_ops).
+//
+// replicate(computation, ...) takes a Python callable computation(ctx, inputs) -> list of
+// DTensors. replicate() runs with the GIL released; each replica's thread takes the GIL to call
+// the callable, and every collective of ReplicaContext (and every op) releases it while it
+// waits, so the replicas' Python code interleaves and their device work overlaps. An exception
+// the callable raises is re-raised by replicate() as the tessel error class of its code (a
+// tessel error keeps its code; ValueError/TypeError -> InvalidArgumentError, IndexError ->
+// OutOfRangeError, TimeoutError -> DeadlineExceededError, NotImplementedError ->
+// UnimplementedError, anything else -> InternalError), message "replicate: replica <k>: ...",
+// with the original exception as __cause__.
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,10 +23,17 @@
 #include "casters.h"
 #include "tessel/device_assignment.h"
 #include "tessel/error.h"
+#include "tessel/partial_shape.h"
+#include "tessel/replica_context.h"
+#include "tessel/replicate.h"
 #include "tessel/replicate_metadata.h"
+#include "tessel/replicated_io.h"
 #include "tessel/topology.h"
 
 namespace tessel::python {
+
+py::list wrap_dtensors(std::vector<DTensor> tensors);  // bind_ops.cpp
+
 namespace {
 
 std::string type_name(const py::handle& obj) {
@@ -113,11 +134,10 @@ existing device, no device twice; failures raise InvalidArgumentError (a ValueEr
       .def("task", &DeviceAssignment::task, py::arg("replica") = 0, py::arg("logical_core") = 0)
       .def("tpu_ordinal", &DeviceAssignment::tpu_ordinal, py::arg("replica") = 0,
            py::arg("logical_core") = 0)
-      .def("device", &DeviceAssignment::device, py::arg("replica") = 0,
-           py::arg("logical_core") = 0, py::arg("job") = "localhost")
+      .def("device", &DeviceAssignment::device, py::arg("replica") = 0, py::arg("logical_core") = 0,
+           py::arg("job") = "localhost")
       .def("tpu_device", &DeviceAssignment::device, py::arg("replica") = 0,
-           py::arg("logical_core") = 0, py::arg("job") = "localhost",
-           "TF's name for device().")
+           py::arg("logical_core") = 0, py::arg("job") = "localhost", "TF's name for device().")
       .def(
           "host_device",
           [](const DeviceAssignment& da, int replica, int logical_core,
@@ -214,11 +234,354 @@ needs num_replicas >= 1. computation_shape and padding_map are deprecated and re
       .def("__repr__", &ReplicateMetadata::to_string);
 }
 
+// ---- PartialShape and the replicated inputs and outputs ------------------------------------
+
+// None (the unknown rank), a PartialShape, or a sequence of ints and Nones (-1 also unknown).
+PartialShape to_partial_shape(py::handle obj) {
+  if (obj.is_none()) return PartialShape();
+  if (py::isinstance<PartialShape>(obj)) return obj.cast<PartialShape>();
+  if (!py::detail::is_plain_sequence(obj)) {
+    throw Error(
+        ErrorCode::kInvalidArgument, "PartialShape",
+        "expected None, a PartialShape or a sequence of ints and Nones; got " + type_name(obj));
+  }
+  std::vector<int64_t> dims;
+  for (py::handle d : py::reinterpret_borrow<py::sequence>(obj)) {
+    dims.push_back(d.is_none() ? kUnknownDim : d.cast<int64_t>());
+  }
+  return PartialShape(std::move(dims));
+}
+
+// TF's as_list(): ints with None for unknown extents; None for the unknown rank.
+py::object partial_shape_list(const PartialShape& s) {
+  if (!s.rank_known()) return py::none();
+  py::list out;
+  for (int64_t d : s.dims()) out.append(d == kUnknownDim ? py::object(py::none()) : py::int_(d));
+  return out;
+}
+
+std::vector<PartialShape> to_partial_shapes(const py::iterable& shapes) {
+  std::vector<PartialShape> out;
+  for (py::handle s : shapes) out.push_back(to_partial_shape(s));
+  return out;
+}
+
+void bind_partial_shape(py::module_& m) {
+  py::class_<PartialShape>(m, "PartialShape", R"doc(
+A shape that may be partly known (TF's PartialTensorShape): PartialShape(None) has an unknown
+rank, PartialShape([2, None]) a known rank with an unknown extent. merge (TF: merge_with) is
+TF's Merge; a mismatch raises InvalidArgumentError with TF's text.)doc")
+      .def(py::init([](py::handle dims) { return to_partial_shape(dims); }),
+           py::arg("dims") = py::none())
+      .def_property_readonly("rank",
+                             [](const PartialShape& s) -> py::object {
+                               if (!s.rank_known()) return py::none();
+                               return py::int_(s.rank());
+                             })
+      .def_property_readonly("dims", &partial_shape_list)
+      .def("as_list", &partial_shape_list)
+      .def("is_fully_defined", &PartialShape::is_fully_defined)
+      .def(
+          "is_compatible_with",
+          [](const PartialShape& s, py::handle other) {
+            return s.is_compatible_with(to_partial_shape(other));
+          },
+          py::arg("other"))
+      .def(
+          "merge",
+          [](const PartialShape& s, py::handle other) { return s.merge(to_partial_shape(other)); },
+          py::arg("other"))
+      .def(
+          "merge_with",
+          [](const PartialShape& s, py::handle other) { return s.merge(to_partial_shape(other)); },
+          py::arg("other"), "TF's name for merge.")
+      .def("to_shape", &PartialShape::to_shape)
+      .def("__eq__",
+           [](const PartialShape& s, py::handle other) {
+             return py::isinstance<PartialShape>(other) && s == other.cast<PartialShape>();
+           })
+      .def("__str__", &PartialShape::to_string)
+      .def("__repr__", [](const PartialShape& s) { return "PartialShape(" + s.to_string() + ")"; });
+}
+
+void bind_replicated_io(py::module_& m) {
+  m.def(
+      "merge_replicated_input_shapes",
+      [](const py::iterable& shapes) {
+        return merge_replicated_input_shapes(to_partial_shapes(shapes));
+      },
+      py::arg("shapes"),
+      "TPUReplicatedInput's shape function (BR-105-01): the replicas' shapes merged from the last "
+      "to the first; a mismatch names both replicas and both shapes.");
+  py::class_<HandleShapeAndType>(m, "HandleShapeAndType",
+                                 "A resource handle's data: the variable's shape and dtype.")
+      .def(py::init([](py::handle shape, DType dtype) {
+             return HandleShapeAndType{to_partial_shape(shape), dtype};
+           }),
+           py::arg("shape"), py::arg("dtype"))
+      .def_readwrite("shape", &HandleShapeAndType::shape)
+      .def_readwrite("dtype", &HandleShapeAndType::dtype)
+      .def(py::self == py::self)
+      .def("__repr__", [](const HandleShapeAndType& h) {
+        return "HandleShapeAndType(" + h.shape.to_string() + ", " +
+               std::string(dtype_name(h.dtype)) + ")";
+      });
+  m.def("merge_replicated_handle_shapes_and_types", &merge_replicated_handle_shapes_and_types,
+        py::arg("handles"), py::arg("what") = "",
+        "TPUReplicatedInput's handle merging for resources (BR-105-02).");
+  py::class_<ReplicatedVariable>(m, "ReplicatedVariable", R"doc(
+A variable of a replicated computation: one value per replica (per_replica) or one value mirrored
+on every replica (mirrored, TF's is_mirrored_variable), a dtype and a declared handle shape.)doc")
+      .def(py::init([](std::string name, DType dtype, py::handle handle_shape,
+                       std::vector<Tensor> values, bool is_mirrored_variable) {
+             return ReplicatedVariable{std::move(name), dtype, to_partial_shape(handle_shape),
+                                       std::move(values), is_mirrored_variable};
+           }),
+           py::arg("name"), py::arg("dtype"), py::arg("handle_shape") = py::none(),
+           py::arg("values") = std::vector<Tensor>{}, py::arg("is_mirrored_variable") = false)
+      .def_static(
+          "per_replica",
+          [](std::string name, std::vector<Tensor> values, py::handle handle_shape) {
+            return ReplicatedVariable::per_replica(std::move(name), std::move(values),
+                                                   to_partial_shape(handle_shape));
+          },
+          py::arg("name"), py::arg("values"), py::arg("handle_shape") = py::none())
+      .def_static(
+          "mirrored",
+          [](std::string name, Tensor value, py::handle handle_shape) {
+            return ReplicatedVariable::mirrored(std::move(name), std::move(value),
+                                                to_partial_shape(handle_shape));
+          },
+          py::arg("name"), py::arg("value"), py::arg("handle_shape") = py::none())
+      .def_readwrite("name", &ReplicatedVariable::name)
+      .def_readwrite("dtype", &ReplicatedVariable::dtype)
+      .def_property(
+          "handle_shape", [](const ReplicatedVariable& v) { return v.handle_shape; },
+          [](ReplicatedVariable& v, py::handle s) { v.handle_shape = to_partial_shape(s); })
+      .def_readwrite("values", &ReplicatedVariable::values)
+      .def_readwrite("is_mirrored_variable", &ReplicatedVariable::is_mirrored_variable)
+      .def("value", &ReplicatedVariable::value, py::arg("replica"))
+      .def("__repr__", [](const ReplicatedVariable& v) {
+        return "ReplicatedVariable('" + v.name + "', " + std::string(dtype_name(v.dtype)) + ", " +
+               v.handle_shape.to_string() + ", " + std::to_string(v.values.size()) + " values" +
+               (v.is_mirrored_variable ? ", mirrored)" : ")");
+      });
+  m.def("merge_variable_handles", &merge_variable_handles, py::arg("variable"),
+        py::arg("num_replicas"));
+  m.def(
+      "replicated_output",
+      [](const DTensor& value, int num_replicas) {
+        return wrap_dtensors(replicated_output(value, num_replicas));
+      },
+      py::arg("value"), py::arg("num_replicas"));
+  m.def("replicated_output", py::overload_cast<const Tensor&, int>(&replicated_output),
+        py::arg("value"), py::arg("num_replicas"),
+        "TPUReplicatedOutput: num_replicas handles of value (the same storage).");
+  m.def("dummy_input", &dummy_input, py::arg("dtype"), py::arg("shape"),
+        "TPUDummyInput: zeros of f32 or bf16.");
+}
+
+// ---- ReplicaContext, replicate -----------------------------------------------------------
+
+void bind_replica_context(py::module_& m) {
+  py::class_<ReplicaContext>(m, "ReplicaContext", R"doc(
+What one replica of replicate() sees: replica_id, num_replicas, mesh (a 1-D mesh "core" of its
+devices), runtime, and the cross-replica collectives (every replica calls the same ones in the
+same order with a DTensor of the same shape, dtype and layout on its own mesh). Valid during the
+computation call only.)doc")
+      .def_property_readonly("replica_id", &ReplicaContext::replica_id)
+      .def_property_readonly("num_replicas", &ReplicaContext::num_replicas)
+      .def_property_readonly("mesh", &ReplicaContext::mesh)
+      .def_property_readonly("runtime", &ReplicaContext::runtime,
+                             py::return_value_policy::reference)
+      // The GIL is released while a collective waits; each result keeps its input alive (and
+      // with it the input's Runtime, which every DTensor the bindings hand out holds).
+      .def("all_reduce", &ReplicaContext::all_reduce, py::arg("x"), py::arg("op") = ReduceOp::kSum,
+           py::call_guard<py::gil_scoped_release>(), py::keep_alive<0, 2>())
+      .def("all_gather", &ReplicaContext::all_gather, py::arg("x"), py::arg("axis"),
+           py::call_guard<py::gil_scoped_release>(), py::keep_alive<0, 2>())
+      .def("broadcast", &ReplicaContext::broadcast, py::arg("x"), py::arg("root_replica"),
+           py::call_guard<py::gil_scoped_release>(), py::keep_alive<0, 2>())
+      .def("barrier", &ReplicaContext::barrier, py::call_guard<py::gil_scoped_release>());
+}
+
+ReplicateOptions make_options(std::optional<ReplicateMetadata> metadata, Runtime* runtime,
+                              double timeout, std::vector<int> packed_inputs) {
+  ReplicateOptions o;
+  if (metadata) o.metadata = std::move(*metadata);
+  o.runtime = runtime;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000.0));
+  o.packed_inputs = std::move(packed_inputs);
+  return o;
+}
+
+// A Python exception -> the tessel::Error replicate() reports: a tessel error keeps its code,
+// component and message; builtins map to the codes whose Python classes derive from them.
+Error to_error(const py::error_already_set& e, py::handle tessel_error) {
+  py::object value = e.value();
+  if (py::isinstance(value, tessel_error)) {
+    const std::string code = py::str(value.attr("code"));
+    for (int c = 0; c <= static_cast<int>(ErrorCode::kInternal); ++c) {
+      if (error_code_name(static_cast<ErrorCode>(c)) != code) continue;
+      if (py::hasattr(value, "component") && py::hasattr(value, "message")) {
+        return Error(static_cast<ErrorCode>(c),
+                     py::str(value.attr("component")).cast<std::string>(),
+                     py::str(value.attr("message")).cast<std::string>());
+      }
+      return Error(static_cast<ErrorCode>(c), type_name(value), py::str(value).cast<std::string>());
+    }
+  }
+  const std::pair<PyObject*, ErrorCode> builtins[] = {
+      {PyExc_ValueError, ErrorCode::kInvalidArgument},
+      {PyExc_TypeError, ErrorCode::kInvalidArgument},
+      {PyExc_IndexError, ErrorCode::kOutOfRange},
+      {PyExc_TimeoutError, ErrorCode::kDeadlineExceeded},
+      {PyExc_NotImplementedError, ErrorCode::kUnimplemented},
+  };
+  ErrorCode code = ErrorCode::kInternal;
+  for (const auto& [type, c] : builtins) {
+    if (PyErr_GivenExceptionMatches(value.ptr(), type)) {
+      code = c;
+      break;
+    }
+  }
+  return Error(code, type_name(value), py::str(value).cast<std::string>());
+}
+
+// The outputs a Python computation returned: a list or tuple of DTensors, one DTensor, or None.
+std::vector<DTensor> to_outputs(const py::object& result) {
+  if (result.is_none()) return {};
+  if (py::isinstance<DTensor>(result)) return {result.cast<DTensor>()};
+  if (py::isinstance<py::list>(result) || py::isinstance<py::tuple>(result)) {
+    std::vector<DTensor> out;
+    for (py::handle item : result) {
+      if (!py::isinstance<DTensor>(item)) {
+        throw Error(ErrorCode::kInvalidArgument, "replicate",
+                    "the computation returned a list holding a " + type_name(item) +
+                        "; outputs must be DTensors");
+      }
+      out.push_back(item.cast<DTensor>());
+    }
+    return out;
+  }
+  throw Error(ErrorCode::kInvalidArgument, "replicate",
+              "the computation must return a list of DTensors, a DTensor or None; got " +
+                  type_name(result));
+}
+
+// The Python exception each replica's computation raised (touched with the GIL held only).
+struct PythonFailures {
+  std::vector<py::object> by_replica;
+};
+
+// fn(ctx, inputs) called with the GIL taken on each replica's thread. `fn` is borrowed: the
+// caller's argument keeps it alive for the whole replicate() call.
+ReplicaComputation python_computation(py::handle fn, PythonFailures* failures,
+                                      py::handle tessel_error) {
+  return [fn, failures, tessel_error](ReplicaContext& ctx, const std::vector<DTensor>& inputs) {
+    py::gil_scoped_acquire gil;
+    try {
+      return to_outputs(
+          fn(py::cast(&ctx, py::return_value_policy::reference), wrap_dtensors(inputs)));
+    } catch (py::error_already_set& e) {
+      failures->by_replica[static_cast<size_t>(ctx.replica_id())] = e.value();
+      throw to_error(e, tessel_error);
+    }
+  };
+}
+
+// Raises `e` as its tessel error class, with `cause` (if any) as __cause__.
+[[noreturn]] void raise_with_cause(py::module_& m, const Error& e, const py::object& cause) {
+  py::object cls = m.attr((std::string(error_code_name(e.code())) + "Error").c_str());
+  py::object exc = cls(e.what());
+  exc.attr("component") = e.component();
+  exc.attr("message") = e.message();
+  if (cause) exc.attr("__cause__") = cause;
+  PyErr_SetObject(cls.ptr(), exc.ptr());
+  throw py::error_already_set();
+}
+
+void bind_replicate_function(py::module_& m) {
+  py::class_<ReplicateOptions>(m, "ReplicateOptions", R"doc(
+replicate()'s options: metadata (a ReplicateMetadata: num_replicas, num_cores_per_replica,
+device_assignment, topology, use_spmd_for_xla_partitioning, ...), runtime (None: the global
+runtime), timeout in seconds bounding every cross-replica wait (0: the default collective
+timeout), packed_inputs (indexes of per-replica inputs given as one value for all replicas).)doc")
+      .def(py::init(&make_options), py::arg("metadata") = py::none(), py::arg("runtime") = nullptr,
+           py::arg("timeout") = 0.0, py::arg("packed_inputs") = std::vector<int>{},
+           py::keep_alive<1, 3>())
+      .def_readwrite("metadata", &ReplicateOptions::metadata)
+      .def_property(
+          "runtime", [](const ReplicateOptions& o) { return o.runtime; },
+          [](ReplicateOptions& o, Runtime* runtime) { o.runtime = runtime; },
+          py::return_value_policy::reference, py::keep_alive<1, 2>())
+      .def_property(
+          "timeout",
+          [](const ReplicateOptions& o) {
+            return std::chrono::duration<double>(o.timeout).count();
+          },
+          [](ReplicateOptions& o, double seconds) {
+            o.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+          })
+      .def_readwrite("packed_inputs", &ReplicateOptions::packed_inputs);
+
+  m.def(
+      "replicate",
+      [m](const py::function& computation,
+          const std::vector<std::vector<Tensor>>& per_replica_inputs,
+          const std::vector<Tensor>& broadcast_inputs,
+          const std::vector<ReplicatedVariable>& variables,
+          const std::vector<Tensor>& guaranteed_constants,
+          const ReplicateOptions& options) mutable {
+        PythonFailures failures;
+        failures.by_replica.resize(static_cast<size_t>(std::max(options.metadata.num_replicas, 0)));
+        const ReplicaComputation fn = python_computation(computation, &failures, m.attr("Error"));
+        std::vector<std::vector<DTensor>> outs;
+        try {
+          py::gil_scoped_release release;
+          outs = replicate(fn, per_replica_inputs, broadcast_inputs, variables,
+                           guaranteed_constants, options);
+        } catch (const Error& e) {
+          int replica = -1;
+          py::object cause;
+          if (std::sscanf(e.message().c_str(), "replica %d:", &replica) == 1 && replica >= 0 &&
+              replica < static_cast<int>(failures.by_replica.size())) {
+            cause = failures.by_replica[static_cast<size_t>(replica)];
+          }
+          raise_with_cause(m, e, cause);
+        }
+        py::list result;
+        for (auto& replica : outs) result.append(wrap_dtensors(std::move(replica)));
+        return result;
+      },
+      py::arg("computation"), py::arg("per_replica_inputs") = std::vector<std::vector<Tensor>>{},
+      py::arg("broadcast_inputs") = std::vector<Tensor>{},
+      py::arg("variables") = std::vector<ReplicatedVariable>{},
+      py::arg("guaranteed_constants") = std::vector<Tensor>{},
+      py::arg("options") = ReplicateOptions{},
+      R"doc(
+Runs computation(ctx, inputs) once per replica, concurrently, each on its own devices (TF's
+_TPUReplicate). per_replica_inputs is [input][replica]; each replica receives, in order, its
+per-replica inputs, the broadcast inputs, the variables and the guaranteed constants as DTensors
+replicated on ctx.mesh. Returns [replica][output] DTensors.)doc");
+  m.def(
+      "replica_device_names",
+      [](const ReplicateMetadata& metadata, Runtime* runtime) {
+        return replica_device_names(metadata, runtime ? *runtime : Runtime::global());
+      },
+      py::arg("metadata"), py::arg("runtime") = nullptr,
+      "[replica][logical core] -> the device replicate() runs it on.");
+}
+
 }  // namespace
 
 void bind_replicate(py::module_& m) {
   bind_device_assignment(m);
   bind_metadata(m);
+  bind_partial_shape(m);
+  bind_replicated_io(m);
+  bind_replica_context(m);
+  bind_replicate_function(m);
 }
 
 }  // namespace tessel::python

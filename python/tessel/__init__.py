@@ -247,6 +247,23 @@ from tessel._tessel import (
     step_marker_location_name,
 )
 
+# replicate(): one computation on N replicas, ReplicaContext, replicated inputs and outputs
+# (seed 105; bind_replicate.cpp).
+from tessel._tessel import (
+    HandleShapeAndType,
+    PartialShape,
+    ReplicaContext,
+    ReplicatedVariable,
+    ReplicateOptions,
+    dummy_input,
+    merge_replicated_handle_shapes_and_types,
+    merge_replicated_input_shapes,
+    merge_variable_handles,
+    replica_device_names,
+    replicate,
+    replicated_output,
+)
+
 # compile(): trace a replica computation once, replay it on every replica (bind_compile.cpp).
 from tessel._tessel import (
     CollectiveKind,

@@ -121,3 +121,217 @@ def test_br_105_03_build():
     with pytest.raises(ValueError, match="`topology` is not a Topology object; got int"):
         tessel.DeviceAssignment.build(3)
     assert tessel.SINGLE_CORE_ASSIGNMENT == [[[0, 0, 0, 0]]]
+
+
+# ---- replicate(), ReplicaContext, replicated inputs and outputs ---------------------------
+
+import threading
+import time
+
+from numpy.testing import assert_allclose, assert_array_equal
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return tessel.Runtime(4)
+
+
+def options(runtime, replicas, cores=1, timeout=60.0, **metadata):
+    md = tessel.ReplicateMetadata(replicas, num_cores_per_replica=cores,
+                                  use_spmd_for_xla_partitioning=cores > 1, **metadata)
+    return tessel.ReplicateOptions(md, runtime=runtime, timeout=timeout)
+
+
+def f32(*values):
+    return np.array(values, dtype=np.float32)
+
+
+def test_partial_shape_merge_is_tfs():
+    a = tessel.PartialShape([2, None])
+    assert a.rank == 2 and a.dims == [2, None] and not a.is_fully_defined()
+    assert a.merge([None, 3]) == tessel.PartialShape([2, 3])
+    assert a.merge_with(None) == a
+    assert tessel.PartialShape().rank is None and str(tessel.PartialShape()) == "<unknown>"
+    assert str(tessel.PartialShape([2, -1])) == "[2,?]"
+    assert tessel.PartialShape([2, 3]).to_shape() == (2, 3)
+    with pytest.raises(ValueError, match="Dimension 0 in both shapes must be equal, but are 2 and 3"):
+        a.merge([3, 3])
+    with pytest.raises(ValueError, match="Shapes must be equal rank, but are 2 and 1"):
+        a.merge([1])
+
+
+def test_br_105_01_merges_from_last_to_first_naming_replicas_and_shapes():
+    assert tessel.merge_replicated_input_shapes([[None, 3], [2, None], None]) == \
+        tessel.PartialShape([2, 3])
+    with pytest.raises(tessel.InvalidArgumentError,
+                       match=r"replica 0 has shape \[2,4\] and replica 1 has shape \[2,3\].*"
+                             r"From merging shape 0 with other shapes"):
+        tessel.merge_replicated_input_shapes([[2, 4], [2, 3], [2, 3]])
+
+
+def test_br_105_02_variable_handles_merge_across_replicas():
+    v = tessel.ReplicatedVariable.per_replica("w", [f32(1, 2), f32(3, 4)], handle_shape=[None])
+    assert v.dtype == "f32" and not v.is_mirrored_variable
+    assert tessel.merge_variable_handles(v, 2) == tessel.HandleShapeAndType([2], "f32")
+    m = tessel.ReplicatedVariable.mirrored("m", f32(5))
+    assert m.is_mirrored_variable and len(m.values) == 1
+    bad = tessel.ReplicatedVariable.per_replica("w", [f32(1, 2), f32(3)])
+    with pytest.raises(ValueError, match=r"variable 'w': replica 0 has handle shape \[2\] and "
+                                         r"replica 1 has handle shape \[1\]"):
+        tessel.merge_variable_handles(bad, 2)
+    with pytest.raises(ValueError, match="replica 0's handle has dtype f32 and replica 1's has "
+                                         "dtype f64"):
+        tessel.merge_replicated_handle_shapes_and_types(
+            [tessel.HandleShapeAndType([2], "f32"), tessel.HandleShapeAndType([2], "f64")])
+
+
+def test_replicated_output_and_dummy_input():
+    outs = tessel.replicated_output(tessel.Tensor(f32(1, 2)), 3)
+    assert len(outs) == 3 and all(o.shape == (2,) for o in outs)
+    with pytest.raises(ValueError, match="num_replicas must be >= 1; got 0"):
+        tessel.replicated_output(tessel.Tensor(f32(1)), 0)
+    d = tessel.dummy_input("bf16", (2, 3))
+    assert d.dtype == "bf16" and d.shape == (2, 3)
+    assert_array_equal(tessel.dummy_input("f32", (2,)).numpy(), [0, 0])
+    with pytest.raises(ValueError, match="dtype i32 is not allowed: TPUDummyInput makes f32 or bf16"):
+        tessel.dummy_input("i32", (2,))
+
+
+def test_replicate_runs_every_replica_on_its_own_thread_with_its_inputs(runtime):
+    threads = set()
+    lock = threading.Lock()
+
+    def step(ctx, inputs):
+        with lock:
+            threads.add(threading.get_ident())
+        assert ctx.num_replicas == 4
+        assert ctx.mesh.local_devices()[0].endswith(f"CPU:{ctx.replica_id}")
+        x, w = inputs
+        return [tessel.multiply(x, w), ctx.all_reduce(x)]
+
+    xs = [f32(r, r) for r in range(4)]
+    outs = tessel.replicate(step, [xs], [f32(10, 100)], options=options(runtime, 4))
+    assert len(outs) == 4
+    for r, (y, total) in enumerate(outs):
+        assert_array_equal(tessel.to_host(y), [10 * r, 100 * r])
+        assert_array_equal(tessel.to_host(total), [6, 6])
+    assert len(threads) == 4 and threading.get_ident() not in threads
+
+
+def test_inputs_arrive_in_tpu_replicate_order(runtime):
+    variables = [tessel.ReplicatedVariable.per_replica("v", [f32(5), f32(6)]),
+                 tessel.ReplicatedVariable.mirrored("m", f32(7))]
+    opts = options(runtime, 2)
+    opts.packed_inputs = [1]
+    outs = tessel.replicate(lambda ctx, xs: xs, [[f32(0), f32(1)], [f32(9)]], [f32(100)],
+                            variables, [f32(-1)], opts)
+    for r in range(2):
+        assert [float(tessel.to_host(d)[0]) for d in outs[r]] == [r, 9, 100, 5 + r, 7, -1]
+
+
+def test_collectives(runtime):
+    def step(ctx, inputs):
+        x = inputs[0]
+        return (ctx.all_reduce(x, tessel.ReduceOp.MAX), ctx.all_gather(x, 0),
+                ctx.broadcast(x, 1), ctx.all_reduce(x, op=tessel.ReduceOp.MEAN))
+
+    outs = tessel.replicate(step, [[f32(1, 2), f32(3, 4), f32(5, 6)]], options=options(runtime, 3))
+    for y in outs:
+        assert_array_equal(tessel.to_host(y[0]), [5, 6])
+        assert_array_equal(tessel.to_host(y[1]), [1, 2, 3, 4, 5, 6])
+        assert_array_equal(tessel.to_host(y[2]), [3, 4])
+        assert_allclose(tessel.to_host(y[3]), [3, 4])
+
+
+def test_spmd_two_replicas_of_two_cores_sharded_matmul(runtime):
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((4, 6)).astype(np.float32) for _ in range(2)]
+    w = rng.standard_normal((6, 8)).astype(np.float32)
+
+    def step(ctx, inputs):
+        assert ctx.mesh.size == 2
+        x = tessel.relayout(inputs[0], tessel.Layout(["unsharded", "core"], ctx.mesh))
+        wk = tessel.relayout(inputs[1], tessel.Layout(["core", "unsharded"], ctx.mesh))
+        y = tessel.matmul(x, wk)
+        return [y, ctx.all_reduce(y)]
+
+    outs = tessel.replicate(step, [xs], [w], options=options(runtime, 2, cores=2))
+    for r in range(2):
+        assert_allclose(tessel.to_host(outs[r][0]), xs[r] @ w, rtol=1e-5, atol=1e-5)
+        assert_allclose(tessel.to_host(outs[r][1]), (xs[0] + xs[1]) @ w, rtol=1e-5, atol=1e-5)
+    assert tessel.replica_device_names(options(runtime, 2, cores=2).metadata, runtime) == [
+        [f"/job:localhost/replica:0/task:0/device:CPU:{c}" for c in (0, 1)],
+        [f"/job:localhost/replica:0/task:0/device:CPU:{c}" for c in (2, 3)]]
+
+
+def test_device_assignment_places_the_replicas(runtime):
+    opts = options(runtime, 2, topology=tessel.Topology.for_hosts(1, 4),
+                   device_assignment=[3, 0, 0, 0, 1, 0, 0, 0])
+    outs = tessel.replicate(lambda ctx, xs: [ctx.mesh.local_devices()[0] and xs[0]],
+                            [[f32(0), f32(1)]], options=opts)
+    assert outs[0][0].device(0).name.endswith("CPU:3")
+    assert outs[1][0].device(0).name.endswith("CPU:1")
+
+
+def test_a_replica_raising_stops_the_others_waiting_in_all_reduce(runtime):
+    seen = []
+
+    def step(ctx, inputs):
+        if ctx.replica_id == 1:
+            time.sleep(0.2)
+            raise KeyError("boom")
+        try:
+            return [ctx.all_reduce(inputs[0])]
+        except tessel.AbortedError as e:
+            seen.append(str(e))
+            raise
+
+    start = time.monotonic()
+    with pytest.raises(tessel.InternalError, match="replicate: replica 1: KeyError: 'boom'") as info:
+        tessel.replicate(step, [[f32(0), f32(1), f32(2)]], options=options(runtime, 3))
+    assert time.monotonic() - start < 10  # not the 60 s deadline
+    assert isinstance(info.value.__cause__, KeyError)
+    assert len(seen) == 2 and all("replica 1 failed" in s for s in seen)
+
+
+def test_errors_keep_their_codes(runtime):
+    def bad_value(ctx, inputs):
+        if ctx.replica_id == 0:
+            raise ValueError("bad value")
+        return inputs
+
+    with pytest.raises(ValueError, match="replica 0: ValueError: bad value") as info:
+        tessel.replicate(bad_value, [[f32(0), f32(1)]], options=options(runtime, 2))
+    assert isinstance(info.value, tessel.InvalidArgumentError)
+    with pytest.raises(tessel.InvalidArgumentError, match="root_replica 7 must lie in"):
+        tessel.replicate(lambda ctx, xs: [ctx.broadcast(xs[0], 7)], [[f32(0), f32(1)]],
+                         options=options(runtime, 2))
+    with pytest.raises(ValueError, match="per-replica input 0 has 1 values; 2 expected"):
+        tessel.replicate(lambda ctx, xs: xs, [[f32(0)]], options=options(runtime, 2))
+    with pytest.raises(ValueError, match=r"replica 0 has shape \[1\] and replica 1 has shape \[2\]"):
+        tessel.replicate(lambda ctx, xs: xs, [[f32(0), f32(1, 2)]], options=options(runtime, 2))
+    with pytest.raises(ValueError, match="need 6 devices; the runtime has 4"):
+        tessel.replicate(lambda ctx, xs: xs, options=options(runtime, 3, cores=2))
+    with pytest.raises(NotImplementedError, match="without use_spmd_for_xla_partitioning"):
+        opts = options(runtime, 2, cores=2)
+        opts.metadata.use_spmd_for_xla_partitioning = False
+        tessel.replicate(lambda ctx, xs: xs, options=opts)
+    with pytest.raises(ValueError, match="must return a list of DTensors"):
+        tessel.replicate(lambda ctx, xs: 3, [[f32(0)]], options=options(runtime, 1))
+
+
+def test_a_late_replica_is_a_timeout_naming_it(runtime):
+    def step(ctx, inputs):
+        if ctx.replica_id == 1:
+            time.sleep(1.5)
+        return [ctx.all_reduce(inputs[0])]
+
+    with pytest.raises(TimeoutError, match=r"replica 1 \("):
+        tessel.replicate(step, [[f32(0), f32(1)]], options=options(runtime, 2, timeout=0.3))
+
+
+def test_options_defaults():
+    o = tessel.ReplicateOptions()
+    assert o.metadata.num_replicas == 0 and o.runtime is None and o.timeout == 0.0
+    o.timeout = 1.5
+    assert o.timeout == 1.5
