@@ -30,9 +30,11 @@ function(tessel_add_mpi target)
     target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src/comm/mpi_transport.cpp
                                      ${PROJECT_SOURCE_DIR}/src/comm/mpi_all_reduce.cpp
                                      ${PROJECT_SOURCE_DIR}/src/comm/mpi_hierarchy.cpp
-                                     ${PROJECT_SOURCE_DIR}/src/comm/mpi_cluster.cpp)
+                                     ${PROJECT_SOURCE_DIR}/src/comm/mpi_cluster.cpp
+                                     ${PROJECT_SOURCE_DIR}/src/system/mpi_system_channel.cpp)
     target_link_libraries(${target} PRIVATE MPI::MPI_CXX)
   else()
-    target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src/comm/mpi_stub.cpp)
+    target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src/comm/mpi_stub.cpp
+                                     ${PROJECT_SOURCE_DIR}/src/system/mpi_system_channel_stub.cpp)
   endif()
 endfunction()

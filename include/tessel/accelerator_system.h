@@ -10,22 +10,40 @@
 //
 // initialize runs the five steps of system.h for this process's host (start_system) and
 // shutdown the two that take it down (stop_system), each wait bounded by startup_timeout /
-// shutdown_timeout. By default the system is this process alone (one host, task 0, an
-// in-process channel); give `channel` and `task` for a multi-host system (a transport such as
-// MPI provides the channel; every process calls initialize with its own task).
+// shutdown_timeout. Which system:
+//   - `channel` given: a multi-host system over it; this process is host `task`.
+//   - else under mpirun (num_clients() > 1, clients.h): one host per process of the MPI job,
+//     over make_mpi_system_channel (mpi_system_channel.h), this process host client_id() (its
+//     MPI rank). Every process of `mpirun -np N` calls initialize (collective: in the same order
+//     as its other MPI communicators) and brings up the same N-host system; each calls shutdown.
+//     MPI must be initialised first (a tessel::MpiEnvironment that outlives the system):
+//     otherwise kFailedPrecondition saying so. num_clients() or client_id() other than MPI's
+//     size and rank: kInvalidArgument.
+//   - else: this process alone (one host, task 0, an in-process channel).
+//
+//   tessel::MpiEnvironment mpi;                                   // under mpirun -np 2
+//   AcceleratorSystemInfo info = initialize_accelerator_system();
+//   info.num_hosts == 2; info.task == mpi_rank(); info.topology == Topology::for_hosts(2, d)
+//   shutdown_accelerator_system();
+//
+// A failure of the start is thrown on every process with the coordinator's code (a host whose
+// device count differs: kInvalidArgument naming it everywhere; a host that never reported:
+// kDeadlineExceeded naming it), and every process is left uninitialized.
 //
 // The runtime. Runtime::global() is created once per process and cannot change its device
-// count, so the system uses it only when it fits: task 0, job "localhost", and
-// num_logical_cpu_devices -1 or equal to its count, and experimental_reset_context false.
-// Otherwise the system creates a Runtime of its own with num_logical_cpu_devices devices and
-// releases it at shutdown (it lives on while a caller still holds the shared_ptr).
+// count, so the system uses it only when it fits: the job and task it was named after (job_name()
+// and client_id(): "localhost"/0 alone, "worker"/rank under mpirun), num_logical_cpu_devices -1
+// or equal to its count, and experimental_reset_context false. Otherwise the system creates a
+// Runtime of its own with num_logical_cpu_devices devices, named after the system's job and
+// task, and releases it at shutdown (it lives on while a caller still holds the shared_ptr).
 // accelerator_system_runtime() returns whichever it is: pass it to the calls that take a
 // Runtime (their default is Runtime::global()).
 //
 // Differences from TF (docs/system.md): initialize returns an AcceleratorSystemInfo
 // (TF returns the device type, info.device_type); the state errors keep TF's texts but are
 // kFailedPrecondition (Python: FailedPreconditionError, a RuntimeError; TF raises ValueError);
-// shutdown in a multi-host system is supported (TF refuses it in multi-client mode).
+// shutdown in a multi-host system is supported (TF refuses it in multi-client mode); under
+// mpirun the clients are found from the MPI environment (TF: DTENSOR_* variables).
 //
 // Thread safety: every function may be called from any thread; they are serialized (one
 // process-wide mutex, held for at most the call's timeouts).
@@ -33,6 +51,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,13 +81,14 @@ struct AcceleratorSystemOptions {
   bool experimental_reset_context = false;
 
   // tessel's own:
-  std::string job = "localhost";                // the devices' job name
+  std::string job{};  // the devices' job name; empty: job_name() ("localhost", mpirun "worker")
   bool enable_whole_mesh_compilations = false;  // BR-102-05, passed to configure
   std::chrono::milliseconds startup_timeout = kDefaultStartupTimeout;   // each wait of initialize
   std::chrono::milliseconds shutdown_timeout = kDefaultStartupTimeout;  // each wait of shutdown
-  // A multi-host system: this process's task and its channel (null: a one-host system).
+  // A multi-host system: its channel (null: under mpirun an MPI channel, else a one-host
+  // system) and this process's task (unset: client_id(), the MPI rank under mpirun).
   std::shared_ptr<SystemChannel> channel{};
-  int task = 0;
+  std::optional<int> task{};
 };
 
 // What initialize_accelerator_system brought up.

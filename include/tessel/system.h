@@ -303,7 +303,10 @@ struct StartOptions {
 // Runs the five steps for one host; every host of the system calls it (from its own process or
 // thread), task 0 with its coordinator, the others with nullptr. Task 0 gathers the device
 // counts, configures, sends each host its configuration, waits and sends the topology; a
-// failure there is sent to every host, which fails with kAborted quoting it. Returns the
+// failure there is sent to every host, which fails with the coordinator's error code, quoting
+// its message ("start_system on host 1: the coordinator (task 0) failed: ..."), so that every
+// process reports the seed's error (BR-102-04's kInvalidArgument, the startup timeout's
+// kDeadlineExceeded naming the hosts that did not report). Returns the
 // topology. A host that hears nothing from the coordinator within startup_timeout:
 // kDeadlineExceeded naming the step it waited for. A coordinator for another task, or none on
 // task 0: kInvalidArgument.

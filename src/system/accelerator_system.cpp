@@ -7,6 +7,9 @@
 #include <mutex>
 
 #include "core/errors.h"
+#include "tessel/clients.h"
+#include "tessel/mpi.h"
+#include "tessel/mpi_system_channel.h"
 #include "tessel/runtime.h"
 
 namespace tessel {
@@ -39,6 +42,13 @@ std::string upper(std::string s) {
   return s;
 }
 
+// The system's channel and this process's task (accelerator_system.h: "Which system").
+struct Membership {
+  std::shared_ptr<SystemChannel> channel;
+  int task = 0;
+  std::string job;
+};
+
 void check_options(const AcceleratorSystemOptions& o, const std::string& device_type) {
   if (device_type != "CPU" && device_type != "GPU" && device_type != "TPU") {
     detail::throw_invalid(kComponent, "Unknown device_type {}. Allowed values are CPU, GPU, or TPU",
@@ -59,9 +69,46 @@ void check_options(const AcceleratorSystemOptions& o, const std::string& device_
                           "startup_timeout and shutdown_timeout must be >= 0; got {} ms and {} ms",
                           o.startup_timeout.count(), o.shutdown_timeout.count());
   }
-  const int num_hosts = o.channel ? o.channel->num_hosts() : 1;
-  if (o.task < 0 || o.task >= num_hosts) {
-    detail::throw_invalid(kComponent, "task {} is not a host of a {}-host system", o.task,
+}
+
+// Under mpirun: a channel over the processes of the MPI job, checked against the environment.
+std::shared_ptr<SystemChannel> mpi_channel(const AcceleratorSystemOptions& o, int clients) {
+  std::shared_ptr<SystemChannel> channel;
+  try {
+    channel = make_mpi_system_channel(
+        {.timeout = std::max(o.startup_timeout, std::chrono::milliseconds(1))});
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kFailedPrecondition) throw;
+    detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
+                        "initialize_accelerator_system: this process is client {} of {} "
+                        "(mpirun), whose hosts talk over MPI, but MPI is not ready: create a "
+                        "tessel::MpiEnvironment first and keep it past the shutdown ({})",
+                        client_id(), clients, e.what());
+  }
+  if (channel->num_hosts() != clients || mpi_rank() != client_id()) {
+    detail::throw_invalid(kComponent,
+                          "initialize_accelerator_system: the environment says client {} of {} "
+                          "(clients.h) but this is MPI rank {} of {}",
+                          client_id(), clients, mpi_rank(), channel->num_hosts());
+  }
+  return channel;
+}
+
+Membership membership(const AcceleratorSystemOptions& o) {
+  Membership m;
+  m.job = o.job.empty() ? job_name() : o.job;
+  m.task = o.task.value_or(client_id());
+  const int clients = num_clients();
+  if (o.channel) {
+    m.channel = o.channel;
+  } else if (clients > 1) {
+    m.channel = mpi_channel(o, clients);
+  } else {
+    m.channel = make_in_process_system_channel(1);
+  }
+  const int num_hosts = m.channel->num_hosts();
+  if (m.task < 0 || m.task >= num_hosts) {
+    detail::throw_invalid(kComponent, "task {} is not a host of a {}-host system", m.task,
                           num_hosts);
   }
   if (!o.enable_coordination_service && num_hosts > 1) {
@@ -70,20 +117,24 @@ void check_options(const AcceleratorSystemOptions& o, const std::string& device_
                           "to learn each other's devices",
                           num_hosts);
   }
+  return m;
 }
 
 // Runtime::global() where it fits (see accelerator_system.h), else a Runtime of the system's own.
-std::shared_ptr<Runtime> choose_runtime(const AcceleratorSystemOptions& o, bool& owns) {
-  if (!o.experimental_reset_context && o.task == 0 && o.job == "localhost") {
+std::shared_ptr<Runtime> choose_runtime(const AcceleratorSystemOptions& o, const Membership& m,
+                                        bool& owns) {
+  // Only where the global runtime is (or will be) named after this job and task.
+  if (!o.experimental_reset_context && m.task == client_id() && m.job == job_name()) {
     Runtime& global = Runtime::global();
-    if (o.num_logical_cpu_devices == -1 || o.num_logical_cpu_devices == global.num_devices()) {
+    if (global.options().task == m.task && global.options().job == m.job &&
+        (o.num_logical_cpu_devices == -1 || o.num_logical_cpu_devices == global.num_devices())) {
       owns = false;
       return std::shared_ptr<Runtime>(&global, [](Runtime*) {});  // never deleted
     }
   }
   owns = true;
   return std::make_shared<Runtime>(
-      RuntimeOptions{.num_cpu_devices = o.num_logical_cpu_devices, .job = o.job, .task = o.task});
+      RuntimeOptions{.num_cpu_devices = o.num_logical_cpu_devices, .job = m.job, .task = m.task});
 }
 
 }  // namespace
@@ -97,13 +148,14 @@ AcceleratorSystemInfo initialize_accelerator_system(const AcceleratorSystemOptio
   }
   const std::string device_type = upper(options.device_type);
   check_options(options, device_type);
+  const Membership m = membership(options);
 
   auto system = std::make_unique<AcceleratorSystem>();
   bool owns = false;
-  system->runtime = choose_runtime(options, owns);
-  system->channel = options.channel ? options.channel : make_in_process_system_channel(1);
+  system->runtime = choose_runtime(options, m, owns);
+  system->channel = m.channel;
   system->host = std::make_unique<Host>(*system->runtime, system->channel);
-  if (options.task == 0) system->coordinator = std::make_unique<SystemCoordinator>(*system->host);
+  if (m.task == 0) system->coordinator = std::make_unique<SystemCoordinator>(*system->host);
   system->shutdown_timeout = options.shutdown_timeout;
 
   StartOptions start;
@@ -117,7 +169,7 @@ AcceleratorSystemInfo initialize_accelerator_system(const AcceleratorSystemOptio
   info.num_devices = topology.num_devices();
   info.num_local_devices = system->runtime->num_devices();
   info.num_hosts = topology.num_tasks();
-  info.task = options.task;
+  info.task = m.task;
   info.local_device_ids = system->host->global_device_ids();
   info.topology = std::move(topology);
   info.enable_whole_mesh_compilations = options.enable_whole_mesh_compilations;

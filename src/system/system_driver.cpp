@@ -65,7 +65,9 @@ CoordinatorReply await_reply(const Host& host, CoordinatorReply::Kind want, cons
     CoordinatorReply reply = detail::decode_coordinator_reply(*bytes, host.task());
     if (reply.epoch != host.epoch()) continue;
     if (reply.kind == CoordinatorReply::Kind::kFailure) {
-      detail::throw_error(ErrorCode::kAborted, kComponent,
+      // The coordinator's code: every process sees the seed's error (a differing device count
+      // is kInvalidArgument on every host, not only on task 0).
+      detail::throw_error(reply.code, kComponent,
                           "start_system on host {}: the coordinator (task 0) failed: {}",
                           host.task(), reply.message);
     }

@@ -7,6 +7,7 @@
 #include "runtime/runtime_test_util.h"
 #include "system/system_test_util.h"
 #include "tessel/accelerator_system.h"
+#include "tessel/mpi.h"
 #include "tessel/runtime.h"
 
 namespace tessel {
@@ -224,6 +225,22 @@ TEST_F(SystemAccelerator, FailedInitializeLeavesTheProcessUninitialized) {
   EXPECT_LT(elapsed_ms(start), kShortBound.count());
   EXPECT_FALSE(is_accelerator_system_initialized());
   EXPECT_EQ(initialize_accelerator_system({.num_logical_cpu_devices = 1}).num_devices, 1);
+}
+
+TEST_F(SystemAccelerator, UnderMpirunWithoutMpiIsAClearFailedPrecondition) {
+  // What mpirun -np 2 exports, in a process that has not initialised MPI.
+  testing::ScopedEnv size("OMPI_COMM_WORLD_SIZE", "2");
+  testing::ScopedEnv rank("OMPI_COMM_WORLD_RANK", "1");
+  if (mpi_available()) {
+    EXPECT_TESSEL_ERROR(initialize_accelerator_system(), ErrorCode::kFailedPrecondition,
+                        "initialize_accelerator_system: this process is client 1 of 2 (mpirun), "
+                        "whose hosts talk over MPI, but MPI is not ready: create a "
+                        "tessel::MpiEnvironment first");
+  } else {
+    EXPECT_TESSEL_ERROR(initialize_accelerator_system(), ErrorCode::kUnavailable,
+                        "tessel was built without MPI");
+  }
+  EXPECT_FALSE(is_accelerator_system_initialized());
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <thread>
 
 #include "system/system_test_util.h"
+#include "tessel/mpi.h"
+#include "tessel/mpi_system_channel.h"
 #include "tessel/system_channel.h"
 
 namespace tessel {
@@ -70,6 +72,22 @@ TEST(SystemChannel, TasksOutsideTheSystemAreRejected) {
                       "task 5");
   EXPECT_TESSEL_ERROR(make_in_process_system_channel(0), ErrorCode::kInvalidArgument,
                       "num_hosts must be >= 1; got 0");
+}
+
+// The MPI channel's contract is tested under mpirun (tests/mpi/mpi_system_test.cpp); this binary
+// never initialises MPI.
+TEST(SystemChannel, MpiChannelNeedsAnMpiBuildAndInitialisedMpi) {
+  if (!mpi_available()) {
+    EXPECT_TESSEL_ERROR(make_mpi_system_channel(), ErrorCode::kUnavailable,
+                        "make_mpi_system_channel: tessel was built without MPI");
+    return;
+  }
+  EXPECT_TESSEL_ERROR(make_mpi_system_channel(), ErrorCode::kFailedPrecondition,
+                      "make_mpi_system_channel: MPI is not initialised (create a "
+                      "tessel::MpiEnvironment first)");
+  EXPECT_TESSEL_ERROR(make_mpi_system_channel({.close_timeout = std::chrono::milliseconds(-1)}),
+                      ErrorCode::kInvalidArgument,
+                      "timeout must be > 0 and close_timeout >= 0; got 20000 ms and -1 ms");
 }
 
 }  // namespace
