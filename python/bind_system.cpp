@@ -12,6 +12,7 @@
 #include "casters.h"
 #include "tessel/accelerator_system.h"
 #include "tessel/error.h"
+#include "tessel/mpi_system_channel.h"
 #include "tessel/runtime.h"
 #include "tessel/system.h"
 #include "tessel/system_channel.h"
@@ -156,6 +157,19 @@ How the hosts talk to the coordinator (task 0). make_in_process_system_channel(n
 n hosts simulated in this process.)doc")
       .def_property_readonly("num_hosts", &SystemChannel::num_hosts);
   m.def("make_in_process_system_channel", &make_in_process_system_channel, py::arg("num_hosts"));
+  m.def(
+      "make_mpi_system_channel",
+      [](double timeout, double close_timeout) {
+        MpiSystemChannelOptions options;
+        options.timeout = seconds_arg(timeout, "timeout_sec");
+        options.close_timeout = seconds_arg(close_timeout, "close_timeout_sec");
+        py::gil_scoped_release release;
+        return make_mpi_system_channel(options);
+      },
+      py::arg("timeout_sec") = 20.0, py::arg("close_timeout_sec") = 1.0, R"doc(
+A channel whose hosts are the processes of the MPI job (host = MPI rank, coordinator = rank 0).
+Collective over MPI_COMM_WORLD; needs an initialised MPI (tessel.MpiEnvironment): otherwise
+FailedPreconditionError (UnavailableError in a build without MPI).)doc");
 }
 
 void bind_host(py::module_& m) {
@@ -316,14 +330,15 @@ info.device_type).)doc")
       "initialize_accelerator_system",
       [](std::optional<std::string> device_type, bool enable_coordination_service,
          std::optional<int> num_logical_cpu_devices, bool experimental_reset_context,
-         std::string job, bool whole_mesh, double startup_timeout, double shutdown_timeout,
-         std::shared_ptr<SystemChannel> channel, int task) {
+         std::optional<std::string> job, bool whole_mesh, double startup_timeout,
+         double shutdown_timeout, std::shared_ptr<SystemChannel> channel,
+         std::optional<int> task) {
         AcceleratorSystemOptions o;
         o.device_type = device_type.value_or("CPU");
         o.enable_coordination_service = enable_coordination_service;
         o.num_logical_cpu_devices = num_logical_cpu_devices.value_or(-1);
         o.experimental_reset_context = experimental_reset_context;
-        o.job = std::move(job);
+        o.job = job.value_or("");
         o.enable_whole_mesh_compilations = whole_mesh;
         o.startup_timeout = seconds_arg(startup_timeout, "startup_timeout_sec");
         o.shutdown_timeout = seconds_arg(shutdown_timeout, "shutdown_timeout_sec");
@@ -334,12 +349,15 @@ info.device_type).)doc")
       },
       py::arg("device_type") = py::none(), py::arg("enable_coordination_service") = true,
       py::arg("num_logical_cpu_devices") = py::none(),
-      py::arg("experimental_reset_context") = false, py::kw_only(), py::arg("job") = "localhost",
+      py::arg("experimental_reset_context") = false, py::kw_only(), py::arg("job") = py::none(),
       py::arg("enable_whole_mesh_compilations") = false, py::arg("startup_timeout_sec") = 20.0,
-      py::arg("shutdown_timeout_sec") = 20.0, py::arg("channel") = nullptr, py::arg("task") = 0,
+      py::arg("shutdown_timeout_sec") = 20.0, py::arg("channel") = nullptr,
+      py::arg("task") = py::none(),
       R"doc(
 TF DTensor's initialize_accelerator_system: brings up this process's host of the system
-(by default a one-host system). Returns an AcceleratorSystemInfo. device_type None means "CPU";
+(by default a one-host system; under mpirun one host per process over MPI, task = client_id(),
+which needs a tessel.MpiEnvironment first). job None means job_name(); task None means
+client_id(). Returns an AcceleratorSystemInfo. device_type None means "CPU";
 num_logical_cpu_devices None means TESSEL_CPU_DEVICES (default 4). Initializing twice without a
 shutdown raises FailedPreconditionError with TF's text.)doc");
   m.def("shutdown_accelerator_system", &shutdown_accelerator_system, Release(),

@@ -232,6 +232,7 @@ from tessel._tessel import (
     initialize_accelerator_system,
     is_accelerator_system_initialized,
     make_in_process_system_channel,
+    make_mpi_system_channel,
     shutdown_accelerator_system,
     start_system,
     stop_system,

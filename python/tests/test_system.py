@@ -298,3 +298,29 @@ def test_failed_initialize_leaves_the_process_uninitialized(no_system):
             startup_timeout_sec=SHORT)
     assert time.monotonic() - start < BOUND
     assert not tessel.is_accelerator_system_initialized()
+
+
+def test_mpi_system_channel_outside_mpirun_fails_clearly():
+    # pytest is not under mpirun: MPI is not initialised (FailedPrecondition), or not built.
+    expected = tessel.FailedPreconditionError if tessel.mpi_available() else tessel.UnavailableError
+    with pytest.raises(expected, match="make_mpi_system_channel"):
+        tessel.make_mpi_system_channel()
+    if tessel.mpi_available():
+        with pytest.raises(expected, match="create a tessel::MpiEnvironment first"):
+            tessel.make_mpi_system_channel(timeout_sec=1)
+        with pytest.raises(ValueError, match="timeout must be > 0"):
+            tessel.make_mpi_system_channel(timeout_sec=0)
+
+
+def test_initialize_under_mpirun_without_mpi_says_what_to_do(monkeypatch, no_system):
+    # What mpirun -np 2 exports, in a process that has not initialised MPI.
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    if tessel.mpi_available():
+        with pytest.raises(tessel.FailedPreconditionError,
+                           match="client 1 of 2 .*create a tessel::MpiEnvironment first"):
+            tessel.initialize_accelerator_system()
+    else:
+        with pytest.raises(tessel.UnavailableError, match="built without MPI"):
+            tessel.initialize_accelerator_system()
+    assert not tessel.is_accelerator_system_initialized()
