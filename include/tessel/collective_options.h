@@ -41,8 +41,9 @@ struct CollectiveOptions {
   Algorithm algorithm = Algorithm::kAuto;
   // Deadline for the whole call, measured from entry. Zero: default_collective_timeout().
   std::chrono::milliseconds timeout{0};
-  // Pipelining segment of the ring (bytes). Zero: kDefaultSegmentBytes. Tests lower it so that
-  // multi-segment paths run on small inputs.
+  // Pipelining segment of the ring, and the largest message of the point-to-point collectives
+  // (bytes). Zero: kDefaultSegmentBytes. Tests lower it so that multi-segment paths run on small
+  // inputs.
   size_t segment_bytes = 0;
 };
 

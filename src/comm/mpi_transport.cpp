@@ -689,8 +689,8 @@ std::vector<Post> MpiTransport::share(const Signature& signature, const Post& mi
   exchange(signature, mine, deadline);
   unsupported_ = true;
   throw_error(ErrorCode::kUnimplemented, kComm,
-              "{} needs ranks that share memory; over MPI (processes) tessel runs all_reduce, "
-              "barrier, send/recv and transfer_boxes",
+              "{} reads peers' buffers directly (the in-process algorithms, e.g. Algorithm::kDirect); "
+              "ranks in different processes share no memory",
               signature.text);
 }
 
