@@ -5,7 +5,8 @@
 // and the coordinator answers each host (its configuration, then the topology, or the error
 // that stopped the start). A SystemChannel carries them as opaque bytes (serialized protos of
 // proto/system.proto), so that any transport can implement it: in-process queues here
-// (make_in_process_system_channel), MPI point-to-point between processes.
+// (make_in_process_system_channel), MPI point-to-point between the processes of an MPI job
+// (make_mpi_system_channel, mpi_system_channel.h).
 //
 //   auto channel = make_in_process_system_channel(2);
 //   channel->send_to_coordinator(1, bytes);

@@ -26,6 +26,7 @@
 #include "tessel/mesh.h"
 #include "tessel/mesh_groups.h"
 #include "tessel/mpi.h"
+#include "tessel/mpi_system_channel.h"
 #include "tessel/packing.h"
 #include "tessel/partial_shape.h"
 #include "tessel/reduce_op.h"
