@@ -28,12 +28,12 @@
 namespace tessel {
 namespace {
 
-using testing::catch_error;
 using testing::contains;
 using testing::elapsed_ms;
 using testing::kGenerous;
 using testing::kShort;
 using testing::kShortBound;
+using testing::outcome;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kDevices = 2;  // per process, unless a test says otherwise
@@ -104,12 +104,6 @@ class ProcessHost {
   Host host_;
   std::unique_ptr<SystemCoordinator> coordinator_;
 };
-
-// The error a call throws as "<Code>: <what>", or "ok".
-std::string outcome(const std::function<void()>& call) {
-  const testing::Caught c = catch_error(call);
-  return c.thrown ? std::string(error_code_name(c.code)) + ": " + c.what : "ok";
-}
 
 // ---- the channel ---------------------------------------------------------------------------
 

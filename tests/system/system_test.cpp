@@ -16,6 +16,7 @@ using testing::elapsed_ms;
 using testing::kGenerous;
 using testing::kShort;
 using testing::kShortBound;
+using testing::outcome;
 using testing::run_hosts;
 using testing::SimulatedSystem;
 using Clock = std::chrono::steady_clock;
@@ -133,14 +134,11 @@ TEST(System, HostThreadThatNeverStartsIsNamedOnEveryHost) {
   const auto start = Clock::now();
   // Host 2's thread never calls start_system.
   auto results = run_hosts(2, [&](int t) {
-    try {
-      // The coordinator's deadline is short; the others would wait long, but hear of its failure.
+    // The coordinator's deadline is short; the others would wait long, but hear of its failure.
+    return outcome([&] {
       start_system(sys.host(t), t == 0 ? &sys.coordinator() : nullptr,
                    {.startup_timeout = t == 0 ? kShort : kGenerous});
-      return std::string("started");
-    } catch (const Error& e) {
-      return std::string(error_code_name(e.code())) + ": " + e.what();
-    }
+    });
   });
   const std::string at0 = results[0].get();
   const std::string at1 = results[1].get();
@@ -160,14 +158,11 @@ TEST(System, HostThatStopsAfterStepOneIsNamedByWait) {
   sys.host(2).disconnect_host();  // step 1, then host 2 "dies"
   const auto start = Clock::now();
   auto results = run_hosts(2, [&](int t) {
-    try {
-      // The coordinator's deadline is short; the others would wait long, but hear of its failure.
+    // The coordinator's deadline is short; the others would wait long, but hear of its failure.
+    return outcome([&] {
       start_system(sys.host(t), t == 0 ? &sys.coordinator() : nullptr,
                    {.startup_timeout = t == 0 ? kShort : kGenerous});
-      return std::string("started");
-    } catch (const Error& e) {
-      return std::string(error_code_name(e.code())) + ": " + e.what();
-    }
+    });
   });
   const std::string at0 = results[0].get();
   const std::string at1 = results[1].get();
@@ -201,12 +196,10 @@ TEST(System, MismatchedDeviceCountsNameTheHost) {
 TEST(System, MismatchedDeviceCountsOnHostThreads) {
   SimulatedSystem sys(std::vector<int>{2, 3});
   auto results = run_hosts(2, [&](int t) {
-    try {
-      start_system(sys.host(t), t == 0 ? &sys.coordinator() : nullptr, {.startup_timeout = kGenerous});
-      return std::string("started");
-    } catch (const Error& e) {
-      return std::string(error_code_name(e.code())) + ": " + e.what();
-    }
+    return outcome([&] {
+      start_system(sys.host(t), t == 0 ? &sys.coordinator() : nullptr,
+                   {.startup_timeout = kGenerous});
+    });
   });
   const std::string at0 = results[0].get();
   const std::string at1 = results[1].get();
@@ -327,16 +320,13 @@ TEST(System, RestartAfterAFailedStartSkipsStaleReplies) {
   // Round 1: host 2 is absent, so the coordinator fails and sends its failure to hosts 1 and 2;
   // host 2 never reads it.
   auto first = run_hosts(2, [&](int t) {
-    try {
-      // The coordinator's deadline is short; the others would wait long, but hear of its failure.
+    // The coordinator's deadline is short; the others would wait long, but hear of its failure.
+    return outcome([&] {
       start_system(sys.host(t), t == 0 ? &sys.coordinator() : nullptr,
                    {.startup_timeout = t == 0 ? kShort : kGenerous});
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
+    });
   });
-  for (auto& f : first) EXPECT_FALSE(f.get());
+  for (auto& f : first) EXPECT_NE(f.get(), "ok");
   // Round 2: everyone. Host 2 must skip the old failure waiting in its queue.
   auto second = run_hosts(3, [&](int t) {
     return start_system(sys.host(t), t == 0 ? &sys.coordinator() : nullptr,

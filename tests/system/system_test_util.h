@@ -6,8 +6,10 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "tessel/error.h"
 #include "tessel/runtime.h"
 #include "tessel/system.h"
 #include "tessel/system_channel.h"
@@ -86,6 +88,17 @@ auto run_hosts(int num_hosts, Fn fn) {
     }
   }
   return futures;
+}
+
+// "<Code>: <what()>" of the tessel::Error `call` throws, or "ok" when it returns: what a host
+// thread or process reports of its step.
+inline std::string outcome(const std::function<void()>& call) {
+  try {
+    call();
+    return "ok";
+  } catch (const Error& e) {
+    return std::string(error_code_name(e.code())) + ": " + e.what();
+  }
 }
 
 // Milliseconds since `start`.
