@@ -94,7 +94,7 @@ TEST(ReplicateErrors, AReplicaThatReturnedEarlyFailsTheWaitersAtOnce) {
                           [](ReplicaContext& ctx, const std::vector<DTensor>& in) {
                             ctx.barrier();
                             if (ctx.replica_id() == 0) {
-                              std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                              std::this_thread::sleep_for(std::chrono::milliseconds(300));
                               return in;
                             }
                             return summed(ctx, in[0]);
@@ -110,7 +110,7 @@ TEST(ReplicateErrors, MismatchedCollectivesFailNamingBothReplicas) {
   EXPECT_TESSEL_ERROR(run(2,
                           [](ReplicaContext& ctx, const std::vector<DTensor>& in) {
                             if (ctx.replica_id() == 0) {
-                              std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                              std::this_thread::sleep_for(std::chrono::milliseconds(300));
                               return std::vector<DTensor>{ctx.broadcast(in[0], 0)};
                             }
                             return summed(ctx, in[0]);
