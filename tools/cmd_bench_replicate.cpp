@@ -268,11 +268,11 @@ int run_bench_replicate(const Args& args) {
   const int wrong = count_differences(run_compiled(), run_eager());  // also warms up
   run_sequential();
   std::vector<double> t_compiled, t_eager, t_sequential, t_kernels, t_replay, t_direct;
-  std::vector<double> f_replay, f_direct;  // page faults per step
+  std::vector<double> f_compiled, f_eager, f_sequential, f_replay, f_direct;  // faults per step
   for (int64_t round = 0; round < c.rounds; ++round) {
-    t_compiled.push_back(us_per_step(c.steps, run_compiled));
-    t_eager.push_back(us_per_step(c.steps, run_eager));
-    t_sequential.push_back(us_per_step(c.steps, run_sequential));
+    t_compiled.push_back(us_per_step(c.steps, run_compiled, &f_compiled));
+    t_eager.push_back(us_per_step(c.steps, run_eager, &f_eager));
+    t_sequential.push_back(us_per_step(c.steps, run_sequential, &f_sequential));
     t_kernels.push_back(us_per_step(c.steps, [&] { kernels.run(); }));
     t_replay.push_back(us_per_step(
         c.steps,
@@ -306,13 +306,14 @@ int run_bench_replicate(const Args& args) {
         "\"eager_over_compiled\": {:.3f}, \"sequential_over_compiled\": {:.3f}, "
         "\"kernels_us\": {:.1f}, \"replay_us\": {:.1f}, \"eager_step_us\": {:.1f}, "
         "\"replay_overhead_us\": {:.1f}, \"eager_overhead_us\": {:.1f}, "
-        "\"parallel_overhead_us\": {:.1f}, \"replay_faults\": {:.1f}, \"eager_step_faults\": {:.1f}, "
+        "\"parallel_overhead_us\": {:.1f}, \"compiled_faults\": {:.1f}, \"eager_faults\": {:.1f}, "
+        "\"sequential_faults\": {:.1f}, \"replay_faults\": {:.1f}, \"eager_step_faults\": {:.1f}, "
         "\"load1\": {:.2f}, \"wrong\": {}}}\n",
         replicas, c.devices, std::thread::hardware_concurrency(), c.batch, c.features, c.hidden,
         c.classes, compiled->graph().nodes().size(), compiled_us, eager_us, sequential_us,
         eager_us / compiled_us, sequential_us / compiled_us, kernels_us, replay_us, direct_us,
-        replay_us - kernels_us, direct_us - kernels_us, parallel_overhead_us, median(f_replay),
-        median(f_direct), load[0], wrong);
+        replay_us - kernels_us, direct_us - kernels_us, parallel_overhead_us, median(f_compiled),
+        median(f_eager), median(f_sequential), median(f_replay), median(f_direct), load[0], wrong);
   } else {
     std::cout << fmt::format(
         "MLP step [{}x{}] -> {} -> {}, {} replicas x 1 core on {} devices ({} hardware threads, "
@@ -320,11 +321,15 @@ int run_bench_replicate(const Args& args) {
         c.batch, c.features, c.hidden, c.classes, replicas, c.devices,
         std::thread::hardware_concurrency(), load[0], compiled->graph().nodes().size(), c.rounds,
         c.steps);
-    std::cout << fmt::format("  compiled replicate()          {:9.1f} us/step  1.00x\n", compiled_us);
-    std::cout << fmt::format("  eager replicate()             {:9.1f} us/step  {:.2f}x compiled\n",
-                             eager_us, eager_us / compiled_us);
-    std::cout << fmt::format("  {} sequential 1-replica steps {:9.1f} us/step  {:.2f}x compiled\n",
-                             replicas, sequential_us, sequential_us / compiled_us);
+    std::cout << fmt::format(
+        "  compiled replicate()          {:9.1f} us/step  1.00x ({:.0f} page faults)\n",
+        compiled_us, median(f_compiled));
+    std::cout << fmt::format(
+        "  eager replicate()             {:9.1f} us/step  {:.2f}x compiled ({:.0f} page faults)\n",
+        eager_us, eager_us / compiled_us, median(f_eager));
+    std::cout << fmt::format(
+        "  {} sequential 1-replica steps {:9.1f} us/step  {:.2f}x compiled ({:.0f} page faults)\n",
+        replicas, sequential_us, sequential_us / compiled_us, median(f_sequential));
     std::cout << fmt::format("one replica, no replicate(): kernels alone {:.1f} us/step\n", kernels_us);
     std::cout << fmt::format(
         "  compiled replay               {:9.1f} us/step  overhead {:.1f} us ({:.0f} page faults)\n",

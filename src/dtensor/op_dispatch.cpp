@@ -106,17 +106,19 @@ DTensor detail::launch_op(const OpDef& def, const std::vector<DTensor>& ready,
                           const TensorSpec& out, const std::shared_ptr<const Layout>& layout,
                           const std::shared_ptr<const OpAttrs>& attrs, Runtime& runtime,
                           const Placement& out_place,
-                          const std::vector<std::shared_ptr<const Placement>>& in_places) {
+                          const std::vector<std::shared_ptr<const Placement>>& in_places,
+                          bool inline_when_idle) {
   const OpDef* op = &def;
   const size_t n = out_place.devices.size();
   // A call touching few elements runs on this thread where the device is idle: waking the
-  // device's worker would cost more than the kernel (tessel bench dispatch).
+  // device's worker would cost more than the kernel (tessel bench dispatch). So does every call
+  // of a one-device replay (inline_when_idle), whose caller would only wait for the worker.
   int64_t elements = 0;
   for (size_t i = 0; i < n; ++i) {
     elements += out_place.blocks[i].num_elements();
     for (const auto& p : in_places) elements += p->blocks[i].num_elements();
   }
-  const bool small = elements <= kInlineElements;
+  const bool small = inline_when_idle || elements <= kInlineElements;
   std::vector<Tensor> outputs;
   outputs.reserve(n);
   for (size_t i = 0; i < n; ++i) {

@@ -53,13 +53,16 @@ OpTracer* set_active_op_tracer(OpTracer* tracer);
                                    std::string_view rule = {});
 
 // The kernel half of call_op (defined in op_dispatch.cpp): allocates the output blocks of
-// `layout` on their devices and runs def's kernel on every local device (inline when tiny and
-// idle, else enqueued), for inputs already in the layouts the sharding rule requires.
-// `out_place` and `in_places` are placement(layout, out.shape) and each input's placement.
+// `layout` on their devices and runs def's kernel on every local device, for inputs already in
+// the layouts the sharding rule requires: on the calling thread when the device's stream is idle
+// and the call is tiny (or `inline_when_idle`: a one-device replay, whose caller would only wait
+// for the worker), else enqueued on the stream. `out_place` and `in_places` are
+// placement(layout, out.shape) and each input's placement.
 DTensor launch_op(const OpDef& def, const std::vector<DTensor>& ready, const TensorSpec& out,
                   const std::shared_ptr<const Layout>& layout,
                   const std::shared_ptr<const OpAttrs>& attrs, Runtime& runtime,
                   const Placement& out_place,
-                  const std::vector<std::shared_ptr<const Placement>>& in_places);
+                  const std::vector<std::shared_ptr<const Placement>>& in_places,
+                  bool inline_when_idle = false);
 
 }  // namespace tessel::detail

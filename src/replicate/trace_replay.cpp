@@ -26,27 +26,15 @@ Layout layout_on_mesh(const Layout& layout, const Mesh& mesh) {
 }
 
 ReplayPlan::ReplayPlan(std::shared_ptr<const Graph> graph, const Mesh& mesh, Runtime& runtime)
-    : graph_(std::move(graph)), mesh_(mesh), runtime_(runtime) {
+    : graph_(std::move(graph)), mesh_(mesh), runtime_(runtime),
+      one_device_(mesh.size() == 1) {
   if (!same_dims(graph_->mesh(), mesh_)) {
     throw_invalid(kComponent, "the computation was compiled for core mesh {} but replays on {}, "
                   "whose dimensions differ",
                   graph_->mesh().to_string(), mesh_.to_string());
   }
-  const std::vector<GraphNode>& nodes = graph_->nodes();
-  std::vector<int> last_use(graph_->values().size(), -1);
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    for (int v : nodes[k].inputs) last_use[static_cast<size_t>(v)] = static_cast<int>(k);
-  }
-  for (int v : graph_->outputs()) last_use[static_cast<size_t>(v)] = static_cast<int>(nodes.size());
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    Step step = make_step(nodes[k], k);
-    for (int v : nodes[k].inputs) {
-      if (last_use[static_cast<size_t>(v)] == static_cast<int>(k)) step.release.push_back(v);
-    }
-    // A value nothing reads is dropped right away.
-    const int out = nodes[k].output;
-    if (out >= 0 && last_use[static_cast<size_t>(out)] < 0) step.release.push_back(out);
-    steps_.push_back(std::move(step));
+  for (size_t k = 0; k < graph_->nodes().size(); ++k) {
+    steps_.push_back(make_step(graph_->nodes()[k], k));
   }
 }
 
@@ -144,7 +132,7 @@ std::vector<DTensor> ReplayPlan::run(const std::vector<DTensor>& inputs,
         break;
       case GraphNodeKind::kOp:
         out = launch_op(*step.def, args, step.out, step.layout, step.attrs, runtime_,
-                        *step.out_place, step.in_places);
+                        *step.out_place, step.in_places, one_device_);
         break;
       case GraphNodeKind::kRelayout:
         out = execute_relayout(args[0], step.plan);
@@ -155,7 +143,6 @@ std::vector<DTensor> ReplayPlan::run(const std::vector<DTensor>& inputs,
         break;
     }
     if (node.output >= 0) values[static_cast<size_t>(node.output)] = std::move(out);
-    for (int v : step.release) values[static_cast<size_t>(v)] = DTensor();
   }
   std::vector<DTensor> outputs;
   outputs.reserve(graph_->outputs().size());

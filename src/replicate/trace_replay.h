@@ -7,12 +7,14 @@
 //
 // Built once (the constructor): every layout of the graph is moved onto the replica's mesh
 // (same specs; the meshes must have the same dimensions), each op's output placement and its
-// inputs' placements, each relayout's plan, each captured constant copied onto the mesh, and
-// when each value is last used (values are dropped as soon as no later node needs them, so a
-// replay holds no more memory than the eager run).
+// inputs' placements, each relayout's plan, each captured constant copied onto the mesh.
 // run(): per node, launch_op (the kernel half of dispatch), execute_relayout with the stored
-// plan, or the collective through `collectives`.
-//
+// plan, or the collective through `collectives`. On a one-device mesh every kernel runs on the
+// calling thread whenever the device's stream is idle (the caller would only wait for the
+// worker; tessel bench replicate: no thread hand-off per op). Values live until run() returns,
+// as the eager step's tape keeps them: dropping each after its last use made glibc hand the
+// blocks back to the system mid-step and fault them in again (about 200 page faults per step
+// of the benchmark's MLP, against none).
 // Errors (run): inputs other than the graph's count, shape or dtype: kInvalidArgument naming the
 // input and both specs (an input in another layout is relaid out to the signature's); a
 // collective whose result differs from the traced spec: kInternal naming the node; called while
@@ -62,7 +64,6 @@ class ReplayPlan {
     std::vector<std::shared_ptr<const Placement>> in_places;
     RelayoutPlan plan;                     // kRelayout
     DTensor capture;                       // kCapture, on mesh_
-    std::vector<int> release;              // values no later node reads
   };
 
   Step make_step(const GraphNode& node, size_t index);
@@ -72,6 +73,7 @@ class ReplayPlan {
   std::shared_ptr<const Graph> graph_;
   Mesh mesh_;
   Runtime& runtime_;
+  bool one_device_;  // every kernel runs on the caller when the device is idle (launch_op)
   std::vector<Step> steps_;
 };
 
