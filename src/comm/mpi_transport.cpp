@@ -23,6 +23,9 @@ namespace {
 constexpr std::string_view kComm = "Communicator";
 // How often a wait checks that the processes of peers on this host still exist.
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
+// How long before a library collective's deadline its peers are probed for liveness (they answer
+// from any wait, within microseconds when alive and waiting).
+constexpr auto kProbeGrace = std::chrono::milliseconds(200);
 // A wait polls without pause (as MPI's own blocking calls do) for kSpinTime, or only
 // kOversubscribedSpinTime when this host runs more processes of the group than it has cores,
 // then yields the CPU between polls, and after kSleepAfter sleeps between polls (a peer that
@@ -396,6 +399,55 @@ void MpiTransport::check_aborted() {
   if (aborted_.load(std::memory_order_acquire)) throw_aborted();
 }
 
+// A probe's payload: the group's incarnation and the prober's nonce.
+struct Probe {
+  uint64_t incarnation = 0;
+  uint64_t nonce = 0;
+};
+
+void MpiTransport::answer_pings() {
+  for (;;) {
+    Probe probe;
+    MPI_Status status;
+    {
+      int flag = 0;
+      MPI_Message message;
+      MpiCallLock lock;
+      check_mpi(MPI_Improbe(MPI_ANY_SOURCE, kPingTag, comm_, &flag, &message, &status), "MPI_Improbe");
+      if (!flag) return;
+      check_mpi(MPI_Mrecv(&probe, sizeof probe, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    }
+    if (probe.incarnation == incarnation_) post_send(status.MPI_SOURCE, kPongTag, &probe, sizeof probe);
+  }
+}
+
+uint64_t MpiTransport::start_probe() {
+  const Probe mine{incarnation_, ++probes_};
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) post_send(r, kPingTag, &mine, sizeof mine);
+  }
+  return mine.nonce;
+}
+
+void MpiTransport::collect_pongs(uint64_t nonce, std::vector<bool>& answered) {
+  answered[static_cast<size_t>(rank_)] = true;
+  for (;;) {
+    Probe pong;
+    MPI_Status status;
+    {
+      int flag = 0;
+      MPI_Message message;
+      MpiCallLock lock;
+      check_mpi(MPI_Improbe(MPI_ANY_SOURCE, kPongTag, comm_, &flag, &message, &status), "MPI_Improbe");
+      if (!flag) return;
+      check_mpi(MPI_Mrecv(&pong, sizeof pong, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    }
+    if (pong.incarnation == incarnation_ && pong.nonce == nonce) {
+      answered[static_cast<size_t>(status.MPI_SOURCE)] = true;
+    }
+  }
+}
+
 void MpiTransport::poll_aborts() {
   check_aborted();
   std::string reason;
@@ -445,7 +497,10 @@ void MpiTransport::wait(const std::function<bool()>& poll, const Signature& sign
   for (;;) {
     // While the group is being made, an abort record is a peer's later news: it waits for the
     // first wait after construction.
-    if (!constructing_) poll_aborts();
+    if (!constructing_) {
+      poll_aborts();
+      answer_pings();
+    }
     if (poll()) return;
     reap_sends();
     const auto now = Clock::now();
@@ -713,16 +768,34 @@ void MpiTransport::fail(const std::string& reason) {
 
 void MpiTransport::wait_collective(MPI_Request& request, std::string_view what,
                                    const Signature& signature, Deadline deadline) {
+  // The library does not say who is missing when it does not complete. kProbeGrace before the
+  // deadline every peer is asked whether it is alive; at the deadline the silent ones are named.
+  uint64_t probe = 0;
+  std::vector<bool> answered(static_cast<size_t>(size_), false);
   auto poll = [&] {
     int done = 0;
-    MpiCallLock lock;
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
-    return done != 0;
+    {
+      MpiCallLock lock;
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    }
+    if (done != 0) return true;
+    if (probe == 0 && Clock::now() >= deadline - kProbeGrace) probe = start_probe();
+    if (probe != 0) collect_pongs(probe, answered);
+    return false;
   };
   auto on_deadline = [&](double waited) {
+    std::vector<std::string> silent;
+    for (int r = 0; r < size_; ++r) {
+      if (!answered[static_cast<size_t>(r)]) silent.push_back(who(r));
+    }
+    const std::string missing =
+        silent.empty() ? std::string("every rank answered a liveness probe: one is late")
+                       : fmt::format("no answer to a liveness probe sent {} ms before the deadline "
+                                     "from {}",
+                                     kProbeGrace.count(), fmt::join(silent, ", "));
     const std::string message = fmt::format(
-        "{} waited {:.3f} s in {} (sequence {}): {} did not complete (a rank stopped or is late)",
-        who(rank_), waited, signature.describe(members_), signature.sequence, what);
+        "{} waited {:.3f} s in {} (sequence {}): {} did not complete; {}", who(rank_), waited,
+        signature.describe(members_), signature.sequence, what, missing);
     abort_group(message, /*tell_peers=*/true);
     throw Error(ErrorCode::kDeadlineExceeded, kComm, message);
   };

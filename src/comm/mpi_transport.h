@@ -122,6 +122,8 @@ class MpiTransport : public Transport {
   // kAlgorithmTagBase + 1..7); transport tags t >= 0 use kFirstFreeTag + t.
   static constexpr int kAbortTag = 1;
   static constexpr int kExchangeTag = 2;
+  static constexpr int kPingTag = 3;  // liveness probe after a library collective's deadline
+  static constexpr int kPongTag = 4;  // its answer
   static constexpr int kAlgorithmTagBase = 8;
   static constexpr int kFirstFreeTag = 16;
 
@@ -148,6 +150,14 @@ class MpiTransport : public Transport {
   void poll_aborts();
   // Throws kAborted naming the first peer on this host whose process is gone.
   void watch_peers(const Signature& signature, double waited);
+  // Answers the liveness probes of peers (every wait does, so a waiting process is alive).
+  void answer_pings();
+  // Liveness probe of every peer: start_probe sends a ping (a fresh nonce, returned);
+  // collect_pongs marks in `answered` (one flag per rank) the peers whose pong came back.
+  // Waiting peers answer within microseconds; silent ones have stopped, are unreachable, or are
+  // busy outside tessel's waits.
+  uint64_t start_probe();
+  void collect_pongs(uint64_t nonce, std::vector<bool>& answered);
   // Marks the group aborted with `reason` (the first reason wins) and, if `tell_peers`, sends
   // the reason to every peer. Returns false when it was already aborted.
   bool abort_group(const std::string& reason, bool tell_peers);
@@ -179,6 +189,7 @@ class MpiTransport : public Transport {
   // another group are dropped: MPI reuses a freed communicator's context id, so a late record
   // of an old group could otherwise match in a new one.
   uint64_t incarnation_ = 0;
+  uint64_t probes_ = 0;  // liveness probes sent (their nonce)
 };
 
 // One group spanning processes of `mpi` (mpi_hierarchy.cpp): members in rank order, member r
