@@ -31,7 +31,9 @@
 // each replica's own core mesh and collectives; the function is not called again. Everything
 // dispatch would recompute per call is computed at compile time for every replica's mesh:
 // output layouts, placements (devices and blocks), relayout plans, captured constants on each
-// replica's devices. Values are released after their last use.
+// replica's devices. With one core per replica every kernel runs on the replica's thread when
+// its device is idle; values live until the replay returns (as an eager step's tape keeps
+// them). Nodes nothing returned depends on are not run (graph.h).
 //
 // Signature. One InputSpec per input the computation receives, in replicate()'s order:
 // per-replica inputs, broadcast inputs, variables, guaranteed constants. replicate() hands each
