@@ -9,7 +9,7 @@
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
 #include "dtensor/placement.h"
-#include "replicate/trace_hooks.h"  // tracing hook: record calls instead of running them
+#include "dtensor/trace_hooks.h"  // tracing hook: record calls instead of running them
 #include "tessel/autodiff.h"
 #include "tessel/op_registry.h"
 #include "tessel/relayout.h"

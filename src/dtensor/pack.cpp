@@ -4,7 +4,7 @@
 
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
-#include "replicate/trace_hooks.h"  // tracing hook: pack / unpack are eager only
+#include "dtensor/trace_hooks.h"  // tracing hook: pack / unpack are eager only
 #include "tessel/dtensor_api.h"
 #include "tessel/shard_map.h"
 

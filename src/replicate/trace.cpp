@@ -1,5 +1,5 @@
 // Tracer: records op calls, relayouts, collectives, inputs and captures as graph nodes (see
-// trace.h), and the thread's active tracer behind trace_hooks.h.
+// trace.h); the thread's active tracer lives in src/dtensor/trace_hooks.cpp.
 #include "replicate/trace.h"
 
 #include "core/errors.h"
@@ -9,24 +9,7 @@ namespace {
 
 constexpr std::string_view kComponent = "compile";
 
-thread_local OpTracer* t_active_tracer = nullptr;
-
 }  // namespace
-
-OpTracer* active_op_tracer() { return t_active_tracer; }
-
-OpTracer* set_active_op_tracer(OpTracer* tracer) {
-  OpTracer* previous = t_active_tracer;
-  t_active_tracer = tracer;
-  return previous;
-}
-
-void throw_eager_only(std::string_view component, std::string_view call, std::string_view rule) {
-  throw_error(ErrorCode::kFailedPrecondition, component,
-              "{} is eager-only{}: it was called while compile() traces a computation on this "
-              "thread, or on an abstract (traced) value; call it outside the traced function",
-              call, rule.empty() ? "" : fmt::format(" ({})", rule));
-}
 
 Tracer::Tracer(Mesh mesh, Runtime& runtime) : mesh_(std::move(mesh)), runtime_(runtime) {
   if (active_op_tracer() != nullptr) {

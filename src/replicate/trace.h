@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "replicate/trace_hooks.h"
+#include "dtensor/trace_hooks.h"
 #include "tessel/graph.h"
 
 namespace tessel::detail {

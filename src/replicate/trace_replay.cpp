@@ -2,7 +2,7 @@
 #include "replicate/trace_replay.h"
 
 #include "core/errors.h"
-#include "replicate/trace_hooks.h"
+#include "dtensor/trace_hooks.h"
 #include "tessel/dtensor_api.h"
 #include "tessel/relayout.h"
 
