@@ -72,12 +72,14 @@ class CommunicatorPool {
   // Makes (joins) the group of `members` (mesh offsets) into groups_[key].
   void create(const Key& key, const Mesh& mesh, const std::vector<int64_t>& members,
               std::chrono::milliseconds join_timeout);
-  int owner_of(const std::string& device) const;
+  // The client owning each device of `mesh` (by offset), computed once per mesh. Under mu_.
+  const std::vector<int>& owners(const Mesh& mesh);
 
   GroupFactory factory_;
   std::shared_ptr<Cluster> cluster_;
   mutable std::mutex mu_;
   std::map<Key, std::vector<std::unique_ptr<Communicator>>> groups_;  // rank-ordered handles
+  std::map<uint64_t, std::vector<int>> owners_;                        // by mesh fingerprint
 };
 
 }  // namespace tessel

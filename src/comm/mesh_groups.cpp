@@ -93,13 +93,13 @@ Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::str
   std::vector<std::string> sorted = dims;
   std::sort(sorted.begin(), sorted.end());
   const Key key{mesh.global_fingerprint(), sorted, p.group};
-  const std::string device = member_name(mesh, offset);
-  const int me = cluster_ ? cluster_->client_id() : 0;
-  if (cluster_ && owner_of(device) != me) {
-    detail::throw_invalid(kGroups, "device {} (mesh offset {}) belongs to client {}, not to client {}",
-                          device, offset, owner_of(device), me);
-  }
   std::lock_guard<std::mutex> lock(mu_);
+  const int me = cluster_ ? cluster_->client_id() : 0;
+  const int owner = owners(mesh)[static_cast<size_t>(offset)];
+  if (owner != me) {
+    detail::throw_invalid(kGroups, "device {} (mesh offset {}) belongs to client {}, not to client {}",
+                          member_name(mesh, offset), offset, owner, me);
+  }
   auto it = groups_.find(key);
   if (it == groups_.end()) {
     create(key, mesh, p.members, join_timeout);
@@ -108,10 +108,16 @@ Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::str
   return *it->second[static_cast<size_t>(p.rank)];
 }
 
-int CommunicatorPool::owner_of(const std::string& device) const {
-  const int me = cluster_ ? cluster_->client_id() : 0;
-  const auto name = DeviceName::try_parse(device);
-  return name && name->task ? *name->task : me;
+const std::vector<int>& CommunicatorPool::owners(const Mesh& mesh) {
+  auto [it, fresh] = owners_.try_emplace(mesh.global_fingerprint());
+  if (fresh) {
+    const int me = cluster_ ? cluster_->client_id() : 0;
+    for (int64_t o = 0; o < mesh.size(); ++o) {
+      const auto name = cluster_ ? DeviceName::try_parse(member_name(mesh, o)) : std::nullopt;
+      it->second.push_back(name && name->task ? *name->task : me);
+    }
+  }
+  return it->second;
 }
 
 void CommunicatorPool::create(const Key& key, const Mesh& mesh, const std::vector<int64_t>& members,
@@ -121,16 +127,17 @@ void CommunicatorPool::create(const Key& key, const Mesh& mesh, const std::vecto
     for (int64_t o : offsets) names.push_back(member_name(mesh, o));
     return names;
   };
-  auto owners_of = [&](const std::vector<std::string>& names) {
-    std::vector<int> owners;
-    for (const std::string& n : names) owners.push_back(owner_of(n));
-    return owners;
+  auto owners_of = [&](const std::vector<int64_t>& offsets) {
+    std::vector<int> of;
+    for (int64_t o : offsets) of.push_back(owners(mesh)[static_cast<size_t>(o)]);
+    return of;
   };
   const std::vector<std::string> names = names_of(members);
-  const std::vector<int> owners = owners_of(names);
+  const std::vector<int> member_owners = owners_of(members);
   const int me = cluster_ ? cluster_->client_id() : 0;
-  const bool spans = std::any_of(owners.begin(), owners.end(), [me](int o) { return o != me; });
-  if (!cluster_ || !spans) {
+  const bool spans = std::any_of(member_owners.begin(), member_owners.end(),
+                                 [me](int o) { return o != me; });
+  if (!spans) {
     groups_.emplace(key, factory_(static_cast<int>(names.size()), names));
     return;
   }
@@ -138,7 +145,7 @@ void CommunicatorPool::create(const Key& key, const Mesh& mesh, const std::vecto
   const std::vector<std::vector<int64_t>> groups = collective_groups(mesh, std::get<1>(key));
   for (size_t g = 0; g < groups.size(); ++g) {
     const std::vector<std::string> group_names = names_of(groups[g]);
-    const std::vector<int> group_owners = owners_of(group_names);
+    const std::vector<int> group_owners = owners_of(groups[g]);
     if (std::find(group_owners.begin(), group_owners.end(), me) == group_owners.end()) continue;
     const Key group_key{std::get<0>(key), std::get<1>(key), static_cast<int>(g)};
     if (groups_.count(group_key) != 0) continue;
