@@ -399,25 +399,33 @@ void MpiTransport::check_aborted() {
   if (aborted_.load(std::memory_order_acquire)) throw_aborted();
 }
 
+namespace {
+
 // A probe's payload: the group's incarnation and the prober's nonce.
 struct Probe {
   uint64_t incarnation = 0;
   uint64_t nonce = 0;
 };
 
+// Receives the next probe record under `tag` from any source, if one has arrived; returns its
+// source, or -1 when none is waiting.
+int receive_probe(MPI_Comm comm, int tag, Probe& probe) {
+  int flag = 0;
+  MPI_Message message;
+  MPI_Status status;
+  MpiCallLock lock;
+  check_mpi(MPI_Improbe(MPI_ANY_SOURCE, tag, comm, &flag, &message, &status), "MPI_Improbe");
+  if (!flag) return -1;
+  check_mpi(MPI_Mrecv(&probe, sizeof probe, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+  return status.MPI_SOURCE;
+}
+
+}  // namespace
+
 void MpiTransport::answer_pings() {
-  for (;;) {
-    Probe probe;
-    MPI_Status status;
-    {
-      int flag = 0;
-      MPI_Message message;
-      MpiCallLock lock;
-      check_mpi(MPI_Improbe(MPI_ANY_SOURCE, kPingTag, comm_, &flag, &message, &status), "MPI_Improbe");
-      if (!flag) return;
-      check_mpi(MPI_Mrecv(&probe, sizeof probe, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-    }
-    if (probe.incarnation == incarnation_) post_send(status.MPI_SOURCE, kPongTag, &probe, sizeof probe);
+  Probe probe;
+  for (int from; (from = receive_probe(comm_, kPingTag, probe)) >= 0;) {
+    if (probe.incarnation == incarnation_) post_send(from, kPongTag, &probe, sizeof probe);
   }
 }
 
@@ -431,20 +439,9 @@ uint64_t MpiTransport::start_probe() {
 
 void MpiTransport::collect_pongs(uint64_t nonce, std::vector<bool>& answered) {
   answered[static_cast<size_t>(rank_)] = true;
-  for (;;) {
-    Probe pong;
-    MPI_Status status;
-    {
-      int flag = 0;
-      MPI_Message message;
-      MpiCallLock lock;
-      check_mpi(MPI_Improbe(MPI_ANY_SOURCE, kPongTag, comm_, &flag, &message, &status), "MPI_Improbe");
-      if (!flag) return;
-      check_mpi(MPI_Mrecv(&pong, sizeof pong, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-    }
-    if (pong.incarnation == incarnation_ && pong.nonce == nonce) {
-      answered[static_cast<size_t>(status.MPI_SOURCE)] = true;
-    }
+  Probe pong;
+  for (int from; (from = receive_probe(comm_, kPongTag, pong)) >= 0;) {
+    if (pong.incarnation == incarnation_ && pong.nonce == nonce) answered[static_cast<size_t>(from)] = true;
   }
 }
 
