@@ -72,8 +72,10 @@ class CommunicatorPool {
   // Makes (joins) the group of `members` (mesh offsets) into groups_[key].
   void create(const Key& key, const Mesh& mesh, const std::vector<int64_t>& members,
               std::chrono::milliseconds join_timeout);
-  // The client owning each device of `mesh` (by offset), computed once per mesh. Under mu_.
-  const std::vector<int>& owners(const Mesh& mesh);
+  // The client owning each device of `mesh` (by offset), computed once per mesh (keyed by its
+  // fingerprint). Under mu_.
+  const std::vector<int>& owners(const Mesh& mesh, uint64_t fingerprint);
+  int client_id() const;  // this client (0 without a cluster)
 
   GroupFactory factory_;
   std::shared_ptr<Cluster> cluster_;

@@ -94,11 +94,10 @@ Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::str
   std::sort(sorted.begin(), sorted.end());
   const Key key{mesh.global_fingerprint(), sorted, p.group};
   std::lock_guard<std::mutex> lock(mu_);
-  const int me = cluster_ ? cluster_->client_id() : 0;
-  const int owner = owners(mesh)[static_cast<size_t>(offset)];
-  if (owner != me) {
+  const int owner = owners(mesh, std::get<0>(key))[static_cast<size_t>(offset)];
+  if (owner != client_id()) {
     detail::throw_invalid(kGroups, "device {} (mesh offset {}) belongs to client {}, not to client {}",
-                          member_name(mesh, offset), offset, owner, me);
+                          member_name(mesh, offset), offset, owner, client_id());
   }
   auto it = groups_.find(key);
   if (it == groups_.end()) {
@@ -108,13 +107,14 @@ Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::str
   return *it->second[static_cast<size_t>(p.rank)];
 }
 
-const std::vector<int>& CommunicatorPool::owners(const Mesh& mesh) {
-  auto [it, fresh] = owners_.try_emplace(mesh.global_fingerprint());
+int CommunicatorPool::client_id() const { return cluster_ ? cluster_->client_id() : 0; }
+
+const std::vector<int>& CommunicatorPool::owners(const Mesh& mesh, uint64_t fingerprint) {
+  auto [it, fresh] = owners_.try_emplace(fingerprint);
   if (fresh) {
-    const int me = cluster_ ? cluster_->client_id() : 0;
     for (int64_t o = 0; o < mesh.size(); ++o) {
       const auto name = cluster_ ? DeviceName::try_parse(member_name(mesh, o)) : std::nullopt;
-      it->second.push_back(name && name->task ? *name->task : me);
+      it->second.push_back(name && name->task ? *name->task : client_id());
     }
   }
   return it->second;
@@ -127,14 +127,15 @@ void CommunicatorPool::create(const Key& key, const Mesh& mesh, const std::vecto
     for (int64_t o : offsets) names.push_back(member_name(mesh, o));
     return names;
   };
+  const std::vector<int>& owner = owners(mesh, std::get<0>(key));
   auto owners_of = [&](const std::vector<int64_t>& offsets) {
     std::vector<int> of;
-    for (int64_t o : offsets) of.push_back(owners(mesh)[static_cast<size_t>(o)]);
+    for (int64_t o : offsets) of.push_back(owner[static_cast<size_t>(o)]);
     return of;
   };
   const std::vector<std::string> names = names_of(members);
   const std::vector<int> member_owners = owners_of(members);
-  const int me = cluster_ ? cluster_->client_id() : 0;
+  const int me = client_id();
   const bool spans = std::any_of(member_owners.begin(), member_owners.end(),
                                  [me](int o) { return o != me; });
   if (!spans) {

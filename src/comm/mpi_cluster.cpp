@@ -9,7 +9,6 @@
 #include <algorithm>
 
 #include "comm/cluster_join.h"
-#include "comm/in_process_hub.h"
 #include "comm/mpi_transport.h"
 #include "core/errors.h"
 #include "tessel/cluster.h"
@@ -49,13 +48,7 @@ class MpiCluster : public Cluster {
     const int me = client_id();
     detail::check_join(members, owners, num_clients(), me);
     const std::vector<int> clients = detail::owning_clients(owners);
-    if (clients.size() == 1) {
-      std::vector<std::unique_ptr<Communicator>> out;
-      for (auto& t : detail::make_in_process_transports(members)) {
-        out.push_back(std::make_unique<Communicator>(std::move(t)));
-      }
-      return out;
-    }
+    if (clients.size() == 1) return make_in_process_communicators(static_cast<int>(members.size()), members);
     const auto deadline = detail::Clock::now() + (timeout.count() > 0 ? timeout : default_collective_timeout());
     meet(members, owners, clients, deadline);
     MPI_Comm comm = create_group_comm(clients);

@@ -19,18 +19,6 @@ namespace {
 bool mpi_available() { return false; }
 std::string mpi_library_version() { return ""; }
 
-std::string_view mpi_thread_level_name(MpiThreadLevel level) {
-  switch (level) {
-    case MpiThreadLevel::kSingle: return "single";
-    case MpiThreadLevel::kFunneled: return "funneled";
-    case MpiThreadLevel::kSerialized: return "serialized";
-    case MpiThreadLevel::kMultiple: return "multiple";
-  }
-  return "unknown";
-}
-
-MpiEnvironment::MpiEnvironment() { init(nullptr, nullptr); }
-MpiEnvironment::MpiEnvironment(int* argc, char*** argv) { init(argc, argv); }
 void MpiEnvironment::init(int*, char***) { unavailable("MpiEnvironment"); }
 MpiEnvironment::~MpiEnvironment() = default;
 

@@ -816,18 +816,6 @@ std::string mpi_library_version() {
   return version;
 }
 
-std::string_view mpi_thread_level_name(MpiThreadLevel level) {
-  switch (level) {
-    case MpiThreadLevel::kSingle: return "single";
-    case MpiThreadLevel::kFunneled: return "funneled";
-    case MpiThreadLevel::kSerialized: return "serialized";
-    case MpiThreadLevel::kMultiple: return "multiple";
-  }
-  return "unknown";
-}
-
-MpiEnvironment::MpiEnvironment() { init(nullptr, nullptr); }
-MpiEnvironment::MpiEnvironment(int* argc, char*** argv) { init(argc, argv); }
 
 void MpiEnvironment::init(int* argc, char*** argv) {
   int initialized = 0, finalized = 0;

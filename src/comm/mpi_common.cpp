@@ -1,0 +1,20 @@
+// The parts of the MPI API (tessel/mpi.h) that are the same whether or not tessel is built with
+// MPI; the rest is in mpi_transport.cpp (with MPI) or mpi_stub.cpp (without).
+#include "tessel/mpi.h"
+
+namespace tessel {
+
+std::string_view mpi_thread_level_name(MpiThreadLevel level) {
+  switch (level) {
+    case MpiThreadLevel::kSingle: return "single";
+    case MpiThreadLevel::kFunneled: return "funneled";
+    case MpiThreadLevel::kSerialized: return "serialized";
+    case MpiThreadLevel::kMultiple: return "multiple";
+  }
+  return "unknown";
+}
+
+MpiEnvironment::MpiEnvironment() { init(nullptr, nullptr); }
+MpiEnvironment::MpiEnvironment(int* argc, char*** argv) { init(argc, argv); }
+
+}  // namespace tessel
