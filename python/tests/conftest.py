@@ -22,3 +22,25 @@ def mesh_2x2():
 @pytest.fixture
 def mesh_1d():
     return tessel.Mesh(["x"], np.arange(2), [0, 1], devices(2))
+
+
+@pytest.fixture
+def mesh():
+    """x=2,y=2 over the default runtime's devices (the op and autodiff tests)."""
+    return tessel.create_mesh([("x", 2), ("y", 2)])
+
+
+def put(array, specs, mesh, partial=None):
+    """A numpy array laid out on `mesh` by TF-style specs, optionally Partial over dims."""
+    layout = tessel.Layout(list(specs), mesh)
+    if partial:
+        layout = layout.with_partial(partial)
+    return tessel.copy_to_mesh(np.asarray(array), layout)
+
+
+def host(d):
+    return tessel.to_host(d)
+
+
+def rand(shape, seed, low=-2.0, high=2.0, dtype=np.float64):
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(dtype)

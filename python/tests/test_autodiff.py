@@ -10,27 +10,13 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
+import conftest
 import tessel
+from conftest import host, put
 
 
-@pytest.fixture
-def mesh():
-    return tessel.create_mesh([("x", 2), ("y", 2)])
-
-
-def put(array, specs, mesh, partial=None):
-    layout = tessel.Layout(list(specs), mesh)
-    if partial:
-        layout = layout.with_partial(partial)
-    return tessel.copy_to_mesh(np.asarray(array), layout)
-
-
-def host(d):
-    return tessel.to_host(d)
-
-
-def rand(shape, seed, low=-1.0, high=1.0, dtype=np.float64):
-    return np.random.default_rng(seed).uniform(low, high, shape).astype(dtype)
+def rand(shape, seed):
+    return conftest.rand(shape, seed, -1.0, 1.0)
 
 
 def test_names_are_exported():

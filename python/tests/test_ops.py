@@ -9,26 +9,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 import tessel
-
-
-@pytest.fixture
-def mesh():
-    return tessel.create_mesh([("x", 2), ("y", 2)])
-
-
-def put(array, specs, mesh, partial=None):
-    layout = tessel.Layout(list(specs), mesh)
-    if partial:
-        layout = layout.with_partial(partial)
-    return tessel.copy_to_mesh(np.asarray(array), layout)
-
-
-def host(d):
-    return tessel.to_host(d)
-
-
-def rand(shape, seed, low=-2.0, high=2.0, dtype=np.float64):
-    return np.random.default_rng(seed).uniform(low, high, shape).astype(dtype)
+from conftest import host, put, rand
 
 
 OP_NAMES = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "negative", "exp",

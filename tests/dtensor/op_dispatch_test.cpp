@@ -6,6 +6,7 @@
 
 #include "dtensor/op_util.h"
 #include "testing/expect_error.h"
+#include "testing/op_check.h"
 #include "tessel/autodiff.h"
 #include "tessel/dtensor_api.h"
 #include "tessel/op_registry.h"
@@ -16,7 +17,7 @@
 namespace tessel {
 namespace {
 
-std::vector<double> values(const DTensor& t) { return to_host(t).to_doubles(); }
+using testing::values;
 
 // An op whose rule only accepts replicated inputs (registered once for these tests).
 void register_picky_op() {

@@ -22,7 +22,7 @@ using testing::OpFn;
 using testing::random_host;
 using testing::random_op_layout;
 
-std::vector<double> values(const DTensor& t) { return to_host(t).to_doubles(); }
+using testing::values;
 
 // Partial values made by distribute() are sums of random terms: equal to ~1 ulp.
 void expect_near(const DTensor& t, const std::vector<double>& want) {

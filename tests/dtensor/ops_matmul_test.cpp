@@ -23,7 +23,7 @@ using testing::OpFn;
 using testing::random_host;
 using testing::random_op_layout;
 
-std::vector<double> values(const DTensor& t) { return to_host(t).to_doubles(); }
+using testing::values;
 
 Layout layout_of(const std::vector<std::string>& specs, const Mesh& mesh,
                  std::vector<PartialDim> partial = {}) {

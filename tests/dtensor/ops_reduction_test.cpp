@@ -25,7 +25,7 @@ using testing::OpFn;
 using testing::random_host;
 using testing::random_op_layout;
 
-std::vector<double> values(const DTensor& t) { return to_host(t).to_doubles(); }
+using testing::values;
 
 void expect_near(const DTensor& t, const std::vector<double>& want, double tol = 1e-12) {
   const std::vector<double> got = values(t);

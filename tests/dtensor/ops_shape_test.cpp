@@ -37,7 +37,7 @@ Tensor iota(const Shape& shape, DType dtype = DType::kF64) {
   return Tensor::from_vector<double>(v, shape).astype(dtype);
 }
 
-std::vector<double> values(const DTensor& t) { return to_host(t).to_doubles(); }
+using testing::values;
 
 // ---- reshape ------------------------------------------------------------------------------
 

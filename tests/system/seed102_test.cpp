@@ -11,13 +11,12 @@ namespace {
 
 using testing::elapsed_ms;
 using testing::kGenerous;
+using testing::kNoIds;
 using testing::kShort;
 using testing::kShortBound;
 using testing::SimulatedSystem;
 using Clock = std::chrono::steady_clock;
 
-// No step-3 outputs held by the caller (they all arrive as the hosts' reports).
-const std::vector<std::vector<int64_t>> kNoIds;
 
 TEST(Seed102, BR_102_01_FiveStepsRunInOrder) {
   SimulatedSystem sys(2, 2);

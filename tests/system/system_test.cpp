@@ -14,6 +14,7 @@ namespace {
 
 using testing::elapsed_ms;
 using testing::kGenerous;
+using testing::kNoIds;
 using testing::kShort;
 using testing::kShortBound;
 using testing::outcome;
@@ -21,8 +22,20 @@ using testing::run_hosts;
 using testing::SimulatedSystem;
 using Clock = std::chrono::steady_clock;
 
-// No step-3 outputs held by the caller (they all arrive as the hosts' reports).
-const std::vector<std::vector<int64_t>> kNoIds;
+
+// start_system on hosts 0 (the coordinator, short deadline) and 1 (long deadline) at once, the
+// other hosts left alone; what each ended with (outcome()).
+std::pair<std::string, std::string> start_hosts_0_and_1(SimulatedSystem& sys) {
+  auto results = run_hosts(2, [&](int t) {
+    // The coordinator's deadline is short; host 1 would wait long, but hears of its failure.
+    return outcome([&] {
+      start_system(sys.host(t), t == 0 ? &sys.coordinator() : nullptr,
+                   {.startup_timeout = t == 0 ? kShort : kGenerous});
+    });
+  });
+  std::string at0 = results[0].get();
+  return {std::move(at0), results[1].get()};
+}
 
 TEST(System, FiveStepsWithTwoHosts) {
   SimulatedSystem sys(2, 2);
@@ -133,15 +146,7 @@ TEST(System, HostThreadThatNeverStartsIsNamedOnEveryHost) {
   SimulatedSystem sys(3, 2);
   const auto start = Clock::now();
   // Host 2's thread never calls start_system.
-  auto results = run_hosts(2, [&](int t) {
-    // The coordinator's deadline is short; the others would wait long, but hear of its failure.
-    return outcome([&] {
-      start_system(sys.host(t), t == 0 ? &sys.coordinator() : nullptr,
-                   {.startup_timeout = t == 0 ? kShort : kGenerous});
-    });
-  });
-  const std::string at0 = results[0].get();
-  const std::string at1 = results[1].get();
+  const auto [at0, at1] = start_hosts_0_and_1(sys);
   EXPECT_LT(elapsed_ms(start), kShortBound.count());
   EXPECT_NE(at0.find("DeadlineExceeded"), std::string::npos) << at0;
   EXPECT_NE(at0.find("hosts [2] did not run step 1 (disconnect_host) within 0.15 s"),
@@ -157,15 +162,7 @@ TEST(System, HostThatStopsAfterStepOneIsNamedByWait) {
   SimulatedSystem sys(3, 2);
   sys.host(2).disconnect_host();  // step 1, then host 2 "dies"
   const auto start = Clock::now();
-  auto results = run_hosts(2, [&](int t) {
-    // The coordinator's deadline is short; the others would wait long, but hear of its failure.
-    return outcome([&] {
-      start_system(sys.host(t), t == 0 ? &sys.coordinator() : nullptr,
-                   {.startup_timeout = t == 0 ? kShort : kGenerous});
-    });
-  });
-  const std::string at0 = results[0].get();
-  const std::string at1 = results[1].get();
+  const auto [at0, at1] = start_hosts_0_and_1(sys);
   EXPECT_LT(elapsed_ms(start), kShortBound.count());
   EXPECT_NE(at0.find("DeadlineExceeded"), std::string::npos) << at0;
   EXPECT_NE(at0.find("hosts [2] did not report step 3"), std::string::npos) << at0;

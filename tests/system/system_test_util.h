@@ -20,6 +20,9 @@ namespace tessel::testing {
 // Short timeouts keep the deadline tests fast; kGenerous bounds waits that should succeed.
 inline constexpr std::chrono::milliseconds kShort{150};
 inline constexpr std::chrono::milliseconds kGenerous{10'000};
+// No step-3 outputs held by the caller of wait_for_distributed_system (they all arrive as the
+// hosts' reports).
+inline const std::vector<std::vector<int64_t>> kNoIds;
 // A wait of kShort must end within this (scheduling slack on a loaded machine included).
 inline constexpr std::chrono::milliseconds kShortBound{5'000};
 

@@ -21,11 +21,7 @@ namespace tessel::testing {
 
 inline Layout layout_of(const Mesh& mesh, const std::vector<std::string>& specs,
                         std::vector<PartialDim> partial = {}) {
-  std::vector<ShardingSpec> parsed;
-  for (const std::string& s : specs) {
-    parsed.push_back(s == "unsharded" ? ShardingSpec::unsharded() : ShardingSpec::sharded({s}));
-  }
-  return Layout::create(LayoutType::kStatic, parsed, mesh, std::move(partial));
+  return Layout(specs, mesh).with_partial(std::move(partial));
 }
 
 // Every local component of `d` equals its block of `expected`, to `tolerance`.

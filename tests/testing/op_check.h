@@ -32,6 +32,9 @@ namespace tessel::testing {
 
 using OpFn = std::function<DTensor(const std::vector<DTensor>&)>;
 
+// A DTensor's global value as doubles, row-major (for EXPECT_EQ against literals).
+inline std::vector<double> values(const DTensor& t) { return to_host(t).to_doubles(); }
+
 inline Tensor random_host(const Shape& shape, DType dtype, uint64_t seed, double low = -2.0,
                           double high = 2.0) {
   return Tensor::random_uniform(shape, dtype, seed, low, high);
