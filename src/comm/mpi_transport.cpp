@@ -407,24 +407,27 @@ struct Probe {
   uint64_t nonce = 0;
 };
 
-// Receives the next probe record under `tag` from any source, if one has arrived; returns its
-// source, or -1 when none is waiting.
-int receive_probe(MPI_Comm comm, int tag, Probe& probe) {
-  int flag = 0;
+}  // namespace
+
+int MpiTransport::receive_probe(int tag, void* probe) {
+  int flag = 0, rc = MPI_SUCCESS;
   MPI_Message message;
   MPI_Status status;
-  MpiCallLock lock;
-  check_mpi(MPI_Improbe(MPI_ANY_SOURCE, tag, comm, &flag, &message, &status), "MPI_Improbe");
-  if (!flag) return -1;
-  check_mpi(MPI_Mrecv(&probe, sizeof probe, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-  return status.MPI_SOURCE;
+  {
+    MpiCallLock lock;
+    rc = MPI_Improbe(MPI_ANY_SOURCE, tag, comm_, &flag, &message, &status);
+    if (rc == MPI_SUCCESS && flag) {
+      check_mpi(MPI_Mrecv(probe, sizeof(Probe), MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+      return status.MPI_SOURCE;
+    }
+  }
+  if (rc != MPI_SUCCESS) fail_naming_lost_peer(rc, "MPI_Improbe");
+  return -1;
 }
-
-}  // namespace
 
 void MpiTransport::answer_pings() {
   Probe probe;
-  for (int from; (from = receive_probe(comm_, kPingTag, probe)) >= 0;) {
+  for (int from; (from = receive_probe(kPingTag, &probe)) >= 0;) {
     if (probe.incarnation == incarnation_) post_send(from, kPongTag, &probe, sizeof probe);
   }
 }
@@ -440,7 +443,7 @@ uint64_t MpiTransport::start_probe() {
 void MpiTransport::collect_pongs(uint64_t nonce, std::vector<bool>& answered) {
   answered[static_cast<size_t>(rank_)] = true;
   Probe pong;
-  for (int from; (from = receive_probe(comm_, kPongTag, pong)) >= 0;) {
+  for (int from; (from = receive_probe(kPongTag, &pong)) >= 0;) {
     if (pong.incarnation == incarnation_ && pong.nonce == nonce) answered[static_cast<size_t>(from)] = true;
   }
 }
@@ -448,18 +451,22 @@ void MpiTransport::collect_pongs(uint64_t nonce, std::vector<bool>& answered) {
 void MpiTransport::poll_aborts() {
   check_aborted();
   std::string reason;
+  int rc = MPI_SUCCESS;
   {
     int flag = 0;
     MPI_Message message;
     MPI_Status status;
     MpiCallLock lock;
-    check_mpi(MPI_Improbe(MPI_ANY_SOURCE, kAbortTag, comm_, &flag, &message, &status), "MPI_Improbe");
-    if (!flag) return;
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_CHAR, &bytes);
-    reason.assign(static_cast<size_t>(bytes), '\0');
-    check_mpi(MPI_Mrecv(reason.data(), bytes, MPI_CHAR, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    rc = MPI_Improbe(MPI_ANY_SOURCE, kAbortTag, comm_, &flag, &message, &status);
+    if (rc == MPI_SUCCESS && !flag) return;
+    if (rc == MPI_SUCCESS) {
+      int bytes = 0;
+      MPI_Get_count(&status, MPI_CHAR, &bytes);
+      reason.assign(static_cast<size_t>(bytes), '\0');
+      check_mpi(MPI_Mrecv(reason.data(), bytes, MPI_CHAR, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    }
   }
+  if (rc != MPI_SUCCESS) fail_naming_lost_peer(rc, "MPI_Improbe");
   uint64_t incarnation = 0;
   if (reason.size() >= sizeof incarnation) std::memcpy(&incarnation, reason.data(), sizeof incarnation);
   if (incarnation != incarnation_) return;  // an older group's (see incarnation_)
@@ -518,39 +525,73 @@ void MpiTransport::wait(const std::function<bool()>& poll, const Signature& sign
 // ---- MpiTransport: point to point -----------------------------------------------------------
 
 void MpiTransport::post_send(int peer, int mpi_tag, const void* data, size_t bytes) {
-  std::lock_guard<std::mutex> guard(send_mu_);
-  PendingSend s;
-  if (!spare_.empty()) {
-    s.buffer = std::move(spare_.back());
-    spare_.pop_back();
+  int rc = MPI_SUCCESS;
+  std::string_view call = "MPI_Isend";
+  {
+    std::lock_guard<std::mutex> guard(send_mu_);
+    PendingSend s;
+    s.peer = peer;
+    if (!spare_.empty()) {
+      s.buffer = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    s.buffer.resize(bytes);
+    if (bytes > 0) std::memcpy(s.buffer.data(), data, bytes);
+    MpiCallLock lock;
+    rc = MPI_Isend(s.buffer.data(), static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm_,
+                   &s.request);
+    int done = 0;
+    if (rc == MPI_SUCCESS) {
+      call = "MPI_Test of an MPI_Isend";
+      rc = MPI_Test(&s.request, &done, MPI_STATUS_IGNORE);
+    }
+    if (rc == MPI_SUCCESS && !done) {
+      sends_.push_back(std::move(s));
+    } else if (rc == MPI_SUCCESS && spare_.size() < 4) {
+      spare_.push_back(std::move(s.buffer));
+    }
   }
-  s.buffer.resize(bytes);
-  if (bytes > 0) std::memcpy(s.buffer.data(), data, bytes);
-  MpiCallLock lock;
-  check_mpi(MPI_Isend(s.buffer.data(), static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm_,
-                      &s.request),
-            "MPI_Isend");
-  int done = 0;
-  check_mpi(MPI_Test(&s.request, &done, MPI_STATUS_IGNORE), "MPI_Isend");
-  if (done) {
-    if (spare_.size() < 4) spare_.push_back(std::move(s.buffer));
-    return;
-  }
-  sends_.push_back(std::move(s));
+  if (rc != MPI_SUCCESS) lost_peer(peer, call, rc);
 }
 
 void MpiTransport::reap_sends() {
-  std::lock_guard<std::mutex> guard(send_mu_);
-  while (!sends_.empty()) {
-    int done = 0;
-    {
-      MpiCallLock lock;
-      check_mpi(MPI_Test(&sends_.front().request, &done, MPI_STATUS_IGNORE), "MPI_Isend");
+  int rc = MPI_SUCCESS;
+  int peer = -1;
+  {
+    std::lock_guard<std::mutex> guard(send_mu_);
+    while (!sends_.empty()) {
+      int done = 0;
+      {
+        MpiCallLock lock;
+        rc = MPI_Test(&sends_.front().request, &done, MPI_STATUS_IGNORE);
+      }
+      if (rc != MPI_SUCCESS) peer = sends_.front().peer;
+      if (rc == MPI_SUCCESS && !done) break;
+      if (rc == MPI_SUCCESS && spare_.size() < 4) spare_.push_back(std::move(sends_.front().buffer));
+      sends_.pop_front();
+      if (rc != MPI_SUCCESS) break;
     }
-    if (!done) return;
-    if (spare_.size() < 4) spare_.push_back(std::move(sends_.front().buffer));
-    sends_.pop_front();
   }
+  if (rc != MPI_SUCCESS) lost_peer(peer, "MPI_Test of an MPI_Isend", rc);
+}
+
+void MpiTransport::lost_peer(int peer, std::string_view call, int rc) {
+  // MPI fails a call with a peer when it lost the connection to it (e.g. a TCP reset from a
+  // killed process on another host): the peer is named and the group aborted, as watch_peers
+  // does. Called without send_mu_ or MpiCallLock: abort_group sends to the other peers.
+  g_peer_lost.store(true);
+  abort_group(fmt::format("{} lost {}: {} to it failed: {}", who(rank_), who(peer), call,
+                          error_string(rc)),
+              /*tell_peers=*/true);
+  throw_aborted();
+}
+
+void MpiTransport::fail_naming_lost_peer(int rc, std::string_view call) {
+  // MPI does not say which peer failed a call on any source: a ping to a lost peer fails and
+  // names it (lost_peer); otherwise the call's own error is reported.
+  start_probe();
+  check_mpi(rc, call);
+  std::abort();  // unreachable: rc is not MPI_SUCCESS
 }
 
 void MpiTransport::send_tagged(int peer, int mpi_tag, const void* data, size_t bytes,
@@ -620,7 +661,7 @@ void MpiTransport::recv_tagged(int peer, int mpi_tag, void* data, size_t bytes,
                     error_class == MPI_ERR_TRUNCATE ? fmt::format("more than {}", piece)
                                                     : std::to_string(offset + got));
     }
-    check_mpi(rc, "MPI_Irecv");
+    if (rc != MPI_SUCCESS) lost_peer(peer, "MPI_Irecv", rc);
     offset += piece;
   } while (offset < bytes);
 }
@@ -770,11 +811,12 @@ void MpiTransport::wait_collective(MPI_Request& request, std::string_view what,
   uint64_t probe = 0;
   std::vector<bool> answered(static_cast<size_t>(size_), false);
   auto poll = [&] {
-    int done = 0;
+    int done = 0, rc = MPI_SUCCESS;
     {
       MpiCallLock lock;
-      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+      rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     }
+    if (rc != MPI_SUCCESS) fail_naming_lost_peer(rc, what);
     if (done != 0) return true;
     if (probe == 0 && Clock::now() >= deadline - kProbeGrace) probe = start_probe();
     if (probe != 0) collect_pongs(probe, answered);

@@ -133,6 +133,7 @@ class MpiTransport : public Transport {
   struct PendingSend {
     MPI_Request request = MPI_REQUEST_NULL;
     std::vector<uint8_t> buffer;
+    int peer = -1;
   };
   // Sends this rank's record to every peer and returns every rank's, in rank order (no checks).
   std::vector<Record> rendezvous(const Signature& signature, const Post& mine, Deadline deadline,
@@ -143,9 +144,18 @@ class MpiTransport : public Transport {
   // `on_deadline` (which throws) at the deadline.
   void wait(const std::function<bool()>& poll, const Signature& signature, Deadline deadline,
             const std::function<void(double waited)>& on_deadline);
-  // Copies `bytes` and starts an MPI_Isend of the copy.
+  // Copies `bytes` and starts an MPI_Isend of the copy. A send that fails (here or in
+  // reap_sends) means MPI lost the connection to its peer: see lost_peer.
   void post_send(int peer, int mpi_tag, const void* data, size_t bytes);
   void reap_sends();
+  // Aborts the group naming `peer`, whose `call` failed with `rc`, and throws kAborted.
+  [[noreturn]] void lost_peer(int peer, std::string_view call, int rc);
+  // For a failed call on any source (`rc`): pings every peer, so that a lost one is named by
+  // lost_peer; throws check_mpi's kUnavailable when every ping goes out.
+  [[noreturn]] void fail_naming_lost_peer(int rc, std::string_view call);
+  // Receives the next probe record (a Probe) under `tag` from any source into `probe`, if one
+  // has arrived; returns its source, or -1 when none is waiting.
+  int receive_probe(int tag, void* probe);
   // Receives pending abort records; throws kAborted if there was one (or the group is aborted).
   void poll_aborts();
   // Throws kAborted naming the first peer on this host whose process is gone.
