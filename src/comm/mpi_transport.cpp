@@ -49,6 +49,7 @@ std::atomic<int> g_level{-1};            // provided thread level (MPI_THREAD_*)
 std::atomic<bool> g_multiple{false};     // g_level == MPI_THREAD_MULTIPLE
 std::atomic<bool> g_peer_lost{false};    // a wait saw a peer's process gone: do not finalize
 std::atomic<uint64_t> g_next_incarnation{1};  // MpiTransport::incarnation_ of the next group
+std::atomic<int> g_failing_peer{-1};     // ScopedMpiSendFault's peer, -1: none
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -538,8 +539,10 @@ void MpiTransport::post_send(int peer, int mpi_tag, const void* data, size_t byt
     s.buffer.resize(bytes);
     if (bytes > 0) std::memcpy(s.buffer.data(), data, bytes);
     MpiCallLock lock;
-    rc = MPI_Isend(s.buffer.data(), static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm_,
-                   &s.request);
+    rc = peer == g_failing_peer.load(std::memory_order_relaxed)
+             ? MPI_ERR_INTERN
+             : MPI_Isend(s.buffer.data(), static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm_,
+                         &s.request);
     int done = 0;
     if (rc == MPI_SUCCESS) {
       call = "MPI_Test of an MPI_Isend";
@@ -584,6 +587,15 @@ void MpiTransport::lost_peer(int peer, std::string_view call, int rc) {
                           error_string(rc)),
               /*tell_peers=*/true);
   throw_aborted();
+}
+
+ScopedMpiSendFault::ScopedMpiSendFault(int peer) : peer_lost_before_(g_peer_lost.load()) {
+  g_failing_peer.store(peer);
+}
+
+ScopedMpiSendFault::~ScopedMpiSendFault() {
+  g_failing_peer.store(-1);
+  g_peer_lost.store(peer_lost_before_);
 }
 
 void MpiTransport::fail_naming_lost_peer(int rc, std::string_view call) {

@@ -42,6 +42,20 @@ class MpiCallLock {
   bool locked_ = false;
 };
 
+// Test seam: while one exists, every MpiTransport's send to rank `peer` fails as MPI fails a
+// send over a connection it has lost (MPI_ERR_INTERN, as Open MPI's TCP BTL after a reset).
+// The destructor also forgets the lost peer, so that the test process still finalizes MPI.
+class ScopedMpiSendFault {
+ public:
+  explicit ScopedMpiSendFault(int peer);
+  ~ScopedMpiSendFault();
+  ScopedMpiSendFault(const ScopedMpiSendFault&) = delete;
+  ScopedMpiSendFault& operator=(const ScopedMpiSendFault&) = delete;
+
+ private:
+  bool peer_lost_before_;
+};
+
 // True for the transports of make_hierarchical_communicators (mpi_hierarchy.cpp).
 bool is_process_hierarchy(const Transport& t);
 

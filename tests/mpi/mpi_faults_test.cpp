@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "comm/mpi_transport.h"
 #include "comm/transport.h"
 #include "testing/expect_error.h"
 #include "mpi_testing.h"
@@ -167,6 +168,42 @@ TEST(MpiFaults, AFailingRankIsNamedInTheOthersAborted) {
       EXPECT_TRUE(contains(c.what, rank_name(*comm, 1) + " failed in all_reduce(f32, 1000 elements, sum")) << c.what;
       EXPECT_TRUE(contains(c.what, "does not match input")) << c.what;
       EXPECT_LT(c.seconds, 5.0);
+    }
+    testing::world_barrier();
+  }
+}
+
+// MPI fails a send over a connection it has lost (Open MPI's TCP BTL after a reset from a
+// killed peer; seen in CI as MPI_ERR_INTERN from a liveness ping): the sender throws kAborted
+// naming that peer at once, not an unnamed kUnavailable, in a send and in a collective's
+// rendezvous alike. Rank 1 hears nothing from rank 0 and ends by its deadline or an abort.
+TEST(MpiFaults, AFailedSendNamesItsPeerInAborted) {
+  for (const bool collective : {false, true}) {
+    SCOPED_TRACE(collective ? "all_reduce" : "send");
+    auto comm = make_mpi_communicator();
+    if (comm->size() < 2) GTEST_SKIP() << "needs two processes";
+    const auto o = mpi_options(Algorithm::kRing, 1000ms);
+    Tensor x = Tensor::full({16}, DType::kF32, 1);
+    const int rank = comm->rank();
+    if (collective || rank < 2) {
+      const testing::Caught c = catch_error([&] {
+        if (rank == 0) {
+          const detail::ScopedMpiSendFault fault(1);
+          collective ? comm->all_reduce(x, x, ReduceOp::kSum, o) : comm->send(x, 1, 0, o);
+        } else {
+          collective ? comm->all_reduce(x, x, ReduceOp::kSum, o) : comm->recv(x, 0, 0, o);
+        }
+      });
+      ASSERT_TRUE(c.thrown);
+      if (rank == 0) {
+        EXPECT_EQ(error_code_name(c.code), "Aborted") << c.what;
+        EXPECT_TRUE(contains(c.what, rank_name(*comm, 0) + " lost " + rank_name(*comm, 1) +
+                                         ": MPI_Isend to it failed: MPI_ERR_INTERN")) << c.what;
+        EXPECT_LT(c.seconds, 0.5);
+      } else {
+        EXPECT_TRUE(c.code == ErrorCode::kDeadlineExceeded || c.code == ErrorCode::kAborted) << c.what;
+        EXPECT_LT(c.seconds, 1.5);
+      }
     }
     testing::world_barrier();
   }
