@@ -43,7 +43,7 @@ class Allocator : public std::enable_shared_from_this<Allocator> {
   virtual std::string_view name() const = 0;
 };
 
-// The process default: aligned_alloc/free, keeping freed blocks of 1 MiB and more for reuse by
+// The process default: aligned_alloc/free, keeping freed blocks of 64 KiB and more for reuse by
 // requests of the same rounded size (up to 1 GiB in all; TESSEL_HOST_CACHE_BYTES sets the limit,
 // 0 turns it off), so that repeated large temporaries do not page-fault afresh every time.
 // Never destroyed (safe to use from static destructors). A request above 2^47 bytes fails with

@@ -95,18 +95,20 @@ TEST(Allocator, HostBlocksAre64ByteAlignedAndWritable) {
 }
 
 TEST(Allocator, HostReusesLargeFreedBlocksOfTheSameSize) {
-  // Blocks of 1 MiB and more are cached: the same rounded size comes back without a fresh
+  // Blocks of 64 KiB and more are cached: the same rounded size comes back without a fresh
   // (page-faulting) block; small blocks and other sizes are not affected.
   Allocator* host = host_allocator();
-  const size_t big = (size_t{3} << 20) + 100;
-  void* a = host->allocate(big);
-  host->deallocate(a, big);
-  void* b = host->allocate(big);
-  EXPECT_EQ(a, b);
-  void* c = host->allocate(big);  // the cached block is taken: a new one
-  EXPECT_NE(b, c);
-  host->deallocate(b, big);
-  host->deallocate(c, big);
+  for (const size_t big : {(size_t{64} << 10) + 100, (size_t{3} << 20) + 100}) {
+    SCOPED_TRACE(big);
+    void* a = host->allocate(big);
+    host->deallocate(a, big);
+    void* b = host->allocate(big);
+    EXPECT_EQ(a, b);
+    void* c = host->allocate(big);  // the cached block is taken: a new one
+    EXPECT_NE(b, c);
+    host->deallocate(b, big);
+    host->deallocate(c, big);
+  }
 }
 
 TEST(Allocator, HostThrowsUnavailableNamingTheSize) {
