@@ -338,4 +338,6 @@ def create_distributed_mesh(mesh_dims, mesh_name="", local_devices=None, device_
     return _create_distributed_mesh(mesh_dims, local_devices, mesh_name, use_xla_spmd)
 
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# `from tessel import *` leaves Python's builtins alone: tessel.compile and tessel.slice are
+# reached through the module (as numpy leaves out its `sum`-like names).
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("compile", "slice")]

@@ -24,7 +24,14 @@ OP_NAMES = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "nega
 def test_names_are_exported():
     for name in OP_NAMES:
         assert hasattr(tessel, name), name
-        assert name in tessel.__all__, name
+        assert name in tessel.__all__ or name == "slice", name
+
+
+def test_star_import_leaves_builtins_alone():
+    scope = {}
+    exec("from tessel import *", scope)
+    assert "compile" not in scope and "slice" not in scope
+    assert "matmul" in scope and "replicate" in scope
 
 
 # ---- elementwise ----------------------------------------------------------------------------
