@@ -22,14 +22,23 @@ py::list communicator_list(std::vector<std::unique_ptr<Communicator>> comms) {
   return out;
 }
 
+std::chrono::milliseconds milliseconds_of(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
 MpiCommunicatorOptions mpi_options(const std::string& name, double timeout_seconds,
-                                   bool watch_local_peers) {
+                                   bool watch_local_peers, double stuck_exit_after_seconds) {
   MpiCommunicatorOptions o;
   o.name = name;
-  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+  o.timeout = milliseconds_of(timeout_seconds);
   o.watch_local_peers = watch_local_peers;
+  o.stuck_exit_after = milliseconds_of(stuck_exit_after_seconds);
   return o;
 }
+
+// MpiCommunicatorOptions::stuck_exit_after's default, in seconds.
+const double kStuckExitAfterSeconds =
+    std::chrono::duration<double>(MpiCommunicatorOptions{}.stuck_exit_after).count();
 
 }  // namespace
 
@@ -47,27 +56,30 @@ void bind_mpi(py::module_& m) {
       .def_property_readonly("owns_mpi", &MpiEnvironment::owns_mpi);
   m.def(
       "make_mpi_communicator",
-      [](const std::string& name, double timeout_seconds, bool watch_local_peers) {
+      [](const std::string& name, double timeout_seconds, bool watch_local_peers, double stuck) {
         std::unique_ptr<Communicator> comm;
         {
           py::gil_scoped_release release;
-          comm = make_mpi_communicator(mpi_options(name, timeout_seconds, watch_local_peers));
+          comm = make_mpi_communicator(mpi_options(name, timeout_seconds, watch_local_peers, stuck));
         }
         return comm;
       },
-      py::arg("name") = "", py::arg("timeout_seconds") = 0.0, py::arg("watch_local_peers") = true);
+      py::arg("name") = "", py::arg("timeout_seconds") = 0.0, py::arg("watch_local_peers") = true,
+      py::arg("stuck_exit_after_seconds") = kStuckExitAfterSeconds);
   m.def(
       "make_hierarchical_communicators",
-      [](int local_devices, const std::string& name, double timeout_seconds, bool watch) {
+      [](int local_devices, const std::string& name, double timeout_seconds, bool watch,
+         double stuck) {
         std::vector<std::unique_ptr<Communicator>> comms;
         {
           py::gil_scoped_release release;
-          comms = make_hierarchical_communicators(local_devices, mpi_options(name, timeout_seconds, watch));
+          comms = make_hierarchical_communicators(local_devices,
+                                                  mpi_options(name, timeout_seconds, watch, stuck));
         }
         return communicator_list(std::move(comms));
       },
       py::arg("local_devices"), py::arg("name") = "", py::arg("timeout_seconds") = 0.0,
-      py::arg("watch_local_peers") = true);
+      py::arg("watch_local_peers") = true, py::arg("stuck_exit_after_seconds") = kStuckExitAfterSeconds);
 
   py::class_<Cluster, std::shared_ptr<Cluster>>(m, "Cluster",
                                                 "How this client's devices reach other clients'.")
@@ -89,10 +101,11 @@ void bind_mpi(py::module_& m) {
   m.def("make_in_process_cluster", &make_in_process_cluster, py::arg("num_clients"));
   m.def(
       "make_mpi_cluster",
-      [](const std::string& name, double timeout_seconds) {
-        return make_mpi_cluster(mpi_options(name, timeout_seconds, true));
+      [](const std::string& name, double timeout_seconds, double stuck) {
+        return make_mpi_cluster(mpi_options(name, timeout_seconds, true, stuck));
       },
-      py::arg("name") = "", py::arg("timeout_seconds") = 0.0);
+      py::arg("name") = "", py::arg("timeout_seconds") = 0.0,
+      py::arg("stuck_exit_after_seconds") = kStuckExitAfterSeconds);
   m.def("set_cluster", &set_cluster, py::arg("runtime"), py::arg("cluster"));
   m.def("cluster_of", &cluster_of, py::arg("runtime"));
 

@@ -106,6 +106,12 @@ struct MpiCommunicatorOptions {
   std::chrono::milliseconds timeout{0};
   // Watch the processes of peers on this host while waiting (see the top of this file).
   bool watch_local_peers = true;
+  // A wait whose MPI call has not returned this long after the wait's deadline ends the process
+  // with status 70, after printing "tessel: <rank> is stuck inside the MPI library ..." to
+  // stderr: the library no longer gives control back (Open MPI 4.1's TCP transport deadlocks
+  // inside MPI_Test/MPI_Improbe after losing a peer), so no error could ever be raised. As
+  // PyTorch's NCCL watchdog does. Zero turns it off.
+  std::chrono::milliseconds stuck_exit_after{5000};
 };
 
 // A Communicator whose ranks are the processes of MPI_COMM_WORLD (rank == mpi_rank()), over a

@@ -100,3 +100,12 @@ def test_mpi_calls_outside_mpirun_fail_clearly():
         tessel.make_mpi_communicator()
     with pytest.raises(expected):
         tessel.make_mpi_cluster()
+    with pytest.raises(expected):
+        tessel.make_mpi_communicator(stuck_exit_after_seconds=0)
+    with pytest.raises(expected):
+        tessel.make_hierarchical_communicators(2, stuck_exit_after_seconds=10.0)
+
+
+def test_stuck_exit_after_defaults_to_five_seconds():
+    # MpiCommunicatorOptions::stuck_exit_after, as the keyword's default.
+    assert "stuck_exit_after_seconds: float = 5.0" in tessel.make_mpi_communicator.__doc__

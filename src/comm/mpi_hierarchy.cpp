@@ -255,6 +255,7 @@ std::vector<std::unique_ptr<Communicator>> make_process_group(std::shared_ptr<Mp
 
 std::vector<std::unique_ptr<Communicator>> make_hierarchical_communicators(
     int local_devices, const MpiCommunicatorOptions& options) {
+  detail::require_mpi_initialized("make_hierarchical_communicators");
   if (local_devices < 1) {
     detail::throw_invalid(detail::kComm, "make_hierarchical_communicators: {} local devices; need at least 1",
                           local_devices);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "comm/algorithms.h"
+#include "comm/stuck_wait_watchdog.h"
 #include "core/errors.h"
 
 namespace tessel {
@@ -217,7 +218,9 @@ void require_mpi_initialized(std::string_view what) {
 // ---- MpiTransport: construction -----------------------------------------------------------
 
 MpiTransport::MpiTransport(MPI_Comm comm, const MpiCommunicatorOptions& options)
-    : comm_(comm), watch_local_peers_(options.watch_local_peers) {
+    : comm_(comm),
+      watch_local_peers_(options.watch_local_peers),
+      stuck_exit_after_(options.stuck_exit_after) {
   MpiCallLock lock;
   check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -495,8 +498,32 @@ void MpiTransport::watch_peers(const Signature& signature, double waited) {
   throw_aborted();
 }
 
+std::string MpiTransport::describe_stuck(const Signature& signature, int peer, double late) const {
+  const double past = late + std::chrono::duration<double>(stuck_exit_after_).count();
+  return fmt::format(
+      "{} is stuck inside the MPI library {:.1f} s after the deadline of {} (sequence {}){}: the "
+      "MPI call it polls has not returned (Open MPI 4.1's TCP transport can deadlock this way "
+      "after losing a peer); ending the process with status {} "
+      "(MpiCommunicatorOptions::stuck_exit_after, 0 turns this off)",
+      who(rank_), past, signature.describe(members_), signature.sequence,
+      peer >= 0 ? fmt::format(", waiting for a message from {}", who(peer)) : std::string(),
+      StuckWaitWatchdog::kStuckExitCode);
+}
+
 void MpiTransport::wait(const std::function<bool()>& poll, const Signature& signature,
-                        Deadline deadline, const std::function<void(double)>& on_deadline) {
+                        Deadline deadline, const std::function<void(double)>& on_deadline,
+                        int peer) {
+  struct Stuck {
+    const MpiTransport* transport;
+    const Signature* signature;
+    int peer;
+  } stuck{this, &signature, peer};
+  StuckWaitWatchdog::Watch watch;
+  if (stuck_exit_after_.count() > 0) {
+    watch = StuckWaitWatchdog::global().watch(deadline + stuck_exit_after_, [&stuck](double late) {
+      return stuck.transport->describe_stuck(*stuck.signature, stuck.peer, late);
+    });
+  }
   const auto start = Clock::now();
   auto next_watch = start + kWatchInterval;
   for (;;) {
@@ -650,7 +677,7 @@ void MpiTransport::recv_tagged(int peer, int mpi_tag, void* data, size_t bytes,
       throw Error(ErrorCode::kDeadlineExceeded, kComm, message);
     };
     try {
-      wait(poll, signature, deadline, on_deadline);
+      wait(poll, signature, deadline, on_deadline, peer);
     } catch (...) {
       // The buffer goes back to the caller: take the receive back from MPI first.
       MpiCallLock lock;

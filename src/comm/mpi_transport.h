@@ -155,9 +155,13 @@ class MpiTransport : public Transport {
   // kFailedPrecondition (and the group aborted) unless every record has rank 0's signature.
   void check_signatures(const std::vector<Record>& records);
   // Polls `poll` until it returns true; throws kAborted (abort record, lost peer) or calls
-  // `on_deadline` (which throws) at the deadline.
+  // `on_deadline` (which throws) at the deadline. `peer`: the one rank waited for, or -1.
+  // A poll stuck inside MPI stuck_exit_after_ past the deadline ends the process (see
+  // stuck_wait_watchdog.h).
   void wait(const std::function<bool()>& poll, const Signature& signature, Deadline deadline,
-            const std::function<void(double waited)>& on_deadline);
+            const std::function<void(double waited)>& on_deadline, int peer = -1);
+  // The watchdog's message for a wait stuck inside MPI (`late`: seconds past the deadline).
+  std::string describe_stuck(const Signature& signature, int peer, double late) const;
   // Copies `bytes` and starts an MPI_Isend of the copy. A send that fails (here or in
   // reap_sends) means MPI lost the connection to its peer: see lost_peer.
   void post_send(int peer, int mpi_tag, const void* data, size_t bytes);
@@ -195,6 +199,7 @@ class MpiTransport : public Transport {
   int size_ = 1;
   int tag_ub_ = 32767;
   bool watch_local_peers_ = true;
+  std::chrono::milliseconds stuck_exit_after_{0};  // MpiCommunicatorOptions::stuck_exit_after
   // How long a wait polls before it starts yielding (see kSpinTime in the .cpp).
   std::chrono::steady_clock::duration spin_time_ = std::chrono::microseconds(100);
   std::vector<std::string> members_;

@@ -33,6 +33,9 @@ TEST(MpiApi, WithoutMpiEveryCallIsUnavailableElseNeedsInitialisedMpi) {
     EXPECT_TESSEL_ERROR(mpi_rank(), ErrorCode::kFailedPrecondition, "MPI is not initialised");
     EXPECT_TESSEL_ERROR(mpi_size(), ErrorCode::kFailedPrecondition, "create a tessel::MpiEnvironment first");
     EXPECT_TESSEL_ERROR(make_mpi_communicator(), ErrorCode::kFailedPrecondition, "MPI is not initialised");
+    // It asked MPI for the world rank first, which ended the process (MPI_Comm_rank before MPI_Init).
+    EXPECT_TESSEL_ERROR(make_hierarchical_communicators(2), ErrorCode::kFailedPrecondition,
+                        "make_hierarchical_communicators: MPI is not initialised");
   }
 }
 

@@ -1,8 +1,9 @@
 // tessel_mpi_kill: one process is killed in the middle of a collective (kill_test.sh runs it).
 //
-//   mpirun -np 4 tessel_mpi_kill --algorithm ring|mpi|barrier [--timeout-ms 3000] [--no-watch]
+//   mpirun -np 4 tessel_mpi_kill --algorithm ring|mpi|barrier|send [--timeout-ms 3000] [--no-watch]
 //
-// Every process runs collectives in a loop over one MPI communicator; 300 ms in, rank 1 raises
+// Every process runs collectives in a loop over one MPI communicator (send: rank 0 sends 4 MiB
+// to rank 1, which answers with one element; other ranks idle); 300 ms in, rank 1 raises
 // SIGKILL from a helper thread, in the middle of whichever collective it is in. Each survivor
 // catches the error of its failing call and prints one line
 //   survivor rank <r>: <ErrorCode> after <seconds> s: <message>
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
   const int rank = comm->rank();
   CollectiveOptions o;
   o.timeout = std::chrono::milliseconds(timeout_ms);
-  o.algorithm = mode == "barrier" ? Algorithm::kAuto : algorithm_from_name(mode);
+  const bool p2p = mode == "barrier" || mode == "send";
+  o.algorithm = p2p ? Algorithm::kAuto : algorithm_from_name(mode);
+  Tensor ack = Tensor::full({1}, DType::kF32, 1);
   Tensor x = Tensor::full({1 << 20}, DType::kF32, 1);  // 4 MiB
   comm->barrier(o);
   if (rank == 1) {
@@ -71,6 +74,16 @@ int main(int argc, char** argv) {
     try {
       if (mode == "barrier") {
         comm->barrier(o);
+      } else if (mode == "send") {
+        if (rank == 0) {
+          comm->send(x, 1, 0, o);
+          comm->recv(ack, 1, 0, o);
+        } else if (rank == 1) {
+          comm->recv(x, 0, 0, o);
+          comm->send(ack, 0, 0, o);
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
       } else {
         comm->all_reduce(x, x, ReduceOp::kSum, o);
         x.fill(1);
