@@ -80,17 +80,25 @@ class MpiCluster : public Cluster {
     for (int c : clients) {
       if (c != client_id()) world_->send_tagged(c, kJoinTag, &mine, sizeof mine, sig, deadline);
     }
+    // Every digest is read before a mismatch is reported, so that a failed meeting leaves no
+    // message behind for the next join.
+    int differs = -1;
+    uint64_t their_digest = 0;
     for (int c : clients) {
       if (c == client_id()) continue;
       uint64_t theirs = 0;
       world_->recv_tagged(c, kJoinTag, &theirs, sizeof theirs, sig, deadline, "join");
-      if (theirs != mine) {
-        detail::throw_error(ErrorCode::kFailedPrecondition, kCluster,
-                            "client {} joins group [{}] (digest {:016x}) but client {} joins "
-                            "another group (digest {:016x}) at the same point; every client must "
-                            "make the same collective calls in the same order",
-                            client_id(), fmt::join(members, ", "), mine, c, theirs);
+      if (theirs != mine && differs < 0) {
+        differs = c;
+        their_digest = theirs;
       }
+    }
+    if (differs >= 0) {
+      detail::throw_error(ErrorCode::kFailedPrecondition, kCluster,
+                          "client {} joins group [{}] (digest {:016x}) but client {} joins "
+                          "another group (digest {:016x}) at the same point; every client must "
+                          "make the same collective calls in the same order",
+                          client_id(), fmt::join(members, ", "), mine, differs, their_digest);
     }
   }
 

@@ -122,17 +122,24 @@ TEST(MpiCluster, UnevenMembersPerProcessReduceAcrossProcesses) {
 
 TEST(MpiCluster, ProcessesJoiningDifferentGroupsFailWithFailedPrecondition) {
   if (mpi_size() < 2) GTEST_SKIP() << "needs two processes";
-  auto cluster = make_mpi_cluster();  // a fresh one: a failed meeting leaves messages behind
-  std::vector<std::string> members;
+  auto cluster = make_mpi_cluster();
+  std::vector<std::string> members, agreed;
   std::vector<int> owners;
   for (int p = 0; p < mpi_size(); ++p) {
     // Rank 0 spells its device differently from the others: not the same group.
     members.push_back(fmt::format("/job:worker/replica:0/task:{}/device:CPU:{}", p,
                                   mpi_rank() == 0 && p == 0 ? 7 : 0));
+    agreed.push_back(fmt::format("/job:worker/replica:0/task:{}/device:CPU:0", p));
     owners.push_back(p);
   }
   EXPECT_TESSEL_ERROR(cluster->join(members, owners, std::chrono::seconds(20)),
                       ErrorCode::kFailedPrecondition, "another group");
+  // The failed meeting left nothing behind: the same cluster then joins the agreed group.
+  auto comms = cluster->join(agreed, owners, std::chrono::seconds(20));
+  ASSERT_EQ(comms.size(), agreed.size());
+  Tensor x = Tensor::full({4}, DType::kF32, 1);
+  comms[static_cast<size_t>(mpi_rank())]->all_reduce(x, x, ReduceOp::kSum, CollectiveOptions{});
+  EXPECT_EQ(x.to_doubles(), std::vector<double>(4, mpi_size()));
 }
 
 TEST(MpiCluster, ProcessThatNeverJoinsIsNamed) {
