@@ -498,7 +498,8 @@ void MpiTransport::watch_peers(const Signature& signature, double waited) {
   throw_aborted();
 }
 
-std::string MpiTransport::describe_stuck(const Signature& signature, int peer, double late) const {
+std::string MpiTransport::describe_stuck(const Signature& signature, int waiting_for,
+                                         double late) const {
   const double past = late + std::chrono::duration<double>(stuck_exit_after_).count();
   return fmt::format(
       "{} is stuck inside the MPI library {:.1f} s after the deadline of {} (sequence {}){}: the "
@@ -506,22 +507,23 @@ std::string MpiTransport::describe_stuck(const Signature& signature, int peer, d
       "after losing a peer); ending the process with status {} "
       "(MpiCommunicatorOptions::stuck_exit_after, 0 turns this off)",
       who(rank_), past, signature.describe(members_), signature.sequence,
-      peer >= 0 ? fmt::format(", waiting for a message from {}", who(peer)) : std::string(),
+      waiting_for >= 0 ? fmt::format(", still waiting for {}", who(waiting_for)) : std::string(),
       StuckWaitWatchdog::kStuckExitCode);
 }
 
 void MpiTransport::wait(const std::function<bool()>& poll, const Signature& signature,
                         Deadline deadline, const std::function<void(double)>& on_deadline,
-                        int peer) {
+                        const std::atomic<int>* waiting_for) {
   struct Stuck {
     const MpiTransport* transport;
     const Signature* signature;
-    int peer;
-  } stuck{this, &signature, peer};
+    const std::atomic<int>* waiting_for;
+  } stuck{this, &signature, waiting_for};
   StuckWaitWatchdog::Watch watch;
   if (stuck_exit_after_.count() > 0) {
     watch = StuckWaitWatchdog::global().watch(deadline + stuck_exit_after_, [&stuck](double late) {
-      return stuck.transport->describe_stuck(*stuck.signature, stuck.peer, late);
+      const int rank = stuck.waiting_for ? stuck.waiting_for->load(std::memory_order_relaxed) : -1;
+      return stuck.transport->describe_stuck(*stuck.signature, rank, late);
     });
   }
   const auto start = Clock::now();
@@ -677,7 +679,8 @@ void MpiTransport::recv_tagged(int peer, int mpi_tag, void* data, size_t bytes,
       throw Error(ErrorCode::kDeadlineExceeded, kComm, message);
     };
     try {
-      wait(poll, signature, deadline, on_deadline, peer);
+      const std::atomic<int> from{peer};
+      wait(poll, signature, deadline, on_deadline, &from);
     } catch (...) {
       // The buffer goes back to the caller: take the receive back from MPI first.
       MpiCallLock lock;
@@ -729,6 +732,14 @@ std::vector<MpiTransport::Record> MpiTransport::rendezvous(const Signature& sign
   std::vector<bool> have(static_cast<size_t>(size_), false);
   have[rank_] = true;
   int missing = size_ - 1;
+  // The first rank whose record has not arrived, for the watchdog (see wait).
+  const auto first_missing = [&] {
+    for (int p = 0; p < size_; ++p) {
+      if (!have[p]) return p;
+    }
+    return -1;
+  };
+  std::atomic<int> waiting_for{first_missing()};
   std::vector<uint8_t> bytes;
   auto poll = [&] {
     for (int p = 0; p < size_ && missing > 0; ++p) {
@@ -753,6 +764,7 @@ std::vector<MpiTransport::Record> MpiTransport::rendezvous(const Signature& sign
         records[p] = std::move(r);
         have[p] = true;
         --missing;
+        waiting_for.store(first_missing(), std::memory_order_relaxed);
       }
     }
     return missing == 0;
@@ -768,7 +780,7 @@ std::vector<MpiTransport::Record> MpiTransport::rendezvous(const Signature& sign
     abort_group(message, /*tell_peers=*/true);
     throw Error(ErrorCode::kDeadlineExceeded, kComm, message);
   };
-  wait(poll, signature, deadline, on_deadline);
+  wait(poll, signature, deadline, on_deadline, &waiting_for);
 
   records[rank_] = Record{signature.sequence, std::hash<std::string>()(signature.agreed), mine.count,
                           mine.aux, signature.agreed, signature.text.substr(0, kMaxText), payload,

@@ -155,13 +155,14 @@ class MpiTransport : public Transport {
   // kFailedPrecondition (and the group aborted) unless every record has rank 0's signature.
   void check_signatures(const std::vector<Record>& records);
   // Polls `poll` until it returns true; throws kAborted (abort record, lost peer) or calls
-  // `on_deadline` (which throws) at the deadline. `peer`: the one rank waited for, or -1.
-  // A poll stuck inside MPI stuck_exit_after_ past the deadline ends the process (see
-  // stuck_wait_watchdog.h).
+  // `on_deadline` (which throws) at the deadline. A poll stuck inside MPI stuck_exit_after_
+  // past the deadline ends the process (see stuck_wait_watchdog.h), naming `*waiting_for` (the
+  // first rank the wait still lacks, kept current by the poll; null or -1: not known).
   void wait(const std::function<bool()>& poll, const Signature& signature, Deadline deadline,
-            const std::function<void(double waited)>& on_deadline, int peer = -1);
+            const std::function<void(double waited)>& on_deadline,
+            const std::atomic<int>* waiting_for = nullptr);
   // The watchdog's message for a wait stuck inside MPI (`late`: seconds past the deadline).
-  std::string describe_stuck(const Signature& signature, int peer, double late) const;
+  std::string describe_stuck(const Signature& signature, int waiting_for, double late) const;
   // Copies `bytes` and starts an MPI_Isend of the copy. A send that fails (here or in
   // reap_sends) means MPI lost the connection to its peer: see lost_peer.
   void post_send(int peer, int mpi_tag, const void* data, size_t bytes);
