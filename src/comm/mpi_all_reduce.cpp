@@ -104,6 +104,7 @@ void run(MpiTransport& m, const void* send, void* recv, int64_t count, MPI_Datat
     MPI_Request request = MPI_REQUEST_NULL;
     const bool ring = static_cast<int64_t>(piece) * static_cast<int64_t>(item) >= kRingBytes && piece >= m.size();
     LibnbcRing* libnbc = ring ? &LibnbcRing::get() : nullptr;  // (its first use takes the lock)
+    const auto watch = m.watch_stuck(*a.signature, a.deadline);  // starting it is an MPI call too
     {
       MpiCallLock lock;
       auto start = [&] {

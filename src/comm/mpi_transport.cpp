@@ -14,7 +14,6 @@
 #include <thread>
 
 #include "comm/algorithms.h"
-#include "comm/stuck_wait_watchdog.h"
 #include "core/errors.h"
 
 namespace tessel {
@@ -364,7 +363,7 @@ int MpiTransport::mpi_tag_of(int tag, std::string_view op) const {
   return kFirstFreeTag + tag;
 }
 
-bool MpiTransport::abort_group(const std::string& reason, bool tell_peers) {
+bool MpiTransport::abort_group(const std::string& reason, bool tell_peers, int lost) {
   std::string text;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
@@ -379,7 +378,7 @@ bool MpiTransport::abort_group(const std::string& reason, bool tell_peers) {
     std::memcpy(record.data(), &incarnation_, sizeof incarnation_);
     record += text;
     for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
+      if (p == rank_ || p == lost) continue;
       try {
         post_send(p, kAbortTag, record.data(), record.size());
       } catch (const Error&) {
@@ -511,21 +510,20 @@ std::string MpiTransport::describe_stuck(const Signature& signature, int waiting
       StuckWaitWatchdog::kStuckExitCode);
 }
 
+StuckWaitWatchdog::Watch MpiTransport::watch_stuck(const Signature& signature, Deadline deadline,
+                                                   const std::atomic<int>* waiting_for) const {
+  if (stuck_exit_after_.count() <= 0) return {};
+  return StuckWaitWatchdog::global().watch(
+      deadline + stuck_exit_after_, [this, &signature, waiting_for](double late) {
+        const int rank = waiting_for ? waiting_for->load(std::memory_order_relaxed) : -1;
+        return describe_stuck(signature, rank, late);
+      });
+}
+
 void MpiTransport::wait(const std::function<bool()>& poll, const Signature& signature,
                         Deadline deadline, const std::function<void(double)>& on_deadline,
                         const std::atomic<int>* waiting_for) {
-  struct Stuck {
-    const MpiTransport* transport;
-    const Signature* signature;
-    const std::atomic<int>* waiting_for;
-  } stuck{this, &signature, waiting_for};
-  StuckWaitWatchdog::Watch watch;
-  if (stuck_exit_after_.count() > 0) {
-    watch = StuckWaitWatchdog::global().watch(deadline + stuck_exit_after_, [&stuck](double late) {
-      const int rank = stuck.waiting_for ? stuck.waiting_for->load(std::memory_order_relaxed) : -1;
-      return stuck.transport->describe_stuck(*stuck.signature, rank, late);
-    });
-  }
+  const auto watch = watch_stuck(signature, deadline, waiting_for);
   const auto start = Clock::now();
   auto next_watch = start + kWatchInterval;
   for (;;) {
@@ -576,6 +574,7 @@ void MpiTransport::post_send(int peer, int mpi_tag, const void* data, size_t byt
     if (rc == MPI_SUCCESS) {
       call = "MPI_Test of an MPI_Isend";
       rc = MPI_Test(&s.request, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) release_failed(s);
     }
     if (rc == MPI_SUCCESS && !done) {
       sends_.push_back(std::move(s));
@@ -596,6 +595,7 @@ void MpiTransport::reap_sends() {
       {
         MpiCallLock lock;
         rc = MPI_Test(&sends_.front().request, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) release_failed(sends_.front());
       }
       if (rc != MPI_SUCCESS) peer = sends_.front().peer;
       if (rc == MPI_SUCCESS && !done) break;
@@ -607,14 +607,27 @@ void MpiTransport::reap_sends() {
   if (rc != MPI_SUCCESS) lost_peer(peer, "MPI_Test of an MPI_Isend", rc);
 }
 
+void MpiTransport::release_failed(PendingSend& s) {
+  // MPI may still hold a request whose test failed: free it, and leak the buffer it may read
+  // (as the destructor does for undelivered sends). Under MpiCallLock.
+  if (s.request != MPI_REQUEST_NULL) {
+    MPI_Request_free(&s.request);
+    new std::vector<uint8_t>(std::move(s.buffer));
+  }
+}
+
 void MpiTransport::lost_peer(int peer, std::string_view call, int rc) {
   // MPI fails a call with a peer when it lost the connection to it (e.g. a TCP reset from a
   // killed process on another host): the peer is named and the group aborted, as watch_peers
   // does. Called without send_mu_ or MpiCallLock: abort_group sends to the other peers.
   g_peer_lost.store(true);
-  abort_group(fmt::format("{} lost {}: {} to it failed: {}", who(rank_), who(peer), call,
-                          error_string(rc)),
-              /*tell_peers=*/true);
+  std::string error;
+  {
+    MpiCallLock lock;
+    error = error_string(rc);
+  }
+  abort_group(fmt::format("{} lost {}: {} to it failed: {}", who(rank_), who(peer), call, error),
+              /*tell_peers=*/true, /*lost=*/peer);
   throw_aborted();
 }
 
@@ -628,15 +641,22 @@ ScopedMpiSendFault::~ScopedMpiSendFault() {
 }
 
 void MpiTransport::fail_naming_lost_peer(int rc, std::string_view call) {
-  // MPI does not say which peer failed a call on any source: a ping to a lost peer fails and
-  // names it (lost_peer); otherwise the call's own error is reported.
+  // MPI does not say which peer failed a call on any source: a ping to a lost peer that fails
+  // at once names it (lost_peer); otherwise the call's own error is reported (the pings stay
+  // queued, to be reaped or cancelled with the group).
   start_probe();
-  check_mpi(rc, call);
-  std::abort();  // unreachable: rc is not MPI_SUCCESS
+  std::string error;
+  {
+    MpiCallLock lock;
+    error = error_string(rc);
+  }
+  throw_error(ErrorCode::kUnavailable, kMpiComponent, "{} failed: {}", call, error);
 }
 
 void MpiTransport::send_tagged(int peer, int mpi_tag, const void* data, size_t bytes,
-                               const Signature&, Deadline) {
+                               const Signature& signature, Deadline deadline) {
+  const std::atomic<int> to{peer};
+  const auto watch = watch_stuck(signature, deadline, &to);
   poll_aborts();
   const auto* p = static_cast<const uint8_t*>(data);
   // Pieces of at most kMaxPiece; a message of 0 bytes is one empty piece.
@@ -651,17 +671,21 @@ void MpiTransport::send_tagged(int peer, int mpi_tag, const void* data, size_t b
 void MpiTransport::recv_tagged(int peer, int mpi_tag, void* data, size_t bytes,
                                const Signature& signature, Deadline deadline,
                                std::string_view tag_text) {
+  // Watched as a whole: MPI_Irecv and the cancellation below are MPI calls too.
+  const std::atomic<int> from{peer};
+  const auto watch = watch_stuck(signature, deadline, &from);
   poll_aborts();
   auto* p = static_cast<uint8_t*>(data);
   size_t offset = 0;
   do {
     const size_t piece = std::min(kMaxPiece, bytes - offset);
     MPI_Request request = MPI_REQUEST_NULL;
+    int posted = MPI_SUCCESS;
     {
       MpiCallLock lock;
-      check_mpi(MPI_Irecv(p + offset, static_cast<int>(piece), MPI_BYTE, peer, mpi_tag, comm_, &request),
-                "MPI_Irecv");
+      posted = MPI_Irecv(p + offset, static_cast<int>(piece), MPI_BYTE, peer, mpi_tag, comm_, &request);
     }
+    if (posted != MPI_SUCCESS) lost_peer(peer, "MPI_Irecv", posted);
     MPI_Status status;
     int rc = MPI_SUCCESS;
     auto poll = [&] {
@@ -679,7 +703,6 @@ void MpiTransport::recv_tagged(int peer, int mpi_tag, void* data, size_t bytes,
       throw Error(ErrorCode::kDeadlineExceeded, kComm, message);
     };
     try {
-      const std::atomic<int> from{peer};
       wait(poll, signature, deadline, on_deadline, &from);
     } catch (...) {
       // The buffer goes back to the caller: take the receive back from MPI first.
@@ -723,16 +746,12 @@ void MpiTransport::recv(int peer, int tag, void* data, size_t bytes, const Signa
 std::vector<MpiTransport::Record> MpiTransport::rendezvous(const Signature& signature,
                                                            const Post& mine, Deadline deadline,
                                                            const std::string& payload) {
-  if (!constructing_) poll_aborts();
-  const std::vector<uint8_t> record = encode(signature, mine, payload, incarnation_);
-  for (int p = 0; p < size_; ++p) {
-    if (p != rank_) post_send(p, kExchangeTag, record.data(), record.size());
-  }
   std::vector<Record> records(static_cast<size_t>(size_));
   std::vector<bool> have(static_cast<size_t>(size_), false);
   have[rank_] = true;
   int missing = size_ - 1;
-  // The first rank whose record has not arrived, for the watchdog (see wait).
+  // The first rank whose record has not arrived, for the watchdog (watch_stuck), which watches
+  // the whole rendezvous: the sends of this rank's record are MPI calls too.
   const auto first_missing = [&] {
     for (int p = 0; p < size_; ++p) {
       if (!have[p]) return p;
@@ -740,6 +759,12 @@ std::vector<MpiTransport::Record> MpiTransport::rendezvous(const Signature& sign
     return -1;
   };
   std::atomic<int> waiting_for{first_missing()};
+  const auto watch = watch_stuck(signature, deadline, &waiting_for);
+  if (!constructing_) poll_aborts();
+  const std::vector<uint8_t> record = encode(signature, mine, payload, incarnation_);
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) post_send(p, kExchangeTag, record.data(), record.size());
+  }
   std::vector<uint8_t> bytes;
   auto poll = [&] {
     for (int p = 0; p < size_ && missing > 0; ++p) {
@@ -747,15 +772,21 @@ std::vector<MpiTransport::Record> MpiTransport::rendezvous(const Signature& sign
         int flag = 0;
         MPI_Message message;
         MPI_Status status;
+        int rc = MPI_SUCCESS;
+        const char* call = "MPI_Improbe";
         {
           MpiCallLock lock;
-          check_mpi(MPI_Improbe(p, kExchangeTag, comm_, &flag, &message, &status), "MPI_Improbe");
-          if (!flag) break;
-          int count = 0;
-          MPI_Get_count(&status, MPI_BYTE, &count);
-          bytes.resize(static_cast<size_t>(count));
-          check_mpi(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+          rc = MPI_Improbe(p, kExchangeTag, comm_, &flag, &message, &status);
+          if (rc == MPI_SUCCESS && !flag) break;
+          if (rc == MPI_SUCCESS) {
+            int count = 0;
+            MPI_Get_count(&status, MPI_BYTE, &count);
+            bytes.resize(static_cast<size_t>(count));
+            call = "MPI_Mrecv";
+            rc = MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+          }
         }
+        if (rc != MPI_SUCCESS) lost_peer(p, call, rc);
         Record r = decode(bytes, p);
         // A record of an older group that had this communicator's context id: dropped.
         const bool ours = constructing_ ? r.sequence == signature.sequence && r.agreed == signature.agreed

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/stuck_wait_watchdog.h"
 #include "comm/transport.h"
 #include "tessel/mpi.h"
 
@@ -123,6 +124,13 @@ class MpiTransport : public Transport {
                    Deadline deadline);
   void recv_tagged(int peer, int mpi_tag, void* data, size_t bytes, const Signature& signature,
                    Deadline deadline, std::string_view tag_text);
+  // Registers the calling thread's MPI calls for `signature` with the stuck-call watchdog until
+  // the returned Watch dies (nothing when stuck_exit_after is 0): stuck inside MPI
+  // stuck_exit_after past `deadline`, the process ends naming `*waiting_for` (the rank still
+  // waited for, kept current by the caller; null or -1: not known). See stuck_wait_watchdog.h.
+  // `signature` and `*waiting_for` must outlive the Watch.
+  StuckWaitWatchdog::Watch watch_stuck(const Signature& signature, Deadline deadline,
+                                       const std::atomic<int>* waiting_for = nullptr) const;
   // Waits for a non-blocking collective started on comm(); `what` names it in errors. On the
   // deadline the request stays with MPI (a collective cannot be cancelled) and the group aborts.
   void wait_collective(MPI_Request& request, std::string_view what, const Signature& signature,
@@ -155,9 +163,8 @@ class MpiTransport : public Transport {
   // kFailedPrecondition (and the group aborted) unless every record has rank 0's signature.
   void check_signatures(const std::vector<Record>& records);
   // Polls `poll` until it returns true; throws kAborted (abort record, lost peer) or calls
-  // `on_deadline` (which throws) at the deadline. A poll stuck inside MPI stuck_exit_after_
-  // past the deadline ends the process (see stuck_wait_watchdog.h), naming `*waiting_for` (the
-  // first rank the wait still lacks, kept current by the poll; null or -1: not known).
+  // `on_deadline` (which throws) at the deadline. Watched by watch_stuck (`waiting_for`: the
+  // first rank the wait still lacks, kept current by the poll).
   void wait(const std::function<bool()>& poll, const Signature& signature, Deadline deadline,
             const std::function<void(double waited)>& on_deadline,
             const std::atomic<int>* waiting_for = nullptr);
@@ -167,6 +174,9 @@ class MpiTransport : public Transport {
   // reap_sends) means MPI lost the connection to its peer: see lost_peer.
   void post_send(int peer, int mpi_tag, const void* data, size_t bytes);
   void reap_sends();
+  // Frees the request of a send whose MPI_Test failed, if MPI still holds it, leaking its
+  // buffer. Called under MpiCallLock.
+  void release_failed(PendingSend& s);
   // Aborts the group naming `peer`, whose `call` failed with `rc`, and throws kAborted.
   [[noreturn]] void lost_peer(int peer, std::string_view call, int rc);
   // For a failed call on any source (`rc`): pings every peer, so that a lost one is named by
@@ -188,8 +198,9 @@ class MpiTransport : public Transport {
   uint64_t start_probe();
   void collect_pongs(uint64_t nonce, std::vector<bool>& answered);
   // Marks the group aborted with `reason` (the first reason wins) and, if `tell_peers`, sends
-  // the reason to every peer. Returns false when it was already aborted.
-  bool abort_group(const std::string& reason, bool tell_peers);
+  // the reason to every peer but `lost` (a peer MPI lost: a send to it may hang in MPI).
+  // Returns false when it was already aborted.
+  bool abort_group(const std::string& reason, bool tell_peers, int lost = -1);
   [[noreturn]] void throw_aborted();
   int mpi_tag_of(int tag, std::string_view op) const;
   std::string who(int r) const;  // "rank r (name)"

@@ -202,7 +202,7 @@ TEST(MpiFaults, AFailedSendNamesItsPeerInAborted) {
         EXPECT_LT(c.seconds, 0.5);
       } else {
         EXPECT_TRUE(c.code == ErrorCode::kDeadlineExceeded || c.code == ErrorCode::kAborted) << c.what;
-        EXPECT_LT(c.seconds, 1.5);
+        EXPECT_LT(c.seconds, 3.0);  // the 1 s deadline, with room for np4 on 2 cores
       }
     }
     testing::world_barrier();
