@@ -302,7 +302,8 @@ ShardingDecision einsum_rule(const Equation& eq, const TensorSpec& ta, const Ten
 
   // 4. A pending sum stays pending only where the other operand is replicated.
   for (auto [x, y] : {std::pair<Operand*, Operand*>{&a, &b}, {&b, &a}}) {
-    std::erase_if(x->partial, [&](const PartialDim& p) { return uses(*y, p.mesh_dim); });
+    const Operand* other = y;  // (clang before 16 cannot capture a structured binding)
+    std::erase_if(x->partial, [&](const PartialDim& p) { return uses(*other, p.mesh_dim); });
   }
 
   const Mesh& mesh = ta.layout.mesh();
