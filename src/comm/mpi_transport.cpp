@@ -88,6 +88,12 @@ std::string error_string(int rc) {
   return std::string(text, static_cast<size_t>(length));
 }
 
+// error_string for callers outside an MpiCallLock.
+std::string locked_error_string(int rc) {
+  MpiCallLock lock;
+  return error_string(rc);
+}
+
 std::string read_first_line(const char* path) {
   std::ifstream in(path);
   std::string line;
@@ -521,9 +527,7 @@ StuckWaitWatchdog::Watch MpiTransport::watch_stuck(const Signature& signature, D
 }
 
 void MpiTransport::wait(const std::function<bool()>& poll, const Signature& signature,
-                        Deadline deadline, const std::function<void(double)>& on_deadline,
-                        const std::atomic<int>* waiting_for) {
-  const auto watch = watch_stuck(signature, deadline, waiting_for);
+                        Deadline deadline, const std::function<void(double)>& on_deadline) {
   const auto start = Clock::now();
   auto next_watch = start + kWatchInterval;
   for (;;) {
@@ -621,12 +625,8 @@ void MpiTransport::lost_peer(int peer, std::string_view call, int rc) {
   // killed process on another host): the peer is named and the group aborted, as watch_peers
   // does. Called without send_mu_ or MpiCallLock: abort_group sends to the other peers.
   g_peer_lost.store(true);
-  std::string error;
-  {
-    MpiCallLock lock;
-    error = error_string(rc);
-  }
-  abort_group(fmt::format("{} lost {}: {} to it failed: {}", who(rank_), who(peer), call, error),
+  abort_group(fmt::format("{} lost {}: {} to it failed: {}", who(rank_), who(peer), call,
+                          locked_error_string(rc)),
               /*tell_peers=*/true, /*lost=*/peer);
   throw_aborted();
 }
@@ -645,12 +645,8 @@ void MpiTransport::fail_naming_lost_peer(int rc, std::string_view call) {
   // at once names it (lost_peer); otherwise the call's own error is reported (the pings stay
   // queued, to be reaped or cancelled with the group).
   start_probe();
-  std::string error;
-  {
-    MpiCallLock lock;
-    error = error_string(rc);
-  }
-  throw_error(ErrorCode::kUnavailable, kMpiComponent, "{} failed: {}", call, error);
+  throw_error(ErrorCode::kUnavailable, kMpiComponent, "{} failed: {}", call,
+              locked_error_string(rc));
 }
 
 void MpiTransport::send_tagged(int peer, int mpi_tag, const void* data, size_t bytes,
@@ -703,7 +699,7 @@ void MpiTransport::recv_tagged(int peer, int mpi_tag, void* data, size_t bytes,
       throw Error(ErrorCode::kDeadlineExceeded, kComm, message);
     };
     try {
-      wait(poll, signature, deadline, on_deadline, &from);
+      wait(poll, signature, deadline, on_deadline);
     } catch (...) {
       // The buffer goes back to the caller: take the receive back from MPI first.
       MpiCallLock lock;
@@ -811,7 +807,7 @@ std::vector<MpiTransport::Record> MpiTransport::rendezvous(const Signature& sign
     abort_group(message, /*tell_peers=*/true);
     throw Error(ErrorCode::kDeadlineExceeded, kComm, message);
   };
-  wait(poll, signature, deadline, on_deadline, &waiting_for);
+  wait(poll, signature, deadline, on_deadline);
 
   records[rank_] = Record{signature.sequence, std::hash<std::string>()(signature.agreed), mine.count,
                           mine.aux, signature.agreed, signature.text.substr(0, kMaxText), payload,

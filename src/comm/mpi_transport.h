@@ -163,11 +163,10 @@ class MpiTransport : public Transport {
   // kFailedPrecondition (and the group aborted) unless every record has rank 0's signature.
   void check_signatures(const std::vector<Record>& records);
   // Polls `poll` until it returns true; throws kAborted (abort record, lost peer) or calls
-  // `on_deadline` (which throws) at the deadline. Watched by watch_stuck (`waiting_for`: the
-  // first rank the wait still lacks, kept current by the poll).
+  // `on_deadline` (which throws) at the deadline. Its callers hold a watch_stuck for the whole
+  // operation (recv_tagged, rendezvous, and MPI all-reduce around wait_collective).
   void wait(const std::function<bool()>& poll, const Signature& signature, Deadline deadline,
-            const std::function<void(double waited)>& on_deadline,
-            const std::atomic<int>* waiting_for = nullptr);
+            const std::function<void(double waited)>& on_deadline);
   // The watchdog's message for a wait stuck inside MPI (`late`: seconds past the deadline).
   std::string describe_stuck(const Signature& signature, int waiting_for, double late) const;
   // Copies `bytes` and starts an MPI_Isend of the copy. A send that fails (here or in
