@@ -20,7 +20,7 @@ CollectiveOptions make_options(const std::string& algorithm, std::optional<doubl
   CollectiveOptions o;
   o.algorithm = algorithm_from_name(algorithm);
   if (timeout_seconds) {
-    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout_seconds * 1000.0));
+    o.timeout = seconds_arg(*timeout_seconds, "timeout_seconds", "Communicator");
   }
   o.segment_bytes = segment_bytes;
   return o;
@@ -112,7 +112,7 @@ void bind_comm(py::module_& m) {
              int64_t offset, double join_timeout_seconds) -> Communicator& {
             py::gil_scoped_release release;
             return pool.get(mesh, dims, offset,
-                            std::chrono::milliseconds(static_cast<int64_t>(join_timeout_seconds * 1000)));
+                            seconds_arg(join_timeout_seconds, "join_timeout_seconds", "CommunicatorPool"));
           },
           py::arg("mesh"), py::arg("dims"), py::arg("offset"), py::arg("join_timeout_seconds") = 0.0,
           py::return_value_policy::reference_internal)

@@ -132,8 +132,7 @@ return.)doc")
              CompileOptions o;  // the fields of o.replicate as ReplicateOptions(...) takes them
              if (metadata) o.replicate.metadata = *metadata;
              o.replicate.runtime = runtime;
-             o.replicate.timeout =
-                 std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
+             o.replicate.timeout = seconds_arg(timeout_seconds, "timeout_seconds", "compile");
              o.replicate.packed_inputs = std::move(packed_inputs);
              o.output_types = std::move(output_types);
              return o;

@@ -22,17 +22,13 @@ py::list communicator_list(std::vector<std::unique_ptr<Communicator>> comms) {
   return out;
 }
 
-std::chrono::milliseconds milliseconds_of(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
 MpiCommunicatorOptions mpi_options(const std::string& name, double timeout_seconds,
                                    bool watch_local_peers, double stuck_exit_after_seconds) {
   MpiCommunicatorOptions o;
   o.name = name;
-  o.timeout = milliseconds_of(timeout_seconds);
+  o.timeout = seconds_arg(timeout_seconds, "timeout_seconds", "MPI");
   o.watch_local_peers = watch_local_peers;
-  o.stuck_exit_after = milliseconds_of(stuck_exit_after_seconds);
+  o.stuck_exit_after = seconds_arg(stuck_exit_after_seconds, "stuck_exit_after_seconds", "MPI");
   return o;
 }
 
@@ -92,8 +88,7 @@ void bind_mpi(py::module_& m) {
             std::vector<std::unique_ptr<Communicator>> comms;
             {
               py::gil_scoped_release release;
-              comms = c.join(members, owners,
-                             std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+              comms = c.join(members, owners, seconds_arg(timeout_seconds, "timeout_seconds", "Cluster"));
             }
             return communicator_list(std::move(comms));
           },

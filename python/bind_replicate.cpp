@@ -410,7 +410,7 @@ ReplicateOptions make_options(std::optional<ReplicateMetadata> metadata, Runtime
   ReplicateOptions o;
   if (metadata) o.metadata = std::move(*metadata);
   o.runtime = runtime;
-  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000.0));
+  o.timeout = seconds_arg(timeout, "timeout", "replicate");
   o.packed_inputs = std::move(packed_inputs);
   return o;
 }
@@ -521,7 +521,7 @@ timeout), packed_inputs (indexes of per-replica inputs given as one value for al
             return std::chrono::duration<double>(o.timeout).count();
           },
           [](ReplicateOptions& o, double seconds) {
-            o.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+            o.timeout = seconds_arg(seconds, "timeout", "replicate");
           })
       .def_readwrite("packed_inputs", &ReplicateOptions::packed_inputs);
 

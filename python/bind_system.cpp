@@ -25,15 +25,6 @@ using Release = py::call_guard<py::gil_scoped_release>;
 using Coordinates = std::vector<std::vector<std::vector<int>>>;
 
 // Python seconds -> milliseconds; a negative value reaches C++, which rejects it.
-std::chrono::milliseconds seconds_arg(double seconds, const char* name) {
-  if (std::isnan(seconds)) {
-    throw Error(ErrorCode::kInvalidArgument, "System", std::string(name) + " is NaN");
-  }
-  constexpr double kMaxSeconds = 1e9;
-  return std::chrono::milliseconds(
-      static_cast<int64_t>(std::ceil(std::min(seconds, kMaxSeconds) * 1000.0)));
-}
-
 py::bytes to_bytes(const std::string& s) { return py::bytes(s); }
 
 // device_coordinates as TF's rank-3 int32 array [num_tasks, num_devices_per_task, mesh rank].
@@ -161,8 +152,8 @@ n hosts simulated in this process.)doc")
       "make_mpi_system_channel",
       [](double timeout, double close_timeout) {
         MpiSystemChannelOptions options;
-        options.timeout = seconds_arg(timeout, "timeout_sec");
-        options.close_timeout = seconds_arg(close_timeout, "close_timeout_sec");
+        options.timeout = seconds_arg(timeout, "timeout_sec", "System");
+        options.close_timeout = seconds_arg(close_timeout, "close_timeout_sec", "System");
         py::gil_scoped_release release;
         return make_mpi_system_channel(options);
       },
@@ -247,7 +238,7 @@ Steps take TF's inputs: a list of ints (or integer scalars) for configure, a lis
       .def(
           "wait_for_distributed_system",
           [](SystemCoordinator& c, const py::sequence& per_host_ids, double timeout) {
-            const auto ms = seconds_arg(timeout, "startup_timeout_sec");
+            const auto ms = seconds_arg(timeout, "startup_timeout_sec", "System");
             if (holds_arrays(per_host_ids)) {
               const auto inputs = per_host_ids.cast<std::vector<Tensor>>();
               py::gil_scoped_release release;
@@ -263,7 +254,7 @@ Steps take TF's inputs: a list of ints (or integer scalars) for configure, a lis
       .def(
           "shutdown_distributed_system",
           [](SystemCoordinator& c, double timeout) {
-            const auto ms = seconds_arg(timeout, "disconnect_timeout_sec");
+            const auto ms = seconds_arg(timeout, "disconnect_timeout_sec", "System");
             py::gil_scoped_release release;
             c.shutdown_distributed_system(ms);
           },
@@ -271,7 +262,7 @@ Steps take TF's inputs: a list of ints (or integer scalars) for configure, a lis
       .def(
           "gather_device_counts",
           [](SystemCoordinator& c, double timeout) {
-            const auto ms = seconds_arg(timeout, "timeout_sec");
+            const auto ms = seconds_arg(timeout, "timeout_sec", "System");
             py::gil_scoped_release release;
             return c.gather_device_counts(ms);
           },
@@ -283,7 +274,7 @@ Steps take TF's inputs: a list of ints (or integer scalars) for configure, a lis
          std::optional<Topology> topology) {
         StartOptions options;
         options.configure = configure_options(whole_mesh, std::move(topology));
-        options.startup_timeout = seconds_arg(timeout, "startup_timeout_sec");
+        options.startup_timeout = seconds_arg(timeout, "startup_timeout_sec", "System");
         py::gil_scoped_release release;
         return start_system(host, coordinator, options);
       },
@@ -293,7 +284,7 @@ Steps take TF's inputs: a list of ints (or integer scalars) for configure, a lis
   m.def(
       "stop_system",
       [](Host& host, SystemCoordinator* coordinator, double timeout) {
-        const auto ms = seconds_arg(timeout, "timeout_sec");
+        const auto ms = seconds_arg(timeout, "timeout_sec", "System");
         py::gil_scoped_release release;
         stop_system(host, coordinator, ms);
       },
@@ -340,8 +331,8 @@ info.device_type).)doc")
         o.experimental_reset_context = experimental_reset_context;
         o.job = job.value_or("");
         o.enable_whole_mesh_compilations = whole_mesh;
-        o.startup_timeout = seconds_arg(startup_timeout, "startup_timeout_sec");
-        o.shutdown_timeout = seconds_arg(shutdown_timeout, "shutdown_timeout_sec");
+        o.startup_timeout = seconds_arg(startup_timeout, "startup_timeout_sec", "System");
+        o.shutdown_timeout = seconds_arg(shutdown_timeout, "shutdown_timeout_sec", "System");
         o.channel = std::move(channel);
         o.task = task;
         py::gil_scoped_release release;

@@ -12,10 +12,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "tessel/dtype.h"
+#include "tessel/error.h"
 #include "tessel/layout.h"
 #include "tessel/mesh.h"
 #include "tessel/reduce_op.h"
@@ -30,6 +35,17 @@ void bind_mesh(py::module_& m);
 
 // The tessel.MeshDimension namedtuple class, created by bind_mesh.
 py::handle mesh_dimension_type();
+
+// A timeout argument given in seconds, as the C++ milliseconds: rounded up (a positive
+// fraction of a millisecond stays positive, not 0, which means "the default"), capped at 1e9 s;
+// NaN is kInvalidArgument naming `name` and `component`.
+inline std::chrono::milliseconds seconds_arg(double seconds, const char* name,
+                                             const char* component) {
+  if (std::isnan(seconds)) throw Error(ErrorCode::kInvalidArgument, component, std::string(name) + " is NaN");
+  constexpr double kMaxSeconds = 1e9;
+  return std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(std::min(seconds, kMaxSeconds) * 1000.0)));
+}
 
 }  // namespace tessel::python
 

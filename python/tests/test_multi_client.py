@@ -106,6 +106,11 @@ def test_mpi_calls_outside_mpirun_fail_clearly():
         tessel.make_hierarchical_communicators(2, stuck_exit_after_seconds=10.0)
 
 
+def test_timeouts_in_seconds_reject_nan():
+    with pytest.raises(tessel.InvalidArgumentError, match="stuck_exit_after_seconds is NaN"):
+        tessel.make_mpi_communicator(stuck_exit_after_seconds=float("nan"))
+
+
 def test_stuck_exit_after_defaults_to_five_seconds():
     # MpiCommunicatorOptions::stuck_exit_after, as the keyword's default.
     assert "stuck_exit_after_seconds: float = 5.0" in tessel.make_mpi_communicator.__doc__
