@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "bench_team.h"
 #include "commands.h"
 #include "tessel/dtensor_api.h"
 #include "tessel/error.h"
@@ -70,10 +71,7 @@ Flags parse(const Args& args, Flags flags, std::string_view command) {
   return flags;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;  // medians of odd counts are the middle value
 
 template <typename Fn>
 double time_us(Fn&& fn) {

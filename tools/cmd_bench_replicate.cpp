@@ -37,6 +37,7 @@
 
 #include <fmt/format.h>
 
+#include "bench_team.h"
 #include "commands.h"
 #include "tessel/autodiff.h"
 #include "tessel/compile.h"
@@ -174,10 +175,7 @@ class KernelRunner {
   std::vector<Tensor> values_;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;  // medians of odd counts are the middle value
 
 int64_t minor_faults() {
   rusage usage{};
