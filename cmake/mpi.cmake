@@ -1,4 +1,4 @@
-# The optional MPI transport (include/tessel/mpi.h).
+# The optional MPI transport (include/tessel/comm/mpi.h).
 #
 # TESSEL_WITH_MPI defaults to ON when FindMPI finds MPI for C++ (the project's only language;
 # tessel calls MPI's C API, so MPI_CXX_SKIP_MPICXX leaves the deprecated C++ bindings out). ON

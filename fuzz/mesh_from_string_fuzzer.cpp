@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "tessel/error.h"
-#include "tessel/mesh.h"
+#include "tessel/core/error.h"
+#include "tessel/mesh/mesh.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

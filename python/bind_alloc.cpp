@@ -2,13 +2,13 @@
 // ScopedAllocatorManager, FusionTensor, FusionOptions, FusionBucket, FusionPlan, plan_fusion,
 // FusedAllReducer. Collective calls release the GIL: each rank calls from its own Python thread.
 #include "casters.h"
-#include "tessel/collective_options.h"
-#include "tessel/communicator.h"
-#include "tessel/fused_all_reduce.h"
-#include "tessel/fusion.h"
-#include "tessel/scoped_allocator.h"
-#include "tessel/scoped_allocator_manager.h"
-#include "tessel/tensor.h"
+#include "tessel/alloc/fused_all_reduce.h"
+#include "tessel/alloc/fusion.h"
+#include "tessel/alloc/scoped_allocator.h"
+#include "tessel/alloc/scoped_allocator_manager.h"
+#include "tessel/comm/collective_options.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::python {
 

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "casters.h"
-#include "tessel/autodiff.h"
-#include "tessel/dtensor.h"
-#include "tessel/error.h"
-#include "tessel/optimizers.h"
-#include "tessel/relayout.h"
+#include "tessel/core/error.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/dtensor/optimizers.h"
+#include "tessel/dtensor/relayout.h"
 
 namespace tessel::python {
 

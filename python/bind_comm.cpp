@@ -5,10 +5,10 @@
 #include <optional>
 
 #include "casters.h"
-#include "tessel/collective_options.h"
-#include "tessel/communicator.h"
-#include "tessel/mesh_groups.h"
-#include "tessel/tensor.h"
+#include "tessel/comm/collective_options.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/mesh_groups.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::python {
 namespace {

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "casters.h"
-#include "tessel/compile.h"
-#include "tessel/error.h"
-#include "tessel/graph.h"
+#include "tessel/core/error.h"
+#include "tessel/replicate/compile.h"
+#include "tessel/replicate/graph.h"
 
 namespace tessel::python {
 

@@ -4,11 +4,11 @@
 #include <optional>
 
 #include "casters.h"
-#include "tessel/device_name.h"
-#include "tessel/error.h"
-#include "tessel/float16.h"
-#include "tessel/reduce_op.h"
-#include "tessel/tensor.h"
+#include "tessel/core/device_name.h"
+#include "tessel/core/error.h"
+#include "tessel/core/float16.h"
+#include "tessel/core/reduce_op.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::python {
 namespace {

@@ -14,10 +14,10 @@
 #include <pybind11/functional.h>
 
 #include "casters.h"
-#include "tessel/cross_device_ops.h"
-#include "tessel/error.h"
-#include "tessel/packing.h"
-#include "tessel/runtime.h"
+#include "tessel/alloc/fusion_rules.h"
+#include "tessel/core/error.h"
+#include "tessel/distribute/cross_device_ops.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::python {
 namespace {

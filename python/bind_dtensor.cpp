@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "casters.h"
-#include "tessel/box.h"
-#include "tessel/dtensor.h"
-#include "tessel/clients.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/error.h"
-#include "tessel/relayout.h"
-#include "tessel/relayout_plan.h"
-#include "tessel/runtime.h"
+#include "tessel/core/box.h"
+#include "tessel/core/error.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/dtensor/relayout_plan.h"
+#include "tessel/runtime/clients.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::python {
 namespace {

@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "casters.h"
-#include "tessel/error.h"
-#include "tessel/layout.h"
-#include "tessel/mesh.h"
-#include "tessel/shard_map.h"
-#include "tessel/shard_range.h"
-#include "tessel/sharding_spec.h"
+#include "tessel/core/error.h"
+#include "tessel/mesh/layout.h"
+#include "tessel/mesh/mesh.h"
+#include "tessel/mesh/shard_map.h"
+#include "tessel/mesh/shard_range.h"
+#include "tessel/mesh/sharding_spec.h"
 
 namespace tessel::python {
 namespace {

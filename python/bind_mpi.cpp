@@ -2,10 +2,10 @@
 // runtime's DTensors use (multi_client.h) and the client configuration (clients.h). Same names
 // as C++; no logic.
 #include "casters.h"
-#include "tessel/clients.h"
-#include "tessel/cluster.h"
-#include "tessel/mpi.h"
-#include "tessel/multi_client.h"
+#include "tessel/comm/cluster.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/comm/multi_client.h"
+#include "tessel/runtime/clients.h"
 
 namespace tessel::python {
 namespace {

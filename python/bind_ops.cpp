@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "casters.h"
-#include "tessel/dtensor.h"
-#include "tessel/error.h"
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
-#include "tessel/runtime.h"
-#include "tessel/tensor.h"
+#include "tessel/core/error.h"
+#include "tessel/core/tensor.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::python {
 

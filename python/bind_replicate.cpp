@@ -21,14 +21,14 @@
 #include <vector>
 
 #include "casters.h"
-#include "tessel/device_assignment.h"
-#include "tessel/error.h"
-#include "tessel/partial_shape.h"
-#include "tessel/replica_context.h"
-#include "tessel/replicate.h"
-#include "tessel/replicate_metadata.h"
-#include "tessel/replicated_io.h"
-#include "tessel/topology.h"
+#include "tessel/core/error.h"
+#include "tessel/mesh/topology.h"
+#include "tessel/replicate/device_assignment.h"
+#include "tessel/replicate/partial_shape.h"
+#include "tessel/replicate/replica_context.h"
+#include "tessel/replicate/replicate.h"
+#include "tessel/replicate/replicate_metadata.h"
+#include "tessel/replicate/replicated_io.h"
 
 namespace tessel::python {
 

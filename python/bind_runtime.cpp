@@ -5,9 +5,9 @@
 #include <string>
 
 #include "casters.h"
-#include "tessel/device.h"
-#include "tessel/error.h"
-#include "tessel/runtime.h"
+#include "tessel/core/error.h"
+#include "tessel/runtime/device.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::python {
 namespace {
@@ -65,6 +65,7 @@ Errors in a device's work surface at synchronize(), naming the device and the op
       .def_static("global_runtime", &Runtime::global, py::return_value_policy::reference,
                   "The process-wide runtime, created on first use.")
       .def("num_devices", &Runtime::num_devices)
+      .def("topology", &Runtime::topology)
       .def(
           "devices",
           [](py::object self) {  // each Device keeps the Runtime alive

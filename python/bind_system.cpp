@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "casters.h"
-#include "tessel/accelerator_system.h"
-#include "tessel/error.h"
-#include "tessel/mpi_system_channel.h"
-#include "tessel/runtime.h"
-#include "tessel/system.h"
-#include "tessel/system_channel.h"
-#include "tessel/topology.h"
+#include "tessel/core/error.h"
+#include "tessel/mesh/topology.h"
+#include "tessel/runtime/runtime.h"
+#include "tessel/system/accelerator_system.h"
+#include "tessel/system/mpi_system_channel.h"
+#include "tessel/system/system.h"
+#include "tessel/system/system_channel.h"
 
 namespace tessel::python {
 namespace {
@@ -75,7 +75,6 @@ Topology.for_hosts(num_tasks, devices_per_task). serialized() is TF's wire form.
            py::arg("device_type") = "CPU")
       .def_static("for_hosts", &Topology::for_hosts, py::arg("num_tasks"),
                   py::arg("devices_per_task"), py::arg("device_type") = "CPU")
-      .def_static("from_runtime", &Topology::from_runtime, py::arg("runtime"))
       .def("serialized", [](const Topology& t) { return to_bytes(t.serialized()); })
       .def_property_readonly("mesh_shape", [](const Topology& t) {
         return py::tuple(py::cast(t.mesh_shape()));

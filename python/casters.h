@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "tessel/dtype.h"
-#include "tessel/error.h"
-#include "tessel/layout.h"
-#include "tessel/mesh.h"
-#include "tessel/reduce_op.h"
-#include "tessel/shape.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/error.h"
+#include "tessel/core/reduce_op.h"
+#include "tessel/core/shape.h"
+#include "tessel/mesh/layout.h"
+#include "tessel/mesh/mesh.h"
 
 namespace tessel::python {
 

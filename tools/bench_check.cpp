@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tessel/tensor.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::cli::bench {
 namespace {

@@ -23,8 +23,8 @@
 #include <functional>
 #include <vector>
 
-#include "tessel/dtype.h"
-#include "tessel/reduce_op.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/reduce_op.h"
 
 namespace tessel::cli::bench {
 

@@ -44,12 +44,12 @@
 #include "bench_check.h"
 #include "bench_team.h"
 #include "commands.h"
-#include "tessel/collective_options.h"
-#include "tessel/communicator.h"
-#include "tessel/dtype.h"
-#include "tessel/error.h"
-#include "tessel/reduce_op.h"
-#include "tessel/tensor.h"
+#include "tessel/comm/collective_options.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/error.h"
+#include "tessel/core/reduce_op.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::cli {
 namespace {

@@ -26,13 +26,13 @@
 
 #include "bench_team.h"
 #include "commands.h"
-#include "tessel/collective_options.h"
-#include "tessel/communicator.h"
-#include "tessel/error.h"
-#include "tessel/fused_all_reduce.h"
-#include "tessel/fusion.h"
-#include "tessel/reduce_op.h"
-#include "tessel/tensor.h"
+#include "tessel/alloc/fused_all_reduce.h"
+#include "tessel/alloc/fusion.h"
+#include "tessel/comm/collective_options.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/core/error.h"
+#include "tessel/core/reduce_op.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::cli {
 namespace {

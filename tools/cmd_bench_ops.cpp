@@ -10,10 +10,10 @@
 
 #include "bench_team.h"
 #include "commands.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/error.h"
-#include "tessel/ops.h"
-#include "tessel/runtime.h"
+#include "tessel/core/error.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::cli {
 namespace {

@@ -39,14 +39,14 @@
 
 #include "bench_team.h"
 #include "commands.h"
-#include "tessel/autodiff.h"
-#include "tessel/compile.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/error.h"
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
-#include "tessel/replicate.h"
-#include "tessel/runtime.h"
+#include "tessel/core/error.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/replicate/compile.h"
+#include "tessel/replicate/replicate.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::cli {
 namespace {

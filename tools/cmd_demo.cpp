@@ -5,12 +5,12 @@
 #include <string_view>
 
 #include "commands.h"
-#include "tessel/layout.h"
-#include "tessel/mesh.h"
-#include "tessel/reduce_op.h"
-#include "tessel/shape.h"
-#include "tessel/shard_map.h"
-#include "tessel/sharding_spec.h"
+#include "tessel/core/reduce_op.h"
+#include "tessel/core/shape.h"
+#include "tessel/mesh/layout.h"
+#include "tessel/mesh/mesh.h"
+#include "tessel/mesh/shard_map.h"
+#include "tessel/mesh/sharding_spec.h"
 
 namespace tessel::cli {
 namespace {

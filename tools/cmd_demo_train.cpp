@@ -16,15 +16,15 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
-#include "tessel/autodiff.h"
-#include "tessel/clients.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/error.h"
-#include "tessel/mpi.h"
-#include "tessel/ops.h"
-#include "tessel/optimizers.h"
-#include "tessel/relayout.h"
-#include "tessel/runtime.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/core/error.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/optimizers.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/runtime/clients.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::cli {
 namespace {

@@ -4,9 +4,9 @@
 #include <thread>
 
 #include "commands.h"
+#include "tessel/comm/mpi.h"
 #include "tessel/config.h"
-#include "tessel/mpi.h"
-#include "tessel/runtime.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::cli {
 namespace {

@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "commands.h"
-#include "tessel/error.h"
-#include "tessel/layout.h"
-#include "tessel/mesh.h"
-#include "tessel/reduce_op.h"
-#include "tessel/shape.h"
-#include "tessel/shard_map.h"
+#include "tessel/core/error.h"
+#include "tessel/core/reduce_op.h"
+#include "tessel/core/shape.h"
+#include "tessel/mesh/layout.h"
+#include "tessel/mesh/mesh.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "commands.h"
-#include "tessel/error.h"
+#include "tessel/core/error.h"
 
 namespace {
 

@@ -32,9 +32,9 @@
 #include <thread>
 #include <vector>
 
-#include "tessel/communicator.h"
-#include "tessel/error.h"
-#include "tessel/mpi.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/core/error.h"
 
 namespace {
 

@@ -1,9 +1,9 @@
 #include <utility>
 
 #include "core/errors.h"
-#include "tessel/fusion.h"
-#include "tessel/packing.h"
-#include "tessel/scoped_allocator.h"
+#include "tessel/alloc/fusion.h"
+#include "tessel/alloc/fusion_rules.h"
+#include "tessel/alloc/scoped_allocator.h"
 
 namespace tessel {
 namespace {

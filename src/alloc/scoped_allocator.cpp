@@ -1,4 +1,4 @@
-#include "tessel/scoped_allocator.h"
+#include "tessel/alloc/scoped_allocator.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "tessel/scoped_allocator_manager.h"
+#include "tessel/alloc/scoped_allocator_manager.h"
 
 #include <tuple>
 

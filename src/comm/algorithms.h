@@ -6,10 +6,10 @@
 #include <cstdint>
 
 #include "comm/transport.h"
-#include "tessel/allocator.h"
-#include "tessel/collective_options.h"
-#include "tessel/dtype.h"
-#include "tessel/reduce_op.h"
+#include "tessel/comm/collective_options.h"
+#include "tessel/core/allocator.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/reduce_op.h"
 
 namespace tessel::detail {
 
@@ -47,7 +47,7 @@ void mpi_all_reduce(Transport& t, const AllReduceArgs& a);
 // What kAuto runs on a transport that does not share memory: kMpi on MPI transports,
 // kHierarchical on hierarchical groups across processes, else kRing.
 Algorithm auto_all_reduce_algorithm(const Transport& t, size_t bytes);
-// hierarchical_all_reduce of a group made by make_hierarchical_communicators (tessel/mpi.h):
+// hierarchical_all_reduce of a group made by make_hierarchical_communicators (tessel/comm/mpi.h):
 // within the process, MPI across processes, back (mpi_hierarchy.cpp). False for other
 // transports (and without MPI).
 bool process_hierarchy_all_reduce(Transport& t, const AllReduceArgs& a);

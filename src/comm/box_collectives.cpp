@@ -11,7 +11,7 @@
 #include "comm/communicator_internal.h"
 #include "comm/p2p_collectives.h"
 #include "comm/reduce_kernels.h"
-#include "tessel/communicator.h"
+#include "tessel/comm/communicator.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-#include "tessel/collective_options.h"
+#include "tessel/comm/collective_options.h"
 
 #include <cstdlib>
 #include <string>

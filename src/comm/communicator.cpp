@@ -2,7 +2,7 @@
 // movement lives in the algorithm files (algorithms.h, direct_collectives.h, p2p_collectives.h):
 // the collectives other than all_reduce run their direct versions when the transport shares
 // memory and their point-to-point versions otherwise (MPI, hierarchical groups across processes).
-#include "tessel/communicator.h"
+#include "tessel/comm/communicator.h"
 
 #include <numeric>
 
@@ -13,7 +13,7 @@
 #include "comm/p2p_collectives.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
-#include "tessel/shard_range.h"
+#include "tessel/mesh/shard_range.h"
 
 namespace tessel {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "comm/transport.h"
 #include "core/errors.h"
-#include "tessel/collective_options.h"
-#include "tessel/tensor.h"
+#include "tessel/comm/collective_options.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::detail {
 

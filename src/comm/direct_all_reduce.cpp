@@ -19,7 +19,7 @@
 #include "comm/algorithms.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
-#include "tessel/shard_range.h"
+#include "tessel/mesh/shard_range.h"
 
 namespace tessel::detail {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
-#include "tessel/shard_range.h"
+#include "tessel/mesh/shard_range.h"
 
 namespace tessel::detail {
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "comm/transport.h"
-#include "tessel/allocator.h"
-#include "tessel/reduce_op.h"
-#include "tessel/tensor.h"
+#include "tessel/core/allocator.h"
+#include "tessel/core/reduce_op.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::detail {
 

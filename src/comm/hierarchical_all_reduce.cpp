@@ -11,8 +11,8 @@
 #include "comm/algorithms.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
-#include "tessel/device_name.h"
-#include "tessel/shard_range.h"
+#include "tessel/core/device_name.h"
+#include "tessel/mesh/shard_range.h"
 
 namespace tessel::detail {
 namespace {

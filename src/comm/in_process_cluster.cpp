@@ -1,4 +1,4 @@
-// Simulated clients in one process (make_in_process_cluster, tessel/cluster.h): a group spanning
+// Simulated clients in one process (make_in_process_cluster, tessel/comm/cluster.h): a group spanning
 // clients is one in-process group whose endpoints the clients take as they join.
 #include <map>
 #include <mutex>
@@ -6,7 +6,7 @@
 #include "comm/cluster_join.h"
 #include "comm/in_process_hub.h"
 #include "core/errors.h"
-#include "tessel/cluster.h"
+#include "tessel/comm/cluster.h"
 
 namespace tessel {
 namespace {

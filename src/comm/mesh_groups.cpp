@@ -1,10 +1,10 @@
-#include "tessel/mesh_groups.h"
+#include "tessel/comm/mesh_groups.h"
 
 #include <algorithm>
 #include <set>
 
 #include "core/errors.h"
-#include "tessel/device_name.h"
+#include "tessel/core/device_name.h"
 
 namespace tessel {
 namespace {

@@ -10,7 +10,7 @@
 #include "comm/reduce_kernels.h"
 #include "comm/scratch.h"
 #include "core/errors.h"
-#include "tessel/float16.h"
+#include "tessel/core/float16.h"
 
 namespace tessel::detail {
 namespace {

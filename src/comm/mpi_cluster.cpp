@@ -1,4 +1,4 @@
-// The clients of an MPI job as a Cluster (make_mpi_cluster, tessel/mpi.h).
+// The clients of an MPI job as a Cluster (make_mpi_cluster, tessel/comm/mpi.h).
 //
 // join(): a group owned by this process alone is an in-process group. Otherwise the owning
 // processes first meet over the cluster's duplicate of MPI_COMM_WORLD: each sends the others a
@@ -11,8 +11,8 @@
 #include "comm/cluster_join.h"
 #include "comm/mpi_transport.h"
 #include "core/errors.h"
-#include "tessel/cluster.h"
-#include "tessel/collective_options.h"
+#include "tessel/comm/cluster.h"
+#include "tessel/comm/collective_options.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-// Hierarchical groups across MPI processes (make_hierarchical_communicators, tessel/mpi.h).
+// Hierarchical groups across MPI processes (make_hierarchical_communicators, tessel/comm/mpi.h).
 //
 // Every process drives L local participants. Their transports share one in-process hub (the
 // process's devices) and one MPI transport (one rank per process). Global rank of local device
@@ -25,7 +25,7 @@
 #include "comm/mpi_transport.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
-#include "tessel/shard_range.h"
+#include "tessel/mesh/shard_range.h"
 
 namespace tessel {
 namespace detail {

@@ -2,7 +2,7 @@
 // every call that would need MPI throws kUnavailable, so that callers need no #ifdefs.
 #include "comm/algorithms.h"
 #include "core/errors.h"
-#include "tessel/mpi.h"
+#include "tessel/comm/mpi.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-// The MPI transport and environment (include/tessel/mpi.h, comm/mpi_transport.h).
+// The MPI transport and environment (include/tessel/comm/mpi.h, comm/mpi_transport.h).
 #include "comm/mpi_transport.h"
 
 #include <sched.h>

@@ -1,4 +1,4 @@
-// Internal: the MPI transport (include/tessel/mpi.h describes its behaviour). Compiled only when
+// Internal: the MPI transport (include/tessel/comm/mpi.h describes its behaviour). Compiled only when
 // tessel is built with MPI (cmake/mpi.cmake); nothing outside src/comm/mpi_*.cpp includes it.
 //
 // One MpiTransport is one process's endpoint of a duplicate of a parent communicator. All its
@@ -23,7 +23,7 @@
 
 #include "comm/stuck_wait_watchdog.h"
 #include "comm/transport.h"
-#include "tessel/mpi.h"
+#include "tessel/comm/mpi.h"
 
 namespace tessel::detail {
 

@@ -8,8 +8,8 @@
 #include "comm/algorithms.h"
 #include "comm/reduce_kernels.h"
 #include "comm/scratch.h"
-#include "tessel/collective_options.h"
-#include "tessel/shard_range.h"
+#include "tessel/comm/collective_options.h"
+#include "tessel/mesh/shard_range.h"
 
 namespace tessel::detail {
 namespace {

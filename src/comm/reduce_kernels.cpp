@@ -15,7 +15,7 @@
 #endif
 
 #include "core/errors.h"
-#include "tessel/float16.h"
+#include "tessel/core/float16.h"
 
 namespace tessel::detail {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tessel/allocator.h"
+#include "tessel/core/allocator.h"
 
 namespace tessel::detail {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "comm/reduce_kernels.h"
-#include "tessel/collective_options.h"
+#include "tessel/comm/collective_options.h"
 
 namespace tessel::detail {
 

@@ -1,5 +1,5 @@
 // host_allocator() and TrackingAllocator.
-#include "tessel/allocator.h"
+#include "tessel/core/allocator.h"
 
 #include <cstdlib>
 #include <map>

@@ -1,5 +1,5 @@
 // Box arithmetic and copy_box: the block copies that relayout is made of.
-#include "tessel/box.h"
+#include "tessel/core/box.h"
 
 #include <algorithm>
 #include <cstring>

@@ -6,7 +6,7 @@
 //  - a part given twice ("/task:0/task:1", "/cpu:0/device:GPU:1") is an error, not last-wins;
 //  - numbers above INT_MAX are an error, not a silent wrap;
 //  - "/device:*:3" keeps its id when printed (TF drops an id whose type is a wildcard).
-#include "tessel/device_name.h"
+#include "tessel/core/device_name.h"
 
 #include <cctype>
 #include <climits>

@@ -1,4 +1,4 @@
-#include "tessel/dtype.h"
+#include "tessel/core/dtype.h"
 
 #include <array>
 

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "tessel/error.h"
+#include "tessel/core/error.h"
 
 namespace tessel::detail {
 

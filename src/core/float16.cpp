@@ -1,5 +1,5 @@
 // Bit-exact conversions between float and the two 16-bit float formats.
-#include "tessel/float16.h"
+#include "tessel/core/float16.h"
 
 #include <bit>
 

@@ -1,4 +1,4 @@
-#include "tessel/reduce_op.h"
+#include "tessel/core/reduce_op.h"
 
 #include <array>
 

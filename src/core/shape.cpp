@@ -1,4 +1,4 @@
-#include "tessel/shape.h"
+#include "tessel/core/shape.h"
 
 #include <charconv>
 #include <limits>

@@ -1,5 +1,5 @@
 // Tensor storage, factories, queries and views. Element copies live in tensor_copy.cpp.
-#include "tessel/tensor.h"
+#include "tessel/core/tensor.h"
 
 #include <cstdint>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <new>
 
 #include "core/tensor_impl.h"
-#include "tessel/allocator.h"
+#include "tessel/core/allocator.h"
 
 namespace tessel {
 

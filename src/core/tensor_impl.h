@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "tessel/allocator.h"
-#include "tessel/tensor.h"
+#include "tessel/core/allocator.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel {
 

@@ -4,8 +4,8 @@
 
 #include "core/errors.h"
 #include "distribute/ops_internal.h"
-#include "tessel/cross_device_ops.h"
-#include "tessel/packing.h"
+#include "tessel/alloc/fusion_rules.h"
+#include "tessel/distribute/cross_device_ops.h"
 
 namespace tessel {
 namespace {

@@ -1,5 +1,5 @@
 // CommunicationOptions: TF's validations, merge, and the collective options they imply.
-#include "tessel/communication_options.h"
+#include "tessel/distribute/communication_options.h"
 
 #include <cctype>
 #include <cmath>

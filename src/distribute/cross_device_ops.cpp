@@ -1,6 +1,6 @@
 // CrossDeviceOps: the public methods (TF's validation order, the single-replica shortcut) and
 // the base class's hooks.
-#include "tessel/cross_device_ops.h"
+#include "tessel/distribute/cross_device_ops.h"
 
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"

@@ -1,5 +1,5 @@
 // Destinations: the accepted forms of TF's `destinations` argument.
-#include "tessel/destinations.h"
+#include "tessel/distribute/destinations.h"
 
 namespace tessel {
 

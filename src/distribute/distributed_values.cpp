@@ -1,10 +1,10 @@
 // DistributedValues, PerReplica, Mirrored, regroup.
-#include "tessel/distributed_values.h"
+#include "tessel/distribute/distributed_values.h"
 
 #include <sstream>
 
 #include "core/errors.h"
-#include "tessel/device_name.h"
+#include "tessel/core/device_name.h"
 
 namespace tessel {
 namespace {

@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "core/errors.h"
-#include "tessel/device_name.h"
+#include "tessel/core/device_name.h"
 
 namespace tessel::detail {
 namespace {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "tessel/communicator.h"
-#include "tessel/device.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/runtime/device.h"
 
 namespace tessel::detail {
 

@@ -7,9 +7,9 @@
 
 #include "core/errors.h"
 #include "distribute/kernels.h"
-#include "runtime/launch.h"
 #include "distribute/ops_internal.h"
-#include "tessel/scoped_allocator.h"
+#include "runtime/launch.h"
+#include "tessel/alloc/scoped_allocator.h"
 
 namespace tessel::detail {
 namespace {

@@ -1,5 +1,5 @@
 // IndexedSlices: checks, densification, concatenation.
-#include "tessel/indexed_slices.h"
+#include "tessel/distribute/indexed_slices.h"
 
 #include <cstring>
 

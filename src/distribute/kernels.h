@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "tessel/device.h"
-#include "tessel/distributed_values.h"
-#include "tessel/reduce_op.h"
+#include "tessel/core/reduce_op.h"
+#include "tessel/distribute/distributed_values.h"
+#include "tessel/runtime/device.h"
 
 namespace tessel::detail {
 

@@ -4,8 +4,8 @@
 
 #include "core/errors.h"
 #include "distribute/kernels.h"
-#include "runtime/launch.h"
 #include "distribute/ops_internal.h"
+#include "runtime/launch.h"
 
 namespace tessel::detail {
 namespace {

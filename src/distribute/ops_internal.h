@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "distribute/group_cache.h"
-#include "tessel/communication_options.h"
-#include "tessel/cross_device_ops.h"
+#include "tessel/distribute/communication_options.h"
+#include "tessel/distribute/cross_device_ops.h"
 
 namespace tessel::detail {
 

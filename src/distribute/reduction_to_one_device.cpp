@@ -1,6 +1,6 @@
 // ReductionToOneDevice: reduce (or concatenate) on one device, then copy to the destinations.
 #include "distribute/ops_internal.h"
-#include "tessel/cross_device_ops.h"
+#include "tessel/distribute/cross_device_ops.h"
 
 namespace tessel {
 

@@ -1,6 +1,6 @@
 // GradientTape and value_and_grad: records of op calls, walked backwards through each op's VJP
 // (see autodiff.h).
-#include "tessel/autodiff.h"
+#include "tessel/dtensor/autodiff.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,9 +10,9 @@
 #include <unordered_set>
 
 #include "core/errors.h"
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
-#include "tessel/relayout.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/relayout.h"
 
 namespace tessel {
 

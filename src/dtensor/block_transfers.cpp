@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "core/errors.h"
-#include "tessel/shard_map.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel::detail {
 

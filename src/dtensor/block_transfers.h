@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "tessel/dtype.h"
-#include "tessel/layout.h"
-#include "tessel/relayout_plan.h"
-#include "tessel/shape.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/shape.h"
+#include "tessel/dtensor/relayout_plan.h"
+#include "tessel/mesh/layout.h"
 
 namespace tessel::detail {
 

@@ -6,9 +6,9 @@
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/relayout.h"
-#include "tessel/shard_map.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel {
 namespace {

@@ -2,8 +2,8 @@
 // device's name, and visualize.
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/shard_map.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel {
 namespace {

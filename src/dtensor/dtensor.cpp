@@ -1,11 +1,11 @@
-#include "tessel/dtensor.h"
+#include "tessel/dtensor/dtensor.h"
 
 #include <exception>
 
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
 #include "dtensor/placement.h"
-#include "tessel/shard_map.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel {
 namespace {

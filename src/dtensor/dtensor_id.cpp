@@ -1,7 +1,7 @@
 // DTensor ids: a process-wide counter (gradient tapes key their records by id).
 #include <atomic>
 
-#include "tessel/dtensor.h"
+#include "tessel/dtensor/dtensor.h"
 
 namespace tessel {
 

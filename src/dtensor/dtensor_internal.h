@@ -7,9 +7,9 @@
 #include <string_view>
 #include <vector>
 
-#include "tessel/device.h"
-#include "tessel/layout.h"
-#include "tessel/runtime.h"
+#include "tessel/mesh/layout.h"
+#include "tessel/runtime/device.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::detail {
 
@@ -28,5 +28,7 @@ void synchronize_devices(const std::vector<Device*>& devices);
 std::string block_string(const std::vector<int64_t>& offsets, const std::vector<int64_t>& extents);
 // "/job:<job>/replica:<r>/task:<t>/device:CUSTOM:0" for `runtime`'s options.
 std::string dtensor_device_name(const Runtime& runtime);
+// Counts one relayout collective sending `bytes` in relayout_stats() (relayout.h).
+void count_collective(int64_t bytes);
 
 }  // namespace tessel::detail

@@ -10,10 +10,10 @@
 #include "dtensor/dtensor_internal.h"
 #include "dtensor/placement.h"
 #include "dtensor/trace_hooks.h"  // tracing hook: record calls instead of running them
-#include "tessel/autodiff.h"
-#include "tessel/op_registry.h"
-#include "tessel/relayout.h"
-#include "tessel/shard_map.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel {
 namespace {

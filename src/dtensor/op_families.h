@@ -1,7 +1,7 @@
 // Internal: the built-in op families, each registered by one explicit function (one file each).
 #pragma once
 
-#include "tessel/op_registry.h"
+#include "tessel/dtensor/op_registry.h"
 
 namespace tessel::detail {
 

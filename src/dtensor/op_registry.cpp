@@ -1,5 +1,5 @@
 // OpRegistry: the table of ops, filled once by the families' registration functions.
-#include "tessel/op_registry.h"
+#include "tessel/dtensor/op_registry.h"
 
 #include <mutex>
 

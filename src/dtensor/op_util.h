@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "tessel/layout.h"
-#include "tessel/op_registry.h"
-#include "tessel/shape.h"
+#include "tessel/core/shape.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/mesh/layout.h"
 
 namespace tessel::detail {
 

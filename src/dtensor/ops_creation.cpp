@@ -10,7 +10,7 @@
 // holds the value (the reduction of equal copies is the value).
 #include "dtensor/op_families.h"
 #include "dtensor/op_util.h"
-#include "tessel/ops.h"
+#include "tessel/dtensor/ops.h"
 
 namespace tessel {
 namespace detail {

@@ -34,7 +34,7 @@
 #include "core/errors.h"
 #include "dtensor/op_families.h"
 #include "dtensor/op_util.h"
-#include "tessel/ops.h"
+#include "tessel/dtensor/ops.h"
 
 namespace tessel {
 namespace detail {

@@ -1,11 +1,11 @@
 // SGD and Adam written with the SPMD ops, so every update runs on the parameter's own shards.
-#include "tessel/optimizers.h"
+#include "tessel/dtensor/optimizers.h"
 
 #include <cmath>
 
 #include "core/errors.h"
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
 
 namespace tessel {
 namespace {

@@ -5,8 +5,8 @@
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
 #include "dtensor/trace_hooks.h"  // tracing hook: pack / unpack are eager only
-#include "tessel/dtensor_api.h"
-#include "tessel/shard_map.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel {
 namespace {

@@ -2,7 +2,7 @@
 #include "dtensor/placement.h"
 
 #include "dtensor/dtensor_internal.h"
-#include "tessel/shard_map.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel::detail {
 namespace {

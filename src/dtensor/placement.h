@@ -9,11 +9,11 @@
 #include <string_view>
 #include <vector>
 
-#include "tessel/box.h"
-#include "tessel/device.h"
-#include "tessel/layout.h"
-#include "tessel/runtime.h"
-#include "tessel/shape.h"
+#include "tessel/core/box.h"
+#include "tessel/core/shape.h"
+#include "tessel/mesh/layout.h"
+#include "tessel/runtime/device.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::detail {
 

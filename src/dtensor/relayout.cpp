@@ -1,19 +1,19 @@
 // relayout: runs a plan's steps on the devices' streams (see relayout.h). Each step takes every
 // participating device's current block to its block under the step's target layout.
-#include "tessel/relayout.h"
+#include "tessel/dtensor/relayout.h"
 
 #include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
 
+#include "comm/group_service.h"
 #include "core/errors.h"
 #include "dtensor/block_transfers.h"
 #include "dtensor/dtensor_internal.h"
-#include "dtensor/relayout_groups.h"
 #include "runtime/launch.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/mesh_groups.h"
+#include "tessel/comm/mesh_groups.h"
+#include "tessel/dtensor/dtensor_api.h"
 
 namespace tessel {
 namespace {
@@ -46,7 +46,7 @@ class StepRunner {
  public:
   StepRunner(Runtime& runtime, const Shape& shape, DType dtype, const RelayoutOptions& options)
       : runtime_(runtime), shape_(shape), dtype_(dtype), options_(options),
-        pool_(detail::relayout_groups(runtime)) {}
+        pool_(detail::GroupService::of(runtime)->pool()) {}
 
   void run(const RelayoutStep& step, Blocks& blocks) {
     collective_.timeout = options_.timeout;
@@ -69,7 +69,7 @@ class StepRunner {
       detail::run_on_streams(std::string(kComponent), step.kind_name(), std::move(tasks),
                              options_.timeout, abort);
     } catch (...) {
-      detail::drop_relayout_groups(runtime_);
+      detail::GroupService::of(runtime_)->evict(pool_);
       throw;
     }
     blocks = std::move(*outputs);

@@ -4,14 +4,14 @@
 #include <memory>
 #include <tuple>
 
+#include "comm/group_service.h"
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
-#include "dtensor/relayout_groups.h"
 #include "runtime/launch.h"
-#include "tessel/autodiff.h"
-#include "tessel/packing.h"
-#include "tessel/relayout.h"
-#include "tessel/scoped_allocator.h"
+#include "tessel/alloc/fusion_rules.h"
+#include "tessel/alloc/scoped_allocator.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/relayout.h"
 
 namespace tessel {
 namespace {
@@ -28,7 +28,7 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
   Runtime& runtime = first.runtime();
   const std::vector<Device*> devices = detail::resolve_local_devices(mesh, runtime, "relayout");
   const std::vector<int64_t> offsets = detail::local_offsets(mesh);
-  auto pool = detail::relayout_groups(runtime);
+  auto pool = detail::GroupService::of(runtime)->pool();
   // Per device: one scoped backing holding every member's component.
   auto results = std::make_shared<std::vector<std::vector<Tensor>>>(devices.size());
   std::vector<detail::StreamTask> tasks;
@@ -62,7 +62,7 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
                              for (Communicator* c : comms) c->abort(reason);
                            });
   } catch (...) {
-    detail::drop_relayout_groups(runtime);
+    detail::GroupService::of(runtime)->evict(pool);
     throw;
   }
   int64_t bytes = 0;

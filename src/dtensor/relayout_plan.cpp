@@ -1,6 +1,6 @@
 // RelayoutPlan and RelayoutStep: names, totals and the printed form (the planner is in
 // relayout_planner.cpp).
-#include "tessel/relayout_plan.h"
+#include "tessel/dtensor/relayout_plan.h"
 
 #include <algorithm>
 

@@ -10,8 +10,8 @@
 #include "core/errors.h"
 #include "dtensor/block_transfers.h"
 #include "dtensor/op_util.h"
-#include "tessel/mesh_groups.h"
-#include "tessel/relayout_plan.h"
+#include "tessel/comm/mesh_groups.h"
+#include "tessel/dtensor/relayout_plan.h"
 
 namespace tessel {
 namespace {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "dtensor/placement.h"
-#include "tessel/dtensor.h"
-#include "tessel/op_registry.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/dtensor/op_registry.h"
 
 namespace tessel::detail {
 

@@ -1,11 +1,11 @@
-#include "tessel/layout.h"
+#include "tessel/mesh/layout.h"
 
 #include <algorithm>
 #include <set>
 
 #include "core/errors.h"
 #include "mesh/mesh_data.h"
-#include "tessel/shard_range.h"
+#include "tessel/mesh/shard_range.h"
 
 namespace tessel {
 namespace {

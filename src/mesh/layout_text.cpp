@@ -8,7 +8,7 @@
 // TF rejects both extensions (a '+' names no mesh dim; three space-separated parts).
 #include "core/errors.h"
 #include "mesh/text_util.h"
-#include "tessel/layout.h"
+#include "tessel/mesh/layout.h"
 
 namespace tessel {
 namespace {

@@ -1,11 +1,11 @@
-#include "tessel/mesh.h"
+#include "tessel/mesh/mesh.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "core/errors.h"
 #include "mesh/mesh_data.h"
-#include "tessel/device_name.h"
+#include "tessel/core/device_name.h"
 
 namespace tessel {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "core/errors.h"
 #include "mesh/mesh_data.h"
-#include "tessel/device_name.h"
-#include "tessel/sharding_spec.h"
+#include "tessel/core/device_name.h"
+#include "tessel/mesh/sharding_spec.h"
 
 namespace tessel {
 namespace {

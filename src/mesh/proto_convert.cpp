@@ -1,7 +1,7 @@
 // Mesh and Layout <-> tessel.proto.MeshProto / LayoutProto (wire-compatible with TF's).
 #include "core/errors.h"
 #include "mesh/mesh_data.h"
-#include "tessel/layout.h"
+#include "tessel/mesh/layout.h"
 #include "tessel/proto/layout.pb.h"
 
 namespace tessel {

@@ -1,10 +1,10 @@
-#include "tessel/shard_map.h"
+#include "tessel/mesh/shard_map.h"
 
 #include <algorithm>
 #include <map>
 
 #include "core/errors.h"
-#include "tessel/shard_range.h"
+#include "tessel/mesh/shard_range.h"
 
 namespace tessel {
 namespace {

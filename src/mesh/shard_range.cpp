@@ -1,4 +1,4 @@
-#include "tessel/shard_range.h"
+#include "tessel/mesh/shard_range.h"
 
 #include <algorithm>
 

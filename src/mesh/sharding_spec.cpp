@@ -1,4 +1,4 @@
-#include "tessel/sharding_spec.h"
+#include "tessel/mesh/sharding_spec.h"
 
 #include <algorithm>
 

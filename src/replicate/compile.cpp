@@ -1,6 +1,6 @@
 // compile(): checks, the trace, the per-replica replay plans and the cache; CompiledComputation's
 // run and replay; Function and CompilationResult (see compile.h).
-#include "tessel/compile.h"
+#include "tessel/replicate/compile.h"
 
 #include <atomic>
 #include <exception>
@@ -11,7 +11,7 @@
 #include "replicate/replica_placement.h"
 #include "replicate/trace.h"
 #include "replicate/trace_replay.h"
-#include "tessel/dtensor_api.h"
+#include "tessel/dtensor/dtensor_api.h"
 
 namespace tessel {
 namespace {

@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-#include "tessel/compile.h"
+#include "tessel/replicate/compile.h"
 
 namespace tessel::detail {
 

@@ -16,7 +16,7 @@
 
 #include "replicate/trace.h"
 #include "replicate/trace_replay.h"
-#include "tessel/replica_context.h"
+#include "tessel/replicate/replica_context.h"
 
 namespace tessel::detail {
 

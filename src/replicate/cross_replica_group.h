@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "tessel/communicator.h"
-#include "tessel/device.h"
-#include "tessel/error.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/core/error.h"
+#include "tessel/runtime/device.h"
 
 namespace tessel::detail {
 

@@ -1,4 +1,4 @@
-#include "tessel/device_assignment.h"
+#include "tessel/replicate/device_assignment.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

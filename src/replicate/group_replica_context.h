@@ -8,7 +8,7 @@
 
 #include "replicate/cross_replica_group.h"
 #include "runtime/launch.h"
-#include "tessel/replica_context.h"
+#include "tessel/replicate/replica_context.h"
 
 namespace tessel::detail {
 

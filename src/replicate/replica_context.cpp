@@ -1,6 +1,6 @@
 // ReplicaContext (single-replica base, argument checks) and GroupReplicaContext, the context of
 // replicate()'s replicas (see replica_context.h, group_replica_context.h).
-#include "tessel/replica_context.h"
+#include "tessel/replicate/replica_context.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 
 #include "core/errors.h"
 #include "replicate/group_replica_context.h"
-#include "tessel/relayout.h"
+#include "tessel/dtensor/relayout.h"
 
 namespace tessel {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "core/errors.h"
-#include "tessel/device_assignment.h"
-#include "tessel/topology.h"
+#include "tessel/mesh/topology.h"
+#include "tessel/replicate/device_assignment.h"
 
 namespace tessel::detail {
 namespace {
@@ -18,7 +18,7 @@ constexpr const char* kComponent = "replicate";
 
 // DeviceAssignment::build over the metadata's topology (else the runtime's), each replica a
 // block of num_cores_per_replica devices along the topology's first dimension (a host's
-// devices, in for_hosts / from_runtime topologies).
+// devices, in for_hosts / Runtime::topology() topologies).
 DeviceAssignment default_assignment(const ReplicateMetadata& md, const Topology& topology) {
   std::vector<int> computation_shape(static_cast<size_t>(topology.mesh_rank()), 1);
   computation_shape[0] = md.num_cores_per_replica;
@@ -53,7 +53,7 @@ std::vector<std::vector<Device*>> assign_replica_devices(const ReplicateMetadata
   }
   // The runtime's own topology names its task 0; a given topology must name this runtime's task.
   const bool own_topology = md.topology.empty();
-  const Topology topology = own_topology ? Topology::from_runtime(runtime) : *md.parsed_topology();
+  const Topology topology = own_topology ? runtime.topology() : *md.parsed_topology();
   const DeviceAssignment assignment = md.device_assignment.empty()
                                           ? default_assignment(md, topology)
                                           : *md.parsed_device_assignment();

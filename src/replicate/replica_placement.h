@@ -4,10 +4,10 @@
 
 #include <vector>
 
-#include "tessel/device.h"
-#include "tessel/mesh.h"
-#include "tessel/replicate_metadata.h"
-#include "tessel/runtime.h"
+#include "tessel/mesh/mesh.h"
+#include "tessel/replicate/replicate_metadata.h"
+#include "tessel/runtime/device.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::detail {
 

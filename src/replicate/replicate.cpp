@@ -1,6 +1,6 @@
 // replicate(): the checks, one controller thread per replica, failure propagation (see
 // replicate.h).
-#include "tessel/replicate.h"
+#include "tessel/replicate/replicate.h"
 
 #include <fmt/format.h>
 
@@ -14,8 +14,8 @@
 #include "replicate/cross_replica_group.h"
 #include "replicate/group_replica_context.h"
 #include "replicate/replica_placement.h"
-#include "tessel/collective_options.h"
-#include "tessel/dtensor_api.h"
+#include "tessel/comm/collective_options.h"
+#include "tessel/dtensor/dtensor_api.h"
 
 namespace tessel {
 namespace {

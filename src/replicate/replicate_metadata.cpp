@@ -1,4 +1,4 @@
-#include "tessel/replicate_metadata.h"
+#include "tessel/replicate/replicate_metadata.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

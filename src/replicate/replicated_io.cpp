@@ -1,6 +1,6 @@
 // TF's TPUReplicatedInput shape and handle merging, TPUReplicatedOutput and TPUDummyInput (see
 // replicated_io.h).
-#include "tessel/replicated_io.h"
+#include "tessel/replicate/replicated_io.h"
 
 #include <fmt/format.h>
 

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "core/errors.h"
-#include "tessel/graph.h"
+#include "tessel/replicate/graph.h"
 
 namespace tessel {
 namespace {

@@ -3,8 +3,8 @@
 
 #include "core/errors.h"
 #include "dtensor/trace_hooks.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/relayout.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/relayout.h"
 
 namespace tessel::detail {
 namespace {

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "dtensor/placement.h"
-#include "tessel/graph.h"
+#include "tessel/replicate/graph.h"
 
 namespace tessel::detail {
 

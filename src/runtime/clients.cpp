@@ -1,13 +1,13 @@
 // Multi-client configuration from the environment (see clients.h). It lives in the runtime layer:
 // Runtime::global() names its devices after this client.
-#include "tessel/clients.h"
+#include "tessel/runtime/clients.h"
 
 #include <charconv>
 #include <cstdlib>
 #include <numeric>
 
 #include "core/errors.h"
-#include "tessel/device_name.h"
+#include "tessel/core/device_name.h"
 
 namespace tessel {
 namespace {

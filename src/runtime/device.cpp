@@ -1,5 +1,5 @@
 // Device: name, stream and accounting allocator.
-#include "tessel/device.h"
+#include "tessel/runtime/device.h"
 
 #include <utility>
 

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "core/errors.h"
-#include "tessel/error.h"
+#include "tessel/core/error.h"
 
 namespace tessel::detail {
 namespace {

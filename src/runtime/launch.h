@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "tessel/device.h"
+#include "tessel/runtime/device.h"
 
 namespace tessel::detail {
 

@@ -1,7 +1,7 @@
 // Runtime: options and environment, device lookup, synchronize across devices.
-#include "tessel/runtime.h"
+#include "tessel/runtime/runtime.h"
 
-#include "tessel/clients.h"
+#include "tessel/runtime/clients.h"
 
 #include <atomic>
 #include <charconv>
@@ -119,6 +119,8 @@ Runtime::~Runtime() {
   // onto another device of this runtime meets a stopped stream, never a destroyed one.
   for (Device* d : device_ptrs_) d->stream().shutdown();
 }
+
+Topology Runtime::topology() const { return Topology::for_hosts(1, num_devices(), "CPU"); }
 
 Runtime& Runtime::global() {
   // This client's identity (clients.h): localhost/task 0 alone, worker/task <rank> under mpirun.

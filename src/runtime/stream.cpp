@@ -1,11 +1,11 @@
 // Stream: the worker loop, sticky errors and bounded waits.
-#include "tessel/stream.h"
+#include "tessel/runtime/stream.h"
 
 #include <system_error>
 #include <utility>
 
 #include "core/errors.h"
-#include "tessel/error.h"
+#include "tessel/core/error.h"
 
 namespace tessel {
 

@@ -1,5 +1,5 @@
 // initialize_accelerator_system / shutdown_accelerator_system: the process-wide system.
-#include "tessel/accelerator_system.h"
+#include "tessel/system/accelerator_system.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,10 +7,10 @@
 #include <mutex>
 
 #include "core/errors.h"
-#include "tessel/clients.h"
-#include "tessel/mpi.h"
-#include "tessel/mpi_system_channel.h"
-#include "tessel/runtime.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/runtime/clients.h"
+#include "tessel/runtime/runtime.h"
+#include "tessel/system/mpi_system_channel.h"
 
 namespace tessel {
 namespace {

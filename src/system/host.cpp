@@ -3,8 +3,8 @@
 
 #include "core/errors.h"
 #include "system/system_messages.h"
-#include "tessel/runtime.h"
-#include "tessel/system.h"
+#include "tessel/runtime/runtime.h"
+#include "tessel/system/system.h"
 
 namespace tessel {
 namespace {

@@ -1,7 +1,7 @@
 // HostConfiguration <-> HostConfigurationProto, and the names of the lifecycle's states.
 #include "core/errors.h"
 #include "tessel/proto/system.pb.h"
-#include "tessel/system.h"
+#include "tessel/system/system.h"
 
 namespace tessel {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "tessel/system_channel.h"
+#include "tessel/system/system_channel.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-// The MPI SystemChannel (include/tessel/mpi_system_channel.h): point-to-point messages on the
+// The MPI SystemChannel (include/tessel/system/mpi_system_channel.h): point-to-point messages on the
 // channel's own duplicate of MPI_COMM_WORLD, every wait non-blocking MPI polled against the
 // caller's deadline. Compiled only with MPI (cmake/mpi.cmake); mpi_system_channel_stub.cpp
 // stands in without it.
@@ -27,7 +27,7 @@
 
 #include "comm/mpi_transport.h"
 #include "core/errors.h"
-#include "tessel/mpi_system_channel.h"
+#include "tessel/system/mpi_system_channel.h"
 
 namespace tessel {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "core/errors.h"
 #include "system/system_messages.h"
-#include "tessel/system.h"
+#include "tessel/system/system.h"
 
 namespace tessel {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "tessel/error.h"
-#include "tessel/system.h"
-#include "tessel/topology.h"
+#include "tessel/core/error.h"
+#include "tessel/mesh/topology.h"
+#include "tessel/system/system.h"
 
 namespace tessel::detail {
 

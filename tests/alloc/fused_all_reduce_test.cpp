@@ -1,4 +1,4 @@
-#include "tessel/fused_all_reduce.h"
+#include "tessel/alloc/fused_all_reduce.h"
 
 #include <gtest/gtest.h>
 

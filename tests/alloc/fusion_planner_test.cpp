@@ -1,4 +1,4 @@
-#include "tessel/fusion.h"
+#include "tessel/alloc/fusion.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-#include "tessel/scoped_allocator.h"
+#include "tessel/alloc/scoped_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
-#include "tessel/allocator.h"
+#include "tessel/core/allocator.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

@@ -6,9 +6,9 @@
 
 #include <cmath>
 
+#include "tessel/comm/communicator.h"
 #include "testing/reduction_reference.h"
 #include "testing/run_ranks.h"
-#include "tessel/communicator.h"
 
 namespace tessel {
 namespace {

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "comm/in_process_hub.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/mesh/shard_range.h"
 #include "testing/forwarding_transport.h"
 #include "testing/recording_transport.h"
 #include "testing/reduction_reference.h"
 #include "testing/run_ranks.h"
-#include "tessel/communicator.h"
-#include "tessel/shard_range.h"
 
 namespace tessel {
 namespace {

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
 #include "testing/fault_transport.h"
 #include "testing/message_passing_transport.h"
 #include "testing/reduction_reference.h"
 #include "testing/run_ranks.h"
-#include "tessel/communicator.h"
 
 namespace tessel {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
+#include "tessel/comm/communicator.h"
 #include "testing/run_ranks.h"
-#include "tessel/communicator.h"
 
 namespace tessel {
 namespace {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
 #include "testing/expect_error.h"
 #include "testing/fault_transport.h"
 #include "testing/run_ranks.h"
-#include "tessel/communicator.h"
 
 namespace tessel {
 namespace {

@@ -3,9 +3,9 @@
 // zero for the direct algorithm and at most one segment for the others.
 #include <gtest/gtest.h>
 
+#include "tessel/comm/communicator.h"
+#include "tessel/runtime/runtime.h"
 #include "testing/run_ranks.h"
-#include "tessel/communicator.h"
-#include "tessel/runtime.h"
 
 namespace tessel {
 namespace {

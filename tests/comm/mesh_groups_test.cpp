@@ -1,9 +1,9 @@
 // Collective groups of a mesh (TF's group assignment) and the communicator pool.
 #include <gtest/gtest.h>
 
+#include "tessel/comm/mesh_groups.h"
 #include "testing/expect_error.h"
 #include "testing/run_ranks.h"
-#include "tessel/mesh_groups.h"
 
 namespace tessel {
 namespace {

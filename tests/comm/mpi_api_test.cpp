@@ -3,10 +3,10 @@
 // algorithm's name. The transport itself is tested under mpirun (tests/mpi, label mpi).
 #include <gtest/gtest.h>
 
-#include "testing/expect_error.h"
-#include "tessel/communicator.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/mpi.h"
 #include "tessel/config.h"
-#include "tessel/mpi.h"
+#include "testing/expect_error.h"
 
 namespace tessel {
 namespace {

@@ -21,10 +21,10 @@
 #include <utility>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
 #include "testing/fault_transport.h"
 #include "testing/message_passing_transport.h"
 #include "testing/run_ranks.h"
-#include "tessel/communicator.h"
 
 namespace tessel {
 namespace {

@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
 #include "testing/run_ranks.h"
-#include "tessel/communicator.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-#include "tessel/allocator.h"
+#include "tessel/core/allocator.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/tensor_test_util.h"
-#include "tessel/tensor.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel {
 namespace {

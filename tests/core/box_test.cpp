@@ -4,8 +4,8 @@
 
 #include <vector>
 
+#include "tessel/core/box.h"
 #include "testing/expect_error.h"
-#include "tessel/box.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-#include "tessel/device_name.h"
+#include "tessel/core/device_name.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-#include "tessel/dtype.h"
+#include "tessel/core/dtype.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "tessel/error.h"
-#include "tessel/reduce_op.h"
+#include "tessel/core/error.h"
+#include "tessel/core/reduce_op.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-#include "tessel/error.h"
+#include "tessel/core/error.h"
 
 #include <gtest/gtest.h>
 

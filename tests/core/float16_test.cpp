@@ -1,4 +1,4 @@
-#include "tessel/float16.h"
+#include "tessel/core/float16.h"
 
 #include <gtest/gtest.h>
 

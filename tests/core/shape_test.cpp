@@ -1,10 +1,10 @@
-#include "tessel/shape.h"
+#include "tessel/core/shape.h"
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 
-#include "tessel/error.h"
+#include "tessel/core/error.h"
 
 namespace tessel {
 namespace {

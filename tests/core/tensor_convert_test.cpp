@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tessel/tensor.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel {
 namespace {

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/tensor_test_util.h"
-#include "tessel/tensor.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel {
 namespace {

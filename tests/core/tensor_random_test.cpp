@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/tensor_test_util.h"
-#include "tessel/tensor.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-#include "tessel/tensor.h"
+#include "tessel/core/tensor.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "tessel/error.h"
+#include "tessel/core/error.h"
 
 namespace tessel::testing {
 

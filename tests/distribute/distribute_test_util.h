@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "tessel/cross_device_ops.h"
-#include "tessel/runtime.h"
+#include "tessel/distribute/cross_device_ops.h"
+#include "tessel/runtime/runtime.h"
 #include "testing/expect_error.h"
 
 namespace tessel::testing {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "distribute/distribute_test_util.h"
-#include "tessel/packing.h"
+#include "tessel/alloc/fusion_rules.h"
 
 namespace tessel {
 namespace {

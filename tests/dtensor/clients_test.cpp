@@ -3,8 +3,8 @@
 
 #include <cstdlib>
 
+#include "tessel/runtime/clients.h"
 #include "testing/expect_error.h"
-#include "tessel/clients.h"
 
 namespace tessel {
 namespace {

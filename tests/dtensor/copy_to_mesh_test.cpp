@@ -6,8 +6,8 @@
 #include <functional>
 #include <string>
 
-#include "tessel/dtensor_api.h"
-#include "tessel/shard_map.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/mesh/shard_map.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

@@ -1,8 +1,8 @@
 // DTensor (dtensor.h): the constructor's invariants, accessors and text form.
 #include <gtest/gtest.h>
 
-#include "tessel/dtensor.h"
-#include "tessel/dtensor_api.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/dtensor/dtensor_api.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

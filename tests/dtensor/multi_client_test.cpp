@@ -3,14 +3,14 @@
 // client computes. The same program runs under mpirun in tests/mpi/mpi_dtensor_test.cpp.
 #include <gtest/gtest.h>
 
+#include "tessel/comm/mesh_groups.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/mesh/shard_map.h"
 #include "testing/expect_error.h"
 #include "testing/multi_client_cases.h"
 #include "testing/simulated_clients.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/mesh_groups.h"
-#include "tessel/ops.h"
-#include "tessel/relayout.h"
-#include "tessel/shard_map.h"
 
 namespace tessel {
 namespace {

@@ -5,14 +5,14 @@
 #include <cmath>
 
 #include "dtensor/op_util.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/optimizers.h"
+#include "tessel/dtensor/relayout.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
-#include "tessel/autodiff.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
-#include "tessel/optimizers.h"
-#include "tessel/relayout.h"
 
 namespace tessel {
 namespace {

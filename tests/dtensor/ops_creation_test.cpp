@@ -5,10 +5,10 @@
 #include <cstring>
 #include <limits>
 
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
 #include "testing/expect_error.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
 
 namespace tessel {
 namespace {

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <random>
 
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
 
 namespace tessel {
 namespace {

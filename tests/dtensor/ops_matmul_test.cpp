@@ -6,10 +6,10 @@
 
 #include <random>
 
-#include "tessel/dtensor_api.h"
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
-#include "tessel/relayout.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/relayout.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
 

@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
 

@@ -8,8 +8,8 @@
 #include <random>
 #include <string>
 
-#include "tessel/op_registry.h"
-#include "tessel/ops.h"
+#include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/ops.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "tessel/dtensor_api.h"
+#include "tessel/dtensor/dtensor_api.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

@@ -1,8 +1,8 @@
 // plan_relayout: the steps, their groups and their byte counts for every kind of transition.
 #include <gtest/gtest.h>
 
+#include "tessel/dtensor/relayout_plan.h"
 #include "testing/expect_error.h"
-#include "tessel/relayout_plan.h"
 
 namespace tessel {
 namespace {

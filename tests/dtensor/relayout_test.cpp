@@ -6,13 +6,13 @@
 #include <cstring>
 #include <random>
 
-#include "dtensor/relayout_groups.h"
+#include "comm/group_service.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/mesh/shard_map.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
 #include "testing/recording_transport.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/relayout.h"
-#include "tessel/shard_map.h"
 
 namespace tessel {
 namespace {
@@ -164,7 +164,7 @@ struct Recorders {
 Recorders record(const Runtime& rt) {
   Recorders rec;
   auto all = rec.all;
-  detail::set_relayout_group_factory(rt, [all](int size, std::vector<std::string> names) {
+  detail::GroupService::of(rt)->set_group_factory([all](int size, std::vector<std::string> names) {
     testing::RecordingGroup group = testing::make_recording_group(size, names);
     all->push_back(group.recorders[0]);
     return std::move(group.comms);

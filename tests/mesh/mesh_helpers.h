@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "tessel/mesh.h"
+#include "tessel/mesh/mesh.h"
 
 namespace tessel::testing {
 

@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "mesh/mesh_helpers.h"
+#include "tessel/mesh/mesh.h"
 #include "testing/expect_error.h"
-#include "tessel/mesh.h"
 
 namespace tessel {
 namespace {

@@ -2,9 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "mesh/mesh_helpers.h"
+#include "tessel/mesh/layout.h"
+#include "tessel/mesh/mesh.h"
 #include "testing/expect_error.h"
-#include "tessel/layout.h"
-#include "tessel/mesh.h"
 
 namespace tessel {
 namespace {

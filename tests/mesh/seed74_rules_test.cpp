@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "mesh/mesh_helpers.h"
+#include "tessel/mesh/layout.h"
 #include "testing/expect_error.h"
-#include "tessel/layout.h"
 
 namespace tessel {
 namespace {

@@ -2,9 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "mesh/mesh_helpers.h"
+#include "tessel/mesh/shard_map.h"
+#include "tessel/mesh/shard_range.h"
 #include "testing/expect_error.h"
-#include "tessel/shard_map.h"
-#include "tessel/shard_range.h"
 
 namespace tessel {
 namespace {

@@ -21,9 +21,9 @@
 #include <string>
 #include <thread>
 
-#include "tessel/communicator.h"
-#include "tessel/error.h"
-#include "tessel/mpi.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/core/error.h"
 
 namespace {
 

@@ -13,13 +13,13 @@
 #include <numeric>
 #include <thread>
 
+#include "mpi_testing.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/core/box.h"
 #include "testing/collective_checks.h"
 #include "testing/expect_error.h"
 #include "testing/reduction_reference.h"
-#include "mpi_testing.h"
-#include "tessel/box.h"
-#include "tessel/communicator.h"
-#include "tessel/mpi.h"
 
 namespace tessel {
 namespace {

@@ -5,12 +5,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "tessel/comm/mpi.h"
+#include "tessel/comm/multi_client.h"
+#include "tessel/runtime/clients.h"
 #include "testing/expect_error.h"
 #include "testing/multi_client_cases.h"
 #include "testing/run_ranks.h"
-#include "tessel/clients.h"
-#include "tessel/mpi.h"
-#include "tessel/multi_client.h"
 
 namespace tessel {
 namespace {

@@ -9,10 +9,10 @@
 
 #include "comm/mpi_transport.h"
 #include "comm/transport.h"
-#include "testing/expect_error.h"
 #include "mpi_testing.h"
-#include "tessel/communicator.h"
-#include "tessel/mpi.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/mpi.h"
+#include "testing/expect_error.h"
 
 namespace tessel {
 namespace {

@@ -8,13 +8,13 @@
 #include <gtest/gtest.h>
 
 
+#include "mpi_testing.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/mpi.h"
 #include "testing/collective_checks.h"
 #include "testing/expect_error.h"
 #include "testing/reduction_reference.h"
 #include "testing/run_ranks.h"
-#include "mpi_testing.h"
-#include "tessel/communicator.h"
-#include "tessel/mpi.h"
 
 namespace tessel {
 namespace {

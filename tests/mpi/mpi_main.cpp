@@ -9,7 +9,7 @@
 
 #include <cstdio>
 
-#include "tessel/mpi.h"
+#include "tessel/comm/mpi.h"
 
 namespace {
 

@@ -18,12 +18,12 @@
 
 #include "mpi_testing.h"
 #include "system/system_test_util.h"
-#include "tessel/accelerator_system.h"
-#include "tessel/communicator.h"
-#include "tessel/mpi.h"
-#include "tessel/mpi_system_channel.h"
-#include "tessel/runtime.h"
-#include "tessel/system.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/runtime/runtime.h"
+#include "tessel/system/accelerator_system.h"
+#include "tessel/system/mpi_system_channel.h"
+#include "tessel/system/system.h"
 
 namespace tessel {
 namespace {

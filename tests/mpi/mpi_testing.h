@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "tessel/collective_options.h"
-#include "tessel/error.h"
-#include "tessel/mpi.h"
-#include "tessel/tensor.h"
+#include "tessel/comm/collective_options.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/core/error.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::testing {
 

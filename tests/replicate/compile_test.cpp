@@ -6,12 +6,12 @@
 #include <stdexcept>
 
 #include "dtensor/op_util.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/mesh/topology.h"
+#include "tessel/replicate/compile.h"
 #include "testing/expect_error.h"
-#include "tessel/autodiff.h"
-#include "tessel/compile.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/ops.h"
-#include "tessel/topology.h"
 
 namespace tessel {
 namespace {

@@ -8,11 +8,11 @@
 #include "dtensor/op_util.h"
 #include "replicate/trace.h"
 #include "replicate/trace_replay.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/relayout.h"
 #include "testing/expect_error.h"
-#include "tessel/autodiff.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/ops.h"
-#include "tessel/relayout.h"
 
 namespace tessel {
 namespace {

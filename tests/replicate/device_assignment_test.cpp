@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "tessel/device_assignment.h"
-#include "tessel/topology.h"
+#include "tessel/mesh/topology.h"
+#include "tessel/replicate/device_assignment.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

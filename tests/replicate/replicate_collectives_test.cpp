@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "replicate/replicate_testing.h"
-#include "tessel/ops.h"
-#include "tessel/relayout.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/relayout.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "replicate/replicate_testing.h"
-#include "tessel/mesh.h"
-#include "tessel/ops.h"
-#include "tessel/relayout.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/mesh/mesh.h"
 
 namespace tessel {
 namespace {

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "replicate/replicate_testing.h"
-#include "tessel/ops.h"
+#include "tessel/dtensor/ops.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

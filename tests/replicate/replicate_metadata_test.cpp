@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "tessel/replicate_metadata.h"
-#include "tessel/topology.h"
+#include "tessel/mesh/topology.h"
+#include "tessel/replicate/replicate_metadata.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "replicate/replicate_testing.h"
-#include "tessel/ops.h"
-#include "tessel/replicate.h"
-#include "tessel/topology.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/mesh/topology.h"
+#include "tessel/replicate/replicate.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "tessel/dtensor_api.h"
-#include "tessel/replicate.h"
-#include "tessel/runtime.h"
-#include "tessel/tensor.h"
+#include "tessel/core/tensor.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/replicate/replicate.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::testing {
 

@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "tessel/partial_shape.h"
-#include "tessel/replicated_io.h"
+#include "tessel/replicate/partial_shape.h"
+#include "tessel/replicate/replicated_io.h"
 #include "testing/expect_error.h"
 
 namespace tessel {

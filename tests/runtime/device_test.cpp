@@ -1,4 +1,4 @@
-#include "tessel/device.h"
+#include "tessel/runtime/device.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "core/tensor_test_util.h"
 #include "runtime/runtime_test_util.h"
-#include "tessel/runtime.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel {
 namespace {

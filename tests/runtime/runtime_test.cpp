@@ -1,4 +1,4 @@
-#include "tessel/runtime.h"
+#include "tessel/runtime/runtime.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>

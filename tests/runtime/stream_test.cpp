@@ -1,4 +1,4 @@
-#include "tessel/stream.h"
+#include "tessel/runtime/stream.h"
 
 #include <gtest/gtest.h>
 #include <chrono>

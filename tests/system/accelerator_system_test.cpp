@@ -6,9 +6,9 @@
 
 #include "runtime/runtime_test_util.h"
 #include "system/system_test_util.h"
-#include "tessel/accelerator_system.h"
-#include "tessel/mpi.h"
-#include "tessel/runtime.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/runtime/runtime.h"
+#include "tessel/system/accelerator_system.h"
 
 namespace tessel {
 namespace {

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "system/system_test_util.h"
-#include "tessel/system.h"
-#include "tessel/tensor.h"
+#include "tessel/core/tensor.h"
+#include "tessel/system/system.h"
 
 namespace tessel {
 namespace {

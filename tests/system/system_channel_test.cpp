@@ -4,9 +4,9 @@
 #include <thread>
 
 #include "system/system_test_util.h"
-#include "tessel/mpi.h"
-#include "tessel/mpi_system_channel.h"
-#include "tessel/system_channel.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/system/mpi_system_channel.h"
+#include "tessel/system/system_channel.h"
 
 namespace tessel {
 namespace {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "tessel/error.h"
-#include "tessel/runtime.h"
-#include "tessel/system.h"
-#include "tessel/system_channel.h"
+#include "tessel/core/error.h"
+#include "tessel/runtime/runtime.h"
+#include "tessel/system/system.h"
+#include "tessel/system/system_channel.h"
 #include "testing/expect_error.h"
 
 namespace tessel::testing {

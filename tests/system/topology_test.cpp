@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "tessel/runtime.h"
-#include "tessel/topology.h"
+#include "tessel/mesh/topology.h"
+#include "tessel/runtime/runtime.h"
 #include "testing/expect_error.h"
 
 namespace tessel {
@@ -75,7 +75,7 @@ TEST(Topology, ForHostsNeedsPositiveCounts) {
 
 TEST(Topology, FromRuntimeIsOneHostOfItsDevices) {
   Runtime rt({.num_cpu_devices = 3});
-  const Topology t = Topology::from_runtime(rt);
+  const Topology t = rt.topology();
   EXPECT_EQ(t, Topology::for_hosts(1, 3));
   EXPECT_EQ(t.device_name(0, 2), rt.device(2).name());
 }

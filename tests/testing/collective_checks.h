@@ -20,10 +20,10 @@
 #include <tuple>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
+#include "tessel/core/box.h"
+#include "tessel/mesh/shard_range.h"
 #include "testing/reduction_reference.h"
-#include "tessel/box.h"
-#include "tessel/communicator.h"
-#include "tessel/shard_range.h"
 
 namespace tessel::testing::collective_checks_detail {
 

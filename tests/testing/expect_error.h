@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "tessel/error.h"
+#include "tessel/core/error.h"
 
 #define EXPECT_TESSEL_ERROR(statement, expected_code, substring)                            \
   do {                                                                                      \

@@ -38,9 +38,9 @@
 
 #include "comm/in_process_hub.h"
 #include "comm/transport.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/core/error.h"
 #include "testing/forwarding_transport.h"
-#include "tessel/communicator.h"
-#include "tessel/error.h"
 
 namespace tessel::testing {
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "tessel/comm/communicator.h"
+#include "tessel/core/error.h"
 #include "testing/fault_transport.h"
 #include "testing/forwarding_transport.h"
-#include "tessel/communicator.h"
-#include "tessel/error.h"
 
 namespace tessel::testing {
 

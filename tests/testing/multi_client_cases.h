@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "tessel/autodiff.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/optimizers.h"
-#include "tessel/ops.h"
-#include "tessel/relayout.h"
-#include "tessel/shard_map.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/optimizers.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel::testing {
 

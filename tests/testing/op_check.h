@@ -23,10 +23,10 @@
 
 #include <fmt/format.h>
 
-#include "tessel/autodiff.h"
-#include "tessel/dtensor_api.h"
-#include "tessel/ops.h"
-#include "tessel/shard_map.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/mesh/shard_map.h"
 
 namespace tessel::testing {
 

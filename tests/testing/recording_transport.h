@@ -18,8 +18,8 @@
 
 #include "comm/in_process_hub.h"
 #include "comm/transport.h"
+#include "tessel/comm/communicator.h"
 #include "testing/forwarding_transport.h"
-#include "tessel/communicator.h"
 
 namespace tessel::testing {
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "tessel/dtype.h"
-#include "tessel/reduce_op.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/reduce_op.h"
 
 namespace tessel::testing {
 

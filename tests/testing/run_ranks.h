@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "tessel/error.h"
+#include "tessel/core/error.h"
 
 namespace tessel::testing {
 

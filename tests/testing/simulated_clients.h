@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "tessel/comm/multi_client.h"
+#include "tessel/runtime/clients.h"
+#include "tessel/runtime/runtime.h"
 #include "testing/run_ranks.h"
-#include "tessel/clients.h"
-#include "tessel/multi_client.h"
-#include "tessel/runtime.h"
 
 namespace tessel::testing {
 

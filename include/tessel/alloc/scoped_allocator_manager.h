@@ -1,0 +1,70 @@
+// ScopedAllocatorManager: one device's live scoped allocators, keyed by (step, scope id), as
+// TensorFlow's ScopedAllocatorMgr / ScopedAllocatorContainer.
+//
+// add() creates a scope (see scoped_allocator.h) whose backing comes from the manager's
+// allocator (a device's, so that its memory statistics include the backing). In a step the scope
+// registers its id and its fields' ids id+1+i; any of them already registered in that step:
+// Error kInternal "ScopedAllocatorManager: device <d> step <s>: Cannot create ScopedAllocator
+// because scope_id <id> for name <n> already exists" ("... field scope_id <fid> ..." when a
+// field id collides). Lookups by an id that is not live: kNotFound naming device, step and id.
+//
+//   ScopedAllocatorManager mgr("/device:CPU:0", device_allocator);
+//   ScopedAllocator& s = mgr.add(/*step=*/1, /*scope_id=*/10, "grads", shapes, DType::kF32, 2);
+//   Tensor a = mgr.allocate(1, /*field scope id=*/11, bytes);   // field 0 of scope 10
+//   mgr.release(1, 10);           // closes (reports missing calls) and forgets the scope
+//   mgr.cleanup_step(1);          // drops whatever the step left (aborted steps), no checks
+//
+// Tensors handed out stay valid after release (they share the backing's storage).
+//
+// Thread safety: every call locks; a ScopedAllocator& stays valid until its scope is released.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessel/alloc/scoped_allocator.h"
+#include "tessel/core/allocator.h"
+
+namespace tessel {
+
+class ScopedAllocatorManager {
+ public:
+  // `allocator` (null: host_allocator()) must outlive the scopes' backing buffers.
+  explicit ScopedAllocatorManager(std::string device_name, Allocator* allocator = nullptr);
+  ScopedAllocatorManager(const ScopedAllocatorManager&) = delete;
+  ScopedAllocatorManager& operator=(const ScopedAllocatorManager&) = delete;
+
+  const std::string& device_name() const { return device_; }
+
+  ScopedAllocator& add(int64_t step_id, int64_t scope_id, const std::string& name,
+                       const std::vector<Shape>& shapes, DType dtype, int expected_call_count);
+  // The scope registered under `scope_id` in the step (kNotFound if none).
+  ScopedAllocator& get(int64_t step_id, int64_t scope_id);
+  // Allocates the field registered under `field_scope_id` (= its scope's id + 1 + index).
+  Tensor allocate(int64_t step_id, int64_t field_scope_id, size_t bytes);
+  // Closes the scope (its kInternal error for missing calls propagates, after the scope has been
+  // forgotten) and forgets it and its field ids.
+  void release(int64_t step_id, int64_t scope_id);
+  // Forgets every scope of the step without checking call counts.
+  void cleanup_step(int64_t step_id);
+  // Scopes alive over all steps.
+  int num_live_scopes() const;
+
+ private:
+  struct Step {
+    std::map<int64_t, std::shared_ptr<ScopedAllocator>> scopes;                  // by scope id
+    std::map<int64_t, std::pair<std::shared_ptr<ScopedAllocator>, int>> fields;  // by field id
+  };
+
+  std::string device_;
+  Allocator* allocator_;
+  mutable std::mutex mu_;
+  std::map<int64_t, Step> steps_;
+};
+
+}  // namespace tessel

@@ -1,0 +1,93 @@
+// SPMD ops on DTensors, with TensorFlow's names. Each runs on every device of its inputs' mesh
+// with automatic collectives (op_registry.h: a sharding rule per op picks the output layout and
+// the relayouts its inputs need) and records itself on an active gradient tape (autodiff.h).
+//
+//   Mesh mesh = Mesh::create({{"batch", 2}, {"model", 2}});
+//   DTensor x = random_normal({8, 16}, Layout({"batch", "unsharded"}, mesh), /*seed=*/1);
+//   DTensor w = random_normal({16, 32}, Layout({"unsharded", "model"}, mesh), 2);
+//   DTensor h = relu(matmul(x, w));      // [8, 32] in (batch, model): no communication
+//   DTensor s = reduce_sum(h, {1});      // Partial(sum over model) until a consumer needs it
+//
+// Broadcasting follows numpy. Partial semantics: linear ops keep a Partial input Partial (add
+// of two Partials, a Partial times a replicated factor, sums, matmul, transpose, reshape,
+// slice, concat, negative); a scalar or replicated operand added to a Partial sum is added
+// once, not once per shard; every other op reduces a Partial input first.
+// Errors: shapes that do not broadcast, bad axes, unknown einsum letters: kInvalidArgument
+// naming the op and the shapes; layouts without a rule: see op_registry.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/core/shape.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/mesh/layout.h"
+
+namespace tessel {
+
+// Elementwise, broadcasting.
+DTensor add(const DTensor& a, const DTensor& b);
+DTensor subtract(const DTensor& a, const DTensor& b);
+DTensor multiply(const DTensor& a, const DTensor& b);
+DTensor divide(const DTensor& a, const DTensor& b);
+DTensor maximum(const DTensor& a, const DTensor& b);
+DTensor minimum(const DTensor& a, const DTensor& b);
+// With a host scalar (replicated).
+DTensor add(const DTensor& a, double b);
+DTensor multiply(const DTensor& a, double b);
+
+// Elementwise, unary.
+DTensor negative(const DTensor& x);
+DTensor exp(const DTensor& x);
+DTensor log(const DTensor& x);
+DTensor tanh(const DTensor& x);
+DTensor relu(const DTensor& x);
+DTensor gelu(const DTensor& x);  // tanh approximation
+DTensor sqrt(const DTensor& x);
+DTensor rsqrt(const DTensor& x);
+DTensor cast(const DTensor& x, DType dtype);
+
+// Linear algebra.
+DTensor matmul(const DTensor& a, const DTensor& b, bool transpose_a = false,
+               bool transpose_b = false);  // [..., m, k] x [..., k, n]
+DTensor einsum(const std::string& equation, const DTensor& a, const DTensor& b);
+
+// Reductions over `axes` (empty: all axes).
+DTensor reduce_sum(const DTensor& x, const std::vector<int64_t>& axes = {}, bool keepdims = false);
+DTensor reduce_mean(const DTensor& x, const std::vector<int64_t>& axes = {}, bool keepdims = false);
+DTensor reduce_max(const DTensor& x, const std::vector<int64_t>& axes = {}, bool keepdims = false);
+
+// Neural-network ops over the last axis.
+DTensor softmax(const DTensor& logits);
+DTensor log_softmax(const DTensor& logits);
+// Per-example loss -log softmax(logits)[label] (TF's sparse_softmax_cross_entropy_with_logits):
+// labels [..] of i32/i64, logits [.., classes].
+DTensor sparse_softmax_cross_entropy_with_logits(const DTensor& labels, const DTensor& logits);
+
+// Shape ops.
+DTensor reshape(const DTensor& x, const Shape& shape);
+DTensor transpose(const DTensor& x, const std::vector<int64_t>& perm = {});  // default: reverse
+DTensor slice(const DTensor& x, const std::vector<int64_t>& begin, const std::vector<int64_t>& size);
+DTensor concat(const std::vector<DTensor>& values, int64_t axis);
+
+// Rows `ids` of `table` ([vocab, dim]); a row-sharded table does a masked local lookup and
+// returns a Partial(sum) over the table's row mesh dims.
+DTensor embedding_lookup(const DTensor& table, const DTensor& ids);
+
+// Creation with a layout (runtime: whose devices; null: Runtime::global()). Random values are
+// keyed by global element index: the same for every layout and device count.
+DTensor zeros(const Shape& shape, const Layout& layout, DType dtype = DType::kF32,
+              Runtime* runtime = nullptr);
+DTensor ones(const Shape& shape, const Layout& layout, DType dtype = DType::kF32,
+             Runtime* runtime = nullptr);
+DTensor fill(const Shape& shape, double value, const Layout& layout, DType dtype = DType::kF32,
+             Runtime* runtime = nullptr);
+DTensor random_uniform(const Shape& shape, const Layout& layout, uint64_t seed, double low = 0.0,
+                       double high = 1.0, DType dtype = DType::kF32, Runtime* runtime = nullptr);
+DTensor random_normal(const Shape& shape, const Layout& layout, uint64_t seed, double mean = 0.0,
+                      double stddev = 1.0, DType dtype = DType::kF32, Runtime* runtime = nullptr);
+DTensor zeros_like(const DTensor& x);
+DTensor ones_like(const DTensor& x);
+
+}  // namespace tessel

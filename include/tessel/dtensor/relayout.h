@@ -1,0 +1,56 @@
+// relayout: runs a RelayoutPlan (relayout_plan.h) on a DTensor's devices.
+//
+//   DTensor cols = relayout(rows, Layout({"unsharded", "x"}, mesh));  // one all_to_all
+//   DTensor like = relayout_like(grad, input);                       // grad in input's layout
+//
+// Each step runs on every device's stream at once, each device with its communicator for its
+// group of the step's mesh dimensions; the steps' temporaries are allocated from the devices, so
+// memory_stats() shows them, and are released when the step ends. The result shares no storage
+// with the input unless the plan is empty (same layout: the input is returned as is).
+//
+// Errors: those of plan_relayout (kInvalidArgument); a null DTensor: kInvalidArgument; a step
+// that fails or a device that does not join within `timeout`: the error names the step, the
+// device and the root cause (kDeadlineExceeded names the late device); nothing hangs. After a
+// failure the runtime's relayout groups are rebuilt on the next call.
+//
+// Thread safety: one relayout at a time per runtime from one controller thread, like TF's eager
+// ops (concurrent relayouts on disjoint devices are fine).
+#pragma once
+
+#include <chrono>
+
+#include "tessel/core/tensor.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/dtensor/relayout_plan.h"
+#include "tessel/mesh/layout.h"
+
+namespace tessel {
+
+struct RelayoutOptions {
+  std::chrono::milliseconds timeout{60000};  // per step
+};
+
+DTensor relayout(const DTensor& tensor, const Layout& layout, const RelayoutOptions& options);
+// relayout.h's form with default options (declared in dtensor_api.h for call_with_layout).
+DTensor relayout(const DTensor& tensor, const Layout& layout);
+// A host tensor: copy_to_mesh (TF's eager relayout of a non-DTensor value).
+DTensor relayout(const Tensor& tensor, const Layout& layout, Runtime& runtime = Runtime::global());
+// `tensor` in `like`'s layout, mesh included (TF's RelayoutLike: like's shape and dtype do not
+// matter).
+DTensor relayout_like(const DTensor& tensor, const DTensor& like,
+                      const RelayoutOptions& options = {});
+// Collectives relayouts have run in this process (steps that communicate; a fused bucket of
+// relayout_batch counts once) and the bytes their plans send between devices: for reports such
+// as the demo's "collectives per step".
+struct RelayoutStats {
+  int64_t collectives = 0;
+  int64_t bytes = 0;
+};
+RelayoutStats relayout_stats();
+
+// Runs an already made plan (its `from` must be the tensor's layout and shape: kInvalidArgument
+// otherwise).
+DTensor execute_relayout(const DTensor& tensor, const RelayoutPlan& plan,
+                         const RelayoutOptions& options = {});
+
+}  // namespace tessel

@@ -1,0 +1,85 @@
+// ReplicaContext: what one replica of a replicated computation sees (replicate.h) — its id, the
+// replica count, the mesh of its cores, its runtime — and the cross-replica collectives
+// (TF's tf.distribute ReplicaContext / tpu.cross_replica_sum under TPUStrategy).
+//
+//   auto step = [](ReplicaContext& ctx, const std::vector<DTensor>& in) {
+//     DTensor grad = multiply(in[0], 2.0);                     // runs on this replica's cores
+//     DTensor sum = ctx.all_reduce(grad);                      // sum over the replicas
+//     DTensor all = ctx.all_gather(in[0], /*axis=*/0);         // [R * n, ...], replica order
+//     return std::vector<DTensor>{sum, ctx.broadcast(in[0], /*root_replica=*/0)};
+//   };
+//
+// mesh() is a 1-D mesh with dimension "core" over the replica's num_cores_per_replica devices
+// (logical core c is mesh device c), named "replica_<id>". The computation's inputs arrive
+// replicated on it and ops on them run on all its cores (DTensor SPMD).
+//
+// Collectives: every replica calls the same collectives in the same order, each with a DTensor
+// on its own mesh() of the same shape, dtype and layout (the sharding specs and Partial dims
+// compared, the mesh being each replica's own); the result has that layout. Core c of every
+// replica forms one group: each collective acts on every core's component at once, on the
+// cores' streams (in order with the work queued there). Sharded, uneven and Partial layouts
+// are handled: all_gather unshards the gathered axis first when it is sharded, all_reduce
+// reduces Partial dims first unless the pending reduction commutes with `op`.
+// Errors (component "ReplicaContext"):
+// - x null or not on this replica's mesh(), an axis out of range, a root outside
+//   [0, num_replicas): kInvalidArgument, before anything is sent;
+// - replicas calling different collectives (or different shapes, dtypes or layouts) at the same
+//   position: kFailedPrecondition naming both replicas and both calls, on every replica;
+// - a replica that returned from its computation while others wait in a collective it will
+//   never call: kFailedPrecondition naming it, at once, not at the deadline;
+// - a replica that failed: every other replica's pending and later collectives throw kAborted
+//   naming the failure; a replica that does not arrive in time: kDeadlineExceeded naming it
+//   (the deadline is ReplicateOptions::timeout).
+//
+// The virtual methods let a tracer (compile.h) substitute a recording context; the base class
+// implements the single-replica case (num_replicas() == 1: all_reduce and broadcast return x,
+// all_gather returns x, barrier returns) after the same argument checks, and throws
+// kFailedPrecondition for more replicas: only replicate()'s contexts have the communicators.
+//
+// Thread safety: a context belongs to its replica's controller thread.
+#pragma once
+
+#include "tessel/core/reduce_op.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/mesh/mesh.h"
+#include "tessel/runtime/runtime.h"
+
+namespace tessel {
+
+class ReplicaContext {
+ public:
+  virtual ~ReplicaContext();
+
+  int replica_id() const { return replica_id_; }
+  int num_replicas() const { return num_replicas_; }
+  // This replica's cores: a 1-D mesh "core" of num_cores_per_replica devices.
+  const Mesh& mesh() const { return mesh_; }
+  Runtime& runtime() const { return *runtime_; }
+
+  // Elementwise `op` over the replicas' x (kMean: the sum divided by num_replicas).
+  virtual DTensor all_reduce(const DTensor& x, ReduceOp op = ReduceOp::kSum);
+  // The replicas' x concatenated along `axis` (negative counts from the end), in replica order.
+  virtual DTensor all_gather(const DTensor& x, int axis);
+  // Replica root_replica's x, on every replica.
+  virtual DTensor broadcast(const DTensor& x, int root_replica);
+  // Returns once every replica has called it (after the work queued on this replica's cores).
+  virtual void barrier();
+
+ protected:
+  // replica_id in [0, num_replicas), a non-empty mesh: kInvalidArgument otherwise.
+  ReplicaContext(int replica_id, int num_replicas, Mesh mesh, Runtime& runtime);
+
+  // The argument checks of the collectives (see the header comment), for subclasses: x defined
+  // and on mesh(); axis in [-rank, rank) (returned normalised); root in [0, num_replicas).
+  void check_input(const DTensor& x, const char* collective) const;
+  int check_axis(const DTensor& x, int axis) const;
+  void check_root(int root_replica) const;
+
+ private:
+  int replica_id_;
+  int num_replicas_;
+  Mesh mesh_;
+  Runtime* runtime_;
+};
+
+}  // namespace tessel

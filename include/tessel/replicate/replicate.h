@@ -1,0 +1,92 @@
+// replicate(): runs one computation on N replicas at once, each on its own device(s), with
+// cross-replica collectives between them (TF's _TPUReplicate with TPUReplicatedInput /
+// TPUReplicatedOutput around it; seed 105, docs/replicate.md).
+//
+//   ReplicateOptions opts;
+//   opts.metadata.num_replicas = 2;                  // 2 replicas x 1 core: CPU:0 and CPU:1
+//   auto outs = replicate(
+//       [](ReplicaContext& ctx, const std::vector<DTensor>& in) {
+//         DTensor local = multiply(in[0], in[1]);    // in[0]: this replica's x, in[1]: w
+//         return std::vector<DTensor>{ctx.all_reduce(local)};
+//       },
+//       {{x0, x1}},          // per-replica inputs: [input][replica]
+//       {w},                 // broadcast inputs: one value copied to every replica
+//       {}, {}, opts);
+//   to_host(outs[1][0])      // replica 1's output: x0 * w + x1 * w
+//
+// The computation runs once per replica, concurrently, on one controller thread per replica,
+// with this replica's core mesh as the default mesh (dtensor_api.h). It receives, in order:
+// the per-replica inputs (its own value; a packed input's one value), the broadcast inputs,
+// the variables (its own value, or the mirrored one) and the guaranteed constants, each as a
+// DTensor replicated on ctx.mesh(). It returns its outputs; replicate() returns them as
+// [replica][output] after the work of every replica has finished on its devices.
+//
+// Placement: metadata.device_assignment (with metadata.topology) when given, else
+// DeviceAssignment::build over metadata.topology, or over the runtime's devices
+// (Runtime::topology) when no topology is given, with computation_shape
+// [num_cores_per_replica, 1, ..]. Every assigned device must be a device of the runtime: this
+// runtime's task and job, CPU, index < num_devices() (kInvalidArgument naming the replica,
+// core and device). With num_cores_per_replica > 1, metadata.use_spmd_for_xla_partitioning
+// must be on (the body is DTensor SPMD over its cores); off: kUnimplemented (TF's
+// model parallelism without SPMD places ops on cores by hand, which tessel has no API for).
+//
+// Checks before anything runs, each Error kInvalidArgument from "replicate" unless noted:
+// metadata.validate_for_run() (num_replicas >= 1, ...); num_replicas * num_cores_per_replica
+// devices at most the runtime's (naming both counts); every per-replica input has num_replicas
+// values (naming the input and both counts), one when packed; no null tensor (naming it); the
+// replicas' values of an input have one dtype and merging shapes (BR-105-01,
+// merge_replicated_input_shapes: naming the input, both replicas and both shapes); variables
+// pass merge_variable_handles (BR-105-02).
+//
+// Failure: when a replica's computation throws, every cross-replica group is aborted so that
+// the other replicas' collectives fail at once (kAborted), and replicate() throws, once every
+// replica has stopped, Error(code, "replicate", "replica <k>: <what>") for the first failure
+// that is not a consequence of another one (kAborted), with that failure's code (a non-tessel
+// exception counts as kInternal). Every wait inside — collectives, stream launches, the final
+// synchronisation of each replica's devices — ends by options.timeout; the computation's own
+// code is the caller's to bound.
+//
+// Thread safety: replicate() may be called from any thread; replicas of concurrent calls must
+// use disjoint devices (a device runs one replica's work at a time, in its stream's order).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessel/core/tensor.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/replicate/replica_context.h"
+#include "tessel/replicate/replicate_metadata.h"
+#include "tessel/replicate/replicated_io.h"
+#include "tessel/runtime/runtime.h"
+
+namespace tessel {
+
+using ReplicaComputation =
+    std::function<std::vector<DTensor>(ReplicaContext& ctx, const std::vector<DTensor>& inputs)>;
+
+struct ReplicateOptions {
+  ReplicateMetadata metadata;            // num_replicas (>= 1 to run), num_cores_per_replica, ...
+  Runtime* runtime = nullptr;            // null: Runtime::global()
+  std::chrono::milliseconds timeout{0};  // bounds every cross-replica wait; 0: the default
+                                         // collective timeout (default_collective_timeout())
+  // Indexes into per_replica_inputs of packed inputs (TF's TPUReplicatedInput is_packed: one
+  // input stands for all replicas): such an input has one value, and every replica receives it.
+  std::vector<int> packed_inputs;
+};
+
+std::vector<std::vector<DTensor>> replicate(
+    const ReplicaComputation& computation,
+    const std::vector<std::vector<Tensor>>& per_replica_inputs,
+    const std::vector<Tensor>& broadcast_inputs = {},
+    const std::vector<ReplicatedVariable>& variables = {},
+    const std::vector<Tensor>& guaranteed_constants = {}, const ReplicateOptions& options = {});
+
+// The devices replicate() would run `metadata`'s replicas on: [replica][logical core] -> the
+// runtime device's name. The placement checks above (and metadata.validate_for_run()) apply.
+std::vector<std::vector<std::string>> replica_device_names(const ReplicateMetadata& metadata,
+                                                           Runtime& runtime);
+
+}  // namespace tessel

@@ -1,0 +1,114 @@
+// Runtime: the virtual CPU devices of this process, each with its own stream and accounting.
+//
+// A Runtime makes N devices named in TensorFlow's form
+// "/job:<job>/replica:<replica>/task:<task>/device:CPU:<i>", i = 0..N-1. N comes from
+// RuntimeOptions::num_cpu_devices, or when that is -1 from the environment variable
+// TESSEL_CPU_DEVICES, or else 4. Runtime::global() is the process-wide default; other
+// Runtimes may exist beside it (tests simulate several hosts with one Runtime per task).
+//
+//   Runtime rt({.num_cpu_devices = 2, .task = 1});
+//   rt.device(1).name() == "/job:localhost/replica:0/task:1/device:CPU:1";
+//   rt.device(0).stream().enqueue("work", [] { /* ... */ });
+//   rt.synchronize();   // waits for every device; throws the first error, naming device and op
+//
+// Destruction shuts every stream down in device order (each drains its queue, see Stream),
+// then destroys the devices. Work that enqueues onto an already shut-down device fails there.
+// Tensors allocated from the devices stay valid.
+//
+// Thread safety: every method may be called from any thread. global() is created once, on first
+// use, and lives until static destruction.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <typeindex>
+#include <vector>
+
+#include "tessel/mesh/topology.h"
+#include "tessel/runtime/device.h"
+
+namespace tessel {
+
+// The most virtual CPU devices one Runtime may have.
+inline constexpr int kMaxCpuDevices = 1024;
+
+struct RuntimeOptions {
+  // Number of virtual CPU devices, 1..kMaxCpuDevices; -1: TESSEL_CPU_DEVICES, default 4.
+  int num_cpu_devices = -1;
+  std::string job = "localhost";  // a letter, then letters, digits or '_'
+  int replica = 0;                // >= 0
+  int task = 0;                   // >= 0
+};
+
+class Runtime {
+ public:
+  // Creates the devices and starts their streams. A bad option or TESSEL_CPU_DEVICES value (not
+  // a positive integer up to kMaxCpuDevices, a bad job name, a negative replica or task):
+  // kInvalidArgument naming the value.
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // The process-wide runtime, created on first call (thread-safe): default options, except job
+  // and task, which are this client's (clients.h: "localhost" and 0 for a single process,
+  // "worker" and the client id under mpirun or with TESSEL_CLIENT_ID), so that the devices of a
+  // create_distributed_mesh are this runtime's. If that creation throws (a bad
+  // TESSEL_CPU_DEVICES or client variable), the next call tries again.
+  static Runtime& global();
+
+  // The options with num_cpu_devices resolved to the actual count.
+  const RuntimeOptions& options() const { return options_; }
+  // Unique among the Runtimes of this process, never reused (keys per-runtime state of higher
+  // layers, such as the communicator groups of relayout).
+  uint64_t id() const { return id_; }
+  int num_devices() const { return static_cast<int>(devices_.size()); }
+  // By position, 0 <= index < num_devices(); otherwise kOutOfRange naming index and count.
+  Device& device(int index) const;
+  // By name: a full name, or a partial one that names at least the type and id and whose parts
+  // all match ("/device:CPU:1", "/cpu:1", "/task:0/device:CPU:1"). Malformed or without type
+  // and id: kInvalidArgument; no such device here: kNotFound. Both quote the name.
+  Device& device(std::string_view name) const;
+  // Every device, in index order.
+  const std::vector<Device*>& devices() const { return device_ptrs_; }
+
+  // The one-host topology of this runtime's devices: Topology::for_hosts(1, num_devices(), "CPU").
+  Topology topology() const;
+
+  // Waits for every device's stream. If work failed on some devices, throws the failure of the
+  // lowest-indexed one (its code; "Stream: op '<op>' on <device> failed: ..."), after waiting for
+  // and clearing the others, whose device and op the message lists.
+  void synchronize();
+  // As synchronize(), waiting at most `timeout` in all. Devices still busy then:
+  // kDeadlineExceeded naming each with its running (or next) op and pending count. A failure
+  // takes precedence over a timeout. A negative timeout: kInvalidArgument.
+  void synchronize(std::chrono::milliseconds timeout);
+
+  // Per-runtime state of a higher layer (comm's communicator groups and cluster): the object of
+  // type T attached to this runtime, made by `make()` on the first call for T and the same object
+  // on every later call. Attachments die with the Runtime, after its streams stop, so no state
+  // keyed by a dead runtime outlives it (holders of the shared_ptr keep theirs alive).
+  template <class T>
+  std::shared_ptr<T> attachment(const std::function<std::shared_ptr<T>()>& make) const {
+    std::lock_guard<std::mutex> lock(attachments_mu_);
+    std::shared_ptr<void>& slot = attachments_[std::type_index(typeid(T))];
+    if (!slot) slot = make();
+    return std::static_pointer_cast<T>(slot);
+  }
+
+ private:
+  RuntimeOptions options_;                        // as resolved
+  uint64_t id_ = 0;
+  std::vector<std::unique_ptr<Device>> devices_;  // owned, in index order
+  std::vector<Device*> device_ptrs_;              // the same, for devices()
+  mutable std::mutex attachments_mu_;
+  mutable std::map<std::type_index, std::shared_ptr<void>> attachments_;  // see attachment()
+};
+
+}  // namespace tessel
