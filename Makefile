@@ -23,8 +23,14 @@ configure: deps $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
-demo: build
-	./$(BUILD)/tools/tessel demo
+# The main job: nanoGPT's character GPT on tiny Shakespeare over a 2x2 (batch x model) mesh.
+# Builds only the CLI; DEMO_ARGS adds or overrides options (e.g. DEMO_ARGS="--steps 2000").
+DEMO_ARGS ?=
+demo: configure
+	cmake --build $(BUILD) -j$(JOBS) --target tessel_cli
+	./$(BUILD)/tools/tessel train gpt --config tiny --mesh 2x2 --metrics $(BUILD)/gpt_metrics.csv $(DEMO_ARGS)
+	$(PYTHON) scripts/plot_gpt_metrics.py $(BUILD)/gpt_metrics.csv $(BUILD)/gpt_loss.png \
+	  "tessel train gpt --config tiny --mesh 2x2"
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE stress

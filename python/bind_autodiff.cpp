@@ -217,7 +217,8 @@ state, with each parameter's layout, belongs to the first parameter list applied
             return wrap_dtensors(std::move(params));
           },
           py::arg("params"), py::arg("grads"))
-      .def_property_readonly("iterations", &Optimizer::iterations);
+      .def_property_readonly("iterations", &Optimizer::iterations)
+      .def_property("learning_rate", &Optimizer::learning_rate, &Optimizer::set_learning_rate);
   py::class_<SGD, Optimizer>(m, "SGD",
                              "v = momentum v - lr g; p += v (nesterov: p += momentum v - lr g).")
       .def(py::init<double, double, bool>(), py::arg("learning_rate") = 0.01,
@@ -225,6 +226,38 @@ state, with each parameter's layout, belongs to the first parameter list applied
   py::class_<Adam, Optimizer>(m, "Adam", "Keras' Adam (epsilon added to sqrt(v)).")
       .def(py::init<double, double, double, double>(), py::arg("learning_rate") = 0.001,
            py::arg("beta_1") = 0.9, py::arg("beta_2") = 0.999, py::arg("epsilon") = 1e-7);
+  py::class_<AdamW, Adam>(m, "AdamW",
+                          "Adam with decoupled weight decay (torch.optim.AdamW's arithmetic).")
+      .def(py::init<double, double, double, double, double>(), py::arg("learning_rate") = 0.001,
+           py::arg("beta_1") = 0.9, py::arg("beta_2") = 0.999, py::arg("epsilon") = 1e-8,
+           py::arg("weight_decay") = 0.01)
+      .def("set_decay_mask", &AdamW::set_decay_mask, py::arg("decays"))
+      .def_property_readonly("weight_decay", &AdamW::weight_decay);
+  m.def(
+      "clip_by_global_norm",
+      [](const std::vector<DTensor>& grads, double clip_norm) {
+        std::pair<std::vector<DTensor>, DTensor> out;
+        {
+          py::gil_scoped_release release;
+          out = clip_by_global_norm(grads, clip_norm);
+        }
+        return py::make_tuple(wrap_dtensors(std::move(out.first)),
+                              wrap_dtensor(std::move(out.second)));
+      },
+      py::arg("t_list"), py::arg("clip_norm"),
+      "(the gradients scaled to a global L2 norm of at most clip_norm, that norm).");
+  py::class_<WarmupCosineDecay>(m, "WarmupCosineDecay",
+                                "nanoGPT's schedule: linear warm-up, cosine decay, then minimum.")
+      .def(py::init([](double peak, double minimum, int64_t warmup_steps, int64_t decay_steps) {
+             return WarmupCosineDecay{peak, minimum, warmup_steps, decay_steps};
+           }),
+           py::arg("peak") = 1e-3, py::arg("minimum") = 1e-4, py::arg("warmup_steps") = 100,
+           py::arg("decay_steps") = 2000)
+      .def("__call__", &WarmupCosineDecay::operator(), py::arg("step"))
+      .def_readwrite("peak", &WarmupCosineDecay::peak)
+      .def_readwrite("minimum", &WarmupCosineDecay::minimum)
+      .def_readwrite("warmup_steps", &WarmupCosineDecay::warmup_steps)
+      .def_readwrite("decay_steps", &WarmupCosineDecay::decay_steps);
 }
 
 }  // namespace

@@ -127,15 +127,10 @@ void bind_elementwise(py::module_& m) {
   m.def(
       "gelu",
       [](const DTensor& features, bool approximate) {
-        if (!approximate) {
-          throw Error(ErrorCode::kUnimplemented, "gelu",
-                      "only the tanh approximation is implemented: pass approximate=True");
-        }
-        return run([&] { return gelu(features); });
+        return run([&] { return gelu(features, approximate); });
       },
       py::arg("features"), py::arg("approximate") = true,
-      "GELU, tanh approximation (TF's approximate=True; approximate=False: "
-      "NotImplementedError).");
+      "GELU: the tanh approximation (approximate=True) or the exact erf form (False).");
   bind_unary(m, "sqrt", &tessel::sqrt);
   bind_unary(m, "rsqrt", &tessel::rsqrt);
   m.def(
@@ -179,6 +174,22 @@ void bind_reductions(py::module_& m) {
 
 void bind_nn(py::module_& m) {
   bind_unary(m, "softmax", &tessel::softmax, "logits");
+  bind_unary(m, "causal_softmax", &tessel::causal_softmax, "scores");
+  bind_unary(m, "stop_gradient", &tessel::stop_gradient, "input");
+  m.def(
+      "layer_norm",
+      [](const DTensor& x, const DTensor& weight, std::optional<DTensor> bias, double epsilon) {
+        return run([&] { return layer_norm(x, weight, bias.value_or(DTensor()), epsilon); });
+      },
+      py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("epsilon") = 1e-5,
+      "(x - mean) / sqrt(var + epsilon) * weight + bias over the last axis.");
+  m.def(
+      "dropout",
+      [](const DTensor& x, double rate, uint64_t seed) {
+        return run([&] { return dropout(x, rate, seed); });
+      },
+      py::arg("x"), py::arg("rate"), py::arg("seed"),
+      "x / (1 - rate) where kept, 0 where dropped; the mask is keyed by (seed, global index).");
   bind_unary(m, "log_softmax", &tessel::log_softmax, "logits");
   m.def(
       "sparse_softmax_cross_entropy_with_logits",

@@ -6,9 +6,9 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libfmt-dev libprotobuf-dev protobuf-compiler
+  libfmt-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev
   libopenblas-dev
-  pybind11-dev python3-dev python3-numpy python3-pytest
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-matplotlib
   openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev
 )

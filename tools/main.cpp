@@ -17,6 +17,7 @@ constexpr std::string_view kUsage =
     "  layout   validate a layout and draw which device holds which block\n"
     "  demo     trains a small MLP on a 2x2 mesh (--layouts: a walkthrough of layouts)\n"
     "  bench    time a collective over N in-process devices (nccl-tests table)\n"
+    "  train    train a model: `tessel train gpt` (nanoGPT's character GPT on a mesh)\n"
     "\n"
     "Run 'tessel <command> --help' for a command's options.\n";
 
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
     if (command == "layout") return run_layout(args);
     if (command == "demo") return run_demo(args);
     if (command == "bench") return run_bench(args);
+    if (command == "train") return run_train(args);
     std::cerr << "tessel: error: unknown command '" << command << "'\n\n" << kUsage;
     return kExitUsage;
   } catch (const tessel::Error& e) {

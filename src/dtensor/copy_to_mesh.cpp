@@ -149,7 +149,7 @@ Tensor full_tensor(const DTensor& tensor) {
   if (!tensor.defined()) return to_host(tensor);  // its error
   const Mesh& mesh = tensor.layout().mesh();
   if (mesh.is_single_device() || mesh.num_local_devices() == mesh.size()) return to_host(tensor);
-  return to_host(relayout(tensor, Layout::replicated(mesh, tensor.shape().rank())));
+  return to_host(detail::relayout_untracked(tensor, Layout::replicated(mesh, tensor.shape().rank())));
 }
 
 }  // namespace tessel

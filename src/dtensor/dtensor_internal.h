@@ -9,6 +9,7 @@
 
 #include "tessel/mesh/layout.h"
 #include "tessel/runtime/device.h"
+#include "tessel/dtensor/relayout.h"
 #include "tessel/runtime/runtime.h"
 
 namespace tessel::detail {
@@ -28,6 +29,10 @@ void synchronize_devices(const std::vector<Device*>& devices);
 std::string block_string(const std::vector<int64_t>& offsets, const std::vector<int64_t>& extents);
 // "/job:<job>/replica:<r>/task:<t>/device:CUSTOM:0" for `runtime`'s options.
 std::string dtensor_device_name(const Runtime& runtime);
+// relayout() without recording on gradient tapes: the relayouts call_op makes of its inputs
+// (their gradients flow through the op's record) and those of the tape itself.
+DTensor relayout_untracked(const DTensor& tensor, const Layout& layout,
+                           const RelayoutOptions& options = {});
 // Counts one relayout collective sending `bytes` in relayout_stats() (relayout.h).
 void count_collective(int64_t bytes);
 

@@ -191,7 +191,7 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
     for (size_t i = 0; i < inputs.size(); ++i) {
       ready.push_back(inputs[i].layout() == decision.inputs[i]
                           ? inputs[i]
-                          : relayout(inputs[i], decision.inputs[i]));
+                          : detail::relayout_untracked(inputs[i], decision.inputs[i]));
     }
     Runtime& runtime = !inputs.empty() ? inputs[0].runtime()
                                        : (attrs.runtime ? *attrs.runtime : Runtime::global());

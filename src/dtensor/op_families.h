@@ -13,6 +13,14 @@ void register_shape_ops(OpRegistry& registry);        // ops_shape.cpp
 void register_indexing_ops(OpRegistry& registry);     // ops_indexing.cpp
 void register_creation_ops(OpRegistry& registry);     // ops_creation.cpp
 void register_optimizer_ops(OpRegistry& registry);    // ops_optimizer.cpp
+void register_norm_ops(OpRegistry& registry);         // ops_norm.cpp
+void register_attention_ops(OpRegistry& registry);    // ops_attention.cpp
+void register_dropout_ops(OpRegistry& registry);      // ops_dropout.cpp
+void register_parallel_xent_ops(OpRegistry& registry);  // ops_parallel_xent.cpp
+
+// The cross-entropy of logits whose class axis is sharded, without gathering them
+// (ops_parallel_xent.cpp; sparse_softmax_cross_entropy_with_logits calls it).
+DTensor vocab_parallel_cross_entropy(const DTensor& labels, const DTensor& logits);
 
 inline void register_builtin_ops(OpRegistry& registry) {
   register_elementwise_ops(registry);
@@ -23,6 +31,10 @@ inline void register_builtin_ops(OpRegistry& registry) {
   register_indexing_ops(registry);
   register_creation_ops(registry);
   register_optimizer_ops(registry);
+  register_norm_ops(registry);
+  register_attention_ops(registry);
+  register_dropout_ops(registry);
+  register_parallel_xent_ops(registry);
 }
 
 }  // namespace tessel::detail

@@ -1,6 +1,6 @@
 // The elementwise op family, binary half: add, subtract, multiply, divide, maximum, minimum with
 // numpy broadcasting, and the internal binary ops their and the unary ops' gradients use
-// (relu_grad, gelu_grad, tanh_grad: grad * f'(x); mask_greater, mask_greater_equal: 1 where
+// (relu_grad, gelu_grad, gelu_erf_grad, tanh_grad: grad * f'(x); mask_greater, mask_greater_equal: 1 where
 // a > b / a >= b, else 0). The unary ops, the host-scalar forms and cast are in ops_unary.cpp.
 //
 // Sharding rule (binary_rule), for output dimension d and each input k:
@@ -299,6 +299,15 @@ struct GeluGrad {  // (grad, x)
   }
 };
 
+struct GeluErfGrad {  // (grad, x): d x*Phi(x) = Phi(x) + x * phi(x)
+  template <typename T>
+  T operator()(T g, T x) const {
+    const T cdf = T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
+    const T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);  // 1 / sqrt(2 pi)
+    return g * (cdf + x * pdf);
+  }
+};
+
 // ---- gradients -------------------------------------------------------------------------------
 
 // `g` (the output's shape) summed over the dims `shape` was broadcast along, to `shape`.
@@ -388,6 +397,7 @@ void register_elementwise_ops(OpRegistry& registry) {
         multiply(multiply(v.grad, v.inputs[0]), multiply(v.inputs[1], -2.0))};
   });
   add_binary<GeluGrad>(registry, "gelu_grad", PartialRule::kFirst, nullptr);
+  add_binary<GeluErfGrad>(registry, "gelu_erf_grad", PartialRule::kFirst, nullptr);
   register_unary_ops(registry);
 }
 

@@ -10,8 +10,8 @@
 //   sparse_softmax_cross_entropy_grad(labels, logits, g): (softmax - onehot) * g[..., None] is
 //     linear in g, so a Partial(sum) g stays Partial: the output is the logits' layout plus g's
 //     sum partial dims; other reduce ops are reduced first.
-// A sharded class axis could be handled with Partial max / sum tricks; it is gathered instead
-// (the relayout planner picks the collective).
+// Logits whose class axis is sharded never reach these rules: the public function takes the
+// vocabulary-parallel path (ops_parallel_xent.cpp: Partial max and sum, no gather).
 //
 // Kernels run row by row over the local block (its last axis is whole), subtracting the row max
 // before exponentiating. A label outside [0, classes) throws kInvalidArgument from the kernel: it
@@ -312,6 +312,11 @@ DTensor softmax(const DTensor& logits) { return call_op(detail::kSoftmax, {logit
 DTensor log_softmax(const DTensor& logits) { return call_op(detail::kLogSoftmax, {logits}); }
 
 DTensor sparse_softmax_cross_entropy_with_logits(const DTensor& labels, const DTensor& logits) {
+  // A sharded class axis: the vocabulary-parallel path (ops_parallel_xent.cpp), no gather.
+  if (logits.defined() && labels.defined() && logits.rank() >= 1 &&
+      !detail::spec_list(logits.layout()).back().empty()) {
+    return detail::vocab_parallel_cross_entropy(labels, logits);
+  }
   return call_op(detail::kXent, {labels, logits});
 }
 

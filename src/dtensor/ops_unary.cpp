@@ -1,5 +1,5 @@
 // The elementwise op family, unary half: negative, exp, log, tanh, relu, gelu (tanh
-// approximation), sqrt, rsqrt, cast, and the host-scalar forms add(x, double) and
+// approximation, "gelu"; exact erf form, "gelu_erf"), sqrt, rsqrt, cast, and the host-scalar forms add(x, double) and
 // multiply(x, double), registered as "add_scalar" / "multiply_scalar" with the scalar in
 // OpAttrs::scalar (no rank-0 DTensor is made: the scalar travels with the kernel).
 //
@@ -121,6 +121,10 @@ struct Gelu {
   T operator()(T x) const {
     return T(0.5) * x * (T(1) + std::tanh(T(kGeluC) * (x + T(kGeluK) * x * x * x)));
   }
+};
+struct GeluErf {  // exact: x * Phi(x)
+  template <typename T>
+  T operator()(T x) const { return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2))); }
 };
 struct Sqrt {
   template <typename T>
@@ -247,6 +251,9 @@ void register_unary_ops(OpRegistry& registry) {
   add_unary<Gelu>(registry, "gelu", PartialRule::kReduce, [](const VjpArgs& v) {
     return std::vector<DTensor>{call_op("gelu_grad", {v.grad, v.inputs[0]})};
   });
+  add_unary<GeluErf>(registry, "gelu_erf", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("gelu_erf_grad", {v.grad, v.inputs[0]})};
+  });
   add_unary<Sqrt>(registry, "sqrt", PartialRule::kReduce, [](const VjpArgs& v) {
     // d sqrt(x) = 0.5 / sqrt(x).
     return std::vector<DTensor>{divide(multiply(v.grad, 0.5), v.output)};
@@ -266,7 +273,9 @@ DTensor exp(const DTensor& x) { return call_op("exp", {x}); }
 DTensor log(const DTensor& x) { return call_op("log", {x}); }
 DTensor tanh(const DTensor& x) { return call_op("tanh", {x}); }
 DTensor relu(const DTensor& x) { return call_op("relu", {x}); }
-DTensor gelu(const DTensor& x) { return call_op("gelu", {x}); }
+DTensor gelu(const DTensor& x, bool approximate) {
+  return call_op(approximate ? "gelu" : "gelu_erf", {x});
+}
 DTensor sqrt(const DTensor& x) { return call_op("sqrt", {x}); }
 DTensor rsqrt(const DTensor& x) { return call_op("rsqrt", {x}); }
 

@@ -1,6 +1,7 @@
 // SGD and Adam written with the SPMD ops, so every update runs on the parameter's own shards.
 #include "tessel/dtensor/optimizers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/errors.h"
@@ -11,6 +12,16 @@ namespace tessel {
 namespace {
 constexpr std::string_view kComponent = "Optimizer";
 }  // namespace
+
+Optimizer::Optimizer(double learning_rate) : learning_rate_(learning_rate) {}
+
+void Optimizer::set_learning_rate(double learning_rate) {
+  if (!(learning_rate >= 0) || !std::isfinite(learning_rate)) {
+    detail::throw_invalid(kComponent, "learning_rate must be a finite number >= 0, got {}",
+                          learning_rate);
+  }
+  learning_rate_ = learning_rate;
+}
 
 void Optimizer::apply(std::vector<DTensor>& params, const std::vector<DTensor>& grads) {
   if (params.size() != grads.size()) {
@@ -38,7 +49,7 @@ void Optimizer::apply(std::vector<DTensor>& params, const std::vector<DTensor>& 
 }
 
 SGD::SGD(double learning_rate, double momentum, bool nesterov)
-    : learning_rate_(learning_rate), momentum_(momentum), nesterov_(nesterov) {
+    : Optimizer(learning_rate), momentum_(momentum), nesterov_(nesterov) {
   if (learning_rate < 0 || momentum < 0 || momentum > 1) {
     detail::throw_invalid("SGD", "learning_rate {} must be >= 0 and momentum {} in [0, 1]",
                           learning_rate, momentum);
@@ -52,17 +63,17 @@ void SGD::init_state(const std::vector<DTensor>& params) {
 
 void SGD::update(size_t index, DTensor& param, const DTensor& grad) {
   if (momentum_ == 0) {
-    param = subtract(param, multiply(grad, learning_rate_));
+    param = subtract(param, multiply(grad, learning_rate()));
     return;
   }
   DTensor& v = velocity_[index];
-  v = subtract(multiply(v, momentum_), multiply(grad, learning_rate_));
-  param = nesterov_ ? subtract(add(param, multiply(v, momentum_)), multiply(grad, learning_rate_))
+  v = subtract(multiply(v, momentum_), multiply(grad, learning_rate()));
+  param = nesterov_ ? subtract(add(param, multiply(v, momentum_)), multiply(grad, learning_rate()))
                     : add(param, v);
 }
 
 Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon)
-    : learning_rate_(learning_rate), beta_1_(beta_1), beta_2_(beta_2), epsilon_(epsilon) {
+    : Optimizer(learning_rate), beta_1_(beta_1), beta_2_(beta_2), epsilon_(epsilon) {
   if (learning_rate < 0 || beta_1 < 0 || beta_1 >= 1 || beta_2 < 0 || beta_2 >= 1 || epsilon <= 0) {
     detail::throw_invalid("Adam",
                           "learning_rate {} >= 0, beta_1 {} and beta_2 {} in [0, 1), epsilon {} > 0 "
@@ -81,7 +92,12 @@ void Adam::init_state(const std::vector<DTensor>& params) {
 void Adam::update(size_t index, DTensor& param, const DTensor& grad) {
   const double t = static_cast<double>(iterations());
   const double lr_t =
-      learning_rate_ * std::sqrt(1 - std::pow(beta_2_, t)) / (1 - std::pow(beta_1_, t));
+      learning_rate() * std::sqrt(1 - std::pow(beta_2_, t)) / (1 - std::pow(beta_1_, t));
+  adam_step(index, param, grad, lr_t, epsilon_);
+}
+
+void Adam::adam_step(size_t index, DTensor& param, const DTensor& grad, double lr_t,
+                     double epsilon) {
   DTensor& m = m_[index];
   DTensor& v = v_[index];
   // Three one-pass kernels (ops_optimizer.cpp) instead of ten elementwise ops.
@@ -89,10 +105,72 @@ void Adam::update(size_t index, DTensor& param, const DTensor& grad) {
   beta1.scalar = beta_1_;
   beta2.scalar = beta_2_;
   step.scalar = lr_t;
-  step.scalar2 = epsilon_;
+  step.scalar2 = epsilon;
   m = call_op("ema", {m, grad}, beta1);
   v = call_op("ema_square", {v, grad}, beta2);
   param = call_op("adam_apply", {param, m, v}, step);
+}
+
+AdamW::AdamW(double learning_rate, double beta_1, double beta_2, double epsilon,
+             double weight_decay)
+    : Adam(learning_rate, beta_1, beta_2, epsilon), weight_decay_(weight_decay) {
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) {
+    detail::throw_invalid("AdamW", "weight_decay must be a finite number >= 0, got {}",
+                          weight_decay);
+  }
+}
+
+void AdamW::set_decay_mask(std::vector<bool> decays) { decays_ = std::move(decays); }
+
+void AdamW::update(size_t index, DTensor& param, const DTensor& grad) {
+  if (!decays_.empty() && decays_.size() != m_.size()) {
+    detail::throw_invalid("AdamW", "the decay mask has {} flags for {} parameters", decays_.size(),
+                          m_.size());
+  }
+  const bool decays = decays_.empty() ? param.rank() >= 2 : decays_[index];
+  if (decays && weight_decay_ > 0) param = multiply(param, 1 - learning_rate() * weight_decay_);
+  // torch's arithmetic: lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), i.e. Adam's step
+  // with epsilon scaled by sqrt(1 - b2^t).
+  const double t = static_cast<double>(iterations());
+  const double correction2 = std::sqrt(1 - std::pow(beta_2_, t));
+  adam_step(index, param, grad, learning_rate() * correction2 / (1 - std::pow(beta_1_, t)),
+            epsilon_ * correction2);
+}
+
+std::pair<std::vector<DTensor>, DTensor> clip_by_global_norm(const std::vector<DTensor>& grads,
+                                                            double clip_norm) {
+  if (!(clip_norm > 0) || !std::isfinite(clip_norm)) {
+    detail::throw_invalid("clip_by_global_norm", "clip_norm must be a finite number > 0, got {}",
+                          clip_norm);
+  }
+  DTensor total;
+  for (const DTensor& g : grads) {
+    if (!g.defined()) continue;
+    const DTensor squares = reduce_sum(multiply(g, g));  // Partial over g's sharded dims
+    total = total.defined() ? add(total, squares) : squares;
+  }
+  if (!total.defined()) {
+    detail::throw_invalid("clip_by_global_norm", "none of the {} gradients is defined",
+                          grads.size());
+  }
+  const DTensor norm = sqrt(total);  // the one reduction of the pending sums
+  // clip_norm / max(norm, clip_norm), replicated: 1 while the norm is within the bound.
+  const DTensor bound = fill(Shape{}, clip_norm, norm.layout(), norm.dtype(), &norm.runtime());
+  const DTensor scale = divide(bound, maximum(norm, bound));
+  std::vector<DTensor> clipped;
+  clipped.reserve(grads.size());
+  for (const DTensor& g : grads) clipped.push_back(g.defined() ? multiply(g, scale) : g);
+  return {std::move(clipped), norm};
+}
+
+double WarmupCosineDecay::operator()(int64_t step) const {
+  if (step < warmup_steps) {
+    return peak * static_cast<double>(step + 1) / static_cast<double>(warmup_steps + 1);
+  }
+  if (step > decay_steps) return minimum;
+  const double ratio = static_cast<double>(step - warmup_steps) /
+                       static_cast<double>(std::max<int64_t>(decay_steps - warmup_steps, 1));
+  return minimum + 0.5 * (1 + std::cos(M_PI * ratio)) * (peak - minimum);
 }
 
 }  // namespace tessel

@@ -13,6 +13,8 @@
 #include "dtensor/dtensor_internal.h"
 #include "runtime/launch.h"
 #include "tessel/comm/mesh_groups.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/dtensor_api.h"
 
 namespace tessel {
@@ -269,11 +271,44 @@ DTensor execute_relayout(const DTensor& tensor, const RelayoutPlan& plan,
   return DTensor(plan.to, tensor.shape(), tensor.dtype(), std::move(components), tensor.runtime());
 }
 
-DTensor relayout(const DTensor& tensor, const Layout& layout, const RelayoutOptions& options) {
-  if (!tensor.defined()) detail::throw_invalid(kComponent, "relayout of a null DTensor");
+namespace detail {
+
+DTensor relayout_untracked(const DTensor& tensor, const Layout& layout,
+                           const RelayoutOptions& options) {
+  if (!tensor.defined()) throw_invalid(kComponent, "relayout of a null DTensor");
   return execute_relayout(tensor, plan_relayout(tensor.shape(), tensor.layout(), layout,
                                                 tensor.dtype()),
                           options);
+}
+
+}  // namespace detail
+
+namespace {
+
+// How a tape sees a user's relayout: an op whose gradient is the output's gradient (the tape
+// relays it out to the input's layout, TF's relayout_like), so that gradients flow through
+// explicit relayouts (sequence parallelism, call_with_layout) as through ops.
+const OpDef& relayout_op() {
+  static const OpDef* def = [] {
+    auto* d = new OpDef();
+    d->name = "relayout";
+    d->num_inputs = 1;
+    d->vjp = [](const VjpArgs& a) { return std::vector<DTensor>{a.grad}; };
+    return d;
+  }();
+  return *def;
+}
+
+}  // namespace
+
+DTensor relayout(const DTensor& tensor, const Layout& layout, const RelayoutOptions& options) {
+  DTensor out = detail::relayout_untracked(tensor, layout, options);
+  if (out.id() != tensor.id()) {
+    for (GradientTape* tape : GradientTape::active()) {
+      tape->record(relayout_op(), {tensor}, {tensor}, out, nullptr);
+    }
+  }
+  return out;
 }
 
 DTensor relayout(const DTensor& tensor, const Layout& layout) {

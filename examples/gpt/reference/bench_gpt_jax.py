@@ -112,7 +112,8 @@ def load_train_ids():
     """Tiny Shakespeare's train split as ids (nanoGPT's mapping), or None when absent."""
     import numpy as np
 
-    for path in (REPO / "shared" / "data" / "tinyshakespeare.txt",
+    for path in (REPO / "data" / "shakespeare_char" / "input.txt",
+                 REPO / "shared" / "data" / "tinyshakespeare.txt",
                  REPO.parent / "shared" / "data" / "tinyshakespeare.txt",
                  Path("/work/shared/data/tinyshakespeare.txt")):
         if path.is_file():
@@ -124,6 +125,7 @@ def load_train_ids():
 
 def main(argv=None):
     args = parse_args(argv)
+    load_before = os.getloadavg()[0]  # other work on the machine, before this process adds any
     env = setup_environment(args)
 
     import jax
@@ -199,17 +201,18 @@ def main(argv=None):
                    for op in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                               "collective-permute")}
 
-    losses, norms, times = [], [], []
+    losses, norms, times, cpu_times = [], [], [], []
     for it, (x, y) in enumerate(batches):
         lr = jnp.float32(G.get_lr(it, tc))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         params, opt_state, loss, norm = compiled(params, opt_state, x, y, lr)
         jax.block_until_ready((params, opt_state, loss))
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         losses.append(float(loss))
         norms.append(float(norm))
         if it >= args.warmup:
             times.append(dt)
+            cpu_times.append(dc)
 
     median = statistics.median(times)
     tokens = batch * T
@@ -229,12 +232,15 @@ def main(argv=None):
         "cpus": env["cpus"],
         "xla_flags": env["xla_flags"],
         "data": data_note,
+        "loadavg_1min": [load_before, os.getloadavg()[0]],
         "dtype": "float32",
         "compile_s": compile_s,
         "warmup_steps": args.warmup,
         "timed_steps": args.steps,
         "step_s": times,
         "median_step_s": median,
+        "step_cpu_s": cpu_times,  # CPU time of this process (all threads) per step
+        "median_step_cpu_s": statistics.median(cpu_times),
         "tokens_per_step": tokens,
         "tokens_per_s": tokens / median,
         "tokens_per_s_per_device": tokens / median / (nb * nm),
@@ -253,11 +259,16 @@ def main(argv=None):
           f"on {nb * nm} host CPU devices, {len(env['cpus'])} CPU(s) {env['cpus']}")
     print(f"  XLA_FLAGS={env['xla_flags']}")
     print(f"  data: {data_note}")
+    load_after = os.getloadavg()[0]
+    busy = "  (other work was running: timings are inflated)" if load_before > 1.0 else ""
+    print(f"  1-min load average at start / end: {load_before:.2f} / {load_after:.2f}{busy}")
     print(f"  compile {compile_s:.2f} s; collectives per step {collectives}")
     for it, (l, n) in enumerate(zip(losses, norms)):
-        tag = "warm-up" if it < args.warmup else f"{times[it - args.warmup]:.3f} s"
+        k = it - args.warmup
+        tag = "warm-up" if k < 0 else f"{times[k]:.3f} s wall, {cpu_times[k]:.3f} s CPU"
         print(f"  step {it}: loss {l:.4f}  grad_norm {n:.4f}  ({tag})")
-    print(f"  median step {median:.3f} s over {len(times)} steps; {tokens / median:,.0f} tokens/s "
+    print(f"  median step {median:.3f} s over {len(times)} steps "
+          f"(CPU time {statistics.median(cpu_times):.3f} s); {tokens / median:,.0f} tokens/s "
           f"({tokens / median / (nb * nm):,.0f} per device); {gflops:.1f} model GFLOP/s "
           f"({100 * gflops / PEAK_GFLOPS:.1f}% of the 187.1 GFLOP/s 2-thread sgemm)")
     return result

@@ -33,8 +33,8 @@ Data: the batch is real text. The script reads the tiny Shakespeare corpus (the 
 prepare.py does (``sorted(set(text))`` over the whole file: 65 characters, '\\n' = 0,
 ' ' = 1, ...), and takes B windows at offsets ``np.random.default_rng(seed + 1).integers(0,
 len(train) - T, size=B)``: idx = train[o : o+T], targets = train[o+1 : o+T+1]. It looks for
-the file at --data, then <repo>/shared/data/, <repo>/../shared/data/ and
-/work/shared/data/ (tinyshakespeare.txt). Without the file it falls back to ids drawn from
+the file at --data, then the repository's copy data/shakespeare_char/input.txt, then
+tinyshakespeare.txt in <repo>/shared/data/, <repo>/../shared/data/ and /work/shared/data/. Without the file it falls back to ids drawn from
 the same generator over 0..64 (``integers(0, 65, size=(B, T+1))``, idx = [:, :-1],
 targets = [:, 1:]) and says so in the metadata (``data_source``) and on stdout. Either way
 the batch is stored in the dump, so tests that read the dump need no text file.
@@ -82,7 +82,8 @@ OUT = HERE / "gpt_small_reference.safetensors"
 
 def find_text(explicit: str | None) -> Path | None:
     candidates = [Path(explicit)] if explicit else []
-    candidates += [REPO / "shared" / "data" / DATA_NAME, REPO.parent / "shared" / "data" / DATA_NAME,
+    candidates += [REPO / "data" / "shakespeare_char" / "input.txt",
+                   REPO / "shared" / "data" / DATA_NAME, REPO.parent / "shared" / "data" / DATA_NAME,
                    Path("/work/shared/data") / DATA_NAME]
     for c in candidates:
         if c.is_file():
@@ -132,7 +133,8 @@ def canonicalize_header(path: str) -> None:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", help=f"path of {DATA_NAME} (default: search the usual places)")
+    ap.add_argument("--data", help="the tiny Shakespeare text (default: data/shakespeare_char/input.txt, "
+                    f"else {DATA_NAME} in shared/data)")
     ap.add_argument("--out", default=str(OUT), help="output file (default: %(default)s)")
     args = ap.parse_args()
 

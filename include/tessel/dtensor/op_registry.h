@@ -58,7 +58,9 @@ struct OpAttrs {
   bool keepdims = false;
   bool transpose_a = false;          // matmul
   bool transpose_b = false;
-  uint64_t seed = 0;                 // random
+  uint64_t seed = 0;                 // random, dropout
+  double epsilon = 0.0;              // layer_norm: added to the variance
+  double rate = 0.0;                 // dropout: the fraction of elements dropped
   std::optional<Layout> layout;      // creation ops: the output layout
   Runtime* runtime = nullptr;        // creation ops: whose devices (null: Runtime::global())
 };

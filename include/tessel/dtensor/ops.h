@@ -43,7 +43,9 @@ DTensor exp(const DTensor& x);
 DTensor log(const DTensor& x);
 DTensor tanh(const DTensor& x);
 DTensor relu(const DTensor& x);
-DTensor gelu(const DTensor& x);  // tanh approximation
+// GELU: the tanh approximation (approximate = true, tessel's default, jax.nn.gelu's) or the
+// exact x * Phi(x) with erf (TF's and PyTorch's default, nanoGPT's).
+DTensor gelu(const DTensor& x, bool approximate = true);
 DTensor sqrt(const DTensor& x);
 DTensor rsqrt(const DTensor& x);
 DTensor cast(const DTensor& x, DType dtype);
@@ -62,8 +64,24 @@ DTensor reduce_max(const DTensor& x, const std::vector<int64_t>& axes = {}, bool
 DTensor softmax(const DTensor& logits);
 DTensor log_softmax(const DTensor& logits);
 // Per-example loss -log softmax(logits)[label] (TF's sparse_softmax_cross_entropy_with_logits):
-// labels [..] of i32/i64, logits [.., classes].
+// labels [..] of i32/i64, logits [.., classes]. Logits whose class axis is sharded are never
+// gathered: the max and the sum of exponentials are reduced across the class shards instead
+// (vocabulary-parallel cross-entropy, uneven shards included).
 DTensor sparse_softmax_cross_entropy_with_logits(const DTensor& labels, const DTensor& logits);
+
+// Layer normalisation over the last axis (biased variance): (x - mean) / sqrt(var + epsilon) *
+// weight + bias; weight and bias are [C], bias may be null. The last axis is gathered if sharded;
+// the other axes keep their sharding. Weight's gradient is Partial over the row mesh dims.
+DTensor layer_norm(const DTensor& x, const DTensor& weight, const DTensor& bias = DTensor(),
+                   double epsilon = 1e-5);
+// Softmax over the last axis of scores [..., queries, keys] where key j is visible to query i
+// when j <= i + keys - queries (causal self-attention: the mask is implied, never built).
+DTensor causal_softmax(const DTensor& scores);
+// Each element zeroed with probability `rate`, the others scaled by 1 / (1 - rate); the mask is
+// keyed by (seed, global element index): the same on every mesh and layout. rate 0: x itself.
+DTensor dropout(const DTensor& x, double rate, uint64_t seed);
+// x, through which no gradient flows (TF's stop_gradient).
+DTensor stop_gradient(const DTensor& x);
 
 // Shape ops.
 DTensor reshape(const DTensor& x, const Shape& shape);

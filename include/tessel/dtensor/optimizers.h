@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "tessel/dtensor/dtensor.h"
@@ -26,13 +27,19 @@ class Optimizer {
   // One update of every parameter (in place in the vector: each entry becomes its new value).
   void apply(std::vector<DTensor>& params, const std::vector<DTensor>& grads);
   int64_t iterations() const { return iterations_; }
+  // The learning rate of the next apply(); a schedule sets it before each step (negative or not
+  // finite: kInvalidArgument).
+  double learning_rate() const { return learning_rate_; }
+  void set_learning_rate(double learning_rate);
 
  protected:
+  explicit Optimizer(double learning_rate);
   virtual void update(size_t index, DTensor& param, const DTensor& grad) = 0;
   virtual void init_state(const std::vector<DTensor>& params) = 0;
 
  private:
   int64_t iterations_ = 0;
+  double learning_rate_;
   std::vector<Shape> shapes_;  // of the parameters of the first call
 };
 
@@ -44,7 +51,7 @@ class SGD : public Optimizer {
  private:
   void update(size_t index, DTensor& param, const DTensor& grad) override;
   void init_state(const std::vector<DTensor>& params) override;
-  double learning_rate_, momentum_;
+  double momentum_;
   bool nesterov_;
   std::vector<DTensor> velocity_;
 };
@@ -57,10 +64,54 @@ class Adam : public Optimizer {
                 double epsilon = 1e-7);
 
  private:
-  void update(size_t index, DTensor& param, const DTensor& grad) override;
   void init_state(const std::vector<DTensor>& params) override;
-  double learning_rate_, beta_1_, beta_2_, epsilon_;
+
+ protected:
+  void update(size_t index, DTensor& param, const DTensor& grad) override;
+  // The moments' update and p -= step_size * m / (sqrt(v) + epsilon), three one-pass kernels.
+  void adam_step(size_t index, DTensor& param, const DTensor& grad, double step_size,
+                 double epsilon);
+  double beta_1_, beta_2_, epsilon_;
   std::vector<DTensor> m_, v_;
+};
+
+// Adam with decoupled weight decay (Loshchilov & Hutter; torch.optim.AdamW's arithmetic):
+// p *= 1 - lr * weight_decay for the parameters that decay, then m and v as Adam and
+// p -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + epsilon).
+// Which parameters decay: set_decay_mask (one flag per parameter, in apply()'s order); by
+// default every parameter of rank >= 2 (matrices and embeddings decay; gains and biases do
+// not: nanoGPT's parameter groups).
+class AdamW : public Adam {
+ public:
+  explicit AdamW(double learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999,
+                 double epsilon = 1e-8, double weight_decay = 0.01);
+  void set_decay_mask(std::vector<bool> decays);
+  double weight_decay() const { return weight_decay_; }
+
+ private:
+  void update(size_t index, DTensor& param, const DTensor& grad) override;
+  double weight_decay_;
+  std::vector<bool> decays_;  // empty: by rank
+};
+
+// The gradients scaled so that their global L2 norm is at most clip_norm (TF's
+// clip_by_global_norm: t * clip_norm / max(global_norm, clip_norm)), and that norm (a replicated
+// scalar DTensor, before clipping). The squared norms of every gradient are summed while still
+// Partial over their sharded mesh dimensions, so the whole norm costs one all-reduce per group of
+// mesh dimensions, not one per gradient. Null gradients stay null. clip_norm <= 0 or not finite,
+// no defined gradient, gradients on different meshes: kInvalidArgument.
+std::pair<std::vector<DTensor>, DTensor> clip_by_global_norm(const std::vector<DTensor>& grads,
+                                                            double clip_norm);
+
+// The learning rate of nanoGPT's schedule at `step` (0-based): a linear warm-up
+// peak * (step + 1) / (warmup_steps + 1) for step < warmup_steps, then a cosine decay from peak
+// to minimum that ends at decay_steps, then minimum.
+struct WarmupCosineDecay {
+  double peak = 1e-3;
+  double minimum = 1e-4;
+  int64_t warmup_steps = 100;
+  int64_t decay_steps = 2000;
+  double operator()(int64_t step) const;
 };
 
 }  // namespace tessel

@@ -1,0 +1,160 @@
+"""nanoGPT's character-level GPT written with tessel's Python API: the same model, layouts and
+training step as examples/gpt/gpt_model.cpp (read that file's header for the layouts).
+
+    PYTHONPATH=build/python /usr/bin/python3 examples/gpt/gpt.py --steps 200 --mesh 2x2
+
+Parameters are a dict name -> DTensor in nanoGPT's order; `loss(params, idx, targets)` is a plain
+function, so `tessel.value_and_grad` differentiates it and every gradient comes back in its
+parameter's layout.
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+import tessel
+
+U = tessel.UNSHARDED
+
+
+class Config:
+    """The "test" and "tiny" configurations of examples/gpt/gpt_config.h."""
+
+    def __init__(self, name="tiny"):
+        presets = {
+            "tiny": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12),
+            "test": dict(n_layer=2, n_head=4, n_embd=32, block_size=16, batch_size=4),
+        }
+        if name not in presets:
+            raise ValueError(f"gpt: unknown configuration '{name}': one of {sorted(presets)}")
+        self.__dict__.update(presets[name])
+        self.vocab_size = 65
+        self.learning_rate, self.min_lr = 1e-3, 1e-4
+        self.warmup_iters, self.lr_decay_iters = 100, 2000
+        self.weight_decay, self.grad_clip = 0.1, 1.0
+
+
+def parameter_specs(config, mesh_dims):
+    """[(name, shape, sharding specs, init stddev or 0 for ones)] in nanoGPT's order."""
+    m = "model" if "model" in mesh_dims else U
+    c = config.n_embd
+    std, residual = 0.02, 0.02 / math.sqrt(2 * config.n_layer)
+    specs = [("wte", (config.vocab_size, c), [m, U], std),     # vocabulary-parallel rows
+             ("wpe", (config.block_size, c), [U, U], std)]
+    for i in range(config.n_layer):
+        h = f"h.{i}."
+        specs += [(h + "ln_1.weight", (c,), [U], 0),
+                  (h + "attn.wq", (c, c), [U, m], std),            # column-parallel: whole heads
+                  (h + "attn.wk", (c, c), [U, m], std),
+                  (h + "attn.wv", (c, c), [U, m], std),
+                  (h + "attn.c_proj", (c, c), [m, U], residual),   # row-parallel: Partial sum
+                  (h + "ln_2.weight", (c,), [U], 0),
+                  (h + "mlp.c_fc", (c, 4 * c), [U, m], std),
+                  (h + "mlp.c_proj", (4 * c, c), [m, U], residual)]
+    specs.append(("ln_f.weight", (c,), [U], 0))
+    return specs
+
+
+def place(values, config, mesh):
+    """A dict name -> numpy array laid out on `mesh` as the model wants."""
+    return {name: tessel.copy_to_mesh(np.asarray(values[name]), tessel.Layout(specs, mesh))
+            for name, _, specs, _ in parameter_specs(config, mesh.dim_names)}
+
+
+def init(config, mesh, seed):
+    """nanoGPT's initialisation, keyed by (seed, parameter index): the same on every mesh."""
+    params = {}
+    for i, (name, shape, specs, std) in enumerate(parameter_specs(config, mesh.dim_names)):
+        layout = tessel.Layout(specs, mesh)
+        params[name] = (tessel.ones(shape, layout) if std == 0 else
+                        tessel.random_normal(shape, layout, seed * 1000 + i, 0.0, std))
+    return params
+
+
+def forward(params, idx, config):
+    """Logits [B, T, V] (the vocabulary sharded over `model`)."""
+    b, t = idx.shape
+    heads, d = config.n_head, config.n_embd // config.n_head
+    pos = params["wpe"] if t == config.block_size else tessel.slice(params["wpe"], [0, 0], [t, -1])
+    x = tessel.embedding_lookup(params["wte"], idx) + pos  # Partial over model, pos added once
+
+    def split_heads(y):
+        return tessel.transpose(tessel.reshape(y, (b, t, heads, d)), [0, 2, 1, 3])
+
+    for i in range(config.n_layer):
+        p = lambda n: params[f"h.{i}.{n}"]
+        h = tessel.layer_norm(x, p("ln_1.weight"))
+        q, k, v = (split_heads(tessel.matmul(h, p(n))) for n in ("attn.wq", "attn.wk", "attn.wv"))
+        att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(d)))
+        y = tessel.reshape(tessel.transpose(tessel.matmul(att, v), [0, 2, 1, 3]), (b, t, heads * d))
+        x = x + tessel.matmul(y, p("attn.c_proj"))
+        h = tessel.layer_norm(x, p("ln_2.weight"))
+        x = x + tessel.matmul(tessel.gelu(tessel.matmul(h, p("mlp.c_fc")), approximate=False),
+                              p("mlp.c_proj"))
+    h = tessel.layer_norm(x, params["ln_f.weight"])
+    return tessel.matmul(h, params["wte"], transpose_b=True)  # tied output head
+
+
+def loss(params, idx, targets, config):
+    logits = forward(params, idx, config)
+    return tessel.reduce_mean(tessel.sparse_softmax_cross_entropy_with_logits(targets, logits))
+
+
+class Trainer:
+    """AdamW (decay on matrices), warm-up + cosine learning rate, clipping at global norm 1."""
+
+    def __init__(self, params, config):
+        self.names = list(params)
+        self.params = [params[n] for n in self.names]
+        self.config = config
+        self.optimizer = tessel.AdamW(config.learning_rate, 0.9, 0.99, 1e-8, config.weight_decay)
+        self.schedule = tessel.WarmupCosineDecay(config.learning_rate, config.min_lr,
+                                                 config.warmup_iters, config.lr_decay_iters)
+        self.step_count = 0
+
+    def step(self, idx, targets):
+        self.optimizer.learning_rate = self.schedule(self.step_count)
+        as_dict = lambda ps: dict(zip(self.names, ps))
+        value, grads = tessel.value_and_grad(
+            lambda ps: loss(as_dict(ps), idx, targets, self.config), self.params)
+        clipped, _ = tessel.clip_by_global_norm(grads, self.config.grad_clip)
+        self.params = self.optimizer.apply(self.params, clipped)
+        self.step_count += 1
+        return float(np.asarray(tessel.to_host(value)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="tiny")
+    parser.add_argument("--mesh", default="2x2", help="batch x model")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                       "data", "shakespeare_char", "input.txt"))
+    args = parser.parse_args()
+    config = Config(args.config)
+    config.lr_decay_iters = args.steps
+    config.warmup_iters = min(config.warmup_iters, args.steps // 10)
+    batch_dim, model_dim = (int(v) for v in args.mesh.split("x"))
+    mesh = tessel.create_mesh([("batch", batch_dim), ("model", model_dim)])
+    text = open(args.data).read()
+    chars = sorted(set(text))
+    ids = np.array([chars.index(ch) for ch in text[: int(len(text) * 0.9)]], dtype=np.int32)
+    rng = np.random.default_rng(1337)
+    trainer = Trainer(init(config, mesh, 1337), config)
+    rows = tessel.Layout(["batch", U], mesh)
+    start = time.time()
+    for s in range(args.steps):
+        offsets = rng.integers(0, len(ids) - config.block_size - 1, config.batch_size)
+        x = np.stack([ids[o:o + config.block_size] for o in offsets])
+        y = np.stack([ids[o + 1:o + 1 + config.block_size] for o in offsets])
+        value = trainer.step(tessel.copy_to_mesh(x, rows), tessel.copy_to_mesh(y, rows))
+        if s % 20 == 0 or s == args.steps - 1:
+            print(f"step {s:4d} loss {value:.4f} ({time.time() - start:.1f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+#include "gpt_config.h"
+
+#include "tessel/core/error.h"
+
+namespace tessel::gpt {
+
+GptConfig GptConfig::preset(const std::string& name) {
+  GptConfig c;
+  if (name == "tiny") return c;
+  if (name == "baby") {
+    c.n_layer = 6;
+    c.n_head = 6;
+    c.n_embd = 384;
+    c.block_size = 256;
+    c.dropout = 0.2;
+    c.batch_size = 64;
+    c.max_iters = 5000;
+    c.lr_decay_iters = 5000;
+    c.eval_interval = 250;
+    c.eval_iters = 200;
+    return c;
+  }
+  if (name == "test") {
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_embd = 32;
+    c.block_size = 16;
+    c.batch_size = 4;
+    return c;
+  }
+  throw Error(ErrorCode::kInvalidArgument, "gpt",
+              "unknown configuration '" + name + "': one of tiny, baby, test");
+}
+
+int64_t GptConfig::num_parameters() const {
+  const int64_t c = n_embd;
+  const int64_t per_layer = 12 * c * c + 2 * c;  // q, k, v, proj (4 C^2), MLP (8 C^2), 2 norms
+  return static_cast<int64_t>(vocab_size) * c + n_layer * per_layer + c;
+}
+
+double GptConfig::flops_per_token() const {
+  const double n = static_cast<double>(num_parameters()) + static_cast<double>(block_size) * n_embd;
+  return 6 * n + 12.0 * n_layer * n_head * head_dim() * block_size;
+}
+
+void GptConfig::validate() const {
+  const auto positive = [](int v, const char* name) {
+    if (v <= 0) {
+      throw Error(ErrorCode::kInvalidArgument, "gpt",
+                  std::string(name) + " must be positive, got " + std::to_string(v));
+    }
+  };
+  positive(n_layer, "n_layer");
+  positive(n_head, "n_head");
+  positive(n_embd, "n_embd");
+  positive(block_size, "block_size");
+  positive(vocab_size, "vocab_size");
+  positive(batch_size, "batch_size");
+  if (n_embd % n_head != 0) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                "n_embd " + std::to_string(n_embd) + " is not a multiple of n_head " +
+                    std::to_string(n_head));
+  }
+  if (!(dropout >= 0 && dropout < 1)) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                "dropout must be in [0, 1), got " + std::to_string(dropout));
+  }
+}
+
+}  // namespace tessel::gpt

@@ -1,0 +1,53 @@
+// The GPT's hyper-parameters: nanoGPT's character-level model (model.py with bias=False) and its
+// two published recipes on tiny Shakespeare.
+//
+//   GptConfig c = GptConfig::preset("tiny");   // 4 layers, 4 heads, width 128, context 64
+//   c.n_layer = 2;                             // any field may be changed before building
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tessel::gpt {
+
+struct GptConfig {
+  // Model.
+  int n_layer = 4;
+  int n_head = 4;
+  int n_embd = 128;
+  int block_size = 64;   // context length T
+  int vocab_size = 65;   // tiny Shakespeare's characters
+  double dropout = 0.0;  // on attention probabilities and on each block's two outputs
+  // Training (nanoGPT's train.py and config/train_shakespeare_char.py).
+  int batch_size = 12;  // global batch B, split over the mesh's batch dimension
+  int max_iters = 2000;
+  double learning_rate = 1e-3;
+  double min_lr = 1e-4;
+  int warmup_iters = 100;
+  int lr_decay_iters = 2000;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  int eval_interval = 250;
+  int eval_iters = 20;  // batches per validation estimate
+  uint64_t seed = 1337;
+
+  // "tiny": nanoGPT's CPU recipe (published validation loss about 1.88 after 2000 steps).
+  // "baby": the 6-layer, 6-head, width-384 model of config/train_shakespeare_char.py (10.65 M
+  //   parameters, published best validation loss 1.4697 after 5000 steps).
+  // "test": 2 layers, 4 heads, width 32, context 16, batch 4 (the reference test's size).
+  // Another name: kInvalidArgument listing the presets.
+  static GptConfig preset(const std::string& name);
+
+  int head_dim() const { return n_embd / n_head; }
+  // The parameter count nanoGPT reports (without the position embedding; the tied head once).
+  int64_t num_parameters() const;
+  // FLOPs per token as torchtitan counts them: 6 N + 12 L H Q T (N with the embeddings).
+  double flops_per_token() const;
+  // kInvalidArgument naming the field unless every size is positive, n_embd % n_head == 0 and
+  // dropout is in [0, 1).
+  void validate() const;
+};
+
+}  // namespace tessel::gpt

@@ -1,0 +1,189 @@
+// GptModel: parameters, their layouts and the forward pass (gpt_model.h).
+#include "gpt_model.h"
+
+#include <cmath>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/relayout.h"
+
+namespace tessel::gpt {
+namespace {
+
+constexpr const char* kUnsharded = "unsharded";
+
+std::string dim_or_unsharded(const Mesh& mesh, const std::string& name) {
+  for (const std::string& d : mesh.dim_names()) {
+    if (d == name) return name;
+  }
+  return kUnsharded;
+}
+
+}  // namespace
+
+GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_parallel)
+    : config_(std::move(config)),
+      mesh_(std::move(mesh)),
+      runtime_(runtime != nullptr ? runtime : &Runtime::global()),
+      sequence_parallel_(sequence_parallel),
+      batch_dim_(dim_or_unsharded(mesh_, "batch")),
+      model_dim_(dim_or_unsharded(mesh_, "model")) {
+  config_.validate();
+  const int64_t c = config_.n_embd;
+  const double std = 0.02;
+  const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
+  const auto add = [&](std::string name, Shape shape, std::vector<std::string> specs,
+                       double stddev) {
+    names_.push_back(std::move(name));
+    shapes_.push_back(std::move(shape));
+    layouts_.push_back(Layout(specs, mesh_));
+    init_stddev_.push_back(stddev);
+  };
+  const std::string& m = model_dim_;
+  add("wte", Shape{config_.vocab_size, c}, {m, kUnsharded}, std);
+  add("wpe", Shape{config_.block_size, c}, {kUnsharded, kUnsharded}, std);
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const std::string h = fmt::format("h.{}.", l);
+    add(h + "ln_1.weight", Shape{c}, {kUnsharded}, 0);
+    add(h + "attn.wq", Shape{c, c}, {kUnsharded, m}, std);
+    add(h + "attn.wk", Shape{c, c}, {kUnsharded, m}, std);
+    add(h + "attn.wv", Shape{c, c}, {kUnsharded, m}, std);
+    add(h + "attn.c_proj", Shape{c, c}, {m, kUnsharded}, residual_std);
+    add(h + "ln_2.weight", Shape{c}, {kUnsharded}, 0);
+    add(h + "mlp.c_fc", Shape{c, 4 * c}, {kUnsharded, m}, std);
+    add(h + "mlp.c_proj", Shape{4 * c, c}, {m, kUnsharded}, residual_std);
+  }
+  add("ln_f.weight", Shape{c}, {kUnsharded}, 0);
+  if (model_dim_ != kUnsharded && config_.n_head % mesh_.dim_size(model_dim_) != 0) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                fmt::format("n_head {} is not a multiple of the model dimension's size {}: "
+                            "heads are split whole",
+                            config_.n_head, mesh_.dim_size(model_dim_)));
+  }
+}
+
+size_t GptModel::index(const std::string& name) const {
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i] == name) return i;
+  }
+  throw Error(ErrorCode::kNotFound, "gpt", "no parameter named '" + name + "'");
+}
+
+std::vector<DTensor> GptModel::init(uint64_t seed) const {
+  std::vector<DTensor> params;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (init_stddev_[i] == 0) {
+      params.push_back(ones(shapes_[i], layouts_[i], DType::kF32, runtime_));
+    } else {
+      params.push_back(random_normal(shapes_[i], layouts_[i], seed * 1000 + i, 0.0,
+                                     init_stddev_[i], DType::kF32, runtime_));
+    }
+  }
+  return params;
+}
+
+std::vector<DTensor> GptModel::from_host(const std::vector<Tensor>& values) const {
+  if (values.size() != names_.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                fmt::format("{} values for {} parameters", values.size(), names_.size()));
+  }
+  std::vector<DTensor> params;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].shape() != shapes_[i]) {
+      throw Error(ErrorCode::kInvalidArgument, "gpt",
+                  fmt::format("{} is {}, expected {}", names_[i], values[i].shape().to_string(),
+                              shapes_[i].to_string()));
+    }
+    params.push_back(copy_to_mesh(values[i], layouts_[i], *runtime_));
+  }
+  return params;
+}
+
+Layout GptModel::activation_layout() const {
+  return Layout({batch_dim_, sequence_parallel_ ? model_dim_ : kUnsharded, kUnsharded}, mesh_);
+}
+
+DTensor GptModel::tokens(const Tensor& ids) const {
+  return copy_to_mesh(ids, Layout({batch_dim_, kUnsharded}, mesh_), *runtime_);
+}
+
+DTensor GptModel::maybe_dropout(const DTensor& x, const ForwardOptions& options,
+                                uint64_t site) const {
+  if (!options.training || config_.dropout == 0) return x;
+  return dropout(x, config_.dropout, options.dropout_seed * 1000003 + site);
+}
+
+DTensor GptModel::attention(const std::vector<DTensor>& p, size_t first, int layer,
+                            const DTensor& h, const ForwardOptions& options) const {
+  const int64_t b = h.shape()[0], t = h.shape()[1];
+  const int64_t heads = config_.n_head, d = config_.head_dim();
+  // [B, T, C] (C over model: whole heads) -> [B, heads, T, D].
+  const auto split_heads = [&](const DTensor& x) {
+    return transpose(reshape(x, Shape{b, t, heads, d}), {0, 2, 1, 3});
+  };
+  const DTensor q = split_heads(matmul(h, p[first + 1]));
+  const DTensor k = split_heads(matmul(h, p[first + 2]));
+  const DTensor v = split_heads(matmul(h, p[first + 3]));
+  DTensor att = causal_softmax(multiply(matmul(q, k, false, true), 1.0 / std::sqrt(double(d))));
+  att = maybe_dropout(att, options, 3 * static_cast<uint64_t>(layer));
+  const DTensor y = reshape(transpose(matmul(att, v), {0, 2, 1, 3}), Shape{b, t, heads * d});
+  return matmul(y, p[first + 4]);  // row-parallel: Partial(sum) over model
+}
+
+DTensor GptModel::block(const std::vector<DTensor>& p, size_t first, int layer, const DTensor& x,
+                        const ForwardOptions& options) const {
+  const Layout whole_sequence({batch_dim_, kUnsharded, kUnsharded}, mesh_);
+  // With sequence parallelism the norms run on sequence shards; the column-parallel matmuls
+  // take the whole sequence (all-gather) and the row-parallel outputs go back to sequence
+  // shards (reduce-scatter) instead of being all-reduced.
+  const auto to_block_input = [&](const DTensor& h) {
+    return sequence_parallel_ ? relayout(h, whole_sequence) : h;
+  };
+  const auto to_residual = [&](const DTensor& out) {
+    return sequence_parallel_ ? relayout(out, activation_layout()) : out;
+  };
+  const uint64_t site = 3 * static_cast<uint64_t>(layer);
+  DTensor a = attention(p, first, layer, to_block_input(layer_norm(x, p[first])), options);
+  DTensor r = add(x, maybe_dropout(to_residual(a), options, site + 1));
+  const DTensor h2 = to_block_input(layer_norm(r, p[first + 5]));
+  const DTensor m = matmul(gelu(matmul(h2, p[first + 6]), /*approximate=*/false), p[first + 7]);
+  return add(r, maybe_dropout(to_residual(m), options, site + 2));
+}
+
+DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
+                         const ForwardOptions& options) const {
+  if (p.size() != names_.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                fmt::format("{} parameters given, the model has {}", p.size(), names_.size()));
+  }
+  const int64_t t = idx.shape()[1];
+  if (idx.rank() != 2 || t > config_.block_size) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                fmt::format("idx must be [B, T] with T <= block_size {}, got {}",
+                            config_.block_size, idx.shape().to_string()));
+  }
+  const DTensor& wte = p[0];
+  const DTensor pos = t == config_.block_size ? p[1] : slice(p[1], {0, 0}, {t, config_.n_embd});
+  // Token rows: a Partial sum over model (each device looks up the rows it holds); the position
+  // embedding is added once.
+  DTensor x = add(embedding_lookup(wte, idx), pos);
+  if (sequence_parallel_) x = relayout(x, activation_layout());
+  x = maybe_dropout(x, options, 3 * static_cast<uint64_t>(config_.n_layer));
+  for (int l = 0; l < config_.n_layer; ++l) {
+    x = block(p, 2 + 8 * static_cast<size_t>(l), l, x, options);
+  }
+  DTensor h = layer_norm(x, p.back());
+  if (sequence_parallel_) h = relayout(h, Layout({batch_dim_, kUnsharded, kUnsharded}, mesh_));
+  return matmul(h, wte, false, true);  // tied head: [B, T, V], V over model
+}
+
+DTensor GptModel::loss(const std::vector<DTensor>& params, const DTensor& idx,
+                       const DTensor& targets, const ForwardOptions& options) const {
+  return reduce_mean(sparse_softmax_cross_entropy_with_logits(targets, logits(params, idx, options)));
+}
+
+}  // namespace tessel::gpt

@@ -1,0 +1,92 @@
+// A GPT-2-style language model written with tessel's ops: nanoGPT's model.py (bias=False) laid
+// out on a (batch, model) mesh with Megatron's tensor parallelism.
+//
+//   Mesh mesh = Mesh::create({{"batch", 2}, {"model", 2}});
+//   GptModel model(GptConfig::preset("tiny"), mesh);
+//   std::vector<DTensor> params = model.init(/*seed=*/1337);
+//   DTensor loss = model.loss(params, idx, targets);           // idx, targets: [B, T] i32
+//
+// Layouts (the parameter table of docs/gpt.md):
+// - wte [V, C]: rows over `model` (vocabulary-parallel, 33/32 rows of 65 on two devices); used
+//   by the token lookup (a Partial sum over `model`) and, tied, as the output head: logits
+//   [B, T, V] sharded over `model` on V, whose cross-entropy never gathers them.
+// - q, k, v [C, C] and the MLP's c_fc [C, 4C]: columns over `model` (whole heads per device);
+//   attention's c_proj [C, C] and the MLP's c_proj [4C, C]: rows over `model`, so each block's
+//   two outputs are Partial sums over `model`, reduced once by the next layer norm.
+// - wpe, the layer norms: replicated.
+// - Activations: rows over `batch` (data parallel); every gradient comes back in its
+//   parameter's layout, the data-parallel sums reduced in fused buckets.
+// With sequence_parallel, the layer norms and dropouts run on sequence shards over `model`
+// ([B, T/m, C]) instead of redundantly on every model device.
+// Mesh dimensions: `batch` and `model` are looked up by name; a missing one counts as size 1.
+// n_head must be a multiple of the model dimension's size; the batch size of a call must be a
+// multiple of the batch dimension's (else kInvalidArgument from the layouts).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpt_config.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/mesh/layout.h"
+#include "tessel/runtime/runtime.h"
+
+namespace tessel::gpt {
+
+struct ForwardOptions {
+  bool training = false;       // dropout on (config().dropout > 0)
+  uint64_t dropout_seed = 0;   // a new one per step: masks keyed by (seed, layer, global index)
+};
+
+class GptModel {
+ public:
+  GptModel(GptConfig config, Mesh mesh, Runtime* runtime = nullptr, bool sequence_parallel = false);
+
+  const GptConfig& config() const { return config_; }
+  const Mesh& mesh() const { return mesh_; }
+  // Parameter names in nanoGPT's order ("wte", "wpe", "h.0.ln_1.weight", "h.0.attn.wq", ...,
+  // "ln_f.weight"), their global shapes and their layouts; params vectors follow this order.
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<Shape>& shapes() const { return shapes_; }
+  const std::vector<Layout>& layouts() const { return layouts_; }
+  // Index of a parameter by name (kNotFound naming it).
+  size_t index(const std::string& name) const;
+
+  // nanoGPT's initialisation: normal(0, 0.02), the residual projections normal(0, 0.02 /
+  // sqrt(2 n_layer)), layer norm weights 1; random values keyed by (seed, parameter index,
+  // global element index): the same on every mesh.
+  std::vector<DTensor> init(uint64_t seed) const;
+  // Host arrays (f32 or f64) laid out as the parameters (for loading a reference or checkpoint).
+  std::vector<DTensor> from_host(const std::vector<Tensor>& values) const;
+
+  // Token ids [B, T] (host, i32) as the activations' layout: rows over `batch`.
+  DTensor tokens(const Tensor& ids) const;
+  // Logits [B, T, V] (vocabulary sharded over `model`).
+  DTensor logits(const std::vector<DTensor>& params, const DTensor& idx,
+                 const ForwardOptions& options = {}) const;
+  // Mean cross-entropy of next-token prediction over every position.
+  DTensor loss(const std::vector<DTensor>& params, const DTensor& idx, const DTensor& targets,
+               const ForwardOptions& options = {}) const;
+
+ private:
+  DTensor block(const std::vector<DTensor>& p, size_t first, int layer, const DTensor& x,
+                const ForwardOptions& options) const;
+  DTensor attention(const std::vector<DTensor>& p, size_t first, int layer, const DTensor& h,
+                    const ForwardOptions& options) const;
+  DTensor maybe_dropout(const DTensor& x, const ForwardOptions& options, uint64_t site) const;
+  // Layout of a [B, T, C] activation: rows over batch; with sequence parallelism T over model.
+  Layout activation_layout() const;
+
+  GptConfig config_;
+  Mesh mesh_;
+  Runtime* runtime_;
+  bool sequence_parallel_;
+  std::string batch_dim_, model_dim_;  // "unsharded" when the mesh lacks the dimension
+  std::vector<std::string> names_;
+  std::vector<Shape> shapes_;
+  std::vector<Layout> layouts_;
+  std::vector<double> init_stddev_;  // 0: ones
+};
+
+}  // namespace tessel::gpt

@@ -1,0 +1,81 @@
+#include "gpt_reference.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "gpt_model.h"
+#include "safetensors_file.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/optimizers.h"
+
+namespace tessel::gpt {
+namespace {
+
+// max |a - b| / max |b|.
+double relative_error(const Tensor& got, const Tensor& want) {
+  const std::vector<double> a = got.to_doubles(), b = want.to_doubles();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  if (a.size() != b.size() || std::isnan(diff)) return INFINITY;
+  return scale > 0 ? diff / scale : diff;
+}
+
+}  // namespace
+
+bool ReferenceErrors::passes(double relative, double steps) const {
+  return logits <= relative && loss <= relative && gradients <= relative &&
+         step_losses <= steps;
+}
+
+std::string ReferenceErrors::to_string() const {
+  return fmt::format("logits {:.2e}, loss {:.2e}, gradients {:.2e} (worst: {}), 10 step losses "
+                     "{:.2e}",
+                     logits, loss, gradients, worst_gradient, step_losses);
+}
+
+ReferenceErrors check_reference(const std::string& path, const Mesh& mesh, DType dtype,
+                                Runtime* runtime) {
+  const SafetensorsFile ref = SafetensorsFile::read(path);
+  GptConfig config = GptConfig::preset("test");
+  GptModel model(config, mesh, runtime);
+  std::vector<Tensor> initial;
+  for (const std::string& name : model.names()) initial.push_back(ref.tensor("param." + name).astype(dtype));
+  std::vector<DTensor> params = model.from_host(initial);
+  const DTensor idx = model.tokens(ref.tensor("idx"));
+  const DTensor targets = model.tokens(ref.tensor("targets"));
+
+  ReferenceErrors e;
+  e.logits = relative_error(to_host(model.logits(params, idx)), ref.tensor("logits"));
+  auto [loss, grads] = value_and_grad(
+      [&](const std::vector<DTensor>& p) { return model.loss(p, idx, targets); }, params);
+  e.loss = relative_error(to_host(loss), ref.tensor("loss"));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const double err = relative_error(to_host(grads[i]), ref.tensor("grad." + model.names()[i]));
+    if (err >= e.gradients) {
+      e.gradients = err;
+      e.worst_gradient = model.names()[i];
+    }
+  }
+  // 10 AdamW steps on the same batch, as the reference's metadata describes.
+  AdamW optimizer(1e-3, 0.9, 0.99, 1e-8, 0.1);
+  const WarmupCosineDecay schedule{1e-3, 1e-4, 3, 10};
+  const std::vector<double> want = ref.tensor("step_losses").to_doubles();
+  for (size_t s = 0; s < want.size(); ++s) {
+    optimizer.set_learning_rate(schedule(static_cast<int64_t>(s)));
+    auto [step_loss, step_grads] = value_and_grad(
+        [&](const std::vector<DTensor>& p) { return model.loss(p, idx, targets); }, params);
+    auto clipped = clip_by_global_norm(step_grads, 1.0).first;
+    const double got = to_host(step_loss).to_doubles().at(0);
+    e.step_losses = std::max(e.step_losses, std::isnan(got) ? INFINITY : std::abs(got - want[s]));
+    optimizer.apply(params, clipped);
+  }
+  return e;
+}
+
+}  // namespace tessel::gpt

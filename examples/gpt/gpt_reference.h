@@ -1,0 +1,36 @@
+// Checks the GPT against a reference that shares no code with tessel (llm.c's method): the
+// float64 JAX model of examples/gpt/reference/ dumps, for the "test" configuration and one fixed
+// batch, the initial parameters, the logits, the loss, every gradient and the losses of 10 AdamW
+// steps (warm-up, cosine decay, clipping). check_reference loads the same parameters on `mesh`,
+// runs the same computation in `dtype` and reports the largest errors.
+//
+//   ReferenceErrors e = check_reference("examples/gpt/reference/gpt_small_reference.safetensors",
+//                                       mesh, DType::kF32, &runtime);
+//   e.passes()   // logits and gradients within 1e-5 of the largest reference magnitude (f32),
+//                // every step loss within 1e-4
+#pragma once
+
+#include <string>
+
+#include "tessel/core/dtype.h"
+#include "tessel/mesh/mesh.h"
+#include "tessel/runtime/runtime.h"
+
+namespace tessel::gpt {
+
+struct ReferenceErrors {
+  // max |tessel - reference| / max |reference| over the tensor (the worst gradient's).
+  double logits = 0;
+  double loss = 0;  // |difference| / |reference|
+  double gradients = 0;
+  std::string worst_gradient;
+  double step_losses = 0;  // max |difference| over the 10 steps (absolute)
+  // The tolerances: 1e-5 (logits, gradients; f32) and 1e-4 (step losses).
+  bool passes(double relative = 1e-5, double steps = 1e-4) const;
+  std::string to_string() const;
+};
+
+ReferenceErrors check_reference(const std::string& path, const Mesh& mesh, DType dtype,
+                                Runtime* runtime = nullptr);
+
+}  // namespace tessel::gpt

@@ -1,0 +1,109 @@
+#include "gpt_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.h"
+#include "tessel/dtensor/autodiff.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+
+namespace tessel::gpt {
+namespace {
+
+double scalar_of(const DTensor& t) { return to_host(t).to_doubles().at(0); }
+
+}  // namespace
+
+GptTrainer::GptTrainer(GptConfig config, Mesh mesh, CharDataset data, Runtime* runtime,
+                       bool sequence_parallel)
+    : model_((config.vocab_size = data.vocab_size(), config), std::move(mesh), runtime,
+             sequence_parallel),
+      data_(std::move(data)),
+      runtime_(runtime != nullptr ? runtime : &Runtime::global()),
+      params_(model_.init(model_.config().seed)),
+      optimizer_(model_.config().learning_rate, model_.config().beta1, model_.config().beta2,
+                 1e-8, model_.config().weight_decay),
+      schedule_{model_.config().learning_rate, model_.config().min_lr,
+                model_.config().warmup_iters, model_.config().lr_decay_iters} {}
+
+StepReport GptTrainer::step() {
+  const auto start = std::chrono::steady_clock::now();
+  const GptConfig& c = model_.config();
+  StepReport r;
+  r.step = step_;
+  r.learning_rate = schedule_(step_);
+  optimizer_.set_learning_rate(r.learning_rate);
+  auto [idx_host, targets_host] = data_.batch(Split::kTrain, step_, c.batch_size, c.block_size, c.seed);
+  const DTensor idx = model_.tokens(idx_host);
+  const DTensor targets = model_.tokens(targets_host);
+  const ForwardOptions options{.training = true, .dropout_seed = c.seed * 7919 + static_cast<uint64_t>(step_)};
+  auto [loss, grads] = value_and_grad(
+      [&](const std::vector<DTensor>& p) { return model_.loss(p, idx, targets, options); }, params_);
+  auto [clipped, norm] = clip_by_global_norm(grads, c.grad_clip);
+  r.loss = scalar_of(loss);
+  r.grad_norm = scalar_of(norm);
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    throw Error(ErrorCode::kFailedPrecondition, "gpt",
+                fmt::format("step {}: the loss is {} and the gradient norm {} (learning rate {}); "
+                            "stopped before applying a non-finite update",
+                            step_, r.loss, r.grad_norm, r.learning_rate));
+  }
+  optimizer_.apply(params_, clipped);
+  ++step_;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+double GptTrainer::estimate_loss(Split split) {
+  const GptConfig& c = model_.config();
+  double total = 0;
+  for (int i = 0; i < c.eval_iters; ++i) {
+    auto [idx, targets] = data_.batch(split, -1 - i, c.batch_size, c.block_size, c.seed);
+    total += scalar_of(model_.loss(params_, model_.tokens(idx), model_.tokens(targets)));
+  }
+  return total / c.eval_iters;
+}
+
+std::string GptTrainer::generate(const std::string& prompt, int count, double temperature,
+                                 int top_k, uint64_t seed) {
+  if (!(temperature > 0)) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                fmt::format("temperature must be > 0, got {}", temperature));
+  }
+  const GptConfig& c = model_.config();
+  std::vector<int32_t> ids = data_.encode(prompt.empty() ? std::string("\n") : prompt);
+  std::mt19937_64 rng(seed);
+  std::string out;
+  for (int n = 0; n < count; ++n) {
+    const size_t t = std::min<size_t>(ids.size(), static_cast<size_t>(c.block_size));
+    const std::vector<int32_t> window(ids.end() - static_cast<std::ptrdiff_t>(t), ids.end());
+    const Tensor idx = Tensor::from_vector<int32_t>(window, Shape{1, static_cast<int64_t>(t)});
+    const std::vector<double> logits = to_host(model_.logits(params_, model_.tokens(idx))).to_doubles();
+    // The last position's logits, tempered; top-k keeps the k largest.
+    std::vector<double> last(logits.end() - c.vocab_size, logits.end());
+    for (double& v : last) v /= temperature;
+    if (top_k > 0 && top_k < c.vocab_size) {
+      std::vector<double> sorted = last;
+      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
+      const double cut = sorted[static_cast<size_t>(top_k - 1)];
+      for (double& v : last) {
+        if (v < cut) v = -INFINITY;
+      }
+    }
+    const double most = *std::max_element(last.begin(), last.end());
+    std::vector<double> weights(last.size());
+    for (size_t i = 0; i < last.size(); ++i) weights[i] = std::exp(last[i] - most);
+    std::discrete_distribution<int32_t> pick(weights.begin(), weights.end());
+    ids.push_back(pick(rng));
+    out += data_.decode({ids.back()});
+  }
+  return out;
+}
+
+}  // namespace tessel::gpt

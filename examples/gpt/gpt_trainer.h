@@ -1,0 +1,64 @@
+// Training a GptModel on a CharDataset: nanoGPT's train.py loop on a tessel mesh.
+//
+//   GptTrainer trainer(GptConfig::preset("tiny"), mesh, CharDataset::load(path));
+//   for (int64_t s = 0; s < trainer.config().max_iters; ++s) {
+//     StepReport r = trainer.step();                 // one AdamW step on batch s
+//   }
+//   double val = trainer.estimate_loss(Split::kVal);
+//   std::string text = trainer.generate("\n", 300);
+//
+// A step: the learning rate of WarmupCosineDecay, batch `step` of the training split (the same
+// on every mesh), loss and gradients with value_and_grad (the data-parallel sums reduced in
+// fused buckets), clip_by_global_norm, AdamW (decay on the 2-D parameters only). A loss or
+// gradient norm that is not finite stops training: kFailedPrecondition naming the step and the
+// value, instead of training on NaN.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "char_dataset.h"
+#include "gpt_model.h"
+#include "tessel/dtensor/optimizers.h"
+
+namespace tessel::gpt {
+
+struct StepReport {
+  int64_t step = 0;
+  double loss = 0;
+  double learning_rate = 0;
+  double grad_norm = 0;  // before clipping
+  double seconds = 0;    // wall time of the step, including the loss's transfer to the host
+};
+
+class GptTrainer {
+ public:
+  GptTrainer(GptConfig config, Mesh mesh, CharDataset data, Runtime* runtime = nullptr,
+             bool sequence_parallel = false);
+
+  const GptConfig& config() const { return model_.config(); }
+  const GptModel& model() const { return model_; }
+  const CharDataset& data() const { return data_; }
+  int64_t next_step() const { return step_; }
+  std::vector<DTensor>& params() { return params_; }
+
+  StepReport step();
+  // The mean loss over config().eval_iters fixed batches of `split` (no dropout).
+  double estimate_loss(Split split);
+  // `count` characters sampled after `prompt` (temperature > 0; top_k 0: every character).
+  std::string generate(const std::string& prompt, int count, double temperature = 1.0,
+                       int top_k = 0, uint64_t seed = 42);
+
+ private:
+  GptModel model_;
+  CharDataset data_;
+  Runtime* runtime_;
+  std::vector<DTensor> params_;
+  AdamW optimizer_;
+  WarmupCosineDecay schedule_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tessel::gpt

@@ -1,0 +1,307 @@
+// tessel train gpt: trains the GPT of examples/gpt (nanoGPT's character model) on tiny
+// Shakespeare over a batch x model mesh, in one process or as one of several under mpirun.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "char_dataset.h"
+#include "commands.h"
+#include "gpt_trainer.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/core/error.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/runtime/clients.h"
+#include "tessel/runtime/runtime.h"
+
+namespace tessel::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tessel train gpt [options]\n"
+    "\n"
+    "Trains nanoGPT's character-level GPT on tiny Shakespeare over a batch x model mesh:\n"
+    "data parallel over batch, Megatron tensor parallel over model (heads, MLP columns and the\n"
+    "vocabulary sharded), AdamW with warm-up and cosine decay, gradient clipping at norm 1.\n"
+    "\n"
+    "  --config NAME       tiny (4 layers, width 128, context 64, batch 12: nanoGPT's CPU recipe),\n"
+    "                      baby (6 layers, width 384, context 256, batch 64) or test (default tiny)\n"
+    "  --mesh BxM          batch x model mesh, also batch=B,model=M (default 2x2)\n"
+    "  --steps N           training steps (default: the config's, 2000 for tiny)\n"
+    "  --eval-interval N   validation loss every N steps and at the end (default: the config's)\n"
+    "  --eval-iters N      batches per validation estimate (default: the config's)\n"
+    "  --sp                sequence parallelism: norms and dropout on sequence shards\n"
+    "  --dropout X         dropout rate (default: the config's)\n"
+    "  --lr X              peak learning rate (default: the config's)\n"
+    "  --seed N            initialisation, data and dropout seed (default 1337)\n"
+    "  --data FILE         training text (default data/shakespeare_char/input.txt)\n"
+    "  --sample N          characters to generate at the end (default 300; 0: none)\n"
+    "  --metrics FILE      write step,loss,lr,grad_norm,step_seconds and the evaluations as CSV\n"
+    "  --json              print one JSON object at the end instead of the progress output\n"
+    "\n"
+    "Several processes: `mpirun -np P tessel train gpt` makes each process a client holding\n"
+    "B*M/P devices of the mesh; only process 0 prints.\n";
+
+struct Options {
+  std::string config = "tiny";
+  int64_t mesh_batch = 2, mesh_model = 2;
+  std::optional<int64_t> steps, eval_interval, eval_iters, seed;
+  std::optional<double> dropout, lr;
+  bool sp = false, json = false;
+  std::string data = "data/shakespeare_char/input.txt";
+  int64_t sample = 300;
+  std::string metrics;
+};
+
+[[noreturn]] void bad(const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, "train", message);
+}
+
+int64_t integer(const std::string& flag, const std::string& value, int64_t least) {
+  size_t used = 0;
+  int64_t v = least - 1;
+  try {
+    v = std::stoll(value, &used);
+  } catch (...) {
+  }
+  if (used != value.size() || v < least) {
+    bad(fmt::format("{} needs an integer >= {}, got '{}'", flag, least, value));
+  }
+  return v;
+}
+
+double number(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  double v = NAN;
+  try {
+    v = std::stod(value, &used);
+  } catch (...) {
+  }
+  if (used != value.size() || !std::isfinite(v) || v < 0) {
+    bad(fmt::format("{} needs a finite number >= 0, got '{}'", flag, value));
+  }
+  return v;
+}
+
+// "2x2" or "batch=2,model=2".
+void parse_mesh(const std::string& v, Options& o) {
+  const size_t x = v.find('x');
+  if (x != std::string::npos && v.find('=') == std::string::npos) {
+    o.mesh_batch = integer("--mesh", v.substr(0, x), 1);
+    o.mesh_model = integer("--mesh", v.substr(x + 1), 1);
+    return;
+  }
+  o.mesh_batch = o.mesh_model = 1;
+  size_t start = 0;
+  while (start <= v.size()) {
+    const size_t comma = std::min(v.find(',', start), v.size());
+    const std::string item = v.substr(start, comma - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) bad(fmt::format("--mesh needs BxM or batch=B,model=M, got '{}'", v));
+    const std::string name = item.substr(0, eq);
+    const int64_t size = integer("--mesh", item.substr(eq + 1), 1);
+    if (name == "batch") {
+      o.mesh_batch = size;
+    } else if (name == "model") {
+      o.mesh_model = size;
+    } else {
+      bad(fmt::format("--mesh dimensions are batch and model, got '{}'", name));
+    }
+    start = comma + 1;
+  }
+}
+
+Options parse(const Args& args) {
+  if (args.empty() || args[0] != "gpt") bad("the model to train: `tessel train gpt [options]`");
+  Options o;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) bad(fmt::format("{} needs a value", a));
+      return args[++i];
+    };
+    if (a == "--config") {
+      o.config = value();
+    } else if (a == "--mesh") {
+      parse_mesh(value(), o);
+    } else if (a == "--steps") {
+      o.steps = integer(a, value(), 1);
+    } else if (a == "--eval-interval") {
+      o.eval_interval = integer(a, value(), 1);
+    } else if (a == "--eval-iters") {
+      o.eval_iters = integer(a, value(), 1);
+    } else if (a == "--seed") {
+      o.seed = integer(a, value(), 0);
+    } else if (a == "--dropout") {
+      o.dropout = number(a, value());
+    } else if (a == "--lr") {
+      o.lr = number(a, value());
+    } else if (a == "--sp") {
+      o.sp = true;
+    } else if (a == "--data") {
+      o.data = value();
+    } else if (a == "--sample") {
+      o.sample = integer(a, value(), 0);
+    } else if (a == "--metrics") {
+      o.metrics = value();
+    } else if (a == "--json") {
+      o.json = true;
+    } else {
+      bad(fmt::format("unknown option '{}' (see tessel train --help)", a));
+    }
+  }
+  return o;
+}
+
+gpt::GptConfig config_of(const Options& o) {
+  gpt::GptConfig c = gpt::GptConfig::preset(o.config);
+  if (o.steps) {
+    c.max_iters = static_cast<int>(*o.steps);
+    c.lr_decay_iters = c.max_iters;
+    c.warmup_iters = std::min(c.warmup_iters, c.max_iters / 10);
+  }
+  if (o.eval_interval) c.eval_interval = static_cast<int>(*o.eval_interval);
+  if (o.eval_iters) c.eval_iters = static_cast<int>(*o.eval_iters);
+  if (o.seed) c.seed = static_cast<uint64_t>(*o.seed);
+  if (o.dropout) c.dropout = *o.dropout;
+  if (o.lr) c.learning_rate = *o.lr;
+  return c;
+}
+
+// JSON has no NaN or infinity: those are written as null.
+std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
+
+std::string progress_line(const gpt::StepReport& r, int64_t total, double tokens_per_step,
+                          double elapsed) {
+  const int width = 24;
+  const int filled = static_cast<int>(width * (r.step + 1) / std::max<int64_t>(total, 1));
+  const double eta = elapsed / static_cast<double>(r.step + 1) * static_cast<double>(total - r.step - 1);
+  return fmt::format("[{}{}] step {:>5}/{} loss {:.4f} lr {:.2e} {:>7.0f} tok/s ETA {:>4.0f} s",
+                     std::string(static_cast<size_t>(filled), '='),
+                     std::string(static_cast<size_t>(width - filled), ' '), r.step + 1, total,
+                     r.loss, r.learning_rate, tokens_per_step / r.seconds, eta);
+}
+
+int train_gpt(const Options& o) {
+  const ClientConfig client = client_config();
+  const int64_t devices = o.mesh_batch * o.mesh_model;
+  if (devices % client.num_clients != 0) {
+    bad(fmt::format("the {}x{} mesh's {} devices do not split evenly over {} processes",
+                    o.mesh_batch, o.mesh_model, devices, client.num_clients));
+  }
+  const int local = static_cast<int>(devices / client.num_clients);
+  std::optional<MpiEnvironment> mpi;
+  if (client.num_clients > 1) mpi.emplace();  // kUnavailable in a build without MPI
+  Runtime rt({.num_cpu_devices = local, .job = client.job, .task = client.client_id});
+  std::vector<std::string> local_names;
+  for (int i = 0; i < local; ++i) local_names.push_back(fmt::format("CPU:{}", i));
+  const Mesh mesh = create_distributed_mesh({{"batch", o.mesh_batch}, {"model", o.mesh_model}},
+                                            local_names, client);
+  gpt::GptTrainer trainer(config_of(o), mesh, gpt::CharDataset::load(o.data), &rt, o.sp);
+  const gpt::GptConfig& c = trainer.config();
+  const bool prints = client.client_id == 0;
+  const bool progress = prints && !o.json;
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  if (progress) {
+    std::cout << fmt::format(
+        "tessel train gpt: {} ({} layers, {} heads, width {}, context {}, {:.2f} M parameters), "
+        "batch {}, {} steps, mesh batch={} model={}{}{}\n",
+        o.config, c.n_layer, c.n_head, c.n_embd, c.block_size, c.num_parameters() / 1e6,
+        c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model, o.sp ? ", sequence parallel" : "",
+        client.num_clients > 1 ? fmt::format(" over {} processes", client.num_clients) : "");
+  }
+  std::vector<gpt::StepReport> reports;
+  struct Eval {
+    int64_t step;
+    double train, val;
+  };
+  std::vector<Eval> evals;
+  const double tokens_per_step = static_cast<double>(c.batch_size) * c.block_size;
+  const auto evaluate = [&](int64_t step) {
+    Eval e{step, trainer.estimate_loss(gpt::Split::kTrain), trainer.estimate_loss(gpt::Split::kVal)};
+    evals.push_back(e);
+    if (progress) {
+      std::cout << (tty ? "\r\033[K" : "")
+                << fmt::format("step {:>5}: train loss {:.4f}, val loss {:.4f}\n", step, e.train,
+                               e.val)
+                << std::flush;
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < c.max_iters; ++s) {
+    if (s % c.eval_interval == 0 && s > 0) evaluate(s);
+    reports.push_back(trainer.step());
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (progress && (tty || (s + 1) % 50 == 0 || s + 1 == c.max_iters)) {
+      std::cout << (tty ? "\r\033[K" : "") << progress_line(reports.back(), c.max_iters, tokens_per_step, elapsed)
+                << (tty ? "" : "\n") << std::flush;
+    }
+  }
+  const double train_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (progress && tty) std::cout << "\n";
+  evaluate(c.max_iters);
+  std::string sample;
+  if (o.sample > 0) sample = trainer.generate("\n", static_cast<int>(o.sample), 1.0, 0, c.seed);
+  if (!prints) return kExitOk;
+  std::vector<double> step_seconds;
+  for (const auto& r : reports) step_seconds.push_back(r.seconds);
+  std::sort(step_seconds.begin(), step_seconds.end());
+  const double median_step = step_seconds[step_seconds.size() / 2];
+  if (!o.metrics.empty()) {
+    std::ofstream out(o.metrics);
+    if (!out) bad(fmt::format("cannot write --metrics file '{}'", o.metrics));
+    out << "kind,step,loss,lr,grad_norm,step_seconds,val_loss\n";
+    for (const auto& r : reports) {
+      out << fmt::format("train,{},{:.6f},{:.6g},{:.6f},{:.6f},\n", r.step, r.loss,
+                         r.learning_rate, r.grad_norm, r.seconds);
+    }
+    for (const auto& e : evals) out << fmt::format("eval,{},{:.6f},,,,{:.6f}\n", e.step, e.train, e.val);
+  }
+  if (o.json) {
+    std::string losses;
+    for (const auto& r : reports) losses += (losses.empty() ? "" : ",") + json_number(r.loss);
+    std::string ev;
+    for (const auto& e : evals) {
+      ev += fmt::format("{}{{\"step\":{},\"train_loss\":{},\"val_loss\":{}}}", ev.empty() ? "" : ",",
+                        e.step, json_number(e.train), json_number(e.val));
+    }
+    std::cout << fmt::format(
+        "{{\"config\":\"{}\",\"mesh\":[{},{}],\"processes\":{},\"sequence_parallel\":{},"
+        "\"steps\":{},\"final_train_loss\":{},\"final_val_loss\":{},\"train_seconds\":{},"
+        "\"median_step_seconds\":{},\"tokens_per_second\":{},\"losses\":[{}],\"evals\":[{}]}}\n",
+        o.config, o.mesh_batch, o.mesh_model, client.num_clients, o.sp ? "true" : "false",
+        c.max_iters, json_number(evals.back().train), json_number(evals.back().val),
+        json_number(train_seconds), json_number(median_step),
+        json_number(tokens_per_step / median_step), losses, ev);
+    return kExitOk;
+  }
+  std::cout << fmt::format("trained {} steps in {:.1f} s (median step {:.1f} ms, {:.0f} tokens/s); "
+                           "final val loss {:.4f}\n",
+                           c.max_iters, train_seconds, median_step * 1e3,
+                           tokens_per_step / median_step, evals.back().val);
+  if (!sample.empty()) std::cout << "\n--- sample ---\n" << sample << "\n--------------\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_train(const Args& args) {
+  if (wants_help(args)) {
+    std::cout << kHelp;
+    return kExitOk;
+  }
+  return train_gpt(parse(args));
+}
+
+}  // namespace tessel::cli
