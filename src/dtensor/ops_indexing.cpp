@@ -64,9 +64,7 @@ void check_table(const TensorSpec& table, std::string_view op) {
     throw_invalid(op, "the table must have rank 2 ([vocab, dim]), got shape {}",
                   table.shape.to_string());
   }
-  if (table.dtype != DType::kF32 && table.dtype != DType::kF64) {
-    throw_invalid(op, "the table must be f32 or f64, got {}", dtype_name(table.dtype));
-  }
+  require_float(table.dtype, op, "the table", NotFloat::kInvalid);
 }
 
 [[noreturn]] void bad_id(int64_t id, int64_t vocab, std::string_view op) {
@@ -147,9 +145,7 @@ TensorSpec infer_lookup_grad(const std::vector<TensorSpec>& in, const OpAttrs& a
     throw_invalid(kLookupGrad, "gradient shape {} does not match ids shape {} plus [dim]",
                   g.to_string(), ids.to_string());
   }
-  if (in[1].dtype != DType::kF32 && in[1].dtype != DType::kF64) {
-    throw_invalid(kLookupGrad, "the gradient must be f32 or f64, got {}", dtype_name(in[1].dtype));
-  }
+  require_float(in[1].dtype, kLookupGrad, "the gradient", NotFloat::kInvalid);
   return {Shape({attrs.sizes[0], g[g.rank() - 1]}), in[1].dtype, {}};
 }
 

@@ -156,10 +156,7 @@ void require_float_pair(const TensorSpec& a, const TensorSpec& b, std::string_vi
     throw_invalid(op, "operands have different dtypes: {} {} and {} {}", a.shape.to_string(),
                   dtype_name(a.dtype), b.shape.to_string(), dtype_name(b.dtype));
   }
-  if (a.dtype != DType::kF32 && a.dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32 and f64 only)",
-                dtype_name(a.dtype));
-  }
+  require_float(a.dtype, op, "dtype");
 }
 
 Shape output_shape(const Equation& eq, const Shape& sa, const Shape& sb) {

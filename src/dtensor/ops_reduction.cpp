@@ -237,16 +237,9 @@ void reduce_kernel(Kind kind, const std::vector<Tensor>& inputs, Tensor& output,
 
 // ---- infer and rules -------------------------------------------------------------------------
 
-void require_float(const TensorSpec& in, std::string_view op) {
-  if (in.dtype != DType::kF32 && in.dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32 and f64 only)",
-                dtype_name(in.dtype));
-  }
-}
-
 TensorSpec reduce_infer(Kind kind, const std::vector<TensorSpec>& inputs, const OpAttrs& attrs) {
   const TensorSpec& in = inputs[0];
-  require_float(in, kind_name(kind));
+  require_float(in.dtype, kind_name(kind), "dtype");
   const std::vector<bool> mask = reduced_mask(attrs.axes, in.shape, kind_name(kind));
   return {reduced_shape(in.shape, mask, attrs.keepdims), in.dtype, {}};
 }
@@ -280,7 +273,7 @@ constexpr std::string_view kSumGrad = "reduce_sum_grad";
 
 TensorSpec sum_grad_infer(const std::vector<TensorSpec>& inputs, const OpAttrs& attrs) {
   const Shape x_shape(attrs.sizes);
-  require_float(inputs[0], kSumGrad);
+  require_float(inputs[0].dtype, kSumGrad, "dtype");
   const std::vector<bool> mask = reduced_mask(attrs.axes, x_shape, kSumGrad);
   const Shape want = reduced_shape(x_shape, mask, attrs.keepdims);
   if (inputs[0].shape != want) {
@@ -352,7 +345,7 @@ constexpr std::string_view kMaxGrad = "reduce_max_grad";
 TensorSpec max_helper_infer(std::string_view op, const std::vector<TensorSpec>& inputs,
                             const OpAttrs& attrs) {
   const TensorSpec& x = inputs[0];
-  require_float(x, op);
+  require_float(x.dtype, op, "dtype");
   const std::vector<bool> mask = reduced_mask(attrs.axes, x.shape, op);
   const Shape want = reduced_shape(x.shape, mask, attrs.keepdims);
   for (size_t i = 1; i < inputs.size(); ++i) {

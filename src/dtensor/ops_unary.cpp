@@ -63,13 +63,6 @@ ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double scala
   return d;
 }
 
-void check_float(std::string_view op, DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32 and f64 only)",
-                dtype_name(dtype));
-  }
-}
-
 // True unless the device at mesh `offset` is past the first of its group along some Partial(sum)
 // dim of `layout` (such devices add a replicated value as 0, so it is added once).
 bool first_in_sum_groups(const Layout& layout, int64_t offset) {
@@ -136,7 +129,7 @@ OpDef unary_def(const char* name, PartialRule rule) {
   def.name = name;
   def.num_inputs = 1;
   def.infer = [name](const std::vector<TensorSpec>& in, const OpAttrs&) {
-    check_float(name, in[0].dtype);
+    require_float(in[0].dtype, name, "dtype");
     TensorSpec out;
     out.shape = in[0].shape;
     out.dtype = in[0].dtype;
