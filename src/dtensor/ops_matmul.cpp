@@ -589,9 +589,9 @@ DTensor operand_grad(const DTensor& x, const std::string& lx, const DTensor& y,
   }
   DTensor g = einsum(lx + "," + ly + "->" + kept, x, y);
   if (broadcast.axes.empty()) return g;
-  broadcast.sizes = like.shape().dims();
+  broadcast.shape = like.shape().dims();
   broadcast.layout = like.layout();
-  broadcast.scalar = 1.0;
+  broadcast.scale = 1.0;
   return call_op("reduce_sum_grad", {g}, broadcast);
 }
 

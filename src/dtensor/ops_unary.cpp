@@ -1,7 +1,7 @@
 // The elementwise op family, unary half: negative, exp, log, tanh, relu, gelu (tanh
 // approximation), sqrt, rsqrt, cast, and the host-scalar forms add(x, double) and
 // multiply(x, double), registered as "add_scalar" / "multiply_scalar" with the scalar in
-// OpAttrs::scalar (no rank-0 DTensor is made: the scalar travels with the kernel).
+// OpAttrs::operand (no rank-0 DTensor is made: the scalar travels with the kernel).
 //
 // Sharding rule: the output has the input's sharding, no communication. Partial dims stay
 // Partial where the op commutes with the pending reduction, else the input is demanded reduced:
@@ -30,7 +30,8 @@ using VjpFn = std::function<std::vector<DTensor>(const VjpArgs&)>;
 
 enum class PartialRule { kReduce, kNegate, kAddScalar, kScaleScalar };
 
-ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double scalar) {
+// `operand`: multiply_scalar's factor (its sign decides whether max and min swap).
+ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double operand) {
   const Layout& l = in.layout;
   if (!l.is_partial()) return {{l}, l};
   std::vector<PartialDim> keep_in, keep_out;
@@ -46,7 +47,7 @@ ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double scala
         const ReduceOp flip = p.op == ReduceOp::kMax ? ReduceOp::kMin : ReduceOp::kMax;
         if (rule == PartialRule::kNegate) out = flip;
         if (rule == PartialRule::kAddScalar) out = p.op;
-        if (rule == PartialRule::kScaleScalar) out = scalar < 0 ? flip : p.op;
+        if (rule == PartialRule::kScaleScalar) out = operand < 0 ? flip : p.op;
         break;
       }
       case ReduceOp::kProd:
@@ -136,7 +137,7 @@ OpDef unary_def(const char* name, PartialRule rule) {
     return out;
   };
   def.shard = [rule](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs& attrs) {
-    return unary_rule(in[0], rule, attrs.scalar);
+    return unary_rule(in[0], rule, attrs.operand.value_or(0.0));
   };
   return def;
 }
@@ -162,7 +163,7 @@ void register_scalar_ops(OpRegistry& registry) {
         if (out.num_elements() > 0) std::copy_n(in[0].data<T>(), out.num_elements(), out.data<T>());
         return;
       }
-      const T s = static_cast<T>(attrs.scalar);
+      const T s = static_cast<T>(attrs.operand.value_or(0.0));
       unary_loop<T>(in[0], out, [s](T x) { return x + s; });
     });
   };
@@ -173,12 +174,12 @@ void register_scalar_ops(OpRegistry& registry) {
   mul.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                   const LocalContext&) {
     dispatch_float(out.dtype(), "multiply_scalar", [&]<typename T>() {
-      const T s = static_cast<T>(attrs.scalar);
+      const T s = static_cast<T>(attrs.operand.value_or(0.0));
       unary_loop<T>(in[0], out, [s](T x) { return x * s; });
     });
   };
   mul.vjp = [](const VjpArgs& v) {
-    return std::vector<DTensor>{multiply(v.grad, v.attrs->scalar)};
+    return std::vector<DTensor>{multiply(v.grad, v.attrs->operand.value_or(0.0))};
   };
   registry.add(std::move(mul));
 }
@@ -271,13 +272,13 @@ DTensor cast(const DTensor& x, DType dtype) {
 
 DTensor add(const DTensor& a, double b) {
   OpAttrs attrs;
-  attrs.scalar = b;
+  attrs.operand = b;
   return call_op("add_scalar", {a}, attrs);
 }
 
 DTensor multiply(const DTensor& a, double b) {
   OpAttrs attrs;
-  attrs.scalar = b;
+  attrs.operand = b;
   return call_op("multiply_scalar", {a}, attrs);
 }
 
