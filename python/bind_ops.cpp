@@ -374,16 +374,36 @@ OpAttrs to_attrs(const py::kwargs& kwargs) {
 
 void bind_registry(py::module_& m) {
   py::class_<OpAttrs>(m, "OpAttrs", R"doc(
-What an op call carries besides its inputs (each op reads the fields it documents): axes,
-begin, sizes, equation, scalar, scalar2, dtype, keepdims, transpose_a, transpose_b, seed,
-layout (creation ops), runtime (creation ops). call_op / plan_op take them as keywords.)doc")
+What an op call carries besides its inputs; each op reads the fields op_registry.h names for
+it: axes (reductions), perm (transpose), axis (concat), begin / size (slice), shape (reshape,
+creation ops, reduce_sum_grad, slice_grad), vocab_size (embedding_lookup_grad), equation
+(einsum), value (fill), operand (add_scalar, multiply_scalar), low / high (random_uniform),
+mean / stddev (random_normal), scale (reduce_sum_grad), beta (ema, ema_square), learning_rate /
+epsilon (adam_apply, layer_norm), rate (dropout), dtype (cast, creation ops), keepdims
+(reductions), transpose_a /
+transpose_b (matmul), seed (random ops, dropout), layout, runtime (creation ops). The optional
+ones are
+None until set. call_op / plan_op take them as keywords.)doc")
       .def(py::init<>())
       .def_readwrite("axes", &OpAttrs::axes)
+      .def_readwrite("perm", &OpAttrs::perm)
+      .def_readwrite("axis", &OpAttrs::axis)
       .def_readwrite("begin", &OpAttrs::begin)
-      .def_readwrite("sizes", &OpAttrs::sizes)
+      .def_readwrite("size", &OpAttrs::size)
+      .def_readwrite("shape", &OpAttrs::shape)
+      .def_readwrite("vocab_size", &OpAttrs::vocab_size)
       .def_readwrite("equation", &OpAttrs::equation)
-      .def_readwrite("scalar", &OpAttrs::scalar)
-      .def_readwrite("scalar2", &OpAttrs::scalar2)
+      .def_readwrite("value", &OpAttrs::value)
+      .def_readwrite("operand", &OpAttrs::operand)
+      .def_readwrite("low", &OpAttrs::low)
+      .def_readwrite("high", &OpAttrs::high)
+      .def_readwrite("mean", &OpAttrs::mean)
+      .def_readwrite("stddev", &OpAttrs::stddev)
+      .def_readwrite("scale", &OpAttrs::scale)
+      .def_readwrite("beta", &OpAttrs::beta)
+      .def_readwrite("learning_rate", &OpAttrs::learning_rate)
+      .def_readwrite("epsilon", &OpAttrs::epsilon)
+      .def_readwrite("rate", &OpAttrs::rate)
       .def_readwrite("dtype", &OpAttrs::dtype)
       .def_readwrite("keepdims", &OpAttrs::keepdims)
       .def_readwrite("transpose_a", &OpAttrs::transpose_a)

@@ -381,8 +381,11 @@ def test_call_op_sets_op_attrs_from_keywords(mesh):
     assert_allclose(host(tessel.call_op("reduce_sum", [d], axes=[1], keepdims=True)),
                     a.sum(1, keepdims=True), rtol=1e-13)
     assert_array_equal(host(tessel.call_op("add", [d, d])), a + a)
-    with pytest.raises(TypeError, match="unknown op attribute 'axis'"):
-        tessel.call_op("reduce_sum", [d], axis=[1])
+    assert_array_equal(host(tessel.call_op("transpose", [d], perm=[1, 0])), a.T)
+    assert_array_equal(host(tessel.call_op("concat2", [d, d], axis=0)), np.concatenate([a, a]))
+    assert_array_equal(host(tessel.call_op("multiply_scalar", [d], operand=2.0)), a * 2.0)
+    with pytest.raises(TypeError, match="unknown op attribute 'sizes'"):  # named `shape` now
+        tessel.call_op("reshape", [d], sizes=[24])
     with pytest.raises(tessel.NotFoundError, match="no_such_op"):
         tessel.call_op("no_such_op", [d])
     with pytest.raises(ValueError, match="takes 2 inputs, got 1"):
@@ -391,6 +394,9 @@ def test_call_op_sets_op_attrs_from_keywords(mesh):
     attrs.axes, attrs.keepdims, attrs.equation = [0, 1], True, "ij->i"
     assert (attrs.axes, attrs.keepdims, attrs.equation, attrs.layout) == ([0, 1], True,
                                                                           "ij->i", None)
+    assert (attrs.axis, attrs.low, attrs.seed) == (None, None, None)  # unset: None
+    attrs.low, attrs.high, attrs.seed = 0.0, 1.0, 0
+    assert (attrs.low, attrs.high, attrs.seed) == (0.0, 1.0, 0)
 
 
 def test_plan_op_shows_the_relayouts(mesh):

@@ -48,6 +48,18 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
   return Shape(dims);
 }
 
+void require_float(DType dtype, std::string_view op, std::string_view what, NotFloat how) {
+  if (dtype == DType::kF32 || dtype == DType::kF64) return;
+  if (how == NotFloat::kInvalid) {
+    throw_invalid(op, "{} must be f32 or f64, got {}", what, dtype_name(dtype));
+  }
+  if (how == NotFloat::kNeedsFloating && !is_floating(dtype)) {
+    throw_invalid(op, "{} must be a floating dtype (f32 or f64), got {}", what, dtype_name(dtype));
+  }
+  throw_error(ErrorCode::kUnimplemented, op, "no kernel for {} {} (f32 and f64 only)", what,
+              dtype_name(dtype));
+}
+
 void no_rule(std::string_view why) {
   throw Error(ErrorCode::kUnimplemented, "sharding rule", std::string(why));
 }

@@ -28,6 +28,23 @@ int64_t normalize_axis(int64_t axis, int rank, std::string_view op);
 // numpy broadcasting of two shapes; kInvalidArgument naming the op and both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
 
+// How require_float reports a dtype other than f32 / f64 (each call site keeps its own).
+enum class NotFloat {
+  // kUnimplemented "no kernel for <what> <dtype> (f32 and f64 only)": the op would make sense
+  // for the dtype, no kernel is written.
+  kNoKernel,
+  // The op needs real numbers: kInvalidArgument "<what> must be a floating dtype (f32 or f64),
+  // got <dtype>" for an integer or bool dtype; bf16 / f16 as kNoKernel.
+  kNeedsFloating,
+  // kInvalidArgument "<what> must be f32 or f64, got <dtype>" for every other dtype.
+  kInvalid,
+};
+
+// The op families' "f32 and f64 only" check: returns for f32 / f64, else throws as `how` says,
+// naming `op`; `what` names the checked value ("dtype", "logits", "the table").
+void require_float(DType dtype, std::string_view op, std::string_view what,
+                   NotFloat how = NotFloat::kNoKernel);
+
 // Calls f.template operator()<T>() for f32 / f64 (kUnimplemented naming the op otherwise).
 template <typename F>
 void dispatch_float(DType dtype, std::string_view op, F&& f) {

@@ -1,6 +1,7 @@
-// The creation op family: zeros, ones, fill (value in OpAttrs::scalar), random_uniform, random_normal (zero-input ops: the
-// shape in OpAttrs::sizes, the output layout in OpAttrs::layout, dtype, seed, scalar / scalar2,
-// runtime), and zeros_like / ones_like (wrappers: x's shape, layout, dtype and runtime).
+// The creation op family: zeros, ones, fill, random_uniform, random_normal (zero-input ops;
+// OpAttrs: the shape in `shape`, the output layout in `layout`, `dtype`, `runtime`; fill's `value`,
+// random_uniform's `seed`, `low`, `high`, random_normal's `seed`, `mean`, `stddev`), and
+// zeros_like / ones_like (wrappers: x's shape, layout, dtype and runtime).
 //
 // Sharding rule: the output has the requested layout; nothing moves. Each device writes only its
 // block: random values come from Tensor::random_*_block at the block's global offsets, so element
@@ -32,19 +33,23 @@ bool first_in_sum_groups(const Layout& layout, int64_t offset) {
 
 enum class Kind { kZeros, kOnes, kFill, kUniform, kNormal };
 
+uint64_t seed_of(const OpAttrs& attrs) { return attrs.seed.value_or(0); }
+
 TensorSpec infer_creation(std::string_view op, Kind kind, const OpAttrs& attrs) {
   if (!attrs.layout) throw_invalid(op, "needs an output layout");
   const Layout& layout = *attrs.layout;
-  for (int64_t d : attrs.sizes) {
-    if (d < 0) throw_invalid(op, "shape [{}] has a negative dimension", fmt::join(attrs.sizes, ","));
+  for (int64_t d : attrs.shape) {
+    if (d < 0) {
+      throw_invalid(op, "shape [{}] has a negative dimension", fmt::join(attrs.shape, ","));
+    }
   }
   if (layout.is_empty() || layout.is_single_device()) {
     throw_invalid(op, "layout {} is not a tensor layout (empty or single-device)",
                   layout.to_string());
   }
-  if (static_cast<size_t>(layout.rank()) != attrs.sizes.size()) {
+  if (static_cast<size_t>(layout.rank()) != attrs.shape.size()) {
     throw_invalid(op, "layout {} has rank {} but shape [{}] has rank {}", layout.to_string(),
-                  layout.rank(), fmt::join(attrs.sizes, ","), attrs.sizes.size());
+                  layout.rank(), fmt::join(attrs.shape, ","), attrs.shape.size());
   }
   for (const ShardingSpec& s : layout.sharding_specs()) {
     if (s.is_match() || s.is_any()) {
@@ -55,15 +60,17 @@ TensorSpec infer_creation(std::string_view op, Kind kind, const OpAttrs& attrs) 
   // The random parameters are checked here, at dispatch, rather than in the kernels.
   try {
     if (kind == Kind::kUniform) {
-      Tensor::random_uniform(Shape{0}, attrs.dtype, attrs.seed, attrs.scalar, attrs.scalar2);
+      Tensor::random_uniform(Shape{0}, attrs.dtype, seed_of(attrs), attrs.low.value_or(0.0),
+                             attrs.high.value_or(0.0));
     } else if (kind == Kind::kNormal) {
-      Tensor::random_normal(Shape{0}, attrs.dtype, attrs.seed, attrs.scalar, attrs.scalar2);
+      Tensor::random_normal(Shape{0}, attrs.dtype, seed_of(attrs), attrs.mean.value_or(0.0),
+                            attrs.stddev.value_or(0.0));
     }
   } catch (const Error& e) {
     throw Error(e.code(), op, e.message());
   }
   TensorSpec out;
-  out.shape = Shape(attrs.sizes);
+  out.shape = Shape(attrs.shape);
   out.dtype = attrs.dtype;
   return out;
 }
@@ -94,17 +101,17 @@ void add_creation(OpRegistry& registry, const char* name, Kind kind) {
         out.fill(1.0);
         break;
       case Kind::kFill:
-        out.fill(attrs.scalar);
+        out.fill(attrs.value.value_or(0.0));
         break;
       case Kind::kUniform:
-        out.copy_from(Tensor::random_uniform_block(context.output_shape, b.offsets, b.extents,
-                                                   attrs.dtype, attrs.seed, attrs.scalar,
-                                                   attrs.scalar2));
+        out.copy_from(Tensor::random_uniform_block(
+            context.output_shape, b.offsets, b.extents, attrs.dtype, seed_of(attrs),
+            attrs.low.value_or(0.0), attrs.high.value_or(0.0)));
         break;
       case Kind::kNormal:
-        out.copy_from(Tensor::random_normal_block(context.output_shape, b.offsets, b.extents,
-                                                  attrs.dtype, attrs.seed, attrs.scalar,
-                                                  attrs.scalar2));
+        out.copy_from(Tensor::random_normal_block(
+            context.output_shape, b.offsets, b.extents, attrs.dtype, seed_of(attrs),
+            attrs.mean.value_or(0.0), attrs.stddev.value_or(0.0)));
         break;
     }
   };
@@ -113,7 +120,7 @@ void add_creation(OpRegistry& registry, const char* name, Kind kind) {
 
 OpAttrs creation_attrs(const Shape& shape, const Layout& layout, DType dtype, Runtime* runtime) {
   OpAttrs attrs;
-  attrs.sizes = shape.dims();
+  attrs.shape = shape.dims();
   attrs.layout = layout;
   attrs.dtype = dtype;
   attrs.runtime = runtime;
@@ -143,7 +150,7 @@ DTensor ones(const Shape& shape, const Layout& layout, DType dtype, Runtime* run
 DTensor fill(const Shape& shape, double value, const Layout& layout, DType dtype,
              Runtime* runtime) {
   OpAttrs attrs = detail::creation_attrs(shape, layout, dtype, runtime);
-  attrs.scalar = value;
+  attrs.value = value;
   return call_op("fill", {}, attrs);
 }
 
@@ -151,8 +158,8 @@ DTensor random_uniform(const Shape& shape, const Layout& layout, uint64_t seed, 
                        double high, DType dtype, Runtime* runtime) {
   OpAttrs attrs = detail::creation_attrs(shape, layout, dtype, runtime);
   attrs.seed = seed;
-  attrs.scalar = low;
-  attrs.scalar2 = high;
+  attrs.low = low;
+  attrs.high = high;
   return call_op("random_uniform", {}, attrs);
 }
 
@@ -160,8 +167,8 @@ DTensor random_normal(const Shape& shape, const Layout& layout, uint64_t seed, d
                       double stddev, DType dtype, Runtime* runtime) {
   OpAttrs attrs = detail::creation_attrs(shape, layout, dtype, runtime);
   attrs.seed = seed;
-  attrs.scalar = mean;
-  attrs.scalar2 = stddev;
+  attrs.mean = mean;
+  attrs.stddev = stddev;
   return call_op("random_normal", {}, attrs);
 }
 

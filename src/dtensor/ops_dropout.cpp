@@ -41,13 +41,14 @@ void dropout_kernel(const Tensor& x, Tensor& out, const OpAttrs& attrs,
   if (out.num_elements() == 0) return;
   const Box& block = context.output_block;
   const Tensor u = Tensor::random_uniform_block(context.output_shape, block.offsets,
-                                                block.extents, DType::kF64, attrs.seed);
+                                                block.extents, DType::kF64, attrs.seed.value_or(0));
+  const double rate = attrs.rate.value_or(0.0);
   const double* pu = u.data<double>();
   dispatch_float(out.dtype(), kDropout, [&]<typename T>() {
     const T* px = x.data<T>();
     T* po = out.data<T>();
-    const T scale = static_cast<T>(1.0 / (1.0 - attrs.rate));
-    for (int64_t i = 0; i < out.num_elements(); ++i) po[i] = pu[i] >= attrs.rate ? px[i] * scale : T(0);
+    const T scale = static_cast<T>(1.0 / (1.0 - rate));
+    for (int64_t i = 0; i < out.num_elements(); ++i) po[i] = pu[i] >= rate ? px[i] * scale : T(0);
   });
 }
 
@@ -58,8 +59,9 @@ void register_dropout_ops(OpRegistry& registry) {
   dropout.name = std::string(kDropout);
   dropout.num_inputs = 1;
   dropout.infer = [](const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
-    if (!(attrs.rate >= 0.0 && attrs.rate < 1.0)) {
-      throw_invalid(kDropout, "rate must be in [0, 1), got {}", attrs.rate);
+    const double rate = attrs.rate.value_or(0.0);
+    if (!(rate >= 0.0 && rate < 1.0)) {
+      throw_invalid(kDropout, "rate must be in [0, 1), got {}", rate);
     }
     return same_spec(in, kDropout, /*floats_only=*/true);
   };

@@ -43,10 +43,7 @@ TensorSpec infer_binary(std::string_view op, const std::vector<TensorSpec>& in) 
                   dtype_name(in[0].dtype), dtype_name(in[1].dtype), in[0].shape.to_string(),
                   in[1].shape.to_string());
   }
-  if (in[0].dtype != DType::kF32 && in[0].dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32 and f64 only)",
-                dtype_name(in[0].dtype));
-  }
+  require_float(in[0].dtype, op, "dtype");
   TensorSpec out;
   out.dtype = in[0].dtype;
   out.shape = in[0].shape == in[1].shape ? in[0].shape

@@ -10,8 +10,8 @@
 //     Partial(sum) over M. A Partial table stays Partial (a lookup only selects rows) when its
 //     reduce op is sum, or whatever its op when the rows are not sharded; otherwise it is
 //     reduced first (one layout cannot mix reduce ops).
-//   embedding_lookup_grad(ids, g) -> [V, D] (attrs.layout: the table's layout, attrs.sizes:
-//     {V}): the output has the table's specs; each device adds only the rows it holds; it is
+//   embedding_lookup_grad(ids, g) -> [V, D] (attrs.layout: the table's layout, attrs.vocab_size:
+//     V): the output has the table's specs; each device adds only the rows it holds; it is
 //     Partial(sum) over the ids' mesh dims (each device saw only its ids) and over g's pending
 //     sums; ids are demanded replicated over the table's mesh dims, g in the ids' specs plus the
 //     table's column spec; g's pending reductions over the table's mesh dims or with an op other
@@ -64,9 +64,7 @@ void check_table(const TensorSpec& table, std::string_view op) {
     throw_invalid(op, "the table must have rank 2 ([vocab, dim]), got shape {}",
                   table.shape.to_string());
   }
-  if (table.dtype != DType::kF32 && table.dtype != DType::kF64) {
-    throw_invalid(op, "the table must be f32 or f64, got {}", dtype_name(table.dtype));
-  }
+  require_float(table.dtype, op, "the table", NotFloat::kInvalid);
 }
 
 [[noreturn]] void bad_id(int64_t id, int64_t vocab, std::string_view op) {
@@ -136,8 +134,9 @@ void lookup_kernel(const std::vector<Tensor>& in, Tensor& out, const LocalContex
 
 TensorSpec infer_lookup_grad(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
   check_ids(in[0].dtype, kLookupGrad);
-  if (attrs.sizes.size() != 1 || attrs.sizes[0] < 0 || !attrs.layout || attrs.layout->rank() != 2) {
-    throw_invalid(kLookupGrad, "needs the vocabulary size in attrs.sizes and the table's layout");
+  if (!attrs.vocab_size || *attrs.vocab_size < 0 || !attrs.layout || attrs.layout->rank() != 2) {
+    throw_invalid(kLookupGrad,
+                  "needs the vocabulary size in attrs.vocab_size and the table's layout");
   }
   const Shape& ids = in[0].shape;
   const Shape& g = in[1].shape;
@@ -147,10 +146,8 @@ TensorSpec infer_lookup_grad(const std::vector<TensorSpec>& in, const OpAttrs& a
     throw_invalid(kLookupGrad, "gradient shape {} does not match ids shape {} plus [dim]",
                   g.to_string(), ids.to_string());
   }
-  if (in[1].dtype != DType::kF32 && in[1].dtype != DType::kF64) {
-    throw_invalid(kLookupGrad, "the gradient must be f32 or f64, got {}", dtype_name(in[1].dtype));
-  }
-  return {Shape({attrs.sizes[0], g[g.rank() - 1]}), in[1].dtype, {}};
+  require_float(in[1].dtype, kLookupGrad, "the gradient", NotFloat::kInvalid);
+  return {Shape({*attrs.vocab_size, g[g.rank() - 1]}), in[1].dtype, {}};
 }
 
 ShardingDecision shard_lookup_grad(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
@@ -219,7 +216,7 @@ void register_indexing_ops(OpRegistry& registry) {
     // table: scatter-add of g into zeros of the table's layout; ids: not differentiable.
     def.vjp = [](const VjpArgs& a) {
       OpAttrs attrs;
-      attrs.sizes = {a.inputs[0].shape()[0]};
+      attrs.vocab_size = a.inputs[0].shape()[0];
       attrs.layout = a.inputs[0].layout().without_partial();
       return std::vector<DTensor>{call_op(kLookupGrad, {a.inputs[1], a.grad}, attrs), DTensor()};
     };

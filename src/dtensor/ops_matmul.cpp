@@ -156,10 +156,7 @@ void require_float_pair(const TensorSpec& a, const TensorSpec& b, std::string_vi
     throw_invalid(op, "operands have different dtypes: {} {} and {} {}", a.shape.to_string(),
                   dtype_name(a.dtype), b.shape.to_string(), dtype_name(b.dtype));
   }
-  if (a.dtype != DType::kF32 && a.dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32 and f64 only)",
-                dtype_name(a.dtype));
-  }
+  require_float(a.dtype, op, "dtype");
 }
 
 Shape output_shape(const Equation& eq, const Shape& sa, const Shape& sb) {
@@ -592,9 +589,9 @@ DTensor operand_grad(const DTensor& x, const std::string& lx, const DTensor& y,
   }
   DTensor g = einsum(lx + "," + ly + "->" + kept, x, y);
   if (broadcast.axes.empty()) return g;
-  broadcast.sizes = like.shape().dims();
+  broadcast.shape = like.shape().dims();
   broadcast.layout = like.layout();
-  broadcast.scalar = 1.0;
+  broadcast.scale = 1.0;
   return call_op("reduce_sum_grad", {g}, broadcast);
 }
 

@@ -35,15 +35,6 @@ constexpr std::string_view kLogSoftmax = "log_softmax";
 constexpr std::string_view kXent = "sparse_softmax_cross_entropy_with_logits";
 constexpr std::string_view kXentGrad = "sparse_softmax_cross_entropy_grad";
 
-void check_float(DType dtype, std::string_view op, std::string_view what) {
-  if (dtype == DType::kF32 || dtype == DType::kF64) return;
-  if (is_floating(dtype)) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for {} {} (f32 and f64 only)", what,
-                dtype_name(dtype));
-  }
-  throw_invalid(op, "{} must be a floating dtype (f32 or f64), got {}", what, dtype_name(dtype));
-}
-
 // The logits' specs with the class axis unsharded and no Partial.
 SpecList class_axis_whole(const Layout& layout) {
   SpecList specs = spec_list(layout);
@@ -58,7 +49,7 @@ TensorSpec infer_softmax(const std::vector<TensorSpec>& in, std::string_view op)
     throw_invalid(op, "logits must have rank >= 1 (classes on the last axis), got shape {}",
                   in[0].shape.to_string());
   }
-  check_float(in[0].dtype, op, "logits");
+  require_float(in[0].dtype, op, "logits", NotFloat::kNeedsFloating);
   return {in[0].shape, in[0].dtype, {}};
 }
 
@@ -109,7 +100,7 @@ TensorSpec infer_xent(const std::vector<TensorSpec>& in, std::string_view op) {
   if (labels.dtype != DType::kI32 && labels.dtype != DType::kI64) {
     throw_invalid(op, "labels must be i32 or i64, got {}", dtype_name(labels.dtype));
   }
-  check_float(logits.dtype, op, "logits");
+  require_float(logits.dtype, op, "logits", NotFloat::kNeedsFloating);
   const int rank = logits.shape.rank();
   if (rank < 1) {
     throw_invalid(op, "logits must have rank >= 1 (classes on the last axis), got shape {}",

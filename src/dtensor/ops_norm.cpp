@@ -169,7 +169,7 @@ void register_layer_norm(OpRegistry& registry, bool with_bias) {
     return ShardingDecision{inputs, rows};
   };
   def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                  const LocalContext&) { layer_norm_kernel(in, out, attrs.epsilon); };
+                  const LocalContext&) { layer_norm_kernel(in, out, attrs.epsilon.value_or(0.0)); };
   def.vjp = [](const VjpArgs& a) {
     OpAttrs attrs;
     attrs.epsilon = a.attrs->epsilon;
@@ -203,7 +203,7 @@ void register_layer_norm_grads(OpRegistry& registry) {
     return ShardingDecision{{rows, Layout::replicated(rows.mesh(), 1), rows}, rows};
   };
   grad.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                   const LocalContext&) { layer_norm_grad_kernel(in, out, attrs.epsilon); };
+                   const LocalContext&) { layer_norm_grad_kernel(in, out, attrs.epsilon.value_or(0.0)); };
   registry.add(std::move(grad));
 
   OpDef weight;
@@ -227,7 +227,7 @@ void register_layer_norm_grads(OpRegistry& registry) {
                             Layout::replicated(rows.mesh(), 1).with_partial(std::move(partial))};
   };
   weight.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                     const LocalContext&) { weight_grad_kernel(in, out, attrs.epsilon); };
+                     const LocalContext&) { weight_grad_kernel(in, out, attrs.epsilon.value_or(0.0)); };
   registry.add(std::move(weight));
 }
 

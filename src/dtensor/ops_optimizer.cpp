@@ -1,12 +1,16 @@
 // The optimizer op family: Adam's update as three one-pass kernels instead of ten elementwise
 // ops (each a pass over memory and an allocation), the way fused optimizers (apex FusedAdam,
 // optax) do it:
-//   "ema"         (m, g)    -> beta * m + (1 - beta) * g          (OpAttrs::scalar = beta)
-//   "ema_square"  (v, g)    -> beta * v + (1 - beta) * g * g      (OpAttrs::scalar = beta)
-//   "adam_apply"  (p, m, v) -> p - lr_t * m / (sqrt(v) + eps)     (scalar = lr_t, scalar2 = eps)
+//   "ema"         (m, g)    -> beta * m + (1 - beta) * g          (OpAttrs::beta)
+//   "ema_square"  (v, g)    -> beta * v + (1 - beta) * g * g      (OpAttrs::beta)
+//   "adam_apply"  (p, m, v) -> p - lr_t * m / (sqrt(v) + eps)     (OpAttrs::learning_rate = lr_t,
+//                                                                 OpAttrs::epsilon = eps)
 // Sharding rule: every input in the first input's layout (the parameter's), no Partial: the
 // update runs where the parameter lives. No VJP (optimizer state is not differentiated).
 #include <cmath>
+#include <optional>
+#include <tuple>
+#include <type_traits>
 
 #include "dtensor/op_families.h"
 #include "dtensor/op_util.h"
@@ -29,9 +33,15 @@ ShardingDecision follow_first(const std::vector<TensorSpec>& in) {
   return {std::vector<Layout>(in.size(), layout), layout};
 }
 
-// Registers an op of `n` inputs whose kernel applies `f(attrs, inputs...)` element by element.
-template <int N, typename F>
-void add_fused(OpRegistry& registry, const char* name, F f) {
+// An attribute a fused kernel reads (unset: 0).
+using ScalarAttr = std::optional<double> OpAttrs::*;
+
+// Registers an op of N inputs whose kernel computes f(scalars..., inputs...) element by element,
+// the scalars being the call's attributes `scalars` in order.
+template <int N, typename F, typename... Scalars>
+void add_fused(OpRegistry& registry, const char* name, F f, Scalars... scalars) {
+  static_assert(N == 2 || N == 3);
+  static_assert((std::is_same_v<Scalars, ScalarAttr> && ...));
   OpDef def;
   def.name = name;
   def.num_inputs = N;
@@ -41,19 +51,22 @@ void add_fused(OpRegistry& registry, const char* name, F f) {
   def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
     return follow_first(in);
   };
-  def.kernel = [name, f](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                         const LocalContext&) {
+  def.kernel = [name, f, scalars...](const std::vector<Tensor>& in, Tensor& out,
+                                     const OpAttrs& attrs, const LocalContext&) {
     dispatch_float(out.dtype(), name, [&]<typename T>() {
+      const std::tuple s{static_cast<T>((attrs.*scalars).value_or(0.0))...};
+      const auto element = [&](auto... x) {
+        return std::apply([&](auto... v) { return f(v..., x...); }, s);
+      };
       T* o = out.data<T>();
       const T* a = in[0].data<T>();
       const T* b = in[1].data<T>();
-      const T* c = N > 2 ? in[2].data<T>() : nullptr;
-      const T s1 = static_cast<T>(attrs.scalar), s2 = static_cast<T>(attrs.scalar2);
       const int64_t n = out.num_elements();
-      if (c != nullptr) {
-        for (int64_t i = 0; i < n; ++i) o[i] = f(s1, s2, a[i], b[i], c[i]);
+      if constexpr (N == 3) {
+        const T* c = in[2].data<T>();
+        for (int64_t i = 0; i < n; ++i) o[i] = element(a[i], b[i], c[i]);
       } else {
-        for (int64_t i = 0; i < n; ++i) o[i] = f(s1, s2, a[i], b[i], T(0));
+        for (int64_t i = 0; i < n; ++i) o[i] = element(a[i], b[i]);
       }
     });
   };
@@ -63,15 +76,16 @@ void add_fused(OpRegistry& registry, const char* name, F f) {
 }  // namespace
 
 void register_optimizer_ops(OpRegistry& registry) {
-  add_fused<2>(registry, "ema", [](auto beta, auto, auto m, auto g, auto) {
-    return beta * m + (1 - beta) * g;
-  });
-  add_fused<2>(registry, "ema_square", [](auto beta, auto, auto v, auto g, auto) {
-    return beta * v + (1 - beta) * g * g;
-  });
-  add_fused<3>(registry, "adam_apply", [](auto lr, auto eps, auto p, auto m, auto v) {
-    return p - lr * m / (std::sqrt(v) + eps);
-  });
+  add_fused<2>(
+      registry, "ema", [](auto beta, auto m, auto g) { return beta * m + (1 - beta) * g; },
+      &OpAttrs::beta);
+  add_fused<2>(
+      registry, "ema_square",
+      [](auto beta, auto v, auto g) { return beta * v + (1 - beta) * g * g; }, &OpAttrs::beta);
+  add_fused<3>(
+      registry, "adam_apply",
+      [](auto lr, auto eps, auto p, auto m, auto v) { return p - lr * m / (std::sqrt(v) + eps); },
+      &OpAttrs::learning_rate, &OpAttrs::epsilon);
 }
 
 }  // namespace tessel::detail

@@ -237,16 +237,9 @@ void reduce_kernel(Kind kind, const std::vector<Tensor>& inputs, Tensor& output,
 
 // ---- infer and rules -------------------------------------------------------------------------
 
-void require_float(const TensorSpec& in, std::string_view op) {
-  if (in.dtype != DType::kF32 && in.dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32 and f64 only)",
-                dtype_name(in.dtype));
-  }
-}
-
 TensorSpec reduce_infer(Kind kind, const std::vector<TensorSpec>& inputs, const OpAttrs& attrs) {
   const TensorSpec& in = inputs[0];
-  require_float(in, kind_name(kind));
+  require_float(in.dtype, kind_name(kind), "dtype");
   const std::vector<bool> mask = reduced_mask(attrs.axes, in.shape, kind_name(kind));
   return {reduced_shape(in.shape, mask, attrs.keepdims), in.dtype, {}};
 }
@@ -271,16 +264,16 @@ ShardingDecision reduce_rule(Kind kind, const std::vector<TensorSpec>& inputs,
   return d;
 }
 
-// ---- reduce_sum_grad: g broadcast back over the reduced axes, times attrs.scalar ---------------
+// ---- reduce_sum_grad: g broadcast back over the reduced axes, times attrs.scale ----------------
 // Input: g (the reduction's output, keepdims or not). attrs: axes / keepdims of the forward op,
-// sizes = the forward input's shape, scalar = the factor, layout = the forward input's layout
+// shape = the forward input's shape, scale = the factor, layout = the forward input's layout
 // (the preferred sharding of the reduced axes; optional).
 
 constexpr std::string_view kSumGrad = "reduce_sum_grad";
 
 TensorSpec sum_grad_infer(const std::vector<TensorSpec>& inputs, const OpAttrs& attrs) {
-  const Shape x_shape(attrs.sizes);
-  require_float(inputs[0], kSumGrad);
+  const Shape x_shape(attrs.shape);
+  require_float(inputs[0].dtype, kSumGrad, "dtype");
   const std::vector<bool> mask = reduced_mask(attrs.axes, x_shape, kSumGrad);
   const Shape want = reduced_shape(x_shape, mask, attrs.keepdims);
   if (inputs[0].shape != want) {
@@ -294,7 +287,7 @@ TensorSpec sum_grad_infer(const std::vector<TensorSpec>& inputs, const OpAttrs& 
 // like `preferred` where those mesh dims are free, else unsharded.
 ShardingDecision sum_grad_rule(const std::vector<TensorSpec>& inputs, const OpAttrs& attrs) {
   const Layout& g = inputs[0].layout;
-  const Shape x_shape(attrs.sizes);
+  const Shape x_shape(attrs.shape);
   const std::vector<bool> mask = reduced_mask(attrs.axes, x_shape, kSumGrad);
   const std::vector<PartialDim> partial = partial_with(g, {ReduceOp::kSum, ReduceOp::kMean});
   SpecList g_specs = spec_list(g);
@@ -332,7 +325,7 @@ void sum_grad_kernel(const std::vector<Tensor>& inputs, Tensor& output, const Op
     const Tensor g_c = inputs[0].contiguous();
     const T* g = g_c.data<T>();
     T* o = output.data<T>();
-    const T scale = static_cast<T>(attrs.scalar);
+    const T scale = static_cast<T>(attrs.scale.value_or(0.0));
     const std::vector<int64_t>& shape = output.shape().dims();
     const Loop2 l = collapse(shape, row_major_strides(shape), broadcast_strides(shape, mask));
     for_each_run(l, [&](int64_t oo, int64_t go, int64_t n, int64_t so, int64_t sg) {
@@ -352,7 +345,7 @@ constexpr std::string_view kMaxGrad = "reduce_max_grad";
 TensorSpec max_helper_infer(std::string_view op, const std::vector<TensorSpec>& inputs,
                             const OpAttrs& attrs) {
   const TensorSpec& x = inputs[0];
-  require_float(x, op);
+  require_float(x.dtype, op, "dtype");
   const std::vector<bool> mask = reduced_mask(attrs.axes, x.shape, op);
   const Shape want = reduced_shape(x.shape, mask, attrs.keepdims);
   for (size_t i = 1; i < inputs.size(); ++i) {
@@ -433,12 +426,12 @@ OpAttrs normalized(const OpAttrs& attrs, const Shape& x_shape, std::string_view 
 std::vector<DTensor> sum_or_mean_vjp(Kind kind, const VjpArgs& args) {
   const DTensor& x = args.inputs[0];
   OpAttrs attrs = normalized(*args.attrs, x.shape(), kind_name(kind));
-  attrs.sizes = x.shape().dims();
+  attrs.shape = x.shape().dims();
   attrs.layout = x.layout();
-  attrs.scalar = 1.0;
+  attrs.scale = 1.0;
   if (kind == Kind::kMean) {
     const int64_t count = reduced_count(x.shape(), reduced_mask(attrs.axes, x.shape(), kSumGrad));
-    attrs.scalar = 1.0 / static_cast<double>(count);
+    attrs.scale = 1.0 / static_cast<double>(count);
   }
   return {call_op(kSumGrad, {args.grad}, attrs)};
 }
@@ -490,7 +483,8 @@ void register_reduction_ops(OpRegistry& registry) {
   sum_grad.vjp = [](const VjpArgs& args) {
     const OpAttrs& a = *args.attrs;
     DTensor r = reduce_sum(args.grad, a.axes, a.keepdims);
-    return std::vector<DTensor>{a.scalar == 1.0 ? r : multiply(r, a.scalar)};
+    const double scale = a.scale.value_or(0.0);
+    return std::vector<DTensor>{scale == 1.0 ? r : multiply(r, scale)};
   };
   registry.add(std::move(sum_grad));
 

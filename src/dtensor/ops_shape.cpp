@@ -26,8 +26,9 @@
 // folds: concat8 of the first 8, then concat8 of that result and the next 7, and so on.
 // concat() of one value returns it (after checking the axis).
 //
-// reshape: ops.h takes a Shape, which cannot hold -1; the op itself ("reshape", attrs.sizes)
-// accepts one -1, inferred from the element count.
+// OpAttrs: reshape's target in `shape` (ops.h takes a Shape, which cannot hold -1; the op itself
+// accepts one -1, inferred from the element count); transpose's `perm`; slice's `begin` and
+// `size`; slice_grad's `begin` and `shape` (the sliced input's); concat's `axis`.
 #include <algorithm>
 #include <cstring>
 
@@ -125,19 +126,19 @@ uint8_t* bytes_of(Tensor& t) { return static_cast<uint8_t*>(t.data()); }
 
 TensorSpec infer_reshape(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
   const Shape& from = in[0].shape;
-  std::vector<int64_t> dims = attrs.sizes;
+  std::vector<int64_t> dims = attrs.shape;
   int inferred = -1;
   int64_t known = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] == -1) {
       if (inferred >= 0) {
         throw_invalid(kReshape, "only one dimension of the new shape [{}] may be -1",
-                      fmt::join(attrs.sizes, ","));
+                      fmt::join(attrs.shape, ","));
       }
       inferred = static_cast<int>(i);
     } else if (dims[i] < 0) {
       throw_invalid(kReshape, "dimension {} of the new shape [{}] is negative", i,
-                    fmt::join(attrs.sizes, ","));
+                    fmt::join(attrs.shape, ","));
     } else {
       known *= dims[i];
     }
@@ -146,7 +147,7 @@ TensorSpec infer_reshape(const std::vector<TensorSpec>& in, const OpAttrs& attrs
   if (inferred >= 0) {
     if (known == 0 || count % known != 0) {
       throw_invalid(kReshape, "cannot reshape a tensor of shape {} ({} elements) into [{}]",
-                    from.to_string(), count, fmt::join(attrs.sizes, ","));
+                    from.to_string(), count, fmt::join(attrs.shape, ","));
     }
     dims[static_cast<size_t>(inferred)] = count / known;
   }
@@ -274,7 +275,7 @@ std::vector<int64_t> resolve_perm(const std::vector<int64_t>& perm, int rank) {
 }
 
 TensorSpec infer_transpose(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
-  const std::vector<int64_t> perm = resolve_perm(attrs.axes, in[0].shape.rank());
+  const std::vector<int64_t> perm = resolve_perm(attrs.perm, in[0].shape.rank());
   std::vector<int64_t> dims;
   for (int64_t p : perm) dims.push_back(in[0].shape[static_cast<int>(p)]);
   return {Shape(dims), in[0].dtype, {}};
@@ -282,7 +283,7 @@ TensorSpec infer_transpose(const std::vector<TensorSpec>& in, const OpAttrs& att
 
 ShardingDecision shard_transpose(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
   const Layout& layout = in[0].layout;
-  const std::vector<int64_t> perm = resolve_perm(attrs.axes, layout.rank());
+  const std::vector<int64_t> perm = resolve_perm(attrs.perm, layout.rank());
   const SpecList have = spec_list(layout);
   SpecList out;
   for (int64_t p : perm) out.push_back(have[static_cast<size_t>(p)]);
@@ -329,7 +330,7 @@ void transpose_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs&
     std::memcpy(out.data(), in[0].data(), out.nbytes());
     return;
   }
-  const std::vector<int64_t> perm = resolve_perm(attrs.axes, rank);
+  const std::vector<int64_t> perm = resolve_perm(attrs.perm, rank);
   const std::vector<int64_t>& shape = in[0].shape().dims();
   switch (dtype_size(in[0].dtype())) {
     case 1:
@@ -378,7 +379,7 @@ std::vector<int64_t> resolve_slice(const Shape& shape, const std::vector<int64_t
 }
 
 TensorSpec infer_slice(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
-  return {Shape(resolve_slice(in[0].shape, attrs.begin, attrs.sizes)), in[0].dtype, {}};
+  return {Shape(resolve_slice(in[0].shape, attrs.begin, attrs.size)), in[0].dtype, {}};
 }
 
 // `full` (the larger shape) and `part` (the slice's): dims where they differ are unsharded.
@@ -411,10 +412,10 @@ void slice_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& att
            dtype_size(out.dtype()));
 }
 
-// ---- slice_grad(g): g padded with zeros to attrs.sizes at attrs.begin -------------------
+// ---- slice_grad(g): g padded with zeros to attrs.shape at attrs.begin -------------------
 
 TensorSpec infer_slice_grad(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
-  const Shape full(attrs.sizes);
+  const Shape full(attrs.shape);
   const std::vector<int64_t> size = resolve_slice(full, attrs.begin, in[0].shape.dims());
   if (Shape(size) != in[0].shape) {
     throw_invalid(kSliceGrad, "gradient shape {} does not match the slice",
@@ -446,11 +447,17 @@ void slice_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs
 
 // ---- concatN ------------------------------------------------------------------------------
 
+// The call's concat axis, as given (may be negative); none: kInvalidArgument naming the op.
+int64_t concat_axis(const OpAttrs& attrs, std::string_view op) {
+  if (!attrs.axis) throw_invalid(op, "needs the concat axis in attrs.axis");
+  return *attrs.axis;
+}
+
 TensorSpec infer_concat(const std::vector<TensorSpec>& in, const OpAttrs& attrs,
                         std::string_view op) {
   const int rank = in[0].shape.rank();
   if (rank == 0) throw_invalid(op, "cannot concatenate scalars (rank 0)");
-  const int64_t axis = normalize_axis(attrs.axes.at(0), rank, op);
+  const int64_t axis = normalize_axis(concat_axis(attrs, op), rank, op);
   std::vector<int64_t> dims = in[0].shape.dims();
   for (size_t k = 1; k < in.size(); ++k) {
     const Shape& s = in[k].shape;
@@ -473,7 +480,7 @@ TensorSpec infer_concat(const std::vector<TensorSpec>& in, const OpAttrs& attrs,
 
 ShardingDecision shard_concat(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
   const Layout& first = in[0].layout;
-  const int64_t axis = normalize_axis(attrs.axes.at(0), first.rank(), "concat");
+  const int64_t axis = normalize_axis(concat_axis(attrs, "concat"), first.rank(), "concat");
   SpecList specs = spec_list(first);
   specs[static_cast<size_t>(axis)].clear();
   // The first input's pending reductions are kept unless another input has a different reduce
@@ -492,7 +499,8 @@ ShardingDecision shard_concat(const std::vector<TensorSpec>& in, const OpAttrs& 
 
 void concat_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs) {
   const int rank = out.rank();
-  const int64_t axis = attrs.axes[0] < 0 ? attrs.axes[0] + rank : attrs.axes[0];
+  const int64_t given = concat_axis(attrs, "concat");
+  const int64_t axis = given < 0 ? given + rank : given;
   std::vector<int64_t> dst_offsets(static_cast<size_t>(rank), 0);
   const std::vector<int64_t> zeros(static_cast<size_t>(rank), 0);
   for (const Tensor& t : in) {
@@ -505,7 +513,15 @@ void concat_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& at
 OpAttrs slice_attrs(std::vector<int64_t> begin, std::vector<int64_t> size) {
   OpAttrs a;
   a.begin = std::move(begin);
-  a.sizes = std::move(size);
+  a.size = std::move(size);
+  return a;
+}
+
+// slice_grad's attrs: g goes at `begin` of zeros shaped like the sliced input.
+OpAttrs slice_grad_attrs(std::vector<int64_t> begin, std::vector<int64_t> input_shape) {
+  OpAttrs a;
+  a.begin = std::move(begin);
+  a.shape = std::move(input_shape);
   return a;
 }
 
@@ -536,7 +552,7 @@ void register_shape_ops(OpRegistry& registry) {
     def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                     const LocalContext&) { transpose_kernel(in, out, attrs); };
     def.vjp = [](const VjpArgs& a) {
-      const std::vector<int64_t> perm = resolve_perm(a.attrs->axes, a.inputs[0].rank());
+      const std::vector<int64_t> perm = resolve_perm(a.attrs->perm, a.inputs[0].rank());
       std::vector<int64_t> inverse(perm.size());
       for (size_t k = 0; k < perm.size(); ++k)
         inverse[static_cast<size_t>(perm[k])] = static_cast<int64_t>(k);
@@ -553,8 +569,8 @@ void register_shape_ops(OpRegistry& registry) {
     };
     def.kernel = slice_kernel;
     def.vjp = [](const VjpArgs& a) {
-      return std::vector<DTensor>{
-          call_op(kSliceGrad, {a.grad}, slice_attrs(a.attrs->begin, a.inputs[0].shape().dims()))};
+      return std::vector<DTensor>{call_op(
+          kSliceGrad, {a.grad}, slice_grad_attrs(a.attrs->begin, a.inputs[0].shape().dims()))};
     };
     registry.add(std::move(def));
   }
@@ -586,7 +602,8 @@ void register_shape_ops(OpRegistry& registry) {
     // The gradient of each input is its slice of g along the axis.
     def.vjp = [](const VjpArgs& a) {
       const int rank = a.grad.rank();
-      const size_t axis = static_cast<size_t>(normalize_axis(a.attrs->axes[0], rank, "concat"));
+      const size_t axis =
+          static_cast<size_t>(normalize_axis(concat_axis(*a.attrs, "concat"), rank, "concat"));
       std::vector<DTensor> grads;
       std::vector<int64_t> begin(static_cast<size_t>(rank), 0);
       for (const DTensor& input : a.inputs) {
@@ -603,13 +620,13 @@ void register_shape_ops(OpRegistry& registry) {
 
 DTensor reshape(const DTensor& x, const Shape& shape) {
   OpAttrs attrs;
-  attrs.sizes = shape.dims();
+  attrs.shape = shape.dims();
   return call_op(detail::kReshape, {x}, attrs);
 }
 
 DTensor transpose(const DTensor& x, const std::vector<int64_t>& perm) {
   OpAttrs attrs;
-  attrs.axes = perm;
+  attrs.perm = perm;
   return call_op(detail::kTranspose, {x}, attrs);
 }
 
@@ -624,7 +641,7 @@ DTensor concat(const std::vector<DTensor>& values, int64_t axis) {
     if (!values[i].defined()) detail::throw_invalid("concat", "input {} is a null DTensor", i);
   }
   OpAttrs attrs;
-  attrs.axes = {axis};
+  attrs.axis = axis;
   if (values.size() == 1) {
     const int rank = values[0].rank();
     if (rank == 0) detail::throw_invalid("concat", "cannot concatenate scalars (rank 0)");

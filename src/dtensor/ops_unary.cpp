@@ -1,7 +1,7 @@
 // The elementwise op family, unary half: negative, exp, log, tanh, relu, gelu (tanh
 // approximation, "gelu"; exact erf form, "gelu_erf"), sqrt, rsqrt, cast, and the host-scalar forms add(x, double) and
 // multiply(x, double), registered as "add_scalar" / "multiply_scalar" with the scalar in
-// OpAttrs::scalar (no rank-0 DTensor is made: the scalar travels with the kernel).
+// OpAttrs::operand (no rank-0 DTensor is made: the scalar travels with the kernel).
 //
 // Sharding rule: the output has the input's sharding, no communication. Partial dims stay
 // Partial where the op commutes with the pending reduction, else the input is demanded reduced:
@@ -30,7 +30,8 @@ using VjpFn = std::function<std::vector<DTensor>(const VjpArgs&)>;
 
 enum class PartialRule { kReduce, kNegate, kAddScalar, kScaleScalar };
 
-ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double scalar) {
+// `operand`: multiply_scalar's factor (its sign decides whether max and min swap).
+ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double operand) {
   const Layout& l = in.layout;
   if (!l.is_partial()) return {{l}, l};
   std::vector<PartialDim> keep_in, keep_out;
@@ -46,7 +47,7 @@ ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double scala
         const ReduceOp flip = p.op == ReduceOp::kMax ? ReduceOp::kMin : ReduceOp::kMax;
         if (rule == PartialRule::kNegate) out = flip;
         if (rule == PartialRule::kAddScalar) out = p.op;
-        if (rule == PartialRule::kScaleScalar) out = scalar < 0 ? flip : p.op;
+        if (rule == PartialRule::kScaleScalar) out = operand < 0 ? flip : p.op;
         break;
       }
       case ReduceOp::kProd:
@@ -61,13 +62,6 @@ ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double scala
   d.inputs.push_back(keep_in.size() == l.partial().size() ? l : l.with_partial(keep_in));
   d.output = l.with_partial(std::move(keep_out));
   return d;
-}
-
-void check_float(std::string_view op, DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32 and f64 only)",
-                dtype_name(dtype));
-  }
 }
 
 // True unless the device at mesh `offset` is past the first of its group along some Partial(sum)
@@ -140,14 +134,14 @@ OpDef unary_def(const char* name, PartialRule rule) {
   def.name = name;
   def.num_inputs = 1;
   def.infer = [name](const std::vector<TensorSpec>& in, const OpAttrs&) {
-    check_float(name, in[0].dtype);
+    require_float(in[0].dtype, name, "dtype");
     TensorSpec out;
     out.shape = in[0].shape;
     out.dtype = in[0].dtype;
     return out;
   };
   def.shard = [rule](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs& attrs) {
-    return unary_rule(in[0], rule, attrs.scalar);
+    return unary_rule(in[0], rule, attrs.operand.value_or(0.0));
   };
   return def;
 }
@@ -173,7 +167,7 @@ void register_scalar_ops(OpRegistry& registry) {
         if (out.num_elements() > 0) std::copy_n(in[0].data<T>(), out.num_elements(), out.data<T>());
         return;
       }
-      const T s = static_cast<T>(attrs.scalar);
+      const T s = static_cast<T>(attrs.operand.value_or(0.0));
       unary_loop<T>(in[0], out, [s](T x) { return x + s; });
     });
   };
@@ -184,12 +178,12 @@ void register_scalar_ops(OpRegistry& registry) {
   mul.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                   const LocalContext&) {
     dispatch_float(out.dtype(), "multiply_scalar", [&]<typename T>() {
-      const T s = static_cast<T>(attrs.scalar);
+      const T s = static_cast<T>(attrs.operand.value_or(0.0));
       unary_loop<T>(in[0], out, [s](T x) { return x * s; });
     });
   };
   mul.vjp = [](const VjpArgs& v) {
-    return std::vector<DTensor>{multiply(v.grad, v.attrs->scalar)};
+    return std::vector<DTensor>{multiply(v.grad, v.attrs->operand.value_or(0.0))};
   };
   registry.add(std::move(mul));
 }
@@ -287,13 +281,13 @@ DTensor cast(const DTensor& x, DType dtype) {
 
 DTensor add(const DTensor& a, double b) {
   OpAttrs attrs;
-  attrs.scalar = b;
+  attrs.operand = b;
   return call_op("add_scalar", {a}, attrs);
 }
 
 DTensor multiply(const DTensor& a, double b) {
   OpAttrs attrs;
-  attrs.scalar = b;
+  attrs.operand = b;
   return call_op("multiply_scalar", {a}, attrs);
 }
 

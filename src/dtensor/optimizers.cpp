@@ -102,10 +102,10 @@ void Adam::adam_step(size_t index, DTensor& param, const DTensor& grad, double l
   DTensor& v = v_[index];
   // Three one-pass kernels (ops_optimizer.cpp) instead of ten elementwise ops.
   OpAttrs beta1, beta2, step;
-  beta1.scalar = beta_1_;
-  beta2.scalar = beta_2_;
-  step.scalar = lr_t;
-  step.scalar2 = epsilon;
+  beta1.beta = beta_1_;
+  beta2.beta = beta_2_;
+  step.learning_rate = lr_t;
+  step.epsilon = epsilon;
   m = call_op("ema", {m, grad}, beta1);
   v = call_op("ema_square", {v, grad}, beta2);
   param = call_op("adam_apply", {param, m, v}, step);

@@ -9,21 +9,42 @@
 namespace tessel {
 namespace {
 
-// The attributes that differ from OpAttrs' defaults, "[axes=1, keepdims]" (empty if none).
+// The attributes the call set, by name: "[axes=1, keepdims]", "[shape=4,6, low=0, high=1,
+// seed=7]" (empty if none). Optional ones print when set, whatever the value (random_uniform's
+// low=0 shows); lists when non-empty, flags when true, dtype when not f32 (the output's dtype is
+// printed beside the call anyway). layout and runtime are not printed (the output's layout is).
 std::string attrs_string(const OpAttrs& a) {
-  const OpAttrs defaults;
   std::vector<std::string> parts;
-  if (!a.axes.empty()) parts.push_back(fmt::format("axes={}", fmt::join(a.axes, ",")));
-  if (!a.begin.empty()) parts.push_back(fmt::format("begin={}", fmt::join(a.begin, ",")));
-  if (!a.sizes.empty()) parts.push_back(fmt::format("sizes={}", fmt::join(a.sizes, ",")));
+  const auto list = [&parts](std::string_view name, const std::vector<int64_t>& v) {
+    if (!v.empty()) parts.push_back(fmt::format("{}={}", name, fmt::join(v, ",")));
+  };
+  const auto optional = [&parts](std::string_view name, const auto& v) {
+    if (v) parts.push_back(fmt::format("{}={}", name, *v));
+  };
+  list("axes", a.axes);
+  list("perm", a.perm);
+  optional("axis", a.axis);
+  list("begin", a.begin);
+  list("size", a.size);
+  list("shape", a.shape);
+  optional("vocab_size", a.vocab_size);
   if (!a.equation.empty()) parts.push_back("equation=" + a.equation);
-  if (a.scalar != defaults.scalar) parts.push_back(fmt::format("scalar={}", a.scalar));
-  if (a.scalar2 != defaults.scalar2) parts.push_back(fmt::format("scalar2={}", a.scalar2));
-  if (a.dtype != defaults.dtype) parts.push_back(fmt::format("dtype={}", dtype_name(a.dtype)));
+  optional("value", a.value);
+  optional("operand", a.operand);
+  optional("low", a.low);
+  optional("high", a.high);
+  optional("mean", a.mean);
+  optional("stddev", a.stddev);
+  optional("scale", a.scale);
+  optional("beta", a.beta);
+  optional("learning_rate", a.learning_rate);
+  optional("epsilon", a.epsilon);
+  optional("rate", a.rate);
+  if (a.dtype != OpAttrs{}.dtype) parts.push_back(fmt::format("dtype={}", dtype_name(a.dtype)));
   if (a.keepdims) parts.push_back("keepdims");
   if (a.transpose_a) parts.push_back("transpose_a");
   if (a.transpose_b) parts.push_back("transpose_b");
-  if (a.seed != defaults.seed) parts.push_back(fmt::format("seed={}", a.seed));
+  optional("seed", a.seed);
   if (parts.empty()) return "";
   return fmt::format("[{}]", fmt::join(parts, ", "));
 }

@@ -176,7 +176,7 @@ TEST(CreationRule, OutputIsTheRequestedLayout) {
                        .with_partial({{"y", ReduceOp::kSum}});
   OpAttrs attrs;
   attrs.layout = l;
-  attrs.sizes = {4, 4};
+  attrs.shape = {4, 4};
   const ShardingDecision d = plan_op("fill", {}, attrs);
   EXPECT_TRUE(d.inputs.empty());
   EXPECT_EQ(d.output, l);
@@ -196,20 +196,20 @@ TEST(CreationErrors, NegativeDimension) {
   const Layout l({"x", "unsharded"}, Mesh::create({{"x", 4}}));
   OpAttrs attrs;
   attrs.layout = l;
-  attrs.sizes = {4, -1};
+  attrs.shape = {4, -1};
   EXPECT_TESSEL_ERROR(call_op("ones", {}, attrs), ErrorCode::kInvalidArgument,
                       "ones: shape [4,-1] has a negative dimension");
 }
 
 TEST(CreationErrors, NoLayoutOrNoConcreteSpecs) {
   OpAttrs attrs;
-  attrs.sizes = {4};
+  attrs.shape = {4};
   EXPECT_TESSEL_ERROR(call_op("fill", {}, attrs), ErrorCode::kInvalidArgument,
                       "fill: needs an output layout");
   attrs.layout = Layout::create(LayoutType::kStatic, {ShardingSpec::any()}, Mesh::create({{"x", 4}}));
   EXPECT_TESSEL_ERROR(call_op("fill", {}, attrs), ErrorCode::kInvalidArgument, "'any' spec");
   attrs.layout = Layout();
-  attrs.sizes = {};
+  attrs.shape = {};
   EXPECT_TESSEL_ERROR(call_op("fill", {}, attrs), ErrorCode::kInvalidArgument,
                       "not a tensor layout");
 }

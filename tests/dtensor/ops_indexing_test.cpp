@@ -105,7 +105,7 @@ TEST(IndexingOps, RowShardedTableGivesPartialSumOverItsRowMeshDimsWithoutGatheri
 TEST(IndexingOps, LookupGradRuleGivesTheTablesShardingAndPartialSumOverTheIdsMeshDims) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   OpAttrs attrs;
-  attrs.sizes = {10};
+  attrs.vocab_size = 10;
   attrs.layout = layout_of(mesh, {"x", "unsharded"});
   const ShardingDecision d =
       plan_op("embedding_lookup_grad",
@@ -191,11 +191,11 @@ TEST(IndexingOps, LookupGradRejectsMissingAttrsAndMismatchedShapes) {
   };
   const DTensor ids = put(Tensor::zeros(Shape{3}, DType::kI64));
   const DTensor g = put(Tensor::zeros(Shape{3, 2}, DType::kF64));
-  EXPECT_TESSEL_ERROR(
-      call_op("embedding_lookup_grad", {ids, g}), kInvalid,
-      "embedding_lookup_grad: needs the vocabulary size in attrs.sizes and the table's layout");
+  EXPECT_TESSEL_ERROR(call_op("embedding_lookup_grad", {ids, g}), kInvalid,
+                      "embedding_lookup_grad: needs the vocabulary size in attrs.vocab_size and "
+                      "the table's layout");
   OpAttrs attrs;
-  attrs.sizes = {5};
+  attrs.vocab_size = 5;
   attrs.layout = Layout::replicated(mesh, 2);
   EXPECT_TESSEL_ERROR(
       call_op("embedding_lookup_grad", {ids, put(Tensor::zeros(Shape{4, 2}, DType::kF64))}, attrs),

@@ -314,8 +314,8 @@ TEST(ReductionVjp, SumGradientKeepsTheInputLayoutWithoutCommunication) {
   const OpAttrs attrs = [] {
     OpAttrs a;
     a.axes = {1};
-    a.sizes = {4, 6};
-    a.scalar = 1.0;
+    a.shape = {4, 6};
+    a.scale = 1.0;
     return a;
   }();
   OpAttrs with_layout = attrs;
@@ -387,7 +387,7 @@ TEST(ReductionErrors, SumGradShapeMismatchIsRejected) {
   const Mesh mesh = Mesh::create({{"x", 4}});
   OpAttrs a;
   a.axes = {0};
-  a.sizes = {4, 3};
+  a.shape = {4, 3};
   EXPECT_TESSEL_ERROR(
       plan_op("reduce_sum_grad", {{Shape{4}, DType::kF64, Layout::replicated(mesh, 1)}}, a),
       ErrorCode::kInvalidArgument, "does not match the reduced shape");

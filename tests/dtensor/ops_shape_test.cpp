@@ -57,7 +57,7 @@ TEST(ShapeOps, ReshapeInfersOneMinusOneDimension) {
   const Mesh mesh = Mesh::create({{"x", 4}});
   const DTensor x = copy_to_mesh(iota(Shape{4, 3}), layout_of(mesh, {"x", "unsharded"}), rt);
   OpAttrs attrs;
-  attrs.sizes = {2, -1};
+  attrs.shape = {2, -1};
   const DTensor r = call_op("reshape", {x}, attrs);
   EXPECT_EQ(r.shape(), (Shape{2, 6}));
   EXPECT_EQ(values(r), values(x));
@@ -69,7 +69,7 @@ TEST(ShapeOps, ReshapeRuleKeepsWholeDimsAndEvenMergesOfALeadingShardedDim) {
   const Mesh x3 = Mesh::create({{"x", 3}});
   auto plan = [](const Shape& from, const Layout& layout, const Shape& to) {
     OpAttrs attrs;
-    attrs.sizes = to.dims();
+    attrs.shape = to.dims();
     return plan_op("reshape", {{from, DType::kF32, layout}}, attrs);
   };
   // [8,3,4] -> [8,12]: dim 0 carried over whole keeps x; the merged [3,4] loses y.
@@ -166,7 +166,7 @@ TEST(ShapeOps, TransposeRulePermutesTheSpecsAndKeepsPartial) {
   const Layout in =
       layout_of(mesh, {"x", "unsharded", "unsharded"}).with_partial({{"y", ReduceOp::kMax}});
   OpAttrs attrs;
-  attrs.axes = {2, 0, 1};
+  attrs.perm = {2, 0, 1};
   const ShardingDecision d = plan_op("transpose", {{Shape{4, 3, 5}, DType::kF32, in}}, attrs);
   EXPECT_EQ(d.inputs[0], in);
   EXPECT_EQ(d.output,
@@ -224,7 +224,7 @@ TEST(ShapeOps, SliceRuleGathersPartialRangeDimsKeepsFullRangeDimsAndPartial) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   OpAttrs attrs;
   attrs.begin = {0, 1};
-  attrs.sizes = {-1, 2};
+  attrs.size = {-1, 2};
   const Layout in = layout_of(mesh, {"x", "y"});
   ShardingDecision d = plan_op("slice", {{Shape{4, 6}, DType::kF32, in}}, attrs);
   EXPECT_EQ(d.inputs[0], layout_of(mesh, {"x", "unsharded"}));
@@ -326,7 +326,7 @@ TEST(ShapeOps, ConcatOfMoreThanEightInputsFolds) {
 TEST(ShapeOps, ConcatRuleGathersTheAxisAndTakesTheFirstInputsLayout) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   OpAttrs attrs;
-  attrs.axes = {0};
+  attrs.axis = 0;
   const Layout first = layout_of(mesh, {"x", "y"}).with_partial({});
   const ShardingDecision d =
       plan_op("concat2",
@@ -431,9 +431,9 @@ TEST(ShapeOps, ErrorsNameTheOpAndTheShapes) {
   Runtime rt({.num_cpu_devices = 4});
   const Mesh mesh = Mesh::create({{"x", 4}});
   const DTensor x = copy_to_mesh(iota(Shape{4, 3}), layout_of(mesh, {"x", "unsharded"}), rt);
-  auto reshape_to = [&](std::vector<int64_t> sizes) {
+  auto reshape_to = [&](std::vector<int64_t> shape) {
     OpAttrs attrs;
-    attrs.sizes = std::move(sizes);
+    attrs.shape = std::move(shape);
     return call_op("reshape", {x}, attrs);
   };
   EXPECT_TESSEL_ERROR(reshape(x, Shape{5, 2}), kInvalid,
@@ -477,6 +477,8 @@ TEST(ShapeOps, ErrorsNameTheOpAndTheShapes) {
   const DTensor s = copy_to_mesh(iota(Shape{}), Layout::replicated(mesh, 0), rt);
   EXPECT_TESSEL_ERROR(concat({s, s}, 0), kInvalid, "cannot concatenate scalars");
   EXPECT_TESSEL_ERROR(concat({s}, 0), kInvalid, "cannot concatenate scalars");
+  EXPECT_TESSEL_ERROR(call_op("concat2", {x, x}), kInvalid,
+                      "concat2: needs the concat axis in attrs.axis");
 }
 
 TEST(ShapeOps, SliceGradRejectsAGradientThatDoesNotFitTheSlice) {
@@ -485,7 +487,7 @@ TEST(ShapeOps, SliceGradRejectsAGradientThatDoesNotFitTheSlice) {
   const DTensor g = copy_to_mesh(iota(Shape{2, 3}), layout_of(mesh, {"x", "unsharded"}), rt);
   OpAttrs attrs;
   attrs.begin = {3, 0};
-  attrs.sizes = {4, 3};
+  attrs.shape = {4, 3};
   EXPECT_TESSEL_ERROR(call_op("slice_grad", {g}, attrs), kInvalid,
                       "Expected size[0] in [0, 1], but got 2");
   attrs.begin = {1, 0};

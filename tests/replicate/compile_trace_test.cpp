@@ -226,6 +226,27 @@ TEST(CompileTrace, NodesNothingReturnedNeedsAreRemovedButCollectivesStay) {
       << text;
 }
 
+TEST(CompileTrace, OpsPrintTheAttributesTheirCallSetByName) {
+  Runtime rt({.num_cpu_devices = 1});
+  const Mesh mesh = Mesh::create({{"core", 1}});
+  Tracer tracer(mesh, rt);
+  const DTensor x = tracer.add_input(0, replicated_spec(mesh, Shape{2, 3}));
+  // Values that are another attribute's default (0) still print where the op reads them.
+  const DTensor u = random_uniform(Shape{2, 3}, Layout::replicated(mesh, 2), /*seed=*/0,
+                                   /*low=*/0.0, /*high=*/1.0, DType::kF32, &rt);
+  const DTensor y = reduce_sum(concat({add(x, 0.0), u}, 0), {1}, /*keepdims=*/true);
+  const Graph g =
+      tracer.finish({y, transpose(x, {1, 0}),
+                     fill(Shape{2}, 0.0, Layout::replicated(mesh, 1), DType::kF32, &rt)});
+  const std::string text = g.to_string();
+  for (const char* call : {"random_uniform[shape=2,3, low=0, high=1, seed=0]() -> [2,3] f32",
+                           "add_scalar[operand=0](%0 {unsharded,unsharded})", "concat2[axis=0](",
+                           "reduce_sum[axes=1, keepdims](", "transpose[perm=1,0](%0 ",
+                           "fill[shape=2, value=0]() -> [2] f32"}) {
+    EXPECT_NE(text.find(call), std::string::npos) << call << " in\n" << text;
+  }
+}
+
 // Replays `fn` traced on `trace_mesh` on `replay_mesh` and compares with running it eagerly there.
 void expect_replay_matches_eager(const Mesh& trace_mesh, const Mesh& replay_mesh, Runtime& rt) {
   const std::function<std::vector<DTensor>(const std::vector<DTensor>&)> fn = loss_and_grads;

@@ -46,23 +46,50 @@
 
 namespace tessel {
 
-// What an op call carries besides its inputs; each op reads the fields it documents.
+// What an op call carries besides its inputs. Each field names the ops that read it; an op
+// ignores the others. The optional fields are the ones where every value means something to
+// the op reading it (a seed of 0, a concat along axis 0, a lower bound of 0): they are set or
+// not, so a trace (replicate/graph.h) prints exactly the ones a call set. An op reads an unset
+// optional scalar as 0.
 struct OpAttrs {
-  std::vector<int64_t> axes;         // reductions, transpose permutation, concat axis
-  std::vector<int64_t> begin;        // slice
-  std::vector<int64_t> sizes;        // slice sizes, reshape / creation shape
-  std::string equation;              // einsum
-  double scalar = 0.0;               // fill value, random bounds (low)
-  double scalar2 = 0.0;              // random bounds (high), normal stddev
-  DType dtype = DType::kF32;         // cast, creation
-  bool keepdims = false;
-  bool transpose_a = false;          // matmul
-  bool transpose_b = false;
-  uint64_t seed = 0;                 // random, dropout
-  double epsilon = 0.0;              // layer_norm: added to the variance
-  double rate = 0.0;                 // dropout: the fraction of elements dropped
-  std::optional<Layout> layout;      // creation ops: the output layout
-  Runtime* runtime = nullptr;        // creation ops: whose devices (null: Runtime::global())
+  // Axes and shapes.
+  std::vector<int64_t> axes;          // reduce_sum / reduce_mean / reduce_max and their gradient
+                                      // ops (reduce_sum_grad, reduce_max_ties, reduce_max_grad):
+                                      // the reduced axes (empty: every axis)
+  std::vector<int64_t> perm;          // transpose: output dim k is input dim perm[k] (empty:
+                                      // the dims reversed)
+  std::optional<int64_t> axis;        // concat: the axis the inputs are joined along (required)
+  std::vector<int64_t> begin;         // slice, slice_grad: where the slice starts
+  std::vector<int64_t> size;          // slice: its extent per dim (-1: to the end)
+  std::vector<int64_t> shape;         // reshape: the target (one -1 is inferred); creation ops:
+                                      // the output's; reduce_sum_grad (also matmul's VJP
+                                      // broadcasting back): the reduced input's; slice_grad:
+                                      // the sliced input's
+  std::optional<int64_t> vocab_size;  // embedding_lookup_grad: the table's rows (required)
+  std::string equation;               // einsum
+  // Host scalars.
+  std::optional<double> value;          // fill
+  std::optional<double> operand;        // add_scalar: the addend; multiply_scalar: the factor
+  std::optional<double> low;            // random_uniform: values in [low, high)
+  std::optional<double> high;           // random_uniform
+  std::optional<double> mean;           // random_normal
+  std::optional<double> stddev;         // random_normal
+  std::optional<double> scale;          // reduce_sum_grad: the factor on the broadcast gradient
+  std::optional<double> beta;           // ema, ema_square: the decay
+  std::optional<double> learning_rate;  // adam_apply: the step's (bias-corrected) learning rate
+  std::optional<double> epsilon;        // adam_apply; layer_norm: added to the variance
+  std::optional<double> rate;           // dropout: the fraction of elements dropped
+  // The rest.
+  DType dtype = DType::kF32;     // cast: the target; creation ops: the output's
+  bool keepdims = false;         // the reductions and their gradient ops
+  bool transpose_a = false;      // matmul
+  bool transpose_b = false;      // matmul
+  std::optional<uint64_t> seed;  // random_uniform, random_normal, dropout (unset: 0)
+  std::optional<Layout> layout;  // creation ops: the output's layout (required);
+                                 // reduce_sum_grad: the reduced input's (its sharding is
+                                 // preferred for the broadcast axes; optional);
+                                 // embedding_lookup_grad: the table's (required)
+  Runtime* runtime = nullptr;    // creation ops: whose devices (null: Runtime::global())
 };
 
 // An input or output of a call, as the rules see it: no data.
