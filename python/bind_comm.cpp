@@ -51,7 +51,7 @@ void bind_comm(py::module_& m) {
           "timeout_seconds",
           [](const CollectiveOptions& o) { return o.timeout.count() / 1000.0; },
           [](CollectiveOptions& o, double s) {
-            o.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+            o.timeout = seconds_arg(s, "timeout_seconds", "Communicator");
           })
       .def_readwrite("segment_bytes", &CollectiveOptions::segment_bytes);
 

@@ -103,29 +103,6 @@ void bind_dtypes(py::module_& m) {
 
 // ---- Tensor <-> numpy ---------------------------------------------------------------------
 
-// The numpy dtype a tensor of `dtype` converts to; bf16 becomes float32 (numpy has no bf16).
-const char* numpy_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "float32";
-    case DType::kF64:
-      return "float64";
-    case DType::kBF16:
-      return "float32";
-    case DType::kF16:
-      return "float16";
-    case DType::kI32:
-      return "int32";
-    case DType::kI64:
-      return "int64";
-    case DType::kU8:
-      return "uint8";
-    case DType::kBool:
-      return "bool";
-  }
-  return "float32";
-}
-
 // A copy of any array-like; its numpy dtype name selects the DType (numpy's names are accepted
 // by dtype_from_name). With `dtype`, the copy is then converted.
 Tensor tensor_from_numpy(py::handle data, std::optional<DType> dtype) {
@@ -146,7 +123,7 @@ Tensor tensor_from_numpy(py::handle data, std::optional<DType> dtype) {
 py::array tensor_to_numpy(const Tensor& t) {
   Tensor c = t.dtype() == DType::kBF16 ? t.astype(DType::kF32) : t.contiguous();
   const std::vector<int64_t>& dims = c.shape().dims();
-  py::array out(py::dtype(numpy_name(c.dtype())),
+  py::array out(py::dtype(numpy_dtype_name(c.dtype())),  // c is never bf16
                 std::vector<py::ssize_t>(dims.begin(), dims.end()));
   if (c.nbytes() > 0) std::memcpy(out.mutable_data(), c.data(), c.nbytes());
   return out;

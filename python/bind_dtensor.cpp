@@ -8,9 +8,6 @@
 // value; each view's base is the component's tessel.Tensor, which keeps the storage alive), to_host
 // a fresh numpy array. Calls that wait for the devices release the GIL. A DTensor keeps the Runtime
 // its devices belong to alive.
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,47 +57,20 @@ py::object wrap(DTensor tensor) {
   return obj;
 }
 
-// Python seconds -> the per-step timeout (as bind_runtime.cpp converts timeouts).
+// Python seconds -> the per-step timeout (seconds_arg, as every binding converts timeouts).
 RelayoutOptions to_options(std::optional<double> timeout_seconds) {
   RelayoutOptions options;
-  if (!timeout_seconds) return options;
-  if (std::isnan(*timeout_seconds)) {
-    throw Error(ErrorCode::kInvalidArgument, "relayout", "timeout_seconds is NaN");
+  if (timeout_seconds) {
+    options.timeout = seconds_arg(*timeout_seconds, "timeout_seconds", "relayout");
   }
-  constexpr double kMaxSeconds = 1e9;  // keeps the conversion defined
-  options.timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(std::ceil(std::min(*timeout_seconds, kMaxSeconds) * 1000.0)));
   return options;
-}
-
-// The numpy dtype of a tensor dtype that numpy holds as is (bf16 has none).
-const char* numpy_view_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "float32";
-    case DType::kF64:
-      return "float64";
-    case DType::kF16:
-      return "float16";
-    case DType::kI32:
-      return "int32";
-    case DType::kI64:
-      return "int64";
-    case DType::kU8:
-      return "uint8";
-    case DType::kBool:
-      return "bool";
-    case DType::kBF16:
-      break;
-  }
-  return nullptr;
 }
 
 // A read-only numpy view of `t`'s storage whose base is the tessel.Tensor `t` (which keeps the
 // storage alive); bf16 has no numpy dtype, so it comes back as a float32 copy (Tensor.numpy()).
 py::object numpy_view(const Tensor& t) {
   py::object base = py::cast(t);
-  const char* name = numpy_view_name(t.dtype());
+  const char* name = numpy_dtype_name(t.dtype());
   if (name == nullptr) return base.attr("numpy")();
   const auto item = static_cast<py::ssize_t>(dtype_size(t.dtype()));
   std::vector<py::ssize_t> shape(t.shape().dims().begin(), t.shape().dims().end());

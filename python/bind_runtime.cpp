@@ -1,6 +1,5 @@
 // Bindings of the runtime layer: Runtime and Device (streams are driven from C++ only).
 #include <chrono>
-#include <cmath>
 #include <optional>
 #include <string>
 
@@ -11,17 +10,6 @@
 
 namespace tessel::python {
 namespace {
-
-// Python seconds (int or float) -> the C++ timeout; a negative value reaches C++, which
-// rejects it with its own message.
-std::chrono::milliseconds to_timeout(double seconds) {
-  if (std::isnan(seconds)) {
-    throw Error(ErrorCode::kInvalidArgument, "Runtime", "timeout_seconds is NaN");
-  }
-  constexpr double kMaxSeconds = 1e9;  // ~31 years; keeps the conversion defined
-  return std::chrono::milliseconds(
-      static_cast<int64_t>(std::ceil(std::min(seconds, kMaxSeconds) * 1000.0)));
-}
 
 py::dict stats_dict(const MemoryStats& s) {
   py::dict d;
@@ -87,7 +75,10 @@ Errors in a device's work surface at synchronize(), naming the device and the op
           "synchronize",
           [](Runtime& r, std::optional<double> timeout_seconds) {
             std::optional<std::chrono::milliseconds> timeout;
-            if (timeout_seconds) timeout = to_timeout(*timeout_seconds);
+            // A negative timeout reaches C++, which rejects it with its own message.
+            if (timeout_seconds) {
+              timeout = seconds_arg(*timeout_seconds, "timeout_seconds", "Runtime");
+            }
             py::gil_scoped_release release;
             if (timeout) {
               r.synchronize(*timeout);

@@ -24,7 +24,6 @@ namespace {
 using Release = py::call_guard<py::gil_scoped_release>;
 using Coordinates = std::vector<std::vector<std::vector<int>>>;
 
-// Python seconds -> milliseconds; a negative value reaches C++, which rejects it.
 py::bytes to_bytes(const std::string& s) { return py::bytes(s); }
 
 // device_coordinates as TF's rank-3 int32 array [num_tasks, num_devices_per_task, mesh rank].

@@ -5,6 +5,7 @@
 //   tessel::DType        <-> str name ("f32"); loads names, numpy dtypes and numpy scalar types
 //   tessel::MeshDimension <-> tessel.MeshDimension namedtuple (loads any (name, size) pair)
 //   tessel::PartialDim   <-> (mesh_dim, op name) tuple (loads the op as a str or ReduceOp)
+// and two plain conversions: seconds_arg (a timeout in seconds) and numpy_dtype_name.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -45,6 +46,30 @@ inline std::chrono::milliseconds seconds_arg(double seconds, const char* name,
   constexpr double kMaxSeconds = 1e9;
   return std::chrono::milliseconds(
       static_cast<int64_t>(std::ceil(std::min(seconds, kMaxSeconds) * 1000.0)));
+}
+
+// The numpy dtype name that holds `dtype`'s values as they are ("float32", "int64", ...);
+// nullptr for bf16, which numpy lacks (callers convert bf16 to f32 first or copy).
+inline const char* numpy_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kF64:
+      return "float64";
+    case DType::kF16:
+      return "float16";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
+    case DType::kU8:
+      return "uint8";
+    case DType::kBool:
+      return "bool";
+    case DType::kBF16:
+      break;
+  }
+  return nullptr;
 }
 
 }  // namespace tessel::python

@@ -16,7 +16,6 @@
 // The results of one extra fused call (on inputs rank + 1) are checked against the exact sum.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -24,8 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "bench_env.h"
 #include "bench_team.h"
 #include "commands.h"
+#include "flags.h"
 #include "tessel/alloc/fused_all_reduce.h"
 #include "tessel/alloc/fusion.h"
 #include "tessel/comm/collective_options.h"
@@ -71,63 +72,19 @@ struct FusionConfig {
   bool json = false;
 };
 
-struct FusionUsageError {
-  std::string message;
-};
-
-int64_t to_int(const std::string& flag, const std::string& text, int64_t low, int64_t high,
-               bool size) {
-  size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  int shift = 0;
-  if (size && used > 0 && used + 1 == text.size()) {
-    const char unit = text[used];
-    shift = unit == 'K' || unit == 'k' ? 10 : unit == 'M' || unit == 'm' ? 20 : -1;
-    if (shift > 0) ++used;
-  }
-  if (used == 0 || used != text.size() || value < 0 || value > (high >> shift)) {
-    throw FusionUsageError{flag + ": '" + text + "' is not " +
-                           (size ? "a size (e.g. 4096, 4K, 1M)" : "an integer") + " in range"};
-  }
-  const int64_t v = static_cast<int64_t>(value) << shift;
-  if (v < low) throw FusionUsageError{flag + ": " + text + " is too small"};
-  return v;
-}
-
 FusionConfig parse(const Args& args) {
   FusionConfig c;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    if (flag == "--json") {
-      c.json = true;
-      continue;
-    }
-    if (i + 1 >= args.size()) throw FusionUsageError{"unknown flag or missing value: " + flag};
-    const std::string& v = args[++i];
-    if (flag == "--tensors") {
-      c.tensors = static_cast<int>(to_int(flag, v, 1, 1000000, false));
-    } else if (flag == "--bytes") {
-      c.bytes = to_int(flag, v, 4, int64_t{1} << 30, true);
-    } else if (flag == "--devices") {
-      c.devices = static_cast<int>(to_int(flag, v, 1, 64, false));
-    } else if (flag == "--bucket-bytes") {
-      c.bucket_bytes = to_int(flag, v, 0, int64_t{1} << 40, true);
-    } else if (flag == "-n" || flag == "--iters") {
-      c.iters = static_cast<int>(to_int(flag, v, 1, 100000, false));
-    } else if (flag == "--rounds") {
-      c.rounds = static_cast<int>(to_int(flag, v, 1, 1000, false));
-    } else if (flag == "-w" || flag == "--warmup") {
-      c.warmup = static_cast<int>(to_int(flag, v, 0, 100000, false));
-    } else {
-      throw FusionUsageError{"unknown flag: " + flag};
-    }
-  }
-  if (c.bytes % 4 != 0) throw FusionUsageError{"--bytes: must be a multiple of 4 (f32)"};
+  FlagParser flags("bench fusion");
+  flags.integer({"--tensors"}, c.tensors, 1, 1000000);
+  flags.size({"--bytes"}, c.bytes, 4, int64_t{1} << 30);
+  flags.integer({"--devices"}, c.devices, 1, 64);
+  flags.size({"--bucket-bytes"}, c.bucket_bytes, 0, int64_t{1} << 40);
+  flags.integer({"-n", "--iters"}, c.iters, 1, 100000);
+  flags.integer({"--rounds"}, c.rounds, 1, 1000);
+  flags.integer({"-w", "--warmup"}, c.warmup, 0, 100000);
+  flags.set({"--json"}, c.json);
+  flags.parse(args);
+  if (c.bytes % 4 != 0) flags.fail("--bytes: must be a multiple of 4 (f32)");
   return c;
 }
 
@@ -149,13 +106,6 @@ void time_mode(bench::Team& team, const FusionConfig& c, int warmup, int iters,
     }
   });
   for (const auto& row : times) samples.push_back(*std::max_element(row.begin(), row.end()));
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one;
-  if (!(in >> one)) return "unknown";
-  return one;
 }
 
 int run(const FusionConfig& c) {
@@ -238,7 +188,7 @@ int run(const FusionConfig& c) {
         "%lld bytes -> %d buckets; hardware threads %u, load average %s; median of %d\n",
         c.tensors, static_cast<long long>(c.bytes), c.devices,
         static_cast<long long>(c.bucket_bytes), buckets, std::thread::hardware_concurrency(),
-        load_average().c_str(), c.iters);
+        bench::load_average_text().c_str(), c.iters);
     std::printf("%-28s %12s %10s\n", "mode", "time (us)", "vs single");
     const auto row = [&](const char* name, double us) {
       std::printf("%-28s %12.1f %9.2fx\n", name, us, us / single_us);
@@ -260,12 +210,9 @@ int run_bench_fusion(const Args& args) {
     std::cout << kHelp;
     return kExitOk;
   }
+  const FusionConfig c = parse(args);  // a UsageError reaches main(): exit status 2
   try {
-    return run(parse(args));
-  } catch (const FusionUsageError& e) {
-    std::cerr << "tessel: error: bench fusion: " << e.message
-              << "\nRun 'tessel bench fusion --help' for usage.\n";
-    return kExitUsage;
+    return run(c);
   } catch (const Error& e) {
     std::cerr << "tessel: error: bench fusion failed: " << e.what() << "\n";
     return kExitFailure;

@@ -10,7 +10,7 @@
 
 #include "bench_team.h"
 #include "commands.h"
-#include "tessel/core/error.h"
+#include "flags.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/runtime/runtime.h"
@@ -33,43 +33,15 @@ constexpr const char* kDispatchHelp =
     "devices (default 4) and waits for them: the time per op dispatched and executed, median\n"
     "over R rounds (default 7). --json prints {\"devices\", \"ops\", \"per_op_us\"}.\n";
 
-struct Flags {
-  int64_t n = 2048, devices = 2, ops = 1000, rounds = 5;
+struct MatmulFlags {
+  int64_t n = 2048, devices = 2, rounds = 5;
   bool json = false;
 };
 
-Flags parse(const Args& args, Flags flags, std::string_view command) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--json") {
-      flags.json = true;
-      continue;
-    }
-    int64_t* target = a == "--n" ? &flags.n
-                      : a == "--devices" ? &flags.devices
-                      : a == "--ops" ? &flags.ops
-                      : a == "--rounds" ? &flags.rounds
-                                        : nullptr;
-    if (target == nullptr || i + 1 >= args.size()) {
-      throw Error(ErrorCode::kInvalidArgument, fmt::format("bench {}", command),
-                  target == nullptr ? fmt::format("unknown option '{}'", a)
-                                    : fmt::format("{} needs a value", a));
-    }
-    const std::string& v = args[++i];
-    size_t used = 0;
-    int64_t value = -1;
-    try {
-      value = std::stoll(v, &used);
-    } catch (...) {
-    }
-    if (used != v.size() || value < 1) {
-      throw Error(ErrorCode::kInvalidArgument, fmt::format("bench {}", command),
-                  fmt::format("{} needs a positive integer, got '{}'", a, v));
-    }
-    *target = value;
-  }
-  return flags;
-}
+struct DispatchFlags {
+  int64_t devices = 4, ops = 1000, rounds = 7;
+  bool json = false;
+};
 
 using bench::median;  // medians of odd counts are the middle value
 
@@ -87,7 +59,13 @@ int run_bench_matmul(const Args& args) {
     std::cout << kMatmulHelp;
     return kExitOk;
   }
-  const Flags f = parse(args, Flags{}, "matmul");
+  MatmulFlags f;
+  FlagParser flags("bench matmul");
+  flags.positive({"--n"}, f.n);
+  flags.positive({"--devices"}, f.devices);
+  flags.positive({"--rounds"}, f.rounds);
+  flags.set({"--json"}, f.json);
+  flags.parse(args);
   Runtime rt({.num_cpu_devices = static_cast<int>(f.devices)});
   const Shape square{f.n, f.n};
   const Mesh one = Mesh::create_on_devices({{"x", 1}}, {rt.device(0).name()});
@@ -124,10 +102,13 @@ int run_bench_dispatch(const Args& args) {
     std::cout << kDispatchHelp;
     return kExitOk;
   }
-  Flags defaults;
-  defaults.devices = 4;
-  defaults.rounds = 7;
-  const Flags f = parse(args, defaults, "dispatch");
+  DispatchFlags f;
+  FlagParser flags("bench dispatch");
+  flags.positive({"--devices"}, f.devices);
+  flags.positive({"--ops"}, f.ops);
+  flags.positive({"--rounds"}, f.rounds);
+  flags.set({"--json"}, f.json);
+  flags.parse(args);
   Runtime rt({.num_cpu_devices = static_cast<int>(f.devices)});
   const Mesh mesh = Mesh::create({{"x", f.devices}});
   const DTensor x = copy_to_mesh(Tensor::full(Shape{8}, DType::kF32, 1.0), Layout({"x"}, mesh), rt);

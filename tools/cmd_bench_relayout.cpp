@@ -19,14 +19,10 @@
 //   Plans without such a step (empty, local-only, send_recv) have no collective time (null).
 // Every reported time is the median over a mode's timed calls. One relayout result is checked
 // bit for bit against copy_to_mesh(host, to): `wrong` counts the elements whose bytes differ.
-#include <unistd.h>
-
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -36,8 +32,11 @@
 #include <thread>
 #include <vector>
 
+#include "bench_env.h"
+#include "bench_json.h"
 #include "bench_team.h"
 #include "commands.h"
+#include "flags.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/comm/mesh_groups.h"
 #include "tessel/core/dtype.h"
@@ -99,11 +98,10 @@ struct RelayoutConfig {
   bool json = false;
 };
 
-struct RelayoutUsageError {
-  std::string message;
-};
-
-[[noreturn]] void usage(std::string message) { throw RelayoutUsageError{std::move(message)}; }
+// A usage error found after the flags were read (the layouts, the plan, the memory needed).
+[[noreturn]] void usage(std::string message) {
+  throw UsageError("bench relayout", std::move(message));
+}
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> parts;
@@ -117,125 +115,59 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return parts;
 }
 
-// A decimal integer in [low, high], all of `text`.
-int64_t to_int(const std::string& flag, const std::string& text, int64_t low, int64_t high) {
-  size_t used = 0;
-  long long value = 0;
-  const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char ch) {
-    return std::isdigit(static_cast<unsigned char>(ch)) != 0;
-  });
-  try {
-    if (digits) value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (!digits || used != text.size()) usage(flag + ": '" + text + "' is not an integer");
-  if (value < low || value > high) {
-    usage(flag + ": " + text + " is outside [" + std::to_string(low) + ", " + std::to_string(high) + "]");
-  }
-  return value;
-}
-
 RelayoutConfig parse(const Args& args) {
   RelayoutConfig c;
   bool have_shape = false, have_mesh = false, have_from = false, have_to = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    std::optional<std::string> inline_value;
-    if (flag.rfind("--", 0) == 0 && flag.find('=') != std::string::npos) {
-      inline_value = flag.substr(flag.find('=') + 1);
-      flag = flag.substr(0, flag.find('='));
+  FlagParser flags("bench relayout");
+  flags.custom({"--shape"}, [&](const std::string& flag, const std::string& v) {
+    std::vector<int64_t> dims;
+    for (const std::string& d : split(v, ',')) {
+      dims.push_back(flags.parse_integer(flag, d, 1, int64_t{1} << 40));
     }
-    if (flag == "--json") {
-      if (inline_value) usage("--json takes no value");
-      c.json = true;
-      continue;
-    }
-    const bool known = flag == "--shape" || flag == "--mesh" || flag == "--from" || flag == "--to" ||
-                       flag == "--dtype" || flag == "-n" || flag == "--iters" || flag == "-w" ||
-                       flag == "--warmup" || flag == "--rounds";
-    if (!known) {
-      if (!flag.empty() && flag[0] == '-') usage("unknown option '" + flag + "'");
-      usage("unexpected argument '" + flag + "'");
-    }
-    if (!inline_value && i + 1 >= args.size()) usage(flag + " needs a value");
-    const std::string v = inline_value ? *inline_value : args[++i];
-    if (flag == "--shape") {
-      std::vector<int64_t> dims;
-      for (const std::string& d : split(v, ',')) dims.push_back(to_int("--shape", d, 1, int64_t{1} << 40));
-      c.shape = Shape(dims);
-      if (c.shape.num_elements() > (int64_t{1} << 40)) usage("--shape: " + v + " has more than 2^40 elements");
-      have_shape = true;
-    } else if (flag == "--mesh") {
-      c.mesh_dims.clear();
-      int64_t devices = 1;
-      for (const std::string& d : split(v, ',')) {
-        const size_t eq = d.find('=');
-        if (eq == std::string::npos || eq == 0) {
-          usage("--mesh: '" + d + "' is not name=size (e.g. x=4 or x=2,y=2)");
-        }
-        const int64_t size = to_int("--mesh", d.substr(eq + 1), 1, kMaxDevices);
-        devices *= size;
-        if (devices > kMaxDevices) usage("--mesh: " + v + " has more than " + std::to_string(kMaxDevices) + " devices");
-        c.mesh_dims.push_back({d.substr(0, eq), size});
+    c.shape = Shape(dims);
+    if (c.shape.num_elements() > (int64_t{1} << 40)) usage("--shape: " + v + " has more than 2^40 elements");
+    have_shape = true;
+  });
+  flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
+    c.mesh_dims.clear();
+    int64_t devices = 1;
+    for (const std::string& d : split(v, ',')) {
+      const size_t eq = d.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        usage("--mesh: '" + d + "' is not name=size (e.g. x=4 or x=2,y=2)");
       }
-      have_mesh = true;
-    } else if (flag == "--from") {
-      c.from = split(v, ',');
-      have_from = true;
-    } else if (flag == "--to") {
-      c.to = split(v, ',');
-      have_to = true;
-    } else if (flag == "--dtype") {
-      try {
-        c.dtype = dtype_from_name(v);
-      } catch (const Error&) {
-        usage("--dtype: unknown dtype '" + v + "' (expected f32, f64, bf16, f16, i32, i64, u8 or bool)");
-      }
-    } else if (flag == "-n" || flag == "--iters") {
-      c.iters = static_cast<int>(to_int(flag, v, 1, 100000));
-    } else if (flag == "-w" || flag == "--warmup") {
-      c.warmup = static_cast<int>(to_int(flag, v, 0, 100000));
-    } else if (flag == "--rounds") {
-      c.rounds = static_cast<int>(to_int(flag, v, 1, 1000));
+      const int64_t size = flags.parse_integer(flag, d.substr(eq + 1), 1, kMaxDevices);
+      devices *= size;
+      if (devices > kMaxDevices) usage("--mesh: " + v + " has more than " + std::to_string(kMaxDevices) + " devices");
+      c.mesh_dims.push_back({d.substr(0, eq), size});
     }
-  }
+    have_mesh = true;
+  });
+  flags.custom({"--from"}, [&](const std::string&, const std::string& v) {
+    c.from = split(v, ',');
+    have_from = true;
+  });
+  flags.custom({"--to"}, [&](const std::string&, const std::string& v) {
+    c.to = split(v, ',');
+    have_to = true;
+  });
+  flags.custom({"--dtype"}, [&](const std::string&, const std::string& v) {
+    try {
+      c.dtype = dtype_from_name(v);
+    } catch (const Error&) {
+      usage("--dtype: unknown dtype '" + v + "' (expected f32, f64, bf16, f16, i32, i64, u8 or bool)");
+    }
+  });
+  flags.integer({"-n", "--iters"}, c.iters, 1, 100000);
+  flags.integer({"-w", "--warmup"}, c.warmup, 0, 100000);
+  flags.integer({"--rounds"}, c.rounds, 1, 1000);
+  flags.set({"--json"}, c.json);
+  flags.parse(args);
   if (!have_shape) usage("--shape is required (e.g. --shape 4096,4096)");
   if (!have_mesh) usage("--mesh is required (e.g. --mesh x=4)");
   if (!have_from) usage("--from is required (e.g. --from x,unsharded)");
   if (!have_to) usage("--to is required (e.g. --to unsharded,x)");
   return c;
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one;
-  if (!(in >> one)) return "unknown";
-  return one;
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
 }
 
 std::string bytes_text(int64_t bytes) {
@@ -407,7 +339,7 @@ int run(const RelayoutConfig& c) {
   };
   const double needed = static_cast<double>(bytes) * (3 + replicas(from) + 3 * replicas(plan.to) +
                                                       2 * std::max(replicas(from), replicas(plan.to)));
-  const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double physical = bench::physical_memory_bytes();
   if (physical > 0 && needed > 0.75 * physical) {
     usage("--shape " + c.shape.to_string() + " needs about " + std::to_string(static_cast<int64_t>(needed / (1 << 20))) +
           " MiB of buffers; this machine has " + std::to_string(static_cast<int64_t>(physical / (1 << 20))) + " MiB");
@@ -496,18 +428,18 @@ int run(const RelayoutConfig& c) {
   if (c.json) {
     std::ostringstream o;
     o << "{\"plan\": [";
-    for (size_t i = 0; i < plan.steps.size(); ++i) o << (i ? ", " : "") << json_string(plan.steps[i].to_string());
-    o << "], \"bytes\": " << bytes << ", \"relayout_us\": " << json_number(relayout_us)
-      << ", \"memcpy_us\": " << json_number(memcpy_us)
-      << ", \"collective\": " << (collective ? json_string(collective->name()) : "null")
-      << ", \"collective_us\": " << json_number(collective_us) << ", \"wrong\": " << wrong << "}\n";
+    for (size_t i = 0; i < plan.steps.size(); ++i) o << (i ? ", " : "") << bench::json_string(plan.steps[i].to_string());
+    o << "], \"bytes\": " << bytes << ", \"relayout_us\": " << bench::json_number(relayout_us)
+      << ", \"memcpy_us\": " << bench::json_number(memcpy_us)
+      << ", \"collective\": " << (collective ? bench::json_string(collective->name()) : "null")
+      << ", \"collective_us\": " << bench::json_number(collective_us) << ", \"wrong\": " << wrong << "}\n";
     std::cout << o.str();
   } else {
     std::printf("# tessel bench relayout: %s %s (%s), mesh %s on %d CPU devices; hardware threads %u, load "
                 "average %s; medians of %d calls in %d rounds\n",
                 c.shape.to_string().c_str(), std::string(dtype_name(c.dtype)).c_str(), bytes_text(bytes).c_str(),
                 mesh.to_string().substr(0, mesh.to_string().find('|', 1) + 1).c_str(), n,
-                std::thread::hardware_concurrency(), load_average().c_str(), c.iters, rounds);
+                std::thread::hardware_concurrency(), bench::load_average_text().c_str(), c.iters, rounds);
     std::cout << plan.to_string();
     if (plan.to_string().empty() || plan.to_string().back() != '\n') std::cout << "\n";
     std::cout.flush();
@@ -545,12 +477,9 @@ int run_bench_relayout(const Args& args) {
     std::cout << kHelp;
     return kExitOk;
   }
+  const RelayoutConfig c = parse(args);  // a UsageError reaches main(): exit status 2
   try {
-    return run(parse(args));
-  } catch (const RelayoutUsageError& e) {
-    std::cerr << "tessel: error: bench relayout: " << e.message
-              << "\nRun 'tessel bench relayout --help' for usage.\n";
-    return kExitUsage;
+    return run(c);
   } catch (const Error& e) {
     std::cerr << "tessel: error: bench relayout failed: " << e.what() << "\n";
     return kExitFailure;

@@ -28,17 +28,17 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "bench_env.h"
 #include "bench_team.h"
 #include "commands.h"
+#include "flags.h"
 #include "tessel/core/error.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
@@ -73,32 +73,20 @@ struct Config {
 
 Config parse(const Args& args) {
   Config c;
-  const std::map<std::string, int64_t*> flags = {
-      {"--replicas", &c.replicas}, {"--devices", &c.devices}, {"--batch", &c.batch},
-      {"--features", &c.features}, {"--hidden", &c.hidden},   {"--classes", &c.classes},
-      {"--steps", &c.steps},       {"--rounds", &c.rounds}};
-  const auto fail = [](const std::string& what) {
-    throw Error(ErrorCode::kInvalidArgument, "bench replicate", what);
-  };
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--json") {
-      c.json = true;
-      continue;
-    }
-    auto flag = flags.find(args[i]);
-    if (flag == flags.end()) fail(fmt::format("unknown option '{}'", args[i]));
-    if (i + 1 >= args.size()) fail(fmt::format("{} needs a value", args[i]));
-    const std::string& text = args[++i];
-    char* end = nullptr;
-    const long long value = std::strtoll(text.c_str(), &end, 10);
-    if (end == text.c_str() || *end != '\0' || value < 1) {
-      fail(fmt::format("{} needs a positive integer, got '{}'", flag->first, text));
-    }
-    *flag->second = value;
-  }
+  FlagParser flags("bench replicate");
+  flags.positive({"--replicas"}, c.replicas);
+  flags.positive({"--devices"}, c.devices);
+  flags.positive({"--batch"}, c.batch);
+  flags.positive({"--features"}, c.features);
+  flags.positive({"--hidden"}, c.hidden);
+  flags.positive({"--classes"}, c.classes);
+  flags.positive({"--steps"}, c.steps);
+  flags.positive({"--rounds"}, c.rounds);
+  flags.set({"--json"}, c.json);
+  flags.parse(args);
   if (c.devices == 0) c.devices = c.replicas;
   if (c.devices < c.replicas) {
-    fail(fmt::format("--devices {} is fewer than --replicas {}", c.devices, c.replicas));
+    flags.fail(fmt::format("--devices {} is fewer than --replicas {}", c.devices, c.replicas));
   }
   return c;
 }
@@ -293,8 +281,7 @@ int run_bench_replicate(const Args& args) {
   const int cores = static_cast<int>(
       std::min<unsigned>(static_cast<unsigned>(replicas), std::max(1u, std::thread::hardware_concurrency())));
   const double parallel_overhead_us = compiled_us - kernels_us * replicas / cores;
-  double load[3] = {0, 0, 0};
-  if (getloadavg(load, 3) < 0) load[0] = -1;
+  const double load = bench::load_average();  // -1 when unknown
 
   if (c.json) {
     std::cout << fmt::format(
@@ -311,13 +298,13 @@ int run_bench_replicate(const Args& args) {
         c.classes, compiled->graph().nodes().size(), compiled_us, eager_us, sequential_us,
         eager_us / compiled_us, sequential_us / compiled_us, kernels_us, replay_us, direct_us,
         replay_us - kernels_us, direct_us - kernels_us, parallel_overhead_us, median(f_compiled),
-        median(f_eager), median(f_sequential), median(f_replay), median(f_direct), load[0], wrong);
+        median(f_eager), median(f_sequential), median(f_replay), median(f_direct), load, wrong);
   } else {
     std::cout << fmt::format(
         "MLP step [{}x{}] -> {} -> {}, {} replicas x 1 core on {} devices ({} hardware threads, "
         "load {:.2f}), {} graph nodes; medians of {} rounds x {} steps\n",
         c.batch, c.features, c.hidden, c.classes, replicas, c.devices,
-        std::thread::hardware_concurrency(), load[0], compiled->graph().nodes().size(), c.rounds,
+        std::thread::hardware_concurrency(), load, compiled->graph().nodes().size(), c.rounds,
         c.steps);
     std::cout << fmt::format(
         "  compiled replicate()          {:9.1f} us/step  1.00x ({:.0f} page faults)\n",

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "flags.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/shape.h"
 #include "tessel/mesh/layout.h"

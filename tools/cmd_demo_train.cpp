@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "flags.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/dtensor/autodiff.h"
@@ -64,68 +65,26 @@ struct Options {
   std::string losses_path;
 };
 
-int64_t positive(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  int64_t v = -1;
-  try {
-    v = std::stoll(value, &used);
-  } catch (...) {
-  }
-  if (used != value.size() || v < 1) {
-    throw Error(ErrorCode::kInvalidArgument, "demo",
-                fmt::format("{} needs a positive integer, got '{}'", flag, value));
-  }
-  return v;
-}
-
 Options parse(const Args& args) {
   Options o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) {
-        throw Error(ErrorCode::kInvalidArgument, "demo", fmt::format("{} needs a value", a));
-      }
-      return args[++i];
-    };
-    if (a == "--mesh") {
-      const std::string v = value();
-      const size_t x = v.find('x');
-      if (x == std::string::npos) {
-        throw Error(ErrorCode::kInvalidArgument, "demo",
-                    fmt::format("--mesh needs BxM (e.g. 2x2), got '{}'", v));
-      }
-      o.mesh_batch = positive("--mesh", v.substr(0, x));
-      o.mesh_model = positive("--mesh", v.substr(x + 1));
-    } else if (a == "--batch") {
-      o.batch = positive(a, value());
-    } else if (a == "--features") {
-      o.features = positive(a, value());
-    } else if (a == "--width") {
-      o.width = positive(a, value());
-    } else if (a == "--hidden") {
-      o.hidden = positive(a, value());
-    } else if (a == "--classes") {
-      o.classes = positive(a, value());
-    } else if (a == "--steps") {
-      o.steps = positive(a, value());
-    } else if (a == "--lr") {
-      const std::string v = value();
-      try {
-        o.lr = std::stod(v);
-      } catch (...) {
-        throw Error(ErrorCode::kInvalidArgument, "demo", fmt::format("--lr needs a number, got '{}'", v));
-      }
-    } else if (a == "--no-check") {
-      o.check = false;
-    } else if (a == "--losses") {
-      o.losses_path = value();
-    } else if (a == "--json") {
-      o.json = true;
-    } else {
-      throw Error(ErrorCode::kInvalidArgument, "demo", fmt::format("unknown option '{}'", a));
-    }
-  }
+  FlagParser flags("demo");
+  flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
+    const size_t x = v.find('x');
+    if (x == std::string::npos) flags.fail(fmt::format("--mesh needs BxM (e.g. 2x2), got '{}'", v));
+    o.mesh_batch = flags.parse_integer(flag, v.substr(0, x), 1, FlagParser::kNoLimit);
+    o.mesh_model = flags.parse_integer(flag, v.substr(x + 1), 1, FlagParser::kNoLimit);
+  });
+  flags.positive({"--batch"}, o.batch);
+  flags.positive({"--features"}, o.features);
+  flags.positive({"--width"}, o.width);
+  flags.positive({"--hidden"}, o.hidden);
+  flags.positive({"--classes"}, o.classes);
+  flags.positive({"--steps"}, o.steps);
+  flags.number({"--lr"}, o.lr);
+  flags.set({"--no-check"}, o.check, false);
+  flags.text({"--losses"}, o.losses_path);
+  flags.set({"--json"}, o.json);
+  flags.parse(args);
   return o;
 }
 

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "flags.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/config.h"
 #include "tessel/runtime/runtime.h"
@@ -80,10 +81,7 @@ int run_info(const Args& args) {
     std::cout << kHelp;
     return kExitOk;
   }
-  if (!args.empty()) {
-    std::cerr << "tessel: error: info takes no arguments, got '" << args[0] << "'\n" << kHelp;
-    return kExitUsage;
-  }
+  FlagParser("info").parse(args);  // takes no arguments
   std::cout << "tessel " << TESSEL_VERSION_STRING << "\n"
             << "compiler:         " << compiler() << " (C++ " << __cplusplus << ")\n"
             << "sanitizer:        " << sanitizer() << "\n"

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "flags.h"
 #include "tessel/core/error.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/shape.h"
@@ -40,13 +41,6 @@ struct Options {
   std::optional<std::string> shape;   // --shape
 };
 
-// Prints a usage error and returns the usage exit status.
-int usage_error(std::string_view message) {
-  std::cerr << "tessel: error: layout: " << message << "\n"
-            << "Run 'tessel layout --help' for usage.\n";
-  return kExitUsage;
-}
-
 // Splits "a,b,c" on commas; "" is the empty list (a rank-0 layout).
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> parts;
@@ -60,46 +54,27 @@ std::vector<std::string> split_commas(const std::string& text) {
   }
 }
 
-// Parses argv into Options; returns an error message for malformed arguments.
-std::optional<std::string> parse_args(const Args& args, Options& opts) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    std::optional<std::string>* target = nullptr;
-    std::string name = arg;
-    std::optional<std::string> inline_value;
-    if (const size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
-      name = arg.substr(0, eq);  // --shape=8,6
-      inline_value = arg.substr(eq + 1);
+Options parse_args(const Args& args) {
+  Options opts;
+  FlagParser flags("layout");
+  flags.text({"--shape"}, opts.shape);
+  flags.text({"--mesh"}, opts.mesh);
+  flags.text({"--specs"}, opts.specs);
+  flags.positional([&](const std::string& argument) {
+    if (opts.layout) {
+      flags.fail("more than one layout string given ('" + *opts.layout + "' and '" + argument +
+                 "')");
     }
-    if (name == "--shape") {
-      target = &opts.shape;
-    } else if (name == "--mesh") {
-      target = &opts.mesh;
-    } else if (name == "--specs") {
-      target = &opts.specs;
-    } else if (arg.starts_with("--")) {
-      return "unknown option '" + arg + "'";
-    } else if (opts.layout) {
-      return "more than one layout string given ('" + *opts.layout + "' and '" + arg + "')";
-    } else {
-      opts.layout = arg;
-      continue;
-    }
-    if (inline_value) {
-      *target = *inline_value;
-    } else if (i + 1 < args.size()) {
-      *target = args[++i];
-    } else {
-      return name + " needs a value";
-    }
-  }
+    opts.layout = argument;
+  });
+  flags.parse(args);
   if (opts.layout && (opts.mesh || opts.specs)) {
-    return "give either a layout string or --mesh and --specs, not both";
+    flags.fail("give either a layout string or --mesh and --specs, not both");
   }
   if (!opts.layout && !(opts.mesh && opts.specs)) {
-    return "give a layout string, or --mesh and --specs";
+    flags.fail("give a layout string, or --mesh and --specs");
   }
-  return std::nullopt;
+  return opts;
 }
 
 std::string_view type_name(LayoutType type) {
@@ -156,8 +131,7 @@ int run_layout(const Args& args) {
     std::cout << kHelp;
     return kExitOk;
   }
-  Options opts;
-  if (const auto message = parse_args(args, opts)) return usage_error(*message);
+  const Options opts = parse_args(args);
 
   // Parse first, so that tessel's own message reaches the user (main prints Error::what()).
   const Layout layout = opts.layout

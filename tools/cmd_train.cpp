@@ -16,6 +16,7 @@
 
 #include "char_dataset.h"
 #include "commands.h"
+#include "flags.h"
 #include "gpt_trainer.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
@@ -51,10 +52,11 @@ constexpr const char* kHelp =
     "Several processes: `mpirun -np P tessel train gpt` makes each process a client holding\n"
     "B*M/P devices of the mesh; only process 0 prints.\n";
 
+// Options left unset keep the configuration's values.
 struct Options {
   std::string config = "tiny";
   int64_t mesh_batch = 2, mesh_model = 2;
-  std::optional<int64_t> steps, eval_interval, eval_iters, seed;
+  int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   std::optional<double> dropout, lr;
   bool sp = false, json = false;
   std::string data = "data/shakespeare_char/input.txt";
@@ -66,38 +68,13 @@ struct Options {
   throw Error(ErrorCode::kInvalidArgument, "train", message);
 }
 
-int64_t integer(const std::string& flag, const std::string& value, int64_t least) {
-  size_t used = 0;
-  int64_t v = least - 1;
-  try {
-    v = std::stoll(value, &used);
-  } catch (...) {
-  }
-  if (used != value.size() || v < least) {
-    bad(fmt::format("{} needs an integer >= {}, got '{}'", flag, least, value));
-  }
-  return v;
-}
-
-double number(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  double v = NAN;
-  try {
-    v = std::stod(value, &used);
-  } catch (...) {
-  }
-  if (used != value.size() || !std::isfinite(v) || v < 0) {
-    bad(fmt::format("{} needs a finite number >= 0, got '{}'", flag, value));
-  }
-  return v;
-}
-
 // "2x2" or "batch=2,model=2".
-void parse_mesh(const std::string& v, Options& o) {
+void parse_mesh(const FlagParser& flags, const std::string& flag, const std::string& v,
+                Options& o) {
   const size_t x = v.find('x');
   if (x != std::string::npos && v.find('=') == std::string::npos) {
-    o.mesh_batch = integer("--mesh", v.substr(0, x), 1);
-    o.mesh_model = integer("--mesh", v.substr(x + 1), 1);
+    o.mesh_batch = flags.parse_integer(flag, v.substr(0, x), 1, 1024);
+    o.mesh_model = flags.parse_integer(flag, v.substr(x + 1), 1, 1024);
     return;
   }
   o.mesh_batch = o.mesh_model = 1;
@@ -106,72 +83,69 @@ void parse_mesh(const std::string& v, Options& o) {
     const size_t comma = std::min(v.find(',', start), v.size());
     const std::string item = v.substr(start, comma - start);
     const size_t eq = item.find('=');
-    if (eq == std::string::npos) bad(fmt::format("--mesh needs BxM or batch=B,model=M, got '{}'", v));
+    if (eq == std::string::npos) {
+      flags.fail(fmt::format("{} needs BxM or batch=B,model=M, got '{}'", flag, v));
+    }
     const std::string name = item.substr(0, eq);
-    const int64_t size = integer("--mesh", item.substr(eq + 1), 1);
+    const int64_t size = flags.parse_integer(flag, item.substr(eq + 1), 1, 1024);
     if (name == "batch") {
       o.mesh_batch = size;
     } else if (name == "model") {
       o.mesh_model = size;
     } else {
-      bad(fmt::format("--mesh dimensions are batch and model, got '{}'", name));
+      flags.fail(fmt::format("{} dimensions are batch and model, got '{}'", flag, name));
     }
     start = comma + 1;
   }
 }
 
 Options parse(const Args& args) {
-  if (args.empty() || args[0] != "gpt") bad("the model to train: `tessel train gpt [options]`");
+  FlagParser flags("train");
   Options o;
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) bad(fmt::format("{} needs a value", a));
-      return args[++i];
-    };
-    if (a == "--config") {
-      o.config = value();
-    } else if (a == "--mesh") {
-      parse_mesh(value(), o);
-    } else if (a == "--steps") {
-      o.steps = integer(a, value(), 1);
-    } else if (a == "--eval-interval") {
-      o.eval_interval = integer(a, value(), 1);
-    } else if (a == "--eval-iters") {
-      o.eval_iters = integer(a, value(), 1);
-    } else if (a == "--seed") {
-      o.seed = integer(a, value(), 0);
-    } else if (a == "--dropout") {
-      o.dropout = number(a, value());
-    } else if (a == "--lr") {
-      o.lr = number(a, value());
-    } else if (a == "--sp") {
-      o.sp = true;
-    } else if (a == "--data") {
-      o.data = value();
-    } else if (a == "--sample") {
-      o.sample = integer(a, value(), 0);
-    } else if (a == "--metrics") {
-      o.metrics = value();
-    } else if (a == "--json") {
-      o.json = true;
-    } else {
-      bad(fmt::format("unknown option '{}' (see tessel train --help)", a));
-    }
+  bool model_named = false;
+  double dropout = -1, lr = -1;
+  flags.positional([&](const std::string& a) {
+    if (model_named || a != "gpt") flags.fail(fmt::format("the model to train is 'gpt', got '{}'", a));
+    model_named = true;
+  });
+  flags.text({"--config"}, o.config);
+  flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
+    parse_mesh(flags, flag, v, o);
+  });
+  flags.integer({"--steps"}, o.steps, 1, 100000000);
+  flags.integer({"--eval-interval"}, o.eval_interval, 1, 100000000);
+  flags.integer({"--eval-iters"}, o.eval_iters, 1, 100000);
+  flags.integer({"--seed"}, o.seed, 0, FlagParser::kNoLimit);
+  flags.number({"--dropout"}, dropout);
+  flags.number({"--lr"}, lr);
+  flags.set({"--sp"}, o.sp);
+  flags.text({"--data"}, o.data);
+  flags.integer({"--sample"}, o.sample, 0, 1000000);
+  flags.text({"--metrics"}, o.metrics);
+  flags.set({"--json"}, o.json);
+  flags.parse(args);
+  if (!model_named) flags.fail("the model to train: `tessel train gpt [options]`");
+  if (dropout != -1) {
+    if (!(dropout >= 0 && dropout < 1)) flags.fail(fmt::format("--dropout must be in [0, 1), got {}", dropout));
+    o.dropout = dropout;
+  }
+  if (lr != -1) {
+    if (!(lr > 0) || !std::isfinite(lr)) flags.fail(fmt::format("--lr must be a finite number > 0, got {}", lr));
+    o.lr = lr;
   }
   return o;
 }
 
 gpt::GptConfig config_of(const Options& o) {
   gpt::GptConfig c = gpt::GptConfig::preset(o.config);
-  if (o.steps) {
-    c.max_iters = static_cast<int>(*o.steps);
+  if (o.steps > 0) {
+    c.max_iters = static_cast<int>(o.steps);
     c.lr_decay_iters = c.max_iters;
     c.warmup_iters = std::min(c.warmup_iters, c.max_iters / 10);
   }
-  if (o.eval_interval) c.eval_interval = static_cast<int>(*o.eval_interval);
-  if (o.eval_iters) c.eval_iters = static_cast<int>(*o.eval_iters);
-  if (o.seed) c.seed = static_cast<uint64_t>(*o.seed);
+  if (o.eval_interval > 0) c.eval_interval = static_cast<int>(o.eval_interval);
+  if (o.eval_iters > 0) c.eval_iters = static_cast<int>(o.eval_iters);
+  if (o.seed >= 0) c.seed = static_cast<uint64_t>(o.seed);
   if (o.dropout) c.dropout = *o.dropout;
   if (o.lr) c.learning_rate = *o.lr;
   return c;
@@ -192,6 +166,7 @@ std::string progress_line(const gpt::StepReport& r, int64_t total, double tokens
 }
 
 int train_gpt(const Options& o) {
+  const gpt::GptConfig config = config_of(o);  // a bad configuration fails before anything starts
   const ClientConfig client = client_config();
   const int64_t devices = o.mesh_batch * o.mesh_model;
   if (devices % client.num_clients != 0) {
@@ -206,7 +181,7 @@ int train_gpt(const Options& o) {
   for (int i = 0; i < local; ++i) local_names.push_back(fmt::format("CPU:{}", i));
   const Mesh mesh = create_distributed_mesh({{"batch", o.mesh_batch}, {"model", o.mesh_model}},
                                             local_names, client);
-  gpt::GptTrainer trainer(config_of(o), mesh, gpt::CharDataset::load(o.data), &rt, o.sp);
+  gpt::GptTrainer trainer(config, mesh, gpt::CharDataset::load(o.data), &rt, o.sp);
   const gpt::GptConfig& c = trainer.config();
   const bool prints = client.client_id == 0;
   const bool progress = prints && !o.json;

@@ -1,13 +1,11 @@
 // The tessel CLI's subcommands. Each takes the arguments after its name and returns the exit
-// status; tessel::Error escaping a command is reported by main() as bad input (status 2).
+// status; a UsageError escaping a command is reported by main() as bad arguments and
+// tessel::Error as bad input (both status 2).
 #pragma once
 
-#include <string>
-#include <vector>
+#include "flags.h"
 
 namespace tessel::cli {
-
-using Args = std::vector<std::string>;
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // an unexpected exception (a tessel bug)
@@ -18,7 +16,10 @@ int run_layout(const Args& args);
 int run_demo(const Args& args);
 // `tessel demo` without --layouts: the training demo.
 int run_demo_train(const Args& args);
+// `tessel bench ...`: dispatches to the bench subcommands below by its first argument.
 int run_bench(const Args& args);
+// `tessel bench <collective> ...` (all_reduce, all_gather, ...) and `tessel bench --help`.
+int run_bench_collective(const Args& args);
 // `tessel bench fusion ...` (called by run_bench with the arguments after "fusion").
 int run_bench_fusion(const Args& args);
 // `tessel bench relayout ...` (called by run_bench with the arguments after "relayout").
@@ -29,8 +30,5 @@ int run_bench_dispatch(const Args& args);
 // `tessel bench replicate ...`: a replicated training step, compiled vs eager vs sequential.
 int run_bench_replicate(const Args& args);
 int run_train(const Args& args);
-
-// True when any argument is "--help" or "-h".
-bool wants_help(const Args& args);
 
 }  // namespace tessel::cli

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "flags.h"
 #include "tessel/core/error.h"
 
 namespace {
@@ -22,17 +23,6 @@ constexpr std::string_view kUsage =
     "Run 'tessel <command> --help' for a command's options.\n";
 
 }  // namespace
-
-namespace tessel::cli {
-
-bool wants_help(const Args& args) {
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") return true;
-  }
-  return false;
-}
-
-}  // namespace tessel::cli
 
 int main(int argc, char** argv) {
   using namespace tessel::cli;
@@ -53,6 +43,10 @@ int main(int argc, char** argv) {
     if (command == "bench") return run_bench(args);
     if (command == "train") return run_train(args);
     std::cerr << "tessel: error: unknown command '" << command << "'\n\n" << kUsage;
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    std::cerr << "tessel: error: " << e.what() << "\nRun 'tessel " << e.command()
+              << " --help' for usage.\n";
     return kExitUsage;
   } catch (const tessel::Error& e) {
     // Every tessel::Error reaching here comes from input the user gave (or a layout the demo

@@ -85,3 +85,15 @@ def test_algorithm_names():
     assert tessel.algorithm_from_name("tree") == tessel.Algorithm.HALVING_DOUBLING
     with pytest.raises(ValueError, match="unknown algorithm 'bogus'"):
         tessel.algorithm_from_name("bogus")
+
+
+def test_timeout_seconds_setter_rounds_up_and_rejects_nan():
+    # The setter converts as the constructor does (casters.h seconds_arg): a sub-millisecond
+    # timeout stays positive instead of truncating to 0 (= the default deadline).
+    o = tessel.CollectiveOptions()
+    o.timeout_seconds = 0.0004
+    assert o.timeout_seconds == 0.001
+    o.timeout_seconds = 2.5
+    assert o.timeout_seconds == 2.5
+    with pytest.raises(ValueError, match="timeout_seconds is NaN"):
+        o.timeout_seconds = float("nan")
