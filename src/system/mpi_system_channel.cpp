@@ -1,6 +1,6 @@
 // The MPI SystemChannel (include/tessel/system/mpi_system_channel.h): point-to-point messages on the
 // channel's own duplicate of MPI_COMM_WORLD, every wait non-blocking MPI polled against the
-// caller's deadline. Compiled only with MPI (cmake/mpi.cmake); mpi_system_channel_stub.cpp
+// caller's deadline. Compiled only with MPI (src/comm/mpi/CMakeLists.txt); mpi_system_channel_stub.cpp
 // stands in without it.
 //
 // Wire form: the caller's bytes, tag kToCoordinatorTag (host -> rank 0) or kToHostTag (rank 0 ->
@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/mpi_transport.h"
+#include "comm/mpi/mpi_transport.h"
 #include "core/errors.h"
 #include "tessel/system/mpi_system_channel.h"
 

@@ -1,5 +1,5 @@
-// The MPI transport and environment (include/tessel/comm/mpi.h, comm/mpi_transport.h).
-#include "comm/mpi_transport.h"
+// The MPI transport and environment (include/tessel/comm/mpi.h, comm/mpi/mpi_transport.h).
+#include "comm/mpi/mpi_transport.h"
 
 #include <sched.h>
 #include <signal.h>

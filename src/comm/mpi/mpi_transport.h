@@ -1,5 +1,5 @@
 // Internal: the MPI transport (include/tessel/comm/mpi.h describes its behaviour). Compiled only when
-// tessel is built with MPI (cmake/mpi.cmake); nothing outside src/comm/mpi_*.cpp includes it.
+// tessel is built with MPI (src/comm/mpi/CMakeLists.txt); nothing outside src/comm/mpi/ includes it.
 //
 // One MpiTransport is one process's endpoint of a duplicate of a parent communicator. All its
 // waits go through wait(): non-blocking requests polled with MPI_Test against the deadline,

@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "comm/cluster_join.h"
-#include "comm/mpi_transport.h"
+#include "comm/mpi/mpi_transport.h"
 #include "core/errors.h"
 #include "tessel/comm/cluster.h"
 #include "tessel/comm/collective_options.h"

@@ -22,7 +22,7 @@
 
 #include "comm/algorithms.h"
 #include "comm/in_process_hub.h"
-#include "comm/mpi_transport.h"
+#include "comm/mpi/mpi_transport.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
 #include "tessel/mesh/shard_range.h"
