@@ -41,14 +41,14 @@ void hierarchical_all_reduce(Transport& t, const AllReduceArgs& a);
 void reduce_to_one_all_reduce(Transport& t, const AllReduceArgs& a);
 
 // The MPI library's all-reduce (MPI_Iallreduce, polled against the deadline) on an MPI
-// transport (mpi_all_reduce.cpp). Other transports: kInvalidArgument; built without MPI:
-// kUnavailable (mpi_stub.cpp).
+// transport (mpi/mpi_all_reduce.cpp). Other transports: kInvalidArgument; built without MPI:
+// kUnavailable (mpi/mpi_stub.cpp).
 void mpi_all_reduce(Transport& t, const AllReduceArgs& a);
 // What kAuto runs on a transport that does not share memory: kMpi on MPI transports,
 // kHierarchical on hierarchical groups across processes, else kRing.
 Algorithm auto_all_reduce_algorithm(const Transport& t, size_t bytes);
 // hierarchical_all_reduce of a group made by make_hierarchical_communicators (tessel/comm/mpi.h):
-// within the process, MPI across processes, back (mpi_hierarchy.cpp). False for other
+// within the process, MPI across processes, back (mpi/mpi_hierarchy.cpp). False for other
 // transports (and without MPI).
 bool process_hierarchy_all_reduce(Transport& t, const AllReduceArgs& a);
 

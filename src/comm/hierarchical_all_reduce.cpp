@@ -62,7 +62,7 @@ std::vector<std::string> hosts_of(const std::vector<std::string>& members) {
 }  // namespace
 
 void hierarchical_all_reduce(Transport& t, const AllReduceArgs& a) {
-  if (process_hierarchy_all_reduce(t, a)) return;  // hosts are MPI processes (mpi_hierarchy.cpp)
+  if (process_hierarchy_all_reduce(t, a)) return;  // hosts are MPI processes (mpi/mpi_hierarchy.cpp)
   const std::vector<std::string> hosts = hosts_of(t.members());
   std::map<std::string, std::vector<int>> by_host;
   for (int r = 0; r < t.size(); ++r) by_host[hosts[r]].push_back(r);

@@ -1,10 +1,11 @@
 // The MPI SystemChannel (include/tessel/system/mpi_system_channel.h): point-to-point messages on the
 // channel's own duplicate of MPI_COMM_WORLD, every wait non-blocking MPI polled against the
-// caller's deadline. Compiled only with MPI (cmake/mpi.cmake); mpi_system_channel_stub.cpp
-// stands in without it.
+// caller's deadline. Compiled only with MPI (src/comm/mpi/CMakeLists.txt chooses it, as it
+// chooses the MPI transport); mpi_system_channel_stub.cpp stands in without it. What it needs of
+// MPI (the call lock, the checks, its tags, the wait loop, the duplication) is comm/mpi/mpi_env.h.
 //
-// Wire form: the caller's bytes, tag kToCoordinatorTag (host -> rank 0) or kToHostTag (rank 0 ->
-// host); kCloseTag ends a process's traffic to a peer (the destructor's handshake).
+// Wire form: the caller's bytes, tag mpi_tags::kToCoordinator (host -> rank 0) or kToHost (rank
+// 0 -> host); kClose ends a process's traffic to a peer (the destructor's handshake).
 //
 // Why the handshake: Open MPI (ob1) numbers the messages between two processes on a
 // communicator, and a message that arrives after its communicator was freed is kept for the
@@ -16,16 +17,14 @@
 // kept (a few hundred bytes and one context id) and messages that arrive later stay there.
 #include <mpi.h>
 
-#include <algorithm>
 #include <climits>
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
-#include "comm/mpi_transport.h"
+#include "comm/mpi/mpi_env.h"
 #include "core/errors.h"
 #include "tessel/system/mpi_system_channel.h"
 
@@ -34,57 +33,18 @@ namespace {
 
 using detail::check_mpi;
 using detail::MpiCallLock;
+using detail::poll_until;
 using Clock = SystemChannel::Clock;
+namespace mpi_tags = detail::mpi_tags;
 
 constexpr std::string_view kComponent = "SystemChannel";
-// The channel's MPI tags (distinct from the MPI transport's 1, 2 and 8 and up).
-constexpr int kToCoordinatorTag = 3;
-constexpr int kToHostTag = 4;
-constexpr int kCloseTag = 5;
-
-// Calls poll() until it returns true (then true) or the deadline passes (then false); polls at
-// least once. Spins for the first 100 us, then sleeps with pauses growing to 1 ms: the system
-// lifecycle is not latency-bound, and a waiting process leaves the cores to the peers it waits
-// for (tests run more processes than cores).
-template <typename Poll>
-bool poll_until(Clock::time_point deadline, Poll poll) {
-  const auto start = Clock::now();
-  auto pause = std::chrono::microseconds(20);
-  for (;;) {
-    if (poll()) return true;
-    const auto now = Clock::now();
-    if (now >= deadline) return false;
-    if (now - start < std::chrono::microseconds(100)) {
-      std::this_thread::yield();
-      continue;
-    }
-    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
-}
-
-// Waits for a non-blocking collective of the construction; kDeadlineExceeded at the deadline
-// (the request stays with MPI: a collective cannot be cancelled).
-void wait_for_collective(MPI_Request& request, std::string_view call, Clock::time_point start,
-                         Clock::time_point deadline) {
-  const bool done = poll_until(deadline, [&] {
-    int flag = 0;
-    MpiCallLock lock;
-    check_mpi(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), call);
-    return flag != 0;
-  });
-  if (done) return;
-  int rank = 0, size = 0;
-  {
-    MpiCallLock lock;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-  }
-  detail::throw_error(ErrorCode::kDeadlineExceeded, kComponent,
-                      "make_mpi_system_channel: process {} of {} waited {:.3f} s for the other "
-                      "processes to make their channel ({}); not all of them did",
-                      rank, size, std::chrono::duration<double>(Clock::now() - start).count(), call);
-}
+// Every wait of the channel: yields for the first 100 us, then sleeps with pauses growing to
+// 1 ms: the system lifecycle is not latency-bound, and a waiting process leaves the cores to
+// the peers it waits for (tests run more processes than cores).
+constexpr detail::PollPacing kPacing{.spin = Clock::duration(0),
+                                     .yield = std::chrono::microseconds(100),
+                                     .sleep = std::chrono::microseconds(20),
+                                     .max_sleep = std::chrono::microseconds(1000)};
 
 class MpiSystemChannel final : public SystemChannel {
  public:
@@ -96,13 +56,13 @@ class MpiSystemChannel final : public SystemChannel {
 
   void send_to_coordinator(int task, std::string message) override {
     check_self(task, "send_to_coordinator");
-    post(0, kToCoordinatorTag, message);
+    post(0, mpi_tags::kToCoordinator, message);
   }
 
   std::optional<Envelope> receive_at_coordinator(Deadline deadline) override {
     check_coordinator("receive_at_coordinator");
-    std::optional<Received> m = receive(coordinator_inbox_, MPI_ANY_SOURCE, kToCoordinatorTag,
-                                        deadline);
+    std::optional<Received> m = receive(coordinator_inbox_, MPI_ANY_SOURCE,
+                                        mpi_tags::kToCoordinator, deadline);
     if (!m) return std::nullopt;
     return Envelope{m->source, std::move(m->body)};
   }
@@ -110,12 +70,12 @@ class MpiSystemChannel final : public SystemChannel {
   void send_to_host(int task, std::string message) override {
     check_task(task, "send_to_host");
     check_coordinator("send_to_host");
-    post(task, kToHostTag, message);
+    post(task, mpi_tags::kToHost, message);
   }
 
   std::optional<std::string> receive_at_host(int task, Deadline deadline) override {
     check_self(task, "receive_at_host");
-    std::optional<Received> m = receive(host_inbox_, 0, kToHostTag, deadline);
+    std::optional<Received> m = receive(host_inbox_, 0, mpi_tags::kToHost, deadline);
     if (!m) return std::nullopt;
     return std::move(m->body);
   }
@@ -233,7 +193,7 @@ std::optional<MpiSystemChannel::Received> MpiSystemChannel::receive(Inbox& inbox
                                                                     int tag, Deadline deadline) {
   std::unique_lock serialize(inbox.mu, std::defer_lock);
   if (!serialize.try_lock_until(deadline)) return std::nullopt;
-  const bool got = poll_until(deadline, [&] {
+  const bool got = poll_until(deadline, kPacing, [&] {
     {
       std::lock_guard guard(send_mu_);
       reap_sends_locked();  // sends progress while this process waits
@@ -252,16 +212,16 @@ bool MpiSystemChannel::close_handshake() {
   for (int p = 0; p < size_; ++p) {
     if (p != rank_ && (rank_ == 0 || p == 0)) peers.push_back(p);
   }
-  for (int p : peers) post(p, kCloseTag, "");
+  for (int p : peers) post(p, mpi_tags::kClose, "");
   std::vector<int> open = peers;  // peers whose close has not arrived
   std::lock_guard guard(send_mu_);
-  return poll_until(Clock::now() + close_timeout_, [&] {
+  return poll_until(Clock::now() + close_timeout_, kPacing, [&] {
     reap_sends_locked();
     for (auto it = open.begin(); it != open.end();) {
       int flag = 0;
       MPI_Message message;
       MpiCallLock lock;
-      check_mpi(MPI_Improbe(*it, kCloseTag, comm_, &flag, &message, MPI_STATUS_IGNORE),
+      check_mpi(MPI_Improbe(*it, mpi_tags::kClose, comm_, &flag, &message, MPI_STATUS_IGNORE),
                 "MPI_Improbe");
       if (!flag) {
         ++it;
@@ -313,29 +273,16 @@ std::shared_ptr<SystemChannel> make_mpi_system_channel(const MpiSystemChannelOpt
                           options.timeout.count(), options.close_timeout.count());
   }
   detail::require_mpi_initialized("make_mpi_system_channel");
-  const auto start = Clock::now();
-  // MPI writes the new communicator when the collective completes: after a timeout it still
-  // may (a collective cannot be cancelled), so the handle lives on the heap and is then leaked.
-  auto comm = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
-  MPI_Request request = MPI_REQUEST_NULL;
-  {
-    MpiCallLock lock;
-    check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, comm.get(), &request), "MPI_Comm_idup");
-  }
-  try {
-    wait_for_collective(request, "MPI_Comm_idup", start, start + options.timeout);
-  } catch (const Error&) {
-    (void)comm.release();
-    throw;
-  }
+  MPI_Comm comm = detail::idup_until(MPI_COMM_WORLD, Clock::now() + options.timeout, kPacing,
+                                     kComponent, "make_mpi_system_channel", "channel");
   int rank = 0, size = 0;
   {
     MpiCallLock lock;
-    check_mpi(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    check_mpi(MPI_Comm_rank(*comm, &rank), "MPI_Comm_rank");
-    check_mpi(MPI_Comm_size(*comm, &size), "MPI_Comm_size");
+    check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
   }
-  return std::make_shared<MpiSystemChannel>(*comm, rank, size, options.close_timeout);
+  return std::make_shared<MpiSystemChannel>(comm, rank, size, options.close_timeout);
 }
 
 }  // namespace tessel

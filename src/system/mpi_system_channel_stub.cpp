@@ -1,5 +1,5 @@
 // make_mpi_system_channel in a tessel built without MPI (TESSEL_WITH_MPI=OFF): kUnavailable, as
-// every MPI call of the stub (src/comm/mpi_stub.cpp), so that callers need no #ifdefs.
+// every MPI call of the stub (src/comm/mpi/mpi_stub.cpp), so that callers need no #ifdefs.
 #include "core/errors.h"
 #include "tessel/system/mpi_system_channel.h"
 

@@ -114,7 +114,7 @@ TEST_P(MpiAllReduceConformance, FourMiBSumIsExact) {
   EXPECT_EQ(wrong, 0);
 }
 
-// Above 64 KiB MPI's own all-reduce runs libnbc's ring (mpi_all_reduce.cpp): every dtype and op,
+// Above 64 KiB MPI's own all-reduce runs libnbc's ring (src/comm/mpi/mpi_all_reduce.cpp): every dtype and op,
 // in place and out of place, on 70000 elements (64 KiB and more even for u8 and bool).
 TEST(MpiAllReduce, MpiAlgorithmOnLargeBuffersEveryDTypeAndOp) {
   auto comm = make_mpi_communicator();

@@ -7,7 +7,7 @@
 
 #include <thread>
 
-#include "comm/mpi_transport.h"
+#include "comm/mpi/mpi_transport.h"
 #include "comm/transport.h"
 #include "mpi_testing.h"
 #include "tessel/comm/communicator.h"

@@ -22,7 +22,7 @@
 
 #include "comm/algorithms.h"
 #include "comm/in_process_hub.h"
-#include "comm/mpi_transport.h"
+#include "comm/mpi/mpi_hierarchy.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
 #include "tessel/mesh/shard_range.h"
@@ -164,7 +164,7 @@ class HierarchicalTransport : public Transport {
   int mpi_tag(int tag, int from, int to) const {
     const int64_t L = g_->max_local;
     const int64_t index = static_cast<int64_t>(tag) + 8;  // algorithm tags -1..-7 included
-    const int64_t t = MpiTransport::kFirstFreeTag + (index * L + from) * L + to;
+    const int64_t t = mpi_tags::kFirstFree + (index * L + from) * L + to;
     if (index < 1 || t > g_->mpi->tag_upper_bound()) {
       throw_invalid(kComm, "tag {} is outside what this MPI allows with {} devices per process", tag, L);
     }

@@ -1,5 +1,6 @@
 // The parts of the MPI API (tessel/comm/mpi.h) that are the same whether or not tessel is built with
-// MPI; the rest is in mpi_transport.cpp (with MPI) or mpi_stub.cpp (without).
+// MPI; the rest is in mpi_environment.cpp and the transport's files (with MPI) or mpi_stub.cpp
+// (without).
 #include "tessel/comm/mpi.h"
 
 namespace tessel {

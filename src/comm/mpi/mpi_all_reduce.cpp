@@ -6,7 +6,8 @@
 #include <cstring>
 
 #include "comm/algorithms.h"
-#include "comm/mpi_transport.h"
+#include "comm/mpi/mpi_hierarchy.h"
+#include "comm/mpi/mpi_transport.h"
 #include "comm/reduce_kernels.h"
 #include "comm/scratch.h"
 #include "core/errors.h"

@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "comm/cluster_join.h"
-#include "comm/mpi_transport.h"
+#include "comm/mpi/mpi_hierarchy.h"
 #include "core/errors.h"
 #include "tessel/comm/cluster.h"
 #include "tessel/comm/collective_options.h"
@@ -18,9 +18,6 @@ namespace tessel {
 namespace {
 
 constexpr std::string_view kCluster = "Cluster";
-// MPI tag of the join meeting on the world communicator, and of MPI_Comm_create_group.
-constexpr int kJoinTag = detail::MpiTransport::kFirstFreeTag;
-constexpr int kCreateTag = 7;
 
 uint64_t digest_of(const std::vector<std::string>& members, const std::vector<int>& owners) {
   uint64_t h = 14695981039346656037ull;  // FNV-1a
@@ -78,7 +75,9 @@ class MpiCluster : public Cluster {
     const detail::Signature sig{++joins_, fmt::format("join({:016x})", mine),
                                 fmt::format("join of group [{}]", fmt::join(members, ", "))};
     for (int c : clients) {
-      if (c != client_id()) world_->send_tagged(c, kJoinTag, &mine, sizeof mine, sig, deadline);
+      if (c != client_id()) {
+        world_->send_tagged(c, detail::mpi_tags::kJoin, &mine, sizeof mine, sig, deadline);
+      }
     }
     // Every digest is read before a mismatch is reported, so that a failed meeting leaves no
     // message behind for the next join.
@@ -87,7 +86,8 @@ class MpiCluster : public Cluster {
     for (int c : clients) {
       if (c == client_id()) continue;
       uint64_t theirs = 0;
-      world_->recv_tagged(c, kJoinTag, &theirs, sizeof theirs, sig, deadline, "join");
+      world_->recv_tagged(c, detail::mpi_tags::kJoin, &theirs, sizeof theirs, sig, deadline,
+                          "join");
       if (theirs != mine && differs < 0) {
         differs = c;
         their_digest = theirs;
@@ -108,7 +108,9 @@ class MpiCluster : public Cluster {
     MPI_Comm comm = MPI_COMM_NULL;
     detail::check_mpi(MPI_Comm_group(world_->comm(), &world_group), "MPI_Comm_group");
     int rc = MPI_Group_incl(world_group, static_cast<int>(clients.size()), clients.data(), &group);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(world_->comm(), group, kCreateTag, &comm);
+    if (rc == MPI_SUCCESS) {
+      rc = MPI_Comm_create_group(world_->comm(), group, detail::mpi_tags::kCreateGroup, &comm);
+    }
     if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
     MPI_Group_free(&world_group);
     detail::check_mpi(rc, "MPI_Comm_create_group");

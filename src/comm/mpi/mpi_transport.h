@@ -1,11 +1,21 @@
-// Internal: the MPI transport (include/tessel/comm/mpi.h describes its behaviour). Compiled only when
-// tessel is built with MPI (cmake/mpi.cmake); nothing outside src/comm/mpi_*.cpp includes it.
+// Internal: the MPI transport (include/tessel/comm/mpi.h describes its behaviour). Compiled only
+// when tessel is built with MPI (src/comm/mpi/CMakeLists.txt); only src/comm/mpi/ and the
+// white-box tests (tests/mpi) include it. What the system layer needs of MPI is in mpi_env.h.
 //
 // One MpiTransport is one process's endpoint of a duplicate of a parent communicator. All its
-// waits go through wait(): non-blocking requests polled with MPI_Test against the deadline,
-// while also reaping finished buffered sends, receiving abort records (kAbortTag, from any
-// source) and, every kWatchInterval, checking that the processes of peers on this host still
-// exist.
+// waits go through wait(): non-blocking requests polled against the deadline (poll_until,
+// mpi_env.h), while also reaping finished buffered sends, receiving abort records
+// (mpi_tags::kAbort, from any source), answering liveness pings and, every kWatchInterval,
+// checking that the processes of peers on this host still exist.
+//
+// Its members are defined by concern:
+//   mpi_transport_create.cpp      creation (the communicator dup, the peer records), destruction
+//   mpi_transport_send.cpp        buffered sends and their buffers, the send fault seam
+//   mpi_transport_recv.cpp        receives
+//   mpi_transport_rendezvous.cpp  exchange records, the rendezvous and the signature check
+//   mpi_transport_abort.cpp       aborting the group and hearing of its abort
+//   mpi_transport_liveness.cpp    liveness pings, the local pid watch, naming a lost peer
+//   mpi_transport_wait.cpp        the wait loop, MPI's own collectives, the watchdog wiring
 #pragma once
 
 #include <mpi.h>
@@ -21,27 +31,12 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/mpi/mpi_env.h"
 #include "comm/stuck_wait_watchdog.h"
 #include "comm/transport.h"
 #include "tessel/comm/mpi.h"
 
 namespace tessel::detail {
-
-inline constexpr std::string_view kMpiComponent = "MPI";
-
-// Held around every MPI call tessel makes: a process-wide mutex when MPI provides less than
-// MPI_THREAD_MULTIPLE, nothing otherwise. Below MPI_THREAD_SERIALIZED, a thread other than the
-// one that initialised MPI gets kFailedPrecondition.
-class MpiCallLock {
- public:
-  MpiCallLock();
-  ~MpiCallLock();
-  MpiCallLock(const MpiCallLock&) = delete;
-  MpiCallLock& operator=(const MpiCallLock&) = delete;
-
- private:
-  bool locked_ = false;
-};
 
 // Test seam: while one exists, every MpiTransport's send to rank `peer` fails as MPI fails a
 // send over a connection it has lost (MPI_ERR_INTERN, as Open MPI's TCP BTL after a reset).
@@ -56,14 +51,6 @@ class ScopedMpiSendFault {
  private:
   bool peer_lost_before_;
 };
-
-// True for the transports of make_hierarchical_communicators (mpi_hierarchy.cpp).
-bool is_process_hierarchy(const Transport& t);
-
-// Throws kUnavailable "<call> failed: <MPI's error string>" unless rc is MPI_SUCCESS.
-void check_mpi(int rc, std::string_view call);
-// kFailedPrecondition unless MPI is initialised and not finalized.
-void require_mpi_initialized(std::string_view what);
 
 class MpiTransport : public Transport {
  public:
@@ -87,8 +74,8 @@ class MpiTransport : public Transport {
     int64_t extra = 0;  // creator-defined (hierarchical: local device count)
   };
 
-  // Collective over `parent`: duplicates it (MPI_Comm_idup, polled against the deadline) and
-  // exchanges every process's Peer record. `extra` is published in peers()[rank].extra.
+  // Collective over `parent`: duplicates it (idup_until, mpi_env.h) and exchanges every
+  // process's Peer record. `extra` is published in peers()[rank].extra.
   static std::shared_ptr<MpiTransport> create(MPI_Comm parent, const MpiCommunicatorOptions& options,
                                               int64_t extra = 0);
   ~MpiTransport() override;
@@ -119,7 +106,7 @@ class MpiTransport : public Transport {
   std::vector<Record> exchange_records(const Signature& signature, const Post& mine,
                                        const std::string& payload, Deadline deadline);
   const std::vector<Peer>& peers() const { return peers_; }
-  // send/recv under a raw MPI tag (>= kFirstFreeTag) instead of a transport tag.
+  // send/recv under a raw MPI tag (>= mpi_tags::kFirstFree) instead of a transport tag.
   void send_tagged(int peer, int mpi_tag, const void* data, size_t bytes, const Signature& signature,
                    Deadline deadline);
   void recv_tagged(int peer, int mpi_tag, void* data, size_t bytes, const Signature& signature,
@@ -140,35 +127,24 @@ class MpiTransport : public Transport {
   // The largest MPI tag this communicator allows.
   int tag_upper_bound() const { return tag_ub_; }
 
-  // MPI tags: abort records, exchange records, algorithm traffic (transport tag -1 .. -7 map to
-  // kAlgorithmTagBase + 1..7); transport tags t >= 0 use kFirstFreeTag + t.
-  static constexpr int kAbortTag = 1;
-  static constexpr int kExchangeTag = 2;
-  static constexpr int kPingTag = 3;  // liveness probe after a library collective's deadline
-  static constexpr int kPongTag = 4;  // its answer
-  static constexpr int kAlgorithmTagBase = 8;
-  static constexpr int kFirstFreeTag = 16;
-
   MpiTransport(MPI_Comm comm, const MpiCommunicatorOptions& options);
 
  private:
+  static constexpr std::string_view kComponent = "Communicator";
+  // Messages longer than this travel in pieces (MPI counts are int).
+  static constexpr size_t kMaxPiece = size_t{1} << 30;
+
   struct PendingSend {
     MPI_Request request = MPI_REQUEST_NULL;
     std::vector<uint8_t> buffer;
     int peer = -1;
   };
-  // Sends this rank's record to every peer and returns every rank's, in rank order (no checks).
-  std::vector<Record> rendezvous(const Signature& signature, const Post& mine, Deadline deadline,
-                                 const std::string& payload = {});
-  // kFailedPrecondition (and the group aborted) unless every record has rank 0's signature.
-  void check_signatures(const std::vector<Record>& records);
-  // Polls `poll` until it returns true; throws kAborted (abort record, lost peer) or calls
-  // `on_deadline` (which throws) at the deadline. Its callers hold a watch_stuck for the whole
-  // operation (recv_tagged, rendezvous, and MPI all-reduce around wait_collective).
-  void wait(const std::function<bool()>& poll, const Signature& signature, Deadline deadline,
-            const std::function<void(double waited)>& on_deadline);
-  // The watchdog's message for a wait stuck inside MPI (`late`: seconds past the deadline).
-  std::string describe_stuck(const Signature& signature, int waiting_for, double late) const;
+
+  // ---- creation (mpi_transport_create.cpp)
+  void exchange_peers(const MpiCommunicatorOptions& options, int64_t extra, Deadline deadline);
+  std::string who(int r) const;  // "rank r (name)"
+
+  // ---- sends (mpi_transport_send.cpp)
   // Copies `bytes` and starts an MPI_Isend of the copy. A send that fails (here or in
   // reap_sends) means MPI lost the connection to its peer: see lost_peer.
   void post_send(int peer, int mpi_tag, const void* data, size_t bytes);
@@ -176,6 +152,26 @@ class MpiTransport : public Transport {
   // Frees the request of a send whose MPI_Test failed, if MPI still holds it, leaking its
   // buffer. Called under MpiCallLock.
   void release_failed(PendingSend& s);
+  // The MPI tag of transport tag `tag` (kInvalidArgument above the communicator's limit).
+  int mpi_tag_of(int tag, std::string_view op) const;
+
+  // ---- rendezvous (mpi_transport_rendezvous.cpp)
+  // Sends this rank's record to every peer and returns every rank's, in rank order (no checks).
+  std::vector<Record> rendezvous(const Signature& signature, const Post& mine, Deadline deadline,
+                                 const std::string& payload = {});
+  // kFailedPrecondition (and the group aborted) unless every record has rank 0's signature.
+  void check_signatures(const std::vector<Record>& records);
+
+  // ---- aborts (mpi_transport_abort.cpp)
+  // Marks the group aborted with `reason` (the first reason wins) and, if `tell_peers`, sends
+  // the reason to every peer but `lost` (a peer MPI lost: a send to it may hang in MPI).
+  // Returns false when it was already aborted.
+  bool abort_group(const std::string& reason, bool tell_peers, int lost = -1);
+  [[noreturn]] void throw_aborted();
+  // Receives pending abort records; throws kAborted if there was one (or the group is aborted).
+  void poll_aborts();
+
+  // ---- liveness (mpi_transport_liveness.cpp)
   // Aborts the group naming `peer`, whose `call` failed with `rc`, and throws kAborted.
   [[noreturn]] void lost_peer(int peer, std::string_view call, int rc);
   // For a failed call on any source (`rc`): pings every peer, so that a lost one is named by
@@ -184,8 +180,6 @@ class MpiTransport : public Transport {
   // Receives the next probe record (a Probe) under `tag` from any source into `probe`, if one
   // has arrived; returns its source, or -1 when none is waiting.
   int receive_probe(int tag, void* probe);
-  // Receives pending abort records; throws kAborted if there was one (or the group is aborted).
-  void poll_aborts();
   // Throws kAborted naming the first peer on this host whose process is gone.
   void watch_peers(const Signature& signature, double waited);
   // Answers the liveness probes of peers (every wait does, so a waiting process is alive).
@@ -196,14 +190,17 @@ class MpiTransport : public Transport {
   // busy outside tessel's waits.
   uint64_t start_probe();
   void collect_pongs(uint64_t nonce, std::vector<bool>& answered);
-  // Marks the group aborted with `reason` (the first reason wins) and, if `tell_peers`, sends
-  // the reason to every peer but `lost` (a peer MPI lost: a send to it may hang in MPI).
-  // Returns false when it was already aborted.
-  bool abort_group(const std::string& reason, bool tell_peers, int lost = -1);
-  [[noreturn]] void throw_aborted();
-  int mpi_tag_of(int tag, std::string_view op) const;
-  std::string who(int r) const;  // "rank r (name)"
-  void exchange_peers(const MpiCommunicatorOptions& options, int64_t extra, Deadline deadline);
+
+  // ---- waiting (mpi_transport_wait.cpp)
+  // Polls `poll` until it returns true; throws kAborted (abort record, lost peer) or calls
+  // `on_deadline` (which throws) at the deadline. Its callers hold a watch_stuck for the whole
+  // operation (recv_tagged, rendezvous, and MPI all-reduce around wait_collective).
+  void wait(const std::function<bool()>& poll, const Signature& signature, Deadline deadline,
+            const std::function<void(double waited)>& on_deadline);
+  // How long a wait polls without pause when `here` processes of the group run on this host.
+  static Clock::duration spin_time_for(int here);
+  // The watchdog's message for a wait stuck inside MPI (`late`: seconds past the deadline).
+  std::string describe_stuck(const Signature& signature, int waiting_for, double late) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -211,7 +208,7 @@ class MpiTransport : public Transport {
   int tag_ub_ = 32767;
   bool watch_local_peers_ = true;
   std::chrono::milliseconds stuck_exit_after_{0};  // MpiCommunicatorOptions::stuck_exit_after
-  // How long a wait polls before it starts yielding (see kSpinTime in the .cpp).
+  // How long a wait polls before it starts yielding (spin_time_for, set once the peers are known).
   std::chrono::steady_clock::duration spin_time_ = std::chrono::microseconds(100);
   std::vector<std::string> members_;
   std::vector<Peer> peers_;
@@ -231,13 +228,5 @@ class MpiTransport : public Transport {
   uint64_t incarnation_ = 0;
   uint64_t probes_ = 0;  // liveness probes sent (their nonce)
 };
-
-// One group spanning processes of `mpi` (mpi_hierarchy.cpp): members in rank order, member r
-// owned by MPI rank process_of[r] of `mpi`, every process owning at least one. Within a process
-// the members meet in shared memory; across processes over `mpi`. Returns the communicators of
-// this process's members at their rank positions (nullptr for the others'). Not collective.
-std::vector<std::unique_ptr<Communicator>> make_process_group(std::shared_ptr<MpiTransport> mpi,
-                                                             std::vector<std::string> members,
-                                                             const std::vector<int>& process_of);
 
 }  // namespace tessel::detail
