@@ -4,6 +4,7 @@
 //   tessel bench relayout ...      cmd_bench_relayout.cpp
 //   tessel bench matmul|dispatch   cmd_bench_ops.cpp
 //   tessel bench replicate ...     cmd_bench_replicate.cpp
+//   tessel bench gpt ...           cmd_bench_gpt.cpp
 #include <string_view>
 
 #include "commands.h"
@@ -19,7 +20,8 @@ int run_bench(const Args& args) {
                                                 {"relayout", run_bench_relayout},
                                                 {"matmul", run_bench_matmul},
                                                 {"dispatch", run_bench_dispatch},
-                                                {"replicate", run_bench_replicate}};
+                                                {"replicate", run_bench_replicate},
+                                                {"gpt", run_bench_gpt}};
   if (!args.empty()) {
     for (const Subcommand& sub : kSubcommands) {
       if (args[0] == sub.name) return sub.run(Args(args.begin() + 1, args.end()));

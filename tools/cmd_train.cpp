@@ -17,6 +17,7 @@
 #include "char_dataset.h"
 #include "commands.h"
 #include "flags.h"
+#include "gpt_reference.h"
 #include "gpt_trainer.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
@@ -48,6 +49,9 @@ constexpr const char* kHelp =
     "  --sample N          characters to generate at the end (default 300; 0: none)\n"
     "  --metrics FILE      write step,loss,lr,grad_norm,step_seconds and the evaluations as CSV\n"
     "  --json              print one JSON object at the end instead of the progress output\n"
+    "  --check-reference FILE  instead of training, check the `test` model on this mesh against\n"
+    "                      the JAX reference dump FILE (examples/gpt/reference/): logits,\n"
+    "                      gradients and 10 AdamW steps in f32; exit 1 when out of tolerance\n"
     "\n"
     "Several processes: `mpirun -np P tessel train gpt` makes each process a client holding\n"
     "B*M/P devices of the mesh; only process 0 prints.\n";
@@ -62,6 +66,7 @@ struct Options {
   std::string data = "data/shakespeare_char/input.txt";
   int64_t sample = 300;
   std::string metrics;
+  std::string check_reference;  // a reference dump: check against it instead of training
 };
 
 [[noreturn]] void bad(const std::string& message) {
@@ -123,6 +128,7 @@ Options parse(const Args& args) {
   flags.integer({"--sample"}, o.sample, 0, 1000000);
   flags.text({"--metrics"}, o.metrics);
   flags.set({"--json"}, o.json);
+  flags.text({"--check-reference"}, o.check_reference);
   flags.parse(args);
   if (!model_named) flags.fail("the model to train: `tessel train gpt [options]`");
   if (dropout != -1) {
@@ -181,6 +187,16 @@ int train_gpt(const Options& o) {
   for (int i = 0; i < local; ++i) local_names.push_back(fmt::format("CPU:{}", i));
   const Mesh mesh = create_distributed_mesh({{"batch", o.mesh_batch}, {"model", o.mesh_model}},
                                             local_names, client);
+  if (!o.check_reference.empty()) {
+    const gpt::ReferenceErrors e = gpt::check_reference(o.check_reference, mesh, DType::kF32, &rt);
+    if (client.client_id == 0) {
+      std::cout << fmt::format("reference check on mesh batch={} model={} ({} process{}): {} -> {}\n",
+                               o.mesh_batch, o.mesh_model, client.num_clients,
+                               client.num_clients > 1 ? "es" : "", e.to_string(),
+                               e.passes() ? "PASS" : "FAIL");
+    }
+    return e.passes() ? kExitOk : kExitFailure;
+  }
   gpt::GptTrainer trainer(config, mesh, gpt::CharDataset::load(o.data), &rt, o.sp);
   const gpt::GptConfig& c = trainer.config();
   const bool prints = client.client_id == 0;

@@ -25,6 +25,10 @@ std::string dim_or_unsharded(const Mesh& mesh, const std::string& name) {
 
 }  // namespace
 
+Tensor host_value(const DTensor& t) {
+  return to_host(relayout(t, Layout::replicated(t.layout().mesh(), t.rank())));
+}
+
 GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_parallel)
     : config_(std::move(config)),
       mesh_(std::move(mesh)),

@@ -39,6 +39,10 @@ struct ForwardOptions {
   uint64_t dropout_seed = 0;   // a new one per step: masks keyed by (seed, layer, global index)
 };
 
+// The global value of `t` on the host of every process: gathered first (a replicated relayout)
+// when the mesh spans several processes, whose to_host sees only local blocks.
+Tensor host_value(const DTensor& t);
+
 class GptModel {
  public:
   GptModel(GptConfig config, Mesh mesh, Runtime* runtime = nullptr, bool sequence_parallel = false);

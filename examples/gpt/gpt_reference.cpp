@@ -51,12 +51,12 @@ ReferenceErrors check_reference(const std::string& path, const Mesh& mesh, DType
   const DTensor targets = model.tokens(ref.tensor("targets"));
 
   ReferenceErrors e;
-  e.logits = relative_error(to_host(model.logits(params, idx)), ref.tensor("logits"));
+  e.logits = relative_error(host_value(model.logits(params, idx)), ref.tensor("logits"));
   auto [loss, grads] = value_and_grad(
       [&](const std::vector<DTensor>& p) { return model.loss(p, idx, targets); }, params);
-  e.loss = relative_error(to_host(loss), ref.tensor("loss"));
+  e.loss = relative_error(host_value(loss), ref.tensor("loss"));
   for (size_t i = 0; i < grads.size(); ++i) {
-    const double err = relative_error(to_host(grads[i]), ref.tensor("grad." + model.names()[i]));
+    const double err = relative_error(host_value(grads[i]), ref.tensor("grad." + model.names()[i]));
     if (err >= e.gradients) {
       e.gradients = err;
       e.worst_gradient = model.names()[i];
@@ -71,7 +71,7 @@ ReferenceErrors check_reference(const std::string& path, const Mesh& mesh, DType
     auto [step_loss, step_grads] = value_and_grad(
         [&](const std::vector<DTensor>& p) { return model.loss(p, idx, targets); }, params);
     auto clipped = clip_by_global_norm(step_grads, 1.0).first;
-    const double got = to_host(step_loss).to_doubles().at(0);
+    const double got = host_value(step_loss).to_doubles().at(0);
     e.step_losses = std::max(e.step_losses, std::isnan(got) ? INFINITY : std::abs(got - want[s]));
     optimizer.apply(params, clipped);
   }

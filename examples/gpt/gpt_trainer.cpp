@@ -16,7 +16,7 @@
 namespace tessel::gpt {
 namespace {
 
-double scalar_of(const DTensor& t) { return to_host(t).to_doubles().at(0); }
+double scalar_of(const DTensor& t) { return host_value(t).to_doubles().at(0); }
 
 }  // namespace
 
@@ -84,7 +84,7 @@ std::string GptTrainer::generate(const std::string& prompt, int count, double te
     const size_t t = std::min<size_t>(ids.size(), static_cast<size_t>(c.block_size));
     const std::vector<int32_t> window(ids.end() - static_cast<std::ptrdiff_t>(t), ids.end());
     const Tensor idx = Tensor::from_vector<int32_t>(window, Shape{1, static_cast<int64_t>(t)});
-    const std::vector<double> logits = to_host(model_.logits(params_, model_.tokens(idx))).to_doubles();
+    const std::vector<double> logits = host_value(model_.logits(params_, model_.tokens(idx))).to_doubles();
     // The last position's logits, tempered; top-k keeps the k largest.
     std::vector<double> last(logits.end() - c.vocab_size, logits.end());
     for (double& v : last) v /= temperature;

@@ -7,7 +7,8 @@
 //   parts = "xent_parts"(labels, logits, m)         [..., 2], Partial(sum) over the same dims:
 //           parts[..., 0] = sum over this device's classes of exp(x - m)
 //           parts[..., 1] = x[label] - m on the device holding the label's class, else 0
-//   loss  = "xent_finish"(parts)                    log(parts[..., 0]) - parts[..., 1]
+//   loss  = "sparse_softmax_cross_entropy_with_logits.vocab_parallel"(parts, labels)
+//           log(parts[..., 0]) - parts[..., 1], checking each label against the class count
 //
 // So the class axis costs two all-reduces of [rows] and [rows, 2] values (the max and the parts),
 // never one of the logits. loss = logsumexp(x) - x[label] whatever m is, so treating m as a
@@ -16,8 +17,9 @@
 //
 // Sharding rules: labels, m and the parts' leading axes follow the logits' batch specs (the logits
 // decide); the parts' last axis is whole. Kernels find their classes' global offset from the
-// logits block. A label outside [0, classes) throws kInvalidArgument from the kernel (at the next
-// sync point), as the unsharded op does.
+// logits block. A label outside [0, classes) is skipped by the parts (no device holds its class)
+// and throws kInvalidArgument from the last stage's kernel, so that it surfaces at the next sync
+// point with TF's message, as the unsharded op's does.
 #include <cmath>
 
 #include "dtensor/op_families.h"
@@ -30,7 +32,8 @@ namespace {
 
 constexpr std::string_view kParts = "xent_parts";
 constexpr std::string_view kPartsGrad = "xent_parts_grad";
-constexpr std::string_view kFinish = "xent_finish";
+// The public op's last stage: a kernel error (a bad label) names the op the user called.
+constexpr std::string_view kFinish = "sparse_softmax_cross_entropy_with_logits.vocab_parallel";
 constexpr std::string_view kFinishGrad = "xent_finish_grad";
 
 // The logits' specs without the class axis, no Partial.
@@ -83,7 +86,6 @@ void parts_kernel(const std::vector<Tensor>& in, Tensor& out, const LocalContext
       T* o = out.data<T>();
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t label = static_cast<int64_t>(labels[r]);
-        check_label(label, b.classes, kParts);
         const T* xr = x + r * b.local;
         T total = 0;
         for (int64_t c = 0; c < b.local; ++c) total += std::exp(xr[c] - m[r]);
@@ -201,27 +203,41 @@ void register_finish(OpRegistry& registry) {
   };
   OpDef finish;
   finish.name = std::string(kFinish);
-  finish.num_inputs = 1;
-  finish.infer = [check](const std::vector<TensorSpec>& in, const OpAttrs&) {
-    return TensorSpec{check(in[0], kFinish), in[0].dtype, {}};
+  finish.num_inputs = 2;  // parts, labels
+  finish.infer = [check](const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
+    const Shape batch = check(in[0], kFinish);
+    if (in[1].shape != batch || (in[1].dtype != DType::kI32 && in[1].dtype != DType::kI64)) {
+      throw_invalid(kFinish, "labels must be i32 or i64 {}, got {} {}", batch.to_string(),
+                    dtype_name(in[1].dtype), in[1].shape.to_string());
+    }
+    if (!attrs.vocab_size) throw_invalid(kFinish, "needs the class count in attrs.vocab_size");
+    return TensorSpec{batch, in[0].dtype, {}};
   };
   finish.shard = [pair_layout](const std::vector<TensorSpec>& in, const TensorSpec&,
                                const OpAttrs&) {
     const Layout parts = pair_layout(in[0].layout);
     SpecList specs = spec_list(parts);
     specs.pop_back();
-    return ShardingDecision{{parts}, make_layout(parts.mesh(), specs)};
+    const Layout batch = make_layout(parts.mesh(), specs);
+    return ShardingDecision{{parts, batch}, batch};
   };
-  finish.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+  finish.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                      const LocalContext&) {
+    const int64_t classes = attrs.vocab_size.value_or(0);
     dispatch_float(out.dtype(), kFinish, [&]<typename T>() {
-      const T* p = in[0].data<T>();
-      T* o = out.data<T>();
-      for (int64_t r = 0; r < out.num_elements(); ++r) o[r] = std::log(p[2 * r]) - p[2 * r + 1];
+      dispatch_index(in[1].dtype(), kFinish, [&]<typename L>() {
+        const T* p = in[0].data<T>();
+        const L* labels = in[1].data<L>();
+        T* o = out.data<T>();
+        for (int64_t r = 0; r < out.num_elements(); ++r) {
+          check_label(static_cast<int64_t>(labels[r]), classes, kFinish);
+          o[r] = std::log(p[2 * r]) - p[2 * r + 1];
+        }
+      });
     });
   };
   finish.vjp = [](const VjpArgs& a) {
-    return std::vector<DTensor>{call_op(kFinishGrad, {a.inputs[0], a.grad})};
+    return std::vector<DTensor>{call_op(kFinishGrad, {a.inputs[0], a.grad}), DTensor()};
   };
   registry.add(std::move(finish));
 
@@ -266,7 +282,9 @@ void register_parallel_xent_ops(OpRegistry& registry) {
 
 DTensor vocab_parallel_cross_entropy(const DTensor& labels, const DTensor& logits) {
   const DTensor most = stop_gradient(reduce_max(logits, {logits.rank() - 1}));
-  return call_op(kFinish, {call_op(kParts, {labels, logits, most})});
+  OpAttrs attrs;
+  attrs.vocab_size = logits.shape()[logits.rank() - 1];
+  return call_op(kFinish, {call_op(kParts, {labels, logits, most}), labels}, attrs);
 }
 
 }  // namespace detail

@@ -55,4 +55,10 @@ string(FIND "${step_output}" "tessel ${EXPECTED_VERSION}\n${expected}" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "consumer output lacks the version and '${expected}...'")
 endif()
+# The README's DTensor example ran through the umbrella header: a loss, gradients in their
+# parameters' layouts, a printed relayout plan.
+if(NOT step_output MATCHES "loss [0-9.]+, grad layouts kept\n.*all_to_all")
+  message(FATAL_ERROR "consumer output lacks the DTensor example's loss, kept gradient layouts "
+                      "and relayout plan")
+endif()
 message("consumer test passed: tessel found in ${found_dir}")

@@ -65,7 +65,9 @@ struct OpAttrs {
                                       // the output's; reduce_sum_grad (also matmul's VJP
                                       // broadcasting back): the reduced input's; slice_grad:
                                       // the sliced input's
-  std::optional<int64_t> vocab_size;  // embedding_lookup_grad: the table's rows (required)
+  std::optional<int64_t> vocab_size;  // embedding_lookup_grad: the table's rows (required);
+                                      // sparse_softmax_cross_entropy_with_logits.vocab_parallel:
+                                      // the class count (required)
   std::string equation;               // einsum
   // Host scalars.
   std::optional<double> value;          // fill

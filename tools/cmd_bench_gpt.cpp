@@ -1,0 +1,192 @@
+// tessel bench gpt: the GPT training step (examples/gpt) on several meshes of one process, against
+// baselines measured in the same run: the 2-thread sgemm peak of OpenBLAS (for MFU) and the 1x1
+// mesh's step time (for the speedup of the parallel meshes).
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench_env.h"
+#include "char_dataset.h"
+#include "commands.h"
+#include "gpt_trainer.h"
+#include "tessel/dtensor/relayout.h"
+#include "tessel/runtime/runtime.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace tessel::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
+    "                        [--sgemm-threads T] [--data FILE] [--json]\n"
+    "\n"
+    "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
+    "virtual devices in this process, after one warm-up step; medians of --steps (default 3).\n"
+    "Baselines from the same run: OpenBLAS sgemm (2048^3, --sgemm-threads threads, default 2)\n"
+    "for MFU, counting FLOPs as torchtitan does (6 N + 12 L H Q T per token); the first mesh's\n"
+    "step time for the others' ratio. Per mesh also: collectives and bytes per step (relayout\n"
+    "stats) and the peak bytes of a device against the parameters + gradients + AdamW state it\n"
+    "holds. --config defaults to baby (6 layers, width 384, context 256, batch 64).\n";
+
+struct Flags {
+  std::string config = "baby";
+  std::string meshes = "1x1,2x2";
+  int64_t steps = 3, sgemm_threads = 2;
+  std::string data = "data/shakespeare_char/input.txt";
+  bool json = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// FLOP/s of an n^3 sgemm with `threads` OpenBLAS threads, best of 3 after a warm-up.
+double sgemm_peak(int n, int threads) {
+  openblas_set_num_threads(threads);
+  std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a), c(a.size());
+  double best = 1e300;
+  for (int r = 0; r < 4; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+    if (r > 0) best = std::min(best, seconds_since(start));
+  }
+  openblas_set_num_threads(1);  // tessel's devices run OpenBLAS single-threaded each
+  return 2.0 * n * n * n / best;
+}
+
+struct MeshResult {
+  int64_t batch = 1, model = 1;
+  double step_seconds = 0, tokens_per_second = 0, mfu = 0;
+  double collectives = 0, bytes = 0;
+  double peak_bytes = 0, state_bytes = 0;  // the busiest device; parameters + grads + 2 moments
+  std::vector<double> losses;
+};
+
+MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, int64_t batch,
+                    int64_t model, int64_t steps, double peak) {
+  MeshResult r;
+  r.batch = batch;
+  r.model = model;
+  Runtime rt({.num_cpu_devices = static_cast<int>(batch * model)});
+  std::vector<std::string> names;
+  for (const Device* d : rt.devices()) names.push_back(d->name());
+  const Mesh mesh = Mesh::create_on_devices({{"batch", batch}, {"model", model}}, names);
+  gpt::GptTrainer trainer(config, mesh, data, &rt);
+  r.losses.push_back(trainer.step().loss);  // warm-up: first allocations, the op registry
+  for (Device* d : rt.devices()) d->reset_peak_memory();
+  std::vector<double> times;
+  const RelayoutStats before = relayout_stats();
+  for (int64_t s = 0; s < steps; ++s) {
+    const gpt::StepReport step = trainer.step();
+    times.push_back(step.seconds);
+    r.losses.push_back(step.loss);
+  }
+  const RelayoutStats after = relayout_stats();
+  std::sort(times.begin(), times.end());
+  r.step_seconds = times[times.size() / 2];
+  const double tokens = static_cast<double>(config.batch_size) * config.block_size;
+  r.tokens_per_second = tokens / r.step_seconds;
+  r.mfu = config.flops_per_token() * r.tokens_per_second / peak;
+  r.collectives = static_cast<double>(after.collectives - before.collectives) / steps;
+  r.bytes = static_cast<double>(after.bytes - before.bytes) / steps;
+  for (const Device* d : rt.devices()) {
+    r.peak_bytes = std::max(r.peak_bytes, static_cast<double>(d->memory_stats().peak_bytes));
+  }
+  // Parameters, gradients and AdamW's two moments: four copies of what a device holds of each.
+  const std::vector<DTensor>& params = trainer.params();
+  std::vector<double> held(rt.devices().size(), 0.0);
+  for (const DTensor& p : params) {
+    for (int i = 0; i < p.num_components(); ++i) {
+      held[static_cast<size_t>(i)] += 4.0 * static_cast<double>(p.component(i).nbytes());
+    }
+  }
+  r.state_bytes = *std::max_element(held.begin(), held.end());
+  return r;
+}
+
+}  // namespace
+
+int run_bench_gpt(const Args& args) {
+  if (wants_help(args)) {
+    std::cout << kHelp;
+    return kExitOk;
+  }
+  FlagParser flags("bench gpt");
+  Flags f;
+  flags.text({"--config"}, f.config);
+  flags.text({"--meshes"}, f.meshes);
+  flags.integer({"--steps"}, f.steps, 1, 1000);
+  flags.integer({"--sgemm-threads"}, f.sgemm_threads, 1, 1024);
+  flags.text({"--data"}, f.data);
+  flags.set({"--json"}, f.json);
+  flags.parse(args);
+  std::vector<std::pair<int64_t, int64_t>> meshes;
+  size_t start = 0;
+  while (start <= f.meshes.size()) {
+    const size_t comma = std::min(f.meshes.find(',', start), f.meshes.size());
+    const std::string item = f.meshes.substr(start, comma - start);
+    const size_t x = item.find('x');
+    if (x == std::string::npos) flags.fail(fmt::format("--meshes takes BxM,BxM,..., got '{}'", item));
+    meshes.emplace_back(flags.parse_integer("--meshes", item.substr(0, x), 1, 64),
+                        flags.parse_integer("--meshes", item.substr(x + 1), 1, 64));
+    start = comma + 1;
+  }
+  const gpt::GptConfig config = gpt::GptConfig::preset(f.config);
+  const gpt::CharDataset data = gpt::CharDataset::load(f.data);
+  const bench::CpuSample cpu_before = bench::sample_cpu();
+  const double peak = sgemm_peak(2048, static_cast<int>(f.sgemm_threads));
+  std::vector<MeshResult> results;
+  for (const auto& [b, m] : meshes) results.push_back(run_mesh(config, data, b, m, f.steps, peak));
+  const double others = bench::other_cpu_fraction(cpu_before, bench::sample_cpu());
+  if (f.json) {
+    std::string rows;
+    for (const MeshResult& r : results) {
+      rows += fmt::format(
+          "{}{{\"mesh\":[{},{}],\"step_seconds\":{:.4f},\"tokens_per_second\":{:.1f},"
+          "\"mfu\":{:.4f},\"vs_first\":{:.4f},\"collectives_per_step\":{:.1f},"
+          "\"bytes_per_step\":{:.0f},\"peak_bytes_per_device\":{:.0f},\"state_bytes_per_device\":"
+          "{:.0f}}}",
+          rows.empty() ? "" : ",", r.batch, r.model, r.step_seconds, r.tokens_per_second, r.mfu,
+          r.step_seconds / results.front().step_seconds, r.collectives, r.bytes, r.peak_bytes,
+          r.state_bytes);
+    }
+    std::cout << fmt::format(
+        "{{\"config\":\"{}\",\"parameters\":{},\"flops_per_token\":{:.0f},\"sgemm_peak_flops\":"
+        "{:.4g},\"sgemm_threads\":{},\"load\":\"{}\",\"other_cpu\":{:.3f},\"meshes\":[{}]}}\n",
+        f.config, config.num_parameters(), config.flops_per_token(), peak, f.sgemm_threads,
+        bench::load_average_text(), others, rows);
+    return kExitOk;
+  }
+  std::cout << fmt::format(
+      "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token), {} timed steps after 1 "
+      "warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} GFLOP/s; load {}, other "
+      "processes took {:.0f}% of the CPUs\n\n",
+      f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, f.steps,
+      f.sgemm_threads, peak / 1e9, bench::load_average_text(), others * 100);
+  std::cout << fmt::format("{:>6} {:>10} {:>9} {:>7} {:>9} {:>12} {:>12} {:>12} {:>12}\n", "mesh",
+                           "step (s)", "tokens/s", "MFU", "vs first", "collectives",
+                           "MiB moved", "peak MiB", "state MiB");
+  for (const MeshResult& r : results) {
+    std::cout << fmt::format("{:>6} {:>10.3f} {:>9.0f} {:>6.1f}% {:>9.2f} {:>12.0f} {:>12.1f} "
+                             "{:>12.1f} {:>12.1f}\n",
+                             fmt::format("{}x{}", r.batch, r.model), r.step_seconds,
+                             r.tokens_per_second, r.mfu * 100,
+                             r.step_seconds / results.front().step_seconds, r.collectives,
+                             r.bytes / (1 << 20), r.peak_bytes / (1 << 20),
+                             r.state_bytes / (1 << 20));
+  }
+  std::cout << "\n(vs first: step time / the first mesh's, same global batch; state: parameters, "
+               "gradients and AdamW's moments the busiest device holds)\n";
+  return kExitOk;
+}
+
+}  // namespace tessel::cli
