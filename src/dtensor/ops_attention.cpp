@@ -71,10 +71,7 @@ void register_attention_ops(OpRegistry& registry) {
       throw_invalid(kCausalSoftmax, "scores must have rank >= 2 ([..., queries, keys]), got {}",
                     in[0].shape.to_string());
     }
-    if (in[0].dtype != DType::kF32 && in[0].dtype != DType::kF64) {
-      throw_error(ErrorCode::kUnimplemented, kCausalSoftmax,
-                  "no kernel for dtype {} (f32 and f64 only)", dtype_name(in[0].dtype));
-    }
+    require_float(in[0].dtype, kCausalSoftmax, "dtype");
     return TensorSpec{in[0].shape, in[0].dtype, {}};
   };
   def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {

@@ -24,10 +24,7 @@ constexpr std::string_view kDropout = "dropout";
 constexpr std::string_view kStopGradient = "stop_gradient";
 
 TensorSpec same_spec(const std::vector<TensorSpec>& in, std::string_view op, bool floats_only) {
-  if (floats_only && in[0].dtype != DType::kF32 && in[0].dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32 and f64 only)",
-                dtype_name(in[0].dtype));
-  }
+  if (floats_only) require_float(in[0].dtype, op, "dtype");
   return {in[0].shape, in[0].dtype, {}};
 }
 

@@ -32,13 +32,6 @@ constexpr std::string_view kLayerNormBias = "layer_norm_with_bias";
 constexpr std::string_view kLayerNormGrad = "layer_norm_grad";
 constexpr std::string_view kWeightGrad = "layer_norm_weight_grad";
 
-void require_f32_or_f64(DType dtype, std::string_view op) {
-  if (dtype != DType::kF32 && dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32 and f64 only)",
-                dtype_name(dtype));
-  }
-}
-
 // x must be at least 1-D with a non-empty last axis; `vectors` ([C] each) match its last axis.
 void check_norm_inputs(const std::vector<TensorSpec>& in, size_t first_vector, size_t count,
                        std::string_view op) {
@@ -47,7 +40,7 @@ void check_norm_inputs(const std::vector<TensorSpec>& in, size_t first_vector, s
     throw_invalid(op, "x must have rank >= 1 (normalised over the last axis), got shape {}",
                   x.shape.to_string());
   }
-  require_f32_or_f64(x.dtype, op);
+  require_float(x.dtype, op, "dtype");
   const int64_t channels = x.shape[x.shape.rank() - 1];
   for (size_t i = first_vector; i < first_vector + count; ++i) {
     if (in[i].shape != Shape({channels}) || in[i].dtype != x.dtype) {

@@ -124,10 +124,7 @@ TensorSpec infer_parts(const std::vector<TensorSpec>& in, std::string_view op) {
   if (labels.dtype != DType::kI32 && labels.dtype != DType::kI64) {
     throw_invalid(op, "labels must be i32 or i64, got {}", dtype_name(labels.dtype));
   }
-  if (logits.dtype != DType::kF32 && logits.dtype != DType::kF64) {
-    throw_error(ErrorCode::kUnimplemented, op, "no kernel for logits {} (f32 and f64 only)",
-                dtype_name(logits.dtype));
-  }
+  require_float(logits.dtype, op, "logits", NotFloat::kNeedsFloating);
   const std::vector<int64_t>& dims = logits.shape.dims();
   if (dims.empty()) throw_invalid(op, "logits must have rank >= 1, got a scalar");
   const Shape batch(std::vector<int64_t>(dims.begin(), dims.end() - 1));
