@@ -45,7 +45,8 @@ void dropout_kernel(const Tensor& x, Tensor& out, const OpAttrs& attrs,
     const T* px = x.data<T>();
     T* po = out.data<T>();
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
-    for (int64_t i = 0; i < out.num_elements(); ++i) po[i] = pu[i] >= rate ? px[i] * scale : T(0);
+    const int64_t n = out.num_elements();
+    for (int64_t i = 0; i < n; ++i) po[i] = pu[i] >= rate ? px[i] * scale : T(0);
   });
 }
 

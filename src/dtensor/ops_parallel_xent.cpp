@@ -226,7 +226,8 @@ void register_finish(OpRegistry& registry) {
         const T* p = in[0].data<T>();
         const L* labels = in[1].data<L>();
         T* o = out.data<T>();
-        for (int64_t r = 0; r < out.num_elements(); ++r) {
+        const int64_t rows = out.num_elements();
+        for (int64_t r = 0; r < rows; ++r) {
           check_label(static_cast<int64_t>(labels[r]), classes, kFinish);
           o[r] = std::log(p[2 * r]) - p[2 * r + 1];
         }
@@ -261,7 +262,8 @@ void register_finish(OpRegistry& registry) {
       const T* p = in[0].data<T>();
       const T* g = in[1].data<T>();
       T* o = out.data<T>();
-      for (int64_t r = 0; r < in[1].num_elements(); ++r) {
+      const int64_t rows = in[1].num_elements();
+      for (int64_t r = 0; r < rows; ++r) {
         o[2 * r] = g[r] / p[2 * r];
         o[2 * r + 1] = -g[r];
       }
