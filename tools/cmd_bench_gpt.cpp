@@ -26,7 +26,7 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
-    "                        [--sgemm-threads T] [--data FILE] [--json]\n"
+    "                        [--sgemm-threads T] [--dropout X] [--data FILE] [--json]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
     "virtual devices in this process, after one warm-up step; medians of --steps (default 3).\n"
@@ -34,12 +34,14 @@ constexpr const char* kHelp =
     "for MFU, counting FLOPs as torchtitan does (6 N + 12 L H Q T per token); the first mesh's\n"
     "step time for the others' ratio. Per mesh also: collectives and bytes per step (relayout\n"
     "stats) and the peak bytes of a device against the parameters + gradients + AdamW state it\n"
-    "holds. --config defaults to baby (6 layers, width 384, context 256, batch 64).\n";
+    "holds. --config defaults to baby (6 layers, width 384, context 256, batch 64, dropout 0.2;\n"
+    "--dropout 0 for the work of a model without dropout, as the JAX peer's).\n";
 
 struct Flags {
   std::string config = "baby";
   std::string meshes = "1x1,2x2";
   int64_t steps = 3, sgemm_threads = 2;
+  double dropout = -1;  // -1: the configuration's
   std::string data = "data/shakespeare_char/input.txt";
   bool json = false;
 };
@@ -127,6 +129,7 @@ int run_bench_gpt(const Args& args) {
   flags.integer({"--steps"}, f.steps, 1, 1000);
   flags.integer({"--sgemm-threads"}, f.sgemm_threads, 1, 1024);
   flags.text({"--data"}, f.data);
+  flags.number({"--dropout"}, f.dropout);
   flags.set({"--json"}, f.json);
   flags.parse(args);
   std::vector<std::pair<int64_t, int64_t>> meshes;
@@ -140,7 +143,11 @@ int run_bench_gpt(const Args& args) {
                         flags.parse_integer("--meshes", item.substr(x + 1), 1, 64));
     start = comma + 1;
   }
-  const gpt::GptConfig config = gpt::GptConfig::preset(f.config);
+  gpt::GptConfig config = gpt::GptConfig::preset(f.config);
+  if (f.dropout != -1) {
+    config.dropout = f.dropout;
+    config.validate();
+  }
   const gpt::CharDataset data = gpt::CharDataset::load(f.data);
   const bench::CpuSample cpu_before = bench::sample_cpu();
   const double peak = sgemm_peak(2048, static_cast<int>(f.sgemm_threads));
@@ -160,17 +167,17 @@ int run_bench_gpt(const Args& args) {
           r.state_bytes);
     }
     std::cout << fmt::format(
-        "{{\"config\":\"{}\",\"parameters\":{},\"flops_per_token\":{:.0f},\"sgemm_peak_flops\":"
+        "{{\"config\":\"{}\",\"dropout\":{},\"parameters\":{},\"flops_per_token\":{:.0f},\"sgemm_peak_flops\":"
         "{:.4g},\"sgemm_threads\":{},\"load\":\"{}\",\"other_cpu\":{:.3f},\"meshes\":[{}]}}\n",
-        f.config, config.num_parameters(), config.flops_per_token(), peak, f.sgemm_threads,
+        f.config, config.dropout, config.num_parameters(), config.flops_per_token(), peak, f.sgemm_threads,
         bench::load_average_text(), others, rows);
     return kExitOk;
   }
   std::cout << fmt::format(
-      "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token), {} timed steps after 1 "
-      "warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} GFLOP/s; load {}, other "
+      "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token, dropout {}), {} timed steps "
+      "after 1 warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} GFLOP/s; load {}, other "
       "processes took {:.0f}% of the CPUs\n\n",
-      f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, f.steps,
+      f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout, f.steps,
       f.sgemm_threads, peak / 1e9, bench::load_average_text(), others * 100);
   std::cout << fmt::format("{:>6} {:>10} {:>9} {:>7} {:>9} {:>12} {:>12} {:>12} {:>12}\n", "mesh",
                            "step (s)", "tokens/s", "MFU", "vs first", "collectives",
