@@ -174,7 +174,13 @@ void bind_reductions(py::module_& m) {
 
 void bind_nn(py::module_& m) {
   bind_unary(m, "softmax", &tessel::softmax, "logits");
-  bind_unary(m, "causal_softmax", &tessel::causal_softmax, "scores");
+  m.def(
+      "causal_softmax",
+      [](const DTensor& scores, double scale) {
+        return run([&] { return causal_softmax(scores, scale); });
+      },
+      py::arg("scores"), py::arg("scale") = 1.0,
+      "softmax(scale * scores) over the last axis with the causal mask implied.");
   bind_unary(m, "stop_gradient", &tessel::stop_gradient, "input");
   m.def(
       "layer_norm",

@@ -88,7 +88,7 @@ def forward(params, idx, config):
         p = lambda n: params[f"h.{i}.{n}"]
         h = tessel.layer_norm(x, p("ln_1.weight"))
         q, k, v = (split_heads(tessel.matmul(h, p(n))) for n in ("attn.wq", "attn.wk", "attn.wv"))
-        att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(d)))
+        att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d))
         y = tessel.reshape(tessel.transpose(tessel.matmul(att, v), [0, 2, 1, 3]), (b, t, heads * d))
         x = x + tessel.matmul(y, p("attn.c_proj"))
         h = tessel.layer_norm(x, p("ln_2.weight"))

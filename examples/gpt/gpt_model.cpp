@@ -132,7 +132,7 @@ DTensor GptModel::attention(const std::vector<DTensor>& p, size_t first, int lay
   const DTensor q = split_heads(matmul(h, p[first + 1]));
   const DTensor k = split_heads(matmul(h, p[first + 2]));
   const DTensor v = split_heads(matmul(h, p[first + 3]));
-  DTensor att = causal_softmax(multiply(matmul(q, k, false, true), 1.0 / std::sqrt(double(d))));
+  DTensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(double(d)));
   att = maybe_dropout(att, options, 3 * static_cast<uint64_t>(layer));
   const DTensor y = reshape(transpose(matmul(att, v), {0, 2, 1, 3}), Shape{b, t, heads * d});
   return matmul(y, p[first + 4]);  // row-parallel: Partial(sum) over model

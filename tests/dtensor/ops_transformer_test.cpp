@@ -106,7 +106,7 @@ TEST(TransformerOps, CausalSoftmaxMatchesSingleDeviceAndFiniteDifferences) {
   Runtime rt({.num_cpu_devices = 4});
   std::mt19937 rng(32);
   const std::vector<Mesh> meshes = test_meshes();
-  const auto fn = [](const std::vector<DTensor>& in) { return causal_softmax(in[0]); };
+  const auto fn = [](const std::vector<DTensor>& in) { return causal_softmax(in[0], 0.7); };
   for (int t = 0; t < 9; ++t) {
     const Mesh& mesh = meshes[static_cast<size_t>(t) % meshes.size()];
     const Tensor x = random_host(t % 2 ? Shape{2, 5, 5} : Shape{3, 4, 6}, DType::kF64, 400 + t);

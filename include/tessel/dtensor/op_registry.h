@@ -76,7 +76,8 @@ struct OpAttrs {
   std::optional<double> high;           // random_uniform
   std::optional<double> mean;           // random_normal
   std::optional<double> stddev;         // random_normal
-  std::optional<double> scale;          // reduce_sum_grad: the factor on the broadcast gradient
+  std::optional<double> scale;          // reduce_sum_grad: the factor on the broadcast gradient;
+                                        // causal_softmax: the factor on the scores
   std::optional<double> beta;           // ema, ema_square: the decay
   std::optional<double> learning_rate;  // adam_apply: the step's (bias-corrected) learning rate
   std::optional<double> epsilon;        // adam_apply; layer_norm: added to the variance

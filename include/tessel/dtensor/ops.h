@@ -74,9 +74,10 @@ DTensor sparse_softmax_cross_entropy_with_logits(const DTensor& labels, const DT
 // the other axes keep their sharding. Weight's gradient is Partial over the row mesh dims.
 DTensor layer_norm(const DTensor& x, const DTensor& weight, const DTensor& bias = DTensor(),
                    double epsilon = 1e-5);
-// Softmax over the last axis of scores [..., queries, keys] where key j is visible to query i
-// when j <= i + keys - queries (causal self-attention: the mask is implied, never built).
-DTensor causal_softmax(const DTensor& scores);
+// Softmax of scale * scores over the last axis of scores [..., queries, keys] where key j is
+// visible to query i when j <= i + keys - queries (causal self-attention: the mask is implied,
+// never built; the scale, attention's 1 / sqrt(head_dim), costs no pass of its own).
+DTensor causal_softmax(const DTensor& scores, double scale = 1.0);
 // Each element zeroed with probability `rate`, the others scaled by 1 / (1 - rate); the mask is
 // keyed by (seed, global element index): the same on every mesh and layout. rate 0: x itself.
 DTensor dropout(const DTensor& x, double rate, uint64_t seed);
