@@ -41,11 +41,12 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
       shapes.push_back(inputs.back().shape());
     }
     Communicator* comm = &pool->get(mesh, step.mesh_dims, offsets[d]);
-    comm->set_scratch_allocator(devices[d]->allocator());
     comms.push_back(comm);
     Device* device = devices[d];
     const DType dtype = first.dtype();
     tasks.push_back({device, [=]() {
+                       // On the stream: the runtime's groups are shared (see relayout.cpp).
+                       comm->set_scratch_allocator(device->allocator());
                        ScopedAllocator scope(shapes, dtype, "relayout_batch", 0,
                                              static_cast<int>(shapes.size()), device->allocator());
                        const std::vector<Tensor>& fields = scope.allocate_all();
