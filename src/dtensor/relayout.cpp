@@ -64,7 +64,11 @@ class StepRunner {
       default:
         in_place_tasks(step, blocks, *outputs, tasks, comms);
     }
-    const auto abort = [comms](const std::string& reason) {
+    // The pool (and so every group of `comms`) stays alive while a task or this abort may
+    // still run: a task skipped after a failure calls it when its stream drops it, possibly
+    // after this step threw and the pool was evicted.
+    const auto abort = [comms, pool = pool_](const std::string& reason) {
+      (void)pool;
       for (Communicator* c : comms) c->abort(reason);
     };
     try {
@@ -134,7 +138,7 @@ class StepRunner {
           detail::throw_error(ErrorCode::kInternal, kComponent, "step {} is not in place",
                               step.kind_name());
       }
-      tasks.push_back({device, with_scratch(used, *device, std::move(fn))});
+      tasks.push_back({device, with_scratch(used, *device, pool_, std::move(fn))});
     }
   }
 
@@ -183,7 +187,7 @@ class StepRunner {
       }
       const std::string label = step.kind_name();
       const CollectiveOptions copts = collective_;
-      tasks.push_back({device, with_scratch(comm, *device, [=]() mutable {
+      tasks.push_back({device, with_scratch(comm, *device, pool_, [=]() mutable {
                          comm->transfer_boxes(input, in_origins, output, out_origins, transfers,
                                               label, copts);
                        })});
@@ -226,12 +230,15 @@ class StepRunner {
   // `fn`, first pointing the scratch memory of `comm` (null: none) at `device`, so that the
   // device's memory statistics include the collective's temporaries. Set on the device's stream,
   // where every user of that rank runs: the runtime's groups are shared, and CrossDeviceOps sets
-  // the host's.
+  // the host's. The task keeps `pool` (holding comm's group) alive: after a failure a task may
+  // run or be dropped once the step has thrown and the pool was evicted.
   static std::function<void()> with_scratch(Communicator* comm, Device& device,
+                                            std::shared_ptr<CommunicatorPool> pool,
                                             std::function<void()> fn) {
     if (!comm) return fn;
     Allocator* scratch = device.allocator();
-    return [comm, scratch, fn = std::move(fn)]() {
+    return [comm, scratch, pool = std::move(pool), fn = std::move(fn)]() {
+      (void)pool;
       comm->set_scratch_allocator(scratch);
       fn();
     };
