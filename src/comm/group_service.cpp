@@ -4,6 +4,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "core/errors.h"
@@ -75,18 +76,106 @@ std::shared_ptr<GroupService> GroupService::of(const Runtime& runtime) {
   return runtime.attachment<GroupService>([task] { return std::make_shared<GroupService>(task); });
 }
 
+std::shared_ptr<CommGroup> GroupService::make(const std::vector<std::string>& members) const {
+  if (members.empty()) throw_invalid("GroupService", "a group needs at least one member");
+  if (!factory_) return make_in_process_group(members);
+  return std::make_shared<CommGroup>(members, factory_(static_cast<int>(members.size()), members));
+}
+
+std::shared_ptr<CommGroup> GroupService::group(const std::vector<std::string>& members) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<CommGroup>& slot = groups_[members];
+  if (!slot) {
+    try {
+      slot = make(members);
+    } catch (...) {
+      groups_.erase(members);
+      throw;
+    }
+  }
+  return slot;
+}
+
+std::shared_ptr<CommGroup> GroupService::find(const std::vector<std::string>& members) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = groups_.find(members);
+  return it == groups_.end() ? nullptr : it->second;
+}
+
+void GroupService::adopt(std::shared_ptr<CommGroup> group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> members = group->members;
+  groups_[std::move(members)] = std::move(group);
+}
+
+std::shared_ptr<CommGroup> GroupService::take(const std::vector<std::string>& members) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = groups_.find(members);
+  if (it == groups_.end()) return make(members);
+  std::shared_ptr<CommGroup> group = std::move(it->second);
+  groups_.erase(it);
+  return group;
+}
+
+void GroupService::give_back(std::shared_ptr<CommGroup> group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> members = group->members;
+  groups_.try_emplace(std::move(members), std::move(group));
+}
+
+void GroupService::unregister(const std::shared_ptr<CommGroup>& group) {
+  const auto it = groups_.find(group->members);
+  if (it != groups_.end() && it->second == group) groups_.erase(it);
+}
+
+void GroupService::evict(const std::shared_ptr<CommGroup>& group) {
+  std::shared_ptr<CommunicatorPool> pool;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unregister(group);
+    pool = pool_;
+  }
+  if (!pool) return;
+  // The pool's lock is taken outside ours: the pool calls group() under its own.
+  const std::vector<std::shared_ptr<CommGroup>> held = pool->groups();
+  if (std::find(held.begin(), held.end(), group) == held.end()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool_ == pool) pool_.reset();
+}
+
+size_t GroupService::num_groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return groups_.size();
+}
+
 std::shared_ptr<CommunicatorPool> GroupService::pool() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!pool_) {
+    // The pool may outlive this service in a caller's hands; it then makes no new groups.
+    std::weak_ptr<GroupService> self = weak_from_this();
     pool_ = std::make_shared<CommunicatorPool>(
-        cluster_ ? cluster_ : std::make_shared<DefaultCluster>(task_), factory_);
+        cluster_ ? cluster_ : std::make_shared<DefaultCluster>(task_),
+        [self](const std::vector<std::string>& names) {
+          const std::shared_ptr<GroupService> service = self.lock();
+          if (!service) {
+            throw_error(ErrorCode::kFailedPrecondition, "CommunicatorPool",
+                        "the runtime of this pool was destroyed; no group over [{}] can be made",
+                        fmt::join(names, ", "));
+          }
+          return service->group(names);
+        });
   }
   return pool_;
 }
 
 void GroupService::evict(const std::shared_ptr<CommunicatorPool>& pool) {
+  if (!pool) return;
+  // Its groups go even when the pool was already replaced: one of them may be the one that
+  // failed, and the current pool does not hold it (else it would have been dropped too).
+  const std::vector<std::shared_ptr<CommGroup>> held = pool->groups();
   std::lock_guard<std::mutex> lock(mu_);
   if (pool_ == pool) pool_.reset();
+  for (const auto& group : held) unregister(group);
 }
 
 void GroupService::set_cluster(std::shared_ptr<Cluster> cluster) {
@@ -103,6 +192,7 @@ std::shared_ptr<Cluster> GroupService::cluster() const {
 void GroupService::set_group_factory(CommunicatorPool::GroupFactory factory) {
   std::lock_guard<std::mutex> lock(mu_);
   factory_ = std::move(factory);
+  groups_.clear();
   pool_.reset();
 }
 

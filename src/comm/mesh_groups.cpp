@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "comm/comm_group.h"
 #include "core/errors.h"
 #include "tessel/core/device_name.h"
 
@@ -79,13 +80,29 @@ GroupPosition group_position(const Mesh& mesh, const std::vector<std::string>& d
   return p;
 }
 
-CommunicatorPool::CommunicatorPool() : CommunicatorPool(make_in_process_communicators) {}
+namespace {
 
-CommunicatorPool::CommunicatorPool(GroupFactory factory) : factory_(std::move(factory)) {}
+// A source making a new group of its own by `factory` (null: in-process) for every call.
+CommunicatorPool::GroupSource own_groups(CommunicatorPool::GroupFactory factory) {
+  if (!factory) factory = make_in_process_communicators;
+  return [factory = std::move(factory)](const std::vector<std::string>& names) {
+    return std::make_shared<detail::CommGroup>(names,
+                                               factory(static_cast<int>(names.size()), names));
+  };
+}
+
+}  // namespace
+
+CommunicatorPool::CommunicatorPool() : CommunicatorPool(GroupFactory()) {}
+
+CommunicatorPool::CommunicatorPool(GroupFactory factory)
+    : source_(own_groups(std::move(factory))) {}
 
 CommunicatorPool::CommunicatorPool(std::shared_ptr<Cluster> cluster, GroupFactory factory)
-    : factory_(factory ? std::move(factory) : GroupFactory(make_in_process_communicators)),
-      cluster_(std::move(cluster)) {}
+    : source_(own_groups(std::move(factory))), cluster_(std::move(cluster)) {}
+
+CommunicatorPool::CommunicatorPool(std::shared_ptr<Cluster> cluster, GroupSource source)
+    : source_(std::move(source)), cluster_(std::move(cluster)) {}
 
 Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::string>& dims,
                                     int64_t offset, std::chrono::milliseconds join_timeout) {
@@ -104,7 +121,7 @@ Communicator& CommunicatorPool::get(const Mesh& mesh, const std::vector<std::str
     create(key, mesh, p.members, join_timeout);
     it = groups_.find(key);
   }
-  return *it->second[static_cast<size_t>(p.rank)];
+  return *it->second->comms[static_cast<size_t>(p.rank)];
 }
 
 int CommunicatorPool::client_id() const { return cluster_ ? cluster_->client_id() : 0; }
@@ -139,7 +156,7 @@ void CommunicatorPool::create(const Key& key, const Mesh& mesh, const std::vecto
   const bool spans = std::any_of(member_owners.begin(), member_owners.end(),
                                  [me](int o) { return o != me; });
   if (!spans) {
-    groups_.emplace(key, factory_(static_cast<int>(names.size()), names));
+    groups_.emplace(key, source_(names));
     return;
   }
   // Join every group of (mesh, dims) holding a device of this client, in group order.
@@ -150,13 +167,22 @@ void CommunicatorPool::create(const Key& key, const Mesh& mesh, const std::vecto
     if (std::find(group_owners.begin(), group_owners.end(), me) == group_owners.end()) continue;
     const Key group_key{std::get<0>(key), std::get<1>(key), static_cast<int>(g)};
     if (groups_.count(group_key) != 0) continue;
-    groups_.emplace(group_key, cluster_->join(group_names, group_owners, join_timeout));
+    groups_.emplace(group_key,
+                    std::make_shared<detail::CommGroup>(
+                        group_names, cluster_->join(group_names, group_owners, join_timeout)));
   }
 }
 
 size_t CommunicatorPool::num_groups() const {
   std::lock_guard<std::mutex> lock(mu_);
   return groups_.size();
+}
+
+std::vector<std::shared_ptr<detail::CommGroup>> CommunicatorPool::groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<detail::CommGroup>> out;
+  for (const auto& [key, group] : groups_) out.push_back(group);
+  return out;
 }
 
 }  // namespace tessel

@@ -4,7 +4,7 @@
 
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
-#include "distribute/group_cache.h"
+#include "distribute/device_groups.h"
 #include "distribute/ops_internal.h"
 
 namespace tessel {
@@ -115,7 +115,7 @@ int CrossDevicePlan::num_collectives() const {
 }
 
 CrossDeviceOps::CrossDeviceOps(Runtime& runtime)
-    : runtime_(&runtime), groups_(std::make_unique<detail::GroupCache>()) {}
+    : runtime_(&runtime), groups_(std::make_unique<detail::DeviceGroups>(runtime)) {}
 
 CrossDeviceOps::~CrossDeviceOps() = default;
 

@@ -19,17 +19,22 @@ namespace {
 void run_group(const GroupJob& job, const std::string& step,
                const std::function<void(size_t, Communicator&)>& fn) {
   const auto deadline = std::chrono::steady_clock::now() + job.timeout;
-  std::shared_ptr<CommGroup> group = job.cache->get(job.devices, job.group_size, deadline);
+  std::shared_ptr<CommGroup> group = job.groups->get(job.devices, job.group_size, deadline);
   std::vector<StreamTask> tasks;
   for (size_t d = 0; d < job.devices.size(); ++d) {
     Communicator* comm = &group->at(job.devices[d]->name());
-    tasks.push_back({job.devices[d], [group, comm, fn, d] { fn(d, *comm); }});
+    tasks.push_back({job.devices[d], [group, comm, fn, d] {
+                       // The group may be shared with relayout, which points the scratch at the
+                       // device; set on the stream thread, where every user of this rank runs.
+                       comm->set_scratch_allocator(nullptr);  // host: see cross_device_ops.h
+                       fn(d, *comm);
+                     }});
   }
   try {
     run_on_streams("CrossDeviceOps", step, std::move(tasks), job.timeout,
                    [group](const std::string& reason) { group->abort(reason); });
   } catch (...) {
-    job.cache->evict(group);
+    job.groups->evict(group);
     throw;
   }
 }

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "distribute/group_cache.h"
+#include "distribute/device_groups.h"
 #include "tessel/distribute/communication_options.h"
 #include "tessel/distribute/cross_device_ops.h"
 
@@ -53,7 +53,7 @@ struct PackSpec {
 
 // One collective job over `devices` (this worker's; rank order comes from the group).
 struct GroupJob {
-  GroupCache* cache = nullptr;
+  DeviceGroups* groups = nullptr;
   int group_size = 0;  // all workers' devices
   std::vector<Device*> devices;
   CollectiveOptions collective;  // algorithm, timeout

@@ -64,7 +64,11 @@ class StepRunner {
       default:
         in_place_tasks(step, blocks, *outputs, tasks, comms);
     }
-    const auto abort = [comms](const std::string& reason) {
+    // The pool (and so every group of `comms`) stays alive while a task or this abort may
+    // still run: a task skipped after a failure calls it when its stream drops it, possibly
+    // after this step threw and the pool was evicted.
+    const auto abort = [comms, pool = pool_](const std::string& reason) {
+      (void)pool;
       for (Communicator* c : comms) c->abort(reason);
     };
     try {
@@ -99,6 +103,7 @@ class StepRunner {
       const int64_t offset = offsets[i];
       const CollectiveOptions copts = collective_;
       std::function<void()> fn;
+      Communicator* used = nullptr;  // the task's communicator, if it has one
       switch (step.kind) {
         case RelayoutStepKind::kLocalSlice:
           fn = [=]() mutable { copy_box(input, before[k].offsets, output, after[k].offsets, after[k]); };
@@ -112,12 +117,14 @@ class StepRunner {
           break;
         }
         case RelayoutStepKind::kAllReduce: {
-          Communicator* comm = communicator(mesh, step.mesh_dims, offset, *device, comms);
+          Communicator* comm = communicator(mesh, step.mesh_dims, offset, comms);
+          used = comm;
           fn = [=]() mutable { comm->all_reduce(input, output, op, copts); };
           break;
         }
         case RelayoutStepKind::kReduceScatter: {
-          Communicator* comm = communicator(mesh, step.mesh_dims, offset, *device, comms);
+          Communicator* comm = communicator(mesh, step.mesh_dims, offset, comms);
+          used = comm;
           std::vector<Box> boxes;
           for (int64_t member : group_position(mesh, step.mesh_dims, offset).members) {
             boxes.push_back(after[static_cast<size_t>(member)]);
@@ -131,7 +138,7 @@ class StepRunner {
           detail::throw_error(ErrorCode::kInternal, kComponent, "step {} is not in place",
                               step.kind_name());
       }
-      tasks.push_back({device, std::move(fn)});
+      tasks.push_back({device, with_scratch(used, *device, pool_, std::move(fn))});
     }
   }
 
@@ -155,7 +162,7 @@ class StepRunner {
       if (std::find(local.begin(), local.end(), step.participants[p]) == local.end()) continue;
       Device* device = &runtime_.device(step.participants[p]);
       const GroupPosition pos = group_position(mesh, dims, static_cast<int64_t>(p));
-      Communicator* comm = communicator(mesh, dims, static_cast<int64_t>(p), *device, comms);
+      Communicator* comm = communicator(mesh, dims, static_cast<int64_t>(p), comms);
       std::vector<std::vector<int64_t>> in_origins, out_origins;
       std::map<int64_t, int> rank_of;
       for (size_t r = 0; r < pos.members.size(); ++r) {
@@ -180,10 +187,10 @@ class StepRunner {
       }
       const std::string label = step.kind_name();
       const CollectiveOptions copts = collective_;
-      tasks.push_back({device, [=]() mutable {
+      tasks.push_back({device, with_scratch(comm, *device, pool_, [=]() mutable {
                          comm->transfer_boxes(input, in_origins, output, out_origins, transfers,
                                               label, copts);
-                       }});
+                       })});
     }
   }
 
@@ -211,12 +218,30 @@ class StepRunner {
     }
   }
 
+  // The communicator of the device at mesh `offset` in the group over `dims` (appended to
+  // `comms`).
   Communicator* communicator(const Mesh& mesh, const std::vector<std::string>& dims,
-                             int64_t offset, Device& device, std::vector<Communicator*>& comms) {
+                             int64_t offset, std::vector<Communicator*>& comms) {
     Communicator& comm = pool_->get(mesh, dims, offset, options_.timeout);
-    comm.set_scratch_allocator(device.allocator());
     comms.push_back(&comm);
     return &comm;
+  }
+
+  // `fn`, first pointing the scratch memory of `comm` (null: none) at `device`, so that the
+  // device's memory statistics include the collective's temporaries. Set on the device's stream,
+  // where every user of that rank runs: the runtime's groups are shared, and CrossDeviceOps sets
+  // the host's. The task keeps `pool` (holding comm's group) alive: after a failure a task may
+  // run or be dropped once the step has thrown and the pool was evicted.
+  static std::function<void()> with_scratch(Communicator* comm, Device& device,
+                                            std::shared_ptr<CommunicatorPool> pool,
+                                            std::function<void()> fn) {
+    if (!comm) return fn;
+    Allocator* scratch = device.allocator();
+    return [comm, scratch, pool = std::move(pool), fn = std::move(fn)]() {
+      (void)pool;
+      comm->set_scratch_allocator(scratch);
+      fn();
+    };
   }
 
   Runtime& runtime_;

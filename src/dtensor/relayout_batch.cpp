@@ -41,11 +41,13 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
       shapes.push_back(inputs.back().shape());
     }
     Communicator* comm = &pool->get(mesh, step.mesh_dims, offsets[d]);
-    comm->set_scratch_allocator(devices[d]->allocator());
     comms.push_back(comm);
     Device* device = devices[d];
     const DType dtype = first.dtype();
     tasks.push_back({device, [=]() {
+                       (void)pool;  // kept alive: it holds comm's group (see relayout.cpp)
+                       // On the stream: the runtime's groups are shared (see relayout.cpp).
+                       comm->set_scratch_allocator(device->allocator());
                        ScopedAllocator scope(shapes, dtype, "relayout_batch", 0,
                                              static_cast<int>(shapes.size()), device->allocator());
                        const std::vector<Tensor>& fields = scope.allocate_all();
@@ -58,7 +60,8 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
   }
   try {
     detail::run_on_streams("relayout", "fused all_reduce", std::move(tasks),
-                           RelayoutOptions{}.timeout, [comms](const std::string& reason) {
+                           RelayoutOptions{}.timeout, [comms, pool](const std::string& reason) {
+                             (void)pool;
                              for (Communicator* c : comms) c->abort(reason);
                            });
   } catch (...) {

@@ -17,12 +17,14 @@ std::string collectives(uint64_t n) {
 
 }  // namespace
 
-CrossReplicaGroup::CrossReplicaGroup(const std::vector<std::vector<Device*>>& devices,
+CrossReplicaGroup::CrossReplicaGroup(std::shared_ptr<GroupService> service,
+                                     const std::vector<std::vector<Device*>>& devices,
                                      std::chrono::milliseconds timeout)
     : num_replicas_(static_cast<int>(devices.size())),
       num_cores_(devices.empty() ? 0 : static_cast<int>(devices[0].size())),
       timeout_(timeout),
       devices_(devices),
+      service_(std::move(service)),
       started_(devices.size(), 0),
       finished_(devices.size(), false),
       failed_(devices.size(), false) {
@@ -31,11 +33,18 @@ CrossReplicaGroup::CrossReplicaGroup(const std::vector<std::vector<Device*>>& de
     for (int r = 0; r < num_replicas_; ++r) {
       names.push_back(fmt::format("replica {} ({})", r, devices_[r][c]->name()));
     }
-    comms_.push_back(make_in_process_communicators(num_replicas_, std::move(names)));
+    groups_.push_back(service_->take(names));
+    // Nobody else uses a taken group, so its scratch may be set here, before any launch.
     for (int r = 0; r < num_replicas_; ++r) {
-      comms_.back()[static_cast<size_t>(r)]->set_scratch_allocator(devices_[r][c]->allocator());
+      groups_.back()->comms[static_cast<size_t>(r)]->set_scratch_allocator(
+          devices_[r][c]->allocator());
     }
   }
+}
+
+CrossReplicaGroup::~CrossReplicaGroup() {
+  if (aborted_.load() || first_failure()) return;  // dropped: evicted
+  for (auto& group : groups_) service_->give_back(std::move(group));
 }
 
 void CrossReplicaGroup::enter(int replica, const std::string& signature) {
@@ -101,7 +110,8 @@ void CrossReplicaGroup::fail(int replica, const std::string& message) {
 }
 
 void CrossReplicaGroup::abort(const std::string& reason) {
-  for (auto& core : comms_) core.front()->abort(reason);  // aborts the whole group
+  aborted_.store(true);
+  for (const auto& group : groups_) group->abort(reason);
 }
 
 void CrossReplicaGroup::record_failure(int replica, ErrorCode code, const std::string& what) {

@@ -1,8 +1,9 @@
-// Internal: the state the replicas of one replicate() call share — one in-process Communicator
-// group per logical core (core c of every replica, rank = replica id), the order check of their
+// Internal: the state the replicas of one replicate() call share — one Communicator group per
+// logical core (core c of every replica, rank = replica id), the order check of their
 // collectives, and the record of their failures.
 //
-//   CrossReplicaGroup group(devices, timeout);          // devices[replica][core]
+//   // devices[replica][core]:
+//   CrossReplicaGroup group(GroupService::of(runtime), devices, timeout);
 //   // on replica r's controller thread, before each collective:
 //   group.enter(r, "all_reduce(sum) f32[4] sharding_specs:unsharded,");
 //   ... group.communicator(r, c) on core c's stream ...
@@ -16,10 +17,19 @@
 // Both record the failure and abort the group, so that the replicas waiting in communicators
 // wake with kAborted.
 //
+// The per-core groups are the runtime's (comm's GroupService), named "replica <r> (<device>)"
+// per member so that errors name the replica. They are taken for this call alone
+// (GroupService::take) rather than shared like the other users' groups: each replica launches
+// its collectives on its own cores independently (no launch spans every member's stream), so
+// two overlapping replicate() calls over the same cores could pair replica 0's collective of one
+// call with replica 1's of the other. When the call is over they are given back for the next
+// call, unless a failure aborted them: then they are dropped (the groups' failure policy, evict).
+//
 // Thread safety: every method may be called from any replica's thread; communicator(r, c) is
 // used by core c of replica r only (on its stream).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -29,6 +39,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm_group.h"
+#include "comm/group_service.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/core/error.h"
 #include "tessel/runtime/device.h"
@@ -38,16 +50,21 @@ namespace tessel::detail {
 class CrossReplicaGroup {
  public:
   // devices[r][c]: the device of logical core c of replica r (the communicators' scratch
-  // memory comes from it). timeout > 0.
-  CrossReplicaGroup(const std::vector<std::vector<Device*>>& devices,
+  // memory comes from it). timeout > 0. The groups come from `service` (the devices' runtime's).
+  CrossReplicaGroup(std::shared_ptr<GroupService> service,
+                    const std::vector<std::vector<Device*>>& devices,
                     std::chrono::milliseconds timeout);
+  // Gives the groups back to the service, unless the call failed.
+  ~CrossReplicaGroup();
+  CrossReplicaGroup(const CrossReplicaGroup&) = delete;
+  CrossReplicaGroup& operator=(const CrossReplicaGroup&) = delete;
 
   int num_replicas() const { return num_replicas_; }
   int num_cores() const { return num_cores_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   Device& device(int replica, int core) const { return *devices_[replica][core]; }
   Communicator& communicator(int replica, int core) const {
-    return *comms_[static_cast<size_t>(core)][static_cast<size_t>(replica)];
+    return *groups_[static_cast<size_t>(core)]->comms[static_cast<size_t>(replica)];
   }
 
   // Replica `replica` starts its next collective, described by `signature` (the same text on
@@ -85,8 +102,10 @@ class CrossReplicaGroup {
   int num_replicas_;
   int num_cores_;
   std::chrono::milliseconds timeout_;
-  std::vector<std::vector<Device*>> devices_;                      // [replica][core]
-  std::vector<std::vector<std::unique_ptr<Communicator>>> comms_;  // [core][replica]
+  std::vector<std::vector<Device*>> devices_;  // [replica][core]
+  std::shared_ptr<GroupService> service_;
+  std::vector<std::shared_ptr<CommGroup>> groups_;  // [core], ranks by replica
+  std::atomic<bool> aborted_{false};
 
   mutable std::mutex mu_;
   std::vector<uint64_t> started_;   // collectives each replica has entered

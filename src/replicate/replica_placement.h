@@ -18,7 +18,8 @@ std::vector<std::vector<Device*>> assign_replica_devices(const ReplicateMetadata
 
 // The 1-D mesh "core" over `cores` (logical core order), named "replica_<replica>". Its global
 // device names are the devices' own, so that the meshes of different replicas never share a
-// collective group (CommunicatorPool keys groups by Mesh::global_fingerprint()).
+// collective group (CommunicatorPool keys groups by Mesh::global_fingerprint(), the runtime's
+// group service by the members' names).
 Mesh replica_core_mesh(int replica, const std::vector<Device*>& cores);
 
 }  // namespace tessel::detail

@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "comm/group_service.h"
 #include "core/errors.h"
 #include "replicate/cross_replica_group.h"
 #include "replicate/group_replica_context.h"
@@ -217,7 +218,7 @@ std::vector<std::vector<DTensor>> replicate(
 
   const auto timeout =
       options.timeout.count() == 0 ? default_collective_timeout() : options.timeout;
-  detail::CrossReplicaGroup group(devices, timeout);
+  detail::CrossReplicaGroup group(detail::GroupService::of(runtime), devices, timeout);
   std::vector<ReplicaRun> runs;
   for (int r = 0; r < replicas; ++r) runs.push_back({&args, &group, &runtime, devices[r], {}});
   std::vector<std::thread> threads;

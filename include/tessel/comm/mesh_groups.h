@@ -33,6 +33,10 @@
 
 namespace tessel {
 
+namespace detail {
+struct CommGroup;  // src/comm/comm_group.h
+}
+
 // Unknown or repeated dimension names: Error kInvalidArgument naming them.
 std::vector<std::vector<int64_t>> collective_groups(const Mesh& mesh,
                                                     const std::vector<std::string>& dims);
@@ -57,6 +61,11 @@ class CommunicatorPool {
   explicit CommunicatorPool(GroupFactory factory);
   // Groups spanning clients through `cluster`; the others by `factory` (null: in-process).
   explicit CommunicatorPool(std::shared_ptr<Cluster> cluster, GroupFactory factory = nullptr);
+  // Internal (the runtime's group service): the group over member names (rank order) within
+  // this client, shared with the source's other users.
+  using GroupSource =
+      std::function<std::shared_ptr<detail::CommGroup>(const std::vector<std::string>& names)>;
+  CommunicatorPool(std::shared_ptr<Cluster> cluster, GroupSource source);
 
   // The communicator of the device at mesh `offset` for the group over `dims`. The group's
   // members are named by their device names. Errors as collective_groups; a bad offset:
@@ -66,6 +75,10 @@ class CommunicatorPool {
                     std::chrono::milliseconds join_timeout = {});
   // Number of groups created so far (for tests: creation is once per group).
   size_t num_groups() const;
+
+  // ---- internal ---------------------------------------------------------------------------
+  // Every group this pool handed communicators of (the group service evicts them with it).
+  std::vector<std::shared_ptr<detail::CommGroup>> groups() const;
 
  private:
   using Key = std::tuple<uint64_t, std::vector<std::string>, int>;  // mesh, dims, group
@@ -77,10 +90,10 @@ class CommunicatorPool {
   const std::vector<int>& owners(const Mesh& mesh, uint64_t fingerprint);
   int client_id() const;  // this client (0 without a cluster)
 
-  GroupFactory factory_;
+  GroupSource source_;  // groups within this client
   std::shared_ptr<Cluster> cluster_;
   mutable std::mutex mu_;
-  std::map<Key, std::vector<std::unique_ptr<Communicator>>> groups_;  // rank-ordered handles
+  std::map<Key, std::shared_ptr<detail::CommGroup>> groups_;
   std::map<uint64_t, std::vector<int>> owners_;                        // by mesh fingerprint
 };
 

@@ -36,11 +36,12 @@
 //
 // Execution: every step runs on the streams of the devices involved (stream.h), in order with
 // the work already enqueued there; the call returns when the steps are done. Collectives use
-// communicators cached per device set; timeouts come from CommunicationOptions.timeout_seconds.
+// the runtime's communicator group of the device set (one per set, shared by every object of
+// the runtime, gone with the runtime); timeouts come from CommunicationOptions.timeout_seconds.
 // A failure throws the root cause (not the Aborted of its peers) with its code, naming the op and
 // the device: "CrossDeviceOps: all_reduce on /job:.../device:CPU:1 failed: ...". A device whose
 // stream does not reach the step within the timeout: kDeadlineExceeded naming it and what its
-// stream is running. After a failure the device set gets a fresh communicator.
+// stream is running. After a failure the device set gets a fresh communicator group.
 //
 // Context (BR-70-05): TF allows these calls only in a cross-replica context. tessel has no
 // replica context yet (replicate() brings one); every call here is cross-replica: it must come
@@ -50,7 +51,8 @@
 // Thread safety: calls on one object are serialised; different objects may be used from
 // different threads (several workers, one per thread; or several objects over the same devices:
 // each step's tasks are enqueued on all its streams at once under a process-wide lock, TF's
-// collective launch lock, so concurrent steps cannot wait for each other in opposite orders).
+// collective launch lock, so concurrent steps cannot wait for each other in opposite orders, and
+// every member of their shared group sees them in the same order).
 #pragma once
 
 #include <cstdint>
@@ -71,7 +73,7 @@
 namespace tessel {
 
 namespace detail {
-class GroupCache;
+class DeviceGroups;
 }
 
 // One step a call ran, in order, as seen from its first device.
@@ -159,8 +161,8 @@ class CrossDeviceOps {
   // The plan being filled by the current call.
   CrossDevicePlan& plan() { return plan_; }
   void set_num_between_graph_workers(int n) { num_workers_ = n; }
-  // Communicators of the local group over `devices` (cached per sorted set).
-  detail::GroupCache& groups() { return *groups_; }
+  // The communicator groups of this object's calls (the runtime's, per device set).
+  detail::DeviceGroups& groups() { return *groups_; }
 
  private:
   void begin(const char* method);
@@ -168,7 +170,7 @@ class CrossDeviceOps {
 
   Runtime* runtime_;
   int num_workers_ = 1;
-  std::unique_ptr<detail::GroupCache> groups_;
+  std::unique_ptr<detail::DeviceGroups> groups_;
   mutable std::mutex call_mu_;  // serialises calls
   mutable std::mutex plan_mu_;  // guards last_plan_ and num_collectives_
   CrossDevicePlan plan_;        // the current call's (call_mu_ held)

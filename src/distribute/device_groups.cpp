@@ -1,10 +1,11 @@
-// Internal: communicator groups per device set, and the multi-worker rendezvous.
-#include "distribute/group_cache.h"
+// Internal: the groups of cross-device ops, and the multi-worker rendezvous (device_groups.h).
+#include "distribute/device_groups.h"
 
 #include <algorithm>
 #include <condition_variable>
 #include <tuple>
 
+#include "comm/group_service.h"
 #include "core/errors.h"
 #include "tessel/core/device_name.h"
 
@@ -22,12 +23,9 @@ OrderKey order_key(const std::string& name) {
           d->type.value_or(""), d->id.value_or(0),      name};
 }
 
+// A multi-worker group spans runtimes, so no one runtime's service makes it.
 std::shared_ptr<CommGroup> make_group(std::vector<std::string> members) {
-  auto group = std::make_shared<CommGroup>();
-  group->members = rank_order(std::move(members));
-  group->comms =
-      make_in_process_communicators(static_cast<int>(group->members.size()), group->members);
-  return group;
+  return make_in_process_group(rank_order(std::move(members)));
 }
 
 // One pending multi-worker group.
@@ -49,36 +47,19 @@ Registry& registry() {
 
 }  // namespace
 
-Communicator& CommGroup::at(const std::string& device) const {
-  const int r = rank_of(device);
-  if (r < 0) throw_error(ErrorCode::kInternal, kComponent, "{} is not in the group", device);
-  return *comms[static_cast<size_t>(r)];
-}
-
-int CommGroup::rank_of(const std::string& device) const {
-  for (size_t r = 0; r < members.size(); ++r) {
-    if (members[r] == device) return static_cast<int>(r);
-  }
-  return -1;
-}
-
-void CommGroup::abort(const std::string& reason) const {
-  if (!comms.empty()) comms.front()->abort(reason);
-}
-
 std::vector<std::string> rank_order(std::vector<std::string> devices) {
   std::sort(devices.begin(), devices.end(),
             [](const std::string& a, const std::string& b) { return order_key(a) < order_key(b); });
   return devices;
 }
 
-std::vector<std::string> GroupCache::key_of(const std::vector<Device*>& devices) {
+std::vector<std::string> DeviceGroups::key_of(const std::vector<Device*>& devices) {
   std::vector<std::string> names;
   for (const Device* d : devices) names.push_back(d->name());
   return rank_order(std::move(names));
 }
 
-int64_t GroupCache::group_key(const std::vector<Device*>& devices) {
+int64_t DeviceGroups::group_key(const std::vector<Device*>& devices) {
   const auto key = key_of(devices);
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = keys_.try_emplace(key, next_key_);
@@ -86,31 +67,28 @@ int64_t GroupCache::group_key(const std::vector<Device*>& devices) {
   return it->second;
 }
 
-std::shared_ptr<CommGroup> GroupCache::get(const std::vector<Device*>& devices, int group_size,
-                                           std::chrono::steady_clock::time_point deadline) {
+std::shared_ptr<CommGroup> DeviceGroups::get(const std::vector<Device*>& devices, int group_size,
+                                             std::chrono::steady_clock::time_point deadline) {
   const auto key = key_of(devices);
-  const int64_t gkey = group_key(devices);
+  const int64_t gkey = group_key(devices);  // numbered on first use, local sets included
+  const std::shared_ptr<GroupService> service = GroupService::of(runtime_);
+  if (group_size <= static_cast<int>(key.size())) return service->group(key);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = groups_.find(key);
-    if (it != groups_.end()) return it->second;
+    const auto it = joined_.find(key);
+    if (it != joined_.end()) {
+      if (std::shared_ptr<CommGroup> group = service->find(it->second)) return group;
+    }
   }
-  std::shared_ptr<CommGroup> group = group_size <= static_cast<int>(key.size())
-                                         ? make_group(key)
-                                         : join_group(gkey, group_size, key, deadline);
+  std::shared_ptr<CommGroup> group = join_group(gkey, group_size, key, deadline);
+  service->adopt(group);
   std::lock_guard<std::mutex> lock(mu_);
-  groups_[key] = group;
+  joined_[key] = group->members;
   return group;
 }
 
-void GroupCache::evict(const std::shared_ptr<CommGroup>& group) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = groups_.begin(); it != groups_.end(); ++it) {
-    if (it->second == group) {
-      groups_.erase(it);
-      return;
-    }
-  }
+void DeviceGroups::evict(const std::shared_ptr<CommGroup>& group) {
+  GroupService::of(runtime_)->evict(group);
 }
 
 std::shared_ptr<CommGroup> join_group(int64_t group_key, int group_size,
