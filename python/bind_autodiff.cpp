@@ -192,6 +192,7 @@ void bind_functions(py::module_& m) {
                             "plans sent between devices; unpacks as (collectives, bytes).")
       .def_readonly("collectives", &RelayoutStats::collectives)
       .def_readonly("bytes", &RelayoutStats::bytes)
+      .def_readonly("seconds", &RelayoutStats::seconds)
       .def("__iter__",
            [](const RelayoutStats& s) {
              return py::iter(py::make_tuple(s.collectives, s.bytes));

@@ -68,7 +68,7 @@ double sgemm_peak(int n, int threads) {
 struct MeshResult {
   int64_t batch = 1, model = 1;
   double step_seconds = 0, tokens_per_second = 0, mfu = 0;
-  double collectives = 0, bytes = 0;
+  double collectives = 0, bytes = 0, collective_seconds = 0;  // per step; seconds per device
   double peak_bytes = 0, state_bytes = 0;  // the busiest device; parameters + grads + 2 moments
   std::vector<double> losses;
 };
@@ -100,6 +100,7 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   r.mfu = config.flops_per_token() * r.tokens_per_second / peak;
   r.collectives = static_cast<double>(after.collectives - before.collectives) / steps;
   r.bytes = static_cast<double>(after.bytes - before.bytes) / steps;
+  r.collective_seconds = (after.seconds - before.seconds) / steps / static_cast<double>(batch * model);
   for (const Device* d : rt.devices()) {
     r.peak_bytes = std::max(r.peak_bytes, static_cast<double>(d->memory_stats().peak_bytes));
   }
@@ -160,10 +161,11 @@ int run_bench_gpt(const Args& args) {
       rows += fmt::format(
           "{}{{\"mesh\":[{},{}],\"step_seconds\":{:.4f},\"tokens_per_second\":{:.1f},"
           "\"mfu\":{:.4f},\"vs_first\":{:.4f},\"collectives_per_step\":{:.1f},"
-          "\"bytes_per_step\":{:.0f},\"peak_bytes_per_device\":{:.0f},\"state_bytes_per_device\":"
+          "\"bytes_per_step\":{:.0f},\"collective_seconds_per_step\":{:.3f},\"peak_bytes_per_device\":{:.0f},\"state_bytes_per_device\":"
           "{:.0f}}}",
           rows.empty() ? "" : ",", r.batch, r.model, r.step_seconds, r.tokens_per_second, r.mfu,
-          r.step_seconds / results.front().step_seconds, r.collectives, r.bytes, r.peak_bytes,
+          r.step_seconds / results.front().step_seconds, r.collectives, r.bytes, r.collective_seconds,
+          r.peak_bytes,
           r.state_bytes);
     }
     std::cout << fmt::format(
@@ -179,20 +181,21 @@ int run_bench_gpt(const Args& args) {
       "processes took {:.0f}% of the CPUs\n\n",
       f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout, f.steps,
       f.sgemm_threads, peak / 1e9, bench::load_average_text(), others * 100);
-  std::cout << fmt::format("{:>6} {:>10} {:>9} {:>7} {:>9} {:>12} {:>12} {:>12} {:>12}\n", "mesh",
-                           "step (s)", "tokens/s", "MFU", "vs first", "collectives",
-                           "MiB moved", "peak MiB", "state MiB");
+  std::cout << fmt::format("{:>6} {:>10} {:>9} {:>7} {:>9} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
+                           "mesh", "step (s)", "tokens/s", "MFU", "vs first", "collectives",
+                           "MiB moved", "coll. s", "peak MiB", "state MiB");
   for (const MeshResult& r : results) {
-    std::cout << fmt::format("{:>6} {:>10.3f} {:>9.0f} {:>6.1f}% {:>9.2f} {:>12.0f} {:>12.1f} "
-                             "{:>12.1f} {:>12.1f}\n",
+    std::cout << fmt::format("{:>6} {:>10.3f} {:>9.0f} {:>6.1f}% {:>9.2f} {:>12.0f} {:>10.1f} "
+                             "{:>9.3f} {:>10.1f} {:>10.1f}\n",
                              fmt::format("{}x{}", r.batch, r.model), r.step_seconds,
                              r.tokens_per_second, r.mfu * 100,
                              r.step_seconds / results.front().step_seconds, r.collectives,
-                             r.bytes / (1 << 20), r.peak_bytes / (1 << 20),
+                             r.bytes / (1 << 20), r.collective_seconds, r.peak_bytes / (1 << 20),
                              r.state_bytes / (1 << 20));
   }
-  std::cout << "\n(vs first: step time / the first mesh's, same global batch; state: parameters, "
-               "gradients and AdamW's moments the busiest device holds)\n";
+  std::cout << "\n(vs first: step time / the first mesh's, same global batch; coll. s: seconds a "
+               "device spends inside relayout collectives per step, waiting for peers included; "
+               "state: parameters, gradients and AdamW's moments the busiest device holds)\n";
   return kExitOk;
 }
 

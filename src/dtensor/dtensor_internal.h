@@ -2,6 +2,7 @@
 // device of a mesh is, and the checks that pack, copy_to_mesh and the DTensor constructor share.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,5 +36,14 @@ DTensor relayout_untracked(const DTensor& tensor, const Layout& layout,
                            const RelayoutOptions& options = {});
 // Counts one relayout collective sending `bytes` in relayout_stats() (relayout.h).
 void count_collective(int64_t bytes);
+// Adds one device's time inside a relayout collective to relayout_stats().seconds.
+void count_collective_time(std::chrono::steady_clock::duration time);
+// Runs `call` (one device's part of a collective) and counts its time.
+template <typename F>
+void timed_collective(F&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  count_collective_time(std::chrono::steady_clock::now() - start);
+}
 
 }  // namespace tessel::detail

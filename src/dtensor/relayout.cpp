@@ -24,6 +24,7 @@ constexpr std::string_view kComponent = "relayout";
 
 std::atomic<int64_t> g_collectives{0};
 std::atomic<int64_t> g_bytes{0};
+std::atomic<int64_t> g_collective_ns{0};
 
 bool communicates(RelayoutStepKind kind) {
   return kind != RelayoutStepKind::kLocalSlice && kind != RelayoutStepKind::kLocalPartial;
@@ -119,7 +120,9 @@ class StepRunner {
         case RelayoutStepKind::kAllReduce: {
           Communicator* comm = communicator(mesh, step.mesh_dims, offset, comms);
           used = comm;
-          fn = [=]() mutable { comm->all_reduce(input, output, op, copts); };
+          fn = [=]() mutable {
+            detail::timed_collective([&] { comm->all_reduce(input, output, op, copts); });
+          };
           break;
         }
         case RelayoutStepKind::kReduceScatter: {
@@ -130,7 +133,9 @@ class StepRunner {
             boxes.push_back(after[static_cast<size_t>(member)]);
           }
           fn = [=]() mutable {
-            comm->reduce_scatter_boxes(input, before[k].offsets, output, boxes, op, copts);
+            detail::timed_collective([&] {
+              comm->reduce_scatter_boxes(input, before[k].offsets, output, boxes, op, copts);
+            });
           };
           break;
         }
@@ -188,8 +193,10 @@ class StepRunner {
       const std::string label = step.kind_name();
       const CollectiveOptions copts = collective_;
       tasks.push_back({device, with_scratch(comm, *device, pool_, [=]() mutable {
-                         comm->transfer_boxes(input, in_origins, output, out_origins, transfers,
-                                              label, copts);
+                         detail::timed_collective([&] {
+                           comm->transfer_boxes(input, in_origins, output, out_origins,
+                                                transfers, label, copts);
+                         });
                        })});
     }
   }
@@ -259,9 +266,15 @@ void count_collective(int64_t bytes) {
   g_collectives.fetch_add(1, std::memory_order_relaxed);
   g_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
+void count_collective_time(std::chrono::steady_clock::duration time) {
+  g_collective_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(time).count(),
+                            std::memory_order_relaxed);
+}
 }  // namespace detail
 
-RelayoutStats relayout_stats() { return {g_collectives.load(), g_bytes.load()}; }
+RelayoutStats relayout_stats() {
+  return {g_collectives.load(), g_bytes.load(), static_cast<double>(g_collective_ns.load()) * 1e-9};
+}
 
 DTensor execute_relayout(const DTensor& tensor, const RelayoutPlan& plan,
                          const RelayoutOptions& options) {

@@ -53,7 +53,7 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
                        const std::vector<Tensor>& fields = scope.allocate_all();
                        for (size_t f = 0; f < fields.size(); ++f) Tensor(fields[f]).copy_from(inputs[f]);
                        Tensor all = scope.concat(scope.backing(), fields);
-                       comm->all_reduce(all, all, op);
+                       detail::timed_collective([&] { comm->all_reduce(all, all, op); });
                        scope.close();
                        (*results)[d] = fields;
                      }});

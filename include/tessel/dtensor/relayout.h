@@ -41,10 +41,13 @@ DTensor relayout_like(const DTensor& tensor, const DTensor& like,
                       const RelayoutOptions& options = {});
 // Collectives relayouts have run in this process (steps that communicate; a fused bucket of
 // relayout_batch counts once) and the bytes their plans send between devices: for reports such
-// as the demo's "collectives per step".
+// as the demo's "collectives per step". `seconds` sums, over every device, the wall time of its
+// calls into those collectives (waiting for its peers included, as NCCL's timings count it):
+// divided by the devices, the time a device spends in relayout collectives.
 struct RelayoutStats {
   int64_t collectives = 0;
   int64_t bytes = 0;
+  double seconds = 0;
 };
 RelayoutStats relayout_stats();
 
