@@ -190,6 +190,17 @@ void bind_nn(py::module_& m) {
       py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("epsilon") = 1e-5,
       "(x - mean) / sqrt(var + epsilon) * weight + bias over the last axis.");
   m.def(
+      "argmax",
+      [](const DTensor& input, int64_t axis) { return run([&] { return argmax(input, axis); }); },
+      py::arg("input"), py::arg("axis") = -1, "i64 index of the largest value along axis.");
+  m.def(
+      "sample_categorical",
+      [](const DTensor& logits, uint64_t seed, double temperature, int64_t top_k) {
+        return run([&] { return sample_categorical(logits, seed, temperature, top_k); });
+      },
+      py::arg("logits"), py::arg("seed"), py::arg("temperature") = 1.0, py::arg("top_k") = 0,
+      "One class per row from softmax(logits / temperature) over the top_k largest (0: all).");
+  m.def(
       "dropout",
       [](const DTensor& x, double rate, uint64_t seed) {
         return run([&] { return dropout(x, rate, seed); });
@@ -410,6 +421,7 @@ None until set. call_op / plan_op take them as keywords.)doc")
       .def_readwrite("learning_rate", &OpAttrs::learning_rate)
       .def_readwrite("epsilon", &OpAttrs::epsilon)
       .def_readwrite("rate", &OpAttrs::rate)
+      .def_readwrite("top_k", &OpAttrs::top_k)
       .def_readwrite("dtype", &OpAttrs::dtype)
       .def_readwrite("keepdims", &OpAttrs::keepdims)
       .def_readwrite("transpose_a", &OpAttrs::transpose_a)

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
-#include <random>
 
 #include <fmt/format.h>
 
@@ -78,29 +77,17 @@ std::string GptTrainer::generate(const std::string& prompt, int count, double te
   }
   const GptConfig& c = model_.config();
   std::vector<int32_t> ids = data_.encode(prompt.empty() ? std::string("\n") : prompt);
-  std::mt19937_64 rng(seed);
   std::string out;
   for (int n = 0; n < count; ++n) {
-    const size_t t = std::min<size_t>(ids.size(), static_cast<size_t>(c.block_size));
-    const std::vector<int32_t> window(ids.end() - static_cast<std::ptrdiff_t>(t), ids.end());
-    const Tensor idx = Tensor::from_vector<int32_t>(window, Shape{1, static_cast<int64_t>(t)});
-    const std::vector<double> logits = host_value(model_.logits(params_, model_.tokens(idx))).to_doubles();
-    // The last position's logits, tempered; top-k keeps the k largest.
-    std::vector<double> last(logits.end() - c.vocab_size, logits.end());
-    for (double& v : last) v /= temperature;
-    if (top_k > 0 && top_k < c.vocab_size) {
-      std::vector<double> sorted = last;
-      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
-      const double cut = sorted[static_cast<size_t>(top_k - 1)];
-      for (double& v : last) {
-        if (v < cut) v = -INFINITY;
-      }
-    }
-    const double most = *std::max_element(last.begin(), last.end());
-    std::vector<double> weights(last.size());
-    for (size_t i = 0; i < last.size(); ++i) weights[i] = std::exp(last[i] - most);
-    std::discrete_distribution<int32_t> pick(weights.begin(), weights.end());
-    ids.push_back(pick(rng));
+    const int64_t t = std::min<int64_t>(static_cast<int64_t>(ids.size()), c.block_size);
+    const std::vector<int32_t> window(ids.end() - t, ids.end());
+    const DTensor logits =
+        model_.logits(params_, model_.tokens(Tensor::from_vector<int32_t>(window, Shape{1, t})));
+    // The last position's logits, sampled where they live: only the drawn id reaches the host.
+    const DTensor last = slice(logits, {0, t - 1, 0}, {1, 1, c.vocab_size});
+    const DTensor next = sample_categorical(last, seed * 1000003 + static_cast<uint64_t>(n),
+                                            temperature, top_k);
+    ids.push_back(static_cast<int32_t>(host_value(next).to_doubles().at(0)));
     out += data_.decode({ids.back()});
   }
   return out;

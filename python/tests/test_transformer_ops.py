@@ -98,3 +98,16 @@ def test_adamw_clip_and_schedule(mesh):
     assert schedule(0) == pytest.approx(1e-3 / 11)
     assert schedule(60) == pytest.approx(1e-4 + 0.5 * 9e-4)
     assert schedule(500) == pytest.approx(1e-4)
+
+
+def test_argmax_and_sample_categorical(mesh):
+    logits = rand((8, 65), 12)
+    d = put(logits, ("x", "y"), mesh)
+    np.testing.assert_array_equal(host(tessel.argmax(d)), logits.argmax(-1))
+    np.testing.assert_array_equal(host(tessel.argmax(d, axis=0)), logits.argmax(0))
+    a = host(tessel.sample_categorical(d, seed=3))
+    b = host(tessel.sample_categorical(put(logits, (tessel.UNSHARDED, tessel.UNSHARDED), mesh), 3))
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(host(tessel.sample_categorical(d, 3, top_k=1)), logits.argmax(-1))
+    with pytest.raises(ValueError, match="temperature"):
+        tessel.sample_categorical(d, 3, temperature=0.0)

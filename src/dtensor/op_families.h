@@ -17,6 +17,7 @@ void register_norm_ops(OpRegistry& registry);         // ops_norm.cpp
 void register_attention_ops(OpRegistry& registry);    // ops_attention.cpp
 void register_dropout_ops(OpRegistry& registry);      // ops_dropout.cpp
 void register_parallel_xent_ops(OpRegistry& registry);  // ops_parallel_xent.cpp
+void register_sampling_ops(OpRegistry& registry);     // ops_sampling.cpp
 
 // The cross-entropy of logits whose class axis is sharded, without gathering them
 // (ops_parallel_xent.cpp; sparse_softmax_cross_entropy_with_logits calls it).
@@ -35,6 +36,7 @@ inline void register_builtin_ops(OpRegistry& registry) {
   register_attention_ops(registry);
   register_dropout_ops(registry);
   register_parallel_xent_ops(registry);
+  register_sampling_ops(registry);
 }
 
 }  // namespace tessel::detail

@@ -40,6 +40,7 @@ std::string attrs_string(const OpAttrs& a) {
   optional("learning_rate", a.learning_rate);
   optional("epsilon", a.epsilon);
   optional("rate", a.rate);
+  optional("top_k", a.top_k);
   if (a.dtype != OpAttrs{}.dtype) parts.push_back(fmt::format("dtype={}", dtype_name(a.dtype)));
   if (a.keepdims) parts.push_back("keepdims");
   if (a.transpose_a) parts.push_back("transpose_a");

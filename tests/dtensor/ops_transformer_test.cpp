@@ -251,6 +251,41 @@ TEST(TransformerOps, ClipByGlobalNormScalesEveryGradient) {
   EXPECT_THROW(clip_by_global_norm({DTensor()}, 1.0), Error);
 }
 
+TEST(TransformerOps, ArgmaxGathersTheAxisAndTakesTheFirstLargest) {
+  Runtime rt({.num_cpu_devices = 4});
+  const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
+  const Tensor x = Tensor::from_vector<double>({1, 7, 7, 2, 9, 0, 3, 3, NAN, 1, 5, 5}, Shape{3, 4});
+  const DTensor d = copy_to_mesh(x, Layout({"x", "y"}, mesh), rt);  // 2/1 rows, 2/2 columns
+  EXPECT_EQ(values(argmax(d)), (std::vector<double>{1, 0, 0}));      // first of ties; NaN wins
+  EXPECT_EQ(values(argmax(d, 0)), (std::vector<double>{2, 0, 0, 2}));
+  EXPECT_EQ(argmax(d).dtype(), DType::kI64);
+  EXPECT_THROW(argmax(d, 2), Error);
+}
+
+TEST(TransformerOps, SampleCategoricalIsTheSameOnEveryLayout) {
+  Runtime rt({.num_cpu_devices = 4});
+  const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
+  const Tensor logits = random_host(Shape{64, 65}, DType::kF64, 700, -2, 2);
+  const DTensor a = copy_to_mesh(logits, Layout({"x", "y"}, mesh), rt);
+  const DTensor b = copy_to_mesh(logits, Layout::replicated(mesh, 2), rt);
+  const std::vector<double> sa = values(sample_categorical(a, 5)), sb = values(sample_categorical(b, 5));
+  EXPECT_EQ(sa, sb);
+  EXPECT_NE(sa, values(sample_categorical(a, 6)));
+  // top_k = 1 is the argmax; a tiny temperature too.
+  EXPECT_EQ(values(sample_categorical(a, 5, 1.0, 1)), values(argmax(a)));
+  EXPECT_EQ(values(sample_categorical(a, 5, 1e-4)), values(argmax(a)));
+  // With top_k = 3 every draw is among the row's 3 largest.
+  const std::vector<double> top3 = values(sample_categorical(a, 9, 1.0, 3));
+  for (int r = 0; r < 64; ++r) {
+    const double* row = logits.data<double>() + r * 65;
+    int larger = 0;
+    for (int c = 0; c < 65; ++c) larger += row[c] > row[static_cast<int>(top3[static_cast<size_t>(r)])];
+    EXPECT_LT(larger, 3) << r;
+  }
+  EXPECT_THROW(sample_categorical(a, 1, 0.0), Error);
+  EXPECT_THROW(sample_categorical(a, 1, 1.0, -1), Error);
+}
+
 TEST(TransformerOps, WarmupCosineDecayFollowsNanoGpt) {
   const WarmupCosineDecay s{1e-3, 1e-4, 100, 2000};
   EXPECT_DOUBLE_EQ(s(0), 1e-3 / 101);

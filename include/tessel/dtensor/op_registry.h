@@ -58,7 +58,8 @@ struct OpAttrs {
                                       // the reduced axes (empty: every axis)
   std::vector<int64_t> perm;          // transpose: output dim k is input dim perm[k] (empty:
                                       // the dims reversed)
-  std::optional<int64_t> axis;        // concat: the axis the inputs are joined along (required)
+  std::optional<int64_t> axis;        // concat: the axis the inputs are joined along (required);
+                                      // argmax: the axis reduced (unset: the last)
   std::vector<int64_t> begin;         // slice, slice_grad: where the slice starts
   std::vector<int64_t> size;          // slice: its extent per dim (-1: to the end)
   std::vector<int64_t> shape;         // reshape: the target (one -1 is inferred); creation ops:
@@ -77,17 +78,20 @@ struct OpAttrs {
   std::optional<double> mean;           // random_normal
   std::optional<double> stddev;         // random_normal
   std::optional<double> scale;          // reduce_sum_grad: the factor on the broadcast gradient;
-                                        // causal_softmax: the factor on the scores
+                                        // causal_softmax: the factor on the scores;
+                                        // sample_categorical: 1 / temperature
   std::optional<double> beta;           // ema, ema_square: the decay
   std::optional<double> learning_rate;  // adam_apply: the step's (bias-corrected) learning rate
   std::optional<double> epsilon;        // adam_apply; layer_norm: added to the variance
   std::optional<double> rate;           // dropout: the fraction of elements dropped
+  std::optional<int64_t> top_k;         // sample_categorical: draw among the k largest
   // The rest.
   DType dtype = DType::kF32;     // cast: the target; creation ops: the output's
   bool keepdims = false;         // the reductions and their gradient ops
   bool transpose_a = false;      // matmul
   bool transpose_b = false;      // matmul
-  std::optional<uint64_t> seed;  // random_uniform, random_normal, dropout (unset: 0)
+  std::optional<uint64_t> seed;  // random_uniform, random_normal, dropout, sample_categorical
+                                 // (unset: 0)
   std::optional<Layout> layout;  // creation ops: the output's layout (required);
                                  // reduce_sum_grad: the reduced input's (its sharding is
                                  // preferred for the broadcast axes; optional);

@@ -84,6 +84,15 @@ DTensor dropout(const DTensor& x, double rate, uint64_t seed);
 // x, through which no gradient flows (TF's stop_gradient).
 DTensor stop_gradient(const DTensor& x);
 
+// Generation. Both gather the axis they reduce over; neither is differentiable.
+// The i64 index of the largest value along `axis` (first on ties; NaN counts as largest).
+DTensor argmax(const DTensor& x, int64_t axis = -1);
+// One class per row of logits [..., classes], drawn from softmax(logits / temperature) over the
+// top_k largest logits (0: all); i64 [...]. Row r's draw is keyed by (seed, r): the same on every
+// mesh and layout. temperature <= 0, top_k < 0: kInvalidArgument.
+DTensor sample_categorical(const DTensor& logits, uint64_t seed, double temperature = 1.0,
+                           int64_t top_k = 0);
+
 // Shape ops.
 DTensor reshape(const DTensor& x, const Shape& shape);
 DTensor transpose(const DTensor& x, const std::vector<int64_t>& perm = {});  // default: reverse
