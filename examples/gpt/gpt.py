@@ -21,15 +21,18 @@ U = tessel.UNSHARDED
 
 
 class Config:
-    """The "test" and "tiny" configurations of examples/gpt/gpt_config.h."""
+    """The "test", "tiny" and "baby" configurations of examples/gpt/gpt_config.h."""
 
     def __init__(self, name="tiny"):
         presets = {
             "tiny": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12),
             "test": dict(n_layer=2, n_head=4, n_embd=32, block_size=16, batch_size=4),
+            "baby": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64,
+                         dropout=0.2),
         }
         if name not in presets:
             raise ValueError(f"gpt: unknown configuration '{name}': one of {sorted(presets)}")
+        self.dropout = 0.0
         self.__dict__.update(presets[name])
         self.vocab_size = 65
         self.learning_rate, self.min_lr = 1e-3, 1e-4
@@ -74,12 +77,22 @@ def init(config, mesh, seed):
     return params
 
 
-def forward(params, idx, config):
-    """Logits [B, T, V] (the vocabulary sharded over `model`)."""
+def forward(params, idx, config, dropout_seed=None):
+    """Logits [B, T, V] (the vocabulary sharded over `model`). With a dropout_seed (training),
+    config.dropout applies to the embeddings, the attention probabilities and each block's
+    outputs; the masks are keyed by (seed, site, global element index): the same on every mesh."""
+    site = [0]
+
+    def drop(y):
+        if dropout_seed is None or config.dropout == 0:
+            return y
+        site[0] += 1
+        return tessel.dropout(y, config.dropout, dropout_seed * 1000003 + site[0])
+
     b, t = idx.shape
     heads, d = config.n_head, config.n_embd // config.n_head
     pos = params["wpe"] if t == config.block_size else tessel.slice(params["wpe"], [0, 0], [t, -1])
-    x = tessel.embedding_lookup(params["wte"], idx) + pos  # Partial over model, pos added once
+    x = drop(tessel.embedding_lookup(params["wte"], idx) + pos)  # Partial over model, pos once
 
     def split_heads(y):
         return tessel.transpose(tessel.reshape(y, (b, t, heads, d)), [0, 2, 1, 3])
@@ -88,18 +101,18 @@ def forward(params, idx, config):
         p = lambda n: params[f"h.{i}.{n}"]
         h = tessel.layer_norm(x, p("ln_1.weight"))
         q, k, v = (split_heads(tessel.matmul(h, p(n))) for n in ("attn.wq", "attn.wk", "attn.wv"))
-        att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d))
+        att = drop(tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d)))
         y = tessel.reshape(tessel.transpose(tessel.matmul(att, v), [0, 2, 1, 3]), (b, t, heads * d))
-        x = x + tessel.matmul(y, p("attn.c_proj"))
+        x = x + drop(tessel.matmul(y, p("attn.c_proj")))
         h = tessel.layer_norm(x, p("ln_2.weight"))
-        x = x + tessel.matmul(tessel.gelu(tessel.matmul(h, p("mlp.c_fc")), approximate=False),
-                              p("mlp.c_proj"))
+        x = x + drop(tessel.matmul(tessel.gelu(tessel.matmul(h, p("mlp.c_fc")), approximate=False),
+                                   p("mlp.c_proj")))
     h = tessel.layer_norm(x, params["ln_f.weight"])
     return tessel.matmul(h, params["wte"], transpose_b=True)  # tied output head
 
 
-def loss(params, idx, targets, config):
-    logits = forward(params, idx, config)
+def loss(params, idx, targets, config, dropout_seed=None):
+    logits = forward(params, idx, config, dropout_seed)
     return tessel.reduce_mean(tessel.sparse_softmax_cross_entropy_with_logits(targets, logits))
 
 
@@ -118,8 +131,9 @@ class Trainer:
     def step(self, idx, targets):
         self.optimizer.learning_rate = self.schedule(self.step_count)
         as_dict = lambda ps: dict(zip(self.names, ps))
+        seed = 7919 + self.step_count  # a new dropout mask every step
         value, grads = tessel.value_and_grad(
-            lambda ps: loss(as_dict(ps), idx, targets, self.config), self.params)
+            lambda ps: loss(as_dict(ps), idx, targets, self.config, seed), self.params)
         clipped, _ = tessel.clip_by_global_norm(grads, self.config.grad_clip)
         self.params = self.optimizer.apply(self.params, clipped)
         self.step_count += 1
