@@ -1,7 +1,7 @@
 // Fusion planning: which tensors share a bucket (one scoped allocation, one collective).
 //
 // Tensors are first split into classes by (dtype, group), in order of first appearance; within
-// a class, in input order, buckets are formed by one of TF's packing rules (packing.h):
+// a class, in input order, buckets are formed by one of TF's packing rules (tessel/alloc/fusion_rules.h):
 // - bytes_per_pack > 0: greedy group_by_size — a new bucket opens only once the current one
 //   already holds MORE than bytes_per_pack bytes (bytes = elements * dtype size, unpadded);
 // - num_packs > 0: the class's tensors are cut into num_packs runs of count / num_packs

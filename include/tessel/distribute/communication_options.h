@@ -7,7 +7,7 @@
 //
 // Fields, as TF defines them:
 // - bytes_per_pack: CollectiveAllReduce splits a batch of dense tensors into packs of about this
-//   many bytes and runs one all-reduce per pack (packing.h has the rule). 0: one pack.
+//   many bytes and runs one all-reduce per pack (tessel/alloc/fusion_rules.h has the rule). 0: one pack.
 // - timeout_seconds: a collective that runs longer fails with kDeadlineExceeded. nullopt or 0
 //   means "no timeout" in TF; tessel bounds every wait, so there it means the process default
 //   (default_collective_timeout(), TESSEL_COLLECTIVE_TIMEOUT_S or 300 s).

@@ -13,7 +13,7 @@
 // - ReductionToOneDevice: the values are reduced on one device (reduce_to_device, else the first
 //   destination), then copied to every destination. MEAN divides by the number of values.
 // - AllReduceCrossDeviceOps (NcclAllReduce, HierarchicalCopyAllReduce): when the destinations
-//   are the value's devices, one all-reduce per pack (num_packs, packing.h) over a communicator
+//   are the value's devices, one all-reduce per pack (num_packs, tessel/alloc/fusion_rules.h) over a communicator
 //   of those devices; otherwise ReductionToOneDevice. MEAN divides by the number of destination
 //   devices. IndexedSlices always go through ReductionToOneDevice.
 // - CollectiveAllReduce: its own devices, in a group of group_size devices over all workers
@@ -214,7 +214,7 @@ class AllReduceCrossDeviceOps : public CrossDeviceOps {
   // "hierarchical_copy" (Algorithm::kHierarchical), or any name of algorithm_from_name() (a
   // tessel extension; TF treats every other name as hierarchical_copy, tessel rejects unknown
   // names with kInvalidArgument). num_packs: 0 = one all-reduce per tensor; K > 0 = K packs per
-  // dtype (packing.h); negative: kInvalidArgument (TF silently does not pack).
+  // dtype (tessel/alloc/fusion_rules.h); negative: kInvalidArgument (TF silently does not pack).
   explicit AllReduceCrossDeviceOps(std::string all_reduce_alg = "nccl", int num_packs = 1,
                                    Runtime& runtime = Runtime::global());
   const std::string& all_reduce_alg() const { return all_reduce_alg_; }
