@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "process_mesh.h"
 #include "flags.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
@@ -191,48 +192,24 @@ std::string bar(int64_t done, int64_t total) {
   return std::string(static_cast<size_t>(filled), '=') + std::string(static_cast<size_t>(width - filled), ' ');
 }
 
-// This process's share of the mesh: all of it alone, B*M/P devices as one of P clients (MPI).
-struct Client {
-  ClientConfig config = client_config();
-  std::optional<MpiEnvironment> mpi;
-  int local_devices = 1;
-  bool prints() const { return config.client_id == 0; }
-};
-
-void join_clients(const Options& o, Client& c) {
-  const int64_t devices = o.mesh_batch * o.mesh_model;
-  if (devices % c.config.num_clients != 0) {
-    throw Error(ErrorCode::kInvalidArgument, "demo",
-                fmt::format("the {}x{} mesh's {} devices do not split evenly over {} processes",
-                            o.mesh_batch, o.mesh_model, devices, c.config.num_clients));
-  }
-  c.local_devices = static_cast<int>(devices / c.config.num_clients);
-  if (c.config.num_clients > 1) c.mpi.emplace();  // kUnavailable in a build without MPI
-}
-
 int train(const Options& o) {
-  Client client;
-  join_clients(o, client);
-  Runtime rt({.num_cpu_devices = client.local_devices, .job = client.config.job,
-              .task = client.config.client_id});
-  std::vector<std::string> local_names;
-  for (int i = 0; i < client.local_devices; ++i) local_names.push_back(fmt::format("CPU:{}", i));
-  const Mesh mesh = create_distributed_mesh({{"batch", o.mesh_batch}, {"model", o.mesh_model}},
-                                            local_names, client.config);
+  const ProcessMesh pm("demo", o.mesh_batch, o.mesh_model);
+  Runtime& rt = pm.runtime();
+  const Mesh& mesh = pm.mesh();
   const Mesh one = Mesh::create_on_devices({{"batch", 1}, {"model", 1}}, {rt.device(0).name()});
   Model model(o, mesh, rt);
   std::optional<Model> single;
   if (o.check) single.emplace(o, one, rt);
   const Tensor teacher = Tensor::random_normal(Shape{o.features, o.classes}, DType::kF32, 99);
 
-  const bool quiet = o.json || !client.prints();
+  const bool quiet = o.json || !pm.prints();
   if (!quiet) {
     std::cout << "tessel demo: MLP " << o.features << " -> " << o.width << " -> " << o.hidden
               << " -> " << o.classes << ", batch " << o.batch << ", Adam lr " << o.lr << "\n"
               << "mesh " << mesh.to_string();
-    if (client.config.num_clients > 1) {
-      std::cout << fmt::format(" over {} processes ({} devices each)", client.config.num_clients,
-                               client.local_devices);
+    if (pm.client().num_clients > 1) {
+      std::cout << fmt::format(" over {} processes ({} devices each)", pm.client().num_clients,
+                               pm.local_devices());
     }
     std::cout << "\n\n";
     const char* names[] = {"input projection (data parallel)", "layer 1 (column parallel)",
@@ -280,14 +257,14 @@ int train(const Options& o) {
   const double accuracy = model.accuracy(make_batch(o, teacher, 7));
   const double mesh_us = median(step_us);
   const double one_us = median(single_us);
-  if (!client.prints()) return kExitOk;
+  if (!pm.prints()) return kExitOk;
   if (!o.losses_path.empty()) write_losses(o.losses_path, losses);
   if (o.json) {
     std::cout << fmt::format(
         "{{\"mesh\": \"{}x{}\", \"processes\": {}, \"steps\": {}, \"final_loss\": {:.6g}, \"final_accuracy\": {:.4f}, "
         "\"max_rel_loss_diff\": {}, \"step_us\": {:.1f}, \"single_device_step_us\": {}, "
         "\"collectives_per_step\": {}, \"bytes_per_step\": {}}}\n",
-        o.mesh_batch, o.mesh_model, client.config.num_clients, o.steps, loss, accuracy,
+        o.mesh_batch, o.mesh_model, pm.client().num_clients, o.steps, loss, accuracy,
         single ? fmt::format("{:.3g}", max_rel) : "null", mesh_us,
         single ? fmt::format("{:.1f}", one_us) : "null", collectives, bytes);
     return kExitOk;

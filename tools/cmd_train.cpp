@@ -19,6 +19,7 @@
 #include "flags.h"
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
+#include "process_mesh.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/dtensor/relayout.h"
@@ -173,20 +174,10 @@ std::string progress_line(const gpt::StepReport& r, int64_t total, double tokens
 
 int train_gpt(const Options& o) {
   const gpt::GptConfig config = config_of(o);  // a bad configuration fails before anything starts
-  const ClientConfig client = client_config();
-  const int64_t devices = o.mesh_batch * o.mesh_model;
-  if (devices % client.num_clients != 0) {
-    bad(fmt::format("the {}x{} mesh's {} devices do not split evenly over {} processes",
-                    o.mesh_batch, o.mesh_model, devices, client.num_clients));
-  }
-  const int local = static_cast<int>(devices / client.num_clients);
-  std::optional<MpiEnvironment> mpi;
-  if (client.num_clients > 1) mpi.emplace();  // kUnavailable in a build without MPI
-  Runtime rt({.num_cpu_devices = local, .job = client.job, .task = client.client_id});
-  std::vector<std::string> local_names;
-  for (int i = 0; i < local; ++i) local_names.push_back(fmt::format("CPU:{}", i));
-  const Mesh mesh = create_distributed_mesh({{"batch", o.mesh_batch}, {"model", o.mesh_model}},
-                                            local_names, client);
+  const ProcessMesh pm("train", o.mesh_batch, o.mesh_model);
+  const ClientConfig& client = pm.client();
+  Runtime& rt = pm.runtime();
+  const Mesh& mesh = pm.mesh();
   if (!o.check_reference.empty()) {
     const gpt::ReferenceErrors e = gpt::check_reference(o.check_reference, mesh, DType::kF32, &rt);
     if (client.client_id == 0) {
@@ -261,7 +252,10 @@ int train_gpt(const Options& o) {
   }
   if (o.json) {
     std::string losses;
-    for (const auto& r : reports) losses += (losses.empty() ? "" : ",") + json_number(r.loss);
+    for (const auto& r : reports) {
+      if (!losses.empty()) losses += ',';
+      losses += json_number(r.loss);
+    }
     std::string ev;
     for (const auto& e : evals) {
       ev += fmt::format("{}{{\"step\":{},\"train_loss\":{},\"val_loss\":{}}}", ev.empty() ? "" : ",",

@@ -1,0 +1,42 @@
+// Internal to the CLI: this process's share of a batch x model mesh of virtual CPU devices. Alone,
+// the process holds the whole mesh; as one of P clients under mpirun it holds B*M/P devices
+// (batch across processes, model within), with MPI initialised while the object lives.
+//
+//   ProcessMesh pm("train", 2, 2);          // under `mpirun -np 2`: 2 devices here
+//   GptTrainer trainer(config, pm.mesh(), data, &pm.runtime());
+//   if (pm.prints()) std::cout << ...;      // only client 0 reports
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "tessel/comm/mpi.h"
+#include "tessel/mesh/mesh.h"
+#include "tessel/runtime/clients.h"
+#include "tessel/runtime/runtime.h"
+
+namespace tessel::cli {
+
+class ProcessMesh {
+ public:
+  // B*M devices that do not split evenly over the processes: kInvalidArgument from `command`.
+  // Several processes in a build without MPI: kUnavailable.
+  ProcessMesh(std::string_view command, int64_t batch, int64_t model);
+
+  const ClientConfig& client() const { return client_; }
+  int local_devices() const { return local_devices_; }
+  Runtime& runtime() const { return *runtime_; }
+  const Mesh& mesh() const { return mesh_; }
+  bool prints() const { return client_.client_id == 0; }
+
+ private:
+  ClientConfig client_;
+  std::optional<MpiEnvironment> mpi_;  // before the runtime: MPI outlives its devices
+  int local_devices_ = 1;
+  std::unique_ptr<Runtime> runtime_;
+  Mesh mesh_;
+};
+
+}  // namespace tessel::cli
