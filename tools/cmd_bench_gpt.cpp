@@ -16,6 +16,7 @@
 #include "char_dataset.h"
 #include "commands.h"
 #include "gpt_trainer.h"
+#include "process_mesh.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/runtime/runtime.h"
 
@@ -138,10 +139,10 @@ int run_bench_gpt(const Args& args) {
   while (start <= f.meshes.size()) {
     const size_t comma = std::min(f.meshes.find(',', start), f.meshes.size());
     const std::string item = f.meshes.substr(start, comma - start);
-    const size_t x = item.find('x');
-    if (x == std::string::npos) flags.fail(fmt::format("--meshes takes BxM,BxM,..., got '{}'", item));
-    meshes.emplace_back(flags.parse_integer("--meshes", item.substr(0, x), 1, 64),
-                        flags.parse_integer("--meshes", item.substr(x + 1), 1, 64));
+    if (item.find('x') == std::string::npos) {
+      flags.fail(fmt::format("--meshes takes BxM,BxM,..., got '{}'", item));
+    }
+    meshes.push_back(parse_mesh_shape(flags, "--meshes", item));
     start = comma + 1;
   }
   gpt::GptConfig config = gpt::GptConfig::preset(f.config);

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -70,10 +71,7 @@ Options parse(const Args& args) {
   Options o;
   FlagParser flags("demo");
   flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
-    const size_t x = v.find('x');
-    if (x == std::string::npos) flags.fail(fmt::format("--mesh needs BxM (e.g. 2x2), got '{}'", v));
-    o.mesh_batch = flags.parse_integer(flag, v.substr(0, x), 1, FlagParser::kNoLimit);
-    o.mesh_model = flags.parse_integer(flag, v.substr(x + 1), 1, FlagParser::kNoLimit);
+    std::tie(o.mesh_batch, o.mesh_model) = parse_mesh_shape(flags, flag, v);
   });
   flags.positive({"--batch"}, o.batch);
   flags.positive({"--features"}, o.features);

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -74,37 +75,6 @@ struct Options {
   throw Error(ErrorCode::kInvalidArgument, "train", message);
 }
 
-// "2x2" or "batch=2,model=2".
-void parse_mesh(const FlagParser& flags, const std::string& flag, const std::string& v,
-                Options& o) {
-  const size_t x = v.find('x');
-  if (x != std::string::npos && v.find('=') == std::string::npos) {
-    o.mesh_batch = flags.parse_integer(flag, v.substr(0, x), 1, 1024);
-    o.mesh_model = flags.parse_integer(flag, v.substr(x + 1), 1, 1024);
-    return;
-  }
-  o.mesh_batch = o.mesh_model = 1;
-  size_t start = 0;
-  while (start <= v.size()) {
-    const size_t comma = std::min(v.find(',', start), v.size());
-    const std::string item = v.substr(start, comma - start);
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos) {
-      flags.fail(fmt::format("{} needs BxM or batch=B,model=M, got '{}'", flag, v));
-    }
-    const std::string name = item.substr(0, eq);
-    const int64_t size = flags.parse_integer(flag, item.substr(eq + 1), 1, 1024);
-    if (name == "batch") {
-      o.mesh_batch = size;
-    } else if (name == "model") {
-      o.mesh_model = size;
-    } else {
-      flags.fail(fmt::format("{} dimensions are batch and model, got '{}'", flag, name));
-    }
-    start = comma + 1;
-  }
-}
-
 Options parse(const Args& args) {
   FlagParser flags("train");
   Options o;
@@ -116,7 +86,7 @@ Options parse(const Args& args) {
   });
   flags.text({"--config"}, o.config);
   flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
-    parse_mesh(flags, flag, v, o);
+    std::tie(o.mesh_batch, o.mesh_model) = parse_mesh_shape(flags, flag, v);
   });
   flags.integer({"--steps"}, o.steps, 1, 100000000);
   flags.integer({"--eval-interval"}, o.eval_interval, 1, 100000000);

@@ -10,14 +10,22 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
 
+#include "flags.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/mesh/mesh.h"
 #include "tessel/runtime/clients.h"
 #include "tessel/runtime/runtime.h"
 
 namespace tessel::cli {
+
+// A batch x model mesh shape written "BxM" (2x2) or "batch=B,model=M" (a missing dimension is 1),
+// as (B, M); sizes 1..kMaxCpuDevices. Anything else fails through `flags`, naming `flag`.
+std::pair<int64_t, int64_t> parse_mesh_shape(const FlagParser& flags, const std::string& flag,
+                                             const std::string& text);
 
 class ProcessMesh {
  public:

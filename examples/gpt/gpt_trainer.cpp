@@ -17,11 +17,17 @@ namespace {
 
 double scalar_of(const DTensor& t) { return host_value(t).to_doubles().at(0); }
 
+// The configuration with the dataset's vocabulary.
+GptConfig with_vocabulary(GptConfig config, const CharDataset& data) {
+  config.vocab_size = data.vocab_size();
+  return config;
+}
+
 }  // namespace
 
 GptTrainer::GptTrainer(GptConfig config, Mesh mesh, CharDataset data, Runtime* runtime,
                        bool sequence_parallel)
-    : model_((config.vocab_size = data.vocab_size(), config), std::move(mesh), runtime,
+    : model_(with_vocabulary(std::move(config), data), std::move(mesh), runtime,
              sequence_parallel),
       data_(std::move(data)),
       runtime_(runtime != nullptr ? runtime : &Runtime::global()),

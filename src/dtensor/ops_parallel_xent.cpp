@@ -61,7 +61,8 @@ void check_label(int64_t label, int64_t classes, std::string_view op) {
   }
 }
 
-// Calls f(rows, local_classes, class_offset, classes) with the logits block's geometry.
+// The logits block's geometry: its rows, its classes, the first one's global index, and the
+// global class count.
 struct ClassBlock {
   int64_t rows, local, offset, classes;
 };
