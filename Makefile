@@ -8,7 +8,7 @@ FUZZ_SECONDS ?= 60
 # Compiler for check-tsan: g++ (the default build compiler; clang 14 lacks some C++20) or clang++.
 TSAN_CXX ?= g++
 
-.PHONY: all deps configure build demo test check-tsan fuzz format clean
+.PHONY: all deps configure build demo test check-tsan check-tsan-ci check-asan fuzz ci format clean
 
 all: build
 
@@ -44,16 +44,43 @@ check-tsan: deps
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" \
 	  ctest --output-on-failure -j$(JOBS) -L unit
 
-# libFuzzer targets (clang, ASan/UBSan) in build-fuzz/, each run for FUZZ_SECONDS seconds.
-fuzz: deps
-	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DTESSEL_BUILD_FUZZERS=ON -DTESSEL_BUILD_PYTHON=OFF -DTESSEL_BUILD_TESTS=OFF \
-	  -DTESSEL_BUILD_TOOLS=OFF
-	cmake --build build-fuzz -j$(JOBS)
-	./fuzz/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS)
+# The bounded version CI runs: ThreadSanitizer on the collective and replicate suites only
+# (tests/comm, tests/replicate), in build-tsan-ci/.
+check-tsan-ci: deps
+	CXX=$(TSAN_CXX) cmake -S . -B build-tsan-ci -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTESSEL_SANITIZE=thread -DTESSEL_BUILD_PYTHON=OFF -DTESSEL_BUILD_TOOLS=OFF \
+	  "-DTESSEL_TEST_LAYERS=comm;replicate" $(CMAKE_FLAGS)
+	cmake --build build-tsan-ci -j$(JOBS) --target tessel_tests
+	cd build-tsan-ci && TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" \
+	  ctest --output-on-failure -j$(JOBS) -L unit -E '^(consumer|layering)'
+
+# One clang AddressSanitizer/UBSan build in build-asan/ serves the fuzzers and the Python module.
+ASAN_BUILD = build-asan
+$(ASAN_BUILD)/CMakeCache.txt:
+	CC=clang CXX=clang++ cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTESSEL_SANITIZE=address -DTESSEL_BUILD_FUZZERS=ON -DTESSEL_BUILD_TESTS=OFF \
+	  -DTESSEL_BUILD_TOOLS=OFF -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_FLAGS)
+
+# libFuzzer targets (ASan/UBSan), each run for FUZZ_SECONDS seconds.
+fuzz: deps $(ASAN_BUILD)/CMakeCache.txt
+	cmake --build $(ASAN_BUILD) -j$(JOBS) --target fuzzers
+	./fuzz/run_fuzzers.sh $(ASAN_BUILD) $(FUZZ_SECONDS) $(JOBS)
+
+# The Python tests against the ASan/UBSan build of the module: a use after free or an overflow
+# reached from Python fails the run instead of corrupting memory. python3 is not instrumented, so
+# the sanitizer runtime is preloaded; Python's own allocations are not leak-checked.
+ASAN_RUNTIME = $(shell clang -print-file-name=libclang_rt.asan-x86_64.so)
+check-asan: deps $(ASAN_BUILD)/CMakeCache.txt
+	cmake --build $(ASAN_BUILD) -j$(JOBS) --target tessel_python
+	LD_PRELOAD=$(ASAN_RUNTIME) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=$(ASAN_BUILD)/python \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+
+# What CI runs (.ci/run): every test, then the bounded sanitizer and fuzz checks.
+ci: test check-tsan-ci check-asan fuzz
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')
 
 clean:
-	rm -rf $(BUILD) build-tsan build-fuzz
+	rm -rf $(BUILD) build-tsan build-tsan-ci $(ASAN_BUILD)

@@ -105,6 +105,14 @@ Mesh::Mesh(const std::vector<MeshDimension>& dims, const std::vector<std::string
 
 Mesh Mesh::from_device(const std::string& device) {
   if (device.empty()) detail::throw_invalid(kMesh, "Single device is empty.");
+  // A full device name, so that to_string() (the name itself) parses back as this mesh.
+  const std::optional<DeviceName> name = DeviceName::try_parse(device);
+  if (!name || !name->job || !name->task || !name->type || !name->id) {
+    detail::throw_invalid(kMesh,
+                          "Single device '{}' is not a full device name "
+                          "(/job:<job>[/replica:<r>]/task:<t>/device:<type>:<id>)",
+                          device);
+  }
   Data d;
   d.single_device = device;
   return MeshBuilder::wrap(std::move(d));

@@ -77,6 +77,23 @@ TEST(MeshProperties, SingleDeviceMesh) {
   EXPECT_TESSEL_ERROR(Mesh::from_device(""), ErrorCode::kInvalidArgument, "Single device is empty.");
 }
 
+// Found by the mesh_from_proto fuzzer: a single device that is not a device name was accepted
+// and printed as text that Mesh::from_string rejects. Every path now takes full names only.
+TEST(MeshProperties, SingleDeviceMustBeAFullDeviceName) {
+  for (const char* bad : {"/job:localhost/task:0/device:CPU:0vice:CPU:0", "CPU:0", "/device:CPU:0",
+                          "/job:a/task:0", "mesh:/job:a/task:0/device:CPU:0",
+                          "/job:a/task:0/device:CPU:0|x"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_TESSEL_ERROR(Mesh::from_device(bad), ErrorCode::kInvalidArgument,
+                        "is not a full device name");
+  }
+  for (const char* good :
+       {"/job:localhost/task:0/device:CPU:0", "/job:w/replica:1/task:2/device:TPU:3"}) {
+    const Mesh m = Mesh::from_device(good);
+    EXPECT_EQ(Mesh::from_string(m.to_string()), m);
+  }
+}
+
 TEST(MeshProperties, EmptyMesh) {
   Mesh m;
   EXPECT_TRUE(m.is_empty());

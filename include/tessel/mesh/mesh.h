@@ -51,7 +51,9 @@ class Mesh {
   Mesh(const std::vector<MeshDimension>& dims, const std::vector<std::string>& local_devices,
        std::string mesh_name = "");
 
-  // A mesh of one device and no dimensions (TF's Mesh.from_device). Empty name: kInvalidArgument.
+  // A mesh of one device and no dimensions (TF's Mesh.from_device). The device is a full name,
+  // /job:<job>[/replica:<r>]/task:<t>/device:<type>:<id>; anything else (TF takes any non-empty
+  // text here, which then fails to parse back) is kInvalidArgument.
   static Mesh from_device(const std::string& device);
   // TF's create_mesh: dims over devices "/job:localhost/replica:0/task:0/device:<type>:<i>".
   // A size of -1 in a 1-D spec means `num_devices`. Empty dims: one dim "x" of num_devices.

@@ -1,0 +1,15 @@
+// libFuzzer target: Shape::parse rejects the text with tessel::Error or round-trips it.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "round_trip.h"
+#include "tessel/core/shape.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tessel;
+  return fuzz::check_round_trip<Shape>(
+      "shape_parse", fuzz::bytes_of(data, size),
+      [](const std::string& s) { return Shape::parse(s); },
+      [](const std::string& s) { return Shape::parse(s); });
+}
