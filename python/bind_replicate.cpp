@@ -13,6 +13,11 @@
 // OutOfRangeError, TimeoutError -> DeadlineExceededError, NotImplementedError ->
 // UnimplementedError, anything else -> InternalError), message "replicate: replica <k>: ...",
 // with the original exception as __cause__.
+//
+// A late replica (still in its Python code at the call's deadline) is left running when
+// replicate() raises: its thread holds a PythonCall (the callable, the runtime's Python object),
+// not the caller's frame. If the interpreter exits while it still runs, CPython ends the thread
+// when it next waits for the GIL, by unwinding it; that path touches no Python object.
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -560,8 +565,10 @@ void bind_replicate_function(py::module_& m) {
   py::class_<ReplicateOptions>(m, "ReplicateOptions", R"doc(
 replicate()'s options: metadata (a ReplicateMetadata: num_replicas, num_cores_per_replica,
 device_assignment, topology, use_spmd_for_xla_partitioning, ...), runtime (None: the global
-runtime), timeout in seconds bounding every cross-replica wait (0: the default collective
-timeout), packed_inputs (indexes of per-replica inputs given as one value for all replicas).)doc")
+runtime), timeout in seconds: the whole call's deadline (0: the default collective timeout;
+replicate() returns by it + 5 % even if a replica's own code overruns: that replica is named in
+a DeadlineExceededError and left running, its next collective raising AbortedError),
+packed_inputs (indexes of per-replica inputs given as one value for all replicas).)doc")
       .def(py::init(&make_options), py::arg("metadata") = py::none(), py::arg("runtime") = nullptr,
            py::arg("timeout") = 0.0, py::arg("packed_inputs") = std::vector<int>{},
            py::keep_alive<1, 3>())
@@ -622,7 +629,8 @@ timeout), packed_inputs (indexes of per-replica inputs given as one value for al
 Runs computation(ctx, inputs) once per replica, concurrently, each on its own devices (TF's
 _TPUReplicate). per_replica_inputs is [input][replica]; each replica receives, in order, its
 per-replica inputs, the broadcast inputs, the variables and the guaranteed constants as DTensors
-replicated on ctx.mesh. Returns [replica][output] DTensors.)doc");
+replicated on ctx.mesh. Returns [replica][output] DTensors. Safe to call from several threads at
+once, over the same devices: the calls interleave on the devices, each within its own timeout.)doc");
   m.def(
       "replica_device_names",
       [](const ReplicateMetadata& metadata, Runtime* runtime) {

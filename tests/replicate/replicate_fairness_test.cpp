@@ -7,17 +7,21 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "replicate/replicate_testing.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
+#include "testing/concurrent_calls.h"
 #include "testing/expect_error.h"
 
 namespace tessel {
 namespace {
 
+using testing::bound_seconds;
+using testing::longest_of_concurrent_calls;
 using testing::replicate_options;
 using testing::vec;
 using Clock = std::chrono::steady_clock;
@@ -25,33 +29,6 @@ using std::chrono::milliseconds;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// The bound every call must keep: its timeout + 10 %, plus scheduling slack on a loaded machine.
-double bound_seconds(milliseconds timeout) {
-  return std::chrono::duration<double>(timeout).count() * 1.1 + 0.1;
-}
-
-// `threads` callers, each making `calls` calls of call(thread, index) and recording how long
-// each took; returns the longest.
-template <typename Call>
-double longest_of_concurrent_calls(int threads, int calls, Call call) {
-  std::mutex mu;
-  double longest = 0;
-  std::vector<std::thread> callers;
-  for (int t = 0; t < threads; ++t) {
-    callers.emplace_back([&, t] {
-      for (int i = 0; i < calls; ++i) {
-        const auto start = Clock::now();
-        call(t, i);
-        const double took = seconds_since(start);
-        std::lock_guard<std::mutex> lock(mu);
-        longest = std::max(longest, took);
-      }
-    });
-  }
-  for (std::thread& c : callers) c.join();
-  return longest;
 }
 
 // Four all_reduces of x * 0.5 over the replicas: the value stays sum(x) / 2 * ... exactly
