@@ -6,8 +6,9 @@ calls failed, by error class.
     PYTHONPATH=build/python /usr/bin/python3 scripts/replicate_fairness.py --threads 4 \
         --calls 5 --timeout 5
 
---overrun S makes replica 1 sleep S seconds in its computation (user code past the deadline):
-replicate() must raise DeadlineExceededError naming replica 1 at the deadline.
+--overrun S makes replica 1 sleep S seconds in its computation (user code past the deadline),
+after its collectives (--overrun-at end) or before them (start): replicate() must raise
+DeadlineExceededError naming replica 1 at the deadline.
 """
 
 import argparse
@@ -21,12 +22,14 @@ import numpy as np
 import tessel
 
 
-def step(overrun):
+def step(overrun, at):
     def body(ctx, inputs):
+        if overrun and at == "start" and ctx.replica_id == 1:
+            time.sleep(overrun)
         x = inputs[0]
         for _ in range(4):
             x = ctx.all_reduce(tessel.multiply(x, 0.5))
-        if overrun and ctx.replica_id == 1:
+        if overrun and at == "end" and ctx.replica_id == 1:
             time.sleep(overrun)
         return [x]
     return body
@@ -39,6 +42,7 @@ def main():
     p.add_argument("--timeout", type=float, default=5.0)
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--overrun", type=float, default=0.0)
+    p.add_argument("--overrun-at", choices=["start", "end"], default="end")
     a = p.parse_args()
 
     opts = tessel.ReplicateOptions(tessel.ReplicateMetadata(a.replicas), timeout=a.timeout)
@@ -50,7 +54,7 @@ def main():
         for _ in range(a.calls):
             start = time.monotonic()
             try:
-                tessel.replicate(step(a.overrun), [xs], options=opts)
+                tessel.replicate(step(a.overrun, a.overrun_at), [xs], options=opts)
                 outcome = None
             except tessel.Error as e:
                 outcome = e
@@ -69,7 +73,7 @@ def main():
         t.join()
     wall = time.monotonic() - wall
     print(f"threads={a.threads} calls={a.calls} timeout={a.timeout}s replicas={a.replicas} "
-          f"overrun={a.overrun}s: p50 {statistics.median(latencies):.3f}s "
+          f"overrun={a.overrun}s at {a.overrun_at}: p50 {statistics.median(latencies):.3f}s "
           f"max {max(latencies):.3f}s (max/timeout {max(latencies) / a.timeout:.2f}) "
           f"failed {sum(failures.values())}/{len(latencies)} {dict(failures)} wall {wall:.1f}s")
     for m in sorted(set(messages))[:3]:

@@ -86,8 +86,9 @@ class CrossReplicaGroup {
   // so that a late start fails by its deadline rather than by the default timeout).
   CollectiveOptions collective_options() const;
 
-  // What replica `replica` is doing now ("running its computation"), for the errors that name
-  // a late replica.
+  // What replica `replica` is doing now, for the errors that name a late replica:
+  // kInComputation while its own code runs (outside tessel's waits).
+  static constexpr const char* kInComputation = "running its computation";
   void note(int replica, std::string doing);
   std::string doing(int replica) const;
 

@@ -148,7 +148,7 @@ void GroupReplicaContext::run_on_cores(const std::string& collective, const std:
       });
   group_->launch(replica_id(), signature, part);
   part->wait();
-  group_->note(replica_id(), "running its computation");
+  group_->note(replica_id(), CrossReplicaGroup::kInComputation);
 }
 
 namespace {

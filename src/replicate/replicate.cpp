@@ -155,7 +155,7 @@ void run_replica(int r, const std::shared_ptr<Call>& call) {
     DefaultMeshScope scope(mesh);
     group.note(r, "placing its inputs");
     std::vector<DTensor> inputs = place_inputs(call->args, r, mesh, *call->runtime);
-    group.note(r, "running its computation");
+    group.note(r, detail::CrossReplicaGroup::kInComputation);
     std::vector<DTensor> outputs = call->args.computation(ctx, inputs);
     group.finished(r);
     for (size_t k = 0; k < outputs.size(); ++k) {
@@ -186,21 +186,37 @@ void run_replica(int r, const std::shared_ptr<Call>& call) {
 
 // How long replicate() waits past its deadline for replicas whose own waits end at the
 // deadline to report (their errors name what they waited for): 5% of the timeout, 10 ms to 1 s.
+// A replica in its own code is not waited for.
 std::chrono::milliseconds grace(std::chrono::milliseconds timeout) {
   return std::clamp(timeout / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
 }
 
-// Waits for every replica thread until the deadline (+ grace); joins those that finished.
-// Each one still running is late: recorded as kDeadlineExceeded naming it and what it is doing,
-// the group aborted (its next collective fails with kAborted), its thread detached.
+// Waits for every replica thread until the deadline, then, while some replica is still in one
+// of tessel's waits (which end at the deadline and report what they waited for), until the
+// deadline + grace; joins those that finished. Each one still running is late: recorded as
+// kDeadlineExceeded naming it and what it is doing, the group aborted (its next collective
+// fails with kAborted), its thread detached.
 void finish_threads(Call& call, std::vector<std::thread>& threads, Clock::time_point deadline) {
   const detail::CrossReplicaGroup& group = *call.group;
+  const auto all_done = [&] {
+    return std::all_of(call.done.begin(), call.done.end(), [](bool d) { return d; });
+  };
+  const auto only_computations_left = [&] {
+    for (size_t r = 0; r < call.done.size(); ++r) {
+      if (!call.done[r] &&
+          group.doing(static_cast<int>(r)) != detail::CrossReplicaGroup::kInComputation) {
+        return false;
+      }
+    }
+    return true;
+  };
   std::vector<bool> done;
   {
     std::unique_lock<std::mutex> lock(call.mu);
-    call.done_cv.wait_until(lock, deadline + grace(group.timeout()), [&] {
-      return std::all_of(call.done.begin(), call.done.end(), [](bool d) { return d; });
-    });
+    if (!call.done_cv.wait_until(lock, deadline, all_done)) {
+      call.done_cv.wait_until(lock, deadline + grace(group.timeout()),
+                              [&] { return all_done() || only_computations_left(); });
+    }
     done = call.done;
   }
   std::vector<int> late;
