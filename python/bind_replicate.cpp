@@ -13,6 +13,14 @@
 // OutOfRangeError, TimeoutError -> DeadlineExceededError, NotImplementedError ->
 // UnimplementedError, anything else -> InternalError), message "replicate: replica <k>: ...",
 // with the original exception as __cause__.
+//
+// A late replica (still in its Python code at the call's deadline) is left running when
+// replicate() raises: its thread holds a PythonCall (the callable, the runtime's Python object),
+// not the caller's frame. If the interpreter exits while it still runs, CPython ends the thread
+// when it next waits for the GIL, by unwinding it; that path touches no Python object.
+#include <cxxabi.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -469,23 +477,75 @@ std::vector<DTensor> to_outputs(const py::object& result) {
                   type_name(result));
 }
 
-// The Python exception each replica's computation raised (touched with the GIL held only).
-struct PythonFailures {
-  std::vector<py::object> by_replica;
+// The Python side of one replicate() call, shared by the replica threads and the caller: a late
+// replica (detached when replicate() returns at its deadline) may still use it. It keeps the
+// callable and the runtime's Python object alive; its references are dropped with the GIL
+// held, or left alone once the interpreter is finalizing (no thread may touch Python then).
+struct PythonCall {
+  py::object fn;
+  py::object tessel_error;         // tessel.Error, to map exceptions to codes
+  py::object runtime;              // the options' runtime (None: the global one, never freed)
+  std::vector<py::object> raised;  // [replica]: the exception it raised (touched with the GIL)
+
+  PythonCall(py::object f, py::object error, py::object rt, size_t replicas)
+      : fn(std::move(f)),
+        tessel_error(std::move(error)),
+        runtime(std::move(rt)),
+        raised(replicas) {}
+  PythonCall(const PythonCall&) = delete;
+  PythonCall& operator=(const PythonCall&) = delete;
+  ~PythonCall() {
+    if (!Py_IsInitialized() || interpreter_finalizing()) {
+      fn.release();
+      tessel_error.release();
+      runtime.release();
+      for (py::object& e : raised) e.release();
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    fn = py::object();
+    tessel_error = py::object();
+    runtime = py::object();
+    raised.clear();
+  }
+
+  static bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+  }
 };
 
-// fn(ctx, inputs) called with the GIL taken on each replica's thread. `fn` is borrowed: the
-// caller's argument keeps it alive for the whole replicate() call.
-ReplicaComputation python_computation(py::handle fn, PythonFailures* failures,
-                                      py::handle tessel_error) {
-  return [fn, failures, tessel_error](ReplicaContext& ctx, const std::vector<DTensor>& inputs) {
-    py::gil_scoped_acquire gil;
+// What a call into Python holds on the replica's thread: the GIL and the arguments. When an
+// exiting interpreter ends the thread (CPython ends a thread that waits for the GIL while it
+// finalizes, by unwinding it), this is left alone: releasing either would touch Python.
+struct PythonFrame {
+  py::gil_scoped_acquire gil;
+  py::object args;
+};
+
+// call->fn(ctx, inputs) on each replica's thread, with the GIL taken.
+ReplicaComputation python_computation(std::shared_ptr<PythonCall> call) {
+  return [call](ReplicaContext& ctx, const std::vector<DTensor>& inputs) {
+    auto frame = std::make_unique<PythonFrame>();
     try {
-      return to_outputs(
-          fn(py::cast(&ctx, py::return_value_policy::reference), wrap_dtensors(inputs)));
+      frame->args =
+          py::make_tuple(py::cast(&ctx, py::return_value_policy::reference), wrap_dtensors(inputs));
+      // Called directly, so that no temporary of pybind11's call holds Python objects on this
+      // stack if the thread is ended inside.
+      PyObject* result = PyObject_Call(call->fn.ptr(), frame->args.ptr(), nullptr);
+      if (result == nullptr) throw py::error_already_set();
+      std::vector<DTensor> outputs = to_outputs(py::reinterpret_steal<py::object>(result));
+      frame->args = py::object();
+      return outputs;
+    } catch (const abi::__forced_unwind&) {
+      (void)frame.release();  // the interpreter is ending this thread: leave Python alone
+      throw;
     } catch (py::error_already_set& e) {
-      failures->by_replica[static_cast<size_t>(ctx.replica_id())] = e.value();
-      throw to_error(e, tessel_error);
+      call->raised[static_cast<size_t>(ctx.replica_id())] = e.value();
+      throw to_error(e, call->tessel_error);
     }
   };
 }
@@ -505,8 +565,10 @@ void bind_replicate_function(py::module_& m) {
   py::class_<ReplicateOptions>(m, "ReplicateOptions", R"doc(
 replicate()'s options: metadata (a ReplicateMetadata: num_replicas, num_cores_per_replica,
 device_assignment, topology, use_spmd_for_xla_partitioning, ...), runtime (None: the global
-runtime), timeout in seconds bounding every cross-replica wait (0: the default collective
-timeout), packed_inputs (indexes of per-replica inputs given as one value for all replicas).)doc")
+runtime), timeout in seconds: the whole call's deadline (0: the default collective timeout;
+replicate() returns by it + 5 % even if a replica's own code overruns: that replica is named in
+a DeadlineExceededError and left running, its next collective raising AbortedError),
+packed_inputs (indexes of per-replica inputs given as one value for all replicas).)doc")
       .def(py::init(&make_options), py::arg("metadata") = py::none(), py::arg("runtime") = nullptr,
            py::arg("timeout") = 0.0, py::arg("packed_inputs") = std::vector<int>{},
            py::keep_alive<1, 3>())
@@ -533,9 +595,13 @@ timeout), packed_inputs (indexes of per-replica inputs given as one value for al
           const std::vector<ReplicatedVariable>& variables,
           const std::vector<Tensor>& guaranteed_constants,
           const ReplicateOptions& options) mutable {
-        PythonFailures failures;
-        failures.by_replica.resize(static_cast<size_t>(std::max(options.metadata.num_replicas, 0)));
-        const ReplicaComputation fn = python_computation(computation, &failures, m.attr("Error"));
+        const size_t replicas = static_cast<size_t>(std::max(options.metadata.num_replicas, 0));
+        auto call = std::make_shared<PythonCall>(
+            computation, m.attr("Error"),
+            options.runtime ? py::cast(options.runtime, py::return_value_policy::reference)
+                            : py::none(),
+            replicas);
+        const ReplicaComputation fn = python_computation(call);
         std::vector<std::vector<DTensor>> outs;
         try {
           py::gil_scoped_release release;
@@ -545,8 +611,8 @@ timeout), packed_inputs (indexes of per-replica inputs given as one value for al
           int replica = -1;
           py::object cause;
           if (std::sscanf(e.message().c_str(), "replica %d:", &replica) == 1 && replica >= 0 &&
-              replica < static_cast<int>(failures.by_replica.size())) {
-            cause = failures.by_replica[static_cast<size_t>(replica)];
+              replica < static_cast<int>(replicas)) {
+            cause = call->raised[static_cast<size_t>(replica)];
           }
           raise_with_cause(m, e, cause);
         }
@@ -563,7 +629,8 @@ timeout), packed_inputs (indexes of per-replica inputs given as one value for al
 Runs computation(ctx, inputs) once per replica, concurrently, each on its own devices (TF's
 _TPUReplicate). per_replica_inputs is [input][replica]; each replica receives, in order, its
 per-replica inputs, the broadcast inputs, the variables and the guaranteed constants as DTensors
-replicated on ctx.mesh. Returns [replica][output] DTensors.)doc");
+replicated on ctx.mesh. Returns [replica][output] DTensors. Safe to call from several threads at
+once, over the same devices: the calls interleave on the devices, each within its own timeout.)doc");
   m.def(
       "replica_device_names",
       [](const ReplicateMetadata& metadata, Runtime* runtime) {

@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "core/errors.h"
 
 namespace tessel::detail {
@@ -19,14 +22,16 @@ std::string collectives(uint64_t n) {
 
 CrossReplicaGroup::CrossReplicaGroup(std::shared_ptr<GroupService> service,
                                      const std::vector<std::vector<Device*>>& devices,
-                                     std::chrono::milliseconds timeout)
+                                     std::chrono::milliseconds timeout, Clock::time_point deadline)
     : num_replicas_(static_cast<int>(devices.size())),
       num_cores_(devices.empty() ? 0 : static_cast<int>(devices[0].size())),
       timeout_(timeout),
+      deadline_(deadline),
       devices_(devices),
       service_(std::move(service)),
       started_(devices.size(), 0),
       finished_(devices.size(), false),
+      doing_(devices.size(), "starting"),
       failed_(devices.size(), false) {
   for (int c = 0; c < num_cores_; ++c) {
     std::vector<std::string> names;
@@ -43,39 +48,94 @@ CrossReplicaGroup::CrossReplicaGroup(std::shared_ptr<GroupService> service,
 }
 
 CrossReplicaGroup::~CrossReplicaGroup() {
-  if (aborted_.load() || first_failure()) return;  // dropped: evicted
+  if (aborted_ || first_failure()) return;  // dropped: evicted
   for (auto& group : groups_) service_->give_back(std::move(group));
 }
 
-void CrossReplicaGroup::enter(int replica, const std::string& signature) {
-  std::string error;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t n = started_[static_cast<size_t>(replica)]++;
-    for (int f = 0; f < num_replicas_ && error.empty(); ++f) {
-      if (f != replica && finished_[f] && started_[f] <= n) {
-        error = fmt::format(
-            "{} is collective #{} of replica {}, but replica {} returned from its computation "
-            "after {}: the collective can never complete",
-            signature, n, replica, f, collectives(started_[f]));
-      }
-    }
-    if (error.empty()) {
-      Slot& slot = slots_[n];
-      if (slot.arrived == 0) {
-        slot.first_replica = replica;
-        slot.signature = signature;
-      } else if (slot.signature != signature) {
-        error = fmt::format(
-            "replicas called different collectives at position #{}: replica {} called {}, replica "
-            "{} called {} (every replica must call the same collectives in the same order, with "
-            "the same shape, dtype and layout)",
-            n, slot.first_replica, slot.signature, replica, signature);
-      }
-      if (++slot.arrived == num_replicas_) slots_.erase(n);
+CollectiveOptions CrossReplicaGroup::collective_options() const {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - Clock::now());
+  CollectiveOptions options;
+  options.timeout = std::max(left, std::chrono::milliseconds(1));
+  return options;
+}
+
+void CrossReplicaGroup::note(int replica, std::string doing) {
+  std::lock_guard<std::mutex> lock(mu_);
+  doing_[static_cast<size_t>(replica)] = std::move(doing);
+}
+
+std::string CrossReplicaGroup::doing(int replica) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return doing_[static_cast<size_t>(replica)];
+}
+
+std::string CrossReplicaGroup::mismatch(int replica, uint64_t n, const std::string& signature) {
+  for (int f = 0; f < num_replicas_; ++f) {
+    if (f != replica && finished_[f] && started_[f] <= n) {
+      return fmt::format(
+          "{} is collective #{} of replica {}, but replica {} returned from its computation "
+          "after {}: the collective can never complete",
+          signature, n, replica, f, collectives(started_[f]));
     }
   }
-  if (!error.empty()) fail(replica, error);
+  const auto slot = slots_.find(n);
+  if (slot != slots_.end() && slot->second.signature != signature) {
+    return fmt::format(
+        "replicas called different collectives at position #{}: replica {} called {}, replica "
+        "{} called {} (every replica must call the same collectives in the same order, with "
+        "the same shape, dtype and layout)",
+        n, slot->second.first_replica, slot->second.signature, replica, signature);
+  }
+  return "";
+}
+
+void CrossReplicaGroup::launch(int replica, const std::string& signature,
+                               std::shared_ptr<StreamLaunch> part) {
+  const auto r = static_cast<size_t>(replica);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (aborted_) throw Error(ErrorCode::kAborted, kComponent, abort_reason_);
+  const uint64_t n = started_[r]++;
+  const std::string error = mismatch(replica, n, signature);
+  if (!error.empty()) {
+    lock.unlock();
+    fail(replica, ErrorCode::kFailedPrecondition, error);
+  }
+  Slot& slot = slots_[n];
+  if (slot.arrived == 0) {
+    slot.first_replica = replica;
+    slot.signature = signature;
+    slot.parts.resize(static_cast<size_t>(num_replicas_));
+  }
+  slot.parts[r] = std::move(part);
+  if (++slot.arrived == num_replicas_) {
+    // The last to arrive: every part goes to the streams together.
+    std::vector<std::shared_ptr<StreamLaunch>> parts = std::move(slot.parts);
+    slots_.erase(n);
+    launched_ = n + 1;
+    doing_[r] = fmt::format("in collective #{} ({})", n, signature);
+    lock.unlock();
+    arrived_.notify_all();
+    std::vector<StreamLaunch*> launches;
+    for (const auto& p : parts) launches.push_back(p.get());
+    StreamLaunch::enqueue_together(launches);
+    return;
+  }
+  doing_[r] = fmt::format("waiting in collective #{} ({}) for the other replicas", n, signature);
+  arrived_.wait_until(lock, deadline_, [&] { return launched_ > n || aborted_; });
+  if (launched_ > n) {
+    doing_[r] = fmt::format("in collective #{} ({})", n, signature);
+    return;
+  }
+  if (aborted_) throw Error(ErrorCode::kAborted, kComponent, abort_reason_);
+  // The deadline: the first replica that has not arrived is the late one.
+  int late = 0;
+  while (late < num_replicas_ && slots_[n].parts[static_cast<size_t>(late)]) ++late;
+  const std::string message = fmt::format(
+      "replica {} did not reach collective #{} ({}) within the call's {} ms: it is {}; replica {} "
+      "waited for it",
+      late, n, signature, timeout_.count(), doing_[static_cast<size_t>(late)], replica);
+  lock.unlock();
+  fail(replica, ErrorCode::kDeadlineExceeded, message, late);
 }
 
 void CrossReplicaGroup::finished(int replica) {
@@ -84,6 +144,7 @@ void CrossReplicaGroup::finished(int replica) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     finished_[static_cast<size_t>(replica)] = true;
+    doing_[static_cast<size_t>(replica)] = "finished";
     const uint64_t done = started_[static_cast<size_t>(replica)];
     for (int s = 0; s < num_replicas_; ++s) {
       if (s == replica || finished_[s] || started_[s] <= done) continue;
@@ -102,15 +163,23 @@ void CrossReplicaGroup::finished(int replica) {
   abort(error);
 }
 
-void CrossReplicaGroup::fail(int replica, const std::string& message) {
-  record_failure(replica, ErrorCode::kFailedPrecondition,
-                 fmt::format("{}: {}", kComponent, message));
+void CrossReplicaGroup::fail(int replica, ErrorCode code, const std::string& message, int culprit) {
+  // The culprit's failure first: it is the root cause replicate() reports.
+  if (culprit >= 0) record_failure(culprit, code, fmt::format("{}: {}", kComponent, message));
+  record_failure(replica, code, fmt::format("{}: {}", kComponent, message));
   abort(message);
-  throw Error(ErrorCode::kFailedPrecondition, kComponent, message);
+  throw Error(code, kComponent, message);
 }
 
 void CrossReplicaGroup::abort(const std::string& reason) {
-  aborted_.store(true);
+  std::map<uint64_t, Slot> parked;  // parts nobody will enqueue now; dropped outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_) abort_reason_ = reason;
+    aborted_ = true;
+    parked.swap(slots_);
+  }
+  arrived_.notify_all();
   for (const auto& group : groups_) group->abort(reason);
 }
 

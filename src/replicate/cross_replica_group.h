@@ -1,36 +1,47 @@
 // Internal: the state the replicas of one replicate() call share — one Communicator group per
-// logical core (core c of every replica, rank = replica id), the order check of their
-// collectives, and the record of their failures.
+// logical core (core c of every replica, rank = replica id), the call's deadline, the
+// rendezvous and order check of their collectives, what each replica is doing, and the record
+// of their failures.
 //
 //   // devices[replica][core]:
-//   CrossReplicaGroup group(GroupService::of(runtime), devices, timeout);
-//   // on replica r's controller thread, before each collective:
-//   group.enter(r, "all_reduce(sum) f32[4] sharding_specs:unsharded,");
-//   ... group.communicator(r, c) on core c's stream ...
-//   group.finished(r);                                  // r's computation returned
-//   group.record_failure(r, error);                     // r's computation threw
-//   group.first_failure()                               // what replicate() throws
+//   auto group = std::make_shared<CrossReplicaGroup>(GroupService::of(runtime), devices,
+//                                                    timeout, deadline);
+//   // on replica r's controller thread, for each collective (one task per core of r):
+//   group->launch(r, "all_reduce(sum) of f32[4] sharding_specs:unsharded,", my_part);
+//   my_part->wait();
+//   group->finished(r);                                 // r's computation returned
+//   group->record_failure(r, code, what);               // r's computation threw
+//   group->first_failure()                              // what replicate() throws
 //
-// enter() turns two kinds of mismatch into immediate errors instead of deadline waits: replicas
-// whose collectives at the same position differ (kFailedPrecondition naming both), and a
-// replica that returned while another waits in (or starts) a collective it never called.
-// Both record the failure and abort the group, so that the replicas waiting in communicators
-// wake with kAborted.
+// launch() is a rendezvous: each replica deposits its part of the collective (a StreamLaunch
+// over its own cores) and the last one to arrive enqueues every part together, under the launch
+// lock (launch.h). So the collectives of concurrent calls over shared devices reach every
+// stream in one order, and run interleaved on the FIFO streams instead of deadlocking (each
+// replica enqueueing its part alone, two calls' parts could meet in opposite orders on two
+// streams: each waiting for a peer queued behind the other). A replica waits at the rendezvous
+// until the call's deadline at most; then kDeadlineExceeded names the replica that did not
+// arrive and what it is doing (note()).
+//
+// launch() also turns two kinds of mismatch into immediate errors instead of deadline waits:
+// replicas whose collectives at the same position differ (kFailedPrecondition naming both),
+// and a replica that returned while another waits in (or starts) a collective it never called.
+// Both record the failure and abort the group, so that the replicas waiting wake with kAborted.
 //
 // The per-core groups are the runtime's (comm's GroupService), named "replica <r> (<device>)"
 // per member so that errors name the replica. They are taken for this call alone
-// (GroupService::take) rather than shared like the other users' groups: each replica launches
-// its collectives on its own cores independently (no launch spans every member's stream), so
-// two overlapping replicate() calls over the same cores could pair replica 0's collective of one
-// call with replica 1's of the other. When the call is over they are given back for the next
-// call, unless a failure aborted them: then they are dropped (the groups' failure policy, evict).
+// (GroupService::take) rather than shared like the other users' groups, so that a failure of
+// one call (which aborts its groups) never reaches another. When the call is over they are
+// given back for the next call, unless a failure aborted them: then they are dropped (the
+// groups' failure policy, evict). The object is shared (shared_ptr) by the replica threads and
+// the tasks on the streams, so a replica left running after replicate() returned (a late one)
+// keeps what it uses.
 //
 // Thread safety: every method may be called from any replica's thread; communicator(r, c) is
 // used by core c of replica r only (on its stream).
 #pragma once
 
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -41,6 +52,8 @@
 
 #include "comm/comm_group.h"
 #include "comm/group_service.h"
+#include "runtime/launch.h"
+#include "tessel/comm/collective_options.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/core/error.h"
 #include "tessel/runtime/device.h"
@@ -49,11 +62,13 @@ namespace tessel::detail {
 
 class CrossReplicaGroup {
  public:
+  using Clock = std::chrono::steady_clock;
   // devices[r][c]: the device of logical core c of replica r (the communicators' scratch
-  // memory comes from it). timeout > 0. The groups come from `service` (the devices' runtime's).
+  // memory comes from it). timeout > 0: the call's; deadline: when it ends. The groups come
+  // from `service` (the devices' runtime's).
   CrossReplicaGroup(std::shared_ptr<GroupService> service,
                     const std::vector<std::vector<Device*>>& devices,
-                    std::chrono::milliseconds timeout);
+                    std::chrono::milliseconds timeout, Clock::time_point deadline);
   // Gives the groups back to the service, unless the call failed.
   ~CrossReplicaGroup();
   CrossReplicaGroup(const CrossReplicaGroup&) = delete;
@@ -62,16 +77,29 @@ class CrossReplicaGroup {
   int num_replicas() const { return num_replicas_; }
   int num_cores() const { return num_cores_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  Clock::time_point deadline() const { return deadline_; }
   Device& device(int replica, int core) const { return *devices_[replica][core]; }
   Communicator& communicator(int replica, int core) const {
     return *groups_[static_cast<size_t>(core)]->comms[static_cast<size_t>(replica)];
   }
+  // The options of a collective starting now: it ends by the call's deadline (1 ms at least,
+  // so that a late start fails by its deadline rather than by the default timeout).
+  CollectiveOptions collective_options() const;
+
+  // What replica `replica` is doing now, for the errors that name a late replica:
+  // kInComputation while its own code runs (outside tessel's waits).
+  static constexpr const char* kInComputation = "running its computation";
+  void note(int replica, std::string doing);
+  std::string doing(int replica) const;
 
   // Replica `replica` starts its next collective, described by `signature` (the same text on
-  // every replica for matching calls). Throws kFailedPrecondition (after recording it and
-  // aborting the group) on a mismatch with another replica's call at that position, or when a
-  // replica that already returned never reaches it.
-  void enter(int replica, const std::string& signature);
+  // every replica for matching calls), with `part` its tasks on its cores: a rendezvous (see
+  // above). Returns once every replica's part is enqueued (or failed to be); the caller then
+  // waits for its part. Throws (after recording it and aborting the group) kFailedPrecondition
+  // on a mismatch with another replica's call at that position or when a replica that already
+  // returned never reaches it, and kDeadlineExceeded when a replica does not arrive by the
+  // deadline; kAborted when the group is aborted.
+  void launch(int replica, const std::string& signature, std::shared_ptr<StreamLaunch> part);
   // Replica `replica`'s computation returned normally; replicas waiting in a collective it
   // never called fail now (recorded, group aborted).
   void finished(int replica);
@@ -95,21 +123,29 @@ class CrossReplicaGroup {
     int first_replica = 0;
     std::string signature;
     int arrived = 0;
+    std::vector<std::shared_ptr<StreamLaunch>> parts;  // [replica]; null until it arrives
   };
   // Records, aborts, throws (mu_ not held).
-  [[noreturn]] void fail(int replica, const std::string& message);
+  [[noreturn]] void fail(int replica, ErrorCode code, const std::string& message, int culprit = -1);
+  // The mismatch of replica `replica`'s collective #n with the others', or "" (mu_ held).
+  std::string mismatch(int replica, uint64_t n, const std::string& signature);
 
-  int num_replicas_;
-  int num_cores_;
-  std::chrono::milliseconds timeout_;
+  const int num_replicas_;
+  const int num_cores_;
+  const std::chrono::milliseconds timeout_;
+  const Clock::time_point deadline_;
   std::vector<std::vector<Device*>> devices_;  // [replica][core]
   std::shared_ptr<GroupService> service_;
   std::vector<std::shared_ptr<CommGroup>> groups_;  // [core], ranks by replica
-  std::atomic<bool> aborted_{false};
 
   mutable std::mutex mu_;
+  std::condition_variable arrived_;  // launch() waits here for its position to be launched
+  bool aborted_ = false;
+  std::string abort_reason_;        // the first abort's
   std::vector<uint64_t> started_;   // collectives each replica has entered
+  uint64_t launched_ = 0;           // positions whose parts are all enqueued (in order)
   std::vector<bool> finished_;      // replicas whose computation returned
+  std::vector<std::string> doing_;  // what each replica is doing (note())
   std::map<uint64_t, Slot> slots_;  // positions some but not all replicas have entered
   std::vector<Failure> failures_;   // in the order they were recorded
   std::vector<bool> failed_;        // replicas with a recorded failure

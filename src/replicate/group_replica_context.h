@@ -1,8 +1,10 @@
 // Internal: the ReplicaContext replicate() hands each replica — its collectives run on the
-// CrossReplicaGroup's communicators, one launch over the replica's cores per call (see
+// CrossReplicaGroup's communicators: each call prepares this replica's part (one task per core)
+// and hands it to the group's rendezvous, which enqueues every replica's part together (see
 // replica_context.h for the semantics, cross_replica_group.h for the shared state).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,7 +16,8 @@ namespace tessel::detail {
 
 class GroupReplicaContext final : public ReplicaContext {
  public:
-  GroupReplicaContext(int replica_id, Mesh mesh, Runtime& runtime, CrossReplicaGroup& group);
+  GroupReplicaContext(int replica_id, Mesh mesh, Runtime& runtime,
+                      std::shared_ptr<CrossReplicaGroup> group);
 
   DTensor all_reduce(const DTensor& x, ReduceOp op = ReduceOp::kSum) override;
   DTensor all_gather(const DTensor& x, int axis) override;
@@ -22,13 +25,12 @@ class GroupReplicaContext final : public ReplicaContext {
   void barrier() override;
 
  private:
-  // One task per core, made by task(core, that core's communicator); every core's stream runs
-  // its task, as one launch, after group_.enter(signature); returns when all have finished.
+  // One task per core, made by task(core, that core's communicator, the group); this replica's
+  // part of the collective, launched by the group's rendezvous; returns when all have finished.
   template <typename MakeTask>
   void run_on_cores(const std::string& collective, const std::string& signature, MakeTask&& task);
 
-  CrossReplicaGroup& group_;
-  CollectiveOptions options_;
+  std::shared_ptr<CrossReplicaGroup> group_;  // the tasks hold it too: it owns the communicators
 };
 
 }  // namespace tessel::detail

@@ -126,26 +126,35 @@ void ReplicaContext::barrier() { require_one_replica(*this, "barrier"); }
 namespace detail {
 
 GroupReplicaContext::GroupReplicaContext(int replica_id, Mesh mesh, Runtime& runtime,
-                                         CrossReplicaGroup& group)
-    : ReplicaContext(replica_id, group.num_replicas(), std::move(mesh), runtime), group_(group) {
-  options_.timeout = group.timeout();
-}
+                                         std::shared_ptr<CrossReplicaGroup> group)
+    : ReplicaContext(replica_id, group->num_replicas(), std::move(mesh), runtime),
+      group_(std::move(group)) {}
 
 template <typename MakeTask>
 void GroupReplicaContext::run_on_cores(const std::string& collective, const std::string& signature,
                                        MakeTask&& task) {
   std::vector<StreamTask> tasks;
-  for (int c = 0; c < group_.num_cores(); ++c) {
-    tasks.push_back(
-        {&group_.device(replica_id(), c), task(c, &group_.communicator(replica_id(), c))});
+  for (int c = 0; c < group_->num_cores(); ++c) {
+    tasks.push_back({&group_->device(replica_id(), c),
+                     task(c, &group_->communicator(replica_id(), c), group_)});
   }
-  group_.enter(replica_id(), signature);
-  CrossReplicaGroup* group = &group_;
-  run_on_streams(kComponent, collective, std::move(tasks), group_.timeout(),
-                 [group](const std::string& reason) { group->abort(reason); });
+  // The group may be gone when a stream drops a task it skipped: nothing to abort then.
+  const std::weak_ptr<CrossReplicaGroup> weak = group_;
+  auto part = std::make_shared<StreamLaunch>(
+      kComponent, collective, std::move(tasks), group_->deadline(),
+      fmt::format("within the call's {} ms", group_->timeout().count()),
+      [weak](const std::string& reason) {
+        if (const auto group = weak.lock()) group->abort(reason);
+      });
+  group_->launch(replica_id(), signature, part);
+  part->wait();
+  group_->note(replica_id(), CrossReplicaGroup::kInComputation);
 }
 
 namespace {
+
+// What each task holds: the group owns the task's communicator.
+using Group = std::shared_ptr<CrossReplicaGroup>;
 
 // A fresh block of every core's component's shape, on the core's device.
 std::vector<Tensor> allocate_like(const DTensor& x) {
@@ -165,10 +174,9 @@ DTensor GroupReplicaContext::all_reduce(const DTensor& x, ReduceOp op) {
   const bool keep = commutes_with_partial(x.layout(), op);
   const DTensor in = keep ? x : relayout(x, x.layout().without_partial());
   const std::vector<Tensor> outputs = allocate_like(in);
-  const CollectiveOptions options = options_;
-  run_on_cores("all_reduce", signature, [&](int c, Communicator* comm) {
-    return [comm, input = in.component(c), output = outputs[c], op, options]() mutable {
-      comm->all_reduce(input, output, op, options);
+  run_on_cores("all_reduce", signature, [&](int c, Communicator* comm, const Group& group) {
+    return [comm, input = in.component(c), output = outputs[c], op, group]() mutable {
+      comm->all_reduce(input, output, op, group->collective_options());
     };
   });
   DTensor out(in.layout(), in.shape(), in.dtype(), outputs, runtime());
@@ -184,10 +192,9 @@ DTensor GroupReplicaContext::all_gather(const DTensor& x, int axis) {
   const Layout gathered = Layout::create(x.layout().type(), specs, mesh(), x.layout().partial());
   const DTensor in = gathered == x.layout() ? x : relayout(x, gathered);
   auto results = std::make_shared<std::vector<Tensor>>(static_cast<size_t>(in.num_components()));
-  const CollectiveOptions options = options_;
-  run_on_cores("all_gather", signature, [&](int c, Communicator* comm) {
-    return [comm, input = in.component(c), results, c, a, options]() {
-      (*results)[static_cast<size_t>(c)] = comm->all_gather(input, a, options);
+  run_on_cores("all_gather", signature, [&](int c, Communicator* comm, const Group& group) {
+    return [comm, input = in.component(c), results, c, a, group]() {
+      (*results)[static_cast<size_t>(c)] = comm->all_gather(input, a, group->collective_options());
     };
   });
   std::vector<int64_t> dims = x.shape().dims();
@@ -202,21 +209,19 @@ DTensor GroupReplicaContext::broadcast(const DTensor& x, int root_replica) {
   const std::string signature = fmt::format("broadcast(root {}) of {}", root_replica, describe(x));
   const std::vector<Tensor> outputs = allocate_like(x);
   const bool root = replica_id() == root_replica;
-  const CollectiveOptions options = options_;
-  run_on_cores("broadcast", signature, [&](int c, Communicator* comm) {
+  run_on_cores("broadcast", signature, [&](int c, Communicator* comm, const Group& group) {
     return
-        [comm, input = x.component(c), output = outputs[c], root, root_replica, options]() mutable {
+        [comm, input = x.component(c), output = outputs[c], root, root_replica, group]() mutable {
           if (root) output.copy_from(input);
-          comm->broadcast(output, root_replica, options);
+          comm->broadcast(output, root_replica, group->collective_options());
         };
   });
   return DTensor(x.layout(), x.shape(), x.dtype(), outputs, runtime());
 }
 
 void GroupReplicaContext::barrier() {
-  const CollectiveOptions options = options_;
-  run_on_cores("barrier", "barrier", [&](int, Communicator* comm) {
-    return [comm, options]() { comm->barrier(options); };
+  run_on_cores("barrier", "barrier", [&](int, Communicator* comm, const Group& group) {
+    return [comm, group]() { comm->barrier(group->collective_options()); };
   });
 }
 

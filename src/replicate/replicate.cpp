@@ -1,10 +1,14 @@
-// replicate(): the checks, one controller thread per replica, failure propagation (see
-// replicate.h).
+// replicate(): the checks, one controller thread per replica, the call's deadline, failure
+// propagation, late replicas (see replicate.h).
 #include "tessel/replicate/replicate.h"
 
 #include <fmt/format.h>
 
+#include <cxxabi.h>
+#include <algorithm>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -25,13 +29,14 @@ constexpr const char* kComponent = "replicate";
 
 using Clock = std::chrono::steady_clock;
 
-// Everything a replica's thread reads: the caller's arguments (shared, read only).
+// Everything a replica's thread reads: the caller's arguments, copied (tensors are handles),
+// since a late replica may still read them after replicate() returned.
 struct Arguments {
-  const ReplicaComputation* computation;
-  const std::vector<std::vector<Tensor>>* per_replica;
-  const std::vector<Tensor>* broadcast;
-  const std::vector<ReplicatedVariable>* variables;
-  const std::vector<Tensor>* constants;
+  ReplicaComputation computation;
+  std::vector<std::vector<Tensor>> per_replica;
+  std::vector<Tensor> broadcast;
+  std::vector<ReplicatedVariable> variables;
+  std::vector<Tensor> constants;
   std::set<int> packed;
 };
 
@@ -44,13 +49,13 @@ void check_not_null(const std::vector<Tensor>& tensors, const char* what) {
 // Counts, nulls, dtypes and shapes of the per-replica inputs (BR-105-01).
 void check_per_replica_inputs(const Arguments& args, int replicas) {
   for (int i : args.packed) {
-    if (i < 0 || i >= static_cast<int>(args.per_replica->size())) {
+    if (i < 0 || i >= static_cast<int>(args.per_replica.size())) {
       detail::throw_invalid(kComponent, "packed input {} is not one of the {} per-replica inputs",
-                            i, args.per_replica->size());
+                            i, args.per_replica.size());
     }
   }
-  for (size_t i = 0; i < args.per_replica->size(); ++i) {
-    const std::vector<Tensor>& values = (*args.per_replica)[i];
+  for (size_t i = 0; i < args.per_replica.size(); ++i) {
+    const std::vector<Tensor>& values = (args.per_replica)[i];
     const bool packed = args.packed.count(static_cast<int>(i)) != 0;
     const size_t expected = packed ? 1 : static_cast<size_t>(replicas);
     if (values.size() != expected) {
@@ -76,9 +81,9 @@ void check_per_replica_inputs(const Arguments& args, int replicas) {
     }
     merge_replicated_input_shapes(shapes, fmt::format("per-replica input {}: ", i));
   }
-  check_not_null(*args.broadcast, "broadcast input");
-  check_not_null(*args.constants, "guaranteed constant");
-  for (const ReplicatedVariable& v : *args.variables) merge_variable_handles(v, replicas);
+  check_not_null(args.broadcast, "broadcast input");
+  check_not_null(args.constants, "guaranteed constant");
+  for (const ReplicatedVariable& v : args.variables) merge_variable_handles(v, replicas);
 }
 
 // Replica r's inputs, in _TPUReplicate's order, replicated on its core mesh.
@@ -87,64 +92,71 @@ std::vector<DTensor> place_inputs(const Arguments& args, int r, const Mesh& mesh
   const auto place = [&](const Tensor& t) {
     inputs.push_back(copy_to_mesh(t, Layout::replicated(mesh, t.rank()), rt));
   };
-  for (size_t i = 0; i < args.per_replica->size(); ++i) {
-    const std::vector<Tensor>& values = (*args.per_replica)[i];
+  for (size_t i = 0; i < args.per_replica.size(); ++i) {
+    const std::vector<Tensor>& values = (args.per_replica)[i];
     place(values[args.packed.count(static_cast<int>(i)) != 0 ? 0 : static_cast<size_t>(r)]);
   }
-  for (const Tensor& t : *args.broadcast) place(t);
-  for (const ReplicatedVariable& v : *args.variables) place(v.value(r));
-  for (const Tensor& t : *args.constants) place(t);
+  for (const Tensor& t : args.broadcast) place(t);
+  for (const ReplicatedVariable& v : args.variables) place(v.value(r));
+  for (const Tensor& t : args.constants) place(t);
   return inputs;
 }
 
-// Waits for the work queued on a replica's cores; a core still busy at the deadline:
-// kDeadlineExceeded naming it.
-void synchronize_cores(const std::vector<Device*>& cores, Clock::time_point deadline,
-                       std::chrono::milliseconds timeout) {
+// Waits for the work queued on a replica's cores (FIFO: what other callers queued before it
+// too); a core still busy at the call's deadline: kDeadlineExceeded naming it.
+void synchronize_cores(const std::vector<Device*>& cores, const detail::CrossReplicaGroup& group) {
   for (Device* d : cores) {
-    if (!d->stream().synchronize(deadline)) {
+    if (!d->stream().synchronize(group.deadline())) {
       detail::throw_error(ErrorCode::kDeadlineExceeded, kComponent,
-                          "the work of {} did not finish within {} ms (running '{}', {} ops "
-                          "pending)",
-                          d->name(), timeout.count(), d->stream().current_op(),
+                          "the work of {} did not finish within the call's {} ms (running '{}', "
+                          "{} ops pending)",
+                          d->name(), group.timeout().count(), d->stream().current_op(),
                           d->stream().pending());
     }
   }
 }
 
-// After a failure: lets the cores' queued work drain (its errors are the failure's
-// consequences) so that the next user of the devices starts clean.
-void drain_cores(const std::vector<Device*>& cores, Clock::time_point deadline) {
+// After a failure: lets the cores' queued work drain, until the call's deadline at most (its
+// errors are the failure's consequences), so that the next user of the devices starts clean.
+void drain_cores(const std::vector<Device*>& cores, const detail::CrossReplicaGroup& group) {
   for (Device* d : cores) {
     try {
-      d->stream().synchronize(deadline);
+      d->stream().synchronize(group.deadline());
     } catch (...) {  // already reported through the replica's own failure
     }
   }
 }
 
-struct ReplicaRun {
-  const Arguments* args;
-  detail::CrossReplicaGroup* group;
+// What the replicas of one call share with the caller. Every replica thread holds it, so that a
+// replica still running when replicate() returns (a late one, detached) has all it uses.
+struct Call {
+  Arguments args;
+  std::shared_ptr<detail::CrossReplicaGroup> group;
   Runtime* runtime;
-  std::vector<Device*> cores;
-  std::vector<DTensor> outputs;
+  std::vector<std::vector<Device*>> cores;    // [replica][core]
+  std::vector<std::vector<DTensor>> outputs;  // [replica]; read once its thread is done
+  std::mutex mu;
+  std::condition_variable done_cv;
+  std::vector<bool> done;  // [replica]: its thread has nothing more to do
 };
 
-void run_replica(int r, ReplicaRun& run) {
-  detail::CrossReplicaGroup& group = *run.group;
-  const auto deadline_after = [&] { return Clock::now() + group.timeout(); };
+void run_replica(int r, const std::shared_ptr<Call>& call) {
+  detail::CrossReplicaGroup& group = *call->group;
+  const std::vector<Device*>& cores = call->cores[static_cast<size_t>(r)];
   const auto fail = [&](ErrorCode code, const std::string& what) {
     group.record_failure(r, code, what);
     group.abort(fmt::format("replica {} failed: {}", r, what));
-    drain_cores(run.cores, deadline_after());
+    group.note(r, "waiting for its cores' work after its failure");
+    drain_cores(cores, group);
   };
   try {
-    const Mesh mesh = detail::replica_core_mesh(r, run.cores);
-    detail::GroupReplicaContext ctx(r, mesh, *run.runtime, group);
+    const Mesh mesh = detail::replica_core_mesh(r, cores);
+    detail::GroupReplicaContext ctx(r, mesh, *call->runtime, call->group);
     DefaultMeshScope scope(mesh);
-    std::vector<DTensor> outputs =
-        (*run.args->computation)(ctx, place_inputs(*run.args, r, mesh, *run.runtime));
+    group.note(r, "placing its inputs");
+    std::vector<DTensor> inputs = place_inputs(call->args, r, mesh, *call->runtime);
+    group.note(r, detail::CrossReplicaGroup::kInComputation);
+    std::vector<DTensor> outputs = call->args.computation(ctx, inputs);
     group.finished(r);
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (!outputs[k].defined()) {
@@ -152,8 +164,11 @@ void run_replica(int r, ReplicaRun& run) {
                               k);
       }
     }
-    synchronize_cores(run.cores, deadline_after(), group.timeout());
-    run.outputs = std::move(outputs);
+    group.note(r, "waiting for its cores' work");
+    synchronize_cores(cores, group);
+    call->outputs[static_cast<size_t>(r)] = std::move(outputs);
+  } catch (const abi::__forced_unwind&) {
+    throw;  // the thread is being ended (an exiting Python interpreter does that): let it end
   } catch (const Error& e) {
     fail(e.code(), e.what());
   } catch (const std::exception& e) {
@@ -161,13 +176,75 @@ void run_replica(int r, ReplicaRun& run) {
   } catch (...) {
     fail(ErrorCode::kInternal, "an exception that is not a std::exception");
   }
+  group.note(r, "done");
+  {
+    std::lock_guard<std::mutex> lock(call->mu);
+    call->done[static_cast<size_t>(r)] = true;
+  }
+  call->done_cv.notify_all();
+}
+
+// How long replicate() waits past its deadline for replicas whose own waits end at the
+// deadline to report (their errors name what they waited for): 5% of the timeout, 10 ms to 1 s.
+// A replica in its own code is not waited for.
+std::chrono::milliseconds grace(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+}
+
+// Waits for every replica thread until the deadline, then, while some replica is still in one
+// of tessel's waits (which end at the deadline and report what they waited for), until the
+// deadline + grace; joins those that finished. Each one still running is late: recorded as
+// kDeadlineExceeded naming it and what it is doing, the group aborted (its next collective
+// fails with kAborted), its thread detached.
+void finish_threads(Call& call, std::vector<std::thread>& threads, Clock::time_point deadline) {
+  const detail::CrossReplicaGroup& group = *call.group;
+  const auto all_done = [&] {
+    return std::all_of(call.done.begin(), call.done.end(), [](bool d) { return d; });
+  };
+  const auto only_computations_left = [&] {
+    for (size_t r = 0; r < call.done.size(); ++r) {
+      if (!call.done[r] &&
+          group.doing(static_cast<int>(r)) != detail::CrossReplicaGroup::kInComputation) {
+        return false;
+      }
+    }
+    return true;
+  };
+  std::vector<bool> done;
+  {
+    std::unique_lock<std::mutex> lock(call.mu);
+    if (!call.done_cv.wait_until(lock, deadline, all_done)) {
+      call.done_cv.wait_until(lock, deadline + grace(group.timeout()),
+                              [&] { return all_done() || only_computations_left(); });
+    }
+    done = call.done;
+  }
+  std::vector<int> late;
+  for (size_t r = 0; r < threads.size(); ++r) {
+    if (!threads[r].joinable()) continue;
+    if (done[r]) {
+      threads[r].join();
+      continue;
+    }
+    late.push_back(static_cast<int>(r));
+    call.group->record_failure(
+        static_cast<int>(r), ErrorCode::kDeadlineExceeded,
+        fmt::format("still {} at the call's deadline ({} ms); replicate() returned without it "
+                    "(its thread goes on detached: its next collective fails with kAborted)",
+                    group.doing(static_cast<int>(r)), group.timeout().count()));
+    threads[r].detach();
+  }
+  if (!late.empty()) {
+    call.group->abort(fmt::format("replicate() passed its deadline of {} ms with replica {} late",
+                                  group.timeout().count(), late.front()));
+  }
 }
 
 // Every replica returns the same number of outputs with the same dtypes (TF's output_types).
-void check_outputs_agree(const std::vector<ReplicaRun>& runs) {
-  const std::vector<DTensor>& first = runs[0].outputs;
-  for (size_t r = 1; r < runs.size(); ++r) {
-    const std::vector<DTensor>& outs = runs[r].outputs;
+void check_outputs_agree(const std::vector<std::vector<DTensor>>& outputs) {
+  const std::vector<DTensor>& first = outputs[0];
+  for (size_t r = 1; r < outputs.size(); ++r) {
+    const std::vector<DTensor>& outs = outputs[r];
     if (outs.size() != first.size()) {
       detail::throw_invalid(kComponent, "replica {} returned {} outputs and replica 0 returned {}",
                             r, outs.size(), first.size());
@@ -208,40 +285,45 @@ std::vector<std::vector<DTensor>> replicate(
   const std::vector<std::vector<Device*>> devices =
       detail::assign_replica_devices(options.metadata, runtime);
   const int replicas = options.metadata.num_replicas;
-  Arguments args{&computation,
-                 &per_replica_inputs,
-                 &broadcast_inputs,
-                 &variables,
-                 &guaranteed_constants,
-                 std::set<int>(options.packed_inputs.begin(), options.packed_inputs.end())};
-  check_per_replica_inputs(args, replicas);
+  auto call = std::make_shared<Call>();
+  call->args = Arguments{computation,
+                         per_replica_inputs,
+                         broadcast_inputs,
+                         variables,
+                         guaranteed_constants,
+                         std::set<int>(options.packed_inputs.begin(), options.packed_inputs.end())};
+  check_per_replica_inputs(call->args, replicas);
 
   const auto timeout =
       options.timeout.count() == 0 ? default_collective_timeout() : options.timeout;
-  detail::CrossReplicaGroup group(detail::GroupService::of(runtime), devices, timeout);
-  std::vector<ReplicaRun> runs;
-  for (int r = 0; r < replicas; ++r) runs.push_back({&args, &group, &runtime, devices[r], {}});
+  const Clock::time_point deadline = Clock::now() + timeout;
+  call->group = std::make_shared<detail::CrossReplicaGroup>(detail::GroupService::of(runtime),
+                                                            devices, timeout, deadline);
+  call->runtime = &runtime;
+  call->cores = devices;
+  call->outputs.resize(static_cast<size_t>(replicas));
+  call->done.assign(static_cast<size_t>(replicas), false);
   std::vector<std::thread> threads;
   for (int r = 0; r < replicas; ++r) {
     try {
-      threads.emplace_back(run_replica, r, std::ref(runs[static_cast<size_t>(r)]));
+      threads.emplace_back(run_replica, r, call);
     } catch (const std::system_error& e) {
       const std::string what =
           fmt::format("{}: could not start the controller thread: {}", kComponent, e.what());
-      group.record_failure(r, ErrorCode::kUnavailable, what);
-      group.abort(what);
+      call->group->record_failure(r, ErrorCode::kUnavailable, what);
+      call->group->abort(what);
+      std::lock_guard<std::mutex> lock(call->mu);
+      std::fill(call->done.begin() + r, call->done.end(), true);  // never started
       break;
     }
   }
-  for (std::thread& t : threads) t.join();
-  if (auto failure = group.first_failure()) {
+  finish_threads(*call, threads, deadline);
+  if (auto failure = call->group->first_failure()) {
     throw Error(failure->code, kComponent,
                 fmt::format("replica {}: {}", failure->replica, failure->what));
   }
-  check_outputs_agree(runs);
-  std::vector<std::vector<DTensor>> outputs;
-  for (ReplicaRun& run : runs) outputs.push_back(std::move(run.outputs));
-  return outputs;
+  check_outputs_agree(call->outputs);
+  return std::move(call->outputs);
 }
 
 }  // namespace tessel

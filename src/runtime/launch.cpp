@@ -5,6 +5,8 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include "core/errors.h"
 #include "tessel/core/error.h"
@@ -38,12 +40,16 @@ Failure failure_of(const std::exception_ptr& e) {
   return f;
 }
 
-struct Launch {
+}  // namespace
+
+// The tasks' progress, shared by the controller and the tasks on the streams.
+struct StreamLaunch::State {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<TaskState> state;
   std::vector<Failure> failures;
   size_t done = 0;
+  bool enqueued = false;
   std::function<void(const std::string&)> abort;
 
   void finish(size_t i, Failure failure) {
@@ -57,6 +63,10 @@ struct Launch {
     cv.notify_all();
   }
 };
+
+namespace {
+
+using Launch = StreamLaunch::State;
 
 // Owned by one task's function: when the stream destroys a task it skipped, marks it failed.
 struct Ticket {
@@ -99,8 +109,7 @@ struct Ticket {
   }
   const Failure& f = failures[pick];
   if (f.names_step) throw Error(f.code, component, f.what);
-  throw_error(f.code, component, "{} on {} failed: {}", step, tasks[pick].device->name(),
-              f.what);
+  throw_error(f.code, component, "{} on {} failed: {}", step, tasks[pick].device->name(), f.what);
 }
 
 // Serialises the enqueueing of launches (TF's collective launch lock): the tasks of one launch
@@ -111,96 +120,134 @@ std::mutex& launch_mutex() {
   return *mu;
 }
 
+// The stream task of task `index`: marks it running, runs fn, records its failure (aborting the
+// group, unless it was itself aborted) and marks it done.
+std::function<void()> stream_task(std::shared_ptr<Ticket> ticket, std::function<void()> fn) {
+  return [ticket = std::move(ticket), fn = std::move(fn)]() mutable {
+    Launch& l = *ticket->launch;
+    {
+      std::lock_guard<std::mutex> lock(l.mu);
+      l.state[ticket->index] = TaskState::kRunning;
+    }
+    l.cv.notify_all();
+    Failure failure;
+    try {
+      fn();
+    } catch (...) {
+      failure = failure_of(std::current_exception());
+    }
+    fn = nullptr;  // release the task's captures (its tensors) before it counts as done
+    if (failure.failed && l.abort && failure.code != ErrorCode::kAborted) {
+      l.abort(fmt::format("{} failed on {}: {}", ticket->step, ticket->device, failure.what));
+    }
+    l.finish(ticket->index, std::move(failure));
+  };
+}
+
 }  // namespace
 
-void run_on_streams(const std::string& component, const std::string& step,
-                    std::vector<StreamTask> tasks,
-                    std::chrono::milliseconds timeout,
-                    const std::function<void(const std::string&)>& abort) {
-  if (tasks.empty()) return;
-  auto launch = std::make_shared<Launch>();
-  launch->state.assign(tasks.size(), TaskState::kQueued);
-  launch->failures.resize(tasks.size());
-  launch->abort = abort;
-  const auto start_deadline =
-      std::chrono::steady_clock::now() + timeout + timeout / 10 + std::chrono::milliseconds(50);
+StreamLaunch::StreamLaunch(std::string component, std::string step, std::vector<StreamTask> tasks,
+                           Clock::time_point deadline, std::string within,
+                           std::function<void(const std::string&)> abort)
+    : component_(std::move(component)),
+      step_(std::move(step)),
+      tasks_(std::move(tasks)),
+      deadline_(deadline),
+      within_(std::move(within)),
+      state_(std::make_shared<State>()) {
+  state_->state.assign(tasks_.size(), TaskState::kQueued);
+  state_->failures.resize(tasks_.size());
+  state_->abort = std::move(abort);
+}
 
-  std::unique_lock<std::mutex> enqueue_lock(launch_mutex());
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    auto ticket = std::make_shared<Ticket>(launch, i, step, tasks[i].device->name());
-    auto fn = tasks[i].fn;
-    try {
-      tasks[i].device->stream().enqueue(step, [ticket, fn]() mutable {
-        Launch& l = *ticket->launch;
-        {
-          std::lock_guard<std::mutex> lock(l.mu);
-          l.state[ticket->index] = TaskState::kRunning;
-        }
-        l.cv.notify_all();
-        Failure failure;
+void StreamLaunch::enqueue_together(const std::vector<StreamLaunch*>& launches) {
+  std::lock_guard<std::mutex> enqueue_lock(launch_mutex());
+  std::optional<Failure> refused;  // a stream refused a task: every task after it fails too
+  for (StreamLaunch* launch : launches) {
+    {
+      std::lock_guard<std::mutex> lock(launch->state_->mu);
+      if (std::exchange(launch->state_->enqueued, true)) continue;
+    }
+    for (size_t i = 0; i < launch->tasks_.size(); ++i) {
+      StreamTask& task = launch->tasks_[i];
+      // Held here too, so that a refused task is failed below with the stream's error before
+      // its ticket (which would call it skipped) dies.
+      std::shared_ptr<Ticket> ticket;
+      if (!refused) {
+        ticket = std::make_shared<Ticket>(launch->state_, i, launch->step_, task.device->name());
         try {
-          fn();
+          task.device->stream().enqueue(launch->step_, stream_task(ticket, std::move(task.fn)));
+          continue;
         } catch (...) {
-          failure = failure_of(std::current_exception());
+          refused = failure_of(std::current_exception());
         }
-        fn = nullptr;  // release the task's captures (its tensors) before it counts as done
-        if (failure.failed && l.abort && failure.code != ErrorCode::kAborted) {
-          l.abort(fmt::format("{} failed on {}: {}", ticket->step, ticket->device, failure.what));
-        }
-        l.finish(ticket->index, std::move(failure));
-      });
-    } catch (...) {
-      // The tasks already queued fail fast: the ticket of this one aborted the group.
-      enqueue_lock.unlock();
-      ticket.reset();
-      throw;
+      }
+      // Aborting the group makes the tasks already queued fail fast.
+      if (launch->state_->abort) launch->state_->abort(refused->what);
+      launch->state_->finish(i, *refused);
     }
   }
-  enqueue_lock.unlock();
+}
 
-  std::unique_lock<std::mutex> lock(launch->mu);
-  while (launch->done < tasks.size()) {
+void StreamLaunch::wait() {
+  Launch& l = *state_;
+  const size_t n = tasks_.size();
+  std::unique_lock<std::mutex> lock(l.mu);
+  while (l.done < n) {
     bool any_error = false;
     bool any_running = false;
-    bool any_queued = false;
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      any_error = any_error || launch->failures[i].failed;
-      any_running = any_running || launch->state[i] == TaskState::kRunning;
-      any_queued = any_queued || launch->state[i] == TaskState::kQueued;
+    for (size_t i = 0; i < n; ++i) {
+      any_error = any_error || l.failures[i].failed;
+      any_running = any_running || l.state[i] == TaskState::kRunning;
     }
     if (any_error && !any_running) {
       lock.unlock();
-      if (abort) abort(step + " failed: giving up on the devices that did not start it");
+      if (l.abort) l.abort(step_ + " failed: giving up on the devices that did not start it");
       lock.lock();
       break;
     }
-    if (any_queued && std::chrono::steady_clock::now() >= start_deadline) {
+    if (Clock::now() >= deadline_) {
       std::vector<std::string> late;
-      for (size_t i = 0; i < tasks.size(); ++i) {
-        if (launch->state[i] != TaskState::kQueued) continue;
-        Stream& s = tasks[i].device->stream();
-        late.push_back(fmt::format("{} (its stream is running '{}', {} ops pending)",
-                                   tasks[i].device->name(), s.current_op(), s.pending()));
+      bool any_queued = false;
+      for (size_t i = 0; i < n; ++i) {
+        if (l.state[i] == TaskState::kDone) continue;
+        Stream& s = tasks_[i].device->stream();
+        if (l.state[i] == TaskState::kQueued) {
+          any_queued = true;
+          late.push_back(fmt::format("{} (its stream is running '{}', {} ops pending)",
+                                     tasks_[i].device->name(), s.current_op(), s.pending()));
+        } else {
+          late.push_back(fmt::format("{} (still running it)", tasks_[i].device->name()));
+        }
       }
-      const std::string reason = fmt::format("{} did not start within {} ms on {}", step,
-                                             timeout.count(), fmt::join(late, ", "));
+      const std::string reason =
+          fmt::format("{} did not {} {} on {}", step_, any_queued ? "start" : "finish", within_,
+                      fmt::join(late, ", "));
       lock.unlock();
-      if (abort) abort(reason);
+      if (l.abort) l.abort(reason);
       lock.lock();
-      if (!any_error) throw Error(ErrorCode::kDeadlineExceeded, component, reason);
+      if (!any_error) throw Error(ErrorCode::kDeadlineExceeded, component_, reason);
       break;
     }
-    if (any_queued) {
-      launch->cv.wait_until(lock, start_deadline);
-    } else {
-      launch->cv.wait(lock);
-    }
+    l.cv.wait_until(lock, deadline_);
   }
-  const std::vector<Failure> failures = launch->failures;
+  const std::vector<Failure> failures = l.failures;
   lock.unlock();
   for (const Failure& f : failures) {
-    if (f.failed) throw_root_cause(component, step, tasks, failures);
+    if (f.failed) throw_root_cause(component_, step_, tasks_, failures);
   }
+}
+
+void run_on_streams(const std::string& component, const std::string& step,
+                    std::vector<StreamTask> tasks, std::chrono::milliseconds timeout,
+                    const std::function<void(const std::string&)>& abort) {
+  if (tasks.empty()) return;
+  const auto deadline =
+      StreamLaunch::Clock::now() + timeout + timeout / 10 + std::chrono::milliseconds(50);
+  StreamLaunch launch(component, step, std::move(tasks), deadline,
+                      fmt::format("within {} ms", timeout.count()), abort);
+  StreamLaunch::enqueue_together({&launch});
+  launch.wait();
 }
 
 }  // namespace tessel::detail

@@ -40,14 +40,32 @@
 //
 // Failure: when a replica's computation throws, every cross-replica group is aborted so that
 // the other replicas' collectives fail at once (kAborted), and replicate() throws, once every
-// replica has stopped, Error(code, "replicate", "replica <k>: <what>") for the first failure
-// that is not a consequence of another one (kAborted), with that failure's code (a non-tessel
-// exception counts as kInternal). Every wait inside — collectives, stream launches, the final
-// synchronisation of each replica's devices — ends by options.timeout; the computation's own
-// code is the caller's to bound.
+// replica has stopped (or is late, below), Error(code, "replicate", "replica <k>: <what>") for the
+// first failure that is not a consequence of another one (kAborted), with that failure's code (a
+// non-tessel exception counts as kInternal).
 //
-// Thread safety: replicate() may be called from any thread; replicas of concurrent calls must
-// use disjoint devices (a device runs one replica's work at a time, in its stream's order).
+// Deadline: options.timeout is one deadline for the whole call, from its start. Every wait
+// inside ends by it — each collective's rendezvous (a replica that does not arrive is
+// kDeadlineExceeded naming it, the collective and what it is doing), the collective itself, its
+// start on a busy stream (naming the device and what its stream runs), the final
+// synchronisation of each replica's devices — and replicate() returns by the deadline + 5 %
+// (10 ms to 1 s, for those waits to report) whatever the replicas' own code does.
+// Late replicas: a replica still running at that point (its own code overran) is
+// kDeadlineExceeded "replica <k>: still running its computation at the call's deadline ...",
+// the call's groups are aborted and its thread is detached. It keeps what it uses (the call's
+// arguments are copied, the groups and its context are shared), so nothing is freed under it;
+// its next collective throws kAborted, the ops it dispatches still run on its devices. The
+// runtime must outlive it (Runtime::global() lives until static destruction).
+//
+// Concurrency contract: replicate() may be called from any number of threads at once, over the
+// same devices or others, beside DTensor ops, relayouts and CrossDeviceOps on those devices.
+// Calls run concurrently, interleaved on the devices: each device runs work in the order it was
+// enqueued (FIFO, so no caller starves), and the parts of each cross-replica collective are
+// enqueued together by the last replica to reach it, under the process's launch lock, so the
+// collectives of concurrent calls reach every stream in one order and cannot wait for each
+// other. Each call finishes within its timeout (+ the 5 % above), or fails with
+// kDeadlineExceeded naming what it waited for. A call's failure aborts its own groups only.
+// The computation runs on the call's replica threads, never on the caller's.
 #pragma once
 
 #include <chrono>
@@ -70,8 +88,9 @@ using ReplicaComputation =
 struct ReplicateOptions {
   ReplicateMetadata metadata;            // num_replicas (>= 1 to run), num_cores_per_replica, ...
   Runtime* runtime = nullptr;            // null: Runtime::global()
-  std::chrono::milliseconds timeout{0};  // bounds every cross-replica wait; 0: the default
-                                         // collective timeout (default_collective_timeout())
+  std::chrono::milliseconds timeout{0};  // the whole call's deadline (see above); 0: the
+                                         // default collective timeout
+                                         // (default_collective_timeout())
   // Indexes into per_replica_inputs of packed inputs (TF's TPUReplicatedInput is_packed: one
   // input stands for all replicas): such an input has one value, and every replica receives it.
   std::vector<int> packed_inputs;
