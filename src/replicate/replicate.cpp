@@ -12,6 +12,7 @@
 
 #include "comm/group_service.h"
 #include "core/errors.h"
+#include "replicate/context_expiry.h"
 #include "replicate/cross_replica_group.h"
 #include "replicate/group_replica_context.h"
 #include "replicate/replica_placement.h"
@@ -141,10 +142,14 @@ void run_replica(int r, ReplicaRun& run) {
   };
   try {
     const Mesh mesh = detail::replica_core_mesh(r, run.cores);
-    detail::GroupReplicaContext ctx(r, mesh, *run.runtime, group);
-    DefaultMeshScope scope(mesh);
-    std::vector<DTensor> outputs =
-        (*run.args->computation)(ctx, place_inputs(*run.args, r, mesh, *run.runtime));
+    // Shared, so that a context the computation kept expires instead of dangling.
+    const auto ctx = std::make_shared<detail::GroupReplicaContext>(r, mesh, *run.runtime, group);
+    std::vector<DTensor> outputs;
+    {
+      const detail::ExpireOnExit expiry(*ctx, "replicate() returned");
+      DefaultMeshScope scope(mesh);
+      outputs = (*run.args->computation)(*ctx, place_inputs(*run.args, r, mesh, *run.runtime));
+    }
     group.finished(r);
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (!outputs[k].defined()) {
