@@ -225,6 +225,26 @@ def test_communicator_from_a_pool_that_was_deleted():
     assert "size 1 [1.0, 2.0]" in out
 
 
+def test_communicators_of_a_cluster_that_was_deleted():
+    out = run_case("""
+    import threading
+    cluster = tessel.make_in_process_cluster(1)[0]
+    comms = cluster.join(["a", "b"], [0, 0], 5.0)
+    del cluster
+    gc.collect()
+    sums = []
+    def rank(comm):
+        t = tessel.Tensor(vec([1, 2]))
+        comm.all_reduce(t, t, tessel.ReduceOp.SUM, tessel.CollectiveOptions(timeout_seconds=10))
+        sums.append(t.numpy().tolist())
+    threads = [threading.Thread(target=rank, args=(c,)) for c in comms]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    print("sums", sums)
+    """)
+    assert "sums [[2.0, 4.0], [2.0, 4.0]]" in out
+
+
 # ---- runtime, dtensor: Device, DTensor, Tensor ----------------------------------------------
 
 
@@ -387,6 +407,22 @@ def test_tape_records_survive_the_runtime():
     print("reset")
     """)
     assert "grad [2.0, 4.0]" in out and "reset" in out
+
+
+def test_mesh_scopes_and_tapes_deleted_while_open():
+    out = run_case("""
+    mesh = mesh_of(rt, 2)
+    scope = tessel.default_mesh(mesh)
+    scope.__enter__()
+    tape = tessel.GradientTape()
+    tape.__enter__()
+    del scope, tape  # never exited
+    gc.collect()
+    w = tessel.copy_to_mesh(vec([1, 2]), tessel.Layout(["unsharded"], mesh), rt)
+    y = tessel.multiply(w, w)  # records on no tape
+    print("after", tessel.to_host(y).tolist(), tessel.get_default_mesh())
+    """)
+    assert "after [1.0, 4.0] None" in out  # the deleted scope closed
 
 
 # ---- system --------------------------------------------------------------------------------
