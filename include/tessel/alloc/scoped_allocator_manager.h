@@ -9,9 +9,9 @@
 // field id collides). Lookups by an id that is not live: kNotFound naming device, step and id.
 //
 //   ScopedAllocatorManager mgr("/device:CPU:0", device_allocator);
-//   std::shared_ptr<ScopedAllocator> s = mgr.add(/*step=*/1, /*scope_id=*/10, "grads", shapes,
-//   DType::kF32, 2); Tensor a = mgr.allocate(1, /*field scope id=*/11, bytes);   // field 0 of
-//   scope 10 mgr.release(1, 10);           // closes (reports missing calls) and forgets the scope
+//   auto s = mgr.add(/*step=*/1, /*scope_id=*/10, "grads", shapes, DType::kF32, 2);  // shared
+//   Tensor a = mgr.allocate(1, /*field scope id=*/11, bytes);   // field 0 of scope 10
+//   mgr.release(1, 10);           // closes (reports missing calls) and forgets the scope
 //   mgr.cleanup_step(1);          // drops whatever the step left (aborted steps), no checks
 //
 // Lifetime: add() and get() hand out shared ownership of the scope. The manager forgets a scope

@@ -45,8 +45,8 @@
 // communicators of that call are gone. expire() waits for calls in flight on other threads
 // (each bounded by its own deadline), so none of them outlives the call's group.
 //
-// Thread safety: a context belongs to its replica's controller thread; expire() and the
-// expiry checks may race with calls from other threads.
+// Thread safety: a context belongs to its replica's controller thread; expire() may run while
+// other threads call the context (it waits for them, and they then see the expiry).
 #pragma once
 
 #include <atomic>
