@@ -31,11 +31,12 @@ void bind_alloc(py::module_& m) {
       py::arg("shapes"), py::arg("dtype"), py::arg("scope_id") = 0,
       "(fields, total_bytes): TF's layout, fields at 64-byte-aligned offsets.");
 
-  py::class_<ScopedAllocator>(m, "ScopedAllocator",
-                              "Many tensors carved out of one backing buffer (no copies).")
+  // Shared holder: a scope from ScopedAllocatorManager.add/get lives as long as its handle.
+  py::class_<ScopedAllocator, std::shared_ptr<ScopedAllocator>>(
+      m, "ScopedAllocator", "Many tensors carved out of one backing buffer (no copies).")
       .def(py::init([](std::vector<Shape> shapes, DType dtype, std::string name, int64_t scope_id,
                        int expected_call_count) {
-             return std::make_unique<ScopedAllocator>(std::move(shapes), dtype, std::move(name),
+             return std::make_shared<ScopedAllocator>(std::move(shapes), dtype, std::move(name),
                                                       scope_id, expected_call_count);
            }),
            py::arg("shapes"), py::arg("dtype"), py::arg("name"), py::arg("scope_id"),
@@ -73,10 +74,8 @@ void bind_alloc(py::module_& m) {
            py::arg("device_name"))
       .def_property_readonly("device_name", &ScopedAllocatorManager::device_name)
       .def("add", &ScopedAllocatorManager::add, py::arg("step_id"), py::arg("scope_id"),
-           py::arg("name"), py::arg("shapes"), py::arg("dtype"), py::arg("expected_call_count"),
-           py::return_value_policy::reference_internal)
-      .def("get", &ScopedAllocatorManager::get, py::arg("step_id"), py::arg("scope_id"),
-           py::return_value_policy::reference_internal)
+           py::arg("name"), py::arg("shapes"), py::arg("dtype"), py::arg("expected_call_count"))
+      .def("get", &ScopedAllocatorManager::get, py::arg("step_id"), py::arg("scope_id"))
       .def("allocate", &ScopedAllocatorManager::allocate, py::arg("step_id"),
            py::arg("field_scope_id"), py::arg("bytes"))
       .def("release", &ScopedAllocatorManager::release, py::arg("step_id"), py::arg("scope_id"))

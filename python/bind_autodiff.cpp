@@ -25,6 +25,7 @@ namespace tessel::python {
 
 py::object wrap_dtensor(DTensor tensor);             // bind_ops.cpp
 py::list wrap_dtensors(std::vector<DTensor> tensors);  // bind_ops.cpp
+void keep_runtime_alive(py::handle holder, const DTensor& t);  // bind_ops.cpp
 
 namespace {
 
@@ -207,13 +208,19 @@ void bind_functions(py::module_& m) {
 void bind_optimizers(py::module_& m) {
   py::class_<Optimizer>(m, "Optimizer", R"doc(
 Base of SGD and Adam. apply(params, grads) returns the updated parameters (a new list; the
-state, with each parameter's layout, belongs to the first parameter list applied).)doc")
+state, with each parameter's layout, belongs to the first parameter list applied, and the
+optimizer keeps that list's Runtime alive).)doc")
       .def(
           "apply",
-          [](Optimizer& self, std::vector<DTensor> params, const std::vector<DTensor>& grads) {
+          [](py::object self, std::vector<DTensor> params, const std::vector<DTensor>& grads) {
+            Optimizer& optimizer = self.cast<Optimizer&>();
             {
               py::gil_scoped_release release;
-              self.apply(params, grads);
+              optimizer.apply(params, grads);
+            }
+            // The state made by the first apply lives on the parameters' runtime: keep it.
+            if (optimizer.iterations() == 1) {
+              for (const DTensor& p : params) keep_runtime_alive(self, p);
             }
             return wrap_dtensors(std::move(params));
           },

@@ -53,8 +53,7 @@ ReplicaComputation python_computation(py::function fn) {
   return [held](ReplicaContext& ctx, const std::vector<DTensor>& inputs) {
     py::gil_scoped_acquire gil;
     try {
-      py::object out = (*held)(py::cast(&ctx, py::return_value_policy::reference),
-                               wrap_dtensors(inputs));
+      py::object out = (*held)(py::cast(ctx.shared_from_this()), wrap_dtensors(inputs));
       return out.cast<std::vector<DTensor>>();
     } catch (py::error_already_set& e) {
       rethrow(e);
@@ -140,7 +139,13 @@ return.)doc")
            py::arg("metadata") = std::nullopt, py::arg("runtime") = nullptr,
            py::arg("timeout") = 0.0, py::arg("packed_inputs") = std::vector<int>{},
            py::arg("output_types") = std::nullopt, py::keep_alive<1, 3>())
-      .def_readwrite("replicate", &CompileOptions::replicate)
+      // The setter's keep_alive: the assigned options (and so their runtime) live as long.
+      // (pybind11 applies keep_alive only as an attribute of the setter's own cpp_function.)
+      .def_property(
+          "replicate", [](CompileOptions& o) -> ReplicateOptions& { return o.replicate; },
+          py::cpp_function([](CompileOptions& o, const ReplicateOptions& r) { o.replicate = r; },
+                           py::keep_alive<1, 2>()),
+          py::return_value_policy::reference_internal)
       .def_readwrite("output_types", &CompileOptions::output_types);
 
   py::class_<CompiledComputation, std::shared_ptr<CompiledComputation>>(m, "CompiledComputation")
@@ -184,24 +189,30 @@ return.)doc")
 TF's TPUCompilationResult: ok(), or the error (code, message) that stopped compilation; the
 compiled computation; cache_hit when it came from the cache without tracing.)doc")
       .def("ok", &CompilationResult::ok)
-      .def_property_readonly("code", [](const CompilationResult& r) -> std::optional<ErrorCode> {
-        if (r.ok()) return std::nullopt;
-        return r.code();
-      })
-      .def_property_readonly("message", [](const CompilationResult& r) -> std::optional<std::string> {
-        if (r.ok()) return std::nullopt;
-        return std::string(r.error().what());
-      })
+      .def_property_readonly("code",
+                             [](const CompilationResult& r) -> std::optional<ErrorCode> {
+                               if (r.ok()) return std::nullopt;
+                               return r.code();
+                             })
+      .def_property_readonly("message",
+                             [](const CompilationResult& r) -> std::optional<std::string> {
+                               if (r.ok()) return std::nullopt;
+                               return std::string(r.error().what());
+                             })
       .def("status_string", &CompilationResult::status_string)
-      .def("raise_if_error",
-           [](const CompilationResult& r) {
-             if (!r.ok()) throw r.error();
-           },
-           "Raises the error as the tessel exception of its code (ValueError, ...).")
-      .def_property_readonly("computation",
+      .def(
+          "raise_if_error",
+          [](const CompilationResult& r) {
+            if (!r.ok()) throw r.error();
+          },
+          "Raises the error as the tessel exception of its code (ValueError, ...).")
+      // keep_alive: the computation keeps the result, and so the options and their runtime.
+      .def_property_readonly(
+          "computation", py::cpp_function(
                              [](const CompilationResult& r) {
                                return std::const_pointer_cast<CompiledComputation>(r.computation());
-                             })
+                             },
+                             py::keep_alive<0, 1>()))
       .def_property_readonly("cache_hit", &CompilationResult::cache_hit)
       .def("__repr__", [](const CompilationResult& r) {
         return "CompilationResult(" + r.status_string() + ")";
@@ -218,8 +229,9 @@ compiled computation; cache_hit when it came from the cache without tracing.)doc
 void bind_compile(py::module_& m) {
   bind_graph(m);
   bind_compile_types(m);
+  // keep_alive: the result keeps the options, and with them the runtime it runs on.
   m.def("compile", &compile, py::arg("function"), py::arg("signature"),
-        py::arg("options") = CompileOptions{},
+        py::arg("options") = CompileOptions{}, py::keep_alive<0, 3>(),
         "Traces function once (here, with the GIL) and returns a CompilationResult.");
   m.def("compile_cache_stats", &compile_cache_stats);
   m.def("clear_compile_cache", &clear_compile_cache);

@@ -30,13 +30,17 @@
 
 namespace tessel::python {
 
+// `holder` keeps the Python object of t's Runtime alive (a Runtime made in Python may otherwise
+// go before whatever points at its devices); shared with bind_autodiff.cpp.
+void keep_runtime_alive(py::handle holder, const DTensor& t) {
+  if (!t.defined()) return;
+  py::detail::keep_alive_impl(holder, py::cast(&t.runtime(), py::return_value_policy::reference));
+}
+
 // A DTensor as a Python object that keeps its Runtime alive (shared with bind_autodiff.cpp).
 py::object wrap_dtensor(DTensor tensor) {
-  Runtime* runtime = tensor.defined() ? &tensor.runtime() : nullptr;
-  py::object obj = py::cast(std::move(tensor));
-  if (runtime != nullptr) {
-    py::detail::keep_alive_impl(obj, py::cast(runtime, py::return_value_policy::reference));
-  }
+  py::object obj = py::cast(tensor);
+  keep_runtime_alive(obj, tensor);
   return obj;
 }
 
@@ -430,8 +434,10 @@ None until set. call_op / plan_op take them as keywords.)doc")
       .def_readwrite("layout", &OpAttrs::layout)
       .def_property(
           "runtime", [](const OpAttrs& a) { return a.runtime; },
-          [](OpAttrs& a, Runtime* runtime) { a.runtime = runtime; },
-          py::return_value_policy::reference, py::keep_alive<1, 2>());
+          // keep_alive works only as an attribute of the setter's own cpp_function.
+          py::cpp_function([](OpAttrs& a, Runtime* runtime) { a.runtime = runtime; },
+                           py::keep_alive<1, 2>()),
+          py::return_value_policy::reference);
 
   py::class_<TensorSpec>(m, "TensorSpec", R"doc(
 An input or output of an op call as the sharding rules see it: shape, dtype and layout, no

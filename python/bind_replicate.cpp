@@ -392,11 +392,15 @@ on every replica (mirrored, TF's is_mirrored_variable), a dtype and a declared h
 // ---- ReplicaContext, replicate -----------------------------------------------------------
 
 void bind_replica_context(py::module_& m) {
-  py::class_<ReplicaContext>(m, "ReplicaContext", R"doc(
+  // Shared holder: a context kept past its computation stays a valid object that raises
+  // FailedPreconditionError (replica_context.h, "Lifetime").
+  py::class_<ReplicaContext, std::shared_ptr<ReplicaContext>>(m, "ReplicaContext", R"doc(
 What one replica of replicate() sees: replica_id, num_replicas, mesh (a 1-D mesh "core" of its
 devices), runtime, and the cross-replica collectives (every replica calls the same ones in the
 same order with a DTensor of the same shape, dtype and layout on its own mesh). Valid during the
-computation call only.)doc")
+computation call only: kept afterwards, replica_id, num_replicas and mesh still read, runtime and
+the collectives raise FailedPreconditionError "ReplicaContext: <call> used after replicate()
+returned (replica <r> of <n>)".)doc")
       .def_property_readonly("replica_id", &ReplicaContext::replica_id)
       .def_property_readonly("num_replicas", &ReplicaContext::num_replicas)
       .def_property_readonly("mesh", &ReplicaContext::mesh)
@@ -532,7 +536,7 @@ ReplicaComputation python_computation(std::shared_ptr<PythonCall> call) {
     auto frame = std::make_unique<PythonFrame>();
     try {
       frame->args =
-          py::make_tuple(py::cast(&ctx, py::return_value_policy::reference), wrap_dtensors(inputs));
+          py::make_tuple(py::cast(ctx.shared_from_this()), wrap_dtensors(inputs));
       // Called directly, so that no temporary of pybind11's call holds Python objects on this
       // stack if the thread is ended inside.
       PyObject* result = PyObject_Call(call->fn.ptr(), frame->args.ptr(), nullptr);
@@ -575,8 +579,10 @@ packed_inputs (indexes of per-replica inputs given as one value for all replicas
       .def_readwrite("metadata", &ReplicateOptions::metadata)
       .def_property(
           "runtime", [](const ReplicateOptions& o) { return o.runtime; },
-          [](ReplicateOptions& o, Runtime* runtime) { o.runtime = runtime; },
-          py::return_value_policy::reference, py::keep_alive<1, 2>())
+          // keep_alive works only as an attribute of the setter's own cpp_function.
+          py::cpp_function([](ReplicateOptions& o, Runtime* runtime) { o.runtime = runtime; },
+                           py::keep_alive<1, 2>()),
+          py::return_value_policy::reference)
       .def_property(
           "timeout",
           [](const ReplicateOptions& o) {

@@ -12,10 +12,10 @@ constexpr const char* kComponent = "ScopedAllocatorManager";
 ScopedAllocatorManager::ScopedAllocatorManager(std::string device_name, Allocator* allocator)
     : device_(std::move(device_name)), allocator_(allocator) {}
 
-ScopedAllocator& ScopedAllocatorManager::add(int64_t step_id, int64_t scope_id,
-                                             const std::string& name,
-                                             const std::vector<Shape>& shapes, DType dtype,
-                                             int expected_call_count) {
+std::shared_ptr<ScopedAllocator> ScopedAllocatorManager::add(int64_t step_id, int64_t scope_id,
+                                                             const std::string& name,
+                                                             const std::vector<Shape>& shapes,
+                                                             DType dtype, int expected_call_count) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto existing = steps_.find(step_id);
   const auto taken = [&](int64_t id) {
@@ -45,10 +45,10 @@ ScopedAllocator& ScopedAllocatorManager::add(int64_t step_id, int64_t scope_id,
   for (int i = 0; i < scope->num_fields(); ++i) {
     step.fields[scope->fields()[static_cast<size_t>(i)].scope_id] = {scope, i};
   }
-  return *scope;
+  return scope;
 }
 
-ScopedAllocator& ScopedAllocatorManager::get(int64_t step_id, int64_t scope_id) {
+std::shared_ptr<ScopedAllocator> ScopedAllocatorManager::get(int64_t step_id, int64_t scope_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto s = steps_.find(step_id);
   if (s == steps_.end() || s->second.scopes.count(scope_id) == 0) {
@@ -56,7 +56,7 @@ ScopedAllocator& ScopedAllocatorManager::get(int64_t step_id, int64_t scope_id) 
                         "device {} step {}: no live ScopedAllocator with scope_id {}", device_,
                         step_id, scope_id);
   }
-  return *s->second.scopes.at(scope_id);
+  return s->second.scopes.at(scope_id);
 }
 
 Tensor ScopedAllocatorManager::allocate(int64_t step_id, int64_t field_scope_id, size_t bytes) {

@@ -4,10 +4,12 @@
 
 #include <atomic>
 #include <exception>
+#include <memory>
 
 #include "core/errors.h"
 #include "replicate/compile_cache.h"
 #include "replicate/compile_context.h"
+#include "replicate/context_expiry.h"
 #include "replicate/replica_placement.h"
 #include "replicate/trace.h"
 #include "replicate/trace_replay.h"
@@ -65,9 +67,13 @@ std::shared_ptr<const Graph> trace(const Function& function, const InputSignatur
     inputs.push_back(tracer.add_input(static_cast<int>(i),
                                       {signature[i].shape, signature[i].dtype, layouts[i]}));
   }
-  detail::RecordingReplicaContext ctx(options.replicate.metadata.num_replicas, mesh, runtime,
-                                      tracer);
-  const std::vector<DTensor> outputs = function(ctx, inputs);
+  const auto ctx = std::make_shared<detail::RecordingReplicaContext>(
+      options.replicate.metadata.num_replicas, mesh, runtime, tracer);
+  std::vector<DTensor> outputs;
+  {
+    const detail::ExpireOnExit expiry(*ctx, "compile() traced the function");
+    outputs = function(*ctx, inputs);
+  }
   check_outputs(outputs, options);
   return std::make_shared<const Graph>(tracer.finish(outputs));
 }

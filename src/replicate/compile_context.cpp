@@ -19,14 +19,14 @@ DTensor RecordingReplicaContext::record(CollectiveKind kind, GraphNode node, con
   return tracer_.record_collective(std::move(node), {x}, std::move(output));
 }
 
-DTensor RecordingReplicaContext::all_reduce(const DTensor& x, ReduceOp op) {
+DTensor RecordingReplicaContext::run_all_reduce(const DTensor& x, ReduceOp op) {
   check_input(x, "all_reduce");
   GraphNode node;
   node.reduce_op = op;
   return record(CollectiveKind::kAllReduce, std::move(node), x, spec_of(x));
 }
 
-DTensor RecordingReplicaContext::all_gather(const DTensor& x, int axis) {
+DTensor RecordingReplicaContext::run_all_gather(const DTensor& x, int axis) {
   check_input(x, "all_gather");
   GraphNode node;
   node.axis = check_axis(x, axis);
@@ -37,7 +37,7 @@ DTensor RecordingReplicaContext::all_gather(const DTensor& x, int axis) {
   return record(CollectiveKind::kAllGather, std::move(node), x, std::move(out));
 }
 
-DTensor RecordingReplicaContext::broadcast(const DTensor& x, int root_replica) {
+DTensor RecordingReplicaContext::run_broadcast(const DTensor& x, int root_replica) {
   check_input(x, "broadcast");
   check_root(root_replica);
   GraphNode node;
@@ -45,7 +45,7 @@ DTensor RecordingReplicaContext::broadcast(const DTensor& x, int root_replica) {
   return record(CollectiveKind::kBroadcast, std::move(node), x, spec_of(x));
 }
 
-void RecordingReplicaContext::barrier() {
+void RecordingReplicaContext::run_barrier() {
   GraphNode node;
   node.collective = CollectiveKind::kBarrier;
   node.op = std::string(collective_kind_name(CollectiveKind::kBarrier));

@@ -6,8 +6,8 @@
 // - ContextCollectives: runs a replayed graph's collective nodes on a real context.
 //
 //   detail::Tracer tracer(mesh, runtime);
-//   RecordingReplicaContext ctx(num_replicas, mesh, runtime, tracer);
-//   DTensor s = ctx.all_reduce(x);       // node "all_reduce[sum](%x)", abstract s
+//   auto ctx = std::make_shared<RecordingReplicaContext>(num_replicas, mesh, runtime, tracer);
+//   DTensor s = ctx->all_reduce(x);      // node "all_reduce[sum](%x)", abstract s
 //
 // Thread safety: each belongs to one replica's controller thread.
 #pragma once
@@ -24,12 +24,13 @@ class RecordingReplicaContext final : public ReplicaContext {
  public:
   RecordingReplicaContext(int num_replicas, Mesh mesh, Runtime& runtime, Tracer& tracer);
 
-  DTensor all_reduce(const DTensor& x, ReduceOp op = ReduceOp::kSum) override;
-  DTensor all_gather(const DTensor& x, int axis) override;
-  DTensor broadcast(const DTensor& x, int root_replica) override;
-  void barrier() override;
-
  private:
+  // The collectives (the expiry checks are the base class's).
+  DTensor run_all_reduce(const DTensor& x, ReduceOp op) override;
+  DTensor run_all_gather(const DTensor& x, int axis) override;
+  DTensor run_broadcast(const DTensor& x, int root_replica) override;
+  void run_barrier() override;
+
   DTensor record(CollectiveKind kind, GraphNode node, const DTensor& x, TensorSpec output);
   Tracer& tracer_;
 };

@@ -19,12 +19,13 @@ class GroupReplicaContext final : public ReplicaContext {
   GroupReplicaContext(int replica_id, Mesh mesh, Runtime& runtime,
                       std::shared_ptr<CrossReplicaGroup> group);
 
-  DTensor all_reduce(const DTensor& x, ReduceOp op = ReduceOp::kSum) override;
-  DTensor all_gather(const DTensor& x, int axis) override;
-  DTensor broadcast(const DTensor& x, int root_replica) override;
-  void barrier() override;
-
  private:
+  // The collectives (the expiry checks are the base class's).
+  DTensor run_all_reduce(const DTensor& x, ReduceOp op) override;
+  DTensor run_all_gather(const DTensor& x, int axis) override;
+  DTensor run_broadcast(const DTensor& x, int root_replica) override;
+  void run_barrier() override;
+
   // One task per core, made by task(core, that core's communicator, the group); this replica's
   // part of the collective, launched by the group's rendezvous; returns when all have finished.
   template <typename MakeTask>

@@ -58,6 +58,51 @@ ReplicaContext::ReplicaContext(int replica_id, int num_replicas, Mesh mesh, Runt
 
 ReplicaContext::~ReplicaContext() = default;
 
+Runtime& ReplicaContext::runtime() const {
+  if (expired_.load()) throw_expired("runtime");
+  return *runtime_;
+}
+
+void ReplicaContext::throw_expired(const char* call) const {
+  detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
+                      "{} used after {} (replica {} of {}); a context is valid during its "
+                      "computation only",
+                      call, what_ended_, replica_id_, num_replicas_);
+}
+
+std::shared_lock<std::shared_mutex> ReplicaContext::enter(const char* call) const {
+  std::shared_lock<std::shared_mutex> lock(expiry_mu_);
+  if (expired_.load()) throw_expired(call);
+  return lock;
+}
+
+void ReplicaContext::expire(const std::string& what_ended) noexcept {
+  const std::unique_lock<std::shared_mutex> lock(expiry_mu_);  // waits for calls in flight
+  if (expired_.load()) return;
+  what_ended_ = what_ended;
+  expired_.store(true);
+}
+
+DTensor ReplicaContext::all_reduce(const DTensor& x, ReduceOp op) {
+  const auto hold = enter("all_reduce");
+  return run_all_reduce(x, op);
+}
+
+DTensor ReplicaContext::all_gather(const DTensor& x, int axis) {
+  const auto hold = enter("all_gather");
+  return run_all_gather(x, axis);
+}
+
+DTensor ReplicaContext::broadcast(const DTensor& x, int root_replica) {
+  const auto hold = enter("broadcast");
+  return run_broadcast(x, root_replica);
+}
+
+void ReplicaContext::barrier() {
+  const auto hold = enter("barrier");
+  run_barrier();
+}
+
 void ReplicaContext::check_input(const DTensor& x, const char* collective) const {
   if (!x.defined()) {
     detail::throw_invalid(kComponent, "{} on replica {}: the input is a null DTensor", collective,
@@ -101,27 +146,27 @@ void require_one_replica(const ReplicaContext& ctx, const char* collective) {
 
 }  // namespace
 
-DTensor ReplicaContext::all_reduce(const DTensor& x, ReduceOp) {
+DTensor ReplicaContext::run_all_reduce(const DTensor& x, ReduceOp) {
   check_input(x, "all_reduce");
   require_one_replica(*this, "all_reduce");
   return x;
 }
 
-DTensor ReplicaContext::all_gather(const DTensor& x, int axis) {
+DTensor ReplicaContext::run_all_gather(const DTensor& x, int axis) {
   check_input(x, "all_gather");
   check_axis(x, axis);
   require_one_replica(*this, "all_gather");
   return x;
 }
 
-DTensor ReplicaContext::broadcast(const DTensor& x, int root_replica) {
+DTensor ReplicaContext::run_broadcast(const DTensor& x, int root_replica) {
   check_input(x, "broadcast");
   check_root(root_replica);
   require_one_replica(*this, "broadcast");
   return x;
 }
 
-void ReplicaContext::barrier() { require_one_replica(*this, "barrier"); }
+void ReplicaContext::run_barrier() { require_one_replica(*this, "barrier"); }
 
 namespace detail {
 
@@ -167,7 +212,7 @@ std::vector<Tensor> allocate_like(const DTensor& x) {
 
 }  // namespace
 
-DTensor GroupReplicaContext::all_reduce(const DTensor& x, ReduceOp op) {
+DTensor GroupReplicaContext::run_all_reduce(const DTensor& x, ReduceOp op) {
   check_input(x, "all_reduce");
   const std::string signature =
       fmt::format("all_reduce({}) of {}", reduce_op_name(op), describe(x));
@@ -183,7 +228,7 @@ DTensor GroupReplicaContext::all_reduce(const DTensor& x, ReduceOp op) {
   return keep ? out : relayout(out, x.layout());
 }
 
-DTensor GroupReplicaContext::all_gather(const DTensor& x, int axis) {
+DTensor GroupReplicaContext::run_all_gather(const DTensor& x, int axis) {
   check_input(x, "all_gather");
   const int a = check_axis(x, axis);
   const std::string signature = fmt::format("all_gather(axis {}) of {}", a, describe(x));
@@ -203,7 +248,7 @@ DTensor GroupReplicaContext::all_gather(const DTensor& x, int axis) {
   return gathered == x.layout() ? out : relayout(out, x.layout());
 }
 
-DTensor GroupReplicaContext::broadcast(const DTensor& x, int root_replica) {
+DTensor GroupReplicaContext::run_broadcast(const DTensor& x, int root_replica) {
   check_input(x, "broadcast");
   check_root(root_replica);
   const std::string signature = fmt::format("broadcast(root {}) of {}", root_replica, describe(x));
@@ -219,7 +264,7 @@ DTensor GroupReplicaContext::broadcast(const DTensor& x, int root_replica) {
   return DTensor(x.layout(), x.shape(), x.dtype(), outputs, runtime());
 }
 
-void GroupReplicaContext::barrier() {
+void GroupReplicaContext::run_barrier() {
   run_on_cores("barrier", "barrier", [&](int, Communicator* comm, const Group& group) {
     return [comm, group]() { comm->barrier(group->collective_options()); };
   });

@@ -16,6 +16,7 @@
 
 #include "comm/group_service.h"
 #include "core/errors.h"
+#include "replicate/context_expiry.h"
 #include "replicate/cross_replica_group.h"
 #include "replicate/group_replica_context.h"
 #include "replicate/replica_placement.h"
@@ -151,12 +152,18 @@ void run_replica(int r, const std::shared_ptr<Call>& call) {
   };
   try {
     const Mesh mesh = detail::replica_core_mesh(r, cores);
-    detail::GroupReplicaContext ctx(r, mesh, *call->runtime, call->group);
-    DefaultMeshScope scope(mesh);
-    group.note(r, "placing its inputs");
-    std::vector<DTensor> inputs = place_inputs(call->args, r, mesh, *call->runtime);
-    group.note(r, detail::CrossReplicaGroup::kInComputation);
-    std::vector<DTensor> outputs = call->args.computation(ctx, inputs);
+    // Shared, so that a context the computation kept expires instead of dangling.
+    const auto ctx =
+        std::make_shared<detail::GroupReplicaContext>(r, mesh, *call->runtime, call->group);
+    std::vector<DTensor> outputs;
+    {
+      const detail::ExpireOnExit expiry(*ctx, "replicate() returned");
+      DefaultMeshScope scope(mesh);
+      group.note(r, "placing its inputs");
+      std::vector<DTensor> inputs = place_inputs(call->args, r, mesh, *call->runtime);
+      group.note(r, detail::CrossReplicaGroup::kInComputation);
+      outputs = call->args.computation(*ctx, inputs);
+    }
     group.finished(r);
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (!outputs[k].defined()) {

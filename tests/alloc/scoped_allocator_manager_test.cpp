@@ -10,24 +10,60 @@ namespace {
 TEST(ScopedAllocatorManager, FieldIdsAndRelease) {
   TrackingAllocator tracked(host_allocator(), "dev0");
   ScopedAllocatorManager mgr("dev0", &tracked);
-  ScopedAllocator& s = mgr.add(1, 10, "grads", {Shape{3}, Shape{5}}, DType::kF32, 2);
-  EXPECT_EQ(s.fields()[0].scope_id, 11);
-  EXPECT_EQ(s.fields()[1].scope_id, 12);
+  const std::shared_ptr<ScopedAllocator> s =
+      mgr.add(1, 10, "grads", {Shape{3}, Shape{5}}, DType::kF32, 2);
+  EXPECT_EQ(s->fields()[0].scope_id, 11);
+  EXPECT_EQ(s->fields()[1].scope_id, 12);
   Tensor b = mgr.allocate(1, 12, 20);
   Tensor a = mgr.allocate(1, 11, 12);
   EXPECT_EQ(static_cast<const uint8_t*>(b.data()) - static_cast<const uint8_t*>(a.data()), 64);
-  EXPECT_EQ(&mgr.get(1, 10), &s);
+  EXPECT_EQ(mgr.get(1, 10), s);
   EXPECT_EQ(mgr.num_live_scopes(), 1);
   mgr.release(1, 10);
   EXPECT_EQ(mgr.num_live_scopes(), 0);
-  EXPECT_EQ(tracked.stats().live_bytes, 128);  // the aliases keep the backing alive
+  EXPECT_EQ(tracked.stats().live_bytes, 128);  // the aliases and `s` keep the backing alive
   a = Tensor();
   b = Tensor();
-  EXPECT_EQ(tracked.stats().live_bytes, 0);
+  EXPECT_EQ(tracked.stats().live_bytes, 128);  // `s` still holds the scope
+
   EXPECT_TESSEL_ERROR(mgr.allocate(1, 11, 12), ErrorCode::kNotFound,
                       "device dev0 step 1: no live field with scope_id 11");
   EXPECT_TESSEL_ERROR(mgr.get(1, 10), ErrorCode::kNotFound, "no live ScopedAllocator");
   EXPECT_TESSEL_ERROR(mgr.release(1, 10), ErrorCode::kNotFound, "not live");
+}
+
+// A handle from get() or add() shares the scope: it keeps working after the manager forgot the
+// scope (cleanup_step, release) and after the manager itself is gone.
+TEST(ScopedAllocatorManager, HandlesOutliveCleanupReleaseAndTheManager) {
+  TrackingAllocator tracked(host_allocator(), "dev0");
+  std::shared_ptr<ScopedAllocator> from_get;
+  std::shared_ptr<ScopedAllocator> from_add;
+  {
+    ScopedAllocatorManager mgr("dev0", &tracked);
+    mgr.add(1, 10, "grads", {Shape{3}, Shape{5}}, DType::kF32, 2);
+    from_get = mgr.get(1, 10);
+    mgr.cleanup_step(1);
+    EXPECT_EQ(mgr.num_live_scopes(), 0);
+    EXPECT_TESSEL_ERROR(mgr.get(1, 10), ErrorCode::kNotFound, "no live ScopedAllocator");
+    from_add = mgr.add(2, 20, "acts", {Shape{4}}, DType::kF32, 1);
+    from_add->allocate(0, 16);
+    mgr.release(2, 20);
+  }
+  Tensor a = from_get->allocate(0, Shape{3});
+  Tensor b = from_get->allocate(1, 20);
+  a.fill(7.0);
+  EXPECT_EQ(from_get->backing().to_vector<float>()[2], 7.0f);
+  EXPECT_EQ(from_get->calls_remaining(), 0);
+  from_get->close();
+  EXPECT_TRUE(from_add->closed());
+  from_add->reopen(1);
+  EXPECT_EQ(from_add->allocate(0, 16).shape(), Shape{4});
+  from_add->close();
+  EXPECT_EQ(tracked.stats().live_bytes, 128 + 64);
+  a = b = Tensor();
+  from_get.reset();
+  from_add.reset();
+  EXPECT_EQ(tracked.stats().live_bytes, 0);
 }
 
 TEST(ScopedAllocatorManager, AlreadyExists) {

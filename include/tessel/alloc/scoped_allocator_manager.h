@@ -9,14 +9,18 @@
 // field id collides). Lookups by an id that is not live: kNotFound naming device, step and id.
 //
 //   ScopedAllocatorManager mgr("/device:CPU:0", device_allocator);
-//   ScopedAllocator& s = mgr.add(/*step=*/1, /*scope_id=*/10, "grads", shapes, DType::kF32, 2);
+//   auto s = mgr.add(/*step=*/1, /*scope_id=*/10, "grads", shapes, DType::kF32, 2);  // shared
 //   Tensor a = mgr.allocate(1, /*field scope id=*/11, bytes);   // field 0 of scope 10
 //   mgr.release(1, 10);           // closes (reports missing calls) and forgets the scope
 //   mgr.cleanup_step(1);          // drops whatever the step left (aborted steps), no checks
 //
-// Tensors handed out stay valid after release (they share the backing's storage).
+// Lifetime: add() and get() hand out shared ownership of the scope. The manager forgets a scope
+// at release() or cleanup_step(), but a holder's scope lives on and keeps working (allocate,
+// close, reopen: a round of its own, no longer reachable through the manager's ids), also after
+// the manager is destroyed. Tensors handed out stay valid after release (they share the
+// backing's storage).
 //
-// Thread safety: every call locks; a ScopedAllocator& stays valid until its scope is released.
+// Thread safety: every call locks.
 #pragma once
 
 #include <cstdint>
@@ -34,17 +38,19 @@ namespace tessel {
 
 class ScopedAllocatorManager {
  public:
-  // `allocator` (null: host_allocator()) must outlive the scopes' backing buffers.
+  // `allocator` (null: host_allocator()) must outlive the scopes' backing buffers (held
+  // scopes' included; an allocator owned by a std::shared_ptr is kept alive by them).
   explicit ScopedAllocatorManager(std::string device_name, Allocator* allocator = nullptr);
   ScopedAllocatorManager(const ScopedAllocatorManager&) = delete;
   ScopedAllocatorManager& operator=(const ScopedAllocatorManager&) = delete;
 
   const std::string& device_name() const { return device_; }
 
-  ScopedAllocator& add(int64_t step_id, int64_t scope_id, const std::string& name,
-                       const std::vector<Shape>& shapes, DType dtype, int expected_call_count);
+  std::shared_ptr<ScopedAllocator> add(int64_t step_id, int64_t scope_id, const std::string& name,
+                                       const std::vector<Shape>& shapes, DType dtype,
+                                       int expected_call_count);
   // The scope registered under `scope_id` in the step (kNotFound if none).
-  ScopedAllocator& get(int64_t step_id, int64_t scope_id);
+  std::shared_ptr<ScopedAllocator> get(int64_t step_id, int64_t scope_id);
   // Allocates the field registered under `field_scope_id` (= its scope's id + 1 + index).
   Tensor allocate(int64_t step_id, int64_t field_scope_id, size_t bytes);
   // Closes the scope (its kInternal error for missing calls propagates, after the scope has been

@@ -70,7 +70,9 @@ std::string_view mpi_thread_level_name(MpiThreadLevel level);  // "single", ...,
 // peer (its process exited, see the top of this file), the destructor does not call it, and
 // mpirun reports the job as failed. After a kDeadlineExceeded that may mean a process on
 // another host is gone, leave with std::_Exit or MPI_Abort instead of returning from main.
-// Destroy every MPI communicator before the owning MpiEnvironment. MPI cannot be initialised
+// Destroy every MPI communicator before the owning MpiEnvironment: one used after it throws
+// kFailedPrecondition ("used after MPI was finalized"), as MPI may not be called any more
+// (destroying it then is fine; it frees nothing). MPI cannot be initialised
 // again once finalized: that is kFailedPrecondition. Without MPI: kUnavailable.
 class MpiEnvironment {
  public:

@@ -31,13 +31,29 @@
 //   naming the failure; a replica that does not arrive in time: kDeadlineExceeded naming it
 //   (the deadline is ReplicateOptions::timeout).
 //
-// The virtual methods let a tracer (compile.h) substitute a recording context; the base class
-// implements the single-replica case (num_replicas() == 1: all_reduce and broadcast return x,
-// all_gather returns x, barrier returns) after the same argument checks, and throws
-// kFailedPrecondition for more replicas: only replicate()'s contexts have the communicators.
+// The protected virtual run_* methods let a tracer (compile.h) substitute a recording context;
+// the base class implements the single-replica case (num_replicas() == 1: all_reduce and
+// broadcast return x, all_gather returns x, barrier returns) after the same argument checks, and
+// throws kFailedPrecondition for more replicas: only replicate()'s contexts have the
+// communicators.
 //
-// Thread safety: a context belongs to its replica's controller thread.
+// Lifetime: replicate() and compile() make their contexts with std::make_shared and expire()
+// them when the computation returns (or throws); a holder that kept one (ctx.shared_from_this(),
+// or a Python reference) may still read replica_id(), num_replicas() and mesh(), but runtime()
+// and every collective then throw kFailedPrecondition "ReplicaContext: <call> used after
+// <what ended> (replica <r> of <n>)", e.g. "... after replicate() returned ...": the group and
+// communicators of that call are gone. expire() waits for calls in flight on other threads
+// (each bounded by its own deadline), so none of them outlives the call's group.
+//
+// Thread safety: a context belongs to its replica's controller thread; expire() may run while
+// other threads call the context (it waits for them, and they then see the expiry).
 #pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
 
 #include "tessel/core/reduce_op.h"
 #include "tessel/dtensor/dtensor.h"
@@ -46,28 +62,44 @@
 
 namespace tessel {
 
-class ReplicaContext {
+class ReplicaContext : public std::enable_shared_from_this<ReplicaContext> {
  public:
   virtual ~ReplicaContext();
+  ReplicaContext(const ReplicaContext&) = delete;
+  ReplicaContext& operator=(const ReplicaContext&) = delete;
 
+  // Plain values, readable for the context's whole life (also after expire()).
   int replica_id() const { return replica_id_; }
   int num_replicas() const { return num_replicas_; }
   // This replica's cores: a 1-D mesh "core" of num_cores_per_replica devices.
   const Mesh& mesh() const { return mesh_; }
-  Runtime& runtime() const { return *runtime_; }
+  // The runtime of the replica's devices; kFailedPrecondition after expire().
+  Runtime& runtime() const;
 
+  // Each collective throws kFailedPrecondition after expire() (see the header comment).
   // Elementwise `op` over the replicas' x (kMean: the sum divided by num_replicas).
-  virtual DTensor all_reduce(const DTensor& x, ReduceOp op = ReduceOp::kSum);
+  DTensor all_reduce(const DTensor& x, ReduceOp op = ReduceOp::kSum);
   // The replicas' x concatenated along `axis` (negative counts from the end), in replica order.
-  virtual DTensor all_gather(const DTensor& x, int axis);
+  DTensor all_gather(const DTensor& x, int axis);
   // Replica root_replica's x, on every replica.
-  virtual DTensor broadcast(const DTensor& x, int root_replica);
+  DTensor broadcast(const DTensor& x, int root_replica);
   // Returns once every replica has called it (after the work queued on this replica's cores).
-  virtual void barrier();
+  void barrier();
+
+  // Ends the context for good: `what_ended` names the call whose computation returned
+  // ("replicate() returned"). Waits for the calls in flight. Idempotent; never throws.
+  void expire(const std::string& what_ended) noexcept;
+  bool expired() const { return expired_.load(); }
 
  protected:
   // replica_id in [0, num_replicas), a non-empty mesh: kInvalidArgument otherwise.
   ReplicaContext(int replica_id, int num_replicas, Mesh mesh, Runtime& runtime);
+
+  // The collectives of a live context, called with the expiry lock held (see expire()).
+  virtual DTensor run_all_reduce(const DTensor& x, ReduceOp op);
+  virtual DTensor run_all_gather(const DTensor& x, int axis);
+  virtual DTensor run_broadcast(const DTensor& x, int root_replica);
+  virtual void run_barrier();
 
   // The argument checks of the collectives (see the header comment), for subclasses: x defined
   // and on mesh(); axis in [-rank, rank) (returned normalised); root in [0, num_replicas).
@@ -76,10 +108,17 @@ class ReplicaContext {
   void check_root(int root_replica) const;
 
  private:
+  // A shared hold on the context for one call; kFailedPrecondition naming `call` once expired.
+  std::shared_lock<std::shared_mutex> enter(const char* call) const;
+  [[noreturn]] void throw_expired(const char* call) const;
+
   int replica_id_;
   int num_replicas_;
   Mesh mesh_;
   Runtime* runtime_;
+  mutable std::shared_mutex expiry_mu_;  // shared by calls in flight, exclusive in expire()
+  std::atomic<bool> expired_{false};
+  std::string what_ended_;  // written once, under expiry_mu_ held exclusively
 };
 
 }  // namespace tessel

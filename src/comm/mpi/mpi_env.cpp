@@ -52,6 +52,15 @@ void record_mpi_thread_level(int provided) {
 }
 
 MpiCallLock::MpiCallLock() {
+  // A communicator, cluster or channel kept past MPI_Finalize (its MpiEnvironment destroyed)
+  // fails here: any MPI call now would abort the process. (MPI_Finalized is allowed at any time.)
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    throw_error(ErrorCode::kFailedPrecondition, kMpiComponent,
+                "used after MPI was finalized (the MpiEnvironment that initialised it was "
+                "destroyed); destroy MPI communicators, clusters and channels before it");
+  }
   if (g_multiple.load(std::memory_order_relaxed)) return;
   const int level = thread_level();
   if (level == MPI_THREAD_MULTIPLE) return;

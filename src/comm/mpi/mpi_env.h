@@ -64,7 +64,8 @@ inline constexpr int kClose = 5;
 
 // Held around every MPI call tessel makes: a process-wide mutex when MPI provides less than
 // MPI_THREAD_MULTIPLE, nothing otherwise. Below MPI_THREAD_SERIALIZED, a thread other than the
-// one that initialised MPI gets kFailedPrecondition.
+// one that initialised MPI gets kFailedPrecondition; so does any thread once MPI is finalized
+// (an MPI object used after its MpiEnvironment: MPI would abort the process).
 class MpiCallLock {
  public:
   MpiCallLock();
