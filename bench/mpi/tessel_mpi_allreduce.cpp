@@ -309,10 +309,8 @@ int run(const Config& c, const MpiEnvironment& mpi) {
 
 // How long a process that reports a failed collective stays before it exits, with SIGTERM
 // ignored. Open MPI's mpirun ends the whole job (SIGTERM, then SIGKILL a second later) as soon
-// as one process exits non-zero: without this, the first survivor to exit got the others killed
-// before they had reported, or before mpirun had forwarded their report (3 processes, one
-// killed: 12 runs of 12 showed one survivor's report only). The others learn of the loss within
-// the 100 ms watch period of tessel/comm/mpi.h.
+// as one process exits non-zero: the first survivor to exit could get the others killed before
+// they had reported. They learn of the loss within the 100 ms watch period of tessel/comm/mpi.h.
 constexpr std::chrono::milliseconds kReportGrace{300};
 
 // This process's rank in MPI_COMM_WORLD once MPI is up (fail() may not ask MPI: it may be gone).
