@@ -103,21 +103,37 @@ void bind_dtypes(py::module_& m) {
 
 // ---- Tensor <-> numpy ---------------------------------------------------------------------
 
+}  // namespace
+
 // A copy of any array-like; its numpy dtype name selects the DType (numpy's names are accepted
-// by dtype_from_name). With `dtype`, the copy is then converted.
+// by dtype_from_name). With `dtype`, the copy is then converted. An ndarray is read as it is,
+// whatever its strides and byte order (np.copyto into the tensor's storage): a broadcast view
+// (strides 0) costs only the tensor's own bytes, and a tensor too large to allocate is
+// tessel's kUnavailable naming its size, not a failed conversion.
 Tensor tensor_from_numpy(py::handle data, std::optional<DType> dtype) {
-  auto array = py::array::ensure(data, py::array::c_style);
+  const py::array array = py::array::ensure(data);
   if (!array) throw py::type_error("Tensor.from_numpy: cannot convert the argument to an ndarray");
-  if (!array.dtype().attr("isnative").cast<bool>()) {
-    array = array.attr("astype")(array.dtype().attr("newbyteorder")("="));
+  const DType source = dtype_from_name(py::str(array.dtype().attr("name")).cast<std::string>());
+  const std::vector<py::ssize_t> dims(array.shape(), array.shape() + array.ndim());
+  Tensor t = Tensor::empty(Shape(std::vector<int64_t>(dims.begin(), dims.end())), source, nullptr,
+                           /*zero_fill=*/false);  // every byte is copied below
+  if (t.nbytes() > 0) {
+    // A numpy view of the tensor's storage (the capsule base keeps numpy from copying it); it
+    // lives only for the copy.
+    const py::array storage(py::dtype(numpy_dtype_name(source)), dims, t.data(),
+                            py::capsule(t.data(), [](void*) {}));
+    py::module_::import("numpy").attr("copyto")(storage, array);
   }
-  DType source = dtype_from_name(py::str(array.dtype().attr("name")).cast<std::string>());
-  std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
-  Tensor t = Tensor::from_bytes(array.data(), static_cast<size_t>(array.nbytes()),
-                                Shape(std::move(dims)), source);
   if (dtype && *dtype != source) return t.astype(*dtype);
   return t;
 }
+
+Tensor to_tensor(py::handle obj) {
+  if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
+  return tensor_from_numpy(obj, std::nullopt);
+}
+
+namespace {
 
 // A contiguous numpy copy (bf16 converted to float32).
 py::array tensor_to_numpy(const Tensor& t) {

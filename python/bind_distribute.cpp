@@ -32,14 +32,6 @@ bool is_list_or_tuple(py::handle h) {
   return py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h);
 }
 
-// A tensor from a tessel.Tensor or anything numpy can make an array of.
-Tensor to_tensor(py::handle obj) {
-  if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
-  py::array array = py::array::ensure(obj);
-  if (!array) throw py::type_error("expected a tessel.Tensor or an array-like");
-  return array.cast<Tensor>();  // Tensor's implicit conversion from numpy
-}
-
 Value to_value(py::handle obj) {
   if (py::isinstance<IndexedSlices>(obj)) return obj.cast<IndexedSlices>();
   return to_tensor(obj);

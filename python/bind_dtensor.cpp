@@ -30,13 +30,6 @@ Runtime& runtime_or_global(Runtime* runtime) {
   return runtime != nullptr ? *runtime : Runtime::global();
 }
 
-// A tensor from a tessel.Tensor or anything numpy can make an array of (a copy, made by
-// tessel.Tensor's own constructor, bind_core.cpp).
-Tensor to_tensor(py::handle obj) {
-  if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
-  return py::type::of<Tensor>()(obj).cast<Tensor>();
-}
-
 std::vector<Tensor> to_tensors(py::handle objs) {
   if (!py::detail::is_plain_sequence(objs)) {
     throw py::type_error("expected a list of tessel.Tensor or array-likes");

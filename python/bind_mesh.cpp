@@ -59,6 +59,12 @@ Mesh make_mesh(const std::vector<std::string>& dim_names, py::handle global_devi
   if (!py::isinstance<py::array>(global_device_ids)) {
     invalid_argument("Mesh", "Variable global_device_ids must be an ndarray.");
   }
+  // Integers only: forcecast would truncate float ids (1.5 -> 1) without a word.
+  const py::dtype id_type = py::reinterpret_borrow<py::array>(global_device_ids).dtype();
+  if (id_type.kind() != 'i' && id_type.kind() != 'u') {
+    invalid_argument("Mesh", "global_device_ids must hold integers, got dtype " +
+                                 id_type.attr("name").cast<std::string>());
+  }
   auto ids =
       py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(global_device_ids);
   if (!ids) throw py::type_error("Mesh: global_device_ids must hold integers");

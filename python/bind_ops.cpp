@@ -231,10 +231,11 @@ void bind_shape_ops(py::module_& m) {
   m.def(
       "transpose",
       [](const DTensor& a, std::optional<std::vector<int64_t>> perm) {
-        const std::vector<int64_t> p = perm.value_or(std::vector<int64_t>{});
-        return run([&] { return transpose(a, p); });
+        return run([&] { return perm ? transpose(a, *perm) : transpose(a); });
       },
-      py::arg("a"), py::arg("perm") = py::none(), "perm None: the axes reversed.");
+      py::arg("a"), py::arg("perm") = py::none(),
+      "perm None: the axes reversed; an empty perm for a tensor of rank > 0 is an error, as in "
+      "numpy.");
   m.def(
       "slice",
       [](const DTensor& input_, const std::vector<int64_t>& begin,

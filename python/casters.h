@@ -5,6 +5,12 @@
 //   tessel::DType        <-> str name ("f32"); loads names, numpy dtypes and numpy scalar types
 //   tessel::MeshDimension <-> tessel.MeshDimension namedtuple (loads any (name, size) pair)
 //   tessel::PartialDim   <-> (mesh_dim, op name) tuple (loads the op as a str or ReduceOp)
+//   std::string          <-  str, as pybind11's own, except that a str UTF-8 cannot encode (a
+//                            lone surrogate such as '\ud800') is tessel's InvalidArgumentError
+//                            naming the text and where the surrogate is, instead of pybind's
+//                            "incompatible function arguments" or "Unable to cast" TypeError.
+//                            (A caster is not told which parameter it loads: the message names
+//                            the value.)
 // and two plain conversions: seconds_arg (a timeout in seconds) and numpy_dtype_name.
 #pragma once
 
@@ -17,6 +23,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +32,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/shape.h"
+#include "tessel/core/tensor.h"
 #include "tessel/mesh/layout.h"
 #include "tessel/mesh/mesh.h"
 
@@ -47,6 +56,13 @@ inline std::chrono::milliseconds seconds_arg(double seconds, const char* name,
   return std::chrono::milliseconds(
       static_cast<int64_t>(std::ceil(std::min(seconds, kMaxSeconds) * 1000.0)));
 }
+
+// A copy of any array-like as a Tensor (Tensor(array, dtype) in Python; bind_core.cpp).
+Tensor tensor_from_numpy(py::handle data, std::optional<DType> dtype);
+// A tessel.Tensor as it is, or tensor_from_numpy(obj): what every binding taking a host value
+// uses, so that a conversion error (e.g. a tensor too large to allocate) reaches the caller as
+// tessel's error, never as pybind's "incompatible function arguments".
+Tensor to_tensor(py::handle obj);
 
 // The numpy dtype name that holds `dtype`'s values as they are ("float32", "int64", ...);
 // nullptr for bf16, which numpy lacks (callers convert bf16 to f32 first or copy).
@@ -75,6 +91,41 @@ inline const char* numpy_dtype_name(DType dtype) {
 }  // namespace tessel::python
 
 namespace pybind11::detail {
+
+// Every std::string parameter and every cast<std::string>() of the module: pybind11's string
+// caster, with text UTF-8 cannot encode refused by a tessel::Error (thrown, not `return false`,
+// so that the message reaches the caller). Declared here, before any binding uses the caster,
+// in the one header every bind_*.cpp includes first.
+template <>
+struct type_caster<std::string> : string_caster<std::string> {
+  bool load(handle src, bool convert) {
+    if (src && PyUnicode_Check(src.ptr())) {
+      if (PyUnicode_AsUTF8AndSize(src.ptr(), nullptr) == nullptr) {
+        PyErr_Clear();
+        throw_invalid_text(src);
+      }
+    }
+    return string_caster<std::string>::load(src, convert);
+  }
+
+ private:
+  [[noreturn]] static void throw_invalid_text(handle src) {
+    const Py_ssize_t length = PyUnicode_GetLength(src.ptr());
+    Py_ssize_t at = 0;
+    Py_UCS4 unit = 0;
+    for (; at < length; ++at) {
+      unit = PyUnicode_ReadChar(src.ptr(), at);
+      if (unit >= 0xD800 && unit <= 0xDFFF) break;
+    }
+    char where[64];
+    std::snprintf(where, sizeof where, "a lone surrogate U+%04X at index %zd",
+                  static_cast<unsigned>(unit), static_cast<ssize_t>(at));
+    throw tessel::Error(tessel::ErrorCode::kInvalidArgument, "tessel",
+                        "str " + static_cast<std::string>(pybind11::str(pybind11::repr(src))) +
+                            " is not valid Unicode text (" + where +
+                            "); tessel takes text as UTF-8");
+  }
+};
 
 // True for a sequence that is not a str or bytes.
 inline bool is_plain_sequence(handle src) {

@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include "flags.h"
 
 namespace tessel::cli::bench {
 
@@ -28,6 +31,18 @@ double physical_memory_bytes() {
   const long page_size = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page_size <= 0) return 0;
   return static_cast<double>(pages) * static_cast<double>(page_size);
+}
+
+void check_fits_in_memory(const std::string& command, double needed_bytes,
+                          const std::string& what) {
+  const double physical = physical_memory_bytes();
+  if (physical > 0 && needed_bytes > 0.75 * physical) {
+    constexpr double kMiB = 1 << 20;
+    throw UsageError(command, what + " needs about " +
+                                  std::to_string(static_cast<int64_t>(needed_bytes / kMiB)) +
+                                  " MiB of buffers; this machine has " +
+                                  std::to_string(static_cast<int64_t>(physical / kMiB)) + " MiB");
+  }
 }
 
 CpuSample sample_cpu() {

@@ -15,6 +15,11 @@ std::string load_average_text();
 // Bytes of physical memory, or 0 when the system does not say.
 double physical_memory_bytes();
 
+// Refuses a run whose buffers would not fit, before it starts (rather than being killed or
+// failing an allocation halfway): throws UsageError(command, ...) when `needed_bytes` is more
+// than 3/4 of physical memory, naming `what` asked for it (e.g. "--n 65536").
+void check_fits_in_memory(const std::string& command, double needed_bytes, const std::string& what);
+
 // CPU time counters of the whole machine and of this process (clock ticks), to tell how much of
 // the machine other processes (or the hypervisor, as steal time) took during a run.
 struct CpuSample {

@@ -23,17 +23,16 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench_collectives.h"
 #include "bench_env.h"
-#include "bench_json.h"
 #include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
+#include "json_output.h"
 #include "tessel/comm/collective_options.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/core/dtype.h"
@@ -73,8 +72,10 @@ constexpr const char* kHelp =
     "  --root R            broadcast root (default 0)\n"
     "  -n, --iters N       timed calls per size and mode (default 20); time = their median\n"
     "  -w, --warmup N      untimed calls before them (default 5)\n"
-    "  --memcpy-threads T  threads of the memcpy baseline (default min(devices, hardware threads))\n"
-    "  --json              print one JSON object instead of the table\n"
+    "  --memcpy-threads T  threads of the memcpy baseline (default min(devices, hardware "
+    "threads))\n"
+    "  --json              print one JSON object instead of the table (one line; every\n"
+    "                      tessel bench --json writes a NaN or infinite number as null)\n"
     "\n"
     "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
 
@@ -329,30 +330,36 @@ std::string reduces_text(const Config& c) {
   return reduces ? std::string(reduce_op_name(c.op)) : "none";
 }
 
-void print_json(const Config& c, int memcpy_threads, double memcpy_gbps, double other_cpu,
-                const std::vector<Row>& rows) {
+void print_report_json(const Config& c, int memcpy_threads, double memcpy_gbps, double other_cpu,
+                       const std::vector<Row>& rows) {
   const int primary = c.collective == "broadcast" ? 1 : 0;
-  std::ostringstream o;
-  o << "{\"collective\": \"" << c.collective << "\", \"devices\": " << c.devices << ", \"dtype\": \""
-    << dtype_name(c.dtype) << "\", \"op\": \"" << reduces_text(c) << "\", \"algo\": \""
-    << algorithm_name(c.algorithm) << "\", \"iters\": " << c.iters << ", \"warmup\": " << c.warmup
-    << ", \"memcpy_gbps\": " << bench::json_number(memcpy_gbps) << ", \"memcpy_threads\": " << memcpy_threads
-    << ", \"other_cpu_fraction\": " << bench::json_number(other_cpu)
-    << ", \"mode\": \"" << (primary == 1 ? "in_place" : "out_of_place") << "\", \"rows\": [";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Mode& m = rows[i].mode[primary];
-    o << (i ? ", " : "") << "{\"bytes\": " << rows[i].bytes << ", \"count\": " << rows[i].count
-      << ", \"time_us\": " << bench::json_number(m.time_us) << ", \"algbw_gbps\": " << bench::json_number(m.algbw)
-      << ", \"busbw_gbps\": " << bench::json_number(m.busbw) << ", \"efficiency\": " << bench::json_number(m.efficiency)
-      << ", \"wrong\": " << m.wrong << "}";
+  Json out;
+  out["collective"] = c.collective;
+  out["devices"] = c.devices;
+  out["dtype"] = dtype_name(c.dtype);
+  out["op"] = reduces_text(c);
+  out["algo"] = algorithm_name(c.algorithm);
+  out["iters"] = c.iters;
+  out["warmup"] = c.warmup;
+  out["memcpy_gbps"] = json_number(memcpy_gbps);
+  out["memcpy_threads"] = memcpy_threads;
+  out["other_cpu_fraction"] = json_number(other_cpu);
+  out["mode"] = primary == 1 ? "in_place" : "out_of_place";
+  out["rows"] = Json::array();
+  for (const Row& row : rows) {
+    const Mode& m = row.mode[primary];
+    out["rows"].push_back(Json{{"bytes", row.bytes},
+                               {"count", row.count},
+                               {"time_us", json_number(m.time_us)},
+                               {"algbw_gbps", json_number(m.algbw)},
+                               {"busbw_gbps", json_number(m.busbw)},
+                               {"efficiency", json_number(m.efficiency)},
+                               {"wrong", m.wrong}});
   }
-  o << "]}\n";
-  std::cout << o.str();
+  print_json(out);
 }
 
 int run(const Config& c) {
-  // Refuse sizes whose buffers cannot fit in memory (rather than being killed halfway).
-  const double physical = bench::physical_memory_bytes();
   std::vector<std::unique_ptr<Communicator>> comms = make_in_process_communicators(c.devices);
   std::unique_ptr<Collective> coll = make_collective(c, comms);
   std::vector<int64_t> counts;
@@ -361,12 +368,9 @@ int run(const Config& c) {
     if (counts.empty() || counts.back() != count) counts.push_back(count);
     if (bytes > c.max_bytes / c.factor) break;
   }
-  const double needed = coll->footprint(counts.back());
-  if (physical > 0 && needed > 0.75 * physical) {
-    usage("-e " + std::to_string(c.max_bytes) + " needs about " + std::to_string(static_cast<int64_t>(needed / (1 << 20))) +
-          " MiB of buffers for " + std::to_string(c.devices) + " devices; this machine has " +
-          std::to_string(static_cast<int64_t>(physical / (1 << 20))) + " MiB");
-  }
+  bench::check_fits_in_memory(
+      "bench", coll->footprint(counts.back()),
+      "-e " + std::to_string(c.max_bytes) + " on " + std::to_string(c.devices) + " devices");
 
   const bench::CpuSample start = bench::sample_cpu();
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
@@ -395,7 +399,7 @@ int run(const Config& c) {
   }
   const double other_cpu = bench::other_cpu_fraction(start, bench::sample_cpu());
   if (c.json) {
-    print_json(c, memcpy_threads, memcpy_gbps, other_cpu, rows);
+    print_report_json(c, memcpy_threads, memcpy_gbps, other_cpu, rows);
   } else {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong), wrong == 0 ? "OK" : "FAILED");
     std::printf("# Avg bus bandwidth    : %g\n", measured ? busbw_sum / measured : 0.0);

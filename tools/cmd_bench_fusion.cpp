@@ -23,10 +23,13 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "bench_env.h"
 #include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
+#include "json_output.h"
 #include "tessel/alloc/fused_all_reduce.h"
 #include "tessel/alloc/fusion.h"
 #include "tessel/comm/collective_options.h"
@@ -85,6 +88,11 @@ FusionConfig parse(const Args& args) {
   flags.set({"--json"}, c.json);
   flags.parse(args);
   if (c.bytes % 4 != 0) flags.fail("--bytes: must be a multiple of 4 (f32)");
+  // Per device: the fused buckets, the separate tensors and the single buffer, each of
+  // tensors x bytes.
+  bench::check_fits_in_memory(
+      "bench fusion", 3.0 * c.tensors * static_cast<double>(c.bytes) * c.devices,
+      fmt::format("--tensors {} --bytes {} on {} devices", c.tensors, c.bytes, c.devices));
   return c;
 }
 
@@ -176,12 +184,15 @@ int run(const FusionConfig& c) {
   for (int64_t w : wrong) total_wrong += w;
   const int buckets = fused[0]->num_buckets();
   if (c.json) {
-    std::printf(
-        "{\"tensors\": %d, \"bytes_each\": %lld, \"devices\": %d, \"buckets\": %d, "
-        "\"fused_us\": %.6g, \"unfused_us\": %.6g, \"single_buffer_us\": %.6g, "
-        "\"fused_copy_us\": %.6g, \"wrong\": %lld}\n",
-        c.tensors, static_cast<long long>(c.bytes), c.devices, buckets, fused_us, unfused_us,
-        single_us, fused_copy_us, static_cast<long long>(total_wrong));
+    print_json(Json{{"tensors", c.tensors},
+                    {"bytes_each", c.bytes},
+                    {"devices", c.devices},
+                    {"buckets", buckets},
+                    {"fused_us", json_number(fused_us)},
+                    {"unfused_us", json_number(unfused_us)},
+                    {"single_buffer_us", json_number(single_us)},
+                    {"fused_copy_us", json_number(fused_copy_us)},
+                    {"wrong", total_wrong}});
   } else {
     std::printf(
         "# tessel bench fusion: %d f32 tensors x %lld bytes, %d devices, bucket threshold "

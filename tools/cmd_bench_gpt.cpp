@@ -16,6 +16,7 @@
 #include "char_dataset.h"
 #include "commands.h"
 #include "gpt_trainer.h"
+#include "json_output.h"
 #include "process_mesh.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/runtime/runtime.h"
@@ -157,23 +158,29 @@ int run_bench_gpt(const Args& args) {
   for (const auto& [b, m] : meshes) results.push_back(run_mesh(config, data, b, m, f.steps, peak));
   const double others = bench::other_cpu_fraction(cpu_before, bench::sample_cpu());
   if (f.json) {
-    std::string rows;
+    Json rows = Json::array();
     for (const MeshResult& r : results) {
-      rows += fmt::format(
-          "{}{{\"mesh\":[{},{}],\"step_seconds\":{:.4f},\"tokens_per_second\":{:.1f},"
-          "\"mfu\":{:.4f},\"vs_first\":{:.4f},\"collectives_per_step\":{:.1f},"
-          "\"bytes_per_step\":{:.0f},\"collective_seconds_per_step\":{:.3f},\"peak_bytes_per_device\":{:.0f},\"state_bytes_per_device\":"
-          "{:.0f}}}",
-          rows.empty() ? "" : ",", r.batch, r.model, r.step_seconds, r.tokens_per_second, r.mfu,
-          r.step_seconds / results.front().step_seconds, r.collectives, r.bytes, r.collective_seconds,
-          r.peak_bytes,
-          r.state_bytes);
+      rows.push_back(
+          Json{{"mesh", {r.batch, r.model}},
+               {"step_seconds", json_number(r.step_seconds)},
+               {"tokens_per_second", json_number(r.tokens_per_second)},
+               {"mfu", json_number(r.mfu, 4)},
+               {"vs_first", json_number(r.step_seconds / results.front().step_seconds, 4)},
+               {"collectives_per_step", json_number(r.collectives)},
+               {"bytes_per_step", json_number(r.bytes, 15)},
+               {"collective_seconds_per_step", json_number(r.collective_seconds)},
+               {"peak_bytes_per_device", json_number(r.peak_bytes, 15)},
+               {"state_bytes_per_device", json_number(r.state_bytes, 15)}});
     }
-    std::cout << fmt::format(
-        "{{\"config\":\"{}\",\"dropout\":{},\"parameters\":{},\"flops_per_token\":{:.0f},\"sgemm_peak_flops\":"
-        "{:.4g},\"sgemm_threads\":{},\"load\":\"{}\",\"other_cpu\":{:.3f},\"meshes\":[{}]}}\n",
-        f.config, config.dropout, config.num_parameters(), config.flops_per_token(), peak, f.sgemm_threads,
-        bench::load_average_text(), others, rows);
+    print_json(Json{{"config", f.config},
+                    {"dropout", json_number(config.dropout)},
+                    {"parameters", config.num_parameters()},
+                    {"flops_per_token", json_number(config.flops_per_token(), 15)},
+                    {"sgemm_peak_flops", json_number(peak, 4)},
+                    {"sgemm_threads", f.sgemm_threads},
+                    {"load", bench::load_average_text()},
+                    {"other_cpu", json_number(others, 3)},
+                    {"meshes", rows}});
     return kExitOk;
   }
   std::cout << fmt::format(

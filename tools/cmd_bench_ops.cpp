@@ -8,9 +8,11 @@
 
 #include <fmt/format.h>
 
+#include "bench_env.h"
 #include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
+#include "json_output.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/runtime/runtime.h"
@@ -43,6 +45,10 @@ struct DispatchFlags {
   bool json = false;
 };
 
+// The largest --n (a 65536^2 f32 matrix is 16 GiB) and --rounds.
+constexpr int64_t kMaxN = 65536;
+constexpr int64_t kMaxRounds = 1000;
+
 using bench::median;  // medians of odd counts are the middle value
 
 template <typename Fn>
@@ -61,11 +67,15 @@ int run_bench_matmul(const Args& args) {
   }
   MatmulFlags f;
   FlagParser flags("bench matmul");
-  flags.positive({"--n"}, f.n);
-  flags.positive({"--devices"}, f.devices);
-  flags.positive({"--rounds"}, f.rounds);
+  flags.integer({"--n"}, f.n, 1, kMaxN);
+  flags.integer({"--devices"}, f.devices, 1, kMaxCpuDevices);
+  flags.integer({"--rounds"}, f.rounds, 1, kMaxRounds);
   flags.set({"--json"}, f.json);
   flags.parse(args);
+  // A, B and the product, once on one device and once sharded over the mesh.
+  bench::check_fits_in_memory("bench matmul",
+                              6.0 * static_cast<double>(f.n) * static_cast<double>(f.n) * 4,
+                              "--n " + std::to_string(f.n));
   Runtime rt({.num_cpu_devices = static_cast<int>(f.devices)});
   const Shape square{f.n, f.n};
   const Mesh one = Mesh::create_on_devices({{"x", 1}}, {rt.device(0).name()});
@@ -85,10 +95,11 @@ int run_bench_matmul(const Args& args) {
   }
   const double s = median(single), p = median(sharded);
   if (f.json) {
-    std::cout << fmt::format(
-        "{{\"n\": {}, \"devices\": {}, \"single_us\": {:.1f}, \"sharded_us\": {:.1f}, "
-        "\"speedup\": {:.3f}}}\n",
-        f.n, f.devices, s, p, s / p);
+    print_json(Json{{"n", f.n},
+                    {"devices", f.devices},
+                    {"single_us", json_number(s)},
+                    {"sharded_us", json_number(p)},
+                    {"speedup", json_number(s / p, 4)}});
   } else {
     std::cout << fmt::format("matmul {0}x{0}x{0} f32: one device {1:.0f} us, rows over {2} devices "
                              "{3:.0f} us: {4:.2f}x faster\n",
@@ -104,9 +115,9 @@ int run_bench_dispatch(const Args& args) {
   }
   DispatchFlags f;
   FlagParser flags("bench dispatch");
-  flags.positive({"--devices"}, f.devices);
-  flags.positive({"--ops"}, f.ops);
-  flags.positive({"--rounds"}, f.rounds);
+  flags.integer({"--devices"}, f.devices, 1, kMaxCpuDevices);
+  flags.integer({"--ops"}, f.ops, 1, 10000000);
+  flags.integer({"--rounds"}, f.rounds, 1, kMaxRounds);
   flags.set({"--json"}, f.json);
   flags.parse(args);
   Runtime rt({.num_cpu_devices = static_cast<int>(f.devices)});
@@ -123,8 +134,7 @@ int run_bench_dispatch(const Args& args) {
   }
   const double m = median(per_op);
   if (f.json) {
-    std::cout << fmt::format("{{\"devices\": {}, \"ops\": {}, \"per_op_us\": {:.2f}}}\n", f.devices,
-                             f.ops, m);
+    print_json(Json{{"devices", f.devices}, {"ops", f.ops}, {"per_op_us", json_number(m)}});
   } else {
     std::cout << fmt::format("add of two [8] f32 DTensors over {} devices: {:.2f} us per op "
                              "dispatched and executed (median of {} rounds of {})\n",

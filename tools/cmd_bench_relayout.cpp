@@ -27,16 +27,15 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench_env.h"
-#include "bench_json.h"
 #include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
+#include "json_output.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/comm/mesh_groups.h"
 #include "tessel/core/dtype.h"
@@ -167,6 +166,15 @@ RelayoutConfig parse(const Args& args) {
   if (!have_mesh) usage("--mesh is required (e.g. --mesh x=4)");
   if (!have_from) usage("--from is required (e.g. --from x,unsharded)");
   if (!have_to) usage("--to is required (e.g. --to unsharded,x)");
+  // At most a whole copy per device in each of the source, the result, the expected result and
+  // the raw collective's inputs and outputs, plus the host copies.
+  double devices = 1;
+  for (const MeshDimension& d : c.mesh_dims) devices *= static_cast<double>(d.size);
+  bench::check_fits_in_memory(
+      "bench relayout",
+      static_cast<double>(c.shape.num_elements()) * dtype_size(c.dtype) * (5 * devices + 2),
+      "--shape " + c.shape.to_string() + " (" + std::string(dtype_name(c.dtype)) + ") on " +
+          std::to_string(static_cast<int64_t>(devices)) + " devices");
   return c;
 }
 
@@ -426,14 +434,15 @@ int run(const RelayoutConfig& c) {
   }
 
   if (c.json) {
-    std::ostringstream o;
-    o << "{\"plan\": [";
-    for (size_t i = 0; i < plan.steps.size(); ++i) o << (i ? ", " : "") << bench::json_string(plan.steps[i].to_string());
-    o << "], \"bytes\": " << bytes << ", \"relayout_us\": " << bench::json_number(relayout_us)
-      << ", \"memcpy_us\": " << bench::json_number(memcpy_us)
-      << ", \"collective\": " << (collective ? bench::json_string(collective->name()) : "null")
-      << ", \"collective_us\": " << bench::json_number(collective_us) << ", \"wrong\": " << wrong << "}\n";
-    std::cout << o.str();
+    Json steps = Json::array();
+    for (const auto& step : plan.steps) steps.push_back(step.to_string());
+    print_json(Json{{"plan", steps},
+                    {"bytes", bytes},
+                    {"relayout_us", json_number(relayout_us)},
+                    {"memcpy_us", json_number(memcpy_us)},
+                    {"collective", collective ? Json(collective->name()) : Json(nullptr)},
+                    {"collective_us", json_number(collective_us)},
+                    {"wrong", wrong}});
   } else {
     std::printf("# tessel bench relayout: %s %s (%s), mesh %s on %d CPU devices; hardware threads %u, load "
                 "average %s; medians of %d calls in %d rounds\n",

@@ -39,6 +39,7 @@
 #include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
+#include "json_output.h"
 #include "tessel/core/error.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
@@ -74,20 +75,29 @@ struct Config {
 Config parse(const Args& args) {
   Config c;
   FlagParser flags("bench replicate");
-  flags.positive({"--replicas"}, c.replicas);
-  flags.positive({"--devices"}, c.devices);
+  flags.integer({"--replicas"}, c.replicas, 1, kMaxCpuDevices);
+  flags.integer({"--devices"}, c.devices, 1, kMaxCpuDevices);
   flags.positive({"--batch"}, c.batch);
   flags.positive({"--features"}, c.features);
   flags.positive({"--hidden"}, c.hidden);
   flags.positive({"--classes"}, c.classes);
-  flags.positive({"--steps"}, c.steps);
-  flags.positive({"--rounds"}, c.rounds);
+  flags.integer({"--steps"}, c.steps, 1, 1000000);
+  flags.integer({"--rounds"}, c.rounds, 1, 1000);
   flags.set({"--json"}, c.json);
   flags.parse(args);
   if (c.devices == 0) c.devices = c.replicas;
   if (c.devices < c.replicas) {
     flags.fail(fmt::format("--devices {} is fewer than --replicas {}", c.devices, c.replicas));
   }
+  // Per replica: inputs, weights, activations and gradients of the MLP (a few copies each, for
+  // the compiled, eager and sequential runs), f32.
+  const double b = static_cast<double>(c.batch), f = static_cast<double>(c.features),
+               h = static_cast<double>(c.hidden), k = static_cast<double>(c.classes);
+  bench::check_fits_in_memory(
+      "bench replicate",
+      8.0 * 4 * static_cast<double>(c.replicas) * (b * f + f * h + h * k + b * h + b * k),
+      fmt::format("--batch {} --features {} --hidden {} --classes {} on {} replicas", c.batch,
+                  c.features, c.hidden, c.classes, c.replicas));
   return c;
 }
 
@@ -284,21 +294,32 @@ int run_bench_replicate(const Args& args) {
   const double load = bench::load_average();  // -1 when unknown
 
   if (c.json) {
-    std::cout << fmt::format(
-        "{{\"replicas\": {}, \"devices\": {}, \"hardware_threads\": {}, \"batch\": {}, "
-        "\"features\": {}, \"hidden\": {}, \"classes\": {}, \"graph_nodes\": {}, "
-        "\"compiled_us\": {:.1f}, \"eager_us\": {:.1f}, \"sequential_us\": {:.1f}, "
-        "\"eager_over_compiled\": {:.3f}, \"sequential_over_compiled\": {:.3f}, "
-        "\"kernels_us\": {:.1f}, \"replay_us\": {:.1f}, \"eager_step_us\": {:.1f}, "
-        "\"replay_overhead_us\": {:.1f}, \"eager_overhead_us\": {:.1f}, "
-        "\"parallel_overhead_us\": {:.1f}, \"compiled_faults\": {:.1f}, \"eager_faults\": {:.1f}, "
-        "\"sequential_faults\": {:.1f}, \"replay_faults\": {:.1f}, \"eager_step_faults\": {:.1f}, "
-        "\"load1\": {:.2f}, \"wrong\": {}}}\n",
-        replicas, c.devices, std::thread::hardware_concurrency(), c.batch, c.features, c.hidden,
-        c.classes, compiled->graph().nodes().size(), compiled_us, eager_us, sequential_us,
-        eager_us / compiled_us, sequential_us / compiled_us, kernels_us, replay_us, direct_us,
-        replay_us - kernels_us, direct_us - kernels_us, parallel_overhead_us, median(f_compiled),
-        median(f_eager), median(f_sequential), median(f_replay), median(f_direct), load, wrong);
+    print_json(Json{{"replicas", replicas},
+                    {"devices", c.devices},
+                    {"hardware_threads", std::thread::hardware_concurrency()},
+                    {"batch", c.batch},
+                    {"features", c.features},
+                    {"hidden", c.hidden},
+                    {"classes", c.classes},
+                    {"graph_nodes", compiled->graph().nodes().size()},
+                    {"compiled_us", json_number(compiled_us)},
+                    {"eager_us", json_number(eager_us)},
+                    {"sequential_us", json_number(sequential_us)},
+                    {"eager_over_compiled", json_number(eager_us / compiled_us, 4)},
+                    {"sequential_over_compiled", json_number(sequential_us / compiled_us, 4)},
+                    {"kernels_us", json_number(kernels_us)},
+                    {"replay_us", json_number(replay_us)},
+                    {"eager_step_us", json_number(direct_us)},
+                    {"replay_overhead_us", json_number(replay_us - kernels_us)},
+                    {"eager_overhead_us", json_number(direct_us - kernels_us)},
+                    {"parallel_overhead_us", json_number(parallel_overhead_us)},
+                    {"compiled_faults", json_number(median(f_compiled))},
+                    {"eager_faults", json_number(median(f_eager))},
+                    {"sequential_faults", json_number(median(f_sequential))},
+                    {"replay_faults", json_number(median(f_replay))},
+                    {"eager_step_faults", json_number(median(f_direct))},
+                    {"load1", json_number(load, 3)},
+                    {"wrong", wrong}});
   } else {
     std::cout << fmt::format(
         "MLP step [{}x{}] -> {} -> {}, {} replicas x 1 core on {} devices ({} hardware threads, "

@@ -17,8 +17,9 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
-#include "process_mesh.h"
 #include "flags.h"
+#include "json_output.h"
+#include "process_mesh.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/dtensor/autodiff.h"
@@ -38,7 +39,9 @@ constexpr const char* kHelp =
     "Trains a small MLP on a synthetic classification task over a batch x model mesh of\n"
     "virtual CPU devices: an input projection (replicated weights: data parallel), a column-\n"
     "parallel layer and a row-parallel layer (Megatron: no communication between them), Adam.\n"
-    "Every step's loss is checked against the same model on one device.\n"
+    "Every step's loss is checked against the same model on one device: a relative difference\n"
+    "above 1e-4 (or NaN) fails the run (exit status 1). A non-finite loss stops training at\n"
+    "once with an error naming the step and the value (exit status 1).\n"
     "\n"
     "  --mesh BxM          batch x model mesh (default 2x2)\n"
     "  --batch N           examples per step (default 512)\n"
@@ -53,6 +56,7 @@ constexpr const char* kHelp =
     "  --json              print {\"mesh\", \"steps\", \"final_loss\", \"final_accuracy\",\n"
     "                      \"max_rel_loss_diff\", \"step_us\", \"single_device_step_us\",\n"
     "                      \"collectives_per_step\", \"bytes_per_step\"} instead of the summary\n"
+    "                      (one line; a number that is NaN or infinite is written as null)\n"
     "  --layouts           the older walkthrough of layouts on a 2x2 mesh instead\n"
     "\n"
     "Several processes: `mpirun -np P tessel demo` makes each process a client holding B*M/P\n"
@@ -190,6 +194,24 @@ std::string bar(int64_t done, int64_t total) {
   return std::string(static_cast<size_t>(filled), '=') + std::string(static_cast<size_t>(width - filled), ' ');
 }
 
+// The largest relative loss difference from one device the demo accepts.
+constexpr double kParityTolerance = 1e-4;
+
+// Stops training at the first non-finite loss, naming the step and the value (as torchtitan
+// and Keras' TerminateOnNaN do): continuing would only print NaN.
+void check_finite_loss(double loss, int64_t step, const char* model, double lr) {
+  if (!std::isfinite(loss)) {
+    throw Error(ErrorCode::kFailedPrecondition, "demo",
+                fmt::format("step {}: the {} loss is {} (Adam lr {}); training stopped", step + 1,
+                            model, loss, lr));
+  }
+}
+
+// |loss - ref| relative to |ref|; NaN when either is NaN.
+double relative_difference(double loss, double ref) {
+  return std::abs(loss - ref) / std::max(std::abs(ref), 1e-12);
+}
+
 int train(const Options& o) {
   const ProcessMesh pm("demo", o.mesh_batch, o.mesh_model);
   Runtime& rt = pm.runtime();
@@ -229,6 +251,7 @@ int train(const Options& o) {
     auto t0 = std::chrono::steady_clock::now();
     loss = model.step(batch);
     auto t1 = std::chrono::steady_clock::now();
+    check_finite_loss(loss, s, "mesh", o.lr);
     losses.push_back(loss);
     const RelayoutStats after = relayout_stats();
     if (s == o.steps - 1 || s == 3) {
@@ -240,8 +263,10 @@ int train(const Options& o) {
       auto t2 = std::chrono::steady_clock::now();
       const double ref = single->step(batch);
       auto t3 = std::chrono::steady_clock::now();
+      check_finite_loss(ref, s, "single-device", o.lr);
       if (s >= 3 || o.steps <= 3) single_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
-      max_rel = std::max(max_rel, std::abs(loss - ref) / std::max(std::abs(ref), 1e-12));
+      const double rel = relative_difference(loss, ref);
+      if (std::isnan(rel) || rel > max_rel) max_rel = rel;  // a NaN sticks (std::max drops it)
     }
     // On a terminal the bar is redrawn every step; in a log, a line every 10 steps.
     const bool keep = s % 10 == 9 || s == o.steps - 1 || s == 0;
@@ -257,15 +282,19 @@ int train(const Options& o) {
   const double one_us = median(single_us);
   if (!pm.prints()) return kExitOk;
   if (!o.losses_path.empty()) write_losses(o.losses_path, losses);
+  const bool parity = !single || max_rel <= kParityTolerance;  // false for NaN
   if (o.json) {
-    std::cout << fmt::format(
-        "{{\"mesh\": \"{}x{}\", \"processes\": {}, \"steps\": {}, \"final_loss\": {:.6g}, \"final_accuracy\": {:.4f}, "
-        "\"max_rel_loss_diff\": {}, \"step_us\": {:.1f}, \"single_device_step_us\": {}, "
-        "\"collectives_per_step\": {}, \"bytes_per_step\": {}}}\n",
-        o.mesh_batch, o.mesh_model, pm.client().num_clients, o.steps, loss, accuracy,
-        single ? fmt::format("{:.3g}", max_rel) : "null", mesh_us,
-        single ? fmt::format("{:.1f}", one_us) : "null", collectives, bytes);
-    return kExitOk;
+    print_json(Json{{"mesh", fmt::format("{}x{}", o.mesh_batch, o.mesh_model)},
+                    {"processes", pm.client().num_clients},
+                    {"steps", o.steps},
+                    {"final_loss", json_number(loss)},
+                    {"final_accuracy", json_number(accuracy, 4)},
+                    {"max_rel_loss_diff", single ? json_number(max_rel, 3) : Json(nullptr)},
+                    {"step_us", json_number(mesh_us)},
+                    {"single_device_step_us", single ? json_number(one_us) : Json(nullptr)},
+                    {"collectives_per_step", collectives},
+                    {"bytes_per_step", bytes}});
+    return parity ? kExitOk : kExitFailure;
   }
   std::cout << fmt::format("\nfinal loss {:.5f}, accuracy {:.1f}% on a fresh batch\n", loss,
                            100 * accuracy)
@@ -273,10 +302,18 @@ int train(const Options& o) {
             << fmt::format("step time: {:.0f} us on the {}x{} mesh", mesh_us, o.mesh_batch, o.mesh_model);
   if (single) {
     std::cout << fmt::format(", {:.0f} us on one device ({:.2f}x)\n", one_us, mesh_us / one_us)
-              << fmt::format("largest relative loss difference from one device: {:.2e} ({})\n",
-                             max_rel, max_rel <= 1e-4 ? "within 1e-4" : "ABOVE 1e-4");
+              << fmt::format(
+                     "largest relative loss difference from one device: {:.2e} ({} {:.0e})\n",
+                     max_rel, parity ? "within" : "ABOVE", kParityTolerance);
   } else {
     std::cout << "\n";
+  }
+  if (!parity) {
+    std::cerr << fmt::format(
+        "tessel: error: demo: the mesh's losses differ from one device's by {:.2e} "
+        "(relative), above {:.0e}\n",
+        max_rel, kParityTolerance);
+    return kExitFailure;
   }
   return kExitOk;
 }

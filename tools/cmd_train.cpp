@@ -20,6 +20,7 @@
 #include "flags.h"
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
+#include "json_output.h"
 #include "process_mesh.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
@@ -37,8 +38,10 @@ constexpr const char* kHelp =
     "data parallel over batch, Megatron tensor parallel over model (heads, MLP columns and the\n"
     "vocabulary sharded), AdamW with warm-up and cosine decay, gradient clipping at norm 1.\n"
     "\n"
-    "  --config NAME       tiny (4 layers, width 128, context 64, batch 12: nanoGPT's CPU recipe),\n"
-    "                      baby (6 layers, width 384, context 256, batch 64) or test (default tiny)\n"
+    "  --config NAME       tiny (4 layers, width 128, context 64, batch 12: nanoGPT's CPU "
+    "recipe),\n"
+    "                      baby (6 layers, width 384, context 256, batch 64) or test (default "
+    "tiny)\n"
     "  --mesh BxM          batch x model mesh, also batch=B,model=M (default 2x2)\n"
     "  --steps N           training steps (default: the config's, 2000 for tiny)\n"
     "  --eval-interval N   validation loss every N steps and at the end (default: the config's)\n"
@@ -51,9 +54,13 @@ constexpr const char* kHelp =
     "  --sample N          characters to generate at the end (default 300; 0: none)\n"
     "  --metrics FILE      write step,loss,lr,grad_norm,step_seconds and the evaluations as CSV\n"
     "  --json              print one JSON object at the end instead of the progress output\n"
+    "                      (one line; a number that is NaN or infinite is written as null)\n"
     "  --check-reference FILE  instead of training, check the `test` model on this mesh against\n"
     "                      the JAX reference dump FILE (examples/gpt/reference/): logits,\n"
     "                      gradients and 10 AdamW steps in f32; exit 1 when out of tolerance\n"
+    "\n"
+    "A non-finite loss or gradient norm stops training before the update, with an error naming\n"
+    "the step and the values (exit status 1).\n"
     "\n"
     "Several processes: `mpirun -np P tessel train gpt` makes each process a client holding\n"
     "B*M/P devices of the mesh; only process 0 prints.\n";
@@ -127,9 +134,6 @@ gpt::GptConfig config_of(const Options& o) {
   if (o.lr) c.learning_rate = *o.lr;
   return c;
 }
-
-// JSON has no NaN or infinity: those are written as null.
-std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
 
 std::string progress_line(const gpt::StepReport& r, int64_t total, double tokens_per_step,
                           double elapsed) {
@@ -221,24 +225,26 @@ int train_gpt(const Options& o) {
     for (const auto& e : evals) out << fmt::format("eval,{},{:.6f},,,,{:.6f}\n", e.step, e.train, e.val);
   }
   if (o.json) {
-    std::string losses;
-    for (const auto& r : reports) {
-      if (!losses.empty()) losses += ',';
-      losses += json_number(r.loss);
-    }
-    std::string ev;
+    Json losses = Json::array();
+    for (const auto& r : reports) losses.push_back(json_number(r.loss));
+    Json ev = Json::array();
     for (const auto& e : evals) {
-      ev += fmt::format("{}{{\"step\":{},\"train_loss\":{},\"val_loss\":{}}}", ev.empty() ? "" : ",",
-                        e.step, json_number(e.train), json_number(e.val));
+      ev.push_back(Json{{"step", e.step},
+                        {"train_loss", json_number(e.train)},
+                        {"val_loss", json_number(e.val)}});
     }
-    std::cout << fmt::format(
-        "{{\"config\":\"{}\",\"mesh\":[{},{}],\"processes\":{},\"sequence_parallel\":{},"
-        "\"steps\":{},\"final_train_loss\":{},\"final_val_loss\":{},\"train_seconds\":{},"
-        "\"median_step_seconds\":{},\"tokens_per_second\":{},\"losses\":[{}],\"evals\":[{}]}}\n",
-        o.config, o.mesh_batch, o.mesh_model, client.num_clients, o.sp ? "true" : "false",
-        c.max_iters, json_number(evals.back().train), json_number(evals.back().val),
-        json_number(train_seconds), json_number(median_step),
-        json_number(tokens_per_step / median_step), losses, ev);
+    print_json(Json{{"config", o.config},
+                    {"mesh", {o.mesh_batch, o.mesh_model}},
+                    {"processes", client.num_clients},
+                    {"sequence_parallel", o.sp},
+                    {"steps", c.max_iters},
+                    {"final_train_loss", json_number(evals.back().train)},
+                    {"final_val_loss", json_number(evals.back().val)},
+                    {"train_seconds", json_number(train_seconds)},
+                    {"median_step_seconds", json_number(median_step)},
+                    {"tokens_per_second", json_number(tokens_per_step / median_step)},
+                    {"losses", losses},
+                    {"evals", ev}});
     return kExitOk;
   }
   std::cout << fmt::format("trained {} steps in {:.1f} s (median step {:.1f} ms, {:.0f} tokens/s); "

@@ -1,6 +1,8 @@
 // The tessel CLI's subcommands. Each takes the arguments after its name and returns the exit
-// status; a UsageError escaping a command is reported by main() as bad arguments and
-// tessel::Error as bad input (both status 2).
+// status; main() reports an exception escaping a command on stderr: a UsageError as bad
+// arguments (2), a tessel::Error by its code (input tessel rejected: 2; a run that failed, e.g.
+// kAborted for a lost peer, kDeadlineExceeded, kFailedPrecondition for a non-finite loss: 1),
+// any other std::exception as an internal error (1).
 #pragma once
 
 #include "flags.h"
@@ -8,7 +10,7 @@
 namespace tessel::cli {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // an unexpected exception (a tessel bug)
+inline constexpr int kExitFailure = 1;  // the run failed: wrong results, a failed collective, a bug
 inline constexpr int kExitUsage = 2;    // bad arguments or input tessel rejected
 
 int run_info(const Args& args);

@@ -1,8 +1,13 @@
 // tessel: command-line entry point. Dispatches to one subcommand per file (cmd_*.cpp) and turns
-// errors into messages on stderr and exit statuses.
+// every error into a message on stderr and an exit status (commands.h): no exception leaves
+// main(), and no command runs threads of its own whose exceptions could escape (bench's worker
+// threads hand theirs to the caller: bench_team.h).
+#include <chrono>
+#include <csignal>
 #include <exception>
 #include <iostream>
 #include <string_view>
+#include <thread>
 
 #include "commands.h"
 #include "flags.h"
@@ -20,7 +25,37 @@ constexpr std::string_view kUsage =
     "  bench    time a collective over N in-process devices (nccl-tests table)\n"
     "  train    train a model: `tessel train gpt` (nanoGPT's character GPT on a mesh)\n"
     "\n"
-    "Run 'tessel <command> --help' for a command's options.\n";
+    "Run 'tessel <command> --help' for a command's options.\n"
+    "\n"
+    "Exit status: 0 done; 1 the run failed (a wrong result, a lost process, a deadline, a\n"
+    "non-finite loss); 2 bad arguments or input tessel rejected. Errors go to stderr as\n"
+    "'tessel: error: <what>'. --json output is one line of JSON; NaN and infinities are null.\n";
+
+constexpr std::chrono::milliseconds kReportGrace{300};
+
+// A tessel::Error that failed the run (a lost peer, a deadline, a diverged training run, a
+// broken invariant) exits 1; the others reject what the user asked for (a bad layout, an unknown
+// name, an index out of range) and exit 2, as bad arguments do.
+int exit_status_of(tessel::ErrorCode code) {
+  using tessel::ErrorCode;
+  using tessel::cli::kExitFailure;
+  using tessel::cli::kExitUsage;
+  switch (code) {
+    case ErrorCode::kFailedPrecondition:
+    case ErrorCode::kUnavailable:
+    case ErrorCode::kDeadlineExceeded:
+    case ErrorCode::kAborted:
+    case ErrorCode::kInternal:
+      return kExitFailure;
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kOutOfRange:
+    case ErrorCode::kNotFound:
+    case ErrorCode::kAlreadyExists:
+    case ErrorCode::kUnimplemented:
+      return kExitUsage;
+  }
+  return kExitFailure;
+}
 
 }  // namespace
 
@@ -49,10 +84,16 @@ int main(int argc, char** argv) {
               << " --help' for usage.\n";
     return kExitUsage;
   } catch (const tessel::Error& e) {
-    // Every tessel::Error reaching here comes from input the user gave (or a layout the demo
-    // built): report it as bad input.
-    std::cerr << "tessel: error: " << e.what() << "\n";
-    return kExitUsage;
+    std::cerr << "tessel: error: " << e.what() << "\n" << std::flush;
+    if (e.code() == tessel::ErrorCode::kAborted ||
+        e.code() == tessel::ErrorCode::kDeadlineExceeded) {
+      // A failed collective: under mpirun, which ends the job (SIGTERM, then SIGKILL) at the
+      // first non-zero exit, stay a moment with SIGTERM ignored, so that the other processes
+      // report it too (they learn of it within the 100 ms watch period of tessel/comm/mpi.h).
+      std::signal(SIGTERM, SIG_IGN);
+      std::this_thread::sleep_for(kReportGrace);
+    }
+    return exit_status_of(e.code());
   } catch (const std::exception& e) {
     std::cerr << "tessel: internal error: " << e.what() << "\n";
     return kExitFailure;

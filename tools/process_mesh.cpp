@@ -1,6 +1,7 @@
 #include "process_mesh.h"
 
 #include <algorithm>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -47,12 +48,17 @@ ProcessMesh::ProcessMesh(std::string_view command, int64_t batch, int64_t model)
                             batch, model, devices, client_.num_clients));
   }
   local_devices_ = static_cast<int>(devices / client_.num_clients);
-  if (client_.num_clients > 1) mpi_.emplace();
+  if (client_.num_clients > 1) mpi_ = std::make_unique<MpiEnvironment>();
   runtime_ = std::make_unique<Runtime>(RuntimeOptions{
       .num_cpu_devices = local_devices_, .job = client_.job, .task = client_.client_id});
   std::vector<std::string> local_names;
   for (int i = 0; i < local_devices_; ++i) local_names.push_back(fmt::format("CPU:{}", i));
   mesh_ = create_distributed_mesh({{"batch", batch}, {"model", model}}, local_names, client_);
+}
+
+ProcessMesh::~ProcessMesh() {
+  runtime_.reset();  // the devices first, as the members' order would
+  if (std::uncaught_exceptions() > 0) static_cast<void>(mpi_.release());  // no MPI_Finalize
 }
 
 }  // namespace tessel::cli

@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,6 +31,11 @@ class ProcessMesh {
   // B*M devices that do not split evenly over the processes: kInvalidArgument from `command`.
   // Several processes in a build without MPI: kUnavailable.
   ProcessMesh(std::string_view command, int64_t batch, int64_t model);
+  // Destroyed by an exception (e.g. a collective that lost a process), it leaves MPI as it is:
+  // MPI_Finalize could wait forever for a process that is gone, and main() reports the error.
+  ~ProcessMesh();
+  ProcessMesh(const ProcessMesh&) = delete;
+  ProcessMesh& operator=(const ProcessMesh&) = delete;
 
   const ClientConfig& client() const { return client_; }
   int local_devices() const { return local_devices_; }
@@ -41,7 +45,7 @@ class ProcessMesh {
 
  private:
   ClientConfig client_;
-  std::optional<MpiEnvironment> mpi_;  // before the runtime: MPI outlives its devices
+  std::unique_ptr<MpiEnvironment> mpi_;  // before the runtime: MPI outlives its devices
   int local_devices_ = 1;
   std::unique_ptr<Runtime> runtime_;
   Mesh mesh_;

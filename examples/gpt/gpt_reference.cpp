@@ -14,15 +14,18 @@
 namespace tessel::gpt {
 namespace {
 
-// max |a - b| / max |b|.
+// max |a - b| / max |b|; infinite when the sizes differ or any element of either is NaN (a
+// NaN is a mismatch, never a pass: std::max would drop it).
 double relative_error(const Tensor& got, const Tensor& want) {
   const std::vector<double> a = got.to_doubles(), b = want.to_doubles();
+  if (a.size() != b.size()) return INFINITY;
   double diff = 0, scale = 0;
   for (size_t i = 0; i < b.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
+    const double d = std::abs(a[i] - b[i]);
+    if (std::isnan(d)) return INFINITY;
+    diff = std::max(diff, d);
     scale = std::max(scale, std::abs(b[i]));
   }
-  if (a.size() != b.size() || std::isnan(diff)) return INFINITY;
   return scale > 0 ? diff / scale : diff;
 }
 

@@ -113,6 +113,27 @@ def test_non_contiguous_and_non_native_inputs():
     np.testing.assert_array_equal(t.numpy(), [0, 1, 2, 3, 4])
 
 
+def test_broadcast_views_are_read_in_place():
+    # Strides 0 (np.broadcast_to): read as they are, the copy holds every element.
+    row = np.arange(3, dtype=np.float32)
+    view = np.broadcast_to(row, (4, 3))
+    assert view.strides == (0, 4)
+    np.testing.assert_array_equal(tessel.Tensor(view).numpy(), np.tile(row, (4, 1)))
+    np.testing.assert_array_equal(tessel.Tensor(np.broadcast_to(np.int64(7), (2, 5))).numpy(),
+                                  np.full((2, 5), 7))
+
+
+def test_huge_broadcast_view_is_a_clear_allocation_error(mesh):
+    # 2^48 float32 elements (1 PiB) from one: numpy needs no memory for the view; tessel's copy
+    # cannot be made, and says so (not a TypeError about converting the argument).
+    huge = np.broadcast_to(np.float32(1), (1 << 24, 1 << 24))
+    with pytest.raises(tessel.UnavailableError,
+                       match=r"Tensor: cannot allocate 1125899906842624 bytes for \[16777216,16777216\] f32"):
+        tessel.Tensor(huge)
+    with pytest.raises(tessel.UnavailableError, match="cannot allocate 1125899906842624 bytes"):
+        tessel.copy_to_mesh(huge, tessel.Layout(["x", "y"], mesh))
+
+
 def test_scalar_and_empty_tensors():
     t = tessel.tensor(np.float32(2.5))
     assert t.shape == () and t.rank == 0

@@ -85,3 +85,26 @@ def test_wrong_python_types_are_type_errors(mesh_2x2):
         tessel.Layout.replicated(mesh_2x2, "two")
     with pytest.raises(TypeError):
         tessel.zeros("2,3")
+
+
+LONE = "\ud800"  # a lone surrogate: a valid Python str that UTF-8 cannot encode
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: tessel.Mesh.from_string(LONE),                      # a str parameter
+    lambda m: tessel.dtype_size(LONE),                            # the dtype caster
+    lambda m: tessel.Layout(["x", "y" + LONE], m),                # an item of a list of str
+    lambda m: tessel.Mesh.create([(LONE, 2)]),                    # a (name, size) pair
+    lambda m: tessel.zeros((2, 2), dtype=LONE),
+])
+def test_lone_surrogate_text_is_invalid_argument(mesh_2x2, call):
+    with pytest.raises(tessel.InvalidArgumentError,
+                       match=r"tessel: str '.*\\ud800' is not valid Unicode text \(a lone surrogate "
+                             r"U\+D800 at index \d\); tessel takes text as UTF-8") as info:
+        call(mesh_2x2)
+    assert info.value.code == "InvalidArgument"
+
+
+def test_lone_surrogate_names_where_it_is():
+    with pytest.raises(tessel.InvalidArgumentError, match=r"'ab\\udfff' .* U\+DFFF at index 2"):
+        tessel.Mesh.from_string("ab\udfff")

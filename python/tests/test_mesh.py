@@ -72,6 +72,23 @@ def test_check3_ids_sequentially_increase():
         make(["x", "y"], np.array([[0, 1], [3, 2]]))
 
 
+def test_device_ids_are_non_negative_integers():
+    with pytest.raises(tessel.InvalidArgumentError,
+                       match=r"Mesh: global_device_ids must be >= 0, got -1 in \[-1,0\]"):
+        tessel.Mesh(["x"], np.array([-1, 0]), [-1, 0], devices(2))
+    with pytest.raises(tessel.InvalidArgumentError, match="global_device_ids must be >= 0, got -3"):
+        make(["x", "y"], np.array([[-3, -2], [-1, 0]]))
+    # Float ids were cast to int64, truncating 1.5 to 1; whole-valued floats are refused alike.
+    for ids in (np.array([0.0, 1.5]), np.array([0.0, 1.0]), np.array([True, False])):
+        with pytest.raises(tessel.InvalidArgumentError,
+                           match=f"Mesh: global_device_ids must hold integers, got dtype {ids.dtype}"):
+            tessel.Mesh(["x"], ids, [0, 1], devices(2))
+    with pytest.raises(TypeError, match="unexpected item type in local_device_ids"):
+        tessel.Mesh(["x"], np.array([0, 1]), [0, 1.5], devices(2))
+    # Unsigned ids are integers too.
+    assert tessel.Mesh(["x"], np.array([0, 1], dtype=np.uint32), [0, 1], devices(2)).size == 2
+
+
 def test_check3_ids_need_not_start_at_zero():
     m = tessel.Mesh(["x"], np.array([4, 5, 6, 7]), [4, 5, 6, 7], devices(4))
     assert m.min_global_device_id() == 4

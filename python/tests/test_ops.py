@@ -283,6 +283,22 @@ def test_transpose(mesh):
     assert_array_equal(host(tessel.transpose(d, (2, 0, 1))), a.transpose(2, 0, 1))
 
 
+def test_transpose_empty_perm_is_an_error_as_in_numpy(mesh):
+    a = rand((2, 4), 33)
+    with pytest.raises(ValueError, match="axes don't match array"):
+        np.transpose(a, [])
+    d = put(a, ("x", "y"), mesh)
+    with pytest.raises(tessel.InvalidArgumentError,
+                       match=r"transpose: perm \[\] has 0 entries for a tensor of rank 2"):
+        tessel.transpose(d, [])
+    with pytest.raises(tessel.InvalidArgumentError, match="has 0 entries"):
+        tessel.transpose(d, perm=())
+    assert_array_equal(host(tessel.transpose(d, perm=None)), a.T)  # None: reversed
+    # Rank 0: [] is the one permutation, for numpy and tessel alike.
+    s = tessel.copy_to_mesh(np.float32(2.5), tessel.Layout([], mesh))
+    assert host(tessel.transpose(s, [])) == np.transpose(np.float32(2.5), [])
+
+
 def test_slice_and_concat(mesh):
     a, b = rand((4, 6), 31), rand((4, 2), 32)
     da = put(a, ("x", "y"), mesh)

@@ -624,7 +624,18 @@ DTensor reshape(const DTensor& x, const Shape& shape) {
   return call_op(detail::kReshape, {x}, attrs);
 }
 
+DTensor transpose(const DTensor& x) {
+  return call_op(detail::kTranspose, {x}, OpAttrs{});  // an empty attrs.perm: reversed
+}
+
 DTensor transpose(const DTensor& x, const std::vector<int64_t>& perm) {
+  if (perm.empty() && x.rank() > 0) {
+    detail::throw_invalid(
+        detail::kTranspose,
+        "perm [] has 0 entries for a tensor of rank {} (transpose(x) without a perm "
+        "reverses the axes)",
+        x.rank());
+  }
   OpAttrs attrs;
   attrs.perm = perm;
   return call_op(detail::kTranspose, {x}, attrs);

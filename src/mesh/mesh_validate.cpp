@@ -65,6 +65,11 @@ std::string format_ids(const std::vector<int64_t>& ids) {
 
 void MeshBuilder::check_constructor_rules(const Mesh::Data& d) {
   const std::vector<int64_t>& ids = d.global_ids;
+  // Device ids count devices from 0 (TF does not check; a negative id names no device).
+  if (!ids.empty() && ids[0] < 0) {
+    detail::throw_invalid(kMesh, "global_device_ids must be >= 0, got {} in {}", ids[0],
+                          format_ids(ids));
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] - static_cast<int64_t>(i) != ids[0]) {
       detail::throw_invalid(kMesh, "global_device_ids must sequentially increase: {}",

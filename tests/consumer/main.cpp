@@ -37,6 +37,9 @@ int main() {
   } catch (const tessel::Error& e) {
     std::cerr << "consumer: " << e.what() << "\n";
     return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "consumer: unexpected exception: " << e.what() << "\n";
+    return 1;
   }
   return 0;
 }

@@ -449,6 +449,9 @@ TEST(ShapeOps, ErrorsNameTheOpAndTheShapes) {
                       "transpose: perm [0] has 1 entries for a tensor of rank 2");
   EXPECT_TESSEL_ERROR(transpose(x, {0, 0}), kInvalid, "is not a permutation: 0 appears twice");
   EXPECT_TESSEL_ERROR(transpose(x, {0, 2}), kInvalid, "has entry 2 outside [-2, 2)");
+  // An empty perm is not "reverse" (that is transpose(x)), as in numpy.
+  EXPECT_TESSEL_ERROR(transpose(x, std::vector<int64_t>{}), kInvalid,
+                      "transpose: perm [] has 0 entries for a tensor of rank 2");
 
   EXPECT_TESSEL_ERROR(slice(x, {0}, {1, 1}), kInvalid,
                       "slice: begin [0] and size [1,1] must both have 2 entries");

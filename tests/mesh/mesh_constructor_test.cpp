@@ -36,6 +36,13 @@ TEST(MeshConstructor, Check3_IdsMustSequentiallyIncrease) {
                       "global_device_ids must sequentially increase");
 }
 
+TEST(MeshConstructor, IdsAreNonNegative) {
+  EXPECT_TESSEL_ERROR(Mesh({"x"}, {2}, {-1, 0}, {-1, 0}, devices(2)), kInvalid,
+                      "Mesh: global_device_ids must be >= 0, got -1 in [-1,0]");
+  EXPECT_TESSEL_ERROR(Mesh({"x"}, {1}, {-5}, {}, {}, "", devices(1)), kInvalid,
+                      "global_device_ids must be >= 0, got -5");
+}
+
 TEST(MeshConstructor, Check3_IdsNeedNotStartAtZero) {
   Mesh m({"x"}, {4}, iota(4, 4), iota(4, 4), devices(4));
   EXPECT_EQ(m.min_global_device_id(), 4);

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -29,9 +30,7 @@ namespace {
 
 void ignore(int) {}
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace tessel;
   std::string mode = "ring";
   int timeout_ms = 3000;
@@ -99,4 +98,20 @@ int main(int argc, char** argv) {
   }
   std::printf("rank %d: no error\n", rank);
   return 0;
+}
+
+}  // namespace
+
+// An error outside the loop (MPI start-up, the communicator, the first barrier) ends the process
+// with a message and status 1, never std::terminate; std::_Exit because MPI_Finalize could wait
+// for a process that is gone.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessel_mpi_kill: error: %s\n", e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
 }

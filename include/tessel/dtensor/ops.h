@@ -95,7 +95,11 @@ DTensor sample_categorical(const DTensor& logits, uint64_t seed, double temperat
 
 // Shape ops.
 DTensor reshape(const DTensor& x, const Shape& shape);
-DTensor transpose(const DTensor& x, const std::vector<int64_t>& perm = {});  // default: reverse
+// transpose(x): the axes reversed. transpose(x, perm): axis k of the result is axis perm[k] of
+// x; perm lists every axis once (negative entries count from the end), else kInvalidArgument,
+// an empty perm for x of rank > 0 included (as numpy's transpose(a, [])).
+DTensor transpose(const DTensor& x);
+DTensor transpose(const DTensor& x, const std::vector<int64_t>& perm);
 DTensor slice(const DTensor& x, const std::vector<int64_t>& begin, const std::vector<int64_t>& size);
 DTensor concat(const std::vector<DTensor>& values, int64_t axis);
 

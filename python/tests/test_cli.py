@@ -1,0 +1,90 @@
+"""The tessel CLI's machine-readable output: every --json is one valid JSON document (no bare
+NaN or infinity: those are null), and a diverging training run fails instead of passing."""
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+import tessel
+
+# build/python/tessel/__init__.py -> build/tools/tessel
+CLI = pathlib.Path(tessel.__file__).resolve().parents[2] / "tools" / "tessel"
+pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"no CLI at {CLI}")
+SOURCE = pathlib.Path(__file__).resolve().parents[2]
+TINY_DEMO = ["--steps", "2", "--batch", "16", "--features", "8", "--width", "8", "--hidden", "8",
+             "--classes", "4"]
+
+
+def run(*args, timeout=120):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def strict_json(text):
+    """json.loads that refuses NaN and Infinity (which Python's json accepts by default)."""
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("args", [
+    ["demo", *TINY_DEMO, "--json"],
+    ["demo", *TINY_DEMO, "--no-check", "--json"],
+    ["bench", "all_reduce", "-b", "4K", "-e", "8K", "--devices", "2", "--iters", "2", "--json"],
+    ["bench", "fusion", "--tensors", "4", "--bytes", "1K", "--devices", "2", "--iters", "2", "--json"],
+    ["bench", "relayout", "--shape", "16,16", "--mesh", "x=2", "--from", "x,unsharded", "--to",
+     "unsharded,x", "-n", "2", "-w", "1", "--rounds", "1", "--json"],
+    ["bench", "matmul", "--n", "64", "--rounds", "1", "--json"],
+    ["bench", "dispatch", "--devices", "2", "--ops", "10", "--rounds", "1", "--json"],
+    ["bench", "replicate", "--replicas", "2", "--batch", "4", "--features", "8", "--hidden", "8",
+     "--classes", "2", "--steps", "2", "--rounds", "1", "--json"],
+    ["train", "gpt", "--config", "test", "--mesh", "1x2", "--steps", "2", "--eval-iters", "1",
+     "--sample", "0", "--data", str(SOURCE / "data/shakespeare_char/input.txt"), "--json"],
+], ids=["demo", "demo --no-check", "bench all_reduce", "bench fusion", "bench relayout",
+        "bench matmul", "bench dispatch", "bench replicate", "train gpt"])
+def test_json_output_is_valid_json(args):
+    r = run(*args)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1, r.stdout
+    doc = strict_json(lines[0])
+    assert isinstance(doc, dict) and doc
+    # Every number is finite; a value that has none is null.
+    def numbers(v):
+        if isinstance(v, dict):
+            for x in v.values():
+                yield from numbers(x)
+        elif isinstance(v, list):
+            for x in v:
+                yield from numbers(x)
+        elif isinstance(v, float):
+            yield v
+    assert all(math.isfinite(x) for x in numbers(doc))
+
+
+def test_demo_without_check_writes_null_not_nan():
+    doc = strict_json(run("demo", *TINY_DEMO, "--no-check", "--json").stdout)
+    assert doc["max_rel_loss_diff"] is None and doc["single_device_step_us"] is None
+    assert doc["steps"] == 2 and math.isfinite(doc["final_loss"])
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_diverging_demo_fails_naming_the_step_and_value(json_flag):
+    r = run("demo", *TINY_DEMO[2:], "--steps", "20", "--lr", "1e30", *json_flag)
+    assert r.returncode == 1
+    assert r.stdout == "" if json_flag else "within" not in r.stdout
+    assert r.stderr.startswith("tessel: error: demo: step ")
+    assert "the mesh loss is " in r.stderr and "training stopped" in r.stderr
+    value = r.stderr.split("the mesh loss is ")[1].split()[0]
+    assert not math.isfinite(float(value))
+
+
+def test_non_finite_learning_rate_is_a_usage_error():
+    for lr in ("nan", "inf", "-inf"):
+        r = run("demo", *TINY_DEMO, "--lr", lr)
+        assert r.returncode == 2 and f"--lr expects a number, got '{lr}'" in r.stderr
