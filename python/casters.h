@@ -5,7 +5,8 @@
 //   tessel::DType        <-> str name ("f32"); loads names, numpy dtypes and numpy scalar types
 //   tessel::MeshDimension <-> tessel.MeshDimension namedtuple (loads any (name, size) pair)
 //   tessel::PartialDim   <-> (mesh_dim, op name) tuple (loads the op as a str or ReduceOp)
-// and two plain conversions: seconds_arg (a timeout in seconds) and numpy_dtype_name.
+// and plain conversions: seconds_arg (a timeout in seconds), numpy_dtype_name and
+// memory_stats_dict (a MemoryStats as a dict).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/core/allocator.h"
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 #include "tessel/core/reduce_op.h"
@@ -33,6 +35,9 @@ namespace py = pybind11;
 
 void bind_core(py::module_& m);
 void bind_mesh(py::module_& m);
+
+// MemoryStats as a dict of its fields (bind_core.cpp): Device.memory_stats(), host_memory_stats().
+py::dict memory_stats_dict(const MemoryStats& s);
 
 // The tessel.MeshDimension namedtuple class, created by bind_mesh.
 py::handle mesh_dimension_type();
