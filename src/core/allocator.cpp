@@ -49,9 +49,8 @@ void* TrackingAllocator::allocate(size_t bytes) {
   if (in_use < 0) {
     std::lock_guard<std::mutex> lock(hint_mu_);
     detail::throw_error(ErrorCode::kResourceExhausted, "Allocator",
-                        "'{}': allocating {} would exceed its memory limit {} (in use {}){}",
-                        name_, detail::format_request_bytes(n),
-                        detail::format_bytes(counters_->limit()),
+                        "'{}': allocating {} would exceed its memory limit {} (in use {}){}", name_,
+                        detail::format_request_bytes(n), detail::format_bytes(counters_->limit()),
                         detail::format_bytes(counters_->in_use()), limit_hint_);
   }
   void* p = nullptr;

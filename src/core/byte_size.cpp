@@ -32,7 +32,8 @@ std::optional<int64_t> parse_byte_size(std::string_view text) {
   const auto [rest, ec] = std::from_chars(text.data(), end, count);
   if (ec != std::errc() || rest == text.data() || count < 0) return std::nullopt;
   std::string_view unit(rest, static_cast<size_t>(end - rest));
-  if (unit.size() > 1 && (unit.substr(1) == "B" || unit.substr(1) == "iB")) unit.remove_suffix(unit.size() - 1);
+  if (unit.size() > 1 && (unit.substr(1) == "B" || unit.substr(1) == "iB"))
+    unit.remove_suffix(unit.size() - 1);
   int shift = -1;
   if (unit.empty() || unit == "B") shift = 0;
   if (unit == "K" || unit == "k") shift = 10;

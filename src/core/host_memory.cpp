@@ -53,10 +53,11 @@ std::optional<std::string> cgroup_path(const std::string& self_cgroup, bool v2) 
     const size_t first = line.find(':');
     const size_t second = line.find(':', first + 1);
     if (first == std::string::npos || second == std::string::npos) continue;
-    const std::string_view controllers = std::string_view(line).substr(first + 1, second - first - 1);
-    const bool match = v2 ? line.compare(0, first, "0") == 0 && controllers.empty()
-                          : (',' + std::string(controllers) + ',').find(",memory,") !=
-                                std::string::npos;
+    const std::string_view controllers =
+        std::string_view(line).substr(first + 1, second - first - 1);
+    const bool match =
+        v2 ? line.compare(0, first, "0") == 0 && controllers.empty()
+           : (',' + std::string(controllers) + ',').find(",memory,") != std::string::npos;
     if (match) return line.substr(second + 1);
   }
   return std::nullopt;
@@ -70,7 +71,8 @@ std::optional<int64_t> cgroup_headroom(const std::string& root, std::string path
     const std::string dir = root + (path == "/" ? "" : path);
     const std::optional<int64_t> limit = read_number(dir + "/" + limit_file);
     if (limit && *limit < kNoCgroupLimit) {
-      const int64_t headroom = std::max<int64_t>(0, *limit - read_number(dir + "/" + usage_file).value_or(0));
+      const int64_t headroom =
+          std::max<int64_t>(0, *limit - read_number(dir + "/" + usage_file).value_or(0));
       least = std::min(least.value_or(headroom), headroom);
     }
     if (path.empty() || path == "/") return least;
@@ -138,8 +140,8 @@ int64_t default_host_memory_limit() {
   int64_t memory = host_available_memory();
   if (memory < 0) memory = physical_memory();
   if (memory < 0) return int64_t{1} << 47;  // unknown: only the address-space bound
-  return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(memory) * fraction) /
-                                  local_processes());
+  return std::max<int64_t>(
+      1, static_cast<int64_t>(static_cast<double>(memory) * fraction) / local_processes());
 }
 
 }  // namespace detail

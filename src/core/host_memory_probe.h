@@ -8,9 +8,9 @@
 namespace tessel::detail {
 
 struct HostMemoryFiles {
-  std::string meminfo = "/proc/meminfo";           // MemAvailable, in kB
-  std::string self_cgroup = "/proc/self/cgroup";   // "0::<path>" (v2), "N:memory:<path>" (v1)
-  std::string cgroup_root = "/sys/fs/cgroup";      // v2 here, v1 under <root>/memory
+  std::string meminfo = "/proc/meminfo";          // MemAvailable, in kB
+  std::string self_cgroup = "/proc/self/cgroup";  // "0::<path>" (v2), "N:memory:<path>" (v1)
+  std::string cgroup_root = "/sys/fs/cgroup";     // v2 here, v1 under <root>/memory
 };
 
 // MemAvailable, lowered to the smallest headroom (limit - usage) of the process's memory cgroup

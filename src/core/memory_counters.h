@@ -68,11 +68,11 @@ class MemoryCounters {
     }
   }
 
-  std::atomic<int64_t> limit_;     // MemoryStats::limit_bytes
+  std::atomic<int64_t> limit_;      // MemoryStats::limit_bytes
   std::atomic<int64_t> in_use_{0};  // MemoryStats::live_bytes
-  std::atomic<int64_t> peak_{0};   // MemoryStats::peak_bytes
-  std::atomic<int64_t> total_{0};  // MemoryStats::total_allocated_bytes
-  std::atomic<int64_t> count_{0};  // MemoryStats::num_allocations
+  std::atomic<int64_t> peak_{0};    // MemoryStats::peak_bytes
+  std::atomic<int64_t> total_{0};   // MemoryStats::total_allocated_bytes
+  std::atomic<int64_t> count_{0};   // MemoryStats::num_allocations
 };
 
 }  // namespace tessel::detail

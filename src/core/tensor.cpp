@@ -47,8 +47,8 @@ Tensor Tensor::allocate(const Shape& shape, DType dtype, Allocator* allocator, b
   } catch (const Error& e) {
     // Out of memory or over a limit: the same code, the request's shape and dtype added.
     if (e.code() != ErrorCode::kResourceExhausted && e.code() != ErrorCode::kUnavailable) throw;
-    detail::throw_error(e.code(), "Tensor", "cannot allocate {} bytes for {} {}: {}",
-                        count * item, shape.to_string(), dtype_name(dtype), e.what());
+    detail::throw_error(e.code(), "Tensor", "cannot allocate {} bytes for {} {}: {}", count * item,
+                        shape.to_string(), dtype_name(dtype), e.what());
   }
   t.shape_ = shape;
   t.strides_ = shape.strides();

@@ -15,8 +15,8 @@
 #include "core/host_allocator.h"
 #include "core/host_memory_probe.h"
 #include "runtime/runtime_test_util.h"
-#include "testing/expect_error.h"
 #include "tessel/core/tensor.h"
+#include "testing/expect_error.h"
 
 namespace tessel {
 namespace {
@@ -85,9 +85,9 @@ TEST(HostMemory, ARequestAboveWhatTheHostCanHoldFailsCleanly) {
   // machine) is refused without touching the system, whatever this machine has.
   const int64_t request = std::max(host_available_memory(), host_memory_limit()) + kGiB;
   const MemoryStats before = host_memory_stats();
-  EXPECT_TESSEL_ERROR(Tensor::zeros(Shape{request}, DType::kU8), ErrorCode::kResourceExhausted,
-                      "would exceed the process's host memory limit " +
-                          detail::format_bytes(host_memory_limit()));
+  EXPECT_TESSEL_ERROR(
+      Tensor::zeros(Shape{request}, DType::kU8), ErrorCode::kResourceExhausted,
+      "would exceed the process's host memory limit " + detail::format_bytes(host_memory_limit()));
   EXPECT_EQ(host_memory_stats().live_bytes, before.live_bytes);
 }
 

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "runtime/runtime_test_util.h"
-#include "testing/expect_error.h"
 #include "tessel/core/host_memory.h"
 #include "tessel/runtime/runtime.h"
+#include "testing/expect_error.h"
 
 namespace tessel {
 namespace {
@@ -90,7 +90,8 @@ TEST(DeviceMemoryLimit, EnvironmentSetsTheDefault) {
 
 TEST(DeviceMemoryLimit, BadLimitsAreInvalidArguments) {
   EXPECT_TESSEL_ERROR(Runtime({.num_cpu_devices = 2, .memory_limit = 0}),
-                      ErrorCode::kInvalidArgument, "memory_limit must be -1 or at least 1 byte, got 0");
+                      ErrorCode::kInvalidArgument,
+                      "memory_limit must be -1 or at least 1 byte, got 0");
   Runtime rt({.num_cpu_devices = 1});
   EXPECT_TESSEL_ERROR(rt.device(0).set_memory_limit(-2), ErrorCode::kInvalidArgument,
                       "memory limit of /job:localhost/replica:0/task:0/device:CPU:0 must be at "
