@@ -1,4 +1,4 @@
-// Bindings of the core layer: errors, dtypes, Tensor <-> numpy, DeviceName, ReduceOp.
+// Bindings of the core layer: errors, dtypes, Tensor <-> numpy, DeviceName, ReduceOp, host memory.
 #include <array>
 #include <cstring>
 #include <optional>
@@ -7,6 +7,7 @@
 #include "tessel/core/device_name.h"
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
+#include "tessel/core/host_memory.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/tensor.h"
 
@@ -41,6 +42,7 @@ void bind_errors(py::module_& m) {
       {ErrorCode::kUnavailable, "UnavailableError", PyExc_RuntimeError},
       {ErrorCode::kDeadlineExceeded, "DeadlineExceededError", PyExc_TimeoutError},
       {ErrorCode::kAborted, "AbortedError", PyExc_RuntimeError},
+      {ErrorCode::kResourceExhausted, "ResourceExhaustedError", PyExc_MemoryError},
       {ErrorCode::kInternal, "InternalError", PyExc_RuntimeError},
   };
   for (const ErrorClass& c : classes) {
@@ -78,6 +80,7 @@ void bind_errors(py::module_& m) {
       .value("UNAVAILABLE", ErrorCode::kUnavailable)
       .value("DEADLINE_EXCEEDED", ErrorCode::kDeadlineExceeded)
       .value("ABORTED", ErrorCode::kAborted)
+      .value("RESOURCE_EXHAUSTED", ErrorCode::kResourceExhausted)
       .value("INTERNAL", ErrorCode::kInternal);
   m.def("error_code_name", &error_code_name, py::arg("code"));
   // Raises the Python class of `code`, as a C++ call failing with Error(code, ...) would.
@@ -256,7 +259,36 @@ void bind_reduce_op(py::module_& m) {
   m.def("reduce_op_from_name", &reduce_op_from_name, py::arg("name"));
 }
 
+// ---- host memory (host_memory.h) ------------------------------------------------------------
+
+void bind_host_memory(py::module_& m) {
+  m.attr("DEFAULT_PER_PROCESS_MEMORY_FRACTION") = kDefaultPerProcessMemoryFraction;
+  m.def("host_available_memory", &host_available_memory,
+        "Bytes the host can still give this process (MemAvailable, lowered to the cgroup's "
+        "headroom); -1 when unknown.");
+  m.def("host_memory_limit", &host_memory_limit,
+        "The process-wide limit on the bytes every tensor's storage holds (docs/memory.md).");
+  m.def("set_host_memory_limit", &set_host_memory_limit, py::arg("bytes"),
+        "Sets host_memory_limit(); a larger request then raises ResourceExhaustedError.");
+  m.def(
+      "host_memory_stats", [] { return memory_stats_dict(host_memory_stats()); },
+      "A dict: live_bytes, peak_bytes, total_allocated_bytes, num_allocations, limit_bytes, "
+      "cached_bytes of the host allocator.");
+  m.def("reset_host_peak_memory", &reset_host_peak_memory);
+}
+
 }  // namespace
+
+py::dict memory_stats_dict(const MemoryStats& s) {
+  py::dict d;
+  d["live_bytes"] = s.live_bytes;
+  d["peak_bytes"] = s.peak_bytes;
+  d["total_allocated_bytes"] = s.total_allocated_bytes;
+  d["num_allocations"] = s.num_allocations;
+  d["limit_bytes"] = s.limit_bytes;
+  d["cached_bytes"] = s.cached_bytes;
+  return d;
+}
 
 void bind_core(py::module_& m) {
   bind_errors(m);
@@ -264,6 +296,7 @@ void bind_core(py::module_& m) {
   bind_tensor(m);
   bind_device_name(m);
   bind_reduce_op(m);
+  bind_host_memory(m);
 }
 
 }  // namespace tessel::python

@@ -11,15 +11,6 @@
 namespace tessel::python {
 namespace {
 
-py::dict stats_dict(const MemoryStats& s) {
-  py::dict d;
-  d["live_bytes"] = s.live_bytes;
-  d["peak_bytes"] = s.peak_bytes;
-  d["total_allocated_bytes"] = s.total_allocated_bytes;
-  d["num_allocations"] = s.num_allocations;
-  return d;
-}
-
 void bind_device(py::module_& m) {
   py::class_<Device>(m, "Device", R"doc(
 One virtual CPU device of a Runtime: a TF-style name, an in-order stream with its own worker
@@ -29,9 +20,14 @@ Runtime; keeps its Runtime alive.)doc")
       .def_property_readonly("index", &Device::index)
       .def_property_readonly("parsed_name", &Device::parsed_name)
       .def(
-          "memory_stats", [](const Device& d) { return stats_dict(d.memory_stats()); },
-          "A dict: live_bytes, peak_bytes, total_allocated_bytes, num_allocations.")
+          "memory_stats", [](const Device& d) { return memory_stats_dict(d.memory_stats()); },
+          "A dict: live_bytes, peak_bytes, total_allocated_bytes, num_allocations, limit_bytes "
+          "(the memory limit) and cached_bytes (always 0 for a device).")
       .def("reset_peak_memory", &Device::reset_peak_memory)
+      .def_property_readonly("memory_limit", &Device::memory_limit,
+                             "Bytes this device's tensors may hold at once.")
+      .def("set_memory_limit", &Device::set_memory_limit, py::arg("bytes"),
+           "Sets memory_limit; a request beyond it raises ResourceExhaustedError.")
       .def("allocate", &Device::allocate, py::arg("shape"), py::arg("dtype") = DType::kF32,
            py::arg("zero_fill") = true,
            "A tensor allocated through this device's accounting allocator.")
@@ -42,14 +38,18 @@ void bind_runtime_class(py::module_& m) {
   py::class_<Runtime>(m, "Runtime", R"doc(
 The virtual CPU devices of this process, named /job:<job>/replica:<r>/task:<t>/device:CPU:<i>.
 
-num_cpu_devices=-1 reads TESSEL_CPU_DEVICES (default 4). Several runtimes may exist at once (one
+num_cpu_devices=-1 reads TESSEL_CPU_DEVICES (default 4). memory_limit (bytes per device) -1 reads
+TESSEL_DEVICE_MEMORY_LIMIT, else each device gets host_memory_limit() / num_cpu_devices
+(docs/memory.md). Several runtimes may exist at once (one
 per simulated host, with distinct task ids); Runtime.global_runtime() is the process default.
 Errors in a device's work surface at synchronize(), naming the device and the op.)doc")
-      .def(py::init([](int num_cpu_devices, std::string job, int replica, int task) {
-             return new Runtime(RuntimeOptions{num_cpu_devices, std::move(job), replica, task});
+      .def(py::init([](int num_cpu_devices, std::string job, int replica, int task,
+                       int64_t memory_limit) {
+             return new Runtime(
+                 RuntimeOptions{num_cpu_devices, std::move(job), replica, task, memory_limit});
            }),
            py::arg("num_cpu_devices") = -1, py::arg("job") = "localhost", py::arg("replica") = 0,
-           py::arg("task") = 0)
+           py::arg("task") = 0, py::arg("memory_limit") = -1)
       .def_static("global_runtime", &Runtime::global, py::return_value_policy::reference,
                   "The process-wide runtime, created on first use.")
       .def("num_devices", &Runtime::num_devices)
@@ -71,6 +71,8 @@ Errors in a device's work surface at synchronize(), naming the device and the op
       .def_property_readonly("job", [](const Runtime& r) { return r.options().job; })
       .def_property_readonly("replica", [](const Runtime& r) { return r.options().replica; })
       .def_property_readonly("task", [](const Runtime& r) { return r.options().task; })
+      .def_property_readonly("memory_limit",
+                             [](const Runtime& r) { return r.options().memory_limit; })
       .def(
           "synchronize",
           [](Runtime& r, std::optional<double> timeout_seconds) {

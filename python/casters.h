@@ -11,7 +11,8 @@
 //                            "incompatible function arguments" or "Unable to cast" TypeError.
 //                            (A caster is not told which parameter it loads: the message names
 //                            the value.)
-// and two plain conversions: seconds_arg (a timeout in seconds) and numpy_dtype_name.
+// and plain conversions: seconds_arg (a timeout in seconds), numpy_dtype_name and
+// memory_stats_dict (a MemoryStats as a dict).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/core/allocator.h"
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 #include "tessel/core/reduce_op.h"
@@ -42,6 +44,9 @@ namespace py = pybind11;
 
 void bind_core(py::module_& m);
 void bind_mesh(py::module_& m);
+
+// MemoryStats as a dict of its fields (bind_core.cpp): Device.memory_stats(), host_memory_stats().
+py::dict memory_stats_dict(const MemoryStats& s);
 
 // The tessel.MeshDimension namedtuple class, created by bind_mesh.
 py::handle mesh_dimension_type();

@@ -11,6 +11,7 @@
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
+#include "tessel/core/host_memory.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/shape.h"
 #include "tessel/core/tensor.h"

@@ -18,6 +18,7 @@ MAPPING = [
     (tessel.ErrorCode.DEADLINE_EXCEEDED, tessel.DeadlineExceededError, TimeoutError),
     (tessel.ErrorCode.UNIMPLEMENTED, tessel.UnimplementedError, NotImplementedError),
     (tessel.ErrorCode.OUT_OF_RANGE, tessel.OutOfRangeError, IndexError),
+    (tessel.ErrorCode.RESOURCE_EXHAUSTED, tessel.ResourceExhaustedError, MemoryError),
 ]
 
 

@@ -71,7 +71,8 @@ def test_memory_stats_track_live_and_peak_bytes():
     rt = Runtime(num_cpu_devices=2)
     dev = rt.device(1)
     assert dev.memory_stats() == {
-        "live_bytes": 0, "peak_bytes": 0, "total_allocated_bytes": 0, "num_allocations": 0}
+        "live_bytes": 0, "peak_bytes": 0, "total_allocated_bytes": 0, "num_allocations": 0,
+        "limit_bytes": dev.memory_limit, "cached_bytes": 0}
     a = dev.allocate((10, 10), "f32")
     assert a.shape == (10, 10) and a.dtype == "f32"
     np.testing.assert_array_equal(a.numpy(), np.zeros((10, 10), np.float32))

@@ -15,6 +15,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kUnavailable: return "Unavailable";
     case ErrorCode::kDeadlineExceeded: return "DeadlineExceeded";
     case ErrorCode::kAborted: return "Aborted";
+    case ErrorCode::kResourceExhausted: return "ResourceExhausted";
     case ErrorCode::kInternal: return "Internal";
   }
   return "Unknown";

@@ -41,12 +41,14 @@ Tensor Tensor::allocate(const Shape& shape, DType dtype, Allocator* allocator, b
   try {
     t.storage_ = std::make_shared<Storage>(count * item, zero, allocator);
   } catch (const std::bad_alloc&) {
-    detail::throw_error(ErrorCode::kUnavailable, "Tensor", "cannot allocate {} bytes for {} {}",
-                        count * item, shape.to_string(), dtype_name(dtype));
+    detail::throw_error(ErrorCode::kResourceExhausted, "Tensor",
+                        "cannot allocate {} bytes for {} {}", count * item, shape.to_string(),
+                        dtype_name(dtype));
   } catch (const Error& e) {
-    if (e.code() != ErrorCode::kUnavailable) throw;
-    detail::throw_error(ErrorCode::kUnavailable, "Tensor", "cannot allocate {} bytes for {} {}: {}",
-                        count * item, shape.to_string(), dtype_name(dtype), e.what());
+    // Out of memory or over a limit: the same code, the request's shape and dtype added.
+    if (e.code() != ErrorCode::kResourceExhausted && e.code() != ErrorCode::kUnavailable) throw;
+    detail::throw_error(e.code(), "Tensor", "cannot allocate {} bytes for {} {}: {}", count * item,
+                        shape.to_string(), dtype_name(dtype), e.what());
   }
   t.shape_ = shape;
   t.strides_ = shape.strides();

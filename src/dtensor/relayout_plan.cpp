@@ -7,20 +7,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/byte_size.h"
+
 namespace tessel {
 namespace {
-
-std::string human_bytes(int64_t bytes) {
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes) / 1024.0;
-  int u = 0;
-  while (v >= 1024.0 && u < 3) {
-    v /= 1024.0;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", v, units[u]);
-}
 
 // "x,unsharded" or "x,unsharded partial:sum(y)".
 std::string specs_text(const Layout& layout) {
@@ -67,8 +57,8 @@ std::string RelayoutStep::to_string() const {
     for (const RelayoutTransfer& t : transfers) moved += t.from != t.to ? 1 : 0;
     text += fmt::format(" ({} blocks move)", moved);
   }
-  return text + fmt::format(": {} sent per device, peak {} -> {}", human_bytes(bytes_per_device),
-                            human_bytes(peak_bytes), specs_text(to));
+  return text + fmt::format(": {} sent per device, peak {} -> {}", detail::format_bytes(bytes_per_device),
+                            detail::format_bytes(peak_bytes), specs_text(to));
 }
 
 int64_t RelayoutPlan::bytes_per_device() const {
@@ -95,7 +85,7 @@ std::string RelayoutPlan::to_string() const {
   std::string text = fmt::format(
       "relayout {} {}: {} -> {} on {} ({} step{}, {} sent per device, peak {})", shape.to_string(),
       dtype_name(dtype), specs_text(from), specs_text(to), where, steps.size(),
-      steps.size() == 1 ? "" : "s", human_bytes(bytes_per_device()), human_bytes(peak_bytes()));
+      steps.size() == 1 ? "" : "s", detail::format_bytes(bytes_per_device()), detail::format_bytes(peak_bytes()));
   for (size_t i = 0; i < steps.size(); ++i) {
     text += fmt::format("\n  {}. {}", i + 1, steps[i].to_string());
   }

@@ -3,19 +3,23 @@
 
 #include "tessel/runtime/clients.h"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
 #include <utility>
 
+#include "core/byte_size.h"
 #include "core/errors.h"
+#include "tessel/core/host_memory.h"
 
 namespace tessel {
 namespace {
 
 constexpr int kDefaultCpuDevices = 4;
 constexpr const char* kCpuDevicesEnv = "TESSEL_CPU_DEVICES";
+constexpr const char* kDeviceMemoryLimitEnv = "TESSEL_DEVICE_MEMORY_LIMIT";
 
 // num_cpu_devices from the options, else the environment, else the default.
 int resolve_num_devices(int requested) {
@@ -37,6 +41,28 @@ int resolve_num_devices(int requested) {
                           text, kMaxCpuDevices);
   }
   return value;
+}
+
+// Each device's memory limit from the options, else the environment, else an equal share of the
+// process's host limit.
+int64_t resolve_memory_limit(int64_t requested, int num_devices) {
+  if (requested != -1) {
+    if (requested < 1) {
+      detail::throw_invalid("Runtime", "memory_limit must be -1 or at least 1 byte, got {}",
+                            requested);
+    }
+    return requested;
+  }
+  if (const char* env = std::getenv(kDeviceMemoryLimitEnv); env != nullptr && *env != '\0') {
+    const std::optional<int64_t> bytes = detail::parse_byte_size(env);
+    if (!bytes || *bytes < 1) {
+      detail::throw_invalid("Runtime",
+                            "{}='{}' is not a byte count of at least 1 (e.g. 4096, 512M, 4G)",
+                            kDeviceMemoryLimitEnv, env);
+    }
+    return *bytes;
+  }
+  return std::max<int64_t>(1, host_memory_limit() / num_devices);
 }
 
 // "<device> running 'op' (N pending)" for a busy device.
@@ -100,6 +126,7 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   static std::atomic<uint64_t> next_id{1};
   id_ = next_id.fetch_add(1);
   options_.num_cpu_devices = resolve_num_devices(options_.num_cpu_devices);
+  options_.memory_limit = resolve_memory_limit(options_.memory_limit, options_.num_cpu_devices);
   try {
     (void)DeviceName::make(options_.job, options_.replica, options_.task, "CPU", 0);
   } catch (const Error& e) {
@@ -109,7 +136,8 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   devices_.reserve(static_cast<size_t>(options_.num_cpu_devices));
   for (int i = 0; i < options_.num_cpu_devices; ++i) {
     devices_.push_back(std::make_unique<Device>(
-        DeviceName::make(options_.job, options_.replica, options_.task, "CPU", i), i));
+        DeviceName::make(options_.job, options_.replica, options_.task, "CPU", i), i,
+        options_.memory_limit));
     device_ptrs_.push_back(devices_.back().get());
   }
 }

@@ -1,6 +1,7 @@
 // Stream: the worker loop, sticky errors and bounded waits.
 #include "tessel/runtime/stream.h"
 
+#include <new>
 #include <system_error>
 #include <utility>
 
@@ -132,6 +133,9 @@ void Stream::report_error(std::unique_lock<std::mutex>& lock) {
   } catch (const Error& e) {
     detail::throw_error(e.code(), "Stream", "op '{}' on {} failed: {}{}", op, label_, e.what(),
                         suffix);
+  } catch (const std::bad_alloc& e) {  // a kernel's own containers: the system is out of memory
+    detail::throw_error(ErrorCode::kResourceExhausted, "Stream", "op '{}' on {} failed: {}{}", op,
+                        label_, e.what(), suffix);
   } catch (const std::exception& e) {
     detail::throw_error(ErrorCode::kInternal, "Stream", "op '{}' on {} failed: {}{}", op, label_,
                         e.what(), suffix);

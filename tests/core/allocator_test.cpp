@@ -62,11 +62,11 @@ class MisalignedAllocator : public Allocator {
   int deallocations = 0;
 };
 
-// Fails every request.
+// Fails every request, as an allocator out of memory does.
 class FullAllocator : public Allocator {
  public:
   void* allocate(size_t bytes) override {
-    throw Error(ErrorCode::kUnavailable, "Allocator", "full: " + std::to_string(bytes));
+    throw Error(ErrorCode::kResourceExhausted, "Allocator", "full: " + std::to_string(bytes));
   }
   void deallocate(void*, size_t) noexcept override {}
   std::string_view name() const override { return "full"; }
@@ -111,11 +111,11 @@ TEST(Allocator, HostReusesLargeFreedBlocksOfTheSameSize) {
   }
 }
 
-TEST(Allocator, HostThrowsUnavailableNamingTheSize) {
-  expect_error([] { host_allocator()->allocate(size_t{1} << 50); }, ErrorCode::kUnavailable,
+TEST(Allocator, HostThrowsResourceExhaustedNamingTheSize) {
+  expect_error([] { host_allocator()->allocate(size_t{1} << 50); }, ErrorCode::kResourceExhausted,
                "Allocator", "1125899906842624 bytes");
-  expect_error([] { host_allocator()->allocate(SIZE_MAX); }, ErrorCode::kUnavailable, "Allocator",
-               std::to_string(SIZE_MAX));
+  expect_error([] { host_allocator()->allocate(SIZE_MAX); }, ErrorCode::kResourceExhausted,
+               "Allocator", std::to_string(SIZE_MAX));
 }
 
 TEST(Allocator, TrackingCountsLivePeakTotalAndCount) {
@@ -149,7 +149,8 @@ TEST(Allocator, TrackingCountsLivePeakTotalAndCount) {
 TEST(Allocator, TrackingFailureCountsNothing) {
   FullAllocator full;
   TrackingAllocator tracked(&full, "t");
-  expect_error([&] { tracked.allocate(10); }, ErrorCode::kUnavailable, "Allocator", "full: 10");
+  expect_error([&] { tracked.allocate(10); }, ErrorCode::kResourceExhausted, "Allocator",
+               "'t': full: 10");
   EXPECT_EQ(tracked.stats().num_allocations, 0);
   EXPECT_EQ(tracked.stats().live_bytes, 0);
 }
@@ -258,10 +259,10 @@ TEST(AllocatorTensor, AllocatorErrorsKeepTheirCodeAndNameTheTensor) {
       [&] {
         Tensor::empty(Shape{3, 4}, DType::kF64, &full);
       },
-      ErrorCode::kUnavailable, "Tensor",
+      ErrorCode::kResourceExhausted, "Tensor",
       "cannot allocate 96 bytes for [3,4] f64: Allocator: full: 96");
-  expect_error([] { Tensor::zeros(Shape{int64_t{1} << 48}, DType::kF64); }, ErrorCode::kUnavailable,
-               "Tensor", "cannot allocate 2251799813685248 bytes");
+  expect_error([] { Tensor::zeros(Shape{int64_t{1} << 48}, DType::kF64); },
+               ErrorCode::kResourceExhausted, "Tensor", "cannot allocate 2251799813685248 bytes");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ TEST(Error, CodeNames) {
   EXPECT_EQ(error_code_name(ErrorCode::kDeadlineExceeded), "DeadlineExceeded");
   EXPECT_EQ(error_code_name(ErrorCode::kInvalidArgument), "InvalidArgument");
   EXPECT_EQ(error_code_name(ErrorCode::kInternal), "Internal");
+  EXPECT_EQ(error_code_name(ErrorCode::kResourceExhausted), "ResourceExhausted");
 }
 
 }  // namespace

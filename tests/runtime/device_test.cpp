@@ -131,10 +131,11 @@ TEST(Device, TensorOutlivesItsDeviceAndRuntime) {
   view = Tensor();  // frees the block through the (now orphaned) accounting allocator
 }
 
-TEST(Device, AllocateThrowsUnavailableNamingTheSize) {
+TEST(Device, AllocateThrowsResourceExhaustedNamingTheSize) {
   Device d(DeviceName::make("localhost", 0, 0, "CPU", 0), 0);
-  expect_error([&] { d.allocate(Shape{int64_t{1} << 47}, DType::kF32); }, ErrorCode::kUnavailable,
-               "Tensor", "cannot allocate 562949953421312 bytes for [140737488355328] f32");
+  expect_error([&] { d.allocate(Shape{int64_t{1} << 47}, DType::kF32); },
+               ErrorCode::kResourceExhausted, "Tensor",
+               "cannot allocate 562949953421312 bytes for [140737488355328] f32");
   EXPECT_EQ(d.memory_stats().num_allocations, 0);
   EXPECT_EQ(d.memory_stats().live_bytes, 0);
 }

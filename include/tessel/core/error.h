@@ -5,7 +5,7 @@
 //   what() == "Mesh: global_device_ids must sequentially increase: [0,2]"
 // Python maps the codes to exception classes (docs/architecture.md): kInvalidArgument -> ValueError,
 // kDeadlineExceeded -> TimeoutError, kUnimplemented -> NotImplementedError,
-// kOutOfRange -> IndexError, the rest -> RuntimeError.
+// kOutOfRange -> IndexError, kResourceExhausted -> MemoryError, the rest -> RuntimeError.
 //
 // Thread safety: immutable after construction.
 #pragma once
@@ -26,6 +26,7 @@ enum class ErrorCode {
   kUnavailable,         // a backend or peer cannot be reached or is not built in
   kDeadlineExceeded,    // a wait ran past its deadline
   kAborted,             // the operation was cancelled because a peer failed
+  kResourceExhausted,   // a memory limit (of a device or of the process) would be exceeded
   kInternal,            // an invariant broke: a tessel bug or memory corruption
 };
 

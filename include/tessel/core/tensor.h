@@ -51,8 +51,9 @@ class Tensor {
   // allocator (zeros is not overloaded, so &Tensor::zeros stays unambiguous). With
   // zero_fill = false the elements are whatever the allocator returned, for outputs written in
   // full before being read (it saves a pass over memory); kBool is always zero-filled (other
-  // bytes are not bools). Allocator errors propagate with their code (kUnavailable when out of
-  // memory); an allocator returning memory not aligned to 64 bytes: kInternal.
+  // bytes are not bools). Allocator errors propagate with their code (kResourceExhausted when
+  // out of memory or over a memory limit, with the shape and dtype added); an allocator
+  // returning memory not aligned to 64 bytes: kInternal.
   static Tensor empty(const Shape& shape, DType dtype, Allocator* allocator = nullptr,
                       bool zero_fill = true);
   static Tensor full(const Shape& shape, DType dtype, double value);

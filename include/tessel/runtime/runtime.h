@@ -6,6 +6,13 @@
 // TESSEL_CPU_DEVICES, or else 4. Runtime::global() is the process-wide default; other
 // Runtimes may exist beside it (tests simulate several hosts with one Runtime per task).
 //
+// Each device has a memory limit (Device::memory_limit(), docs/memory.md): from
+// RuntimeOptions::memory_limit, or when that is -1 from TESSEL_DEVICE_MEMORY_LIMIT (a byte
+// count: "1073741824", "1G", "512MiB"), or else an equal share of the process's host memory
+// limit (host_memory_limit() / N, core/host_memory.h): the devices share one host's memory as
+// accelerators of a machine share its board. Devices of several Runtimes in one process each
+// get their Runtime's share; the host limit still bounds their sum.
+//
 //   Runtime rt({.num_cpu_devices = 2, .task = 1});
 //   rt.device(1).name() == "/job:localhost/replica:0/task:1/device:CPU:1";
 //   rt.device(0).stream().enqueue("work", [] { /* ... */ });
@@ -44,12 +51,16 @@ struct RuntimeOptions {
   std::string job = "localhost";  // a letter, then letters, digits or '_'
   int replica = 0;                // >= 0
   int task = 0;                   // >= 0
+  // Bytes each device may hold (TF's LogicalDeviceConfiguration.memory_limit, which counts MiB),
+  // >= 1; -1: TESSEL_DEVICE_MEMORY_LIMIT, else host_memory_limit() / num_cpu_devices.
+  int64_t memory_limit = -1;
 };
 
 class Runtime {
  public:
   // Creates the devices and starts their streams. A bad option or TESSEL_CPU_DEVICES value (not
-  // a positive integer up to kMaxCpuDevices, a bad job name, a negative replica or task):
+  // a positive integer up to kMaxCpuDevices, a bad job name, a negative replica or task, a
+  // memory limit that is neither -1 nor positive, a malformed TESSEL_DEVICE_MEMORY_LIMIT):
   // kInvalidArgument naming the value.
   explicit Runtime(RuntimeOptions options = {});
   ~Runtime();
@@ -63,7 +74,8 @@ class Runtime {
   // TESSEL_CPU_DEVICES or client variable), the next call tries again.
   static Runtime& global();
 
-  // The options with num_cpu_devices resolved to the actual count.
+  // The options with num_cpu_devices resolved to the actual count and memory_limit to the
+  // devices' limit when they were made.
   const RuntimeOptions& options() const { return options_; }
   // Unique among the Runtimes of this process, never reused (keys per-runtime state of higher
   // layers, such as the communicator groups of relayout).

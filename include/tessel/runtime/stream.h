@@ -10,7 +10,8 @@
 // Errors are sticky, as on a CUDA stream: when a task throws, the error is captured and every
 // task still queued, or enqueued before the error is reported, is skipped (destroyed without
 // running). The next synchronize() reports it, once, as a tessel::Error with the task's code
-// (kInternal for an exception that is not a tessel::Error) and the message
+// (kResourceExhausted for std::bad_alloc, kInternal for another exception that is not a
+// tessel::Error) and the message
 //   "Stream: op 'all_reduce' on /job:localhost/replica:0/task:0/device:CPU:1 failed: <what()>"
 // (plus "; N later ops skipped" when some were). After that the stream runs new work again.
 //
