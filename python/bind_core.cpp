@@ -15,7 +15,7 @@ namespace {
 
 // ---- errors -------------------------------------------------------------------------------
 
-constexpr int kNumCodes = static_cast<int>(ErrorCode::kInternal) + 1;
+constexpr int kNumCodes = kNumErrorCodes;
 // One Python class per ErrorCode; created once, never freed (lives as long as the module).
 std::array<PyObject*, kNumCodes> g_error_classes{};
 
@@ -42,6 +42,7 @@ void bind_errors(py::module_& m) {
       {ErrorCode::kDeadlineExceeded, "DeadlineExceededError", PyExc_TimeoutError},
       {ErrorCode::kAborted, "AbortedError", PyExc_RuntimeError},
       {ErrorCode::kInternal, "InternalError", PyExc_RuntimeError},
+      {ErrorCode::kDataLoss, "DataLossError", PyExc_RuntimeError},
   };
   for (const ErrorClass& c : classes) {
     py::dict attrs;
@@ -78,7 +79,8 @@ void bind_errors(py::module_& m) {
       .value("UNAVAILABLE", ErrorCode::kUnavailable)
       .value("DEADLINE_EXCEEDED", ErrorCode::kDeadlineExceeded)
       .value("ABORTED", ErrorCode::kAborted)
-      .value("INTERNAL", ErrorCode::kInternal);
+      .value("INTERNAL", ErrorCode::kInternal)
+      .value("DATA_LOSS", ErrorCode::kDataLoss);
   m.def("error_code_name", &error_code_name, py::arg("code"));
   // Raises the Python class of `code`, as a C++ call failing with Error(code, ...) would.
   m.def(

@@ -44,6 +44,7 @@ from tessel._tessel import (
     FailedPreconditionError,
     GroupPosition,
     InternalError,
+    DataLossError,
     InvalidArgumentError,
     Layout,
     LayoutType,
@@ -346,6 +347,15 @@ def create_distributed_mesh(mesh_dims, mesh_name="", local_devices=None, device_
                                                    use_xla_spmd)
     return _create_distributed_mesh(mesh_dims, local_devices, mesh_name, use_xla_spmd)
 
+
+# Sharded checkpoints (bind_checkpoint.cpp): the submodule tessel.checkpoint with Orbax's names
+# (save, restore, CheckpointManager, metadata; plus verify), and the safetensors reader.
+from tessel._tessel import (  # noqa: E402
+    SafetensorsFile,
+    checkpoint,
+    dtype_from_safetensors_name,
+    safetensors_dtype_name,
+)
 
 # `from tessel import *` leaves Python's builtins alone: tessel.compile and tessel.slice are
 # reached through the module (as numpy leaves out its `sum`-like names).

@@ -16,6 +16,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kDeadlineExceeded: return "DeadlineExceeded";
     case ErrorCode::kAborted: return "Aborted";
     case ErrorCode::kInternal: return "Internal";
+    case ErrorCode::kDataLoss: return "DataLoss";
   }
   return "Unknown";
 }

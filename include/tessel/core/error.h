@@ -5,7 +5,7 @@
 //   what() == "Mesh: global_device_ids must sequentially increase: [0,2]"
 // Python maps the codes to exception classes (docs/architecture.md): kInvalidArgument -> ValueError,
 // kDeadlineExceeded -> TimeoutError, kUnimplemented -> NotImplementedError,
-// kOutOfRange -> IndexError, the rest -> RuntimeError.
+// kOutOfRange -> IndexError, the rest (DataLoss included) -> RuntimeError.
 //
 // Thread safety: immutable after construction.
 #pragma once
@@ -27,7 +27,10 @@ enum class ErrorCode {
   kDeadlineExceeded,    // a wait ran past its deadline
   kAborted,             // the operation was cancelled because a peer failed
   kInternal,            // an invariant broke: a tessel bug or memory corruption
+  kDataLoss,            // stored data is corrupt, truncated or missing (e.g. a checkpoint file)
 };
+// How many codes there are (kDataLoss is the last): for tables indexed by code.
+inline constexpr int kNumErrorCodes = static_cast<int>(ErrorCode::kDataLoss) + 1;
 
 // "InvalidArgument", "DeadlineExceeded", ... (the names without the k).
 std::string_view error_code_name(ErrorCode code);
