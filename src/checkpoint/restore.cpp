@@ -3,6 +3,8 @@
 // files; then metadata() and verify(), which read the manifest and the whole files.
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
 #include "checkpoint/file_io.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/saved_shard_reader.h"
@@ -124,22 +126,32 @@ CheckpointInfo metadata(const std::string& directory) {
 
 void verify(const std::string& directory) {
   const Manifest m = Manifest::read(directory);
+  // The tensors with shards in each file, for the messages.
+  std::map<std::string, std::vector<std::string>> holders;
+  for (const auto& [tensor, t] : m.tensors) {
+    for (const SavedShard& s : t.shards) holders[s.file].push_back(tensor);
+  }
   for (const auto& [name, f] : m.files) {
     const std::string path = (std::filesystem::path(directory) / name).string();
-    if (!std::filesystem::exists(path)) {
-      tessel::detail::throw_error(ErrorCode::kNotFound, kComponent, "'{}' is missing", path);
+    const std::string held = fmt::format("'{}'", fmt::join(holders[name], "', '"));
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      tessel::detail::throw_error(ErrorCode::kNotFound, kComponent,
+                                  "'{}' (holding tensors {}) is missing", path, held);
     }
     const uint64_t size = detail::file_size(path);
     if (size != f.size) {
       tessel::detail::throw_error(ErrorCode::kDataLoss, kComponent,
-                                  "'{}' has {} bytes; the manifest says {}", path, size, f.size);
+                                  "'{}' (holding tensors {}) has {} bytes; the manifest says {}",
+                                  path, held, size, f.size);
     }
     const detail::MappedFile map(path);
     const uint32_t crc = crc32c(map.data(), map.size());
     if (crc != f.crc32c) {
       tessel::detail::throw_error(ErrorCode::kDataLoss, kComponent,
-                                  "'{}' has crc32c {:#010x}; the manifest says {:#010x}", path, crc,
-                                  f.crc32c);
+                                  "'{}' (holding tensors {}) has crc32c {:#010x}; the manifest "
+                                  "says {:#010x}",
+                                  path, held, crc, f.crc32c);
     }
   }
 }

@@ -246,7 +246,8 @@ TEST(CheckpointFaults, BitFlipIsDataLossNamingFileAndTensor) {
     f.write(&byte, 1);
   }
   EXPECT_TESSEL_ERROR(c.load(), ErrorCode::kDataLoss, "device-00001.safetensors': tensor 'w'");
-  EXPECT_TESSEL_ERROR(verify(c.path), ErrorCode::kDataLoss, "device-00001.safetensors");
+  EXPECT_TESSEL_ERROR(verify(c.path), ErrorCode::kDataLoss,
+                      "device-00001.safetensors' (holding tensors 'w') has crc32c");
 }
 
 TEST(CheckpointFaults, TruncatedFileIsDataLoss) {
