@@ -48,7 +48,40 @@ using ExtendFn = uint32_t (*)(uint32_t, const unsigned char*, size_t);
 ExtendFn pick_extend() { return extend_table; }
 #endif
 
+// Appending zero bits to a CRC is linear over GF(2): a 32x32 bit matrix, one uint32_t per column.
+using BitMatrix = std::array<uint32_t, 32>;
+
+uint32_t times(const BitMatrix& m, uint32_t v) {
+  uint32_t out = 0;
+  for (int i = 0; v != 0; ++i, v >>= 1) {
+    if (v & 1) out ^= m[static_cast<size_t>(i)];
+  }
+  return out;
+}
+
+BitMatrix squared(const BitMatrix& m) {
+  BitMatrix out{};
+  for (size_t i = 0; i < 32; ++i) out[i] = times(m, m[i]);
+  return out;
+}
+
 }  // namespace
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t size_b) {
+  if (size_b == 0) return crc_a;
+  // The operator for one zero bit, then squared to 2 and 4 bits; each further square doubles
+  // it (8 bits = one zero byte first), applied for each set bit of size_b.
+  BitMatrix op{};
+  op[0] = kPolynomial;
+  for (size_t i = 1; i < 32; ++i) op[i] = 1u << (i - 1);
+  op = squared(squared(op));
+  uint32_t crc = crc_a;
+  for (uint64_t n = size_b; n != 0; n >>= 1) {
+    op = squared(op);
+    if (n & 1) crc = times(op, crc);
+  }
+  return crc ^ crc_b;
+}
 
 uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size) {
   static const ExtendFn extend = pick_extend();

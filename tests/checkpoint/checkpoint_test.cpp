@@ -83,6 +83,12 @@ TEST(Crc32c, StandardCheckValueAndExtension) {
   uint32_t bytewise = 0;
   for (char c : text) bytewise = crc32c_extend(bytewise, &c, 1);
   EXPECT_EQ(crc32c(text.data(), text.size()), bytewise);
+  for (size_t split : {0, 1, 7, 8, 500, 999, 1000}) {
+    EXPECT_EQ(crc32c_combine(crc32c(text.data(), split), crc32c(text.data() + split, 1000 - split),
+                             1000 - split),
+              bytewise)
+        << split;
+  }
 }
 
 TEST(Checkpoint, EveryMeshAndLayoutRestoresOntoEveryOther) {
