@@ -72,9 +72,10 @@ using State = std::map<std::string, Item>;
 struct SaveOptions {
   // Bounds each step the processes agree on (and the Partial reductions' collectives).
   std::chrono::milliseconds timeout{120000};
-  // Test hook: called on every process at each step of the protocol: "prepared" (temporary
-  // directory made), "written" (this process's files fsynced), "manifest" (manifest written, not
-  // yet renamed), "committed" (renamed). Crash tests kill the process here.
+  // Test hook, called at each step of the protocol: "prepared" (temporary directory made) and
+  // "written" (this process's files fsynced) on every process, "manifest" (manifest written and
+  // fsynced, not yet renamed) on process 0 only, "committed" (renamed) on every process. Crash
+  // tests kill the process here.
   std::function<void(std::string_view step)> on_step;
 };
 
