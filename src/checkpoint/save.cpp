@@ -87,9 +87,11 @@ void check_values(const State& state) {
 // elements is one empty shard of its full shape at offset 0, so that readers see it.
 std::map<int, std::vector<ShardToWrite>> plan_local_shards(const SavedTensors& saved) {
   std::map<int, std::vector<ShardToWrite>> plan;
-  size_t tensor_ordinal = 0;
+  size_t next_ordinal = 0;
   for (const auto& [name, d] : saved.tensors) {
     const Mesh& mesh = d.layout().mesh();
+    const size_t tensor_ordinal = next_ordinal++;      // counts every tensor, on every process
+    if (mesh.num_local_devices() == 0) continue;       // a mesh of other processes only
     const std::vector<Tensor> components = unpack(d);  // waits for the devices' streams
     const std::vector<ShardMap::Replicas> blocks =
         ShardMap(d.layout(), d.shape()).distinct_blocks();
@@ -110,7 +112,6 @@ std::map<int, std::vector<ShardToWrite>> plan_local_shards(const SavedTensors& s
         plan[device].push_back(ShardToWrite{name, components[static_cast<size_t>(i)], box});
       }
     }
-    ++tensor_ordinal;
   }
   return plan;
 }
