@@ -162,6 +162,20 @@ void bind_checkpoint(py::module_& parent) {
       .def("all_steps", &checkpoint::CheckpointManager::all_steps, Release())
       .def("latest_step", &checkpoint::CheckpointManager::latest_step, Release());
 
+  py::class_<SafetensorsEntry>(parent, "SafetensorsEntry")
+      .def_readonly("name", &SafetensorsEntry::name)
+      .def_readonly("dtype", &SafetensorsEntry::dtype)
+      .def_readonly("shape", &SafetensorsEntry::shape)
+      .def_readonly("begin", &SafetensorsEntry::begin)
+      .def_readonly("end", &SafetensorsEntry::end);
+  py::class_<SafetensorsHeader>(parent, "SafetensorsHeader")
+      .def_static("read", &SafetensorsHeader::read, py::arg("path"), Release())
+      .def_readonly("entries", &SafetensorsHeader::entries)
+      .def_readonly("metadata", &SafetensorsHeader::metadata)
+      .def_readonly("data_start", &SafetensorsHeader::data_start)
+      .def_readonly("file_size", &SafetensorsHeader::file_size)
+      .def("__contains__", &SafetensorsHeader::contains, py::arg("name"))
+      .def("encode", [](const SafetensorsHeader& h) { return py::bytes(h.encode()); });
   py::class_<SafetensorsFile>(parent, "SafetensorsFile")
       .def_static("read", &SafetensorsFile::read, py::arg("path"), Release())
       .def("tensor", &SafetensorsFile::tensor, py::arg("name"))

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "casters.h"
+#include "tessel/core/crc32c.h"
 #include "tessel/core/device_name.h"
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
@@ -242,6 +243,18 @@ void bind_reduce_op(py::module_& m) {
   m.def("reduce_op_from_name", &reduce_op_from_name, py::arg("name"));
 }
 
+// crc32c of bytes-like objects (bytes, bytearray, memoryview, numpy arrays): their buffer.
+void bind_crc32c(py::module_& m) {
+  m.def(
+      "crc32c",
+      [](const py::buffer& data) {
+        const py::buffer_info b = data.request();
+        return crc32c(b.ptr, static_cast<size_t>(b.size * b.itemsize));
+      },
+      py::arg("data"));
+  m.def("crc32c_combine", &crc32c_combine, py::arg("crc_a"), py::arg("crc_b"), py::arg("size_b"));
+}
+
 }  // namespace
 
 void bind_core(py::module_& m) {
@@ -250,6 +263,7 @@ void bind_core(py::module_& m) {
   bind_tensor(m);
   bind_device_name(m);
   bind_reduce_op(m);
+  bind_crc32c(m);
 }
 
 }  // namespace tessel::python

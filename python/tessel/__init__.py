@@ -67,6 +67,8 @@ from tessel._tessel import (
     allclose,
     bf16_bits_to_float,
     collective_groups,
+    crc32c,
+    crc32c_combine,
     default_collective_timeout,
     dtype_name,
     dtype_size,
@@ -351,7 +353,9 @@ def create_distributed_mesh(mesh_dims, mesh_name="", local_devices=None, device_
 # Sharded checkpoints (bind_checkpoint.cpp): the submodule tessel.checkpoint with Orbax's names
 # (save, restore, CheckpointManager, metadata; plus verify), and the safetensors reader.
 from tessel._tessel import (  # noqa: E402
+    SafetensorsEntry,
     SafetensorsFile,
+    SafetensorsHeader,
     checkpoint,
     dtype_from_safetensors_name,
     safetensors_dtype_name,

@@ -103,8 +103,13 @@ def arrays():
             "empty": np.zeros((0, 3), np.float32)}
 
 
-def test_crc32c_reference_matches_the_standard_check_value():
+def test_crc32c_matches_the_reference_and_the_standard_check_value():
     assert crc32c(b"123456789") == 0xE3069283
+    assert tessel.crc32c(b"123456789") == 0xE3069283
+    data = np.random.default_rng(3).integers(0, 256, 1001, np.uint8)
+    assert tessel.crc32c(data) == crc32c(data.tobytes())
+    a, b = data[:300].tobytes(), data[300:].tobytes()
+    assert tessel.crc32c_combine(tessel.crc32c(a), tessel.crc32c(b), len(b)) == crc32c(data.tobytes())
 
 
 @pytest.mark.parametrize("specs", [("x", "y"), ("y", "x"), ("x+y", "unsharded"),
@@ -171,6 +176,12 @@ def test_safetensors_file_reads_a_checkpoint_file(tmp_path, mesh):
     assert "w" in f
     np.testing.assert_array_equal(f.tensor("w").numpy(), w[1:2])
     assert json.loads(f.metadata("DCP_SHARDING_INFO")) == {"w": {"saved_offsets": [1, 0]}}
+    header = tessel.SafetensorsHeader.read(os.path.join(path, "process-00000-device-00001.safetensors"))
+    assert "w" in header and header.data_start % 8 == 0
+    (entry,) = header.entries
+    assert (entry.name, entry.dtype, entry.shape, entry.begin, entry.end) == ("w", "f32", (1, 3), 0, 12)
+    assert header.file_size == header.data_start + 12
+    assert header.encode()[:8] == struct.pack("<Q", header.data_start - 8)
     assert tessel.safetensors_dtype_name("bf16") == "BF16"
     assert tessel.dtype_from_safetensors_name("I64") == "i64"
 
