@@ -226,6 +226,9 @@ optimizer keeps that list's Runtime alive).)doc")
           },
           py::arg("params"), py::arg("grads"))
       .def_property_readonly("iterations", &Optimizer::iterations)
+      .def("slots", &Optimizer::slots)
+      .def("restore", &Optimizer::restore, py::arg("iterations"), py::arg("params"),
+           py::arg("slots"))
       .def_property("learning_rate", &Optimizer::learning_rate, &Optimizer::set_learning_rate);
   py::class_<SGD, Optimizer>(m, "SGD",
                              "v = momentum v - lr g; p += v (nesterov: p += momentum v - lr g).")

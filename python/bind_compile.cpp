@@ -33,7 +33,7 @@ namespace {
   const py::object base = py::module_::import("tessel._tessel").attr("Error");
   if (e.matches(base)) {
     const std::string code = py::str(e.value().attr("code"));
-    for (int c = 0; c <= static_cast<int>(ErrorCode::kInternal); ++c) {
+    for (int c = 0; c < kNumErrorCodes; ++c) {
       if (error_code_name(static_cast<ErrorCode>(c)) == code) {
         throw Error(static_cast<ErrorCode>(c), py::str(e.value().attr("component")).cast<std::string>(),
                     py::str(e.value().attr("message")).cast<std::string>());

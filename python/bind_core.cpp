@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "casters.h"
+#include "tessel/core/crc32c.h"
 #include "tessel/core/device_name.h"
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
@@ -16,7 +17,7 @@ namespace {
 
 // ---- errors -------------------------------------------------------------------------------
 
-constexpr int kNumCodes = static_cast<int>(ErrorCode::kInternal) + 1;
+constexpr int kNumCodes = kNumErrorCodes;
 // One Python class per ErrorCode; created once, never freed (lives as long as the module).
 std::array<PyObject*, kNumCodes> g_error_classes{};
 
@@ -44,6 +45,7 @@ void bind_errors(py::module_& m) {
       {ErrorCode::kAborted, "AbortedError", PyExc_RuntimeError},
       {ErrorCode::kResourceExhausted, "ResourceExhaustedError", PyExc_MemoryError},
       {ErrorCode::kInternal, "InternalError", PyExc_RuntimeError},
+      {ErrorCode::kDataLoss, "DataLossError", PyExc_RuntimeError},
   };
   for (const ErrorClass& c : classes) {
     py::dict attrs;
@@ -81,7 +83,8 @@ void bind_errors(py::module_& m) {
       .value("DEADLINE_EXCEEDED", ErrorCode::kDeadlineExceeded)
       .value("ABORTED", ErrorCode::kAborted)
       .value("RESOURCE_EXHAUSTED", ErrorCode::kResourceExhausted)
-      .value("INTERNAL", ErrorCode::kInternal);
+      .value("INTERNAL", ErrorCode::kInternal)
+      .value("DATA_LOSS", ErrorCode::kDataLoss);
   m.def("error_code_name", &error_code_name, py::arg("code"));
   // Raises the Python class of `code`, as a C++ call failing with Error(code, ...) would.
   m.def(
@@ -277,6 +280,18 @@ void bind_host_memory(py::module_& m) {
   m.def("reset_host_peak_memory", &reset_host_peak_memory);
 }
 
+// crc32c of bytes-like objects (bytes, bytearray, memoryview, numpy arrays): their buffer.
+void bind_crc32c(py::module_& m) {
+  m.def(
+      "crc32c",
+      [](const py::buffer& data) {
+        const py::buffer_info b = data.request();
+        return crc32c(b.ptr, static_cast<size_t>(b.size * b.itemsize));
+      },
+      py::arg("data"));
+  m.def("crc32c_combine", &crc32c_combine, py::arg("crc_a"), py::arg("crc_b"), py::arg("size_b"));
+}
+
 }  // namespace
 
 py::dict memory_stats_dict(const MemoryStats& s) {
@@ -297,6 +312,7 @@ void bind_core(py::module_& m) {
   bind_device_name(m);
   bind_reduce_op(m);
   bind_host_memory(m);
+  bind_crc32c(m);
 }
 
 }  // namespace tessel::python

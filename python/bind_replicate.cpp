@@ -433,7 +433,7 @@ Error to_error(const py::error_already_set& e, py::handle tessel_error) {
   py::object value = e.value();
   if (py::isinstance(value, tessel_error)) {
     const std::string code = py::str(value.attr("code"));
-    for (int c = 0; c <= static_cast<int>(ErrorCode::kInternal); ++c) {
+    for (int c = 0; c < kNumErrorCodes; ++c) {
       if (error_code_name(static_cast<ErrorCode>(c)) != code) continue;
       if (py::hasattr(value, "component") && py::hasattr(value, "message")) {
         return Error(static_cast<ErrorCode>(c),

@@ -5,6 +5,7 @@
 //   tessel bench matmul|dispatch   cmd_bench_ops.cpp
 //   tessel bench replicate ...     cmd_bench_replicate.cpp
 //   tessel bench gpt ...           cmd_bench_gpt.cpp
+//   tessel bench checkpoint ...    cmd_bench_checkpoint.cpp
 #include <string_view>
 
 #include "commands.h"
@@ -21,7 +22,8 @@ int run_bench(const Args& args) {
                                                 {"matmul", run_bench_matmul},
                                                 {"dispatch", run_bench_dispatch},
                                                 {"replicate", run_bench_replicate},
-                                                {"gpt", run_bench_gpt}};
+                                                {"gpt", run_bench_gpt},
+                                                {"checkpoint", run_bench_checkpoint}};
   if (!args.empty()) {
     for (const Subcommand& sub : kSubcommands) {
       if (args[0] == sub.name) return sub.run(Args(args.begin() + 1, args.end()));

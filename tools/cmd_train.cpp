@@ -22,6 +22,7 @@
 #include "gpt_trainer.h"
 #include "json_output.h"
 #include "process_mesh.h"
+#include "tessel/checkpoint/checkpoint_manager.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/dtensor/relayout.h"
@@ -55,6 +56,10 @@ constexpr const char* kHelp =
     "  --metrics FILE      write step,loss,lr,grad_norm,step_seconds and the evaluations as CSV\n"
     "  --json              print one JSON object at the end instead of the progress output\n"
     "                      (one line; a number that is NaN or infinite is written as null)\n"
+    "  --checkpoint-dir D  keep checkpoints in D (docs/checkpoints.md; step-NNNNNNNN/, last 3)\n"
+    "  --checkpoint-every N  save a checkpoint after every N steps (needs --checkpoint-dir)\n"
+    "  --resume            continue from the newest checkpoint in --checkpoint-dir, on any mesh\n"
+    "                      (bit for bit on the same mesh); none there: start afresh\n"
     "  --check-reference FILE  instead of training, check the `test` model on this mesh against\n"
     "                      the JAX reference dump FILE (examples/gpt/reference/): logits,\n"
     "                      gradients and 10 AdamW steps in f32; exit 1 when out of tolerance\n"
@@ -76,6 +81,9 @@ struct Options {
   int64_t sample = 300;
   std::string metrics;
   std::string check_reference;  // a reference dump: check against it instead of training
+  std::string checkpoint_dir;   // "" : no checkpoints
+  int64_t checkpoint_every = 0;  // 0: never
+  bool resume = false;
 };
 
 [[noreturn]] void bad(const std::string& message) {
@@ -107,7 +115,13 @@ Options parse(const Args& args) {
   flags.text({"--metrics"}, o.metrics);
   flags.set({"--json"}, o.json);
   flags.text({"--check-reference"}, o.check_reference);
+  flags.text({"--checkpoint-dir"}, o.checkpoint_dir);
+  flags.integer({"--checkpoint-every"}, o.checkpoint_every, 1, 100000000);
+  flags.set({"--resume"}, o.resume);
   flags.parse(args);
+  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
+    flags.fail("--checkpoint-every and --resume need --checkpoint-dir");
+  }
   if (!model_named) flags.fail("the model to train: `tessel train gpt [options]`");
   if (dropout != -1) {
     if (!(dropout >= 0 && dropout < 1)) flags.fail(fmt::format("--dropout must be in [0, 1), got {}", dropout));
@@ -192,10 +206,27 @@ int train_gpt(const Options& o) {
                 << std::flush;
     }
   };
+  std::optional<checkpoint::CheckpointManager> checkpoints;
+  if (!o.checkpoint_dir.empty()) {
+    checkpoints.emplace(o.checkpoint_dir,
+                        checkpoint::CheckpointManagerOptions{.max_to_keep = 3, .save = {}});
+  }
+  if (o.resume) {
+    if (const std::optional<int64_t> latest = checkpoints->latest_step()) {
+      trainer.restore(checkpoints->step_directory(*latest));
+      if (progress) {
+        std::cout << fmt::format("resumed from step {} ({})\n", *latest,
+                                 checkpoints->step_directory(*latest));
+      }
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t s = 0; s < c.max_iters; ++s) {
+  for (int64_t s = trainer.next_step(); s < c.max_iters; ++s) {
     if (s % c.eval_interval == 0 && s > 0) evaluate(s);
     reports.push_back(trainer.step());
+    if (o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) {
+      checkpoints->save(s + 1, trainer.state());
+    }
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (progress && (tty || (s + 1) % 50 == 0 || s + 1 == c.max_iters)) {
@@ -213,7 +244,7 @@ int train_gpt(const Options& o) {
   std::vector<double> step_seconds;
   for (const auto& r : reports) step_seconds.push_back(r.seconds);
   std::sort(step_seconds.begin(), step_seconds.end());
-  const double median_step = step_seconds[step_seconds.size() / 2];
+  const double median_step = step_seconds.empty() ? 0.0 : step_seconds[step_seconds.size() / 2];
   if (!o.metrics.empty()) {
     std::ofstream out(o.metrics);
     if (!out) bad(fmt::format("cannot write --metrics file '{}'", o.metrics));

@@ -32,6 +32,8 @@ int run_bench_dispatch(const Args& args);
 // `tessel bench replicate ...`: a replicated training step, compiled vs eager vs sequential.
 int run_bench_replicate(const Args& args);
 int run_bench_gpt(const Args& args);
+// `tessel bench checkpoint ...`: checkpoint save / restore against dd's write and read.
+int run_bench_checkpoint(const Args& args);
 int run_train(const Args& args);
 
 }  // namespace tessel::cli

@@ -45,7 +45,9 @@ int exit_status_of(tessel::ErrorCode code) {
     case ErrorCode::kUnavailable:
     case ErrorCode::kDeadlineExceeded:
     case ErrorCode::kAborted:
+    case ErrorCode::kResourceExhausted:
     case ErrorCode::kInternal:
+    case ErrorCode::kDataLoss:
       return kExitFailure;
     case ErrorCode::kInvalidArgument:
     case ErrorCode::kOutOfRange:

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "gpt_model.h"
-#include "safetensors_file.h"
+#include "tessel/checkpoint/safetensors.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/optimizers.h"

@@ -65,6 +65,51 @@ StepReport GptTrainer::step() {
   return r;
 }
 
+checkpoint::State GptTrainer::state() const {
+  const std::vector<std::string>& names = model_.names();
+  checkpoint::State state{{"step", step_},
+                          {"seed", static_cast<int64_t>(model_.config().seed)},
+                          {"optimizer/iterations", optimizer_.iterations()}};
+  for (size_t i = 0; i < names.size(); ++i) state["model/" + names[i]] = params_[i];
+  for (const auto& [slot, tensors] : optimizer_.slots()) {
+    for (size_t i = 0; i < names.size(); ++i)
+      state["optimizer/" + slot + "/" + names[i]] = tensors[i];
+  }
+  return state;
+}
+
+void GptTrainer::restore(const std::string& directory) {
+  const std::vector<std::string>& names = model_.names();
+  const checkpoint::CheckpointInfo info = checkpoint::metadata(directory);
+  checkpoint::Target target;
+  for (size_t i = 0; i < names.size(); ++i) {
+    for (const std::string prefix : {"model/", "optimizer/m/", "optimizer/v/"}) {
+      if (prefix == "model/" || info.tensors.count(prefix + names[i]) != 0) {
+        target[prefix + names[i]] = params_[i].layout();
+      }
+    }
+  }
+  const checkpoint::State saved = checkpoint::restore(directory, target, {.runtime = runtime_});
+  const int64_t seed = std::get<int64_t>(saved.at("seed"));
+  if (seed != static_cast<int64_t>(model_.config().seed)) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                fmt::format("checkpoint '{}' was trained with seed {}; this run has seed {}",
+                            directory, seed, model_.config().seed));
+  }
+  std::vector<DTensor> params;
+  std::map<std::string, std::vector<DTensor>> slots;
+  for (const std::string& name : names) {
+    params.push_back(std::get<DTensor>(saved.at("model/" + name)));
+    for (const std::string slot : {"m", "v"}) {
+      auto it = saved.find("optimizer/" + slot + "/" + name);
+      if (it != saved.end()) slots[slot].push_back(std::get<DTensor>(it->second));
+    }
+  }
+  optimizer_.restore(std::get<int64_t>(saved.at("optimizer/iterations")), params, slots);
+  params_ = std::move(params);
+  step_ = std::get<int64_t>(saved.at("step"));
+}
+
 double GptTrainer::estimate_loss(Split split) {
   const GptConfig& c = model_.config();
   double total = 0;

@@ -21,6 +21,7 @@
 
 #include "char_dataset.h"
 #include "gpt_model.h"
+#include "tessel/checkpoint/checkpoint.h"
 #include "tessel/dtensor/optimizers.h"
 
 namespace tessel::gpt {
@@ -45,6 +46,16 @@ class GptTrainer {
   std::vector<DTensor>& params() { return params_; }
 
   StepReport step();
+
+  // What a resumed run needs (docs/checkpoints.md): the parameters ("model/<name>"), AdamW's
+  // moments ("optimizer/m/<name>", "optimizer/v/<name>") and update count
+  // ("optimizer/iterations"), the next step ("step"). The batches and the dropout masks are keyed
+  // by the step and the seed ("seed", checked by restore), so a run restored on the same mesh
+  // continues bit for bit as if it had not stopped.
+  checkpoint::State state() const;
+  // Continues from a checkpoint of state(), saved on any mesh: every tensor is restored onto
+  // this trainer's layouts. A checkpoint of another seed: kInvalidArgument naming both.
+  void restore(const std::string& directory);
   // The mean loss over config().eval_iters fixed batches of `split` (no dropout).
   double estimate_loss(Split split);
   // `count` characters sampled after `prompt` (temperature > 0; top_k 0: every character).

@@ -77,3 +77,7 @@
 #include "tessel/system/mpi_system_channel.h"
 #include "tessel/system/system.h"
 #include "tessel/system/system_channel.h"
+// checkpoint
+#include "tessel/checkpoint/checkpoint.h"
+#include "tessel/checkpoint/checkpoint_manager.h"
+#include "tessel/checkpoint/safetensors.h"

@@ -45,6 +45,7 @@ from tessel._tessel import (
     FailedPreconditionError,
     GroupPosition,
     InternalError,
+    DataLossError,
     InvalidArgumentError,
     Layout,
     LayoutType,
@@ -68,6 +69,8 @@ from tessel._tessel import (
     allclose,
     bf16_bits_to_float,
     collective_groups,
+    crc32c,
+    crc32c_combine,
     default_collective_timeout,
     dtype_name,
     dtype_size,
@@ -353,6 +356,17 @@ def create_distributed_mesh(mesh_dims, mesh_name="", local_devices=None, device_
                                                    use_xla_spmd)
     return _create_distributed_mesh(mesh_dims, local_devices, mesh_name, use_xla_spmd)
 
+
+# Sharded checkpoints (bind_checkpoint.cpp): the submodule tessel.checkpoint with Orbax's names
+# (save, restore, CheckpointManager, metadata; plus verify), and the safetensors reader.
+from tessel._tessel import (  # noqa: E402
+    SafetensorsEntry,
+    SafetensorsFile,
+    SafetensorsHeader,
+    checkpoint,
+    dtype_from_safetensors_name,
+    safetensors_dtype_name,
+)
 
 # `from tessel import *` leaves Python's builtins alone: tessel.compile and tessel.slice are
 # reached through the module (as numpy leaves out its `sum`-like names).

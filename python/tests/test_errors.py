@@ -12,6 +12,7 @@ MAPPING = [
     (tessel.ErrorCode.NOT_FOUND, tessel.NotFoundError, ValueError),
     (tessel.ErrorCode.FAILED_PRECONDITION, tessel.FailedPreconditionError, RuntimeError),
     (tessel.ErrorCode.INTERNAL, tessel.InternalError, RuntimeError),
+    (tessel.ErrorCode.DATA_LOSS, tessel.DataLossError, RuntimeError),
     (tessel.ErrorCode.ABORTED, tessel.AbortedError, RuntimeError),
     (tessel.ErrorCode.UNAVAILABLE, tessel.UnavailableError, RuntimeError),
     (tessel.ErrorCode.ALREADY_EXISTS, tessel.AlreadyExistsError, RuntimeError),

@@ -91,18 +91,24 @@ void copy_box(const Tensor& src, const std::vector<int64_t>& src_origin, Tensor&
     detail::throw_invalid(kBox, "copy_box: source is {} but destination is {}",
                           dtype_name(src.dtype()), dtype_name(dst.dtype()));
   }
-  if (region.empty()) return;
+  copy_box_bytes(src.data(), held_block(src, src_origin), dst.data(), held_block(dst, dst_origin),
+                 region, dtype_size(src.dtype()));
+}
 
+void copy_box_bytes(const void* src, const Box& src_block, void* dst, const Box& dst_block,
+                    const Box& region, size_t item) {
+  if (region.empty()) return;
   const int rank = region.rank();
-  const size_t item = dtype_size(src.dtype());
-  const auto* in = static_cast<const uint8_t*>(src.data());
-  auto* out = static_cast<uint8_t*>(dst.data());
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
   if (rank == 0) {
     std::memcpy(out, in, item);
     return;
   }
-  const std::vector<int64_t>& sdims = src.shape().dims();
-  const std::vector<int64_t>& ddims = dst.shape().dims();
+  const std::vector<int64_t>& sdims = src_block.extents;
+  const std::vector<int64_t>& ddims = dst_block.extents;
+  const std::vector<int64_t>& src_origin = src_block.offsets;
+  const std::vector<int64_t>& dst_origin = dst_block.offsets;
   // Trailing dimensions the region spans in full in both tensors merge into one run: the run
   // covers dimensions [inner, rank) and starts at the region's corner in each.
   int inner = rank - 1;

@@ -17,6 +17,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kAborted: return "Aborted";
     case ErrorCode::kResourceExhausted: return "ResourceExhausted";
     case ErrorCode::kInternal: return "Internal";
+    case ErrorCode::kDataLoss: return "DataLoss";
   }
   return "Unknown";
 }

@@ -48,12 +48,57 @@ void Optimizer::apply(std::vector<DTensor>& params, const std::vector<DTensor>& 
   for (size_t i = 0; i < params.size(); ++i) update(i, params[i], grads[i]);
 }
 
+void Optimizer::restore(int64_t iterations, const std::vector<DTensor>& params,
+                        const std::map<std::string, std::vector<DTensor>>& slots) {
+  if (iterations < 0) detail::throw_invalid(kComponent, "restore: iterations {} < 0", iterations);
+  std::vector<std::string> expected = iterations == 0 ? std::vector<std::string>{} : slot_names();
+  std::vector<std::string> given;
+  for (const auto& [name, tensors] : slots) given.push_back(name);
+  std::sort(expected.begin(), expected.end());
+  if (given != expected) {
+    detail::throw_invalid(kComponent, "restore after {} iterations: slots [{}], expected [{}]",
+                          iterations, fmt::join(given, ", "), fmt::join(expected, ", "));
+  }
+  for (const auto& [name, tensors] : slots) {
+    if (tensors.size() != params.size()) {
+      detail::throw_invalid(kComponent, "restore: slot '{}' has {} tensors for {} parameters", name,
+                            tensors.size(), params.size());
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!(tensors[i].shape() == params[i].shape()) || tensors[i].layout() != params[i].layout()) {
+        detail::throw_invalid(kComponent,
+                              "restore: slot '{}' tensor {} is {} in {}; parameter {} in {}", name,
+                              i, tensors[i].shape().to_string(), tensors[i].layout().to_string(),
+                              params[i].shape().to_string(), params[i].layout().to_string());
+      }
+    }
+  }
+  iterations_ = iterations;
+  shapes_.clear();
+  if (iterations == 0) return;  // the next apply() starts afresh
+  for (const DTensor& p : params) shapes_.push_back(p.shape());
+  set_slots(slots);
+}
+
 SGD::SGD(double learning_rate, double momentum, bool nesterov)
     : Optimizer(learning_rate), momentum_(momentum), nesterov_(nesterov) {
   if (learning_rate < 0 || momentum < 0 || momentum > 1) {
     detail::throw_invalid("SGD", "learning_rate {} must be >= 0 and momentum {} in [0, 1]",
                           learning_rate, momentum);
   }
+}
+
+std::map<std::string, std::vector<DTensor>> SGD::slots() const {
+  if (velocity_.empty()) return {};
+  return {{"velocity", velocity_}};
+}
+
+std::vector<std::string> SGD::slot_names() const {
+  return momentum_ == 0 ? std::vector<std::string>{} : std::vector<std::string>{"velocity"};
+}
+
+void SGD::set_slots(const std::map<std::string, std::vector<DTensor>>& slots) {
+  velocity_ = momentum_ == 0 ? std::vector<DTensor>{} : slots.at("velocity");
 }
 
 void SGD::init_state(const std::vector<DTensor>& params) {
@@ -80,6 +125,18 @@ Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon)
                           "required",
                           learning_rate, beta_1, beta_2, epsilon);
   }
+}
+
+std::map<std::string, std::vector<DTensor>> Adam::slots() const {
+  if (m_.empty()) return {};
+  return {{"m", m_}, {"v", v_}};
+}
+
+std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
+
+void Adam::set_slots(const std::map<std::string, std::vector<DTensor>>& slots) {
+  m_ = slots.at("m");
+  v_ = slots.at("v");
 }
 
 void Adam::init_state(const std::vector<DTensor>& params) {

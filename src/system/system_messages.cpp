@@ -81,7 +81,7 @@ CoordinatorReply decode_coordinator_reply(const std::string& bytes, int task) {
   } else {
     out.kind = CoordinatorReply::Kind::kFailure;
     const int code = p.failure().code();
-    out.code = code >= 0 && code <= static_cast<int>(ErrorCode::kInternal)
+    out.code = code >= 0 && code < kNumErrorCodes
                    ? static_cast<ErrorCode>(code)
                    : ErrorCode::kInternal;
     out.message = p.failure().message();

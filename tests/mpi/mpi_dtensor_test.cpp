@@ -8,6 +8,7 @@
 #include "tessel/comm/mpi.h"
 #include "tessel/comm/multi_client.h"
 #include "tessel/runtime/clients.h"
+#include "mpi_client.h"
 #include "testing/expect_error.h"
 #include "testing/multi_client_cases.h"
 #include "testing/run_ranks.h"
@@ -15,20 +16,9 @@
 namespace tessel {
 namespace {
 
-constexpr int kLocalDevices = 2;
-
-// This process's client: its runtime is named after its MPI rank, so the default cluster (the
-// process's MPI cluster) serves it.
-Runtime& client_runtime() {
-  static Runtime* runtime = new Runtime(
-      RuntimeOptions{.num_cpu_devices = kLocalDevices, .job = "worker", .task = mpi_rank()});
-  return *runtime;
-}
-
-Mesh client_mesh(const std::vector<MeshDimension>& dims) {
-  return create_distributed_mesh(dims, {"CPU:0", "CPU:1"},
-                                 ClientConfig{mpi_size(), mpi_rank(), "worker"});
-}
+constexpr int kLocalDevices = testing::kClientDevices;
+using testing::client_mesh;
+using testing::client_runtime;
 
 class MpiDTensorRelayout : public ::testing::TestWithParam<testing::RelayoutCase> {};
 

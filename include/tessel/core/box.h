@@ -43,4 +43,10 @@ Box intersect(const Box& a, const Box& b);
 void copy_box(const Tensor& src, const std::vector<int64_t>& src_origin, Tensor& dst,
               const std::vector<int64_t>& dst_origin, const Box& region);
 
+// copy_box over raw row-major buffers of `item_size`-byte elements: `src` holds `src_block`,
+// `dst` holds `dst_block` (e.g. a memory-mapped file's bytes). Unchecked: the caller ensures
+// that both blocks contain `region` and that the buffers hold their blocks.
+void copy_box_bytes(const void* src, const Box& src_block, void* dst, const Box& dst_block,
+                    const Box& region, size_t item_size);
+
 }  // namespace tessel

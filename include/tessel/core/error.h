@@ -5,7 +5,8 @@
 //   what() == "Mesh: global_device_ids must sequentially increase: [0,2]"
 // Python maps the codes to exception classes (docs/architecture.md): kInvalidArgument -> ValueError,
 // kDeadlineExceeded -> TimeoutError, kUnimplemented -> NotImplementedError,
-// kOutOfRange -> IndexError, kResourceExhausted -> MemoryError, the rest -> RuntimeError.
+// kOutOfRange -> IndexError, kResourceExhausted -> MemoryError, the rest (DataLoss included) ->
+// RuntimeError.
 //
 // Thread safety: immutable after construction.
 #pragma once
@@ -28,7 +29,10 @@ enum class ErrorCode {
   kAborted,             // the operation was cancelled because a peer failed
   kResourceExhausted,   // a memory limit (of a device or of the process) would be exceeded
   kInternal,            // an invariant broke: a tessel bug or memory corruption
+  kDataLoss,            // stored data is corrupt, truncated or missing (e.g. a checkpoint file)
 };
+// How many codes there are (kDataLoss is the last): for tables indexed by code.
+inline constexpr int kNumErrorCodes = static_cast<int>(ErrorCode::kDataLoss) + 1;
 
 // "InvalidArgument", "DeadlineExceeded", ... (the names without the k).
 std::string_view error_code_name(ErrorCode code);

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -32,10 +34,25 @@ class Optimizer {
   double learning_rate() const { return learning_rate_; }
   void set_learning_rate(double learning_rate);
 
+  // The state for checkpoints: the optimizer's tensors by slot name, one per parameter in
+  // apply()'s order ("m" and "v" for Adam and AdamW, "velocity" for SGD with momentum); no slots
+  // before the first apply().
+  virtual std::map<std::string, std::vector<DTensor>> slots() const = 0;
+  // Puts back what iterations() and slots() gave (e.g. restored from a checkpoint, any layout
+  // relaid out to the parameters' first) for `params`, the parameters the next apply() gets: it
+  // then continues as the saved optimizer's would have. iterations < 0, slot names other than
+  // this optimizer's (none when iterations is 0), a slot whose count, shapes or layouts differ
+  // from params': kInvalidArgument naming the slot and the index.
+  void restore(int64_t iterations, const std::vector<DTensor>& params,
+               const std::map<std::string, std::vector<DTensor>>& slots);
+
  protected:
   explicit Optimizer(double learning_rate);
   virtual void update(size_t index, DTensor& param, const DTensor& grad) = 0;
   virtual void init_state(const std::vector<DTensor>& params) = 0;
+  // The slot names restore() expects once iterations > 0, and the setter of checked slots.
+  virtual std::vector<std::string> slot_names() const = 0;
+  virtual void set_slots(const std::map<std::string, std::vector<DTensor>>& slots) = 0;
 
  private:
   int64_t iterations_ = 0;
@@ -47,10 +64,13 @@ class Optimizer {
 class SGD : public Optimizer {
  public:
   explicit SGD(double learning_rate = 0.01, double momentum = 0.0, bool nesterov = false);
+  std::map<std::string, std::vector<DTensor>> slots() const override;
 
  private:
   void update(size_t index, DTensor& param, const DTensor& grad) override;
   void init_state(const std::vector<DTensor>& params) override;
+  std::vector<std::string> slot_names() const override;
+  void set_slots(const std::map<std::string, std::vector<DTensor>>& slots) override;
   double momentum_;
   bool nesterov_;
   std::vector<DTensor> velocity_;
@@ -62,9 +82,12 @@ class Adam : public Optimizer {
  public:
   explicit Adam(double learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999,
                 double epsilon = 1e-7);
+  std::map<std::string, std::vector<DTensor>> slots() const override;
 
  private:
   void init_state(const std::vector<DTensor>& params) override;
+  std::vector<std::string> slot_names() const override;
+  void set_slots(const std::map<std::string, std::vector<DTensor>>& slots) override;
 
  protected:
   void update(size_t index, DTensor& param, const DTensor& grad) override;

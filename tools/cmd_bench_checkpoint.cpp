@@ -1,0 +1,202 @@
+// tessel bench checkpoint: checkpoint::save and restore (tessel/checkpoint/checkpoint.h) of a
+// sharded state against the storage's own speed, as ratios: the same bytes written to one file
+// and fdatasync'ed (dd conv=fdatasync), and read back (dd of the page cache).
+//
+// The state is --tensors f32 tensors of [rows, 1024] totalling --size bytes on a local batch x
+// model mesh, laid out (batch, model). Each of --iters rounds times, in a fresh directory under
+// --dir: the dd-style write and read, save (durable: every file and the manifest fsynced,
+// renamed), restore onto the same layout, and restore onto (model, batch) (every device reads
+// parts of other devices' files). Reported: the median time of each as GB/s and as a ratio to
+// dd's. Every restored tensor is checked bit for bit; the exit status is 1 if any element
+// differs. The directories are removed at the end.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "flags.h"
+#include "process_mesh.h"
+#include "tessel/checkpoint/checkpoint.h"
+#include "tessel/core/error.h"
+#include "tessel/dtensor/dtensor_api.h"
+
+namespace tessel::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kHelp =
+    "usage: tessel bench checkpoint [--mesh BxM] [--size BYTES] [--tensors N] [--iters N]\n"
+    "                               [--dir DIR] [--json]\n"
+    "\n"
+    "Times checkpoint save (durable) and restore of N f32 tensors [rows, 1024] laid out (batch,\n"
+    "model) on a local BxM mesh, against the same bytes written to one file with fdatasync (dd\n"
+    "conv=fdatasync) and read back (dd from the page cache); restore runs onto the same layout\n"
+    "and onto (model, batch). Medians of --iters rounds, as GB/s and as ratios to dd's. Restored\n"
+    "tensors are checked bit for bit; the exit status is 1 if any element differs.\n"
+    "\n"
+    "  --mesh BxM     batch x model mesh of local CPU devices (default 2x2)\n"
+    "  --size BYTES   total bytes of the state, e.g. 256M (default 256M)\n"
+    "  --tensors N    how many tensors share them (default 4)\n"
+    "  -n, --iters N  rounds (default 3)\n"
+    "  --dir DIR      where to write (default: the system's temporary directory)\n"
+    "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"dd_read_gbps\",\n"
+    "                 \"restore_gbps\", \"reshard_gbps\", \"wrong\"}\n"
+    "\n"
+    "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
+
+constexpr int64_t kColumns = 1024;
+
+double seconds_of(const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// dd if=/dev/zero of=path bs=1M conv=fdatasync, from a buffer of `bytes`.
+void dd_write(const std::string& path, const std::vector<char>& buffer) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(ErrorCode::kUnavailable, "bench checkpoint", "cannot create " + path);
+  constexpr size_t kBlock = 1 << 20;
+  for (size_t at = 0; at < buffer.size(); at += kBlock) {
+    const size_t n = std::min(kBlock, buffer.size() - at);
+    if (::write(fd, buffer.data() + at, n) != static_cast<ssize_t>(n)) {
+      ::close(fd);
+      throw Error(ErrorCode::kUnavailable, "bench checkpoint", "cannot write " + path);
+    }
+  }
+  ::fdatasync(fd);
+  ::close(fd);
+}
+
+// dd if=path of=/dev/null bs=1M into `buffer`.
+void dd_read(const std::string& path, std::vector<char>& buffer) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(ErrorCode::kUnavailable, "bench checkpoint", "cannot open " + path);
+  constexpr size_t kBlock = 1 << 20;
+  for (size_t at = 0; at < buffer.size(); at += kBlock) {
+    if (::read(fd, buffer.data() + at, std::min(kBlock, buffer.size() - at)) <= 0) break;
+  }
+  ::close(fd);
+}
+
+int64_t count_wrong(const checkpoint::State& back, const std::map<std::string, Tensor>& host) {
+  int64_t wrong = 0;
+  for (const auto& [name, t] : host) {
+    const Tensor got = to_host(std::get<DTensor>(back.at(name)));
+    if (got.nbytes() != t.nbytes() || std::memcmp(got.data(), t.data(), t.nbytes()) != 0) {
+      wrong += t.num_elements();
+    }
+  }
+  return wrong;
+}
+
+}  // namespace
+
+int run_bench_checkpoint(const Args& args) {
+  if (wants_help(args)) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  std::pair<int64_t, int64_t> shape{2, 2};
+  int64_t size = int64_t{256} << 20;
+  int tensors = 4, iters = 3;
+  std::string dir = fs::temp_directory_path().string();
+  bool json = false;
+  FlagParser flags("bench checkpoint");
+  flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
+    shape = parse_mesh_shape(flags, flag, v);
+  });
+  flags.size({"--size"}, size, 4096, int64_t{1} << 36);
+  flags.integer({"--tensors"}, tensors, 1, 1000);
+  flags.integer({"-n", "--iters"}, iters, 1, 1000);
+  flags.text({"--dir"}, dir);
+  flags.set({"--json"}, json);
+  flags.parse(args);
+  const int64_t rows = std::max<int64_t>(1, size / tensors / kColumns / 4);
+  const int64_t bytes = rows * kColumns * 4 * tensors;
+
+  const auto [batch, model] = shape;
+  Runtime rt({.num_cpu_devices = static_cast<int>(batch * model)});
+  const Mesh mesh = Mesh::create({{"batch", batch}, {"model", model}});
+  const Layout saved({"batch", "model"}, mesh), resharded({"model", "batch"}, mesh);
+  std::map<std::string, Tensor> host;
+  checkpoint::State state;
+  checkpoint::Target same, other;
+  for (int i = 0; i < tensors; ++i) {
+    const std::string name = "layer" + std::to_string(i) + "/w";
+    host[name] = Tensor::random_uniform(Shape({rows, kColumns}), DType::kF32, 1000 + i, -1.0, 1.0);
+    state[name] = copy_to_mesh(host[name], saved, rt);
+    same[name] = saved;
+    other[name] = resharded;
+  }
+  std::string root_text = (fs::path(dir) / "tessel-bench-checkpoint-XXXXXX").string();
+  if (::mkdtemp(root_text.data()) == nullptr) {
+    flags.fail("--dir: cannot make a directory under '" + dir + "'");
+  }
+  std::vector<char> buffer(static_cast<size_t>(bytes), 1);
+  std::vector<double> dd_w, dd_r, save_s, restore_s, reshard_s;
+  int64_t wrong = 0;
+  try {
+    for (int it = 0; it < iters; ++it) {
+      const std::string ckpt = root_text + "/c" + std::to_string(it);
+      const std::string raw = root_text + "/dd" + std::to_string(it);
+      dd_w.push_back(seconds_of([&] { dd_write(raw, buffer); }));
+      dd_r.push_back(seconds_of([&] { dd_read(raw, buffer); }));
+      fs::remove(raw);
+      save_s.push_back(seconds_of([&] { checkpoint::save(ckpt, state); }));
+      checkpoint::State back, moved;
+      restore_s.push_back(
+          seconds_of([&] { back = checkpoint::restore(ckpt, same, {.runtime = &rt}); }));
+      reshard_s.push_back(
+          seconds_of([&] { moved = checkpoint::restore(ckpt, other, {.runtime = &rt}); }));
+      wrong += count_wrong(back, host) + count_wrong(moved, host);
+      fs::remove_all(ckpt);
+    }
+  } catch (...) {
+    fs::remove_all(root_text);
+    throw;
+  }
+  fs::remove_all(root_text);
+
+  const double gb = static_cast<double>(bytes) / 1e9;
+  const double w = gb / median(dd_w), s = gb / median(save_s), r = gb / median(dd_r),
+               rs = gb / median(restore_s), rr = gb / median(reshard_s);
+  if (json) {
+    std::printf(
+        "{\"bytes\": %lld, \"dd_write_gbps\": %.3f, \"save_gbps\": %.3f, \"dd_read_gbps\": "
+        "%.3f, \"restore_gbps\": %.3f, \"reshard_gbps\": %.3f, \"wrong\": %lld}\n",
+        static_cast<long long>(bytes), w, s, r, rs, rr, static_cast<long long>(wrong));
+  } else {
+    std::printf(
+        "checkpoint of %.1f MiB (%d x f32 [%lld,%lld]) on mesh batch=%lld model=%lld, "
+        "median of %d\n",
+        static_cast<double>(bytes) / (1 << 20), tensors, static_cast<long long>(rows),
+        static_cast<long long>(kColumns), static_cast<long long>(batch),
+        static_cast<long long>(model), iters);
+    std::printf("%-28s %8s %8s\n", "", "GB/s", "x dd");
+    std::printf("%-28s %8.2f %8.2f\n", "dd write + fdatasync", w, 1.0);
+    std::printf("%-28s %8.2f %8.2f\n", "save (durable)", s, s / w);
+    std::printf("%-28s %8.2f %8.2f\n", "dd read (page cache)", r, 1.0);
+    std::printf("%-28s %8.2f %8.2f\n", "restore, same layout", rs, rs / r);
+    std::printf("%-28s %8.2f %8.2f\n", "restore, (model, batch)", rr, rr / r);
+    std::printf("wrong elements: %lld\n", static_cast<long long>(wrong));
+  }
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace tessel::cli
