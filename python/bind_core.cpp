@@ -210,7 +210,7 @@ f16 tensors as float16. Dtypes are names ("f32", "bf16", ...) and accept numpy d
       .def(py::pickle(  // via numpy; bf16 survives the float32 detour exactly
           [](const Tensor& t) { return py::make_tuple(tensor_to_numpy(t), t.dtype()); },
           [](const py::tuple& s) { return tensor_from_numpy(s[0], s[1].cast<DType>()); }));
-  py::implicitly_convertible<py::array, Tensor>();
+  implicitly_convertible_per_thread<py::array, Tensor>();
 
   m.def("tensor", &tensor_from_numpy, py::arg("data"), py::arg("dtype") = py::none(),
         "A Tensor holding a copy of `data` (any array-like).");

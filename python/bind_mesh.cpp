@@ -235,7 +235,7 @@ void bind_sharding_spec(py::module_& m) {
       .def("__str__", &ShardingSpec::to_string)
       .def("__repr__",
            [](const ShardingSpec& s) { return "ShardingSpec('" + s.to_string() + "')"; });
-  py::implicitly_convertible<py::str, ShardingSpec>();
+  implicitly_convertible_per_thread<py::str, ShardingSpec>();
 }
 
 void bind_layout_class(py::module_& m) {

@@ -458,7 +458,7 @@ data. TensorSpec(dtensor) takes a DTensor's; plan_op converts DTensors itself.)d
         return "TensorSpec(shape=" + s.shape.to_string() + ", dtype=" +
                std::string(dtype_name(s.dtype)) + ", layout=" + s.layout.to_string() + ")";
       });
-  py::implicitly_convertible<DTensor, TensorSpec>();
+  implicitly_convertible_per_thread<DTensor, TensorSpec>();
 
   py::class_<ShardingDecision>(m, "ShardingDecision", R"doc(
 What plan_op decides: `inputs`, the layouts the inputs must have (an input whose layout

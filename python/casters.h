@@ -93,6 +93,32 @@ inline const char* numpy_dtype_name(DType dtype) {
   return nullptr;
 }
 
+// pybind11::implicitly_convertible<Input, Output>() with a per-thread recursion guard. pybind11
+// 2.10 guards with one static flag, so while one thread's conversion runs Python code (and may
+// let the GIL go, as a numpy copy does) another thread's conversion is refused: a valid call
+// failed at random with "incompatible function arguments" when four threads called replicate()
+// with numpy inputs. The guard's purpose, no conversion inside a conversion, is per thread.
+template <typename Input, typename Output>
+void implicitly_convertible_per_thread() {
+  auto implicit_caster = [](PyObject* obj, PyTypeObject* type) -> PyObject* {
+    thread_local bool converting = false;
+    if (converting) return nullptr;
+    converting = true;
+    struct Reset {
+      ~Reset() { converting = false; }
+    } reset;
+    if (!py::detail::make_caster<Input>().load(obj, false)) return nullptr;
+    py::tuple args(1);
+    args[0] = obj;
+    PyObject* result = PyObject_Call(reinterpret_cast<PyObject*>(type), args.ptr(), nullptr);
+    if (result == nullptr) PyErr_Clear();  // as pybind11's: the call then reports the mismatch
+    return result;
+  };
+  py::detail::type_info* info = py::detail::get_type_info(typeid(Output));
+  if (info == nullptr) py::pybind11_fail("implicitly_convertible_per_thread: type not bound yet");
+  info->implicit_conversions.emplace_back(implicit_caster);
+}
+
 }  // namespace tessel::python
 
 namespace pybind11::detail {
