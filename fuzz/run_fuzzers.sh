@@ -10,7 +10,7 @@ seconds=${2:?usage: run_fuzzers.sh <build dir> <seconds> [jobs]}
 jobs=${3:-1}
 src=$(cd "$(dirname "$0")" && pwd)
 names=(mesh_from_string layout_from_string mesh_from_proto layout_from_proto device_name_parse
-       shape_parse system_messages)
+       shape_parse system_messages checkpoint_files)
 mkdir -p "$build/artifacts"
 
 # One fuzzer: its summary line on stdout, the log's tail too when it found something.
