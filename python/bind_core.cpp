@@ -113,9 +113,9 @@ void bind_dtypes(py::module_& m) {
 
 // A copy of any array-like; its numpy dtype name selects the DType (numpy's names are accepted
 // by dtype_from_name). With `dtype`, the copy is then converted. An ndarray is read as it is,
-// whatever its strides and byte order (np.copyto into the tensor's storage): a broadcast view
-// (strides 0) costs only the tensor's own bytes, and a tensor too large to allocate is
-// tessel's kUnavailable naming its size, not a failed conversion.
+// whatever its strides and byte order (numpy copies it into the tensor's storage): a broadcast
+// view (strides 0) costs only the tensor's own bytes, and a tensor too large to allocate is
+// tessel's kResourceExhausted naming its size, not a failed conversion.
 Tensor tensor_from_numpy(py::handle data, std::optional<DType> dtype) {
   const py::array array = py::array::ensure(data);
   if (!array) throw py::type_error("Tensor.from_numpy: cannot convert the argument to an ndarray");
@@ -128,7 +128,11 @@ Tensor tensor_from_numpy(py::handle data, std::optional<DType> dtype) {
     // lives only for the copy.
     const py::array storage(py::dtype(numpy_dtype_name(source)), dims, t.data(),
                             py::capsule(t.data(), [](void*) {}));
-    py::module_::import("numpy").attr("copyto")(storage, array);
+    // numpy's C copy (what np.copyto does), without importing numpy and calling into Python on
+    // every conversion; it broadcasts and swaps byte order as needed.
+    if (py::detail::npy_api::get().PyArray_CopyInto_(storage.ptr(), array.ptr()) != 0) {
+      throw py::error_already_set();
+    }
   }
   if (dtype && *dtype != source) return t.astype(*dtype);
   return t;

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -22,8 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_env.h"
+#include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
+#include "json_output.h"
 #include "process_mesh.h"
 #include "tessel/checkpoint/checkpoint.h"
 #include "tessel/core/error.h"
@@ -57,14 +59,9 @@ constexpr const char* kHelp =
 constexpr int64_t kColumns = 1024;
 
 double seconds_of(const std::function<void()>& fn) {
-  const auto start = std::chrono::steady_clock::now();
+  const double start = bench::now_seconds();
   fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return bench::now_seconds() - start;
 }
 
 // dd if=/dev/zero of=path bs=1M conv=fdatasync, from a buffer of `bytes`.
@@ -129,6 +126,9 @@ int run_bench_checkpoint(const Args& args) {
   flags.parse(args);
   const int64_t rows = std::max<int64_t>(1, size / tensors / kColumns / 4);
   const int64_t bytes = rows * kColumns * 4 * tensors;
+  // The host arrays, the sharded state, dd's buffer and the two restored states.
+  bench::check_fits_in_memory("bench checkpoint", 5.0 * static_cast<double>(bytes),
+                              "--size " + std::to_string(bytes));
 
   const auto [batch, model] = shape;
   Runtime rt({.num_cpu_devices = static_cast<int>(batch * model)});
@@ -174,13 +174,19 @@ int run_bench_checkpoint(const Args& args) {
   fs::remove_all(root_text);
 
   const double gb = static_cast<double>(bytes) / 1e9;
-  const double w = gb / median(dd_w), s = gb / median(save_s), r = gb / median(dd_r),
-               rs = gb / median(restore_s), rr = gb / median(reshard_s);
+  const double w = gb / bench::median(dd_w), s = gb / bench::median(save_s),
+               r = gb / bench::median(dd_r), rs = gb / bench::median(restore_s),
+               rr = gb / bench::median(reshard_s);
   if (json) {
-    std::printf(
-        "{\"bytes\": %lld, \"dd_write_gbps\": %.3f, \"save_gbps\": %.3f, \"dd_read_gbps\": "
-        "%.3f, \"restore_gbps\": %.3f, \"reshard_gbps\": %.3f, \"wrong\": %lld}\n",
-        static_cast<long long>(bytes), w, s, r, rs, rr, static_cast<long long>(wrong));
+    Json out;
+    out["bytes"] = bytes;
+    out["dd_write_gbps"] = json_number(w);
+    out["save_gbps"] = json_number(s);
+    out["dd_read_gbps"] = json_number(r);
+    out["restore_gbps"] = json_number(rs);
+    out["reshard_gbps"] = json_number(rr);
+    out["wrong"] = wrong;
+    print_json(out);
   } else {
     std::printf(
         "checkpoint of %.1f MiB (%d x f32 [%lld,%lld]) on mesh batch=%lld model=%lld, "

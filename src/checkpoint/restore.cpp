@@ -139,13 +139,12 @@ void verify(const std::string& directory) {
       tessel::detail::throw_error(ErrorCode::kNotFound, kComponent,
                                   "'{}' (holding tensors {}) is missing", path, held);
     }
-    const uint64_t size = detail::file_size(path);
-    if (size != f.size) {
+    const detail::MappedFile map(path);
+    if (map.size() != f.size) {
       tessel::detail::throw_error(ErrorCode::kDataLoss, kComponent,
                                   "'{}' (holding tensors {}) has {} bytes; the manifest says {}",
-                                  path, held, size, f.size);
+                                  path, held, map.size(), f.size);
     }
-    const detail::MappedFile map(path);
     const uint32_t crc = crc32c(map.data(), map.size());
     if (crc != f.crc32c) {
       tessel::detail::throw_error(ErrorCode::kDataLoss, kComponent,

@@ -56,7 +56,7 @@ void check_per_replica_inputs(const Arguments& args, int replicas) {
     }
   }
   for (size_t i = 0; i < args.per_replica.size(); ++i) {
-    const std::vector<Tensor>& values = (args.per_replica)[i];
+    const std::vector<Tensor>& values = args.per_replica[i];
     const bool packed = args.packed.count(static_cast<int>(i)) != 0;
     const size_t expected = packed ? 1 : static_cast<size_t>(replicas);
     if (values.size() != expected) {
@@ -94,7 +94,7 @@ std::vector<DTensor> place_inputs(const Arguments& args, int r, const Mesh& mesh
     inputs.push_back(copy_to_mesh(t, Layout::replicated(mesh, t.rank()), rt));
   };
   for (size_t i = 0; i < args.per_replica.size(); ++i) {
-    const std::vector<Tensor>& values = (args.per_replica)[i];
+    const std::vector<Tensor>& values = args.per_replica[i];
     place(values[args.packed.count(static_cast<int>(i)) != 0 ? 0 : static_cast<size_t>(r)]);
   }
   for (const Tensor& t : args.broadcast) place(t);
