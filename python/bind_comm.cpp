@@ -16,8 +16,9 @@ namespace {
 using Release = py::call_guard<py::gil_scoped_release>;
 
 CollectiveOptions make_options(const std::string& algorithm, std::optional<double> timeout_seconds,
-                               size_t segment_bytes) {
+                               size_t segment_bytes, std::optional<double> deadline) {
   CollectiveOptions o;
+  o.deadline = monotonic_arg(deadline, "deadline", "Communicator");
   o.algorithm = algorithm_from_name(algorithm);
   if (timeout_seconds) {
     o.timeout = seconds_arg(*timeout_seconds, "timeout_seconds", "Communicator");
@@ -45,7 +46,8 @@ void bind_comm(py::module_& m) {
   py::class_<CollectiveOptions>(m, "CollectiveOptions",
                                 "How one collective runs: algorithm, deadline, ring segment.")
       .def(py::init(&make_options), py::arg("algorithm") = "auto",
-           py::arg("timeout_seconds") = py::none(), py::arg("segment_bytes") = 0)
+           py::arg("timeout_seconds") = py::none(), py::arg("segment_bytes") = 0,
+           py::arg("deadline") = py::none())
       .def_readwrite("algorithm", &CollectiveOptions::algorithm)
       .def_property(
           "timeout_seconds",
@@ -53,7 +55,12 @@ void bind_comm(py::module_& m) {
           [](CollectiveOptions& o, double s) {
             o.timeout = seconds_arg(s, "timeout_seconds", "Communicator");
           })
-      .def_readwrite("segment_bytes", &CollectiveOptions::segment_bytes);
+      .def_readwrite("segment_bytes", &CollectiveOptions::segment_bytes)
+      .def_property(
+          "deadline", [](const CollectiveOptions& o) { return monotonic_seconds(o.deadline); },
+          [](CollectiveOptions& o, std::optional<double> s) {
+            o.deadline = monotonic_arg(s, "deadline", "Communicator");
+          });
 
   const CollectiveOptions defaults;
   py::class_<Communicator>(m, "Communicator",

@@ -50,7 +50,7 @@ py::object wrap(DTensor tensor) {
   return obj;
 }
 
-// Python seconds -> the per-step timeout (seconds_arg, as every binding converts timeouts).
+// Python seconds -> the timeout of the whole relayout (seconds_arg, as every binding converts timeouts).
 RelayoutOptions to_options(std::optional<double> timeout_seconds) {
   RelayoutOptions options;
   if (timeout_seconds) {

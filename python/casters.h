@@ -62,6 +62,24 @@ inline std::chrono::milliseconds seconds_arg(double seconds, const char* name,
       static_cast<int64_t>(std::ceil(std::min(seconds, kMaxSeconds) * 1000.0)));
 }
 
+// An absolute deadline given in seconds of Python's time.monotonic() (CLOCK_MONOTONIC, the clock
+// of std::chrono::steady_clock on Linux), as a time point; None: unset (the epoch). NaN is
+// kInvalidArgument naming `name` and `component`.
+inline std::chrono::steady_clock::time_point monotonic_arg(std::optional<double> seconds,
+                                                          const char* name,
+                                                          const char* component) {
+  if (!seconds) return {};
+  if (std::isnan(*seconds)) throw Error(ErrorCode::kInvalidArgument, component, std::string(name) + " is NaN");
+  constexpr double kMaxSeconds = 1e12;
+  return std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(std::clamp(*seconds, 1e-9, kMaxSeconds))));
+}
+// The time point as time.monotonic() seconds; None when unset.
+inline std::optional<double> monotonic_seconds(std::chrono::steady_clock::time_point t) {
+  if (t == std::chrono::steady_clock::time_point{}) return std::nullopt;
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
 // A copy of any array-like as a Tensor (Tensor(array, dtype) in Python; bind_core.cpp).
 Tensor tensor_from_numpy(py::handle data, std::optional<DType> dtype);
 // A tessel.Tensor as it is, or tensor_from_numpy(obj): what every binding taking a host value

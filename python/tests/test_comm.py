@@ -1,5 +1,6 @@
 """The comm layer from Python: collectives across threads, groups of a mesh, errors."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -97,3 +98,20 @@ def test_timeout_seconds_setter_rounds_up_and_rejects_nan():
     assert o.timeout_seconds == 2.5
     with pytest.raises(ValueError, match="timeout_seconds is NaN"):
         o.timeout_seconds = float("nan")
+
+
+def test_absolute_deadline_on_the_monotonic_clock_wins_over_the_timeout():
+    o = tessel.CollectiveOptions()
+    assert o.deadline is None
+    at = time.monotonic() + 0.2
+    o = tessel.CollectiveOptions(timeout_seconds=30, deadline=at)
+    assert abs(o.deadline - at) < 1e-6
+    comms = tessel.make_in_process_communicators(2)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"rank 1"):
+        comms[0].barrier(o)
+    assert 0.19 <= time.monotonic() - start < 5
+    o.deadline = None
+    assert o.deadline is None
+    with pytest.raises(ValueError, match="deadline is NaN"):
+        o.deadline = float("nan")

@@ -17,6 +17,7 @@ namespace tessel::detail {
 inline constexpr std::string_view kComm = "Communicator";
 
 inline Deadline deadline_of(const CollectiveOptions& options) {
+  if (options.deadline != Deadline{}) return options.deadline;
   const auto timeout = options.timeout.count() > 0 ? options.timeout : default_collective_timeout();
   return Clock::now() + timeout;
 }

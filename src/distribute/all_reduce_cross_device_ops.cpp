@@ -60,7 +60,7 @@ Mirrored AllReduceCrossDeviceOps::reduce_implementation(ReduceOp reduce_op,
   }
   plan().path = "reduce_to_one_device";
   return detail::reduce_to_one(*dests.front(), nullptr, reduce_op, value, devices_of(value), dests,
-                               detail::effective_timeout(options), plan());
+                               call_deadline(options), plan());
 }
 
 std::vector<Mirrored> AllReduceCrossDeviceOps::batch_reduce_implementation(
@@ -80,7 +80,7 @@ std::vector<Mirrored> AllReduceCrossDeviceOps::batch_all_reduce(
     ReduceOp reduce_op, const std::vector<ValueDestinationPair>& pairs,
     const CommunicationOptions& options) {
   plan().path = "all_reduce";
-  const auto timeout = detail::effective_timeout(options);
+  const detail::CallDeadline deadline = call_deadline(options);
   const std::vector<Device*> devices = devices_of(pairs.front().first);
   std::vector<int> dense;
   std::vector<int> sparse;
@@ -118,8 +118,10 @@ std::vector<Mirrored> AllReduceCrossDeviceOps::batch_all_reduce(
         p.ranges = split_into_packs(total, num_packs_);
       }
     }
-    detail::GroupJob job{&groups(), static_cast<int>(devices.size()), devices,
-                         CollectiveOptions{algorithm_, timeout, 0}, timeout};
+    CollectiveOptions collective;
+    collective.algorithm = algorithm_;
+    const detail::GroupJob job = detail::make_group_job(
+        groups(), static_cast<int>(devices.size()), devices, deadline, collective);
     const int64_t divisor = static_cast<int64_t>(devices.size()) * num_between_graph_workers();
     reduced = detail::all_reduce_dense(job, inputs, packs, reduce_op, divisor, plan());
   }
@@ -141,7 +143,7 @@ std::vector<Mirrored> AllReduceCrossDeviceOps::batch_all_reduce(
     const auto& [value, dest] = pairs[static_cast<size_t>(k)];
     const std::vector<Device*> vd = devices_of(value);
     out[static_cast<size_t>(k)] = detail::reduce_to_one(*vd.front(), nullptr, reduce_op, value, vd,
-                                                        destinations_of(dest), timeout, plan());
+                                                        destinations_of(dest), deadline, plan());
   }
   std::vector<Mirrored> result;
   for (auto& m : out) result.push_back(std::move(*m));
@@ -156,7 +158,7 @@ Mirrored AllReduceCrossDeviceOps::gather_implementation(const DistributedValues&
   const std::vector<Device*> dests = destinations_of(destinations);
   plan().path = "reduce_to_one_device";
   return detail::gather_to_one(*dests.front(), value, devices_of(value), dests, axis,
-                               detail::effective_timeout(options), plan());
+                               call_deadline(options), plan());
 }
 
 }  // namespace tessel

@@ -76,9 +76,9 @@ std::vector<Mirrored> CollectiveAllReduce::all_reduce_values(
     const CommunicationOptions& call_options) {
   const CommunicationOptions options = options_.merge(call_options);
   const std::vector<Device*> devices = resolve(devices_);
-  const auto timeout = detail::effective_timeout(options);
-  detail::GroupJob job{&groups(), group_size_, devices, options.collective_options(), timeout};
-  job.collective.timeout = timeout;
+  const detail::CallDeadline deadline = call_deadline(options);
+  const detail::GroupJob job = detail::make_group_job(groups(), group_size_, devices, deadline,
+                                                      options.collective_options());
 
   // Components by this object's device order.
   std::vector<std::vector<Value>> by_device(values.size());
@@ -136,7 +136,7 @@ Mirrored CollectiveAllReduce::reduce_implementation(ReduceOp reduce_op,
   const std::vector<Device*> dests = destinations_of(destinations);
   const Mirrored reduced = all_reduce_values(reduce_op, {value}, options).front();
   return detail::place_results(resolve(devices_), reduced.values(), dests,
-                               detail::effective_timeout(options_.merge(options)), plan());
+                               call_deadline(options_.merge(options)), plan());
 }
 
 std::vector<Mirrored> CollectiveAllReduce::batch_reduce_implementation(
@@ -157,10 +157,10 @@ std::vector<Mirrored> CollectiveAllReduce::batch_reduce_implementation(
   for (const auto& pair : pairs) values.push_back(pair.first);
   const std::vector<Mirrored> reduced = all_reduce_values(reduce_op, values, options);
   const std::vector<Device*> devices = resolve(devices_);
-  const auto timeout = detail::effective_timeout(options_.merge(options));
+  const detail::CallDeadline deadline = call_deadline(options_.merge(options));
   for (size_t k = 0; k < pairs.size(); ++k) {
     out.push_back(detail::place_results(devices, reduced[k].values(),
-                                        destinations_of(pairs[k].second), timeout, plan()));
+                                        destinations_of(pairs[k].second), deadline, plan()));
   }
   return out;
 }
@@ -181,12 +181,12 @@ Mirrored CollectiveAllReduce::gather_implementation(const DistributedValues& val
     inputs.push_back(
         value.tensor(static_cast<int>(std::find(vd.begin(), vd.end(), d) - vd.begin())));
   }
-  const auto timeout = detail::effective_timeout(options);
-  detail::GroupJob job{&groups(), group_size_, devices, options.collective_options(), timeout};
-  job.collective.timeout = timeout;
+  const detail::CallDeadline deadline = call_deadline(options);
+  const detail::GroupJob job = detail::make_group_job(groups(), group_size_, devices, deadline,
+                                                      options.collective_options());
   const std::vector<Tensor> gathered = detail::all_gather(job, inputs, axis, plan());
   return detail::place_results(devices, std::vector<Value>(gathered.begin(), gathered.end()),
-                               destinations_of(destinations), timeout, plan());
+                               destinations_of(destinations), deadline, plan());
 }
 
 }  // namespace tessel

@@ -136,8 +136,14 @@ int64_t CrossDeviceOps::num_collectives() const {
 }
 
 void CrossDeviceOps::begin(const char* method) {
+  call_started_ = std::chrono::steady_clock::now();
   plan_ = CrossDevicePlan{};
   plan_.method = method;
+}
+
+detail::CallDeadline CrossDeviceOps::call_deadline(const CommunicationOptions& options) const {
+  const auto timeout = detail::effective_timeout(options);
+  return detail::CallDeadline{call_started_ + timeout, timeout};
 }
 
 void CrossDeviceOps::finish() {
@@ -205,7 +211,7 @@ Mirrored CrossDeviceOps::reduce(ReduceOp reduce_op, const DistributedValues& per
   if (num_workers_ == 1 && per_replica_value.size() == 1 && detail::same_devices(devices, dests)) {
     plan_.path = "single_replica_shortcut";
     return detail::copy_to_devices(per_replica_value.value(0), devices,
-                                   detail::effective_timeout(options), plan_);
+                                   call_deadline(options), plan_);
   }
   const DistributedValues value = checked_for_reduce(reduce_op, per_replica_value, "reduce");
   return reduce_implementation(reduce_op, value, destinations, options);
@@ -268,7 +274,7 @@ Mirrored CrossDeviceOps::gather(const DistributedValues& per_replica_value,
   if (num_workers_ == 1 && per_replica_value.size() == 1 && detail::same_devices(devices, dests)) {
     plan_.path = "single_replica_shortcut";
     return detail::copy_to_devices(per_replica_value.value(0), devices,
-                                   detail::effective_timeout(options), plan_);
+                                   call_deadline(options), plan_);
   }
   if (per_replica_value.empty())
     detail::throw_invalid(kOps, "`per_replica_value` must be non-empty");
@@ -311,7 +317,7 @@ Mirrored CrossDeviceOps::broadcast_implementation(const Tensor& tensor,
                                                   const Destinations& destinations) {
   plan_.path = "broadcast";
   return detail::copy_to_devices(tensor, destinations_of(destinations),
-                                 default_collective_timeout(), plan_);
+                                 call_deadline(CommunicationOptions()), plan_);
 }
 
 Mirrored CrossDeviceOps::gather_implementation(const DistributedValues&, const Destinations&, int,

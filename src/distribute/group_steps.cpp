@@ -18,8 +18,7 @@ namespace {
 // evicts the group so that the next call gets a fresh one.
 void run_group(const GroupJob& job, const std::string& step,
                const std::function<void(size_t, Communicator&)>& fn) {
-  const auto deadline = std::chrono::steady_clock::now() + job.timeout;
-  std::shared_ptr<CommGroup> group = job.groups->get(job.devices, job.group_size, deadline);
+  std::shared_ptr<CommGroup> group = job.groups->get(job.devices, job.group_size, job.deadline.at);
   std::vector<StreamTask> tasks;
   for (size_t d = 0; d < job.devices.size(); ++d) {
     Communicator* comm = &group->at(job.devices[d]->name());
@@ -31,7 +30,7 @@ void run_group(const GroupJob& job, const std::string& step,
                      }});
   }
   try {
-    run_on_streams("CrossDeviceOps", step, std::move(tasks), job.timeout,
+    run_on_streams("CrossDeviceOps", step, std::move(tasks), job.deadline,
                    [group](const std::string& reason) { group->abort(reason); });
   } catch (...) {
     job.groups->evict(group);

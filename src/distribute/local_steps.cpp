@@ -59,7 +59,7 @@ std::string resolved_algorithm_name(Algorithm algorithm) {
 }
 
 Mirrored copy_to_devices(const Value& value, const std::vector<Device*>& dests,
-                         std::chrono::milliseconds timeout, CrossDevicePlan& plan) {
+                         const CallDeadline& deadline, CrossDevicePlan& plan) {
   auto results = std::make_shared<std::vector<Value>>(dests.size(), Value(Tensor()));
   std::vector<StreamTask> tasks;
   for (size_t j = 0; j < dests.size(); ++j) {
@@ -67,14 +67,14 @@ Mirrored copy_to_devices(const Value& value, const std::vector<Device*>& dests,
     tasks.push_back({d, [results, j, d, value] { (*results)[j] = copy_value(*d, value); }});
   }
   plan.steps.push_back(copy_step(value, dests));
-  run_on_streams("CrossDeviceOps", "copy", std::move(tasks), timeout);
+  run_on_streams("CrossDeviceOps", "copy", std::move(tasks), deadline);
   return Mirrored(names_of(dests), *results);
 }
 
 Mirrored reduce_to_one(Device& reduce_device, const ReductionToOneDevice::AccumulationFn& fn,
                        ReduceOp op, const DistributedValues& value,
                        const std::vector<Device*>& value_devices, const std::vector<Device*>& dests,
-                       std::chrono::milliseconds timeout, CrossDevicePlan& plan) {
+                       const CallDeadline& deadline, CrossDevicePlan& plan) {
   const int64_t count = value.size();
   auto results = std::make_shared<std::vector<Value>>(dests.size(), Value(Tensor()));
   Device* rd = &reduce_device;
@@ -114,13 +114,13 @@ Mirrored reduce_to_one(Device& reduce_device, const ReductionToOneDevice::Accumu
                                 dtype_of_value(first), names_of(value_devices)});
   plan.steps.push_back(copy_step(first, dests));
   if (op == ReduceOp::kMean) plan.mean_divisors.push_back(count);
-  run_on_streams("CrossDeviceOps", "reduce_to_one", {{rd, work}}, timeout);
+  run_on_streams("CrossDeviceOps", "reduce_to_one", {{rd, work}}, deadline);
   return Mirrored(names_of(dests), *results);
 }
 
 Mirrored gather_to_one(Device& reduce_device, const DistributedValues& value,
                        const std::vector<Device*>& value_devices, const std::vector<Device*>& dests,
-                       int axis, std::chrono::milliseconds timeout, CrossDevicePlan& plan) {
+                       int axis, const CallDeadline& deadline, CrossDevicePlan& plan) {
   auto results = std::make_shared<std::vector<Value>>(dests.size(), Value(Tensor()));
   Device* rd = &reduce_device;
   const std::vector<Tensor> inputs = dense_components(value);
@@ -135,12 +135,12 @@ Mirrored gather_to_one(Device& reduce_device, const DistributedValues& value,
   plan.steps.push_back(PlanStep{"gather_to_one", rd->name(), static_cast<int>(inputs.size()), total,
                                 inputs[0].dtype(), names_of(value_devices)});
   plan.steps.push_back(PlanStep{"copy", "", 1, total, inputs[0].dtype(), names_of(dests)});
-  run_on_streams("CrossDeviceOps", "gather_to_one", {{rd, work}}, timeout);
+  run_on_streams("CrossDeviceOps", "gather_to_one", {{rd, work}}, deadline);
   return Mirrored(names_of(dests), *results);
 }
 
 Mirrored place_results(const std::vector<Device*>& group_devices, const std::vector<Value>& results,
-                       const std::vector<Device*>& dests, std::chrono::milliseconds timeout,
+                       const std::vector<Device*>& dests, const CallDeadline& deadline,
                        CrossDevicePlan& plan) {
   std::vector<Value> placed(dests.size(), Value(Tensor()));
   std::vector<Device*> missing;
@@ -155,7 +155,7 @@ Mirrored place_results(const std::vector<Device*>& group_devices, const std::vec
     }
   }
   if (!missing.empty()) {
-    const Mirrored copies = copy_to_devices(results.front(), missing, timeout, plan);
+    const Mirrored copies = copy_to_devices(results.front(), missing, deadline, plan);
     for (size_t m = 0; m < missing.size(); ++m)
       placed[missing_at[m]] = copies.value(static_cast<int>(m));
   }

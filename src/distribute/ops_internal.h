@@ -9,9 +9,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "distribute/device_groups.h"
+#include "runtime/launch.h"
 #include "tessel/distribute/communication_options.h"
 #include "tessel/distribute/cross_device_ops.h"
 
@@ -19,7 +21,7 @@ namespace tessel::detail {
 
 inline constexpr std::string_view kOps = "CrossDeviceOps";
 
-// The deadline of a step: options.timeout_seconds, or default_collective_timeout().
+// A call's budget: options.timeout_seconds, or default_collective_timeout().
 std::chrono::milliseconds effective_timeout(const CommunicationOptions& options);
 // Equal as sets (TF's _devices_match).
 bool same_devices(const std::vector<Device*>& a, const std::vector<Device*>& b);
@@ -29,17 +31,17 @@ std::string resolved_algorithm_name(Algorithm algorithm);
 
 // Identity copies of `value` on every device of `dests` (TF's simple_broadcast).
 Mirrored copy_to_devices(const Value& value, const std::vector<Device*>& dests,
-                         std::chrono::milliseconds timeout, CrossDevicePlan& plan);
+                         const CallDeadline& deadline, CrossDevicePlan& plan);
 
 // TF's ReductionToOneDevice: reduce (or, for gather, concatenate along axis) on `reduce_device`,
 // then copy to `dests`. MEAN divides by the number of components.
 Mirrored reduce_to_one(Device& reduce_device, const ReductionToOneDevice::AccumulationFn& fn,
                        ReduceOp op, const DistributedValues& value,
                        const std::vector<Device*>& value_devices, const std::vector<Device*>& dests,
-                       std::chrono::milliseconds timeout, CrossDevicePlan& plan);
+                       const CallDeadline& deadline, CrossDevicePlan& plan);
 Mirrored gather_to_one(Device& reduce_device, const DistributedValues& value,
                        const std::vector<Device*>& value_devices, const std::vector<Device*>& dests,
-                       int axis, std::chrono::milliseconds timeout, CrossDevicePlan& plan);
+                       int axis, const CallDeadline& deadline, CrossDevicePlan& plan);
 
 // Tensors `tensors` (indices into the batch, equal dtypes) flattened and concatenated, the
 // buffer cut into `ranges` element counts, one all-reduce per range.
@@ -56,9 +58,16 @@ struct GroupJob {
   DeviceGroups* groups = nullptr;
   int group_size = 0;  // all workers' devices
   std::vector<Device*> devices;
-  CollectiveOptions collective;  // algorithm, timeout
-  std::chrono::milliseconds timeout{0};
+  CallDeadline deadline;          // the whole call's
+  CollectiveOptions collective;   // algorithm; its deadline is `deadline.at`
 };
+// A job whose collectives end by `deadline` (collective's timeout and deadline are replaced).
+inline GroupJob make_group_job(DeviceGroups& groups, int group_size, std::vector<Device*> devices,
+                               const CallDeadline& deadline, CollectiveOptions collective) {
+  collective.timeout = deadline.timeout;
+  collective.deadline = deadline.at;
+  return GroupJob{&groups, group_size, std::move(devices), deadline, collective};
+}
 
 // Dense all-reduce of a batch: inputs[d][k] is tensor k on devices[d]. Returns the reduced
 // tensors in the same layout. MEAN divides by `divisor`.
@@ -79,7 +88,7 @@ std::vector<Tensor> all_gather(const GroupJob& job, const std::vector<Tensor>& i
 // Results on `group_devices` (aligned) placed on `dests`: a device of the group keeps its own
 // result, any other destination gets a copy of the first one (TF's CollectiveAllReduce rule).
 Mirrored place_results(const std::vector<Device*>& group_devices, const std::vector<Value>& results,
-                       const std::vector<Device*>& dests, std::chrono::milliseconds timeout,
+                       const std::vector<Device*>& dests, const CallDeadline& deadline,
                        CrossDevicePlan& plan);
 
 }  // namespace tessel::detail

@@ -18,7 +18,7 @@ Mirrored ReductionToOneDevice::reduce_implementation(ReduceOp reduce_op,
   Device& rd = reduce_to_device_.empty() ? *dests.front() : runtime().device(reduce_to_device_);
   plan().path = "reduce_to_one_device";
   return detail::reduce_to_one(rd, accumulation_fn_, reduce_op, value, devices_of(value), dests,
-                               detail::effective_timeout(options), plan());
+                               call_deadline(options), plan());
 }
 
 std::vector<Mirrored> ReductionToOneDevice::batch_reduce_implementation(
@@ -38,7 +38,7 @@ Mirrored ReductionToOneDevice::gather_implementation(const DistributedValues& va
   Device& rd = reduce_to_device_.empty() ? *dests.front() : runtime().device(reduce_to_device_);
   plan().path = "reduce_to_one_device";
   return detail::gather_to_one(rd, value, devices_of(value), dests, axis,
-                               detail::effective_timeout(options), plan());
+                               call_deadline(options), plan());
 }
 
 }  // namespace tessel

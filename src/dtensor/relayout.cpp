@@ -48,11 +48,13 @@ void fill_identity(Tensor& t, ReduceOp op) {
 class StepRunner {
  public:
   StepRunner(Runtime& runtime, const Shape& shape, DType dtype, const RelayoutOptions& options)
-      : runtime_(runtime), shape_(shape), dtype_(dtype), options_(options),
-        pool_(detail::GroupService::of(runtime)->pool()) {}
+      : runtime_(runtime), shape_(shape), dtype_(dtype),
+        deadline_(detail::CallDeadline::after(options.timeout)),
+        pool_(detail::GroupService::of(runtime)->pool()) {
+    collective_.deadline = deadline_.at;  // every step's collectives share the call's budget
+  }
 
   void run(const RelayoutStep& step, Blocks& blocks) {
-    collective_.timeout = options_.timeout;
     std::vector<detail::StreamTask> tasks;
     auto outputs = std::make_shared<Blocks>();
     std::vector<Communicator*> comms;
@@ -74,7 +76,7 @@ class StepRunner {
     };
     try {
       detail::run_on_streams(std::string(kComponent), step.kind_name(), std::move(tasks),
-                             options_.timeout, abort);
+                             deadline_, abort);
     } catch (...) {
       detail::GroupService::of(runtime_)->evict(pool_);
       throw;
@@ -229,7 +231,7 @@ class StepRunner {
   // `comms`).
   Communicator* communicator(const Mesh& mesh, const std::vector<std::string>& dims,
                              int64_t offset, std::vector<Communicator*>& comms) {
-    Communicator& comm = pool_->get(mesh, dims, offset, options_.timeout);
+    Communicator& comm = pool_->get(mesh, dims, offset, deadline_.left());
     comms.push_back(&comm);
     return &comm;
   }
@@ -254,7 +256,7 @@ class StepRunner {
   Runtime& runtime_;
   Shape shape_;
   DType dtype_;
-  RelayoutOptions options_;
+  detail::CallDeadline deadline_;
   CollectiveOptions collective_;
   std::shared_ptr<CommunicatorPool> pool_;
 };

@@ -20,7 +20,8 @@ namespace {
 using FuseKey = std::tuple<uint64_t, std::vector<std::string>, ReduceOp, DType>;
 
 void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>& members,
-                  const std::vector<RelayoutPlan>& plans, std::vector<DTensor>& out) {
+                  const std::vector<RelayoutPlan>& plans, const detail::CallDeadline& deadline,
+                  std::vector<DTensor>& out) {
   const DTensor& first = tensors[members.front()];
   const RelayoutStep& step = plans[members.front()].steps.front();
   const ReduceOp op = first.layout().partial().front().op;
@@ -33,6 +34,8 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
   auto results = std::make_shared<std::vector<std::vector<Tensor>>>(devices.size());
   std::vector<detail::StreamTask> tasks;
   std::vector<Communicator*> comms;
+  CollectiveOptions copts;
+  copts.deadline = deadline.at;
   for (size_t d = 0; d < devices.size(); ++d) {
     std::vector<Tensor> inputs;
     std::vector<Shape> shapes;
@@ -40,7 +43,7 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
       inputs.push_back(tensors[m].component(static_cast<int>(d)));
       shapes.push_back(inputs.back().shape());
     }
-    Communicator* comm = &pool->get(mesh, step.mesh_dims, offsets[d]);
+    Communicator* comm = &pool->get(mesh, step.mesh_dims, offsets[d], deadline.left());
     comms.push_back(comm);
     Device* device = devices[d];
     const DType dtype = first.dtype();
@@ -53,14 +56,14 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
                        const std::vector<Tensor>& fields = scope.allocate_all();
                        for (size_t f = 0; f < fields.size(); ++f) Tensor(fields[f]).copy_from(inputs[f]);
                        Tensor all = scope.concat(scope.backing(), fields);
-                       detail::timed_collective([&] { comm->all_reduce(all, all, op); });
+                       detail::timed_collective([&] { comm->all_reduce(all, all, op, copts); });
                        scope.close();
                        (*results)[d] = fields;
                      }});
   }
   try {
     detail::run_on_streams("relayout", "fused all_reduce", std::move(tasks),
-                           RelayoutOptions{}.timeout, [comms, pool](const std::string& reason) {
+                           deadline, [comms, pool](const std::string& reason) {
                              (void)pool;
                              for (Communicator* c : comms) c->abort(reason);
                            });
@@ -87,6 +90,8 @@ std::vector<DTensor> relayout_batch(const std::vector<DTensor>& tensors,
   if (tensors.size() != layouts.size()) {
     detail::throw_invalid("relayout", "{} tensors but {} layouts", tensors.size(), layouts.size());
   }
+  // One budget for the whole batch, as for one multi-step relayout.
+  const detail::CallDeadline deadline = detail::CallDeadline::after(RelayoutOptions{}.timeout);
   std::vector<DTensor> out(tensors.size());
   std::vector<RelayoutPlan> plans;
   std::map<FuseKey, std::vector<size_t>> fusable;
@@ -104,7 +109,7 @@ std::vector<DTensor> relayout_batch(const std::vector<DTensor>& tensors,
       if (fresh) order.push_back(key);
       it->second.push_back(i);
     } else {
-      out[i] = execute_relayout(tensors[i], p);
+      out[i] = execute_relayout(tensors[i], p, RelayoutOptions{deadline.left()});
     }
   }
   for (const FuseKey& key : order) {
@@ -114,7 +119,7 @@ std::vector<DTensor> relayout_batch(const std::vector<DTensor>& tensors,
     for (const std::vector<int>& bucket : group_by_size(bytes, bucket_bytes)) {
       std::vector<size_t> chosen;
       for (int b : bucket) chosen.push_back(members[static_cast<size_t>(b)]);
-      reduce_fused(tensors, chosen, plans, out);
+      reduce_fused(tensors, chosen, plans, deadline, out);
     }
   }
   return out;

@@ -53,9 +53,9 @@ CrossReplicaGroup::~CrossReplicaGroup() {
 }
 
 CollectiveOptions CrossReplicaGroup::collective_options() const {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - Clock::now());
   CollectiveOptions options;
-  options.timeout = std::max(left, std::chrono::milliseconds(1));
+  options.timeout = timeout_;
+  options.deadline = deadline_;
   return options;
 }
 

@@ -82,8 +82,8 @@ class CrossReplicaGroup {
   Communicator& communicator(int replica, int core) const {
     return *groups_[static_cast<size_t>(core)]->comms[static_cast<size_t>(replica)];
   }
-  // The options of a collective starting now: it ends by the call's deadline (1 ms at least,
-  // so that a late start fails by its deadline rather than by the default timeout).
+  // The options of the call's collectives: they end by the call's deadline (one that starts
+  // after it fails at once, naming whom it waited for).
   CollectiveOptions collective_options() const;
 
   // What replica `replica` is doing now, for the errors that name a late replica:

@@ -1,6 +1,7 @@
 // Internal: stream launches with bounded waits and root-cause errors (see launch.h).
 #include "runtime/launch.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -238,16 +239,29 @@ void StreamLaunch::wait() {
   }
 }
 
+std::chrono::milliseconds CallDeadline::left() const {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(at - Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+std::string CallDeadline::within() const { return fmt::format("within {} ms", timeout.count()); }
+
+void run_on_streams(const std::string& component, const std::string& step,
+                    std::vector<StreamTask> tasks, const CallDeadline& deadline,
+                    const std::function<void(const std::string&)>& abort) {
+  if (tasks.empty()) return;
+  const auto launch_deadline =
+      deadline.at + deadline.timeout / 10 + std::chrono::milliseconds(50);
+  StreamLaunch launch(component, step, std::move(tasks), launch_deadline, deadline.within(),
+                      abort);
+  StreamLaunch::enqueue_together({&launch});
+  launch.wait();
+}
+
 void run_on_streams(const std::string& component, const std::string& step,
                     std::vector<StreamTask> tasks, std::chrono::milliseconds timeout,
                     const std::function<void(const std::string&)>& abort) {
-  if (tasks.empty()) return;
-  const auto deadline =
-      StreamLaunch::Clock::now() + timeout + timeout / 10 + std::chrono::milliseconds(50);
-  StreamLaunch launch(component, step, std::move(tasks), deadline,
-                      fmt::format("within {} ms", timeout.count()), abort);
-  StreamLaunch::enqueue_together({&launch});
-  launch.wait();
+  run_on_streams(component, step, std::move(tasks), CallDeadline::after(timeout), abort);
 }
 
 }  // namespace tessel::detail

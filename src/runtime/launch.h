@@ -2,6 +2,9 @@
 // replica's part of a cross-replica collective) on the streams of its devices and waits for it.
 //
 //   run_on_streams("relayout", "all_gather", tasks, timeout, abort);   // enqueue, then wait
+//   const CallDeadline d = CallDeadline::after(timeout);                // several steps, one
+//   run_on_streams("relayout", "all_gather", tasks1, d, abort);         // budget
+//   run_on_streams("relayout", "all_to_all", tasks2, d, abort);
 //
 //   // replicate(): each replica prepares its part; the last to arrive enqueues them all at once
 //   auto part = std::make_shared<StreamLaunch>("ReplicaContext", "all_reduce", tasks, deadline,
@@ -24,8 +27,6 @@
 // - the deadline passed with a task not started yet, or still running: the group is aborted
 //   and kDeadlineExceeded names each such device and what its stream is running. The tasks
 //   still on the streams own their captures, so nothing is freed under them.
-// run_on_streams' deadline is `timeout` (+10%, + 50 ms) after the call, so that a collective's
-// own deadline (`timeout` from its start, naming the late peer) normally fires first.
 // A task that fails aborts the group at once, so that its peers do not wait out their deadline;
 // a task the stream skips (an earlier op on it failed) does the same.
 // Errors are rethrown as Error(code of the root cause, `component`,
@@ -80,7 +81,29 @@ class StreamLaunch {
   std::shared_ptr<State> state_;
 };
 
-// One launch on its own: enqueue, then wait, with the deadline `timeout` (+10%, + 50 ms).
+// The deadline of one call that runs several steps (a multi-step relayout, a reduce followed by
+// a broadcast): fixed when the call starts, shared by every step, so that the call as a whole
+// ends within its timeout instead of each step getting a fresh one.
+struct CallDeadline {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point at;               // when the call's collectives give up
+  std::chrono::milliseconds timeout;  // the call's whole budget, for messages
+
+  static CallDeadline after(std::chrono::milliseconds timeout) {
+    return {Clock::now() + timeout, timeout};
+  }
+  // Time left, at least 1 ms (0 means "the default" to the APIs that take a timeout).
+  std::chrono::milliseconds left() const;
+  // What errors say: "within 2000 ms".
+  std::string within() const;
+};
+
+// One launch on its own: enqueue, then wait until `deadline.at` (+10% of its timeout, + 50 ms,
+// so that a collective's own deadline, which names the late peer, normally fires first).
+void run_on_streams(const std::string& component, const std::string& step,
+                    std::vector<StreamTask> tasks, const CallDeadline& deadline,
+                    const std::function<void(const std::string&)>& abort = nullptr);
+// The same for a call of one step: the deadline is `timeout` from now.
 void run_on_streams(const std::string& component, const std::string& step,
                     std::vector<StreamTask> tasks, std::chrono::milliseconds timeout,
                     const std::function<void(const std::string&)>& abort = nullptr);

@@ -586,5 +586,28 @@ TEST(CollectiveFaults, MalformedTesselCollectiveTimeoutSIsInvalidArgument) {
   for (const Outcome& o : out) EXPECT_FALSE(o.error.thrown) << o.error.what;
 }
 
+// An absolute deadline wins over the timeout: the operations that run several collectives under
+// one budget (a multi-step relayout, a replicate() call) rely on it.
+TEST(CollectiveFaults, AnAbsoluteDeadlineWinsOverTheTimeout) {
+  auto comms = make_in_process_communicators(2);
+  CollectiveOptions o;
+  o.timeout = std::chrono::seconds(30);
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  Tensor x = Tensor::full({3}, DType::kF32, 1);
+  const auto start = std::chrono::steady_clock::now();
+  // Rank 1 never joins: rank 0 gives up at the deadline, naming it, not after 30 s.
+  EXPECT_TESSEL_ERROR(comms[0]->all_reduce(x, x, ReduceOp::kSum, o), ErrorCode::kDeadlineExceeded,
+                      "rank 1");
+  EXPECT_GE(since(start), 0.19);
+  EXPECT_LT(since(start), 5.0);
+  // A deadline already past fails the first wait at once.
+  comms = make_in_process_communicators(2);
+  o.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  const auto again = std::chrono::steady_clock::now();
+  EXPECT_TESSEL_ERROR(comms[0]->all_reduce(x, x, ReduceOp::kSum, o), ErrorCode::kDeadlineExceeded,
+                      "rank 1");
+  EXPECT_LT(since(again), 1.0);
+}
+
 }  // namespace
 }  // namespace tessel

@@ -116,5 +116,31 @@ TEST(CrossDeviceConcurrency, ObjectsSharingDevicesFromTwoThreadsDoNotDeadlock) {
   EXPECT_EQ(b.num_collectives(), 50);
 }
 
+// timeout_seconds bounds the whole call, not each of its steps: a ReductionToOneDevice
+// batch_reduce whose pairs have different destinations reduces pair by pair, on CPU:0 and then on
+// CPU:1. CPU:0 starts its reduce late (0.6 s of a 1 s budget), CPU:1 reaches its own at 1.5 s.
+// With a fresh budget per step the second reduce would have had until 0.6 + 1.15 s and
+// succeeded; with one budget for the call it fails at about 1.15 s, naming CPU:1.
+TEST(CrossDeviceTimeouts, TheTimeoutBoundsTheWholeCallNotEachStep) {
+  Runtime rt({.num_cpu_devices = 2});
+  ReductionToOneDevice ops("", nullptr, rt);
+  const PerReplica v = filled(2, Shape{4});
+  const std::vector<ValueDestinationPair> pairs = {{v, cpu(0)}, {v, cpu(1)}};
+  rt.device(0).stream().enqueue("slow_kernel", [] { std::this_thread::sleep_for(600ms); });
+  rt.device(1).stream().enqueue("slower_kernel", [] { std::this_thread::sleep_for(1500ms); });
+  const auto start = Clock::now();
+  EXPECT_TESSEL_ERROR(ops.batch_reduce(ReduceOp::kSum, pairs, CommunicationOptions(0, 1.0)),
+                      ErrorCode::kDeadlineExceeded,
+                      "reduce_to_one did not start within 1000 ms on " + cpu(1));
+  EXPECT_LT(Clock::now() - start, 1450ms);  // 1 s + 10% + 50 ms, and some slack
+  rt.synchronize(testing::kWaitLimit);
+  // The same call with a budget that covers both stalls succeeds.
+  rt.device(0).stream().enqueue("slow_kernel", [] { std::this_thread::sleep_for(100ms); });
+  const std::vector<Mirrored> out =
+      ops.batch_reduce(ReduceOp::kSum, pairs, CommunicationOptions(0, 5.0));
+  testing::expect_mirrored(out[0], {cpu(0)}, std::vector<float>(4, 3));
+  testing::expect_mirrored(out[1], {cpu(1)}, std::vector<float>(4, 3));
+}
+
 }  // namespace
 }  // namespace tessel

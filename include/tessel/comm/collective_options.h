@@ -8,8 +8,13 @@
 // kAuto picks by size and transport: in-process groups use kDirect (participants read each
 // other's buffers); MPI communicators use kMpi, hierarchical groups across processes
 // kHierarchical (tessel/comm/mpi.h; docs/benchmarks.md, "tessel over MPI"); other transports that do
-// not share memory use kRing. Every wait inside a collective ends by its deadline: `timeout`, or
-// when that is zero the process default, TESSEL_COLLECTIVE_TIMEOUT_S seconds (300 when unset).
+// not share memory use kRing. Every wait inside a collective ends by its deadline: `deadline` when
+// set, else `timeout` from the call's entry, or when that is zero the process default,
+// TESSEL_COLLECTIVE_TIMEOUT_S seconds (300 when unset).
+//
+// A caller that runs several collectives as one operation (a multi-step relayout, a cross-device
+// reduce followed by a broadcast, the collectives of one replicate() call) sets `deadline` once,
+// so that the steps share one budget instead of each getting a fresh `timeout`.
 #pragma once
 
 #include <chrono>
@@ -41,6 +46,9 @@ struct CollectiveOptions {
   Algorithm algorithm = Algorithm::kAuto;
   // Deadline for the whole call, measured from entry. Zero: default_collective_timeout().
   std::chrono::milliseconds timeout{0};
+  // Absolute deadline (steady_clock, the clock of Python's time.monotonic()). When set (not the
+  // epoch) it wins over `timeout`; one already past fails the call's first wait at once.
+  std::chrono::steady_clock::time_point deadline{};
   // Pipelining segment of the ring, and the largest message of the point-to-point collectives
   // (bytes). Zero: kDefaultSegmentBytes. Tests lower it so that multi-segment paths run on small
   // inputs.

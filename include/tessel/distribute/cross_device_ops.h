@@ -37,7 +37,9 @@
 // Execution: every step runs on the streams of the devices involved (stream.h), in order with
 // the work already enqueued there; the call returns when the steps are done. Collectives use
 // the runtime's communicator group of the device set (one per set, shared by every object of
-// the runtime, gone with the runtime); timeouts come from CommunicationOptions.timeout_seconds.
+// the runtime, gone with the runtime). CommunicationOptions.timeout_seconds bounds the whole
+// call, measured from its start: every step of it (a reduce and then its copies, each pair of a
+// batch_reduce that is reduced pair by pair) shares that one budget.
 // A failure throws the root cause (not the Aborted of its peers) with its code, naming the op and
 // the device: "CrossDeviceOps: all_reduce on /job:.../device:CPU:1 failed: ...". A device whose
 // stream does not reach the step within the timeout: kDeadlineExceeded naming it and what its
@@ -55,6 +57,7 @@
 // every member of their shared group sees them in the same order).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -74,6 +77,7 @@ namespace tessel {
 
 namespace detail {
 class DeviceGroups;
+struct CallDeadline;
 }
 
 // One step a call ran, in order, as seen from its first device.
@@ -160,6 +164,9 @@ class CrossDeviceOps {
   bool on_one_device_set(const std::vector<ValueDestinationPair>& pairs) const;
   // The plan being filled by the current call.
   CrossDevicePlan& plan() { return plan_; }
+  // The current call's deadline: `options`' timeout (or the process default) after the call
+  // started. Every step of one public call uses it, so the call as a whole ends in time.
+  detail::CallDeadline call_deadline(const CommunicationOptions& options) const;
   void set_num_between_graph_workers(int n) { num_workers_ = n; }
   // The communicator groups of this object's calls (the runtime's, per device set).
   detail::DeviceGroups& groups() { return *groups_; }
@@ -174,6 +181,7 @@ class CrossDeviceOps {
   mutable std::mutex call_mu_;  // serialises calls
   mutable std::mutex plan_mu_;  // guards last_plan_ and num_collectives_
   CrossDevicePlan plan_;        // the current call's (call_mu_ held)
+  std::chrono::steady_clock::time_point call_started_;  // the current call's (call_mu_ held)
   CrossDevicePlan last_plan_;
   int64_t num_collectives_ = 0;
 };

@@ -9,7 +9,8 @@
 // with the input unless the plan is empty (same layout: the input is returned as is).
 //
 // Errors: those of plan_relayout (kInvalidArgument); a null DTensor: kInvalidArgument; a step
-// that fails or a device that does not join within `timeout`: the error names the step, the
+// that fails, or a device that does not join before the call's `timeout` (one budget for all
+// the steps) runs out: the error names the step, the
 // device and the root cause (kDeadlineExceeded names the late device); nothing hangs. After a
 // failure the runtime's relayout groups are rebuilt on the next call.
 //
@@ -27,7 +28,9 @@
 namespace tessel {
 
 struct RelayoutOptions {
-  std::chrono::milliseconds timeout{60000};  // per step
+  // For the whole call: every step (and the communicator groups it sets up) shares this budget,
+  // so a relayout of several steps ends within `timeout` (+10%, + 50 ms), not steps x timeout.
+  std::chrono::milliseconds timeout{60000};
 };
 
 DTensor relayout(const DTensor& tensor, const Layout& layout, const RelayoutOptions& options);
