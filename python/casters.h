@@ -11,7 +11,8 @@
 //                            "incompatible function arguments" or "Unable to cast" TypeError.
 //                            (A caster is not told which parameter it loads: the message names
 //                            the value.)
-// and plain conversions: seconds_arg (a timeout in seconds), numpy_dtype_name and
+// and plain conversions: seconds_arg (a timeout in seconds), monotonic_arg (a deadline on
+// time.monotonic()'s clock), numpy_dtype_name and
 // memory_stats_dict (a MemoryStats as a dict).
 #pragma once
 

@@ -247,6 +247,16 @@ def test_dtensor_on_its_own_runtime_keeps_the_runtime_alive():
     assert_array_equal(tessel.to_host(d), [0, 1, 2, 3])
 
 
+def test_an_op_on_dtensors_of_two_runtimes_is_an_error():
+    mesh = tessel.create_mesh([("x", 2)])
+    a_rt, b_rt = tessel.Runtime(num_cpu_devices=2), tessel.Runtime(num_cpu_devices=2)
+    a = tessel.copy_to_mesh(np.ones(4, np.float32), layout(["x"], mesh), runtime=a_rt)
+    b = tessel.copy_to_mesh(np.ones(4, np.float32), layout(["x"], mesh), runtime=b_rt)
+    with pytest.raises(ValueError, match="inputs 0 and 1 belong to different runtimes"):
+        tessel.add(a, b)
+    assert_array_equal(tessel.to_host(tessel.add(a, a)), [2, 2, 2, 2])
+
+
 def test_repr_and_visualize(mesh_x4):
     rows = layout(["x", "unsharded"], mesh_x4)
     d = tessel.copy_to_mesh(matrix(8, 6), rows)

@@ -166,6 +166,14 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
                             inputs[0].layout().mesh().to_string(),
                             inputs[i].layout().mesh().to_string());
     }
+    // The kernels run on the first input's devices: an input of another runtime (a second
+    // Runtime with the same device names) would be read there behind its own runtime's back.
+    if (&inputs[i].runtime() != &inputs[0].runtime()) {
+      detail::throw_invalid(def.name,
+                            "inputs 0 and {} belong to different runtimes (both on mesh {}); "
+                            "copy one to the other's runtime first",
+                            i, inputs[0].layout().mesh().to_string());
+    }
     // Tracing hook: an abstract value (compile.h) runs only inside its trace.
     if (inputs[i].is_abstract() && tracer == nullptr) {
       detail::throw_error(ErrorCode::kFailedPrecondition, def.name,

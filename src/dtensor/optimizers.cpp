@@ -44,6 +44,23 @@ void Optimizer::apply(std::vector<DTensor>& params, const std::vector<DTensor>& 
                             shapes_[i].to_string());
     }
   }
+  if (iterations_ > 0) {
+    // The state lives on the first list's runtime; the ops would refuse to mix runtimes.
+    const auto state = slots();
+    if (!state.empty()) {
+      const auto& [slot, tensors] = *state.begin();
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (&tensors[i].runtime() != &params[i].runtime()) {
+          detail::throw_invalid(kComponent,
+                                "parameter {} lives on another runtime than the optimizer's state "
+                                "(slot '{}'): the state belongs to the first parameter list; use "
+                                "a new optimizer, or restore() one, for parameters of another "
+                                "runtime",
+                                i, slot);
+        }
+      }
+    }
+  }
   ++iterations_;
   for (size_t i = 0; i < params.size(); ++i) update(i, params[i], grads[i]);
 }

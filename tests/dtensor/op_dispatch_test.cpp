@@ -189,5 +189,24 @@ TEST(Optimizers, MismatchedGradientsAreErrors) {
   EXPECT_TESSEL_ERROR(Adam(0.1, 1.0), ErrorCode::kInvalidArgument, "beta_1");
 }
 
+// Kernels run on the first input's devices: an input of another Runtime (same device names) is
+// refused, and so is a parameter list that moved to another runtime under an optimizer's state.
+TEST(OpDispatch, InputsAndOptimizerStateOfTwoRuntimesAreRefused) {
+  Runtime a_rt({.num_cpu_devices = 2});
+  Runtime b_rt({.num_cpu_devices = 2});
+  const Layout layout({"x"}, Mesh::create({{"x", 2}}));
+  const DTensor a = copy_to_mesh(Tensor::full(Shape{4}, DType::kF32, 1.0), layout, a_rt);
+  const DTensor b = copy_to_mesh(Tensor::full(Shape{4}, DType::kF32, 1.0), layout, b_rt);
+  EXPECT_TESSEL_ERROR(add(a, b), ErrorCode::kInvalidArgument,
+                      "add: inputs 0 and 1 belong to different runtimes");
+  Adam adam(0.1);
+  std::vector<DTensor> params = {a};
+  adam.apply(params, {a});
+  std::vector<DTensor> moved = {b};
+  EXPECT_TESSEL_ERROR(adam.apply(moved, {b}), ErrorCode::kInvalidArgument,
+                      "parameter 0 lives on another runtime than the optimizer's state");
+  EXPECT_EQ(adam.iterations(), 1);
+}
+
 }  // namespace
 }  // namespace tessel

@@ -8,7 +8,8 @@
 //
 // Errors: params and grads of different counts, a gradient whose shape or layout differs from
 // its parameter's: kInvalidArgument naming the index; a parameter list that changes between
-// calls (count or shapes): kInvalidArgument (the state belongs to the first list).
+// calls (count, shapes, or the runtime the parameters live on): kInvalidArgument (the state
+// belongs to the first list).
 //
 // Thread safety: one thread at a time.
 #pragma once
