@@ -24,12 +24,8 @@ constexpr size_t kCachedBlockBytes = size_t{1} << 16;
 constexpr size_t kDefaultCacheBytes = size_t{1} << 30;
 
 size_t cache_limit() {
-  if (const char* v = std::getenv("TESSEL_HOST_CACHE_BYTES")) {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(v, &end, 10);
-    if (end != v && *end == '\0') return static_cast<size_t>(n);
-  }
-  return kDefaultCacheBytes;
+  const auto bytes = byte_size_from_env("TESSEL_HOST_CACHE_BYTES", 0, "Allocator");
+  return bytes ? static_cast<size_t>(*bytes) : kDefaultCacheBytes;
 }
 
 // aligned_alloc needs a size that is a multiple of the alignment; at least one line.

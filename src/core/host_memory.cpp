@@ -128,14 +128,7 @@ int64_t available_memory(const HostMemoryFiles& files) {
 }
 
 int64_t default_host_memory_limit() {
-  if (const char* v = std::getenv(kLimitEnv); v != nullptr && *v != '\0') {
-    const std::optional<int64_t> bytes = parse_byte_size(v);
-    if (!bytes || *bytes < 1) {
-      throw_invalid("Allocator", "{}='{}' is not a byte count of at least 1 (e.g. 4096, 512M, 16G)",
-                    kLimitEnv, v);
-    }
-    return *bytes;
-  }
+  if (const auto bytes = byte_size_from_env(kLimitEnv, 1, "Allocator")) return *bytes;
   const double fraction = per_process_fraction();
   int64_t memory = host_available_memory();
   if (memory < 0) memory = physical_memory();

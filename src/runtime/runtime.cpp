@@ -53,13 +53,7 @@ int64_t resolve_memory_limit(int64_t requested, int num_devices) {
     }
     return requested;
   }
-  if (const char* env = std::getenv(kDeviceMemoryLimitEnv); env != nullptr && *env != '\0') {
-    const std::optional<int64_t> bytes = detail::parse_byte_size(env);
-    if (!bytes || *bytes < 1) {
-      detail::throw_invalid("Runtime",
-                            "{}='{}' is not a byte count of at least 1 (e.g. 4096, 512M, 4G)",
-                            kDeviceMemoryLimitEnv, env);
-    }
+  if (const auto bytes = detail::byte_size_from_env(kDeviceMemoryLimitEnv, 1, "Runtime")) {
     return *bytes;
   }
   return std::max<int64_t>(1, host_memory_limit() / num_devices);

@@ -129,6 +129,22 @@ TEST(HostMemory, DefaultLimitIsAFractionOfTheAvailableMemory) {
   }
 }
 
+// The host allocator's block cache size: a byte count with the same grammar as the limits; a
+// malformed value is an error naming it (it used to be ignored silently).
+TEST(HostMemory, HostCacheBytesIsAByteCountOrAnError) {
+  {
+    ScopedEnv cache("TESSEL_HOST_CACHE_BYTES", "64M");
+    EXPECT_NO_THROW(detail::HostAllocator(int64_t{1} << 30));
+  }
+  {
+    ScopedEnv cache("TESSEL_HOST_CACHE_BYTES", "0");  // 0 turns the cache off
+    EXPECT_NO_THROW(detail::HostAllocator(int64_t{1} << 30));
+  }
+  ScopedEnv cache("TESSEL_HOST_CACHE_BYTES", "-1");
+  EXPECT_TESSEL_ERROR(detail::HostAllocator(int64_t{1} << 30), ErrorCode::kInvalidArgument,
+                      "Allocator: TESSEL_HOST_CACHE_BYTES='-1' is not a byte count of at least 0");
+}
+
 TEST(HostMemory, EnvironmentOverridesTheDefault) {
   {
     ScopedEnv limit("TESSEL_HOST_MEMORY_LIMIT", "512MiB");
