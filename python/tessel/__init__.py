@@ -368,6 +368,28 @@ from tessel._tessel import (  # noqa: E402
     safetensors_dtype_name,
 )
 
+# Sharded embedding tables (bind_embedding.cpp): TF's TPUEmbeddingConfiguration, the lifecycle's
+# step 6 (configure_embedding, is_embedding_initialized) and ShardedEmbedding.
+from tessel._tessel import (  # noqa: E402
+    EmbeddingCombiner,
+    EmbeddingConfiguration,
+    EmbeddingMode,
+    EmbeddingOptimizer,
+    EmbeddingStepStats,
+    FeatureDescriptor,
+    OptimizationParameters,
+    RaggedIds,
+    RowPiece,
+    ShardedEmbedding,
+    ShardingStrategy,
+    TableDescriptor,
+    TablePlacement,
+    TableSharding,
+    configure_embedding,
+    embedding,
+    is_embedding_initialized,
+)
+
 # `from tessel import *` leaves Python's builtins alone: tessel.compile and tessel.slice are
 # reached through the module (as numpy leaves out its `sum`-like names).
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("compile", "slice")]

@@ -1,0 +1,203 @@
+// tessel bench embedding: a DLRM-like step of sharded embedding tables (ShardedEmbedding,
+// row-wise MOD: lookup by all-to-all-v, sparse SGD on the owners) against two baselines run in
+// the same process on the same ids:
+//   (a) replicated: every table on every device (placement DATA_PARALLEL), lookups local, the
+//       gradient made dense and all-reduced, the update applied to the rows it touched;
+//   (b) gather: every table all-gathered to every device (get_table) before looking up locally.
+//       Only this forward gather is timed and counted: a lower bound of that baseline's step
+//       (its backward, a reduce-scatter of the dense gradient, only adds to it).
+// Reported per step (median of --steps after one warm-up): seconds, lookups+updates per second
+// (ids looked up and updated), bytes sent to other devices (the library's count for the sharded
+// and replicated steps; (N - 1) x the tables' bytes for the gather), and the ratios.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_env.h"
+#include "bench_team.h"
+#include "commands.h"
+#include "flags.h"
+#include "json_output.h"
+#include "tessel/embedding/sharded_embedding.h"
+#include "tessel/mesh/mesh.h"
+#include "tessel/runtime/runtime.h"
+
+namespace tessel::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tessel bench embedding [--tables N] [--rows N] [--dim N] [--batch N] [--devices N]\n"
+    "                              [--ids N] [--steps N] [--json]\n"
+    "\n"
+    "One training step of N embedding tables (power-law ids, SGD) on a local mesh: sharded\n"
+    "row-wise (MOD, all-to-all-v lookups, sparse updates) against (a) replicated tables with a\n"
+    "dense all-reduce of the gradient and (b) gathering whole tables (its forward gather only,\n"
+    "a lower bound). Medians of --steps after one warm-up: step time, lookups+updates per\n"
+    "second, bytes sent to other devices per step, and the ratios.\n"
+    "\n"
+    "  --tables N   tables, one feature each (default 26)\n"
+    "  --rows N     rows per table (default 100000)\n"
+    "  --dim N      embedding dimension (default 64)\n"
+    "  --batch N    bags per device per step (default 4096)\n"
+    "  --devices N  devices of the mesh (default 4)\n"
+    "  --ids N      ids per bag (default 1)\n"
+    "  --steps N    timed steps (default 5)\n"
+    "  --json       print {\"sharded_s\", \"replicated_s\", \"gather_s\", \"sharded_bytes\",\n"
+    "               \"replicated_bytes\", \"gather_bytes\", \"lookups_per_s\", \"speedup\",\n"
+    "               \"bytes_ratio\"}\n"
+    "\n"
+    "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
+
+struct Workload {
+  int tables = 26, dim = 64, batch = 4096, devices = 4, ids = 1, steps = 5;
+  int64_t rows = 100000;
+};
+
+EmbeddingConfiguration make_config(const Workload& w, TablePlacement placement) {
+  EmbeddingConfiguration c;
+  for (int t = 0; t < w.tables; ++t) {
+    c.tables.push_back({.name = "t" + std::to_string(t), .vocabulary_size = w.rows,
+                        .dimension = w.dim,
+                        .optimization_parameters = {.optimizer = EmbeddingOptimizer::kSgd,
+                                                    .learning_rate = 0.01f},
+                        .placement = placement, .combiner = EmbeddingCombiner::kSum});
+    c.features.push_back({.name = "f" + std::to_string(t), .table_id = t, .input_shape = {}});
+  }
+  c.batch_size_per_device = w.batch;
+  c.sharding_strategy = ShardingStrategy::kMod;
+  return c;
+}
+
+// Power-law ids: P(id) ~ 1 / (id + 1) (log-uniform), as click logs' categorical features.
+std::vector<std::vector<RaggedIds>> make_inputs(const Workload& w, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double log_rows = std::log(static_cast<double>(w.rows));
+  std::vector<std::vector<RaggedIds>> inputs(static_cast<size_t>(w.tables));
+  for (auto& feature : inputs) {
+    for (int d = 0; d < w.devices; ++d) {
+      std::vector<int64_t> ids(static_cast<size_t>(w.batch) * static_cast<size_t>(w.ids));
+      for (int64_t& id : ids) {
+        id = std::min<int64_t>(w.rows - 1, static_cast<int64_t>(std::exp(u(rng) * log_rows)) - 1);
+      }
+      std::vector<int64_t> splits(static_cast<size_t>(w.batch) + 1);
+      for (size_t b = 0; b < splits.size(); ++b) splits[b] = static_cast<int64_t>(b) * w.ids;
+      feature.push_back({Tensor::from_vector(ids, Shape{static_cast<int64_t>(ids.size())}),
+                         Tensor::from_vector(splits, Shape{static_cast<int64_t>(splits.size())}),
+                         Tensor()});
+    }
+  }
+  return inputs;
+}
+
+struct Timing {
+  double seconds = 0;
+  int64_t bytes = 0;
+};
+
+// Median step of lookup + apply_gradients.
+Timing time_training(ShardedEmbedding& emb, const Workload& w,
+                     const std::vector<std::vector<RaggedIds>>& inputs) {
+  std::vector<std::vector<Tensor>> grads(static_cast<size_t>(w.tables));
+  for (auto& g : grads) {
+    for (int d = 0; d < w.devices; ++d) {
+      g.push_back(Tensor::full(Shape{w.batch, w.dim}, DType::kF32, 1e-3));
+    }
+  }
+  std::vector<double> times;
+  for (int s = 0; s <= w.steps; ++s) {
+    const double start = bench::now_seconds();
+    emb.lookup(inputs);
+    emb.apply_gradients(grads);
+    if (s > 0) times.push_back(bench::now_seconds() - start);  // step 0 warms up
+  }
+  return {bench::median(times), emb.last_step_stats().bytes_sent};
+}
+
+// Median of gathering every table whole.
+Timing time_gather(ShardedEmbedding& emb, const Workload& w) {
+  std::vector<double> times;
+  for (int s = 0; s <= w.steps; ++s) {
+    const double start = bench::now_seconds();
+    for (int t = 0; t < w.tables; ++t) emb.get_table("t" + std::to_string(t));
+    if (s > 0) times.push_back(bench::now_seconds() - start);
+  }
+  const int64_t table_bytes = w.rows * w.dim * 4 * w.tables;
+  return {bench::median(times), table_bytes * (w.devices - 1)};
+}
+
+}  // namespace
+
+int run_bench_embedding(const Args& args) {
+  if (wants_help(args)) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  Workload w;
+  bool json = false;
+  FlagParser flags("bench embedding");
+  flags.integer({"--tables"}, w.tables, 1, 1000);
+  flags.integer({"--dim"}, w.dim, 1, 4096);
+  flags.integer({"--batch"}, w.batch, 1, 1 << 20);
+  flags.integer({"--devices"}, w.devices, 1, 64);
+  flags.integer({"--ids"}, w.ids, 1, 1024);
+  flags.integer({"--steps"}, w.steps, 1, 1000);
+  flags.integer({"--rows"}, w.rows, 1, 100'000'000);
+  flags.set({"--json"}, json);
+  flags.parse(args);
+  const double table_bytes = static_cast<double>(w.rows) * w.dim * 4 * w.tables;
+  // Replicated copies on every device, a dense gradient per device, the gathered copies.
+  bench::check_fits_in_memory("bench embedding", table_bytes * (2.0 * w.devices + 2.0),
+                              "--tables x --rows x --dim x --devices");
+
+  Runtime rt({.num_cpu_devices = w.devices});
+  const Mesh mesh = Mesh::create({{"x", w.devices}});
+  const auto inputs = make_inputs(w, 1);
+  Timing sharded, replicated, gather;
+  {
+    ShardedEmbedding emb(make_config(w, TablePlacement::kRowWise), mesh, rt);
+    sharded = time_training(emb, w, inputs);
+    gather = time_gather(emb, w);
+  }
+  {
+    ShardedEmbedding emb(make_config(w, TablePlacement::kDataParallel), mesh, rt);
+    replicated = time_training(emb, w, inputs);
+  }
+  const double ids = static_cast<double>(w.tables) * w.batch * w.ids * w.devices;
+  const double best = std::min(replicated.seconds, gather.seconds);
+  const double fewest = static_cast<double>(std::min(replicated.bytes, gather.bytes));
+  if (json) {
+    Json out;
+    out["sharded_s"] = json_number(sharded.seconds);
+    out["replicated_s"] = json_number(replicated.seconds);
+    out["gather_s"] = json_number(gather.seconds);
+    out["sharded_bytes"] = sharded.bytes;
+    out["replicated_bytes"] = replicated.bytes;
+    out["gather_bytes"] = gather.bytes;
+    out["lookups_per_s"] = json_number(ids / sharded.seconds);
+    out["speedup"] = json_number(best / sharded.seconds);
+    out["bytes_ratio"] = json_number(fewest / static_cast<double>(sharded.bytes));
+    print_json(out);
+    return 0;
+  }
+  std::printf("embedding step: %d tables x %lld rows x dim %d (%.0f MiB), batch %d x %d ids per "
+              "device, %d devices, median of %d\n",
+              w.tables, static_cast<long long>(w.rows), w.dim, table_bytes / (1 << 20), w.batch,
+              w.ids, w.devices, w.steps);
+  std::printf("%-40s %10s %14s %14s\n", "", "step s", "lookups/s", "bytes/step");
+  const auto row = [&](const char* name, const Timing& t, bool rate) {
+    std::printf("%-40s %10.4f %14.0f %14lld\n", name, t.seconds, rate ? ids / t.seconds : 0.0,
+                static_cast<long long>(t.bytes));
+  };
+  row("sharded (row-wise MOD, all-to-all-v)", sharded, true);
+  row("(a) replicated + dense all-reduce", replicated, true);
+  row("(b) gather whole tables (forward only)", gather, false);
+  std::printf("speedup vs the faster baseline: %.1fx; bytes: %.1fx fewer than the fewest\n",
+              best / sharded.seconds, fewest / static_cast<double>(sharded.bytes));
+  return 0;
+}
+
+}  // namespace tessel::cli
