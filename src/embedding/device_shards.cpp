@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "core/errors.h"
+#include "embedding/flat_index.h"
 #include "tessel/runtime/device.h"
 
 namespace tessel::detail {
@@ -38,6 +38,16 @@ Tensor initial_block(const TableDescriptor& table, int t, uint64_t seed, int64_t
 
 }  // namespace
 
+Tensor reuse_buffer(Tensor& cache, const Shape& shape, DType dtype) {
+  const int64_t n = shape.num_elements();
+  if (!cache.defined() || cache.dtype() != dtype || cache.num_elements() < n) {
+    // Grown by half again, so that steps of slowly growing size do not reallocate each time.
+    cache = Tensor::empty(Shape{std::max<int64_t>(n + n / 2, 64)}, dtype, nullptr,
+                          /*zero_fill=*/false);
+  }
+  return cache.slice(0, 0, n).reshape(shape);
+}
+
 std::vector<std::string> embedding_slot_names(EmbeddingOptimizer optimizer) {
   switch (optimizer) {
     case EmbeddingOptimizer::kAdagrad:
@@ -59,22 +69,18 @@ DeviceShards::DeviceShards(const EmbeddingLayout& layout, int rank, Device& devi
     shard.values = device.allocate(Shape{rows, cols}, DType::kF32, /*zero_fill=*/false);
     float* out = shard.values.data<float>();
     const int ti = static_cast<int>(t);
-    if (rows > 0 && (s.placement() != TablePlacement::kRowWise ||
-                     s.global_row(rank, rows - 1) - s.global_row(rank, 0) == rows - 1)) {
+    if (rows == 0) {
+      // Nothing here.
+    } else if (s.placement() != TablePlacement::kRowWise ||
+               s.global_row(rank, rows - 1) - s.global_row(rank, 0) == rows - 1) {
       // Contiguous global rows: one block.
       shard.values.copy_from(initial_block(tables[t], ti, seed, s.global_row(rank, 0), rows,
                                            s.col_begin(rank), cols));
-    } else if (rows > 0) {
-      // MOD: strided rows, generated in chunks of consecutive rows.
-      constexpr int64_t kChunk = 4096;
-      for (int64_t r0 = 0; r0 < tables[t].vocabulary_size; r0 += kChunk) {
-        const int64_t n = std::min(kChunk, tables[t].vocabulary_size - r0);
-        const Tensor block = initial_block(tables[t], ti, seed, r0, n, 0, cols);
-        const float* in = block.data<float>();
-        for (int64_t r = r0; r < r0 + n; ++r) {
-          if (r % s.num_devices() != rank) continue;
-          std::copy(in + (r - r0) * cols, in + (r - r0 + 1) * cols, out + (r / s.num_devices()) * cols);
-        }
+    } else {
+      // MOD: strided rows, one block each.
+      for (int64_t r = 0; r < rows; ++r) {
+        const Tensor block = initial_block(tables[t], ti, seed, s.global_row(rank, r), 1, 0, cols);
+        std::copy_n(block.data<float>(), cols, out + r * cols);
       }
     }
     const OptimizationParameters& o = tables[t].optimization_parameters;
@@ -99,7 +105,10 @@ int64_t DeviceShards::memory_bytes() const {
 void DeviceShards::plan(const std::vector<FeatureIds>& features) {
   LookupRecord r;
   r.send_counts.assign(static_cast<size_t>(layout_.num_devices), 0);
-  std::unordered_map<uint64_t, int64_t> index;  // row_key -> unique index
+  FlatIndex& index = buffers_.index;  // row_key -> unique index
+  size_t total = 0;
+  for (const FeatureIds& in : features) total += in.ids.size();
+  index.clear(total);
   std::vector<std::vector<std::pair<int64_t, RowPiece>>> by_dest(
       static_cast<size_t>(layout_.num_devices));
   std::vector<RowPiece> pieces;
@@ -128,9 +137,8 @@ void DeviceShards::plan(const std::vector<FeatureIds>& features) {
       }
     }
     for (size_t k = 0; k < in.ids.size(); ++k) {
-      const auto [it, fresh] = index.try_emplace(row_key(table, in.ids[k]),
-                                                 static_cast<int64_t>(r.unique.size()));
-      uid[k] = it->second;
+      const auto [u, fresh] = index.insert(row_key(table, in.ids[k]));
+      uid[k] = u;
       if (!fresh) continue;
       r.unique.emplace_back(table, in.ids[k]);
       r.row_offset.push_back(r.row_floats);
@@ -138,7 +146,7 @@ void DeviceShards::plan(const std::vector<FeatureIds>& features) {
       if (s.placement() == TablePlacement::kDataParallel) continue;  // local copy
       pieces.clear();
       s.owners(in.ids[k], pieces);
-      for (const RowPiece& p : pieces) by_dest[static_cast<size_t>(p.device)].emplace_back(it->second, p);
+      for (const RowPiece& p : pieces) by_dest[static_cast<size_t>(p.device)].emplace_back(u, p);
     }
   }
   for (size_t d = 0; d < by_dest.size(); ++d) {
@@ -157,8 +165,8 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
   const int n = layout_.num_devices;
 
   // 1. Requests to the owners: (table, local row, source) per piece, by destination.
-  Tensor requests = Tensor::empty(Shape{static_cast<int64_t>(r.sent.size()), 3}, DType::kI64,
-                                   nullptr, /*zero_fill=*/false);
+  Tensor requests = reuse_buffer(buffers_.requests, Shape{static_cast<int64_t>(r.sent.size()), 3},
+                                 DType::kI64);
   int64_t* q = requests.data<int64_t>();
   for (const auto& [u, piece] : r.sent) {
     *q++ = r.unique[static_cast<size_t>(u)].first;
@@ -183,7 +191,7 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
     reply_counts[source] += cols;
     reply_floats += cols;
   }
-  Tensor reply = Tensor::empty(Shape{reply_floats}, DType::kF32, nullptr, /*zero_fill=*/false);
+  Tensor reply = reuse_buffer(buffers_.reply, Shape{reply_floats}, DType::kF32);
   float* out = reply.data<float>();
   for (const auto& [table, local_row] : r.served) {
     const Tensor& values = shards_[static_cast<size_t>(table)].values;
@@ -195,23 +203,30 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
   counts.bytes_sent += bytes_to_others(reply_counts, rank_, sizeof(float));
   counts.collectives += 2;
 
-  // 3. The distinct rows, assembled from the answers (and local copies of data-parallel rows).
-  std::vector<float> rows(static_cast<size_t>(r.row_floats));
+  // 3. Where each distinct row is: in the answers (a whole row), in the local data-parallel
+  // table, or assembled from its column pieces in `split`.
+  std::vector<const float*>& row_at = buffers_.row_at;
+  row_at.assign(r.unique.size(), nullptr);
+  std::vector<float>& split = buffers_.split;
+  split.resize(static_cast<size_t>(r.row_floats));
   const float* a = answered.data<float>();
   for (const auto& [u, piece] : r.sent) {
+    const auto us = static_cast<size_t>(u);
     const int64_t width = piece.col_end - piece.col_begin;
-    std::copy(a, a + width, rows.begin() + r.row_offset[static_cast<size_t>(u)] + piece.col_begin);
+    const int32_t dim = layout_.config.tables[static_cast<size_t>(r.unique[us].first)].dimension;
+    if (width == dim) {
+      row_at[us] = a;
+    } else {
+      std::copy(a, a + width, split.begin() + r.row_offset[us] + piece.col_begin);
+      row_at[us] = split.data() + r.row_offset[us];
+    }
     a += width;
   }
   for (size_t u = 0; u < r.unique.size(); ++u) {
+    if (row_at[u] != nullptr) continue;  // data-parallel: the local copy
     const auto [table, row] = r.unique[u];
-    if (layout_.shardings[static_cast<size_t>(table)].placement() != TablePlacement::kDataParallel) {
-      continue;
-    }
     const Tensor& values = shards_[static_cast<size_t>(table)].values;
-    const int64_t cols = values.shape()[1];
-    const float* src = values.data<float>() + row * cols;
-    std::copy(src, src + cols, rows.begin() + r.row_offset[u]);
+    row_at[u] = values.data<float>() + row * values.shape()[1];
   }
 
   // 4. Combine each bag.
@@ -227,7 +242,7 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
       for (int64_t k = splits[static_cast<size_t>(b)]; k < splits[static_cast<size_t>(b) + 1]; ++k) {
         const auto ks = static_cast<size_t>(k);
         const float s = r.id_scale[f][ks];
-        const float* src = rows.data() + r.row_offset[static_cast<size_t>(r.id_unique[f][ks])];
+        const float* src = row_at[static_cast<size_t>(r.id_unique[f][ks])];
         for (int64_t c = 0; c < dim; ++c) o[b * dim + c] += s * src[c];
       }
     }
@@ -245,7 +260,8 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   const int n = layout_.num_devices;
 
   // 1. One gradient per distinct row: the bags' gradients times each id's factor, summed.
-  std::vector<float> grads(static_cast<size_t>(r.row_floats), 0.0f);
+  std::vector<float>& grads = buffers_.split;
+  grads.assign(static_cast<size_t>(r.row_floats), 0.0f);
   for (size_t f = 0; f < gradients.size(); ++f) {
     const Tensor g = gradients[f].contiguous();
     const int64_t dim = g.shape()[1];
@@ -268,7 +284,7 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
     send_floats[static_cast<size_t>(piece.device)] += piece.col_end - piece.col_begin;
     total += piece.col_end - piece.col_begin;
   }
-  Tensor send = Tensor::empty(Shape{total}, DType::kF32, nullptr, /*zero_fill=*/false);
+  Tensor send = reuse_buffer(buffers_.reply, Shape{total}, DType::kF32);
   float* out = send.data<float>();
   for (const auto& [u, piece] : r.sent) {
     const float* src = grads.data() + r.row_offset[static_cast<size_t>(u)];
@@ -279,19 +295,22 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   ++counts.collectives;
 
   // 3. The owner sums the gradients of each of its rows and updates the touched rows.
-  std::vector<std::unordered_map<int64_t, size_t>> slot_of(layout_.shardings.size());
+  FlatIndex& index = buffers_.index;  // row_key(table, local row) -> first time served
+  index.clear(r.served.size());
+  std::vector<size_t> position;  // by index: the row's place in touched[table]
   std::vector<std::vector<int64_t>> touched(layout_.shardings.size());
   std::vector<std::vector<float>> summed(layout_.shardings.size());
   const float* in = received.data<float>();
   for (const auto& [table, local_row] : r.served) {
     const auto t = static_cast<size_t>(table);
     const int64_t cols = layout_.shardings[t].local_cols(rank_);
-    const auto [it, fresh] = slot_of[t].try_emplace(local_row, touched[t].size());
+    const auto [g, fresh] = index.insert(row_key(table, local_row));
     if (fresh) {
+      position.push_back(touched[t].size());
       touched[t].push_back(local_row);
       summed[t].resize(summed[t].size() + static_cast<size_t>(cols), 0.0f);
     }
-    float* dst = summed[t].data() + it->second * static_cast<size_t>(cols);
+    float* dst = summed[t].data() + position[static_cast<size_t>(g)] * static_cast<size_t>(cols);
     for (int64_t c = 0; c < cols; ++c) dst[c] += in[c];
     in += cols;
   }

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "embedding/flat_index.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/core/tensor.h"
 #include "tessel/embedding/embedding_config.h"
@@ -71,7 +72,7 @@ class DeviceShards {
   int rank() const { return rank_; }
   int64_t memory_bytes() const;
   TableShard& shard(int table) { return shards_[static_cast<size_t>(table)]; }
-  void release() { shards_.clear(); record_ = {}; }
+  void release() { shards_.clear(); record_ = {}; buffers_ = {}; }
 
   // The per-device steps (on the device's stream; `comm` is the group over every device).
   std::vector<Tensor> lookup(const std::vector<FeatureIds>& features, Communicator& comm,
@@ -92,7 +93,17 @@ class DeviceShards {
   Device& device_;
   std::vector<TableShard> shards_;
   LookupRecord record_;
+  // Buffers kept from step to step (no fresh pages, no zeroing each step).
+  struct Buffers {
+    Tensor requests, reply;              // all-to-all inputs (reply: rows, then gradients)
+    std::vector<float> split;            // column-wise rows; then the rows' gradients
+    std::vector<const float*> row_at;    // where each distinct row is, in a lookup
+    FlatIndex index;                     // the distinct rows of a lookup / of what was served
+  } buffers_;
 };
+
+// A [shape] view of `cache`, grown (not zeroed) when it is too small.
+Tensor reuse_buffer(Tensor& cache, const Shape& shape, DType dtype);
 
 // Slot names of an optimizer (TF's): adagrad {accumulators}, adam {momenta, velocities}.
 std::vector<std::string> embedding_slot_names(EmbeddingOptimizer optimizer);

@@ -79,15 +79,18 @@ struct ShardedEmbedding::State {
     std::shared_ptr<CommunicatorPool> pool = service->pool();
     std::vector<detail::StreamTask> tasks;
     std::vector<Communicator*> comms;
+    // One copy of fn (and of what it captured: every device's ids) shared by the tasks.
+    const auto shared_fn =
+        std::make_shared<std::function<void(size_t, detail::DeviceShards&, Communicator&)>>(fn);
     for (size_t i = 0; i < devices.size(); ++i) {
       Communicator* comm = &pool->get(mesh, mesh.dim_names(), ranks[i], options.timeout);
       comms.push_back(comm);
       detail::DeviceShards* shard = shards[i].get();
       Allocator* scratch = devices[i]->allocator();
-      tasks.push_back({devices[i], [i, shard, comm, scratch, pool, fn] {
+      tasks.push_back({devices[i], [i, shard, comm, scratch, pool, shared_fn] {
                          (void)pool;  // keeps the group alive while the task may run
                          comm->set_scratch_allocator(scratch);
-                         fn(i, *shard, *comm);
+                         (*shared_fn)(i, *shard, *comm);
                        }});
     }
     const auto abort = [comms, pool](const std::string& reason) {
