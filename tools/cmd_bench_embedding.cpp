@@ -102,6 +102,7 @@ struct Timing {
   double seconds = 0;      // wall, median step
   double cpu_seconds = 0;  // the process's CPU time (every thread), median step
   int64_t bytes = 0;
+  int64_t unique_ids = 0;  // distinct per device, summed over the devices
 };
 
 double cpu_now() {
@@ -136,7 +137,7 @@ Timing time_training(ShardedEmbedding& emb, const Workload& w,
     emb.lookup(inputs);
     emb.apply_gradients(grads);
   });
-  return {wall, cpu, emb.last_step_stats().bytes_sent};
+  return {wall, cpu, emb.last_step_stats().bytes_sent, emb.last_step_stats().unique_ids};
 }
 
 // Median of the gather baseline's forward: every table gathered whole (get_table), then each
@@ -227,6 +228,8 @@ int run_bench_embedding(const Args& args) {
               "device, %d devices, median of %d\n",
               w.tables, static_cast<long long>(w.rows), w.dim, table_bytes / (1 << 20), w.batch,
               w.ids, w.devices, w.steps);
+  std::printf("ids per step: %.0f, distinct per device (summed): %lld\n", ids,
+              static_cast<long long>(sharded.unique_ids));
   std::printf("%-40s %10s %10s %14s %14s\n", "", "step s", "cpu s", "lookups/s", "bytes/step");
   const auto row = [&](const char* name, const Timing& t) {
     std::printf("%-40s %10.4f %10.4f %14.0f %14lld\n", name, t.seconds, t.cpu_seconds,
