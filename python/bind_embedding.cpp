@@ -55,6 +55,12 @@ void bind_config(py::module_& m) {
       .value("SGD", EmbeddingOptimizer::kSgd)
       .value("ADAGRAD", EmbeddingOptimizer::kAdagrad)
       .value("ADAM", EmbeddingOptimizer::kAdam);
+  m.def("embedding_mode_name", &embedding_mode_name, py::arg("mode"));
+  m.def("sharding_strategy_name", &sharding_strategy_name, py::arg("strategy"));
+  m.def("table_placement_name", &table_placement_name, py::arg("placement"));
+  m.def("combiner_name", &combiner_name, py::arg("combiner"));
+  m.def("optimizer_name", &optimizer_name, py::arg("optimizer"));
+  m.def("combiner_from_name", &combiner_from_name, py::arg("name"));
 
   py::class_<OptimizationParameters>(m, "OptimizationParameters",
                                      "TF's OptimizationParameters: SGD, Adagrad or lazy Adam.")
@@ -239,7 +245,7 @@ void bind_lifecycle(py::module_& m) {
                     : configure_embedding(config, options);
       },
       py::arg("config"), py::arg("host") = nullptr, py::arg("timeout") = 60.0,
-      py::arg("seed") = 0,
+      py::arg("seed") = 0, py::keep_alive<0, 2>(),  // the tables use the host's runtime
       "Step 6 of the system lifecycle (TF's ConfigureTPUEmbedding) on `host`, or on the "
       "accelerator system's host; returns the ShardedEmbedding.");
   m.def(
@@ -252,6 +258,8 @@ void bind_lifecycle(py::module_& m) {
       "embedding",
       [](const Host* host) { return host ? host_embedding(*host) : embedding(); },
       py::arg("host") = nullptr, "The ShardedEmbedding configure_embedding made.");
+  m.def("host_embedding", &host_embedding, py::arg("host"), py::keep_alive<0, 1>(),
+        "The ShardedEmbedding configure_embedding made on `host`.");
 }
 
 }  // namespace

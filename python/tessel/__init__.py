@@ -385,9 +385,16 @@ from tessel._tessel import (  # noqa: E402
     TableDescriptor,
     TablePlacement,
     TableSharding,
+    combiner_from_name,
+    combiner_name,
     configure_embedding,
     embedding,
+    embedding_mode_name,
+    host_embedding,
     is_embedding_initialized,
+    optimizer_name,
+    sharding_strategy_name,
+    table_placement_name,
 )
 
 # `from tessel import *` leaves Python's builtins alone: tessel.compile and tessel.slice are

@@ -314,3 +314,39 @@ def test_two_tower_training_matches_dense_reference_for_100_steps():
         ref_losses.append(ref_step)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-5)
     assert losses[-1] < losses[0]  # it learns
+
+
+def test_configure_embedding_on_a_host_follows_the_steps():
+    channel = tessel.make_in_process_system_channel(1)
+    runtime = tessel.Runtime(num_cpu_devices=2)
+    host = tessel.Host(runtime, channel)
+    coordinator = tessel.SystemCoordinator(host)
+    cfg = config(P.ROW_WISE, S.DIV_DEFAULT, E.SGD)
+    with pytest.raises(tessel.FailedPreconditionError, match=r"initialize_host \(step 3\)"):
+        tessel.configure_embedding(cfg, host=host)
+    configuration = coordinator.configure_distributed_system([host.disconnect_host()])
+    ids = host.initialize_host(configuration)
+    with pytest.raises(tessel.FailedPreconditionError, match=r"set_global_topology \(step 5\)"):
+        tessel.configure_embedding(cfg, host=host)
+    host.set_global_topology(coordinator.wait_for_distributed_system([ids],
+                                                                     startup_timeout_sec=10))
+    emb = tessel.configure_embedding(cfg, host=host)
+    assert tessel.is_embedding_initialized(host) and emb.num_devices == 2
+    assert tessel.host_embedding(host).num_devices == 2
+    again = tessel.configure_embedding(cfg, host=host)  # replaces the tables
+    assert emb.is_released and not again.is_released
+    host.disconnect_host()
+    assert again.is_released and not tessel.is_embedding_initialized(host)
+    assert again.memory_bytes(0) == 0
+    assert tessel.combiner_from_name("sqrtn") == C.SQRTN
+    assert tessel.sharding_strategy_name(S.MOD) == "MOD"
+
+
+def test_host_on_disconnect_runs_each_listener_once_per_disconnect():
+    host = tessel.Host(tessel.Runtime(num_cpu_devices=1), tessel.make_in_process_system_channel(1))
+    seen = []
+    host.on_disconnect("a", lambda: seen.append("a"))
+    host.on_disconnect("a", lambda: seen.append("a2"))  # replaces "a"
+    host.on_disconnect("b", lambda: seen.append("b"))
+    host.disconnect_host()
+    assert seen == ["a2", "b"]
