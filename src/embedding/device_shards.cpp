@@ -59,11 +59,12 @@ std::vector<std::string> embedding_slot_names(EmbeddingOptimizer optimizer) {
   }
 }
 
-DeviceShards::DeviceShards(const EmbeddingLayout& layout, int rank, Device& device, uint64_t seed)
-    : layout_(layout), rank_(rank), device_(device) {
-  const auto& tables = layout.config.tables;
+DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int rank, Device& device,
+                           uint64_t seed)
+    : layout_holder_(std::move(layout)), layout_(*layout_holder_), rank_(rank), device_(device) {
+  const auto& tables = layout_.config.tables;
   for (size_t t = 0; t < tables.size(); ++t) {
-    const TableSharding& s = layout.shardings[t];
+    const TableSharding& s = layout_.shardings[t];
     const int64_t rows = s.local_rows(rank), cols = s.local_cols(rank);
     TableShard shard;
     shard.values = device.allocate(Shape{rows, cols}, DType::kF32, /*zero_fill=*/false);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -67,12 +68,12 @@ struct DeviceStepCounts {
 class DeviceShards {
  public:
   // Allocates and initialises device `rank`'s shards (rank = mesh offset) from `device`.
-  DeviceShards(const EmbeddingLayout& layout, int rank, Device& device, uint64_t seed);
+  DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int rank, Device& device,
+               uint64_t seed);
 
   int rank() const { return rank_; }
   int64_t memory_bytes() const;
   TableShard& shard(int table) { return shards_[static_cast<size_t>(table)]; }
-  void release() { shards_.clear(); record_ = {}; buffers_ = {}; }
 
   // The per-device steps (on the device's stream; `comm` is the group over every device).
   std::vector<Tensor> lookup(const std::vector<FeatureIds>& features, Communicator& comm,
@@ -88,6 +89,7 @@ class DeviceShards {
   void update_rows(int table, const std::vector<int64_t>& local_rows,
                    const std::vector<float>& grads);
 
+  const std::shared_ptr<const EmbeddingLayout> layout_holder_;
   const EmbeddingLayout& layout_;
   int rank_;
   Device& device_;

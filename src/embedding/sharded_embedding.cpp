@@ -55,10 +55,14 @@ struct ShardedEmbedding::State {
   Runtime& runtime;
   Mesh mesh;
   EmbeddingOptions options;
-  detail::EmbeddingLayout layout;
+  // Shared with every device's shards (a task still on a stream after a failed step keeps them).
+  std::shared_ptr<detail::EmbeddingLayout> shared_layout = std::make_shared<detail::EmbeddingLayout>();
+  detail::EmbeddingLayout& layout = *shared_layout;
   std::vector<Device*> devices;  // local, mesh local order
   std::vector<int> ranks;        // mesh offset of each local device
-  std::vector<std::unique_ptr<detail::DeviceShards>> shards;  // by local device
+  // By local device; empty once released. The stream tasks hold their own references, so
+  // dropping these never frees shards under a task still running after a failed step.
+  std::vector<std::shared_ptr<detail::DeviceShards>> shards;
   mutable std::mutex mu;  // serializes calls
   std::string released;   // why, once released
   EmbeddingStepStats stats;
@@ -85,7 +89,7 @@ struct ShardedEmbedding::State {
     for (size_t i = 0; i < devices.size(); ++i) {
       Communicator* comm = &pool->get(mesh, mesh.dim_names(), ranks[i], options.timeout);
       comms.push_back(comm);
-      detail::DeviceShards* shard = shards[i].get();
+      std::shared_ptr<detail::DeviceShards> shard = shards[i];
       Allocator* scratch = devices[i]->allocator();
       tasks.push_back({devices[i], [i, shard, comm, scratch, pool, shared_fn] {
                          (void)pool;  // keeps the group alive while the task may run
@@ -244,7 +248,8 @@ ShardedEmbedding::ShardedEmbedding(EmbeddingConfiguration config, Mesh mesh, Run
     const int rank = static_cast<int>(s.mesh.offset_of_device_id(s.mesh.local_device_ids()[i]));
     s.devices.push_back(&device);
     s.ranks.push_back(rank);
-    s.shards.push_back(std::make_unique<detail::DeviceShards>(s.layout, rank, device, options.seed));
+    s.shards.push_back(
+        std::make_shared<detail::DeviceShards>(s.shared_layout, rank, device, options.seed));
   }
 }
 
@@ -418,7 +423,7 @@ void ShardedEmbedding::release(const std::string& reason) {
   std::lock_guard lock(s.mu);
   if (!s.released.empty()) return;
   s.released = reason.empty() ? "released" : reason;
-  for (auto& shards : s.shards) shards->release();
+  s.shards.clear();
 }
 
 bool ShardedEmbedding::is_released() const {

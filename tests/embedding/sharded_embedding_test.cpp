@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <future>
 #include <random>
 
 #include "tessel/embedding/sharded_embedding.h"
@@ -302,6 +303,26 @@ TEST_F(ShardedEmbeddingErrors, ReleaseFreesTheDevicesMemory) {
   emb->release("test");
   EXPECT_EQ(runtime_.device(0).memory_stats().live_bytes, before);
   EXPECT_TESSEL_ERROR(emb->lookup(inputs()), ErrorCode::kFailedPrecondition, "released (test)");
+}
+
+TEST_F(ShardedEmbeddingErrors, ABusyDeviceEndsTheStepByTheTimeout) {
+  ShardedEmbedding emb(config_, mesh_, runtime_, {.timeout = std::chrono::milliseconds(200)});
+  std::promise<void> go;
+  std::shared_future<void> released = go.get_future().share();
+  runtime_.device(1).stream().enqueue("busy", [released] {
+    released.wait_for(std::chrono::seconds(10));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TESSEL_ERROR(emb.lookup(inputs()), ErrorCode::kDeadlineExceeded, "CPU:1");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  go.set_value();
+  // The late task fails on its aborted group; once that is reported, the next step works.
+  try {
+    runtime_.device(1).stream().synchronize();
+  } catch (const Error&) {
+  }
+  const auto act = emb.lookup(inputs());
+  EXPECT_EQ(act[0][0].shape(), (Shape{4, 5}));
 }
 
 TEST_F(ShardedEmbeddingErrors, SetTableThenLookupSeesIt) {
