@@ -104,23 +104,33 @@ int64_t DeviceShards::memory_bytes() const {
 }
 
 void DeviceShards::plan(const std::vector<FeatureIds>& features) {
-  LookupRecord r;
+  // The record's vectors are reused from step to step (cleared, capacity kept).
+  LookupRecord& r = record_;
+  r.valid = false;
+  r.unique.clear();
+  r.row_offset.clear();
+  r.row_floats = 0;
+  r.id_unique.resize(features.size());
+  r.id_scale.resize(features.size());
+  r.row_splits.resize(features.size());
   r.send_counts.assign(static_cast<size_t>(layout_.num_devices), 0);
   FlatIndex& index = buffers_.index;  // row_key -> unique index
   size_t total = 0;
   for (const FeatureIds& in : features) total += in.ids.size();
   index.clear(total);
-  std::vector<std::vector<std::pair<int64_t, RowPiece>>> by_dest(
-      static_cast<size_t>(layout_.num_devices));
+  std::vector<std::pair<int64_t, RowPiece>>& pending = buffers_.pending;  // in id order
+  pending.clear();
   std::vector<RowPiece> pieces;
   for (size_t f = 0; f < features.size(); ++f) {
     const FeatureIds& in = features[f];
     const int table = layout_.config.features[f].table_id;
     const TableDescriptor& desc = layout_.config.tables[static_cast<size_t>(table)];
     const TableSharding& s = layout_.shardings[static_cast<size_t>(table)];
-    std::vector<int64_t>& uid = r.id_unique.emplace_back(in.ids.size());
-    std::vector<float>& scale = r.id_scale.emplace_back(in.ids.size());
-    r.row_splits.push_back(in.row_splits);
+    std::vector<int64_t>& uid = r.id_unique[f];
+    std::vector<float>& scale = r.id_scale[f];
+    uid.resize(in.ids.size());
+    scale.resize(in.ids.size());
+    r.row_splits[f] = in.row_splits;
     for (size_t b = 0; b + 1 < in.row_splits.size(); ++b) {
       double sum = 0, sum_sq = 0;
       for (int64_t k = in.row_splits[b]; k < in.row_splits[b + 1]; ++k) {
@@ -147,15 +157,20 @@ void DeviceShards::plan(const std::vector<FeatureIds>& features) {
       if (s.placement() == TablePlacement::kDataParallel) continue;  // local copy
       pieces.clear();
       s.owners(in.ids[k], pieces);
-      for (const RowPiece& p : pieces) by_dest[static_cast<size_t>(p.device)].emplace_back(u, p);
+      for (const RowPiece& p : pieces) {
+        pending.emplace_back(u, p);
+        ++r.send_counts[static_cast<size_t>(p.device)];
+      }
     }
   }
-  for (size_t d = 0; d < by_dest.size(); ++d) {
-    r.send_counts[d] = static_cast<int64_t>(by_dest[d].size());
-    r.sent.insert(r.sent.end(), by_dest[d].begin(), by_dest[d].end());
+  // The requests by destination (a stable counting sort: id order within each).
+  std::vector<int64_t> next(r.send_counts.size(), 0);
+  for (size_t d = 1; d < next.size(); ++d) next[d] = next[d - 1] + r.send_counts[d - 1];
+  r.sent.resize(pending.size());
+  for (const auto& request : pending) {
+    r.sent[static_cast<size_t>(next[static_cast<size_t>(request.second.device)]++)] = request;
   }
   r.valid = true;
-  record_ = std::move(r);
 }
 
 std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features,
@@ -237,14 +252,17 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
         layout_.config.tables[static_cast<size_t>(layout_.config.features[f].table_id)].dimension;
     const std::vector<int64_t>& splits = r.row_splits[f];
     const auto bags = static_cast<int64_t>(splits.size()) - 1;
-    Tensor act = device_.allocate(Shape{bags, dim}, DType::kF32, /*zero_fill=*/true);
+    // Written in full below (an empty bag gets zeros), so not zero-filled first.
+    Tensor act = device_.allocate(Shape{bags, dim}, DType::kF32, /*zero_fill=*/false);
     float* o = act.data<float>();
     for (int64_t b = 0; b < bags; ++b) {
+      float* out = o + b * dim;
+      std::fill(out, out + dim, 0.0f);
       for (int64_t k = splits[static_cast<size_t>(b)]; k < splits[static_cast<size_t>(b) + 1]; ++k) {
         const auto ks = static_cast<size_t>(k);
         const float s = r.id_scale[f][ks];
         const float* src = row_at[static_cast<size_t>(r.id_unique[f][ks])];
-        for (int64_t c = 0; c < dim; ++c) o[b * dim + c] += s * src[c];
+        for (int64_t c = 0; c < dim; ++c) out[c] += s * src[c];
       }
     }
     counts.ids += static_cast<int64_t>(features[f].ids.size());
@@ -301,6 +319,13 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   std::vector<size_t> position;  // by index: the row's place in touched[table]
   std::vector<std::vector<int64_t>> touched(layout_.shardings.size());
   std::vector<std::vector<float>> summed(layout_.shardings.size());
+  std::vector<size_t> served_per_table(layout_.shardings.size(), 0);
+  for (const auto& [table, local_row] : r.served) ++served_per_table[static_cast<size_t>(table)];
+  for (size_t t = 0; t < touched.size(); ++t) {  // at most one row per request: no regrowth
+    touched[t].reserve(served_per_table[t]);
+    summed[t].reserve(served_per_table[t] * static_cast<size_t>(layout_.shardings[t].local_cols(rank_)));
+  }
+  position.reserve(r.served.size());
   const float* in = received.data<float>();
   for (const auto& [table, local_row] : r.served) {
     const auto t = static_cast<size_t>(table);

@@ -101,6 +101,7 @@ class DeviceShards {
     std::vector<float> split;            // column-wise rows; then the rows' gradients
     std::vector<const float*> row_at;    // where each distinct row is, in a lookup
     FlatIndex index;                     // the distinct rows of a lookup / of what was served
+    std::vector<std::pair<int64_t, RowPiece>> pending;  // a lookup's requests, in id order
   } buffers_;
 };
 

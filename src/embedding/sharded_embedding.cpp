@@ -78,14 +78,15 @@ struct ShardedEmbedding::State {
 
   // Runs fn(local index, shards, communicator) on every local device's stream at once.
   void run(const std::string& step,
-           const std::function<void(size_t, detail::DeviceShards&, Communicator&)>& fn) {
+           std::function<void(size_t, detail::DeviceShards&, Communicator&)> fn) {
     auto service = detail::GroupService::of(runtime);
     std::shared_ptr<CommunicatorPool> pool = service->pool();
     std::vector<detail::StreamTask> tasks;
     std::vector<Communicator*> comms;
     // One copy of fn (and of what it captured: every device's ids) shared by the tasks.
     const auto shared_fn =
-        std::make_shared<std::function<void(size_t, detail::DeviceShards&, Communicator&)>>(fn);
+        std::make_shared<std::function<void(size_t, detail::DeviceShards&, Communicator&)>>(
+            std::move(fn));
     for (size_t i = 0; i < devices.size(); ++i) {
       Communicator* comm = &pool->get(mesh, mesh.dim_names(), ranks[i], options.timeout);
       comms.push_back(comm);
