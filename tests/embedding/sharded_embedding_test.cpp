@@ -14,6 +14,7 @@
 #include "tessel/runtime/device.h"
 #include "tessel/runtime/runtime.h"
 #include "testing/expect_error.h"
+#include "testing/simulated_clients.h"
 
 namespace tessel {
 namespace {
@@ -224,6 +225,52 @@ TEST(ShardedEmbedding, EveryPlacementAndOptimizerEqualsTheDenseReference) {
                                  EmbeddingOptimizer::kAdam}) {
       SCOPED_TRACE(::testing::Message() << table_placement_name(p) << ", " << optimizer_name(o));
       run_case({4, p, ShardingStrategy::kMod, o, true});
+    }
+  }
+}
+
+TEST(ShardedEmbedding, TwoSimulatedClientsLookUpAcrossTheirDevices) {
+  // Two clients of 2 devices each (in-process cluster): a mesh of 4 spanning both, every
+  // placement; each client checks its devices' activations against the gathered table.
+  for (TablePlacement p : {TablePlacement::kRowWise, TablePlacement::kColumnWise,
+                           TablePlacement::kTableWise}) {
+    SCOPED_TRACE(table_placement_name(p));
+    testing::SimulatedClients clients(2, 2);
+    const auto errors = clients.run([p](testing::SimulatedClient& c) {
+      const EmbeddingConfiguration config =
+          config_for(p, ShardingStrategy::kDivDefault, EmbeddingOptimizer::kSgd);
+      ShardedEmbedding emb(config, c.mesh({{"x", 4}}), c.runtime(),
+                           {.timeout = std::chrono::seconds(30), .seed = 5});
+      const Table big = to_table(emb.get_table("big"));
+      std::vector<std::vector<RaggedIds>> inputs(3);
+      std::vector<Bags> mine;
+      for (int f = 0; f < 3; ++f) {
+        const int64_t vocab = f == 1 ? 5 : 13;
+        for (int i = 0; i < 2; ++i) {
+          std::mt19937 rng(static_cast<uint32_t>(10 * f + 2 * c.id() + i));
+          Bags b = random_bags(rng, vocab, 4, true);
+          inputs[static_cast<size_t>(f)].push_back(ragged(b));
+          if (f == 0) mine.push_back(b);
+        }
+      }
+      const auto act = emb.lookup(inputs);
+      for (int i = 0; i < 2; ++i) {
+        const Bags& b = mine[static_cast<size_t>(i)];
+        const std::vector<float> s = factors(b, EmbeddingCombiner::kMean);
+        std::vector<float> want(4 * 5, 0.0f);
+        for (int bag = 0; bag < 4; ++bag) {
+          for (int64_t q = b.splits[static_cast<size_t>(bag)]; q < b.splits[static_cast<size_t>(bag) + 1]; ++q) {
+            for (int col = 0; col < 5; ++col) {
+              want[static_cast<size_t>(bag * 5 + col)] +=
+                  s[static_cast<size_t>(q)] * big[static_cast<size_t>(b.ids[static_cast<size_t>(q)] * 5 + col)];
+            }
+          }
+        }
+        expect_near(act[0][static_cast<size_t>(i)].to_vector<float>(), want, "activations");
+      }
+    });
+    for (const auto& e : errors) {
+      if (e) std::rethrow_exception(e);
     }
   }
 }
