@@ -350,3 +350,24 @@ def test_host_on_disconnect_runs_each_listener_once_per_disconnect():
     host.on_disconnect("b", lambda: seen.append("b"))
     host.disconnect_host()
     assert seen == ["a2", "b"]
+
+
+@pytest.mark.parametrize("placement", [P.ROW_WISE, P.TABLE_WISE, P.COLUMN_WISE, P.DATA_PARALLEL])
+def test_fewer_rows_and_columns_than_devices_and_all_bags_empty(placement):
+    cfg = tessel.EmbeddingConfiguration(
+        [tessel.TableDescriptor("t", 2, 1, tessel.OptimizationParameters(E.ADAGRAD, 0.1),
+                                placement, C.SUM)],
+        [tessel.FeatureDescriptor("f", 0)], tessel.EmbeddingMode.TRAINING, 2, S.DIV_DEFAULT)
+    emb = tessel.ShardedEmbedding(cfg, mesh_of(4))
+    table = np.asarray(emb.get_table("t"))
+    act = emb.lookup([[tessel.RaggedIds(np.array([1, 1, 0]), np.array([0, 2, 3]))] * 4])
+    np.testing.assert_allclose(np.asarray(act[0][2]), [2 * table[1], table[0]], rtol=1e-6)
+    emb.apply_gradients([[np.ones((2, 1), np.float32)] * 4])
+    # Row 0: 4 devices x 1 id; row 1: 4 x 2 ids (gradient 1 each), summed before Adagrad.
+    np.testing.assert_allclose(np.asarray(emb.get_slot("t", "accumulators")).ravel(),
+                               [0.1 + 4 ** 2, 0.1 + 8 ** 2], rtol=1e-6)
+    empty = tessel.RaggedIds(np.array([], np.int64), np.zeros(3, np.int64))
+    assert not np.asarray(emb.lookup([[empty] * 4])[0][1]).any()
+    emb.apply_gradients([[np.ones((2, 1), np.float32)] * 4])  # touches nothing
+    np.testing.assert_allclose(np.asarray(emb.get_slot("t", "accumulators")).ravel(),
+                               [0.1 + 4 ** 2, 0.1 + 8 ** 2], rtol=1e-6)
