@@ -371,3 +371,11 @@ def test_fewer_rows_and_columns_than_devices_and_all_bags_empty(placement):
     emb.apply_gradients([[np.ones((2, 1), np.float32)] * 4])  # touches nothing
     np.testing.assert_allclose(np.asarray(emb.get_slot("t", "accumulators")).ravel(),
                                [0.1 + 4 ** 2, 0.1 + 8 ** 2], rtol=1e-6)
+
+
+def test_a_table_too_large_for_its_device_is_a_memory_error_naming_it():
+    cfg = tessel.EmbeddingConfiguration([tessel.TableDescriptor("huge", 10 ** 12, 64)],
+                                        [tessel.FeatureDescriptor("f", 0)],
+                                        tessel.EmbeddingMode.TRAINING, 2)
+    with pytest.raises(MemoryError, match="table 'huge': the shard of 500000000000 x 64"):
+        tessel.ShardedEmbedding(cfg, mesh_of(2))

@@ -67,7 +67,13 @@ DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int ra
     const TableSharding& s = layout_.shardings[t];
     const int64_t rows = s.local_rows(rank), cols = s.local_cols(rank);
     TableShard shard;
-    shard.values = device.allocate(Shape{rows, cols}, DType::kF32, /*zero_fill=*/false);
+    try {
+      shard.values = device.allocate(Shape{rows, cols}, DType::kF32, /*zero_fill=*/false);
+    } catch (const Error& e) {  // too large: name the table and the shard
+      throw Error(e.code(), "ShardedEmbedding",
+                  fmt::format("table '{}': the shard of {} x {} on {}: {}", tables[t].name, rows,
+                              cols, device.name(), e.what()));
+    }
     float* out = shard.values.data<float>();
     const int ti = static_cast<int>(t);
     if (rows == 0) {

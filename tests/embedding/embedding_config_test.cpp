@@ -2,6 +2,8 @@
 // DIV_DEFAULT / MOD row assignment, the other placements).
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "tessel/embedding/embedding_config.h"
 #include "tessel/embedding/table_sharding.h"
 #include "testing/expect_error.h"
@@ -107,6 +109,27 @@ TEST(EmbeddingConfig, ValidationNamesTheOffendingValue) {
       },
       "beta2");
   expect_invalid([](auto& c) { c.tables.clear(); }, "no table_descriptor");
+}
+
+TEST(EmbeddingConfig, CorruptedBytesAreAnErrorNeverACrash) {
+  // Bytes of a real configuration with a few flipped, and text with characters replaced: each
+  // parses (then validates or throws tessel::Error) or throws tessel::Error.
+  EmbeddingConfiguration c = EmbeddingConfiguration::from_text(kTfText);
+  const std::string wire = c.serialized(), text = c.to_text();
+  std::mt19937 rng(7);
+  int parsed = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string bytes = i % 2 ? wire : text;
+    for (int k = 0; k < 3; ++k) bytes[rng() % bytes.size()] = static_cast<char>(rng());
+    try {
+      const EmbeddingConfiguration back = i % 2 ? EmbeddingConfiguration::from_serialized(bytes)
+                                                : EmbeddingConfiguration::from_text(bytes);
+      ++parsed;
+      back.validate(1, 4);
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_GT(parsed, 0);
 }
 
 // The rows of each device, in local order.
