@@ -61,8 +61,21 @@ void to_proto(const OptimizationParameters& o, proto::OptimizationParametersProt
   }
 }
 
+[[noreturn]] void unimplemented(const std::string& table, std::string_view what) {
+  detail::throw_error(ErrorCode::kUnimplemented, kComponent, "table '{}': {} is not supported",
+                      table, what);
+}
+
 OptimizationParameters from_proto(const proto::OptimizationParametersProto& p,
                                   const std::string& table) {
+  if (p.has_clipping_limits()) unimplemented(table, "clipping_limits");
+  if (p.has_gradient_clipping_limits()) unimplemented(table, "gradient_clipping_limits");
+  if (p.weight_decay_factor() != 0) unimplemented(table, "weight_decay_factor");
+  if (p.learning_rate().has_dynamic()) unimplemented(table, "a dynamic learning_rate");
+  if (p.gradient_accumulation_status() == proto::GradientAccumulationStatusProto::DISABLED) {
+    unimplemented(table, "gradient_accumulation_status DISABLED (tessel sums a row's gradients "
+                         "first)");
+  }
   OptimizationParameters o;
   if (p.has_learning_rate()) o.learning_rate = p.learning_rate().constant();
   switch (p.parameters_case()) {
@@ -80,10 +93,8 @@ OptimizationParameters from_proto(const proto::OptimizationParametersProto& p,
       o.epsilon = p.adam().epsilon();
       o.use_sum_inside_sqrt = p.adam().use_sum_inside_sqrt();
       if (p.adam().use_non_lazy_adam()) {
-        detail::throw_error(ErrorCode::kUnimplemented, kComponent,
-                            "table '{}': use_non_lazy_adam is not supported (tessel's Adam "
-                            "updates only the rows a step touched, TF's default)",
-                            table);
+        unimplemented(table, "use_non_lazy_adam (tessel's Adam updates only the rows a step "
+                             "touched, TF's default)");
       }
       break;
     default:
@@ -118,6 +129,9 @@ ConfigProto to_proto(const EmbeddingConfiguration& c) {
 }
 
 EmbeddingConfiguration from_proto(const ConfigProto& p) {
+  if (p.spmd_sharding().enabled()) {
+    detail::throw_error(ErrorCode::kUnimplemented, kComponent, "spmd_sharding is not supported");
+  }
   EmbeddingConfiguration c;
   for (const TableProto& tp : p.table_descriptor()) {
     TableDescriptor t;

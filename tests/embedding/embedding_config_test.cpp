@@ -55,6 +55,35 @@ TEST(EmbeddingConfig, ParsesTfText) {
   c.validate(1, 4);
 }
 
+TEST(EmbeddingConfig, ParsesTheFieldsTfsOwnToolsSet) {
+  // As TF's TPUEmbedding mid-level API writes a table (defaults it sets spelled out).
+  const EmbeddingConfiguration c = EmbeddingConfiguration::from_text(R"(
+    table_descriptor { name: "t" vocabulary_size: 8 dimension: 2 num_features: 1
+      optimization_parameters {
+        learning_rate { constant: 0.1 } gradient_accumulation_status: ENABLED
+        multiply_weight_decay_factor_by_learning_rate: true
+        hot_id_replication_configuration { status: DISABLED } adagrad {} } }
+    feature_descriptor { name: "f" table_id: 0 input_shape: 4 }
+    mode: TRAINING batch_size_per_tensor_core: 4 num_hosts: 1 num_tensor_cores: 2
+    pipeline_execution_with_tensor_core: false profile_data_directory: "/tmp/p"
+    spmd_sharding { enabled: false })");
+  EXPECT_EQ(c.tables[0].optimization_parameters.optimizer, EmbeddingOptimizer::kAdagrad);
+  c.validate(1, 2);
+  const auto unsupported = [](const std::string& params, const char* substring) {
+    EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text(
+                            "table_descriptor { name: \"t\" optimization_parameters { " +
+                            params + " } }"),
+                        ErrorCode::kUnimplemented, substring);
+  };
+  unsupported("clipping_limits { lower { value: -1 } }", "table 't': clipping_limits");
+  unsupported("gradient_clipping_limits { }", "gradient_clipping_limits");
+  unsupported("weight_decay_factor: 0.1", "weight_decay_factor");
+  unsupported("learning_rate { dynamic { tag: 0 } }", "a dynamic learning_rate");
+  unsupported("gradient_accumulation_status: DISABLED", "gradient_accumulation_status DISABLED");
+  EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text("spmd_sharding { enabled: true }"),
+                      ErrorCode::kUnimplemented, "spmd_sharding");
+}
+
 TEST(EmbeddingConfig, TextAndWireFormsRoundTrip) {
   EmbeddingConfiguration c = two_tables();
   c.tables[0].placement = TablePlacement::kColumnWise;
@@ -71,7 +100,7 @@ TEST(EmbeddingConfig, TextAndWireFormsRoundTrip) {
 TEST(EmbeddingConfig, MalformedAndUnsupportedInputIsInvalidArgument) {
   EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text("table_descriptor { nme: \"x\" }"),
                       ErrorCode::kInvalidArgument, "nme");
-  // A TF field tessel does not implement.
+  // A TF field tessel does not know.
   EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text(
                           "table_descriptor { optimization_parameters { ftrl {} } }"),
                       ErrorCode::kInvalidArgument, "ftrl");

@@ -24,8 +24,9 @@
 //
 // Differences from TF: batch_size_per_tensor_core is the number of bags each device looks up
 // per feature (TF: per TensorCore); num_hosts / num_tensor_cores, when set, must match the
-// system; a TF field tessel does not implement (clipping, FTRL, dynamic learning rates, ...)
-// does not parse (kInvalidArgument naming it).
+// system; TF fields tessel accepts but does not implement with a non-default value (clipping,
+// weight decay, dynamic learning rates, ...) are kUnimplemented naming them, and any other TF
+// field (FTRL, ...) does not parse (kInvalidArgument naming it). docs/embedding.md has the list.
 #pragma once
 
 #include <cstdint>
@@ -103,8 +104,8 @@ struct EmbeddingConfiguration {
   void validate(int num_hosts, int num_devices) const;
 
   // TF's text form (TextFormat of TPUEmbeddingConfiguration) and wire form. Malformed input or
-  // a field tessel does not implement: kInvalidArgument quoting the parser. Parsing does not
-  // validate.
+  // a field tessel does not know: kInvalidArgument quoting the parser; a known TF field set to
+  // what tessel does not implement: kUnimplemented naming it. Parsing does not validate.
   std::string to_text() const;
   static EmbeddingConfiguration from_text(std::string_view text);
   std::string serialized() const;
