@@ -17,23 +17,26 @@ namespace {
 constexpr const char* kComponent = "configure_embedding";
 constexpr const char* kListenerKey = "embedding";
 
-// The tables of each host, with the host's epoch when they were configured (a later Host at the
-// same address, or the same host after a disconnect, does not see them).
+// The tables of one host, with the host's epoch when they were configured (the same host after
+// a disconnect does not see them). The host owns its entry, through the disconnect listener it
+// keeps, so the entry dies with the host; the registry only points at it (a later Host at the
+// same address finds it expired).
 struct Configured {
   uint64_t epoch = 0;
   std::shared_ptr<ShardedEmbedding> embedding;
 };
 std::mutex g_mu;
-std::map<const Host*, Configured> g_tables;
+std::map<const Host*, std::weak_ptr<Configured>> g_tables;
 
 // The tables of `host` if they are live, else null. Under g_mu.
 std::shared_ptr<ShardedEmbedding> live_tables(const Host& host) {
   const auto it = g_tables.find(&host);
-  if (it == g_tables.end() || it->second.epoch != host.epoch() ||
-      host.state() != HostState::kRunning || it->second.embedding->is_released()) {
+  const std::shared_ptr<Configured> entry = it == g_tables.end() ? nullptr : it->second.lock();
+  if (!entry || entry->epoch != host.epoch() || host.state() != HostState::kRunning ||
+      entry->embedding->is_released()) {
     return nullptr;
   }
-  return it->second.embedding;
+  return entry->embedding;
 }
 
 void check_order(const Host& host) {
@@ -79,24 +82,20 @@ std::shared_ptr<ShardedEmbedding> configure_embedding(Host& host,
   const uint64_t epoch = host.epoch();
   auto tables = std::make_shared<ShardedEmbedding>(config, system_mesh(host), host.runtime(),
                                                    options);
-  std::shared_ptr<ShardedEmbedding> previous;
+  auto entry = std::make_shared<Configured>(Configured{epoch, tables});
+  std::shared_ptr<Configured> previous;
   {
     std::lock_guard lock(g_mu);
-    auto& slot = g_tables[&host];
-    previous = slot.embedding;
-    slot = {epoch, tables};
+    std::erase_if(g_tables, [](const auto& kv) { return kv.second.expired(); });  // dead hosts
+    std::weak_ptr<Configured>& slot = g_tables[&host];
+    previous = slot.lock();
+    slot = entry;
   }
-  if (previous) previous->release("replaced by a later configure_embedding");
-  const std::weak_ptr<ShardedEmbedding> weak = tables;
-  const Host* key = &host;
+  if (previous) previous->embedding->release("replaced by a later configure_embedding");
   const int task = host.task();
-  host.on_disconnect(kListenerKey, [weak, key, task] {
-    if (auto t = weak.lock()) {
-      t->release(fmt::format("host {} ran disconnect_host (system shutdown)", task));
-    }
-    std::lock_guard lock(g_mu);
-    const auto it = g_tables.find(key);
-    if (it != g_tables.end() && it->second.embedding == weak.lock()) g_tables.erase(it);
+  // Replaces the previous entry's listener (same key): the host now owns this entry.
+  host.on_disconnect(kListenerKey, [entry, task] {
+    entry->embedding->release(fmt::format("host {} ran disconnect_host (system shutdown)", task));
   });
   return tables;
 }

@@ -11,6 +11,7 @@
 #include "embedding/device_shards.h"
 #include "runtime/launch.h"
 #include "tessel/comm/mesh_groups.h"
+#include "tessel/core/crc32c.h"
 #include "tessel/runtime/device.h"
 #include "tessel/runtime/runtime.h"
 
@@ -194,6 +195,31 @@ struct ShardedEmbedding::State {
     if (!counts.empty()) stats.collectives += counts.front().collectives;
   }
 
+  // Every device of the mesh (every process, under mpirun) must hold the same configuration:
+  // their checksums are all-gathered; a difference is kInvalidArgument naming the device.
+  void agree() {
+    const std::string bytes = layout.config.serialized();
+    const auto mine = static_cast<int64_t>(crc32c(bytes.data(), bytes.size()));
+    const Mesh& m = mesh;
+    const CollectiveOptions copts = collective();
+    run("agree", [mine, copts, &m](size_t, detail::DeviceShards&, Communicator& comm) {
+      const Tensor all = comm.all_gather(Tensor::from_vector(std::vector<int64_t>{mine}, Shape{1}),
+                                         0, copts);
+      const std::vector<int64_t> sums = all.to_vector<int64_t>();
+      for (size_t d = 0; d < sums.size(); ++d) {
+        if (sums[d] != mine) {
+          detail::throw_invalid(kComponent, "the embedding configuration of device {} ({}) "
+                                            "differs from this device's (checksum {:08x} vs "
+                                            "{:08x}): every process must configure the same",
+                                d, m.global_device_ids().size() > d
+                                       ? fmt::format("global id {}", m.global_device_ids()[d])
+                                       : std::string("?"),
+                                static_cast<uint32_t>(sums[d]), static_cast<uint32_t>(mine));
+        }
+      }
+    });
+  }
+
   // The whole [rows, dim] table (slot < 0) or slot, all-gathered from every device's shard.
   Tensor gather(int t, int slot) {
     const TableSharding& s = layout.shardings[static_cast<size_t>(t)];
@@ -252,6 +278,7 @@ ShardedEmbedding::ShardedEmbedding(EmbeddingConfiguration config, Mesh mesh, Run
     s.shards.push_back(
         std::make_shared<detail::DeviceShards>(s.shared_layout, rank, device, options.seed));
   }
+  s.agree();
 }
 
 ShardedEmbedding::~ShardedEmbedding() = default;

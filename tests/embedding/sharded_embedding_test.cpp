@@ -275,6 +275,22 @@ TEST(ShardedEmbedding, TwoSimulatedClientsLookUpAcrossTheirDevices) {
   }
 }
 
+TEST(ShardedEmbedding, ClientsWithDifferentConfigurationsAreToldSo) {
+  testing::SimulatedClients clients(2, 1);
+  const auto errors = clients.run([](testing::SimulatedClient& c) {
+    EmbeddingConfiguration config = config_for(TablePlacement::kRowWise,
+                                               ShardingStrategy::kMod, EmbeddingOptimizer::kSgd);
+    if (c.id() == 1) config.tables[0].vocabulary_size = 14;
+    ShardedEmbedding emb(config, c.mesh({{"x", 2}}), c.runtime(),
+                         {.timeout = std::chrono::seconds(30)});
+  });
+  for (const auto& e : errors) {
+    ASSERT_TRUE(e);
+    EXPECT_TESSEL_ERROR(std::rethrow_exception(e), ErrorCode::kInvalidArgument,
+                        "differs from this device's");
+  }
+}
+
 class ShardedEmbeddingErrors : public ::testing::Test {
  protected:
   Runtime runtime_{RuntimeOptions{.num_cpu_devices = 2}};

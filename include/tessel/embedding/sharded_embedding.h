@@ -87,8 +87,11 @@ struct EmbeddingStepStats {
 class ShardedEmbedding {
  public:
   // Validates `config` for the mesh (validate(num_hosts, mesh.size()), num_hosts: the mesh's
-  // clients) and allocates and initialises every local shard. The mesh must be a tile mesh whose
-  // local devices `runtime` has (kInvalidArgument otherwise). `runtime` must outlive this.
+  // clients), allocates and initialises every local shard, then checks that every device of the
+  // mesh has the same configuration (a collective: its checksums are all-gathered; a difference,
+  // e.g. another process configured otherwise, is kInvalidArgument naming the device). The mesh
+  // must be a tile mesh whose local devices `runtime` has (kInvalidArgument otherwise).
+  // `runtime` must outlive this.
   ShardedEmbedding(EmbeddingConfiguration config, Mesh mesh, Runtime& runtime,
                    EmbeddingOptions options = {});
   ShardedEmbedding(EmbeddingConfiguration config, Mesh mesh, EmbeddingOptions options = {});
