@@ -39,7 +39,7 @@ EmbeddingConfiguration config(TablePlacement placement, ShardingStrategy strateg
                .optimization_parameters = {.optimizer = EmbeddingOptimizer::kSgd,
                                            .learning_rate = kLearningRate},
                .placement = placement}};
-  c.features = {{.name = "f", .table_id = 0}};
+  c.features = {{.name = "f", .table_id = 0, .input_shape = {}}};
   c.batch_size_per_device = kBags;
   c.sharding_strategy = strategy;
   return c;
