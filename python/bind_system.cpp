@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <pybind11/functional.h>
+
 #include "casters.h"
 #include "tessel/core/error.h"
 #include "tessel/mesh/topology.h"
@@ -188,7 +190,9 @@ and 5 of the lifecycle: disconnect_host(), initialize_host(config), set_global_t
            "Step 5: records the global topology.")
       .def_property_readonly("configuration", &Host::configuration)
       .def_property_readonly("global_device_ids", &Host::global_device_ids)
-      .def_property_readonly("topology", &Host::topology);
+      .def_property_readonly("topology", &Host::topology)
+      .def("on_disconnect", &Host::on_disconnect, py::arg("key"), py::arg("listener"),
+           "Runs listener() after every later disconnect_host (one per key).");
 }
 
 ConfigureOptions configure_options(bool whole_mesh, std::optional<Topology> topology) {

@@ -17,6 +17,7 @@ void bind_autodiff(py::module_& m);    // bind_autodiff.cpp
 void bind_replicate(py::module_& m);   // bind_replicate.cpp (after bind_system: uses Topology)
 void bind_compile(py::module_& m);     // bind_compile.cpp (after bind_replicate)
 void bind_checkpoint(py::module_& m);  // bind_checkpoint.cpp (tessel.checkpoint)
+void bind_embedding(py::module_& m);   // bind_embedding.cpp (after bind_system: uses Host)
 }  // namespace tessel::python
 
 PYBIND11_MODULE(_tessel, m) {
@@ -36,4 +37,5 @@ PYBIND11_MODULE(_tessel, m) {
   tessel::python::bind_replicate(m);
   tessel::python::bind_compile(m);  // after bind_replicate: ReplicaContext, ReplicateOptions
   tessel::python::bind_checkpoint(m);
+  tessel::python::bind_embedding(m);
 }

@@ -2,7 +2,7 @@
 """Fails when a file of one layer includes a header of a higher layer.
 
 The layers, bottom first (docs/architecture.md): core, mesh, runtime, comm, alloc, distribute,
-dtensor, replicate, system, checkpoint. A file under src/<layer>/ or include/tessel/<layer>/ may
+dtensor, replicate, system, checkpoint, embedding. A file under src/<layer>/ or include/tessel/<layer>/ may
 include public headers "tessel/<L>/..." and internal headers "<L>/..." of its own layer and of the
 layers below it only. Generated headers (tessel/config.h, tessel/proto/...) sit below every
 layer. The clients above the library (python/, tools/, tests/, bench/) may include anything.
@@ -14,7 +14,7 @@ import re
 import sys
 
 LAYERS = ["core", "mesh", "runtime", "comm", "alloc", "distribute", "dtensor", "replicate",
-          "system", "checkpoint"]
+          "system", "checkpoint", "embedding"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

@@ -9,7 +9,7 @@ import tempfile
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
                       "check_layers.py")
 LAYERS = ["core", "mesh", "runtime", "comm", "alloc", "distribute", "dtensor", "replicate",
-          "system", "checkpoint"]
+          "system", "checkpoint", "embedding"]
 
 
 def run(files):

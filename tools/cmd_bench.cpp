@@ -6,6 +6,7 @@
 //   tessel bench replicate ...     cmd_bench_replicate.cpp
 //   tessel bench gpt ...           cmd_bench_gpt.cpp
 //   tessel bench checkpoint ...    cmd_bench_checkpoint.cpp
+//   tessel bench embedding ...     cmd_bench_embedding.cpp
 #include <string_view>
 
 #include "commands.h"
@@ -23,7 +24,8 @@ int run_bench(const Args& args) {
                                                 {"dispatch", run_bench_dispatch},
                                                 {"replicate", run_bench_replicate},
                                                 {"gpt", run_bench_gpt},
-                                                {"checkpoint", run_bench_checkpoint}};
+                                                {"checkpoint", run_bench_checkpoint},
+                                                {"embedding", run_bench_embedding}};
   if (!args.empty()) {
     for (const Subcommand& sub : kSubcommands) {
       if (args[0] == sub.name) return sub.run(Args(args.begin() + 1, args.end()));

@@ -34,6 +34,7 @@ int run_bench_replicate(const Args& args);
 int run_bench_gpt(const Args& args);
 // `tessel bench checkpoint ...`: checkpoint save / restore against dd's write and read.
 int run_bench_checkpoint(const Args& args);
+int run_bench_embedding(const Args& args);
 int run_train(const Args& args);
 
 }  // namespace tessel::cli

@@ -81,3 +81,8 @@
 #include "tessel/checkpoint/checkpoint.h"
 #include "tessel/checkpoint/checkpoint_manager.h"
 #include "tessel/checkpoint/safetensors.h"
+// embedding
+#include "tessel/embedding/embedding_config.h"
+#include "tessel/embedding/embedding_system.h"
+#include "tessel/embedding/sharded_embedding.h"
+#include "tessel/embedding/table_sharding.h"

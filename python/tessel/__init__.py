@@ -368,6 +368,35 @@ from tessel._tessel import (  # noqa: E402
     safetensors_dtype_name,
 )
 
+# Sharded embedding tables (bind_embedding.cpp): TF's TPUEmbeddingConfiguration, the lifecycle's
+# step 6 (configure_embedding, is_embedding_initialized) and ShardedEmbedding.
+from tessel._tessel import (  # noqa: E402
+    EmbeddingCombiner,
+    EmbeddingConfiguration,
+    EmbeddingMode,
+    EmbeddingOptimizer,
+    EmbeddingStepStats,
+    FeatureDescriptor,
+    OptimizationParameters,
+    RaggedIds,
+    RowPiece,
+    ShardedEmbedding,
+    ShardingStrategy,
+    TableDescriptor,
+    TablePlacement,
+    TableSharding,
+    combiner_from_name,
+    combiner_name,
+    configure_embedding,
+    embedding,
+    embedding_mode_name,
+    host_embedding,
+    is_embedding_initialized,
+    optimizer_name,
+    sharding_strategy_name,
+    table_placement_name,
+)
+
 # `from tessel import *` leaves Python's builtins alone: tessel.compile and tessel.slice are
 # reached through the module (as numpy leaves out its `sum`-like names).
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("compile", "slice")]

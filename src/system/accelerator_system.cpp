@@ -22,7 +22,7 @@ struct AcceleratorSystem {
   AcceleratorSystemInfo info;
   std::shared_ptr<Runtime> runtime;
   std::shared_ptr<SystemChannel> channel;
-  std::unique_ptr<Host> host;
+  std::shared_ptr<Host> host;  // shared: accelerator_system_host()
   std::unique_ptr<SystemCoordinator> coordinator;  // task 0 only
   std::chrono::milliseconds shutdown_timeout{0};
 };
@@ -154,7 +154,7 @@ AcceleratorSystemInfo initialize_accelerator_system(const AcceleratorSystemOptio
   bool owns = false;
   system->runtime = choose_runtime(options, m, owns);
   system->channel = m.channel;
-  system->host = std::make_unique<Host>(*system->runtime, system->channel);
+  system->host = std::make_shared<Host>(*system->runtime, system->channel);
   if (m.task == 0) system->coordinator = std::make_unique<SystemCoordinator>(*system->host);
   system->shutdown_timeout = options.shutdown_timeout;
 
@@ -213,6 +213,12 @@ std::shared_ptr<Runtime> accelerator_system_runtime() {
   std::lock_guard lock(g_mu);
   if (!g_system) throw_not_initialized();
   return g_system->runtime;
+}
+
+std::shared_ptr<Host> accelerator_system_host() {
+  std::lock_guard lock(g_mu);
+  if (!g_system) throw_not_initialized();
+  return g_system->host;
 }
 
 }  // namespace tessel

@@ -53,8 +53,21 @@ void Host::fail(const Error& error) {
   throw error;
 }
 
-int Host::disconnect_host() {
+void Host::on_disconnect(const std::string& key, std::function<void()> listener) {
   std::lock_guard lock(mu_);
+  disconnect_listeners_[key] = std::move(listener);
+}
+
+int Host::disconnect_host() {
+  std::map<std::string, std::function<void()>> listeners;
+  const int count = disconnect_and_report(listeners);
+  for (auto& [key, listener] : listeners) listener();
+  return count;
+}
+
+int Host::disconnect_and_report(std::map<std::string, std::function<void()>>& listeners) {
+  std::lock_guard lock(mu_);
+  listeners = disconnect_listeners_;
   const int count = runtime_.num_devices();
   ++epoch_;
   state_ = HostState::kDisconnected;

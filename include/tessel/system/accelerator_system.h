@@ -126,5 +126,9 @@ bool is_accelerator_system_initialized();
 AcceleratorSystemInfo accelerator_system_info();
 // The system's runtime (see above); not initialized: kFailedPrecondition.
 std::shared_ptr<Runtime> accelerator_system_runtime();
+// This process's Host of the system (for the steps that follow it: configure_embedding); not
+// initialized: kFailedPrecondition. Keep it no longer than the system: the Host refers to the
+// system's runtime, which shutdown may free.
+std::shared_ptr<Host> accelerator_system_host();
 
 }  // namespace tessel

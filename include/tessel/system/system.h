@@ -70,6 +70,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -186,8 +188,15 @@ class Host {
   std::vector<int64_t> global_device_ids() const;
   std::optional<Topology> topology() const;
 
+  // Runs `listener` after every later disconnect_host (outside the host's lock, on the caller's
+  // thread), so that the layers above drop what they keep for the system being left (the
+  // embedding tables of configure_embedding). A listener under the same `key` is replaced.
+  void on_disconnect(const std::string& key, std::function<void()> listener);
+
  private:
   [[noreturn]] void fail(const Error& error);  // records kFailed and rethrows, mu_ held
+  // disconnect_host's step under mu_; hands out the listeners to run after it.
+  int disconnect_and_report(std::map<std::string, std::function<void()>>& listeners);
 
   Runtime& runtime_;
   const std::shared_ptr<SystemChannel> channel_;
@@ -200,6 +209,7 @@ class Host {
   std::optional<HostConfiguration> config_;
   std::vector<int64_t> ids_;
   std::optional<Topology> topology_;
+  std::map<std::string, std::function<void()>> disconnect_listeners_;
 };
 
 // The coordinator of the system: runs steps 2 and 4 and the shutdown, on task 0.

@@ -1,0 +1,415 @@
+// DeviceShards: one device's shards, and its side of a lookup and of apply_gradients (two
+// all-to-all-v forward, one back; see sharded_embedding.h).
+#include "embedding/device_shards.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/errors.h"
+#include "embedding/flat_index.h"
+#include "tessel/runtime/device.h"
+
+namespace tessel::detail {
+namespace {
+
+// Key of a (table, row) pair in hash maps.
+uint64_t row_key(int table, int64_t row) {
+  return (static_cast<uint64_t>(table) << 48) ^ static_cast<uint64_t>(row);
+}
+
+// Bytes of an all-to-all-v this rank sends to the other ranks.
+int64_t bytes_to_others(const std::vector<int64_t>& counts, int self, int64_t unit_bytes) {
+  int64_t n = 0;
+  for (size_t j = 0; j < counts.size(); ++j) {
+    if (static_cast<int>(j) != self) n += counts[j];
+  }
+  return n * unit_bytes;
+}
+
+// Initial values of rows [row0, row0 + rows) x columns [col0, col0 + cols) of table `t`:
+// random_uniform of the whole table, block by block (the same numbers for every placement).
+Tensor initial_block(const TableDescriptor& table, int t, uint64_t seed, int64_t row0,
+                     int64_t rows, int64_t col0, int64_t cols) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(table.dimension));
+  return Tensor::random_uniform_block(Shape{table.vocabulary_size, table.dimension}, {row0, col0},
+                                      {rows, cols}, DType::kF32, seed + static_cast<uint64_t>(t),
+                                      -bound, bound);
+}
+
+}  // namespace
+
+Tensor reuse_buffer(Tensor& cache, const Shape& shape, DType dtype) {
+  const int64_t n = shape.num_elements();
+  if (!cache.defined() || cache.dtype() != dtype || cache.num_elements() < n) {
+    // Grown by half again, so that steps of slowly growing size do not reallocate each time.
+    cache = Tensor::empty(Shape{std::max<int64_t>(n + n / 2, 64)}, dtype, nullptr,
+                          /*zero_fill=*/false);
+  }
+  return cache.slice(0, 0, n).reshape(shape);
+}
+
+std::vector<std::string> embedding_slot_names(EmbeddingOptimizer optimizer) {
+  switch (optimizer) {
+    case EmbeddingOptimizer::kAdagrad:
+      return {"accumulators"};
+    case EmbeddingOptimizer::kAdam:
+      return {"momenta", "velocities"};
+    default:
+      return {};
+  }
+}
+
+DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int rank, Device& device,
+                           uint64_t seed)
+    : layout_holder_(std::move(layout)), layout_(*layout_holder_), rank_(rank), device_(device) {
+  const auto& tables = layout_.config.tables;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const TableSharding& s = layout_.shardings[t];
+    const int64_t rows = s.local_rows(rank), cols = s.local_cols(rank);
+    TableShard shard;
+    try {
+      shard.values = device.allocate(Shape{rows, cols}, DType::kF32, /*zero_fill=*/false);
+    } catch (const Error& e) {  // too large: name the table and the shard
+      throw Error(e.code(), "ShardedEmbedding",
+                  fmt::format("table '{}': the shard of {} x {} on {}: {}", tables[t].name, rows,
+                              cols, device.name(), e.what()));
+    }
+    float* out = shard.values.data<float>();
+    const int ti = static_cast<int>(t);
+    if (rows == 0) {
+      // Nothing here.
+    } else if (s.placement() != TablePlacement::kRowWise ||
+               s.global_row(rank, rows - 1) - s.global_row(rank, 0) == rows - 1) {
+      // Contiguous global rows: one block.
+      shard.values.copy_from(initial_block(tables[t], ti, seed, s.global_row(rank, 0), rows,
+                                           s.col_begin(rank), cols));
+    } else {
+      // MOD: strided rows, one block each.
+      for (int64_t r = 0; r < rows; ++r) {
+        const Tensor block = initial_block(tables[t], ti, seed, s.global_row(rank, r), 1, 0, cols);
+        std::copy_n(block.data<float>(), cols, out + r * cols);
+      }
+    }
+    const OptimizationParameters& o = tables[t].optimization_parameters;
+    for (const std::string& name : embedding_slot_names(o.optimizer)) {
+      Tensor slot = device.allocate(Shape{rows, cols}, DType::kF32, /*zero_fill=*/true);
+      if (name == "accumulators") slot.fill(o.initial_accumulator);
+      shard.slots.push_back(slot);
+    }
+    shards_.push_back(std::move(shard));
+  }
+}
+
+int64_t DeviceShards::memory_bytes() const {
+  int64_t n = 0;
+  for (const TableShard& s : shards_) {
+    n += static_cast<int64_t>(s.values.nbytes());
+    for (const Tensor& slot : s.slots) n += static_cast<int64_t>(slot.nbytes());
+  }
+  return n;
+}
+
+void DeviceShards::plan(const std::vector<FeatureIds>& features) {
+  // The record's vectors are reused from step to step (cleared, capacity kept).
+  LookupRecord& r = record_;
+  r.valid = false;
+  r.unique.clear();
+  r.row_offset.clear();
+  r.row_floats = 0;
+  r.id_unique.resize(features.size());
+  r.id_scale.resize(features.size());
+  r.row_splits.resize(features.size());
+  r.send_counts.assign(static_cast<size_t>(layout_.num_devices), 0);
+  FlatIndex& index = buffers_.index;  // row_key -> unique index
+  size_t total = 0;
+  for (const FeatureIds& in : features) total += in.ids.size();
+  index.clear(total);
+  std::vector<std::pair<int64_t, RowPiece>>& pending = buffers_.pending;  // in id order
+  pending.clear();
+  std::vector<RowPiece> pieces;
+  for (size_t f = 0; f < features.size(); ++f) {
+    const FeatureIds& in = features[f];
+    const int table = layout_.config.features[f].table_id;
+    const TableDescriptor& desc = layout_.config.tables[static_cast<size_t>(table)];
+    const TableSharding& s = layout_.shardings[static_cast<size_t>(table)];
+    std::vector<int64_t>& uid = r.id_unique[f];
+    std::vector<float>& scale = r.id_scale[f];
+    uid.resize(in.ids.size());
+    scale.resize(in.ids.size());
+    r.row_splits[f] = in.row_splits;
+    for (size_t b = 0; b + 1 < in.row_splits.size(); ++b) {
+      double sum = 0, sum_sq = 0;
+      for (int64_t k = in.row_splits[b]; k < in.row_splits[b + 1]; ++k) {
+        const double w = in.weights.empty() ? 1.0 : in.weights[static_cast<size_t>(k)];
+        sum += w;
+        sum_sq += w * w;
+      }
+      double denom = 1.0;
+      if (desc.combiner == EmbeddingCombiner::kMean) denom = sum;
+      if (desc.combiner == EmbeddingCombiner::kSqrtn) denom = std::sqrt(sum_sq);
+      for (int64_t k = in.row_splits[b]; k < in.row_splits[b + 1]; ++k) {
+        const auto ks = static_cast<size_t>(k);
+        const double w = in.weights.empty() ? 1.0 : in.weights[ks];
+        scale[ks] = denom == 0.0 ? 0.0f : static_cast<float>(w / denom);
+      }
+    }
+    for (size_t k = 0; k < in.ids.size(); ++k) {
+      const auto [u, fresh] = index.insert(row_key(table, in.ids[k]));
+      uid[k] = u;
+      if (!fresh) continue;
+      r.unique.emplace_back(table, in.ids[k]);
+      r.row_offset.push_back(r.row_floats);
+      r.row_floats += desc.dimension;
+      if (s.placement() == TablePlacement::kDataParallel) continue;  // local copy
+      pieces.clear();
+      s.owners(in.ids[k], pieces);
+      for (const RowPiece& p : pieces) {
+        pending.emplace_back(u, p);
+        ++r.send_counts[static_cast<size_t>(p.device)];
+      }
+    }
+  }
+  // The requests by destination (a stable counting sort: id order within each).
+  std::vector<int64_t> next(r.send_counts.size(), 0);
+  for (size_t d = 1; d < next.size(); ++d) next[d] = next[d - 1] + r.send_counts[d - 1];
+  r.sent.resize(pending.size());
+  for (const auto& request : pending) {
+    r.sent[static_cast<size_t>(next[static_cast<size_t>(request.second.device)]++)] = request;
+  }
+  r.valid = true;
+}
+
+std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features,
+                                         Communicator& comm, const CollectiveOptions& options,
+                                         DeviceStepCounts& counts) {
+  plan(features);
+  LookupRecord& r = record_;
+  const int n = layout_.num_devices;
+
+  // 1. Requests to the owners: (table, local row, source) per piece, by destination.
+  Tensor requests = reuse_buffer(buffers_.requests, Shape{static_cast<int64_t>(r.sent.size()), 3},
+                                 DType::kI64);
+  int64_t* q = requests.data<int64_t>();
+  for (const auto& [u, piece] : r.sent) {
+    *q++ = r.unique[static_cast<size_t>(u)].first;
+    *q++ = piece.local_row;
+    *q++ = rank_;
+  }
+  const Tensor received = comm.all_to_all(requests, r.send_counts, options);
+  counts.bytes_sent += bytes_to_others(r.send_counts, rank_, 3 * sizeof(int64_t));
+
+  // 2. The owner's answer: its columns of each requested row, in request order.
+  r.served.clear();
+  r.served_counts.assign(static_cast<size_t>(n), 0);
+  const int64_t* in = received.data<int64_t>();
+  std::vector<int64_t> reply_counts(static_cast<size_t>(n), 0);
+  int64_t reply_floats = 0;
+  for (int64_t i = 0; i < received.shape()[0]; ++i) {
+    const int table = static_cast<int>(in[3 * i]);
+    const auto source = static_cast<size_t>(in[3 * i + 2]);
+    r.served.emplace_back(table, in[3 * i + 1]);
+    ++r.served_counts[source];
+    const int32_t cols = layout_.shardings[static_cast<size_t>(table)].local_cols(rank_);
+    reply_counts[source] += cols;
+    reply_floats += cols;
+  }
+  Tensor reply = reuse_buffer(buffers_.reply, Shape{reply_floats}, DType::kF32);
+  float* out = reply.data<float>();
+  for (const auto& [table, local_row] : r.served) {
+    const Tensor& values = shards_[static_cast<size_t>(table)].values;
+    const int64_t cols = values.shape()[1];
+    const float* row = values.data<float>() + local_row * cols;
+    out = std::copy(row, row + cols, out);
+  }
+  const Tensor answered = comm.all_to_all(reply, reply_counts, options);
+  counts.bytes_sent += bytes_to_others(reply_counts, rank_, sizeof(float));
+  counts.collectives += 2;
+
+  // 3. Where each distinct row is: in the answers (a whole row), in the local data-parallel
+  // table, or assembled from its column pieces in `split`.
+  std::vector<const float*>& row_at = buffers_.row_at;
+  row_at.assign(r.unique.size(), nullptr);
+  std::vector<float>& split = buffers_.split;
+  split.resize(static_cast<size_t>(r.row_floats));
+  const float* a = answered.data<float>();
+  for (const auto& [u, piece] : r.sent) {
+    const auto us = static_cast<size_t>(u);
+    const int64_t width = piece.col_end - piece.col_begin;
+    const int32_t dim = layout_.config.tables[static_cast<size_t>(r.unique[us].first)].dimension;
+    if (width == dim) {
+      row_at[us] = a;
+    } else {
+      std::copy(a, a + width, split.begin() + r.row_offset[us] + piece.col_begin);
+      row_at[us] = split.data() + r.row_offset[us];
+    }
+    a += width;
+  }
+  for (size_t u = 0; u < r.unique.size(); ++u) {
+    if (row_at[u] != nullptr) continue;  // data-parallel: the local copy
+    const auto [table, row] = r.unique[u];
+    const Tensor& values = shards_[static_cast<size_t>(table)].values;
+    row_at[u] = values.data<float>() + row * values.shape()[1];
+  }
+
+  // 4. Combine each bag.
+  std::vector<Tensor> activations;
+  for (size_t f = 0; f < features.size(); ++f) {
+    const int64_t dim =
+        layout_.config.tables[static_cast<size_t>(layout_.config.features[f].table_id)].dimension;
+    const std::vector<int64_t>& splits = r.row_splits[f];
+    const auto bags = static_cast<int64_t>(splits.size()) - 1;
+    // Written in full below (an empty bag gets zeros), so not zero-filled first.
+    Tensor act = device_.allocate(Shape{bags, dim}, DType::kF32, /*zero_fill=*/false);
+    float* o = act.data<float>();
+    for (int64_t b = 0; b < bags; ++b) {
+      float* out = o + b * dim;
+      std::fill(out, out + dim, 0.0f);
+      for (int64_t k = splits[static_cast<size_t>(b)]; k < splits[static_cast<size_t>(b) + 1]; ++k) {
+        const auto ks = static_cast<size_t>(k);
+        const float s = r.id_scale[f][ks];
+        const float* src = row_at[static_cast<size_t>(r.id_unique[f][ks])];
+        for (int64_t c = 0; c < dim; ++c) out[c] += s * src[c];
+      }
+    }
+    counts.ids += static_cast<int64_t>(features[f].ids.size());
+    activations.push_back(act);
+  }
+  counts.unique_ids += static_cast<int64_t>(r.unique.size());
+  return activations;
+}
+
+void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communicator& comm,
+                                   const CollectiveOptions& options, DeviceStepCounts& counts) {
+  LookupRecord& r = record_;
+  r.valid = false;
+  const int n = layout_.num_devices;
+
+  // 1. One gradient per distinct row: the bags' gradients times each id's factor, summed.
+  std::vector<float>& grads = buffers_.split;
+  grads.assign(static_cast<size_t>(r.row_floats), 0.0f);
+  for (size_t f = 0; f < gradients.size(); ++f) {
+    const Tensor g = gradients[f].contiguous();
+    const int64_t dim = g.shape()[1];
+    const float* gp = g.data<float>();
+    const std::vector<int64_t>& splits = r.row_splits[f];
+    for (size_t b = 0; b + 1 < splits.size(); ++b) {
+      for (int64_t k = splits[b]; k < splits[b + 1]; ++k) {
+        const auto ks = static_cast<size_t>(k);
+        const float s = r.id_scale[f][ks];
+        float* dst = grads.data() + r.row_offset[static_cast<size_t>(r.id_unique[f][ks])];
+        for (int64_t c = 0; c < dim; ++c) dst[c] += s * gp[static_cast<int64_t>(b) * dim + c];
+      }
+    }
+  }
+
+  // 2. Each piece's gradient to its owner, in the lookup's request order (ONE all-to-all-v).
+  std::vector<int64_t> send_floats(static_cast<size_t>(n), 0);
+  int64_t total = 0;
+  for (const auto& [u, piece] : r.sent) {
+    send_floats[static_cast<size_t>(piece.device)] += piece.col_end - piece.col_begin;
+    total += piece.col_end - piece.col_begin;
+  }
+  Tensor send = reuse_buffer(buffers_.reply, Shape{total}, DType::kF32);
+  float* out = send.data<float>();
+  for (const auto& [u, piece] : r.sent) {
+    const float* src = grads.data() + r.row_offset[static_cast<size_t>(u)];
+    out = std::copy(src + piece.col_begin, src + piece.col_end, out);
+  }
+  const Tensor received = comm.all_to_all(send, send_floats, options);
+  counts.bytes_sent += bytes_to_others(send_floats, rank_, sizeof(float));
+  ++counts.collectives;
+
+  // 3. The owner sums the gradients of each of its rows and updates the touched rows.
+  FlatIndex& index = buffers_.index;  // row_key(table, local row) -> first time served
+  index.clear(r.served.size());
+  std::vector<size_t> position;  // by index: the row's place in touched[table]
+  std::vector<std::vector<int64_t>> touched(layout_.shardings.size());
+  std::vector<std::vector<float>> summed(layout_.shardings.size());
+  std::vector<size_t> served_per_table(layout_.shardings.size(), 0);
+  for (const auto& [table, local_row] : r.served) ++served_per_table[static_cast<size_t>(table)];
+  for (size_t t = 0; t < touched.size(); ++t) {  // at most one row per request: no regrowth
+    touched[t].reserve(served_per_table[t]);
+    summed[t].reserve(served_per_table[t] * static_cast<size_t>(layout_.shardings[t].local_cols(rank_)));
+  }
+  position.reserve(r.served.size());
+  const float* in = received.data<float>();
+  for (const auto& [table, local_row] : r.served) {
+    const auto t = static_cast<size_t>(table);
+    const int64_t cols = layout_.shardings[t].local_cols(rank_);
+    const auto [g, fresh] = index.insert(row_key(table, local_row));
+    if (fresh) {
+      position.push_back(touched[t].size());
+      touched[t].push_back(local_row);
+      summed[t].resize(summed[t].size() + static_cast<size_t>(cols), 0.0f);
+    }
+    float* dst = summed[t].data() + position[static_cast<size_t>(g)] * static_cast<size_t>(cols);
+    for (int64_t c = 0; c < cols; ++c) dst[c] += in[c];
+    in += cols;
+  }
+
+  // 4. Data-parallel tables: the dense gradient, all-reduced (rows with a nonzero gradient).
+  for (size_t t = 0; t < layout_.shardings.size(); ++t) {
+    if (layout_.shardings[t].placement() != TablePlacement::kDataParallel) continue;
+    const TableDescriptor& desc = layout_.config.tables[t];
+    Tensor dense = Tensor::zeros(Shape{desc.vocabulary_size, desc.dimension}, DType::kF32);
+    float* dp = dense.data<float>();
+    for (size_t u = 0; u < r.unique.size(); ++u) {
+      if (r.unique[u].first != static_cast<int>(t)) continue;
+      const float* src = grads.data() + r.row_offset[u];
+      std::copy(src, src + desc.dimension, dp + r.unique[u].second * desc.dimension);
+    }
+    comm.all_reduce(dense, dense, ReduceOp::kSum, options);
+    counts.bytes_sent += 2 * (n - 1) * static_cast<int64_t>(dense.nbytes()) / n;
+    ++counts.collectives;
+    for (int64_t row = 0; row < desc.vocabulary_size; ++row) {
+      const float* g = dp + row * desc.dimension;
+      if (std::all_of(g, g + desc.dimension, [](float v) { return v == 0.0f; })) continue;
+      touched[t].push_back(row);
+      summed[t].insert(summed[t].end(), g, g + desc.dimension);
+    }
+  }
+  for (size_t t = 0; t < touched.size(); ++t) {
+    if (!touched[t].empty()) update_rows(static_cast<int>(t), touched[t], summed[t]);
+  }
+}
+
+void DeviceShards::update_rows(int table, const std::vector<int64_t>& local_rows,
+                               const std::vector<float>& grads) {
+  TableShard& shard = shards_[static_cast<size_t>(table)];
+  const OptimizationParameters& o =
+      layout_.config.tables[static_cast<size_t>(table)].optimization_parameters;
+  const int64_t cols = shard.values.shape()[1];
+  float* w = shard.values.data<float>();
+  const float lr = o.learning_rate;
+  for (size_t i = 0; i < local_rows.size(); ++i) {
+    const int64_t base = local_rows[i] * cols;
+    const float* g = grads.data() + static_cast<int64_t>(i) * cols;
+    switch (o.optimizer) {
+      case EmbeddingOptimizer::kSgd:
+        for (int64_t c = 0; c < cols; ++c) w[base + c] -= lr * g[c];
+        break;
+      case EmbeddingOptimizer::kAdagrad: {
+        float* acc = shard.slots[0].data<float>() + base;
+        for (int64_t c = 0; c < cols; ++c) {
+          acc[c] += g[c] * g[c];
+          w[base + c] -= lr * g[c] / std::sqrt(acc[c]);
+        }
+        break;
+      }
+      case EmbeddingOptimizer::kAdam: {
+        float* m = shard.slots[0].data<float>() + base;
+        float* v = shard.slots[1].data<float>() + base;
+        for (int64_t c = 0; c < cols; ++c) {
+          m[c] = o.beta1 * m[c] + (1 - o.beta1) * g[c];
+          v[c] = o.beta2 * v[c] + (1 - o.beta2) * g[c] * g[c];
+          const float denom = o.use_sum_inside_sqrt ? std::sqrt(v[c] + o.epsilon * o.epsilon)
+                                                    : std::sqrt(v[c]) + o.epsilon;
+          w[base + c] -= lr * m[c] / denom;
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace tessel::detail

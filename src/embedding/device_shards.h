@@ -1,0 +1,114 @@
+// Internal: one device's part of a ShardedEmbedding (its shards and slots, the record of its
+// last lookup) and the per-device steps of lookup and apply_gradients, each run as one stream
+// task on that device (sharded_embedding.cpp launches them on every local device at once).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "embedding/flat_index.h"
+#include "tessel/comm/communicator.h"
+#include "tessel/core/tensor.h"
+#include "tessel/embedding/embedding_config.h"
+#include "tessel/embedding/sharded_embedding.h"
+#include "tessel/embedding/table_sharding.h"
+
+namespace tessel {
+class Device;
+}
+
+namespace tessel::detail {
+
+// One feature's checked ids on one device (sharded_embedding.cpp converts and checks them).
+struct FeatureIds {
+  std::vector<int64_t> ids;
+  std::vector<int64_t> row_splits;  // bags + 1
+  std::vector<float> weights;       // empty: every weight 1
+};
+
+// The embedding's fixed description, shared read-only by every device's task.
+struct EmbeddingLayout {
+  EmbeddingConfiguration config;
+  std::vector<TableSharding> shardings;  // by table
+  int num_devices = 0;
+};
+
+// One table's shard on one device: [local_rows, local_cols] values and the optimizer's slots.
+struct TableShard {
+  Tensor values;
+  std::vector<Tensor> slots;  // slot_names order
+};
+
+// What a device's last lookup did, kept for apply_gradients.
+struct LookupRecord {
+  bool valid = false;  // a lookup happened and its gradients were not applied yet
+  // Distinct (table, global row) looked up on this device, and where its row sits in `rows`.
+  std::vector<std::pair<int, int64_t>> unique;
+  std::vector<int64_t> row_offset;  // by unique index, into a flat float buffer
+  int64_t row_floats = 0;
+  // Per feature: each id's unique index and its factor (weight / combiner denominator).
+  std::vector<std::vector<int64_t>> id_unique;
+  std::vector<std::vector<float>> id_scale;
+  std::vector<std::vector<int64_t>> row_splits;
+  // Requests this device sent, in send order (by destination), and per destination counts.
+  std::vector<std::pair<int64_t, RowPiece>> sent;  // (unique index, piece)
+  std::vector<int64_t> send_counts;
+  // Requests this device received and served, in receive order: (table, local row).
+  std::vector<std::pair<int, int64_t>> served;
+  std::vector<int64_t> served_counts;  // by source device
+};
+
+// Counters of one step on one device.
+struct DeviceStepCounts {
+  int64_t ids = 0, unique_ids = 0, bytes_sent = 0, collectives = 0;
+};
+
+class DeviceShards {
+ public:
+  // Allocates and initialises device `rank`'s shards (rank = mesh offset) from `device`.
+  DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int rank, Device& device,
+               uint64_t seed);
+
+  int rank() const { return rank_; }
+  int64_t memory_bytes() const;
+  TableShard& shard(int table) { return shards_[static_cast<size_t>(table)]; }
+
+  // The per-device steps (on the device's stream; `comm` is the group over every device).
+  std::vector<Tensor> lookup(const std::vector<FeatureIds>& features, Communicator& comm,
+                             const CollectiveOptions& options, DeviceStepCounts& counts);
+  void apply_gradients(const std::vector<Tensor>& gradients, Communicator& comm,
+                       const CollectiveOptions& options, DeviceStepCounts& counts);
+  bool has_lookup() const { return record_.valid; }
+
+ private:
+  // Fills the unique rows of the record and the per-id factors.
+  void plan(const std::vector<FeatureIds>& features);
+  // Updates one table's touched local rows with their summed gradients.
+  void update_rows(int table, const std::vector<int64_t>& local_rows,
+                   const std::vector<float>& grads);
+
+  const std::shared_ptr<const EmbeddingLayout> layout_holder_;
+  const EmbeddingLayout& layout_;
+  int rank_;
+  Device& device_;
+  std::vector<TableShard> shards_;
+  LookupRecord record_;
+  // Buffers kept from step to step (no fresh pages, no zeroing each step).
+  struct Buffers {
+    Tensor requests, reply;              // all-to-all inputs (reply: rows, then gradients)
+    std::vector<float> split;            // column-wise rows; then the rows' gradients
+    std::vector<const float*> row_at;    // where each distinct row is, in a lookup
+    FlatIndex index;                     // the distinct rows of a lookup / of what was served
+    std::vector<std::pair<int64_t, RowPiece>> pending;  // a lookup's requests, in id order
+  } buffers_;
+};
+
+// A [shape] view of `cache`, grown (not zeroed) when it is too small.
+Tensor reuse_buffer(Tensor& cache, const Shape& shape, DType dtype);
+
+// Slot names of an optimizer (TF's): adagrad {accumulators}, adam {momenta, velocities}.
+std::vector<std::string> embedding_slot_names(EmbeddingOptimizer optimizer);
+
+}  // namespace tessel::detail

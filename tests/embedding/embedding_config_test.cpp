@@ -1,0 +1,218 @@
+// EmbeddingConfiguration (TF's text and wire forms, validation) and TableSharding (TF's
+// DIV_DEFAULT / MOD row assignment, the other placements).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tessel/embedding/embedding_config.h"
+#include "tessel/embedding/table_sharding.h"
+#include "testing/expect_error.h"
+
+namespace tessel {
+namespace {
+
+// As TF writes it (field names and numbers of tpu_embedding_configuration.proto).
+constexpr const char* kTfText = R"(
+  table_descriptor {
+    name: "users" vocabulary_size: 13 dimension: 4
+    optimization_parameters { learning_rate { constant: 0.5 } adam { beta1: 0.8 beta2: 0.9 epsilon: 0.001 } }
+  }
+  table_descriptor {
+    name: "items" vocabulary_size: 7 dimension: 3
+    optimization_parameters { learning_rate { constant: 0.1 } adagrad {} }
+  }
+  feature_descriptor { name: "user" table_id: 0 input_shape: 8 }
+  feature_descriptor { name: "item" table_id: 1 }
+  mode: TRAINING
+  batch_size_per_tensor_core: 8
+  sharding_strategy: MOD
+)";
+
+EmbeddingConfiguration two_tables() {
+  EmbeddingConfiguration c;
+  c.tables = {{.name = "users", .vocabulary_size = 13, .dimension = 4},
+              {.name = "items", .vocabulary_size = 7, .dimension = 3}};
+  c.features = {{.name = "user", .table_id = 0, .input_shape = {}}, {.name = "item", .table_id = 1, .input_shape = {}}};
+  c.batch_size_per_device = 8;
+  return c;
+}
+
+TEST(EmbeddingConfig, ParsesTfText) {
+  const EmbeddingConfiguration c = EmbeddingConfiguration::from_text(kTfText);
+  ASSERT_EQ(c.tables.size(), 2u);
+  EXPECT_EQ(c.tables[0].name, "users");
+  EXPECT_EQ(c.tables[0].vocabulary_size, 13);
+  EXPECT_EQ(c.tables[0].optimization_parameters.optimizer, EmbeddingOptimizer::kAdam);
+  EXPECT_FLOAT_EQ(c.tables[0].optimization_parameters.beta1, 0.8f);
+  EXPECT_FLOAT_EQ(c.tables[0].optimization_parameters.learning_rate, 0.5f);
+  EXPECT_EQ(c.tables[1].optimization_parameters.optimizer, EmbeddingOptimizer::kAdagrad);
+  EXPECT_FLOAT_EQ(c.tables[1].optimization_parameters.initial_accumulator, 0.1f);
+  EXPECT_EQ(c.tables[1].combiner, EmbeddingCombiner::kMean);  // TF's default
+  EXPECT_EQ(c.features[0].input_shape, std::vector<int32_t>{8});
+  EXPECT_EQ(c.mode, EmbeddingMode::kTraining);
+  EXPECT_EQ(c.sharding_strategy, ShardingStrategy::kMod);
+  EXPECT_EQ(c.batch_size_per_device, 8);
+  c.validate(1, 4);
+}
+
+TEST(EmbeddingConfig, ParsesTheFieldsTfsOwnToolsSet) {
+  // As TF's TPUEmbedding mid-level API writes a table (defaults it sets spelled out).
+  const EmbeddingConfiguration c = EmbeddingConfiguration::from_text(R"(
+    table_descriptor { name: "t" vocabulary_size: 8 dimension: 2 num_features: 1
+      optimization_parameters {
+        learning_rate { constant: 0.1 } gradient_accumulation_status: ENABLED
+        multiply_weight_decay_factor_by_learning_rate: true
+        hot_id_replication_configuration { status: DISABLED } adagrad {} } }
+    feature_descriptor { name: "f" table_id: 0 input_shape: 4 }
+    mode: TRAINING batch_size_per_tensor_core: 4 num_hosts: 1 num_tensor_cores: 2
+    pipeline_execution_with_tensor_core: false profile_data_directory: "/tmp/p"
+    spmd_sharding { enabled: false })");
+  EXPECT_EQ(c.tables[0].optimization_parameters.optimizer, EmbeddingOptimizer::kAdagrad);
+  c.validate(1, 2);
+  const auto unsupported = [](const std::string& params, const char* substring) {
+    EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text(
+                            "table_descriptor { name: \"t\" optimization_parameters { " +
+                            params + " } }"),
+                        ErrorCode::kUnimplemented, substring);
+  };
+  unsupported("clipping_limits { lower { value: -1 } }", "table 't': clipping_limits");
+  unsupported("gradient_clipping_limits { }", "gradient_clipping_limits");
+  unsupported("weight_decay_factor: 0.1", "weight_decay_factor");
+  unsupported("learning_rate { dynamic { tag: 0 } }", "a dynamic learning_rate");
+  unsupported("gradient_accumulation_status: DISABLED", "gradient_accumulation_status DISABLED");
+  EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text("spmd_sharding { enabled: true }"),
+                      ErrorCode::kUnimplemented, "spmd_sharding");
+}
+
+TEST(EmbeddingConfig, TextAndWireFormsRoundTrip) {
+  EmbeddingConfiguration c = two_tables();
+  c.tables[0].placement = TablePlacement::kColumnWise;
+  c.tables[0].combiner = EmbeddingCombiner::kSqrtn;
+  c.tables[1].optimization_parameters = {.optimizer = EmbeddingOptimizer::kAdam,
+                                         .learning_rate = 0.25f, .use_sum_inside_sqrt = true};
+  c.sharding_strategy = ShardingStrategy::kMod;
+  c.mode = EmbeddingMode::kInference;
+  EXPECT_EQ(EmbeddingConfiguration::from_text(c.to_text()), c);
+  EXPECT_EQ(EmbeddingConfiguration::from_serialized(c.serialized()), c);
+  EXPECT_NE(c.to_text().find("sharding_strategy: MOD"), std::string::npos) << c.to_text();
+}
+
+TEST(EmbeddingConfig, MalformedAndUnsupportedInputIsInvalidArgument) {
+  EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text("table_descriptor { nme: \"x\" }"),
+                      ErrorCode::kInvalidArgument, "nme");
+  // A TF field tessel does not know.
+  EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text(
+                          "table_descriptor { optimization_parameters { ftrl {} } }"),
+                      ErrorCode::kInvalidArgument, "ftrl");
+  EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_serialized("\xff\xff\xff"),
+                      ErrorCode::kInvalidArgument, "not a TPUEmbeddingConfiguration");
+  EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text(
+                          "table_descriptor { optimization_parameters { adam { "
+                          "use_non_lazy_adam: true } } }"),
+                      ErrorCode::kUnimplemented, "use_non_lazy_adam");
+  EXPECT_TESSEL_ERROR(combiner_from_name("max"), ErrorCode::kInvalidArgument, "'max'");
+}
+
+TEST(EmbeddingConfig, ValidationNamesTheOffendingValue) {
+  const auto expect_invalid = [](auto change, const char* substring) {
+    EmbeddingConfiguration c = two_tables();
+    change(c);
+    EXPECT_TESSEL_ERROR(c.validate(1, 4), ErrorCode::kInvalidArgument, substring);
+  };
+  expect_invalid([](auto& c) { c.tables[1].dimension = 0; }, "table 'items': dimension 0");
+  expect_invalid([](auto& c) { c.tables[0].vocabulary_size = -3; }, "vocabulary_size -3");
+  expect_invalid([](auto& c) { c.features[1].table_id = 5; }, "feature 'item': table_id 5");
+  expect_invalid([](auto& c) { c.features[1].table_id = 0; }, "table 'items' has no feature");
+  expect_invalid([](auto& c) { c.tables[1].name = "users"; }, "'users' is used twice");
+  expect_invalid([](auto& c) { c.batch_size_per_device = 0; }, "batch_size_per_tensor_core 0");
+  expect_invalid([](auto& c) { c.features[0].input_shape = {3, 2}; },
+                 "input_shape [3, 2] holds 6 bags, not the batch size per device 8");
+  expect_invalid([](auto& c) { c.mode = EmbeddingMode::kUnspecified; }, "UNSPECIFIED");
+  expect_invalid([](auto& c) { c.num_tensor_cores = 8; }, "num_tensor_cores 8");
+  expect_invalid([](auto& c) { c.tables[0].optimization_parameters.learning_rate = -1; },
+                 "learning_rate -1");
+  expect_invalid(
+      [](auto& c) {
+        c.tables[0].optimization_parameters.optimizer = EmbeddingOptimizer::kAdam;
+        c.tables[0].optimization_parameters.beta2 = 1.0f;
+      },
+      "beta2");
+  expect_invalid([](auto& c) { c.tables.clear(); }, "no table_descriptor");
+}
+
+TEST(EmbeddingConfig, CorruptedBytesAreAnErrorNeverACrash) {
+  // Bytes of a real configuration with a few flipped, and text with characters replaced: each
+  // parses (then validates or throws tessel::Error) or throws tessel::Error.
+  EmbeddingConfiguration c = EmbeddingConfiguration::from_text(kTfText);
+  const std::string wire = c.serialized(), text = c.to_text();
+  std::mt19937 rng(7);
+  int parsed = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string bytes = i % 2 ? wire : text;
+    for (int k = 0; k < 3; ++k) bytes[rng() % bytes.size()] = static_cast<char>(rng());
+    try {
+      const EmbeddingConfiguration back = i % 2 ? EmbeddingConfiguration::from_serialized(bytes)
+                                                : EmbeddingConfiguration::from_text(bytes);
+      ++parsed;
+      back.validate(1, 4);
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_GT(parsed, 0);
+}
+
+// The rows of each device, in local order.
+std::vector<std::vector<int64_t>> rows_by_device(const TableSharding& s, int64_t vocab) {
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(s.num_devices()));
+  std::vector<RowPiece> pieces;
+  for (int64_t r = 0; r < vocab; ++r) {
+    pieces.clear();
+    s.owners(r, pieces);
+    EXPECT_EQ(pieces.size(), 1u);
+    EXPECT_EQ(s.global_row(pieces[0].device, pieces[0].local_row), r);
+    out[static_cast<size_t>(pieces[0].device)].push_back(r);
+  }
+  return out;
+}
+
+TEST(TableSharding, DivAndModAreTfsExample) {
+  // tpu_embedding_configuration.proto: 13 ids over 5 hosts.
+  const TableDescriptor t{.name = "t", .vocabulary_size = 13, .dimension = 2};
+  const TableSharding div(t, ShardingStrategy::kDivDefault, 5);
+  const TableSharding mod(t, ShardingStrategy::kMod, 5);
+  EXPECT_EQ(rows_by_device(div, 13), (std::vector<std::vector<int64_t>>{
+                                         {0, 1, 2}, {3, 4, 5}, {6, 7, 8}, {9, 10}, {11, 12}}));
+  EXPECT_EQ(rows_by_device(mod, 13), (std::vector<std::vector<int64_t>>{
+                                         {0, 5, 10}, {1, 6, 11}, {2, 7, 12}, {3, 8}, {4, 9}}));
+  for (int d = 0; d < 5; ++d) EXPECT_EQ(div.local_rows(d), d < 3 ? 3 : 2);
+  // Fewer rows than devices: trailing devices hold nothing.
+  const TableSharding tiny({.name = "t", .vocabulary_size = 2, .dimension = 2},
+                           ShardingStrategy::kDivDefault, 4);
+  EXPECT_EQ(tiny.local_rows(3), 0);
+  EXPECT_EQ(tiny.local_cols(3), 0);
+}
+
+TEST(TableSharding, ColumnAndTableWise) {
+  const TableDescriptor t{.name = "t", .vocabulary_size = 5, .dimension = 7,
+                          .placement = TablePlacement::kColumnWise};
+  const TableSharding cols(t, ShardingStrategy::kDivDefault, 3);
+  std::vector<RowPiece> pieces;
+  cols.owners(4, pieces);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0].col_begin, 0);
+  EXPECT_EQ(pieces[0].col_end, 3);
+  EXPECT_EQ(pieces[2].col_begin, 5);
+  EXPECT_EQ(pieces[2].col_end, 7);
+  EXPECT_EQ(cols.local_rows(1), 5);
+
+  TableDescriptor w = t;
+  w.placement = TablePlacement::kTableWise;
+  const TableSharding whole(w, ShardingStrategy::kDivDefault, 3, /*table_device=*/2);
+  EXPECT_EQ(whole.local_rows(2), 5);
+  EXPECT_EQ(whole.local_rows(0), 0);
+  EXPECT_TESSEL_ERROR(TableSharding(w, ShardingStrategy::kMod, 3, 3), ErrorCode::kInvalidArgument,
+                      "device 3");
+}
+
+}  // namespace
+}  // namespace tessel
