@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_checkpoint_async.h"
 #include "bench_env.h"
 #include "bench_team.h"
 #include "commands.h"
@@ -38,21 +39,30 @@ namespace fs = std::filesystem;
 
 constexpr const char* kHelp =
     "usage: tessel bench checkpoint [--mesh BxM] [--size BYTES] [--tensors N] [--iters N]\n"
-    "                               [--dir DIR] [--json]\n"
+    "                               [--dir DIR] [--gpt CONFIG] [--gpt-steps N] [--every N]\n"
+    "                               [--data FILE] [--json]\n"
     "\n"
     "Times checkpoint save (durable) and restore of N f32 tensors [rows, 1024] laid out (batch,\n"
     "model) on a local BxM mesh, against the same bytes written to one file with fdatasync (dd\n"
     "conv=fdatasync) and read back (dd from the page cache); restore runs onto the same layout\n"
     "and onto (model, batch). Medians of --iters rounds, as GB/s and as ratios to dd's. Restored\n"
     "tensors are checked bit for bit; the exit status is 1 if any element differs.\n"
+    "Asynchronous save: the time save() blocks against a memcpy of the same bytes; and GPT\n"
+    "training (examples/gpt on a 2x2 mesh) with an asynchronous checkpoint every --every steps\n"
+    "against the same steps without, alternating, --iters rounds of --gpt-steps steps.\n"
     "\n"
     "  --mesh BxM     batch x model mesh of local CPU devices (default 2x2)\n"
     "  --size BYTES   total bytes of the state, e.g. 256M (default 256M)\n"
     "  --tensors N    how many tensors share them (default 4)\n"
     "  -n, --iters N  rounds (default 3)\n"
     "  --dir DIR      where to write (default: the system's temporary directory)\n"
+    "  --gpt CONFIG   GPT configuration of the training figure (default tiny; none: skip it)\n"
+    "  --gpt-steps N  training steps per round (default 20)\n"
+    "  --every N      steps between asynchronous checkpoints (default 5)\n"
+    "  --data FILE    training text (default data/shakespeare_char/input.txt)\n"
     "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"dd_read_gbps\",\n"
-    "                 \"restore_gbps\", \"reshard_gbps\", \"wrong\"}\n"
+    "                 \"restore_gbps\", \"reshard_gbps\", \"async_block_s\", \"memcpy_s\",\n"
+    "                 \"train_plain_s\", \"train_async_s\", \"wrong\"}\n"
     "\n"
     "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
 
@@ -114,6 +124,8 @@ int run_bench_checkpoint(const Args& args) {
   int tensors = 4, iters = 3;
   std::string dir = fs::temp_directory_path().string();
   bool json = false;
+  std::string gpt = "tiny", data = "data/shakespeare_char/input.txt";
+  int64_t gpt_steps = 20, every = 5;
   FlagParser flags("bench checkpoint");
   flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
     shape = parse_mesh_shape(flags, flag, v);
@@ -123,6 +135,10 @@ int run_bench_checkpoint(const Args& args) {
   flags.integer({"-n", "--iters"}, iters, 1, 1000);
   flags.text({"--dir"}, dir);
   flags.set({"--json"}, json);
+  flags.text({"--gpt"}, gpt);
+  flags.integer({"--gpt-steps"}, gpt_steps, 1, 100000);
+  flags.integer({"--every"}, every, 1, 100000);
+  flags.text({"--data"}, data);
   flags.parse(args);
   const int64_t rows = std::max<int64_t>(1, size / tensors / kColumns / 4);
   const int64_t bytes = rows * kColumns * 4 * tensors;
@@ -151,6 +167,8 @@ int run_bench_checkpoint(const Args& args) {
   std::vector<char> buffer(static_cast<size_t>(bytes), 1);
   std::vector<double> dd_w, dd_r, save_s, restore_s, reshard_s;
   int64_t wrong = 0;
+  bench::AsyncBlocking blocking;
+  bench::TrainingWithCheckpoints training;
   try {
     for (int it = 0; it < iters; ++it) {
       const std::string ckpt = root_text + "/c" + std::to_string(it);
@@ -166,6 +184,10 @@ int run_bench_checkpoint(const Args& args) {
           seconds_of([&] { moved = checkpoint::restore(ckpt, other, {.runtime = &rt}); }));
       wrong += count_wrong(back, host) + count_wrong(moved, host);
       fs::remove_all(ckpt);
+    }
+    blocking = bench::measure_async_blocking(state, bytes, root_text, iters);
+    if (gpt != "none") {
+      training = bench::measure_training_slowdown(gpt, data, gpt_steps, every, iters, root_text);
     }
   } catch (...) {
     fs::remove_all(root_text);
@@ -185,6 +207,10 @@ int run_bench_checkpoint(const Args& args) {
     out["dd_read_gbps"] = json_number(r);
     out["restore_gbps"] = json_number(rs);
     out["reshard_gbps"] = json_number(rr);
+    out["async_block_s"] = json_number(blocking.save_seconds);
+    out["memcpy_s"] = json_number(blocking.memcpy_seconds);
+    out["train_plain_s"] = json_number(training.plain_seconds);
+    out["train_async_s"] = json_number(training.async_seconds);
     out["wrong"] = wrong;
     print_json(out);
   } else {
@@ -200,6 +226,20 @@ int run_bench_checkpoint(const Args& args) {
     std::printf("%-28s %8.2f %8.2f\n", "dd read (page cache)", r, 1.0);
     std::printf("%-28s %8.2f %8.2f\n", "restore, same layout", rs, rs / r);
     std::printf("%-28s %8.2f %8.2f\n", "restore, (model, batch)", rr, rr / r);
+    std::printf("%-28s %8s %8s\n", "", "ms", "x memcpy");
+    std::printf("%-28s %8.2f %8.2f\n", "memcpy of the bytes", blocking.memcpy_seconds * 1e3, 1.0);
+    std::printf("%-28s %8.2f %8.2f\n", "async save, blocked", blocking.save_seconds * 1e3,
+                blocking.save_seconds / blocking.memcpy_seconds);
+    if (gpt != "none") {
+      std::printf("gpt %s on 2x2, %lld steps, checkpoint of %.1f MiB every %lld steps (%d saves)\n",
+                  gpt.c_str(), static_cast<long long>(gpt_steps),
+                  static_cast<double>(training.checkpoint_bytes) / (1 << 20),
+                  static_cast<long long>(every), training.saves_per_round);
+      std::printf("%-28s %8s %8s\n", "", "s", "x plain");
+      std::printf("%-28s %8.2f %8.2f\n", "training, no checkpoints", training.plain_seconds, 1.0);
+      std::printf("%-28s %8.2f %8.2f\n", "training, async checkpoints", training.async_seconds,
+                  training.async_seconds / training.plain_seconds);
+    }
     std::printf("wrong elements: %lld\n", static_cast<long long>(wrong));
   }
   return wrong == 0 ? 0 : 1;

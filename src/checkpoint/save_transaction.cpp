@@ -241,19 +241,19 @@ SaveTransaction::SaveTransaction(const std::string& directory, const State& stat
         },
         item);
   }
-  try {
-    agreement_->run_step("prepared", [&] {
-      if (process_ != 0) return;
-      filesystem_step("remove the stale temporary directory", tmp_,
-                      [&] { fs::remove_all(tmp_); });
-      filesystem_step("create", tmp_, [&] { fs::create_directory(tmp_); });
-    });
-    notify("prepared");
-    plan_ = plan_local_shards(saved);
-  } catch (...) {
-    remove_temporary();
-    throw;
-  }
+  plan_ = plan_local_shards(saved);
+  if (spans_processes_) prepare();  // the processes agree on it before any writes
+}
+
+void SaveTransaction::prepare() {
+  if (prepared_) return;
+  prepared_ = true;
+  agreement_->run_step("prepared", [&] {
+    if (process_ != 0) return;
+    filesystem_step("remove the stale temporary directory", tmp_, [&] { fs::remove_all(tmp_); });
+    filesystem_step("create", tmp_, [&] { fs::create_directory(tmp_); });
+  });
+  notify("prepared");
 }
 
 SaveTransaction::~SaveTransaction() {
@@ -261,7 +261,7 @@ SaveTransaction::~SaveTransaction() {
 }
 
 void SaveTransaction::remove_temporary() noexcept {
-  if (process_ != 0) return;
+  if (process_ != 0 || !prepared_) return;
   std::error_code ignored;  // cleanup after an error that is already reported
   fs::remove_all(tmp_, ignored);
 }
@@ -293,6 +293,7 @@ void SaveTransaction::stage(Tensor staging) {
 
 void SaveTransaction::write() noexcept {
   try {
+    if (!spans_processes_) prepare();  // nothing to agree on: the writer thread may do it
     Manifest index;
     for (const Manifest& file : write_device_files(tmp_, process_, plan_)) index.merge_index(file);
     write_file((tmp_ / index_name(process_)).string(), index.to_json());

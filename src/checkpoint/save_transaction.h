@@ -1,13 +1,16 @@
 // SaveTransaction: one save of a state as three phases, so that save() runs them in a row and
 // AsyncCheckpointer runs the middle one on its writer thread (docs/checkpoints.md, "Saving").
 //
-//   SaveTransaction t(directory, state, options);  // checks; Partial reduced; ".<name>.tmp" made
+//   SaveTransaction t(directory, state, options);  // checks; Partial reduced; shards planned
 //   t.stage(staging);    // optional: the shards copied into host memory the caller owns
 //   t.write();           // this process's files and index, fsynced (no collective; never throws)
 //   t.commit();          // agreed; process 0 writes the manifest and renames; agreed again
 //
-// The constructor and commit() agree with the other processes (collectives over the state's
-// largest mesh, bounded by options.timeout); write() only touches files, so it may run on another
+// Process 0 makes the temporary directory ".<name>.tmp" ("prepared"): when the state's mesh
+// spans processes, in the constructor, agreed with the others before anyone writes; within one
+// process, in write(), so that an asynchronous save does no file system work on the caller's
+// thread. The constructor and commit() agree with the other processes (collectives over the
+// state's largest mesh, bounded by options.timeout); write() runs none, so it may run on another
 // thread while the caller's devices go on with other collectives. A failure of write() is kept and
 // reported by commit() (after the agreement, so that the other processes abort too). A
 // transaction that is destroyed without a successful commit removes its temporary directory
@@ -61,6 +64,7 @@ class SaveTransaction {
   const std::string& directory() const { return directory_; }
 
  private:
+  void prepare();  // the "prepared" step (once)
   void notify(std::string_view step) const;
   void remove_temporary() noexcept;  // process 0's temporary directory, if any
 
@@ -73,6 +77,7 @@ class SaveTransaction {
   Manifest manifest_;  // the tensors' descriptions and the values; the files added at commit
   std::map<int, std::vector<ShardToWrite>> plan_;  // per runtime device index
   std::exception_ptr write_failure_;
+  bool prepared_ = false;  // the temporary directory may exist (process 0 removes it on failure)
   bool committed_ = false;
 };
 
