@@ -47,6 +47,8 @@ constexpr const char* kHelp =
     "conv=fdatasync) and read back (dd from the page cache); restore runs onto the same layout\n"
     "and onto (model, batch). Medians of --iters rounds, as GB/s and as ratios to dd's. Restored\n"
     "tensors are checked bit for bit; the exit status is 1 if any element differs.\n"
+    "Bytes read by restores (crc-checked chunks) against the bytes they need: the two above and\n"
+    "as process 0 of 2 and of 3 (a 1xN mesh with one local device, rows split N ways).\n"
     "Asynchronous save: the time save() blocks against a memcpy of the same bytes; and GPT\n"
     "training (examples/gpt on a 2x2 mesh) with an asynchronous checkpoint every --every steps\n"
     "against the same steps without, alternating, --iters rounds of --gpt-steps steps.\n"
@@ -61,7 +63,8 @@ constexpr const char* kHelp =
     "  --every N      steps between asynchronous checkpoints (default 5)\n"
     "  --data FILE    training text (default data/shakespeare_char/input.txt)\n"
     "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"dd_read_gbps\",\n"
-    "                 \"restore_gbps\", \"reshard_gbps\", \"async_block_s\", \"memcpy_s\",\n"
+    "                 \"restore_gbps\", \"reshard_gbps\", \"read_x_needed\" (4 restores),\n"
+    "                 \"async_block_s\", \"memcpy_s\",\n"
     "                 \"train_plain_s\", \"train_async_s\", \"wrong\"}\n"
     "\n"
     "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
@@ -110,6 +113,26 @@ int64_t count_wrong(const checkpoint::State& back, const std::map<std::string, T
     }
   }
   return wrong;
+}
+
+// Restores every tensor of `ckpt` as process 0 of `processes` would onto a 1 x processes mesh
+// laid out (model, unsharded): the rows split `processes` ways, the first part on this process's
+// one device. Returns what it read against what it needed.
+checkpoint::RestoreStats restore_as_first_process(const std::string& ckpt,
+                                                  const checkpoint::Target& names, Runtime& rt,
+                                                  int processes) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < processes; ++i) ids.push_back(i);
+  const Mesh part({"batch", "model"}, {1, processes}, ids, {0}, {rt.devices()[0]->name()});
+  checkpoint::Target target;
+  for (const auto& [name, layout] : names) target[name] = Layout({"model", "unsharded"}, part);
+  checkpoint::RestoreStats stats;
+  checkpoint::restore(ckpt, target, {.runtime = &rt, .stats = &stats});
+  return stats;
+}
+
+double read_ratio(const checkpoint::RestoreStats& s) {
+  return static_cast<double>(s.bytes_read) / static_cast<double>(s.bytes_needed);
 }
 
 }  // namespace
@@ -167,6 +190,7 @@ int run_bench_checkpoint(const Args& args) {
   std::vector<char> buffer(static_cast<size_t>(bytes), 1);
   std::vector<double> dd_w, dd_r, save_s, restore_s, reshard_s;
   int64_t wrong = 0;
+  checkpoint::RestoreStats same_read, reshard_read, half_read, third_read;
   bench::AsyncBlocking blocking;
   bench::TrainingWithCheckpoints training;
   try {
@@ -178,11 +202,14 @@ int run_bench_checkpoint(const Args& args) {
       fs::remove(raw);
       save_s.push_back(seconds_of([&] { checkpoint::save(ckpt, state); }));
       checkpoint::State back, moved;
-      restore_s.push_back(
-          seconds_of([&] { back = checkpoint::restore(ckpt, same, {.runtime = &rt}); }));
-      reshard_s.push_back(
-          seconds_of([&] { moved = checkpoint::restore(ckpt, other, {.runtime = &rt}); }));
+      restore_s.push_back(seconds_of(
+          [&] { back = checkpoint::restore(ckpt, same, {.runtime = &rt, .stats = &same_read}); }));
+      reshard_s.push_back(seconds_of([&] {
+        moved = checkpoint::restore(ckpt, other, {.runtime = &rt, .stats = &reshard_read});
+      }));
       wrong += count_wrong(back, host) + count_wrong(moved, host);
+      half_read = restore_as_first_process(ckpt, same, rt, 2);
+      third_read = restore_as_first_process(ckpt, same, rt, 3);
       fs::remove_all(ckpt);
     }
     blocking = bench::measure_async_blocking(state, bytes, root_text, iters);
@@ -207,6 +234,8 @@ int run_bench_checkpoint(const Args& args) {
     out["dd_read_gbps"] = json_number(r);
     out["restore_gbps"] = json_number(rs);
     out["reshard_gbps"] = json_number(rr);
+    out["read_x_needed"] = {read_ratio(same_read), read_ratio(reshard_read),
+                            read_ratio(half_read), read_ratio(third_read)};
     out["async_block_s"] = json_number(blocking.save_seconds);
     out["memcpy_s"] = json_number(blocking.memcpy_seconds);
     out["train_plain_s"] = json_number(training.plain_seconds);
@@ -226,6 +255,16 @@ int run_bench_checkpoint(const Args& args) {
     std::printf("%-28s %8.2f %8.2f\n", "dd read (page cache)", r, 1.0);
     std::printf("%-28s %8.2f %8.2f\n", "restore, same layout", rs, rs / r);
     std::printf("%-28s %8.2f %8.2f\n", "restore, (model, batch)", rr, rr / r);
+    std::printf("%-28s %8s %8s\n", "bytes read by a restore", "MiB", "x needed");
+    const std::pair<const char*, const checkpoint::RestoreStats*> reads[] = {
+        {"restore, same layout", &same_read},
+        {"restore, (model, batch)", &reshard_read},
+        {"process 0 of 2, 1x2 mesh", &half_read},
+        {"process 0 of 3, 1x3 mesh", &third_read}};
+    for (const auto& [what, stats] : reads) {
+      std::printf("%-28s %8.1f %8.3f\n", what, static_cast<double>(stats->bytes_read) / (1 << 20),
+                  read_ratio(*stats));
+    }
     std::printf("%-28s %8s %8s\n", "", "ms", "x memcpy");
     std::printf("%-28s %8.2f %8.2f\n", "memcpy of the bytes", blocking.memcpy_seconds * 1e3, 1.0);
     std::printf("%-28s %8.2f %8.2f\n", "async save, blocked", blocking.save_seconds * 1e3,

@@ -1,10 +1,9 @@
 // AsyncCheckpointer: a SaveTransaction whose write (and, within one process, commit) runs on a
-// writer thread (std::async) while the caller goes on; the caller takes its result at the next
+// writer thread (BackgroundWriter) while the caller goes on; the caller takes its result at the next
 // save, wait or close.
 #include "tessel/checkpoint/async_checkpointer.h"
 
-#include <future>
-
+#include "checkpoint/background_writer.h"
 #include "checkpoint/save_transaction.h"
 #include "core/errors.h"
 
@@ -20,7 +19,6 @@ struct AsyncCheckpointer::InFlight {
   std::string name;                // names the save in errors
   bool commit_on_caller = false;   // the mesh spans processes: the caller agrees and commits
   std::function<void()> after_commit;
-  std::future<void> writer;        // write(), and commit() unless commit_on_caller
 };
 
 AsyncCheckpointer::AsyncCheckpointer(AsyncCheckpointerOptions options) : options_(std::move(options)) {
@@ -31,7 +29,7 @@ AsyncCheckpointer::AsyncCheckpointer(AsyncCheckpointerOptions options) : options
 }
 
 AsyncCheckpointer::~AsyncCheckpointer() {
-  if (in_flight_ && in_flight_->writer.valid()) in_flight_->writer.wait();
+  writer_.reset();  // waits for the job in flight, which uses in_flight_
 }
 
 void AsyncCheckpointer::save(const std::string& directory, const State& state,
@@ -58,14 +56,15 @@ void AsyncCheckpointer::save(const std::string& directory, const State& state,
     staging_ = Tensor::empty(Shape({static_cast<int64_t>(bytes)}), DType::kU8, nullptr, false);
   }
   t.stage(staging_);
+  if (!writer_) writer_ = std::make_unique<detail::BackgroundWriter>();
   InFlight* job = next.get();
-  next->writer = std::async(std::launch::async, [job] {
+  in_flight_ = std::move(next);
+  writer_->run([job] {
     job->transaction->write();
     if (job->commit_on_caller) return;
     job->transaction->commit();
     if (job->after_commit) job->after_commit();
   });
-  in_flight_ = std::move(next);
 }
 
 void AsyncCheckpointer::wait_until_finished() { wait_until_finished(options_.save.timeout); }
@@ -73,14 +72,14 @@ void AsyncCheckpointer::wait_until_finished() { wait_until_finished(options_.sav
 void AsyncCheckpointer::wait_until_finished(std::chrono::milliseconds timeout) {
   if (!in_flight_) return;
   InFlight& job = *in_flight_;
-  if (job.writer.wait_for(timeout) != std::future_status::ready) {
+  if (!writer_->finished(timeout)) {
     tessel::detail::throw_error(ErrorCode::kDeadlineExceeded, kComponent,
                                 "the background save of {} has not finished after {} ms",
                                 job.name, timeout.count());
   }
   const std::unique_ptr<InFlight> done = std::move(in_flight_);
   try {
-    job.writer.get();
+    if (std::exception_ptr failure = writer_->take_failure()) std::rethrow_exception(failure);
     if (job.commit_on_caller) {
       job.transaction->commit();
       if (job.after_commit) job.after_commit();

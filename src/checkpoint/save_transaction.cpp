@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/chunk_crc.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/state_names.h"
@@ -134,10 +135,10 @@ void write_device_file(const fs::path& dir, const std::string& name,
   for (const ShardToWrite& s : shards) {
     const size_t bytes = s.num_bytes();
     out.write(s.bytes, bytes);
-    const uint32_t shard_crc = crc32c(s.bytes, bytes);
-    file_crc = crc32c_combine(file_crc, shard_crc, bytes);
+    ChunkedCrc crc = chunked_crc(s.bytes, bytes);
+    file_crc = crc32c_combine(file_crc, crc.whole, bytes);
     index.tensors[s.tensor].shards.push_back(
-        SavedShard{name, s.box.offsets, s.box.extents, shard_crc});
+        SavedShard{name, s.box.offsets, s.box.extents, crc.whole, std::move(crc.chunks)});
   }
   const uint64_t size = out.size();
   out.sync_and_close();

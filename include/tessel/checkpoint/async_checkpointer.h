@@ -11,7 +11,8 @@
 // it) of the bytes this process writes, kept and reused by the next save; a state whose shards
 // exceed `staging_bytes` is kResourceExhausted, so that host memory never grows past the budget.
 // One save is in flight at a time: save() first waits for the previous one (bounded by the
-// timeout). The commit is the synchronous save's (checkpoint.h): every file fsynced, the
+// timeout). The writer is one thread, kept between saves, at a lower priority (nice 10) than the
+// caller's, so that the background write yields the CPU to training. The commit is the synchronous save's (checkpoint.h): every file fsynced, the
 // manifest last, the rename, so a crash while writing leaves no checkpoint under the name.
 //
 // Collectives: save() reduces Partial tensors and agrees on the temporary directory on the
@@ -37,6 +38,9 @@
 #include "tessel/checkpoint/checkpoint.h"
 
 namespace tessel::checkpoint {
+namespace detail {
+class BackgroundWriter;
+}  // namespace detail
 
 struct AsyncCheckpointerOptions {
   int64_t staging_bytes = int64_t{4} << 30;  // the host staging area's bound
@@ -68,6 +72,7 @@ class AsyncCheckpointer {
   AsyncCheckpointerOptions options_;
   std::unique_ptr<InFlight> in_flight_;
   Tensor staging_;  // reused by every save while large enough
+  std::unique_ptr<detail::BackgroundWriter> writer_;  // started by the first save
 };
 
 }  // namespace tessel::checkpoint
