@@ -199,8 +199,8 @@ int run_bench_checkpoint(const Args& args) {
       const std::string raw = root_text + "/dd" + std::to_string(it);
       dd_w.push_back(seconds_of([&] { dd_write(raw, buffer); }));
       dd_r.push_back(seconds_of([&] { dd_read(raw, buffer); }));
-      fs::remove(raw);
       save_s.push_back(seconds_of([&] { checkpoint::save(ckpt, state); }));
+      fs::remove(raw);  // after the save: the file system's work of the removal is not the save's
       checkpoint::State back, moved;
       restore_s.push_back(seconds_of(
           [&] { back = checkpoint::restore(ckpt, same, {.runtime = &rt, .stats = &same_read}); }));

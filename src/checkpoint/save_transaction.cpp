@@ -5,7 +5,7 @@
 
 #include <cmath>
 #include <cstring>
-#include <future>
+#include <memory>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -113,9 +113,11 @@ std::string file_name(int process, int device) {
 }
 std::string index_name(int process) { return fmt::format(".process-{:05d}.json", process); }
 
-// Writes one device's shards as a safetensors file; records the file and its shards in `index`.
-void write_device_file(const fs::path& dir, const std::string& name,
-                       const std::vector<ShardToWrite>& shards, Manifest& index) {
+// Writes one device's shards as a safetensors file, left open for the flush; records the file and
+// its shards in `index`.
+std::unique_ptr<OutputFile> write_device_file(const fs::path& dir, const std::string& name,
+                                              const std::vector<ShardToWrite>& shards,
+                                              Manifest& index) {
   SafetensorsHeader header;
   nlohmann::json sharding = nlohmann::json::object();
   uint64_t next = 0;
@@ -129,45 +131,33 @@ void write_device_file(const fs::path& dir, const std::string& name,
   header.metadata["DCP_SHARDING_INFO"] = sharding.dump();
   const std::string head = header.encode();
 
-  OutputFile out((dir / name).string());
-  out.write(head.data(), head.size());
+  auto out = std::make_unique<OutputFile>((dir / name).string());
+  out->write(head.data(), head.size());
   uint32_t file_crc = crc32c(head.data(), head.size());
   for (const ShardToWrite& s : shards) {
     const size_t bytes = s.num_bytes();
-    out.write(s.bytes, bytes);
+    out->write(s.bytes, bytes);
     ChunkedCrc crc = chunked_crc(s.bytes, bytes);
     file_crc = crc32c_combine(file_crc, crc.whole, bytes);
     index.tensors[s.tensor].shards.push_back(
         SavedShard{name, s.box.offsets, s.box.extents, crc.whole, std::move(crc.chunks)});
   }
-  const uint64_t size = out.size();
-  out.sync_and_close();
-  index.files[name] = SavedFile{size, file_crc};
+  index.files[name] = SavedFile{out->size(), file_crc};
+  return out;
 }
 
-// Writes every local device's file at once, one thread each (their writes and fsyncs overlap);
-// returns each file's index entries. The first failure is rethrown after all have finished.
-std::vector<Manifest> write_device_files(const fs::path& dir, int process,
-                                         const std::map<int, std::vector<ShardToWrite>>& plan) {
-  std::vector<Manifest> indexes(plan.size());
-  std::vector<std::future<void>> writers;
-  size_t i = 0;
+// Writes every local device's file, one after another (one stream to the storage, as dd's; the
+// kernel writes each back as it goes, OutputFile), then flushes them all; returns the files' and
+// shards' index entries.
+Manifest write_device_files(const fs::path& dir, int process,
+                            const std::map<int, std::vector<ShardToWrite>>& plan) {
+  Manifest index;
+  std::vector<std::unique_ptr<OutputFile>> files;
   for (const auto& [device, shards] : plan) {
-    writers.push_back(std::async(std::launch::async, [&, i, device = device, &shards = shards] {
-      write_device_file(dir, file_name(process, device), shards, indexes[i]);
-    }));
-    ++i;
+    files.push_back(write_device_file(dir, file_name(process, device), shards, index));
   }
-  std::exception_ptr failure;
-  for (std::future<void>& w : writers) {
-    try {
-      w.get();
-    } catch (...) {
-      if (!failure) failure = std::current_exception();
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
-  return indexes;
+  for (const std::unique_ptr<OutputFile>& f : files) f->sync_and_close();
+  return index;
 }
 
 // std::filesystem errors as tessel's kUnavailable (the storage refused: read-only, full, no
@@ -295,9 +285,10 @@ void SaveTransaction::stage(Tensor staging) {
 void SaveTransaction::write() noexcept {
   try {
     if (!spans_processes_) prepare();  // nothing to agree on: the writer thread may do it
-    Manifest index;
-    for (const Manifest& file : write_device_files(tmp_, process_, plan_)) index.merge_index(file);
-    write_file((tmp_ / index_name(process_)).string(), index.to_json());
+    const Manifest index = write_device_files(tmp_, process_, plan_);
+    // Not flushed: process 0 reads it before writing the manifest, which is flushed, and a crash
+    // before that commits nothing.
+    write_file_unsynced((tmp_ / index_name(process_)).string(), index.to_json());
     plan_.clear();  // releases the shards (or the staging area)
   } catch (...) {
     write_failure_ = std::current_exception();
