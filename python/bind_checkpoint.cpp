@@ -67,8 +67,9 @@ bool is_layout_target(const py::dict& tree) {
 }
 
 py::dict restore(const std::string& directory, const py::dict& target, bool verify,
-                 Runtime* runtime, const checkpoint::CheckpointManager* manager, int64_t step) {
-  const checkpoint::RestoreOptions options{.verify = verify, .runtime = runtime};
+                 Runtime* runtime, checkpoint::RestoreStats* stats,
+                 const checkpoint::CheckpointManager* manager, int64_t step) {
+  const checkpoint::RestoreOptions options{.verify = verify, .runtime = runtime, .stats = stats};
   State out;
   if (is_layout_target(target)) {
     checkpoint::Target layouts;
@@ -152,13 +153,18 @@ void bind_checkpoint(py::module_& parent) {
       py::arg("on_step") = py::none());
   m.def(
       "restore",
-      [](const std::string& directory, const py::dict& target, bool verify, Runtime* runtime) {
-        return restore(directory, target, verify, runtime, nullptr, 0);
+      [](const std::string& directory, const py::dict& target, bool verify, Runtime* runtime,
+         checkpoint::RestoreStats* stats) {
+        return restore(directory, target, verify, runtime, stats, nullptr, 0);
       },
       py::arg("directory"), py::arg("target"), py::arg("verify") = true,
-      py::arg("runtime") = nullptr);
+      py::arg("runtime") = nullptr, py::arg("stats") = nullptr);
   m.def("verify", &checkpoint::verify, py::arg("directory"), Release());
 
+  py::class_<checkpoint::RestoreStats>(m, "RestoreStats")
+      .def(py::init<>())
+      .def_readonly("bytes_read", &checkpoint::RestoreStats::bytes_read)
+      .def_readonly("bytes_needed", &checkpoint::RestoreStats::bytes_needed);
   py::class_<checkpoint::TensorInfo>(m, "TensorInfo")
       .def_readonly("dtype", &checkpoint::TensorInfo::dtype)
       .def_readonly("shape", &checkpoint::TensorInfo::shape)
@@ -203,9 +209,11 @@ void bind_checkpoint(py::module_& parent) {
           "restore",
           [](const checkpoint::CheckpointManager& self, int64_t step, const py::dict& target,
              bool verify,
-             Runtime* runtime) { return restore("", target, verify, runtime, &self, step); },
+             Runtime* runtime, checkpoint::RestoreStats* stats) {
+            return restore("", target, verify, runtime, stats, &self, step);
+          },
           py::arg("step"), py::arg("target"), py::arg("verify") = true,
-          py::arg("runtime") = nullptr)
+          py::arg("runtime") = nullptr, py::arg("stats") = nullptr)
       .def("all_steps", &checkpoint::CheckpointManager::all_steps, Release())
       .def("latest_step", &checkpoint::CheckpointManager::latest_step, Release());
 
