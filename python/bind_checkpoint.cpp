@@ -1,5 +1,7 @@
 // Bindings of the checkpoint layer as the submodule tessel.checkpoint (Orbax's ocp names:
-// save, restore, CheckpointManager, metadata; plus verify), and the safetensors reader.
+// save, restore, CheckpointManager, AsyncCheckpointer, wait_until_finished, metadata; plus
+// verify and RestoreStats), and the safetensors reader. `async` is a Python keyword: the
+// manager's save takes async_.
 //
 // A state is a dict whose values are DTensors, bools, ints, floats, strs or nested dicts; nested
 // dicts become '/'-joined names ({"opt": {"m": x}} is "opt/m") and come back nested. A restore

@@ -65,7 +65,7 @@ constexpr const char* kHelp =
     "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"dd_read_gbps\",\n"
     "                 \"restore_gbps\", \"reshard_gbps\", \"read_x_needed\" (4 restores),\n"
     "                 \"async_block_s\", \"memcpy_s\",\n"
-    "                 \"train_plain_s\", \"train_async_s\", \"wrong\"}\n"
+    "                 \"train_plain_s\", \"train_async_s\" (null with --gpt none), \"wrong\"}\n"
     "\n"
     "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
 
@@ -234,12 +234,17 @@ int run_bench_checkpoint(const Args& args) {
     out["dd_read_gbps"] = json_number(r);
     out["restore_gbps"] = json_number(rs);
     out["reshard_gbps"] = json_number(rr);
-    out["read_x_needed"] = {read_ratio(same_read), read_ratio(reshard_read),
-                            read_ratio(half_read), read_ratio(third_read)};
+    out["read_x_needed"] = {json_number(read_ratio(same_read)), json_number(read_ratio(reshard_read)),
+                            json_number(read_ratio(half_read)), json_number(read_ratio(third_read))};
     out["async_block_s"] = json_number(blocking.save_seconds);
     out["memcpy_s"] = json_number(blocking.memcpy_seconds);
-    out["train_plain_s"] = json_number(training.plain_seconds);
-    out["train_async_s"] = json_number(training.async_seconds);
+    if (gpt != "none") {
+      out["train_plain_s"] = json_number(training.plain_seconds);
+      out["train_async_s"] = json_number(training.async_seconds);
+    } else {
+      out["train_plain_s"] = nullptr;
+      out["train_async_s"] = nullptr;
+    }
     out["wrong"] = wrong;
     print_json(out);
   } else {
