@@ -165,8 +165,9 @@ int run_bench_checkpoint(const Args& args) {
   flags.parse(args);
   const int64_t rows = std::max<int64_t>(1, size / tensors / kColumns / 4);
   const int64_t bytes = rows * kColumns * 4 * tensors;
-  // The host arrays, the sharded state, dd's buffer and the two restored states.
-  bench::check_fits_in_memory("bench checkpoint", 5.0 * static_cast<double>(bytes),
+  // The host arrays, the sharded state, dd's buffer, the two restored states, the asynchronous
+  // save's staging area and its memcpy baseline's two buffers.
+  bench::check_fits_in_memory("bench checkpoint", 8.0 * static_cast<double>(bytes),
                               "--size " + std::to_string(bytes));
 
   const auto [batch, model] = shape;
