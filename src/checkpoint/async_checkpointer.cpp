@@ -36,21 +36,13 @@ void AsyncCheckpointer::save(const std::string& directory, const State& state,
                              const std::string& name, std::function<void()> after_commit) {
   wait_until_finished();
   auto next = std::make_unique<InFlight>();
-  next->transaction = std::make_unique<detail::SaveTransaction>(directory, state, options_.save);
+  next->transaction = std::make_unique<detail::SaveTransaction>(
+      directory, state, options_.save, static_cast<size_t>(options_.staging_bytes));
   detail::SaveTransaction& t = *next->transaction;
   next->name = name.empty() ? "'" + directory + "'" : name;
   next->commit_on_caller = t.spans_processes();
   next->after_commit = std::move(after_commit);
   const size_t bytes = t.bytes_to_write();
-  if (bytes > static_cast<size_t>(options_.staging_bytes)) {
-    // Reported through the commit's agreement, so that the other processes stop too.
-    t.fail(std::make_exception_ptr(Error(
-        ErrorCode::kResourceExhausted, kComponent,
-        fmt::format("the save of {} stages {} bytes of shards on this process; the staging "
-                    "budget (AsyncCheckpointerOptions::staging_bytes) is {} bytes",
-                    next->name, bytes, options_.staging_bytes))));
-    t.commit();
-  }
   if (!staging_.defined() || staging_.nbytes() < bytes) {
     staging_ = Tensor();  // the old area first: never two at once
     staging_ = Tensor::empty(Shape({static_cast<int64_t>(bytes)}), DType::kU8, nullptr, false);

@@ -193,8 +193,8 @@ void merge_indexes(Manifest& m, const fs::path& tmp) {
 }  // namespace
 
 SaveTransaction::SaveTransaction(const std::string& directory, const State& state,
-                                 const SaveOptions& options)
-    : directory_(directory), options_(options) {
+                                 const SaveOptions& options, size_t max_bytes)
+    : directory_(directory), options_(options), max_bytes_(max_bytes) {
   check_values(state);
   const fs::path final_dir = fs::path(directory).lexically_normal();
   dir_ = final_dir.has_filename() ? final_dir : final_dir.parent_path();
@@ -233,13 +233,31 @@ SaveTransaction::SaveTransaction(const std::string& directory, const State& stat
         item);
   }
   plan_ = plan_local_shards(saved);
-  if (spans_processes_) prepare();  // the processes agree on it before any writes
+  if (spans_processes_) {
+    try {
+      prepare();  // the processes agree on it (and on every one's bytes) before any writes
+    } catch (...) {
+      remove_temporary();  // the destructor of an object whose constructor threw does not run
+      throw;
+    }
+  } else {
+    check_bytes();
+  }
+}
+
+void SaveTransaction::check_bytes() const {
+  if (bytes_to_write() <= max_bytes_) return;
+  tessel::detail::throw_error(ErrorCode::kResourceExhausted, kComponent,
+                              "the save of '{}' stages {} bytes of shards on process {}; the "
+                              "staging budget (AsyncCheckpointerOptions::staging_bytes) is {} bytes",
+                              directory_, bytes_to_write(), process_, max_bytes_);
 }
 
 void SaveTransaction::prepare() {
   if (prepared_) return;
   prepared_ = true;
   agreement_->run_step("prepared", [&] {
+    check_bytes();
     if (process_ != 0) return;
     filesystem_step("remove the stale temporary directory", tmp_, [&] { fs::remove_all(tmp_); });
     filesystem_step("create", tmp_, [&] { fs::create_directory(tmp_); });

@@ -17,6 +17,7 @@
 // (process 0), leaving no partial checkpoint.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -44,7 +45,10 @@ struct ShardToWrite {
 
 class SaveTransaction {
  public:
-  SaveTransaction(const std::string& directory, const State& state, const SaveOptions& options);
+  // `max_bytes` bounds the bytes this process writes (an asynchronous save's staging budget):
+  // more is kResourceExhausted, agreed with the other processes before anything is written.
+  SaveTransaction(const std::string& directory, const State& state, const SaveOptions& options,
+                  size_t max_bytes = SIZE_MAX);
   ~SaveTransaction();
   SaveTransaction(const SaveTransaction&) = delete;
   SaveTransaction& operator=(const SaveTransaction&) = delete;
@@ -55,8 +59,6 @@ class SaveTransaction {
   // caller until write() returns), so that the state's tensors may change afterwards.
   void stage(Tensor staging);
   void write() noexcept;
-  // Instead of write(): this process failed before writing; commit() reports `failure`.
-  void fail(std::exception_ptr failure) noexcept { write_failure_ = std::move(failure); }
   void commit();
   // True when the state's mesh spans several processes: commit() then runs collectives.
   bool spans_processes() const { return spans_processes_; }
@@ -65,12 +67,14 @@ class SaveTransaction {
 
  private:
   void prepare();  // the "prepared" step (once)
+  void check_bytes() const;  // bytes_to_write() <= max_bytes_
   void notify(std::string_view step) const;
   void remove_temporary() noexcept;  // process 0's temporary directory, if any
 
   std::string directory_;
   std::filesystem::path dir_, parent_, tmp_;
   SaveOptions options_;
+  size_t max_bytes_;
   int process_ = 0;
   bool spans_processes_ = false;
   std::optional<ProcessAgreement> agreement_;

@@ -5,6 +5,10 @@
 //   mpirun -np N tessel_mpi_checkpoint save-async DIR  the same through an AsyncCheckpointer,
 //                                                    with relayouts on the same devices while the
 //                                                    files are written, then wait_until_finished
+//   mpirun -np N tessel_mpi_checkpoint over-budget DIR  an asynchronous save whose last process
+//                                                    has a staging budget of 0 bytes: that one
+//                                                    fails with ResourceExhausted, the others
+//                                                    with Aborted naming it, nothing is written
 //   mpirun -np M tessel_mpi_checkpoint restore DIR   any M (1 without mpirun), other layouts
 //
 // Every process has 2 CPU devices; the meshes are x = 2 x processes and batch = processes x
@@ -94,8 +98,8 @@ size_t check(const std::string& name, const DTensor& d, const Tensor& host) {
 int main(int argc, char** argv) {
   MpiEnvironment mpi(&argc, &argv);
   const std::string mode = argc == 3 ? argv[1] : "";
-  if (mode != "save" && mode != "save-async" && mode != "restore") {
-    std::fprintf(stderr, "usage: tessel_mpi_checkpoint save|save-async|restore DIR\n");
+  if (mode != "save" && mode != "save-async" && mode != "over-budget" && mode != "restore") {
+    std::fprintf(stderr, "usage: tessel_mpi_checkpoint save|save-async|over-budget|restore DIR\n");
     return 2;
   }
   const bool save = mode != "restore";
@@ -109,6 +113,19 @@ int main(int argc, char** argv) {
         state[name] = copy_to_mesh(t, chosen.at(name), client_runtime());
       if (mode == "save") {
         checkpoint::save(dir, state);
+      } else if (mode == "over-budget") {
+        const bool last = mpi_rank() == mpi_size() - 1;
+        checkpoint::AsyncCheckpointer saver({.staging_bytes = last ? 0 : 1 << 20, .save = {}});
+        try {
+          saver.save(dir, state);
+          std::printf("rank %d: the save was not refused\n", mpi_rank());
+          return 1;
+        } catch (const Error& e) {
+          const ErrorCode want = last ? ErrorCode::kResourceExhausted : ErrorCode::kAborted;
+          std::printf("rank %d: %s: %s\n", mpi_rank(), e.code() == want ? "refused" : "wrong error",
+                      e.what());
+          return e.code() == want ? 0 : 1;
+        }
       } else {
         checkpoint::AsyncCheckpointer saver({.staging_bytes = 1 << 20, .save = {}});
         saver.save(dir, state);

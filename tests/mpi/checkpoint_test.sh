@@ -51,5 +51,14 @@ done
 run 2 save-async "$dir/async"
 run 1 restore "$dir/async"
 run 2 restore "$dir/async"
+# A staging budget one process exceeds: every process refuses the save, none writes.
+out=$(timeout -k 5 120 "$mpiexec" -np 2 $flags "$program" over-budget "$dir/over" 2>&1)
+rc=$?
+echo "$out"
+if [ "$rc" -ne 0 ] || [ "$(grep -c '^rank [0-9]*: refused' <<<"$out")" -ne 2 ] ||
+   [ -e "$dir/over" ] || [ -e "$dir/.over.tmp" ]; then
+  echo "FAIL: over-budget (exit $rc)"
+  failed=1
+fi
 [ "$failed" -eq 0 ] && echo "checkpoint_test: PASS"
 exit "$failed"

@@ -9,7 +9,8 @@
 //
 // The staging area is one host buffer (core's host allocator, so the process's memory limit sees
 // it) of the bytes this process writes, kept and reused by the next save; a state whose shards
-// exceed `staging_bytes` is kResourceExhausted, so that host memory never grows past the budget.
+// exceed `staging_bytes` is kResourceExhausted, so that host memory never grows past the budget
+// (agreed with the other processes before anything is written: theirs fail with kAborted).
 // One save is in flight at a time: save() first waits for the previous one (bounded by the
 // timeout). The writer is one thread, kept between saves, at a lower priority (nice 10) than the
 // caller's, so that the background write yields the CPU to training. The commit is the synchronous save's (checkpoint.h): every file fsynced, the
