@@ -210,8 +210,7 @@ void bind_checkpoint(py::module_& parent) {
       .def(
           "restore",
           [](const checkpoint::CheckpointManager& self, int64_t step, const py::dict& target,
-             bool verify,
-             Runtime* runtime, checkpoint::RestoreStats* stats) {
+             bool verify, Runtime* runtime, checkpoint::RestoreStats* stats) {
             return restore("", target, verify, runtime, stats, &self, step);
           },
           py::arg("step"), py::arg("target"), py::arg("verify") = true,

@@ -62,8 +62,7 @@ TrainingWithCheckpoints measure_training_slowdown(const std::string& config,
   std::vector<std::string> names;
   for (const Device* d : rt.devices()) names.push_back(d->name());
   const Mesh mesh = Mesh::create_on_devices({{"batch", 2}, {"model", 2}}, names);
-  gpt::GptTrainer trainer(gpt::GptConfig::preset(config), mesh, gpt::CharDataset::load(data),
-                          &rt);
+  gpt::GptTrainer trainer(gpt::GptConfig::preset(config), mesh, gpt::CharDataset::load(data), &rt);
   trainer.step();  // warm-up: first allocations, the op registry
   TrainingWithCheckpoints out;
   out.checkpoint_bytes = state_bytes(trainer.state());

@@ -235,8 +235,9 @@ int run_bench_checkpoint(const Args& args) {
     out["dd_read_gbps"] = json_number(r);
     out["restore_gbps"] = json_number(rs);
     out["reshard_gbps"] = json_number(rr);
-    out["read_x_needed"] = {json_number(read_ratio(same_read)), json_number(read_ratio(reshard_read)),
-                            json_number(read_ratio(half_read)), json_number(read_ratio(third_read))};
+    out["read_x_needed"] = {
+        json_number(read_ratio(same_read)), json_number(read_ratio(reshard_read)),
+        json_number(read_ratio(half_read)), json_number(read_ratio(third_read))};
     out["async_block_s"] = json_number(blocking.save_seconds);
     out["memcpy_s"] = json_number(blocking.memcpy_seconds);
     if (gpt != "none") {

@@ -1,6 +1,6 @@
 // AsyncCheckpointer: a SaveTransaction whose write (and, within one process, commit) runs on a
-// writer thread (BackgroundWriter) while the caller goes on; the caller takes its result at the next
-// save, wait or close.
+// writer thread (BackgroundWriter) while the caller goes on; the caller takes its result at the
+// next save, wait or close.
 #include "tessel/checkpoint/async_checkpointer.h"
 
 #include "checkpoint/background_writer.h"
@@ -16,12 +16,13 @@ constexpr std::string_view kComponent = "checkpoint";
 
 struct AsyncCheckpointer::InFlight {
   std::unique_ptr<detail::SaveTransaction> transaction;
-  std::string name;                // names the save in errors
-  bool commit_on_caller = false;   // the mesh spans processes: the caller agrees and commits
+  std::string name;               // names the save in errors
+  bool commit_on_caller = false;  // the mesh spans processes: the caller agrees and commits
   std::function<void()> after_commit;
 };
 
-AsyncCheckpointer::AsyncCheckpointer(AsyncCheckpointerOptions options) : options_(std::move(options)) {
+AsyncCheckpointer::AsyncCheckpointer(AsyncCheckpointerOptions options)
+    : options_(std::move(options)) {
   if (options_.staging_bytes < 0) {
     tessel::detail::throw_invalid(kComponent, "AsyncCheckpointer staging_bytes {} is negative",
                                   options_.staging_bytes);
@@ -66,8 +67,8 @@ void AsyncCheckpointer::wait_until_finished(std::chrono::milliseconds timeout) {
   InFlight& job = *in_flight_;
   if (!writer_->finished(timeout)) {
     tessel::detail::throw_error(ErrorCode::kDeadlineExceeded, kComponent,
-                                "the background save of {} has not finished after {} ms",
-                                job.name, timeout.count());
+                                "the background save of {} has not finished after {} ms", job.name,
+                                timeout.count());
   }
   const std::unique_ptr<InFlight> done = std::move(in_flight_);
   try {

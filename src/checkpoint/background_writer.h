@@ -33,9 +33,9 @@ class BackgroundWriter {
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::function<void()> job_;  // guarded by mutex_; empty when idle
-  bool busy_ = false;          // guarded by mutex_: a job was handed over and has not finished
-  bool stop_ = false;          // guarded by mutex_
+  std::function<void()> job_;   // guarded by mutex_; empty when idle
+  bool busy_ = false;           // guarded by mutex_: a job was handed over and has not finished
+  bool stop_ = false;           // guarded by mutex_
   std::exception_ptr failure_;  // guarded by mutex_
   std::thread thread_;          // last: starts once the members above exist
 };

@@ -247,10 +247,11 @@ SaveTransaction::SaveTransaction(const std::string& directory, const State& stat
 
 void SaveTransaction::check_bytes() const {
   if (bytes_to_write() <= max_bytes_) return;
-  tessel::detail::throw_error(ErrorCode::kResourceExhausted, kComponent,
-                              "the save of '{}' stages {} bytes of shards on process {}; the "
-                              "staging budget (AsyncCheckpointerOptions::staging_bytes) is {} bytes",
-                              directory_, bytes_to_write(), process_, max_bytes_);
+  tessel::detail::throw_error(
+      ErrorCode::kResourceExhausted, kComponent,
+      "the save of '{}' stages {} bytes of shards on process {}; the "
+      "staging budget (AsyncCheckpointerOptions::staging_bytes) is {} bytes",
+      directory_, bytes_to_write(), process_, max_bytes_);
 }
 
 void SaveTransaction::prepare() {

@@ -66,7 +66,7 @@ class SaveTransaction {
   const std::string& directory() const { return directory_; }
 
  private:
-  void prepare();  // the "prepared" step (once)
+  void prepare();            // the "prepared" step (once)
   void check_bytes() const;  // bytes_to_write() <= max_bytes_
   void notify(std::string_view step) const;
   void remove_temporary() noexcept;  // process 0's temporary directory, if any

@@ -1,8 +1,9 @@
 // SavedShardReader: the bytes of saved shards, from memory maps of the checkpoint's files, each
 // file checked once against the manifest (size, header) and, before a part of a shard is used,
 // the crc32c of each chunk of the shard that the part's byte span touches (each chunk once; a
-// shard without chunk checksums whole). It counts the bytes it touched and the bytes needed. Errors name the file and the tensor: a missing file kNotFound; a size,
-// header or checksum that disagrees with the manifest kDataLoss.
+// shard without chunk checksums whole). It counts the bytes it touched and the bytes needed.
+// Errors name the file and the tensor: a missing file kNotFound; a size, header or checksum that
+// disagrees with the manifest kDataLoss.
 #pragma once
 
 #include <map>

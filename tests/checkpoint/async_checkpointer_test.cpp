@@ -116,12 +116,12 @@ TEST(AsyncCheckpointer, BackgroundFailureSurfacesAtTheNextSaveOrWaitNamingTheSte
 TEST(AsyncCheckpointer, WaitHasADeadline) {
   Fixture f;
   std::atomic<bool> release{false};
-  AsyncCheckpointer saver({.staging_bytes = 1 << 20,
-                           .save = {.on_step = [&](std::string_view step) {
-                             while (step == "written" && !release) {
-                               std::this_thread::sleep_for(milliseconds(1));
-                             }
-                           }}});
+  AsyncCheckpointer saver(
+      {.staging_bytes = 1 << 20, .save = {.on_step = [&](std::string_view step) {
+                                   while (step == "written" && !release) {
+                                     std::this_thread::sleep_for(milliseconds(1));
+                                   }
+                                 }}});
   saver.save(f.dir / "c", {{"w", f.w}});
   EXPECT_TESSEL_ERROR(saver.wait_until_finished(milliseconds(20)), ErrorCode::kDeadlineExceeded,
                       "'" + (f.dir / "c") + "'");

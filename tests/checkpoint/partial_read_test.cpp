@@ -63,8 +63,7 @@ TEST(CheckpointPartialRead, ReadsOnlyTheChunksOfTheNeededRows) {
   c.flip(3u << 20);  // in rows this process does not need: not read, not reported
   EXPECT_NO_THROW(c.restore_first_quarter(nullptr));
   c.flip(100);  // in the rows it needs
-  EXPECT_TESSEL_ERROR(c.restore_first_quarter(nullptr), ErrorCode::kDataLoss,
-                      "bytes [0, 262144)");
+  EXPECT_TESSEL_ERROR(c.restore_first_quarter(nullptr), ErrorCode::kDataLoss, "bytes [0, 262144)");
   EXPECT_TESSEL_ERROR(verify((c.dir / "c").string()), ErrorCode::kDataLoss,
                       "process-00000-device-00000");
 }

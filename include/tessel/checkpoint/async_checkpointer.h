@@ -13,8 +13,9 @@
 // (agreed with the other processes before anything is written: theirs fail with kAborted).
 // One save is in flight at a time: save() first waits for the previous one (bounded by the
 // timeout). The writer is one thread, kept between saves, at a lower priority (nice 10) than the
-// caller's, so that the background write yields the CPU to training. The commit is the synchronous save's (checkpoint.h): every file fsynced, the
-// manifest last, the rename, so a crash while writing leaves no checkpoint under the name.
+// caller's, so that the background write yields the CPU to training. The commit is the synchronous
+// save's (checkpoint.h): every file fsynced, the manifest last, the rename, so a crash while
+// writing leaves no checkpoint under the name.
 //
 // Collectives: save() reduces Partial tensors and agrees on the temporary directory on the
 // caller's thread, as save does. The writer thread runs none: when the state's mesh lies in this
@@ -45,7 +46,7 @@ class BackgroundWriter;
 
 struct AsyncCheckpointerOptions {
   int64_t staging_bytes = int64_t{4} << 30;  // the host staging area's bound
-  SaveOptions save;  // its timeout bounds the agreements and every wait
+  SaveOptions save;                          // its timeout bounds the agreements and every wait
 };
 
 class AsyncCheckpointer {
@@ -72,7 +73,7 @@ class AsyncCheckpointer {
   struct InFlight;
   AsyncCheckpointerOptions options_;
   std::unique_ptr<InFlight> in_flight_;
-  Tensor staging_;  // reused by every save while large enough
+  Tensor staging_;                                    // reused by every save while large enough
   std::unique_ptr<detail::BackgroundWriter> writer_;  // started by the first save
 };
 
