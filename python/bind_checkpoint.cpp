@@ -1,5 +1,7 @@
 // Bindings of the checkpoint layer as the submodule tessel.checkpoint (Orbax's ocp names:
-// save, restore, CheckpointManager, metadata; plus verify), and the safetensors reader.
+// save, restore, CheckpointManager, AsyncCheckpointer, wait_until_finished, metadata; plus
+// verify and RestoreStats), and the safetensors reader. `async` is a Python keyword: the
+// manager's save takes async_.
 //
 // A state is a dict whose values are DTensors, bools, ints, floats, strs or nested dicts; nested
 // dicts become '/'-joined names ({"opt": {"m": x}} is "opt/m") and come back nested. A restore
@@ -9,6 +11,7 @@
 #include <string_view>
 
 #include "casters.h"
+#include "tessel/checkpoint/async_checkpointer.h"
 #include "tessel/checkpoint/checkpoint.h"
 #include "tessel/checkpoint/checkpoint_manager.h"
 #include "tessel/checkpoint/safetensors.h"
@@ -66,8 +69,9 @@ bool is_layout_target(const py::dict& tree) {
 }
 
 py::dict restore(const std::string& directory, const py::dict& target, bool verify,
-                 Runtime* runtime, const checkpoint::CheckpointManager* manager, int64_t step) {
-  const checkpoint::RestoreOptions options{.verify = verify, .runtime = runtime};
+                 Runtime* runtime, checkpoint::RestoreStats* stats,
+                 const checkpoint::CheckpointManager* manager, int64_t step) {
+  const checkpoint::RestoreOptions options{.verify = verify, .runtime = runtime, .stats = stats};
   State out;
   if (is_layout_target(target)) {
     checkpoint::Target layouts;
@@ -90,13 +94,47 @@ checkpoint::SaveOptions save_options(double timeout, const py::object& on_step) 
   checkpoint::SaveOptions options{.timeout = seconds_arg(timeout, "timeout", "checkpoint"),
                                   .on_step = {}};
   if (!on_step.is_none()) {
-    auto fn = std::make_shared<py::object>(on_step);
+    // Its last copy may go on a thread without the GIL (a writer thread, a deleter that released
+    // it): the deleter takes it.
+    std::shared_ptr<py::object> fn(new py::object(on_step), [](py::object* f) {
+      py::gil_scoped_acquire gil;
+      delete f;
+    });
     options.on_step = [fn](std::string_view step) {
       py::gil_scoped_acquire gil;
       (*fn)(std::string(step));
     };
   }
   return options;
+}
+
+// Deletes with the GIL released: the destructors of AsyncCheckpointer and CheckpointManager wait
+// for the writer thread, which takes the GIL to call a Python on_step.
+struct DeleteWithoutGil {
+  template <typename T>
+  void operator()(T* p) const {
+    if (PyGILState_Check() == 0) {
+      delete p;
+      return;
+    }
+    py::gil_scoped_release release;
+    delete p;
+  }
+};
+template <typename T>
+using NoGilHolder = std::unique_ptr<T, DeleteWithoutGil>;
+
+// A wait's deadline in seconds; None: the options' timeout.
+template <typename Waiter>
+void wait_until_finished(Waiter& waiter, const py::object& timeout) {
+  if (timeout.is_none()) {
+    py::gil_scoped_release release;
+    waiter.wait_until_finished();
+    return;
+  }
+  const auto deadline = seconds_arg(timeout.cast<double>(), "timeout", "checkpoint");
+  py::gil_scoped_release release;
+  waiter.wait_until_finished(deadline);
 }
 
 }  // namespace
@@ -117,13 +155,18 @@ void bind_checkpoint(py::module_& parent) {
       py::arg("on_step") = py::none());
   m.def(
       "restore",
-      [](const std::string& directory, const py::dict& target, bool verify, Runtime* runtime) {
-        return restore(directory, target, verify, runtime, nullptr, 0);
+      [](const std::string& directory, const py::dict& target, bool verify, Runtime* runtime,
+         checkpoint::RestoreStats* stats) {
+        return restore(directory, target, verify, runtime, stats, nullptr, 0);
       },
       py::arg("directory"), py::arg("target"), py::arg("verify") = true,
-      py::arg("runtime") = nullptr);
+      py::arg("runtime") = nullptr, py::arg("stats") = nullptr);
   m.def("verify", &checkpoint::verify, py::arg("directory"), Release());
 
+  py::class_<checkpoint::RestoreStats>(m, "RestoreStats")
+      .def(py::init<>())
+      .def_readonly("bytes_read", &checkpoint::RestoreStats::bytes_read)
+      .def_readonly("bytes_needed", &checkpoint::RestoreStats::bytes_needed);
   py::class_<checkpoint::TensorInfo>(m, "TensorInfo")
       .def_readonly("dtype", &checkpoint::TensorInfo::dtype)
       .def_readonly("shape", &checkpoint::TensorInfo::shape)
@@ -134,33 +177,75 @@ void bind_checkpoint(py::module_& parent) {
       .def_readonly("files", &checkpoint::CheckpointInfo::files);
   m.def("metadata", &checkpoint::metadata, py::arg("directory"), Release());
 
-  py::class_<checkpoint::CheckpointManager>(m, "CheckpointManager")
+  py::class_<checkpoint::CheckpointManager, NoGilHolder<checkpoint::CheckpointManager>>(
+      m, "CheckpointManager")
       .def(py::init([](const std::string& directory, int max_to_keep, double timeout,
-                       const py::object& on_step) {
+                       const py::object& on_step, int64_t staging_bytes) {
              return checkpoint::CheckpointManager(
-                 directory, {.max_to_keep = max_to_keep, .save = save_options(timeout, on_step)});
+                 directory, {.max_to_keep = max_to_keep,
+                             .save = save_options(timeout, on_step),
+                             .staging_bytes = staging_bytes});
            }),
            py::arg("directory"), py::arg("max_to_keep") = 0, py::arg("timeout") = 120.0,
-           py::arg("on_step") = py::none())
+           py::arg("on_step") = py::none(),
+           py::arg("staging_bytes") = checkpoint::AsyncCheckpointerOptions{}.staging_bytes)
       .def_property_readonly("directory", &checkpoint::CheckpointManager::directory)
       .def("step_directory", &checkpoint::CheckpointManager::step_directory, py::arg("step"))
       .def(
           "save",
-          [](checkpoint::CheckpointManager& self, int64_t step, const py::dict& state) {
+          [](checkpoint::CheckpointManager& self, int64_t step, const py::dict& state,
+             bool async) {
             const State s = to_state(state);
             py::gil_scoped_release release;
-            self.save(step, s);
+            self.save(step, s, async);
           },
-          py::arg("step"), py::arg("state"))
+          py::arg("step"), py::arg("state"), py::arg("async_") = false)
+      .def(
+          "wait_until_finished",
+          [](checkpoint::CheckpointManager& self, const py::object& timeout) {
+            wait_until_finished(self, timeout);
+          },
+          py::arg("timeout") = py::none())
+      .def("close", &checkpoint::CheckpointManager::close, Release())
       .def(
           "restore",
           [](const checkpoint::CheckpointManager& self, int64_t step, const py::dict& target,
-             bool verify,
-             Runtime* runtime) { return restore("", target, verify, runtime, &self, step); },
+             bool verify, Runtime* runtime, checkpoint::RestoreStats* stats) {
+            return restore("", target, verify, runtime, stats, &self, step);
+          },
           py::arg("step"), py::arg("target"), py::arg("verify") = true,
-          py::arg("runtime") = nullptr)
+          py::arg("runtime") = nullptr, py::arg("stats") = nullptr)
       .def("all_steps", &checkpoint::CheckpointManager::all_steps, Release())
       .def("latest_step", &checkpoint::CheckpointManager::latest_step, Release());
+
+  py::class_<checkpoint::AsyncCheckpointer, NoGilHolder<checkpoint::AsyncCheckpointer>>(
+      m, "AsyncCheckpointer")
+      .def(py::init([](int64_t staging_bytes, double timeout, const py::object& on_step) {
+             return NoGilHolder<checkpoint::AsyncCheckpointer>(new checkpoint::AsyncCheckpointer(
+                 checkpoint::AsyncCheckpointerOptions{.staging_bytes = staging_bytes,
+                                                      .save = save_options(timeout, on_step)}));
+           }),
+           py::arg("staging_bytes") = checkpoint::AsyncCheckpointerOptions{}.staging_bytes,
+           py::arg("timeout") = 120.0, py::arg("on_step") = py::none())
+      .def(
+          "save",
+          [](checkpoint::AsyncCheckpointer& self, const std::string& directory,
+             const py::dict& state) {
+            const State s = to_state(state);
+            py::gil_scoped_release release;
+            self.save(directory, s);
+          },
+          py::arg("directory"), py::arg("state"))
+      .def(
+          "wait_until_finished",
+          [](checkpoint::AsyncCheckpointer& self, const py::object& timeout) {
+            wait_until_finished(self, timeout);
+          },
+          py::arg("timeout") = py::none())
+      .def("close", &checkpoint::AsyncCheckpointer::close, Release())
+      .def_property_readonly("saving", &checkpoint::AsyncCheckpointer::saving)
+      .def_property_readonly("staging_bytes_allocated",
+                             &checkpoint::AsyncCheckpointer::staging_bytes_allocated);
 
   py::class_<SafetensorsEntry>(parent, "SafetensorsEntry")
       .def_readonly("name", &SafetensorsEntry::name)

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_checkpoint_async.h"
 #include "bench_env.h"
 #include "bench_team.h"
 #include "commands.h"
@@ -38,21 +39,33 @@ namespace fs = std::filesystem;
 
 constexpr const char* kHelp =
     "usage: tessel bench checkpoint [--mesh BxM] [--size BYTES] [--tensors N] [--iters N]\n"
-    "                               [--dir DIR] [--json]\n"
+    "                               [--dir DIR] [--gpt CONFIG] [--gpt-steps N] [--every N]\n"
+    "                               [--data FILE] [--json]\n"
     "\n"
     "Times checkpoint save (durable) and restore of N f32 tensors [rows, 1024] laid out (batch,\n"
     "model) on a local BxM mesh, against the same bytes written to one file with fdatasync (dd\n"
     "conv=fdatasync) and read back (dd from the page cache); restore runs onto the same layout\n"
     "and onto (model, batch). Medians of --iters rounds, as GB/s and as ratios to dd's. Restored\n"
     "tensors are checked bit for bit; the exit status is 1 if any element differs.\n"
+    "Bytes read by restores (crc-checked chunks) against the bytes they need: the two above and\n"
+    "as process 0 of 2 and of 3 (a 1xN mesh with one local device, rows split N ways).\n"
+    "Asynchronous save: the time save() blocks against a memcpy of the same bytes; and GPT\n"
+    "training (examples/gpt on a 2x2 mesh) with an asynchronous checkpoint every --every steps\n"
+    "against the same steps without, alternating, --iters rounds of --gpt-steps steps.\n"
     "\n"
     "  --mesh BxM     batch x model mesh of local CPU devices (default 2x2)\n"
     "  --size BYTES   total bytes of the state, e.g. 256M (default 256M)\n"
     "  --tensors N    how many tensors share them (default 4)\n"
     "  -n, --iters N  rounds (default 3)\n"
     "  --dir DIR      where to write (default: the system's temporary directory)\n"
+    "  --gpt CONFIG   GPT configuration of the training figure (default tiny; none: skip it)\n"
+    "  --gpt-steps N  training steps per round (default 20)\n"
+    "  --every N      steps between asynchronous checkpoints (default 5)\n"
+    "  --data FILE    training text (default data/shakespeare_char/input.txt)\n"
     "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"dd_read_gbps\",\n"
-    "                 \"restore_gbps\", \"reshard_gbps\", \"wrong\"}\n"
+    "                 \"restore_gbps\", \"reshard_gbps\", \"read_x_needed\" (4 restores),\n"
+    "                 \"async_block_s\", \"memcpy_s\",\n"
+    "                 \"train_plain_s\", \"train_async_s\" (null with --gpt none), \"wrong\"}\n"
     "\n"
     "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
 
@@ -102,6 +115,26 @@ int64_t count_wrong(const checkpoint::State& back, const std::map<std::string, T
   return wrong;
 }
 
+// Restores every tensor of `ckpt` as process 0 of `processes` would onto a 1 x processes mesh
+// laid out (model, unsharded): the rows split `processes` ways, the first part on this process's
+// one device. Returns what it read against what it needed.
+checkpoint::RestoreStats restore_as_first_process(const std::string& ckpt,
+                                                  const checkpoint::Target& names, Runtime& rt,
+                                                  int processes) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < processes; ++i) ids.push_back(i);
+  const Mesh part({"batch", "model"}, {1, processes}, ids, {0}, {rt.devices()[0]->name()});
+  checkpoint::Target target;
+  for (const auto& [name, layout] : names) target[name] = Layout({"model", "unsharded"}, part);
+  checkpoint::RestoreStats stats;
+  checkpoint::restore(ckpt, target, {.runtime = &rt, .stats = &stats});
+  return stats;
+}
+
+double read_ratio(const checkpoint::RestoreStats& s) {
+  return static_cast<double>(s.bytes_read) / static_cast<double>(s.bytes_needed);
+}
+
 }  // namespace
 
 int run_bench_checkpoint(const Args& args) {
@@ -114,6 +147,8 @@ int run_bench_checkpoint(const Args& args) {
   int tensors = 4, iters = 3;
   std::string dir = fs::temp_directory_path().string();
   bool json = false;
+  std::string gpt = "tiny", data = "data/shakespeare_char/input.txt";
+  int64_t gpt_steps = 20, every = 5;
   FlagParser flags("bench checkpoint");
   flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
     shape = parse_mesh_shape(flags, flag, v);
@@ -123,11 +158,16 @@ int run_bench_checkpoint(const Args& args) {
   flags.integer({"-n", "--iters"}, iters, 1, 1000);
   flags.text({"--dir"}, dir);
   flags.set({"--json"}, json);
+  flags.text({"--gpt"}, gpt);
+  flags.integer({"--gpt-steps"}, gpt_steps, 1, 100000);
+  flags.integer({"--every"}, every, 1, 100000);
+  flags.text({"--data"}, data);
   flags.parse(args);
   const int64_t rows = std::max<int64_t>(1, size / tensors / kColumns / 4);
   const int64_t bytes = rows * kColumns * 4 * tensors;
-  // The host arrays, the sharded state, dd's buffer and the two restored states.
-  bench::check_fits_in_memory("bench checkpoint", 5.0 * static_cast<double>(bytes),
+  // The host arrays, the sharded state, dd's buffer, the two restored states, the asynchronous
+  // save's staging area and its memcpy baseline's two buffers.
+  bench::check_fits_in_memory("bench checkpoint", 8.0 * static_cast<double>(bytes),
                               "--size " + std::to_string(bytes));
 
   const auto [batch, model] = shape;
@@ -151,21 +191,31 @@ int run_bench_checkpoint(const Args& args) {
   std::vector<char> buffer(static_cast<size_t>(bytes), 1);
   std::vector<double> dd_w, dd_r, save_s, restore_s, reshard_s;
   int64_t wrong = 0;
+  checkpoint::RestoreStats same_read, reshard_read, half_read, third_read;
+  bench::AsyncBlocking blocking;
+  bench::TrainingWithCheckpoints training;
   try {
     for (int it = 0; it < iters; ++it) {
       const std::string ckpt = root_text + "/c" + std::to_string(it);
       const std::string raw = root_text + "/dd" + std::to_string(it);
       dd_w.push_back(seconds_of([&] { dd_write(raw, buffer); }));
       dd_r.push_back(seconds_of([&] { dd_read(raw, buffer); }));
-      fs::remove(raw);
       save_s.push_back(seconds_of([&] { checkpoint::save(ckpt, state); }));
+      fs::remove(raw);  // after the save: the file system's work of the removal is not the save's
       checkpoint::State back, moved;
-      restore_s.push_back(
-          seconds_of([&] { back = checkpoint::restore(ckpt, same, {.runtime = &rt}); }));
-      reshard_s.push_back(
-          seconds_of([&] { moved = checkpoint::restore(ckpt, other, {.runtime = &rt}); }));
+      restore_s.push_back(seconds_of(
+          [&] { back = checkpoint::restore(ckpt, same, {.runtime = &rt, .stats = &same_read}); }));
+      reshard_s.push_back(seconds_of([&] {
+        moved = checkpoint::restore(ckpt, other, {.runtime = &rt, .stats = &reshard_read});
+      }));
       wrong += count_wrong(back, host) + count_wrong(moved, host);
+      half_read = restore_as_first_process(ckpt, same, rt, 2);
+      third_read = restore_as_first_process(ckpt, same, rt, 3);
       fs::remove_all(ckpt);
+    }
+    blocking = bench::measure_async_blocking(state, bytes, root_text, iters);
+    if (gpt != "none") {
+      training = bench::measure_training_slowdown(gpt, data, gpt_steps, every, iters, root_text);
     }
   } catch (...) {
     fs::remove_all(root_text);
@@ -185,6 +235,18 @@ int run_bench_checkpoint(const Args& args) {
     out["dd_read_gbps"] = json_number(r);
     out["restore_gbps"] = json_number(rs);
     out["reshard_gbps"] = json_number(rr);
+    out["read_x_needed"] = {
+        json_number(read_ratio(same_read)), json_number(read_ratio(reshard_read)),
+        json_number(read_ratio(half_read)), json_number(read_ratio(third_read))};
+    out["async_block_s"] = json_number(blocking.save_seconds);
+    out["memcpy_s"] = json_number(blocking.memcpy_seconds);
+    if (gpt != "none") {
+      out["train_plain_s"] = json_number(training.plain_seconds);
+      out["train_async_s"] = json_number(training.async_seconds);
+    } else {
+      out["train_plain_s"] = nullptr;
+      out["train_async_s"] = nullptr;
+    }
     out["wrong"] = wrong;
     print_json(out);
   } else {
@@ -200,6 +262,30 @@ int run_bench_checkpoint(const Args& args) {
     std::printf("%-28s %8.2f %8.2f\n", "dd read (page cache)", r, 1.0);
     std::printf("%-28s %8.2f %8.2f\n", "restore, same layout", rs, rs / r);
     std::printf("%-28s %8.2f %8.2f\n", "restore, (model, batch)", rr, rr / r);
+    std::printf("%-28s %8s %8s\n", "bytes read by a restore", "MiB", "x needed");
+    const std::pair<const char*, const checkpoint::RestoreStats*> reads[] = {
+        {"restore, same layout", &same_read},
+        {"restore, (model, batch)", &reshard_read},
+        {"process 0 of 2, 1x2 mesh", &half_read},
+        {"process 0 of 3, 1x3 mesh", &third_read}};
+    for (const auto& [what, stats] : reads) {
+      std::printf("%-28s %8.1f %8.3f\n", what, static_cast<double>(stats->bytes_read) / (1 << 20),
+                  read_ratio(*stats));
+    }
+    std::printf("%-28s %8s %8s\n", "", "ms", "x memcpy");
+    std::printf("%-28s %8.2f %8.2f\n", "memcpy of the bytes", blocking.memcpy_seconds * 1e3, 1.0);
+    std::printf("%-28s %8.2f %8.2f\n", "async save, blocked", blocking.save_seconds * 1e3,
+                blocking.save_seconds / blocking.memcpy_seconds);
+    if (gpt != "none") {
+      std::printf("gpt %s on 2x2, %lld steps, checkpoint of %.1f MiB every %lld steps (%d saves)\n",
+                  gpt.c_str(), static_cast<long long>(gpt_steps),
+                  static_cast<double>(training.checkpoint_bytes) / (1 << 20),
+                  static_cast<long long>(every), training.saves_per_round);
+      std::printf("%-28s %8s %8s\n", "", "s", "x plain");
+      std::printf("%-28s %8.2f %8.2f\n", "training, no checkpoints", training.plain_seconds, 1.0);
+      std::printf("%-28s %8.2f %8.2f\n", "training, async checkpoints", training.async_seconds,
+                  training.async_seconds / training.plain_seconds);
+    }
     std::printf("wrong elements: %lld\n", static_cast<long long>(wrong));
   }
   return wrong == 0 ? 0 : 1;

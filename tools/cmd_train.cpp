@@ -58,6 +58,8 @@ constexpr const char* kHelp =
     "                      (one line; a number that is NaN or infinite is written as null)\n"
     "  --checkpoint-dir D  keep checkpoints in D (docs/checkpoints.md; step-NNNNNNNN/, last 3)\n"
     "  --checkpoint-every N  save a checkpoint after every N steps (needs --checkpoint-dir)\n"
+    "  --async-checkpoint  write the checkpoints in the background (the step waits only for a\n"
+    "                      copy of the state; the last one is waited for before the end)\n"
     "  --resume            continue from the newest checkpoint in --checkpoint-dir, on any mesh\n"
     "                      (bit for bit on the same mesh); none there: start afresh\n"
     "  --check-reference FILE  instead of training, check the `test` model on this mesh against\n"
@@ -83,6 +85,7 @@ struct Options {
   std::string check_reference;  // a reference dump: check against it instead of training
   std::string checkpoint_dir;   // "" : no checkpoints
   int64_t checkpoint_every = 0;  // 0: never
+  bool async_checkpoint = false;
   bool resume = false;
 };
 
@@ -118,6 +121,7 @@ Options parse(const Args& args) {
   flags.text({"--checkpoint-dir"}, o.checkpoint_dir);
   flags.integer({"--checkpoint-every"}, o.checkpoint_every, 1, 100000000);
   flags.set({"--resume"}, o.resume);
+  flags.set({"--async-checkpoint"}, o.async_checkpoint);
   flags.parse(args);
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
     flags.fail("--checkpoint-every and --resume need --checkpoint-dir");
@@ -225,7 +229,7 @@ int train_gpt(const Options& o) {
     if (s % c.eval_interval == 0 && s > 0) evaluate(s);
     reports.push_back(trainer.step());
     if (o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) {
-      checkpoints->save(s + 1, trainer.state());
+      checkpoints->save(s + 1, trainer.state(), o.async_checkpoint);
     }
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -234,6 +238,7 @@ int train_gpt(const Options& o) {
                 << (tty ? "" : "\n") << std::flush;
     }
   }
+  if (checkpoints) checkpoints->close();  // the last asynchronous save committed (or thrown)
   const double train_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (progress && tty) std::cout << "\n";

@@ -3,12 +3,12 @@
 #
 #   tools/train_resume_test.sh <tessel> <training text>
 #
-# Trains the test model 4 steps straight with a checkpoint every 2 steps, removes the step-4
-# checkpoint (as if the run had been killed after step 3), then resumes from step 2 to 4 on the
-# same mesh (2x2) and, from the same checkpoint, on another (1x4). (--steps must stay 4: it sets
-# the learning-rate schedule.) The resumed
-# steps' losses (--metrics, 6 decimals) must equal the straight run's on the same mesh and agree
-# to 1e-5 relative on the other. Every run is under `timeout`.
+# Trains the test model 4 steps straight with an asynchronous checkpoint every 2 steps, removes
+# the step-4 checkpoint (as if the run had been killed after step 3), then resumes from step 2
+# to 4 on the same mesh (2x2) and, from the same checkpoint, on another (1x4). (--steps must stay
+# 4: it sets the learning-rate schedule.) The resumed steps' losses (--metrics, 6 decimals) must
+# equal the straight run's on the same mesh and agree to 1e-5 relative on the other. Every run is
+# under `timeout`.
 set -uo pipefail
 tessel="$1"
 text="$2"
@@ -17,7 +17,8 @@ trap 'rm -rf "$dir"' EXIT
 common=(train gpt --config test --eval-iters 1 --sample 0 --data "$text" --json)
 run() { timeout -k 5 120 "$tessel" "${common[@]}" "$@" >/dev/null || { echo "FAIL: $*"; exit 1; }; }
 losses() { grep '^train,' "$1" | cut -d, -f2,3; }
-run --mesh 2x2 --steps 4 --metrics "$dir/straight.csv" --checkpoint-dir "$dir/ckpt" --checkpoint-every 2
+run --mesh 2x2 --steps 4 --metrics "$dir/straight.csv" --checkpoint-dir "$dir/ckpt" --checkpoint-every 2 \
+    --async-checkpoint
 [ -f "$dir/ckpt/step-00000002/tessel.json" ] || { echo "FAIL: no checkpoint of step 2"; exit 1; }
 rm -rf "$dir/ckpt/step-00000004"
 cp -r "$dir/ckpt" "$dir/ckpt_other"

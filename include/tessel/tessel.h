@@ -78,6 +78,7 @@
 #include "tessel/system/system.h"
 #include "tessel/system/system_channel.h"
 // checkpoint
+#include "tessel/checkpoint/async_checkpointer.h"
 #include "tessel/checkpoint/checkpoint.h"
 #include "tessel/checkpoint/checkpoint_manager.h"
 #include "tessel/checkpoint/safetensors.h"

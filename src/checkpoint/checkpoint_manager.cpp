@@ -95,9 +95,42 @@ std::string CheckpointManager::existing_step(int64_t step) const {
   return dir;
 }
 
-void CheckpointManager::save(int64_t step, const State& state) {
-  checkpoint::save(step_directory(step), state, options_.save);
-  if (process_of(state) == 0) clean_up(step);
+CheckpointManager::~CheckpointManager() = default;
+CheckpointManager::CheckpointManager(CheckpointManager&&) noexcept = default;
+CheckpointManager& CheckpointManager::operator=(CheckpointManager&&) noexcept = default;
+
+void CheckpointManager::save(int64_t step, const State& state, bool async) {
+  const std::string dir = step_directory(step);
+  const bool cleans_up = process_of(state) == 0;
+  if (!async) {
+    wait_until_finished();
+    checkpoint::save(dir, state, options_.save);
+    if (cleans_up) clean_up(step);
+    return;
+  }
+  if (!async_) {
+    async_ = std::make_unique<AsyncCheckpointer>(
+        AsyncCheckpointerOptions{.staging_bytes = options_.staging_bytes, .save = options_.save});
+  }
+  std::function<void()> after_commit;
+  if (cleans_up) {  // on the writer thread: a manager of its own (this one may move meanwhile)
+    after_commit = [directory = directory_, keep = options_.max_to_keep, step] {
+      CheckpointManager(directory, {.max_to_keep = keep}).clean_up(step);
+    };
+  }
+  async_->save(dir, state, fmt::format("step {} ('{}')", step, dir), std::move(after_commit));
+}
+
+void CheckpointManager::wait_until_finished() {
+  if (async_) async_->wait_until_finished();
+}
+
+void CheckpointManager::wait_until_finished(std::chrono::milliseconds timeout) {
+  if (async_) async_->wait_until_finished(timeout);
+}
+
+void CheckpointManager::close() {
+  if (async_) async_->close();
 }
 
 void CheckpointManager::clean_up(int64_t newest) {

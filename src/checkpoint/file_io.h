@@ -21,19 +21,31 @@ class OutputFile {
   ~OutputFile();
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
+  // Every kWriteBackBytes written, the kernel is asked to start writing them to the storage
+  // (sync_file_range), so that the final flush overlaps the rest of the writing.
   void write(const void* data, size_t size);
-  // fsync, then close: the bytes are on the storage when this returns.
+  // fdatasync (the data and the size), then close: the bytes are on the storage when this
+  // returns.
   void sync_and_close();
+  // Close without flushing (files that need not survive a crash).
+  void close();
   uint64_t size() const { return written_; }
 
+  static constexpr size_t kWriteBackBytes = size_t{8} << 20;
+
  private:
+  void start_write_back();
+
   std::string path_;
   int fd_ = -1;
   uint64_t written_ = 0;
+  uint64_t write_back_from_ = 0;  // written_ when write-back was last started
 };
 
 // Writes `text` to `path` and fsyncs it.
 void write_file(const std::string& path, std::string_view text);
+// Writes `text` to `path`, not flushed (a process's index, read before the manifest is written).
+void write_file_unsynced(const std::string& path, std::string_view text);
 // The whole file as bytes.
 std::string read_file(const std::string& path);
 // `size` bytes at `offset`: fewer available is kDataLoss naming the path.

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/chunk_crc.h"
 #include "checkpoint/file_io.h"
 #include "core/errors.h"
 
@@ -29,16 +30,29 @@ Value value_of(const Json& j, const std::string& name) {
 }
 
 Json shard_json(const SavedShard& s) {
-  return Json{
-      {"file", s.file}, {"saved_offsets", s.offsets}, {"shape", s.extents}, {"crc32c", s.crc32c}};
+  return Json{{"file", s.file},
+              {"saved_offsets", s.offsets},
+              {"shape", s.extents},
+              {"crc32c", s.crc32c},
+              {"chunk_bytes", kCrcChunkBytes},
+              {"chunk_crc32c", s.chunk_crc32c}};
 }
 
-SavedShard shard_of(const Json& j) {
+SavedShard shard_of(const Json& j, const std::string& path) {
   SavedShard s;
   s.file = j.at("file").get<std::string>();
   s.offsets = j.at("saved_offsets").get<std::vector<int64_t>>();
   s.extents = j.at("shape").get<std::vector<int64_t>>();
   s.crc32c = j.at("crc32c").get<uint32_t>();
+  if (j.contains("chunk_crc32c")) {
+    if (j.at("chunk_bytes").get<uint64_t>() != kCrcChunkBytes) {
+      tessel::detail::throw_error(ErrorCode::kDataLoss, kComponent,
+                                  "'{}': a shard of '{}' has chunk_bytes {}; this tessel reads {}",
+                                  path, s.file, j.at("chunk_bytes").get<uint64_t>(),
+                                  kCrcChunkBytes);
+    }
+    s.chunk_crc32c = j.at("chunk_crc32c").get<std::vector<uint32_t>>();
+  }
   return s;
 }
 
@@ -85,7 +99,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
       st.dtype = dtype_from_name(t.at("dtype").get<std::string>());
       st.shape = Shape(t.at("shape").get<std::vector<int64_t>>());
       st.layout = t.at("layout").get<std::string>();
-      for (const Json& s : t.at("shards")) st.shards.push_back(shard_of(s));
+      for (const Json& s : t.at("shards")) st.shards.push_back(shard_of(s, path));
       m.tensors[name] = std::move(st);
     }
     for (const auto& [name, v] : j.at("values").items()) m.values[name] = value_of(v, name);

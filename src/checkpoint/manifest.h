@@ -24,6 +24,9 @@ struct SavedShard {
   std::vector<int64_t> offsets;  // DCP's saved_offsets
   std::vector<int64_t> extents;  // the shard's shape
   uint32_t crc32c = 0;           // of the shard's bytes
+  // Of each kCrcChunkBytes piece of them (chunk_crc.h); empty in a manifest that has none, whose
+  // shards are checked whole.
+  std::vector<uint32_t> chunk_crc32c;
   Box box() const { return Box{offsets, extents}; }
 };
 

@@ -20,8 +20,9 @@ ProcessAgreement::ProcessAgreement(Mesh mesh, Runtime* runtime, int process,
     : mesh_(std::move(mesh)), runtime_(runtime), process_(process), timeout_(timeout) {}
 
 int ProcessAgreement::first_failed(bool ok) {
+  // Nothing to exchange when every device of the mesh is this process's (or none is).
   if (mesh_.is_empty() || mesh_.is_single_device() || mesh_.size() <= 1 ||
-      mesh_.num_local_devices() == 0) {
+      mesh_.num_local_devices() == 0 || mesh_.num_local_devices() == mesh_.size()) {
     return ok ? -1 : process_;
   }
   std::vector<PartialDim> partial;

@@ -6,7 +6,7 @@
 // device over the agreement mesh: each device contributes "ok" or its process's index. A process
 // whose work threw rethrows its own error; the others throw kAborted naming the first failed
 // process and the step. The collective is bounded by the timeout (kDeadlineExceeded). With a
-// mesh of one device, or none, nothing is exchanged.
+// mesh of one process (every device local, or none), nothing is exchanged.
 #pragma once
 
 #include <chrono>

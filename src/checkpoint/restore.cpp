@@ -56,8 +56,8 @@ DTensor restore_tensor(const std::string& name, const SavedTensor& saved, const 
     for (const SavedShard& shard : saved.shards) {
       const Box region = intersect(target, shard.box());
       if (region.empty()) continue;
-      copy_box_bytes(reader.bytes(name, shard), shard.box(), component.data(), target, region,
-                     item);
+      copy_box_bytes(reader.bytes(name, shard, region), shard.box(), component.data(), target,
+                     region, item);
       covered += region.num_elements();
     }
     if (covered != target.num_elements()) {
@@ -89,6 +89,7 @@ State restore(const std::string& directory, const Target& target, const RestoreO
     out[name] = restore_tensor(name, saved_tensor(m, directory, name), layout, runtime, reader);
   }
   add_values(m, out);
+  if (options.stats != nullptr) *options.stats = reader.stats();
   return out;
 }
 
@@ -111,6 +112,7 @@ State restore(const std::string& directory, const State& like, const RestoreOpti
     out[name] = restore_tensor(name, saved, t->layout(), t->runtime(), reader);
   }
   add_values(m, out);
+  if (options.stats != nullptr) *options.stats = reader.stats();
   return out;
 }
 

@@ -2,6 +2,13 @@
 // (checkpoint_test.sh runs it).
 //
 //   mpirun -np N tessel_mpi_checkpoint save DIR      every process writes its devices' shards
+//   mpirun -np N tessel_mpi_checkpoint save-async DIR  the same through an AsyncCheckpointer,
+//                                                    with relayouts on the same devices while the
+//                                                    files are written, then wait_until_finished
+//   mpirun -np N tessel_mpi_checkpoint over-budget DIR  an asynchronous save whose last process
+//                                                    has a staging budget of 0 bytes: that one
+//                                                    fails with ResourceExhausted, the others
+//                                                    with Aborted naming it, nothing is written
 //   mpirun -np M tessel_mpi_checkpoint restore DIR   any M (1 without mpirun), other layouts
 //
 // Every process has 2 CPU devices; the meshes are x = 2 x processes and batch = processes x
@@ -15,10 +22,12 @@
 #include <string>
 
 #include "mpi_client.h"
+#include "tessel/checkpoint/async_checkpointer.h"
 #include "tessel/checkpoint/checkpoint.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/relayout.h"
 #include "tessel/mesh/shard_map.h"
 #include "tessel/runtime/clients.h"
 
@@ -60,6 +69,8 @@ std::map<std::string, Layout> layouts(bool save) {
           {"empty", Layout({"unsharded", "x"}, line)}};
 }
 
+Layout chosen_restore_rows() { return layouts(false).at("rows"); }
+
 // Bytes checked; a mismatch throws naming the tensor and the component.
 size_t check(const std::string& name, const DTensor& d, const Tensor& host) {
   const ShardMap map(d.layout(), d.shape());
@@ -86,11 +97,12 @@ size_t check(const std::string& name, const DTensor& d, const Tensor& host) {
 
 int main(int argc, char** argv) {
   MpiEnvironment mpi(&argc, &argv);
-  if (argc != 3 || (std::string(argv[1]) != "save" && std::string(argv[1]) != "restore")) {
-    std::fprintf(stderr, "usage: tessel_mpi_checkpoint save|restore DIR\n");
+  const std::string mode = argc == 3 ? argv[1] : "";
+  if (mode != "save" && mode != "save-async" && mode != "over-budget" && mode != "restore") {
+    std::fprintf(stderr, "usage: tessel_mpi_checkpoint save|save-async|over-budget|restore DIR\n");
     return 2;
   }
-  const bool save = std::string(argv[1]) == "save";
+  const bool save = mode != "restore";
   const std::string dir = argv[2];
   try {
     const std::map<std::string, Tensor> host = host_values();
@@ -99,7 +111,30 @@ int main(int argc, char** argv) {
       checkpoint::State state{{"processes", int64_t{mpi_size()}}};
       for (const auto& [name, t] : host)
         state[name] = copy_to_mesh(t, chosen.at(name), client_runtime());
-      checkpoint::save(dir, state);
+      if (mode == "save") {
+        checkpoint::save(dir, state);
+      } else if (mode == "over-budget") {
+        const bool last = mpi_rank() == mpi_size() - 1;
+        checkpoint::AsyncCheckpointer saver({.staging_bytes = last ? 0 : 1 << 20, .save = {}});
+        try {
+          saver.save(dir, state);
+          std::printf("rank %d: the save was not refused\n", mpi_rank());
+          return 1;
+        } catch (const Error& e) {
+          const ErrorCode want = last ? ErrorCode::kResourceExhausted : ErrorCode::kAborted;
+          std::printf("rank %d: %s: %s\n", mpi_rank(), e.code() == want ? "refused" : "wrong error",
+                      e.what());
+          return e.code() == want ? 0 : 1;
+        }
+      } else {
+        checkpoint::AsyncCheckpointer saver({.staging_bytes = 1 << 20, .save = {}});
+        saver.save(dir, state);
+        // The caller's own collectives while the writer writes: never interleaved with the
+        // save's agreement, which runs here, in wait_until_finished.
+        const DTensor& rows = std::get<DTensor>(state.at("rows"));
+        for (int i = 0; i < 3; ++i) relayout(relayout(rows, chosen_restore_rows()), rows.layout());
+        saver.wait_until_finished(std::chrono::milliseconds(60000));
+      }
       std::printf("rank %d: saved %zu tensors\n", mpi_rank(), host.size());
     } else {
       const checkpoint::State back = checkpoint::restore(

@@ -4,7 +4,8 @@
 #   tests/mpi/checkpoint_test.sh <tessel_mpi_checkpoint> [mpiexec] [mpiexec flags]
 #
 # Saves under mpirun -np 2 and restores under -np 4, -np 2 and one process without mpirun; saves
-# under -np 4 and restores under -np 2 and one process. Checks that each saving process wrote
+# under -np 4 and restores under -np 2 and one process; saves asynchronously under -np 2 and
+# restores under one process and -np 2. Checks that each saving process wrote
 # its own files, and that every restoring process reported its bytes checked. Every run is under
 # `timeout`.
 set -uo pipefail
@@ -25,7 +26,7 @@ run() {  # processes (1: no mpirun), mode, directory
   rc=$?
   echo "$out"
   local reports
-  reports=$(grep -c "^rank [0-9]*: $( [ "$2" = save ] && echo saved || echo restored)" <<<"$out")
+  reports=$(grep -c "^rank [0-9]*: $( [[ "$2" == save* ]] && echo saved || echo restored)" <<<"$out")
   if [ "$rc" -ne 0 ] || [ "$reports" -ne "$np" ]; then
     echo "FAIL: $2 with $np processes (exit $rc, $reports of $np processes reported)"
     failed=1
@@ -45,5 +46,19 @@ for saved_by in 2 4; do
     run "$restored_by" restore "$ckpt"
   done
 done
+# An asynchronous save by 2 processes (the agreement and commit on the caller's thread, after its
+# own relayouts), restored by 1 and 2.
+run 2 save-async "$dir/async"
+run 1 restore "$dir/async"
+run 2 restore "$dir/async"
+# A staging budget one process exceeds: every process refuses the save, none writes.
+out=$(timeout -k 5 120 "$mpiexec" -np 2 $flags "$program" over-budget "$dir/over" 2>&1)
+rc=$?
+echo "$out"
+if [ "$rc" -ne 0 ] || [ "$(grep -c '^rank [0-9]*: refused' <<<"$out")" -ne 2 ] ||
+   [ -e "$dir/over" ] || [ -e "$dir/.over.tmp" ]; then
+  echo "FAIL: over-budget (exit $rc)"
+  failed=1
+fi
 [ "$failed" -eq 0 ] && echo "checkpoint_test: PASS"
 exit "$failed"

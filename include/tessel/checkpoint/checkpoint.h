@@ -79,12 +79,23 @@ struct SaveOptions {
   std::function<void(std::string_view step)> on_step;
 };
 
+// What a restore read, against what it needed (filled when RestoreOptions::stats is set).
+struct RestoreStats {
+  // The bytes of the saved shards the restore touched: each crc32c chunk it checked (256 KiB
+  // pieces of a shard around the parts needed), or without verify the byte span of each part.
+  int64_t bytes_read = 0;
+  // The bytes of the elements this process's devices needed from the saved shards (a part that
+  // several local devices need counted once).
+  int64_t bytes_needed = 0;
+};
+
 struct RestoreOptions {
-  // Check the crc32c of every saved shard read (each once per process; the shard is read in
-  // full for it, even where only a part is needed).
+  // Check the crc32c of the saved bytes read: each 256 KiB chunk of a shard around the parts
+  // needed, once per process (a checkpoint without chunk checksums: each shard whole).
   bool verify = true;
   // Runtime of the restored DTensors (restore(dir, Target)); a template's DTensors bring theirs.
   Runtime* runtime = nullptr;  // nullptr: Runtime::global()
+  RestoreStats* stats = nullptr;  // if set, receives what the restore read
 };
 
 // What restore builds: for each name, the layout to restore into (any mesh, any layout; the
