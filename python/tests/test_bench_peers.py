@@ -1,0 +1,126 @@
+"""bench/peers' own logic, without the peers' venv: the medians, spread and ratio column, the
+nccl-tests-like table, the JSON document (no NaN), the "peer unavailable" rows, and one real
+run of the runner with tessel alone and a missing venv."""
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import tessel
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "peers"))
+from peers_table import (Cell, Workload, busbw_gbps, document_json, format_table,  # noqa: E402
+                         ratio)
+
+BUILD = pathlib.Path(tessel.__file__).resolve().parents[2]  # build/python/tessel -> build
+RUNNER = REPO / "bench" / "peers" / "run_peers.py"
+
+
+def test_cell_median_and_spread():
+    c = Cell([10.0, 14.0, 12.0])
+    assert c.median_us() == 12.0
+    assert c.spread() == pytest.approx(4.0 / 12.0)
+    assert Cell().median_us() is None and Cell().spread() is None
+
+
+def test_ratio_is_peer_over_tessel_and_none_when_missing():
+    assert ratio(30.0, 10.0) == 3.0
+    assert ratio(None, 10.0) is None and ratio(5.0, None) is None and ratio(5.0, 0.0) is None
+
+
+def test_busbw_is_nccl_tests_definition():
+    # 16 MiB in 10 ms over 4 ranks: algbw 1.6777 GB/s, busbw = algbw * 2*3/4
+    assert busbw_gbps(16 << 20, 10_000.0, 4) == pytest.approx((16 << 20) / 0.01 * 1.5 / 1e9)
+    assert math.isnan(busbw_gbps(4096, 0.0, 4))
+
+
+def allreduce_workload():
+    w = Workload("all_reduce", "all_reduce f32 sum, 4 ranks", 4, ["tessel", "mpi", "jax"])
+    for nbytes, t, m in ((4096, [10.0, 12.0], [20.0, 30.0]), (1 << 20, [100.0], [350.0])):
+        c = w.case(str(nbytes), bytes=nbytes, count=nbytes // 4)
+        c.cell("tessel").samples_us.extend(t)
+        c.cell("mpi").samples_us.extend(m)
+    w.mark_unavailable("jax", "no peers' venv at /nowhere")
+    return w
+
+
+def test_table_has_ratio_busbw_and_the_unavailable_reason():
+    text = format_table(allreduce_workload())
+    lines = text.splitlines()
+    assert lines[0] == "# all_reduce f32 sum, 4 ranks"
+    assert "busbw_GB/s" in lines[2] and "ratio" in lines[2]
+    mpi_4k = next(l for l in lines if l.split()[:1] == ["4096"] and " mpi " in l)
+    assert mpi_4k.split()[-1] == "2.27"  # median 25 / median 11
+    assert mpi_4k.split()[4] == "25.00" and mpi_4k.split()[5] == "40%"  # (30 - 20) / 25
+    tessel_1m = next(l for l in lines if l.startswith("     1048576") and "tessel" in l)
+    assert tessel_1m.split()[-1] == "1.00"
+    jax_rows = [l for l in lines if " jax " in l]
+    assert len(jax_rows) == 2 and all("n/a: no peers' venv at /nowhere" in l for l in jax_rows)
+
+
+def test_table_without_sizes_prints_cases_and_throughput():
+    w = Workload("gpt", "GPT step", 4, ["tessel", "jax", "torch"], throughput_unit="tokens/s")
+    c = w.case("baby 2x2", work=16384)
+    c.cell("tessel").samples_us.append(2e6)
+    c.cell("jax").samples_us.append(4e6)
+    c.cell("torch").unavailable = "no PyTorch port"
+    lines = format_table(w).splitlines()
+    assert "tokens/s" in lines[2] and "busbw" not in lines[2]
+    jax = next(l for l in lines if " jax " in l)
+    assert jax.startswith("baby 2x2") and jax.split()[-2] == "4096.0" and jax.split()[-1] == "2.00"
+    assert any(l.endswith("n/a: no PyTorch port") for l in lines)
+
+
+def test_json_keeps_samples_and_writes_no_nan():
+    w = allreduce_workload()
+    w.case("8192", bytes=8192, count=2048).cell("tessel").samples_us.append(0.0)  # busbw NaN
+    doc = json.loads(document_json([w], {"note": float("nan")}),
+                     parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))
+    assert doc["meta"]["note"] is None
+    case = doc["workloads"][0]["cases"][0]
+    assert case["peers"]["mpi"]["samples_us"] == [20.0, 30.0]
+    assert case["peers"]["mpi"]["ratio"] == pytest.approx(25.0 / 11.0)
+    assert case["peers"]["jax"]["unavailable"] == "no peers' venv at /nowhere"
+    assert case["peers"]["jax"]["median_us"] is None
+
+
+def run_runner(*args, timeout=120):
+    return subprocess.run([sys.executable, str(RUNNER), "--build", str(BUILD), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(not (BUILD / "tools" / "tessel").exists(), reason="no tessel CLI")
+def test_runner_with_tessel_alone_and_a_missing_venv(tmp_path):
+    r = run_runner("--quick", "--repeat", "1", "--workloads", "all_reduce,dispatch",
+                   "--peers", "tessel,jax,torch", "-b", "4K", "-e", "16K",
+                   "--venv", str(tmp_path / "no-venv"), "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc == json.loads((tmp_path / "peers.json").read_text())
+    assert set(doc["meta"]["unavailable"]) == {"jax", "torch"}
+    by_name = {w["workload"]: w for w in doc["workloads"]}
+    sizes = [c["bytes"] for c in by_name["all_reduce"]["cases"]]
+    assert sizes == [4096, 16384]  # --quick: a factor of 4
+    for w in by_name.values():
+        for c in w["cases"]:
+            assert len(c["peers"]["tessel"]["samples_us"]) == 1
+            assert c["peers"]["tessel"]["ratio"] == 1.0
+            assert "no peers' venv" in c["peers"]["jax"]["unavailable"]
+    assert doc["meta"]["wrong"] == 0
+    assert "no plot" in r.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--peers", "jax"), "must include tessel"),
+    (("--workloads", "allreduce"), "choose from"),
+    (("--repeat", "0"), "--repeat 0"),
+    (("-b", "64M", "-e", "4K"), "sizes"),
+])
+def test_runner_refuses_bad_arguments(args, message):
+    r = run_runner(*args, timeout=30)
+    assert r.returncode == 2 and message in r.stderr
