@@ -14,26 +14,19 @@ that differs from NumPy's counts in "wrong" (the runner fails the run if any is 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
 import time
 
+from peer_args import parse_peer_args
+
 DEVICES = 4
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("workload", choices=("all_reduce", "relayout", "matmul", "dispatch"))
-    ap.add_argument("--sizes", default="4096", help="all_reduce: bytes per device, comma-separated")
-    ap.add_argument("--side", type=int, default=None, help="relayout / matmul: matrix side")
-    ap.add_argument("--iters", type=int, default=20, help="timed calls (median)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed calls first")
-    ap.add_argument("--ops", type=int, default=1000, help="dispatch: ops per round")
-    ap.add_argument("--rounds", type=int, default=7, help="dispatch: rounds (median)")
-    return ap.parse_args(argv)
+    return parse_peer_args(__doc__.split("\n")[0], argv)
 
 
 def timed_median_us(fn, iters, warmup):
@@ -71,7 +64,7 @@ def main(argv=None):
         # shard_map + psum: each device's block is its rank's buffer; the output block is the sum.
         allreduce = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh,
                                           in_specs=P("x"), out_specs=P("x")))
-        for nbytes in (int(s) for s in args.sizes.split(",")):
+        for nbytes in args.sizes:
             count = nbytes // 4
             j = np.arange(count)
             # rank r's element j is 1 + (j + 3r) mod 8: the values tessel bench and MPI use

@@ -14,7 +14,6 @@ is the median over the timed calls. Rank 0 prints one JSON object:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -25,17 +24,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from peer_args import parse_peer_args
+
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("workload", choices=("all_reduce", "relayout", "matmul", "dispatch"))
-    ap.add_argument("--sizes", default="4096", help="all_reduce: bytes per rank, comma-separated")
-    ap.add_argument("--side", type=int, default=None, help="relayout / matmul: matrix side")
-    ap.add_argument("--iters", type=int, default=20, help="timed calls (median)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed calls first")
-    ap.add_argument("--ops", type=int, default=1000, help="dispatch: ops per round")
-    ap.add_argument("--rounds", type=int, default=7, help="dispatch: rounds (median)")
-    return ap.parse_args(argv)
+    return parse_peer_args(__doc__.split("\n")[0], argv)
 
 
 def slowest_rank_median_us(call, iters, warmup, prepare=None):
@@ -72,7 +65,7 @@ def main(argv=None):
     rows = []
 
     if args.workload == "all_reduce":
-        for nbytes in (int(s) for s in args.sizes.split(",")):
+        for nbytes in args.sizes:
             count = nbytes // 4
             j = torch.arange(count)
             src = (1 + (j + 3 * rank) % 8).to(torch.float32)  # the values tessel and MPI use
