@@ -15,7 +15,6 @@ is the median over the timed calls. Rank 0 prints one JSON object:
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
