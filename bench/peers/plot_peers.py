@@ -3,8 +3,10 @@ for the other workloads, each peer's time relative to tessel's (right: a bar per
 peer, log scale, 1 = as fast as tessel, above 1 = tessel faster).
 
     .venv-peers/bin/python bench/peers/plot_peers.py build/peers/peers.json docs/img/peers.png
+    .venv-peers/bin/python bench/peers/plot_peers.py a.json b.json out.png   # runs merged
 
-Runs in the peers' venv (matplotlib); the runner calls it after the tables.
+Runs in the peers' venv (matplotlib); the runner calls it after the tables. Several JSON files
+(runs of different workloads) are drawn as one run; the title gives the first run's start.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 COLORS = {"tessel": "tab:blue", "mpi": "tab:orange", "jax": "tab:green", "torch": "tab:red"}
 
 
-def main(src: str, dst: str) -> int:
-    doc = json.load(open(src))
+def main(sources: list[str], dst: str) -> int:
+    docs = [json.load(open(src)) for src in sources]
+    doc = {"meta": docs[0]["meta"], "workloads": [w for d in docs for w in d["workloads"]]}
     by_name = {w["workload"]: w for w in doc["workloads"]}
     others = [w for w in doc["workloads"] if w["workload"] != "all_reduce"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1, 1.2]})
@@ -73,6 +76,6 @@ def main(src: str, dst: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: plot_peers.py RESULTS.json OUT.png")
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    if len(sys.argv) < 3:
+        sys.exit("usage: plot_peers.py RESULTS.json [MORE.json ...] OUT.png")
+    sys.exit(main(sys.argv[1:-1], sys.argv[-1]))
