@@ -155,8 +155,9 @@ class Peers:
     def probe(self):
         a = self.args
         if not self.tessel_cli.is_file():
-            raise SystemExit(f"run_peers.py: error: no tessel CLI at {self.tessel_cli} "
-                             "(make build, or pass --build)")
+            print(f"run_peers.py: error: no tessel CLI at {self.tessel_cli} (make build, or pass "
+                  "--build)", file=sys.stderr)
+            sys.exit(2)
         if "mpi" in a.peers:
             self._probe_mpi()
         for peer, module in (("jax", "jax"), ("torch", "torch")):
@@ -452,7 +453,8 @@ def main(argv=None):
     peers.versions.setdefault("tessel", {})["git"] = git_describe()
     meta = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "quick": args.quick, "repetitions": args.repeat, "settings": vars(settings),
-            "machine": {"cpus": os.cpu_count(), "cpu": cpu_model(), "platform": platform.platform()},
+            "machine": {"cpus": os.cpu_count(), "cpu": cpu_model(), "platform": platform.platform(),
+                        "sched_autogroup": sched_autogroup()},
             "load_average_start": load_start, "load_average_end": os.getloadavg(),
             "versions": peers.versions, "unavailable": peers.unavailable, "runs": log,
             "wrong": wrong}
@@ -482,6 +484,11 @@ def format_header(meta) -> str:
     for peer, why in meta["unavailable"].items():
         lines.append(f"# {peer}: unavailable ({why})")
     lines.append(f"# wrong results: {meta['wrong']}")
+    busy = [e["other_cpu"] for e in meta["runs"]]
+    if meta["machine"].get("sched_autogroup") and busy and sorted(busy)[len(busy) // 2] > 0.5:
+        lines.append("# warning: other processes took most of the CPU, and the kernel shares it "
+                     "per session (sched_autogroup): torchrun's ranks, one session each, got more "
+                     "of it than one tessel or JAX process; re-measure on a quiet machine")
     return "\n".join(lines)
 
 
@@ -494,6 +501,14 @@ def git_describe() -> str:
     r = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
                        capture_output=True, text=True)
     return r.stdout.strip() or "?"
+
+
+def sched_autogroup() -> bool:
+    """Whether the kernel shares the CPU between sessions rather than threads (see the header)."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 def cpu_model() -> str:

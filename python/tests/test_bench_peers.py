@@ -124,3 +124,24 @@ def test_runner_with_tessel_alone_and_a_missing_venv(tmp_path):
 def test_runner_refuses_bad_arguments(args, message):
     r = run_runner(*args, timeout=30)
     assert r.returncode == 2 and message in r.stderr
+
+
+def test_runner_without_the_cli_says_where_it_looked(tmp_path):
+    r = subprocess.run([sys.executable, str(RUNNER), "--build", str(tmp_path), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert f"no tessel CLI at {tmp_path}/tools/tessel" in r.stderr
+
+
+def test_header_names_versions_unavailable_peers_and_a_loaded_machine():
+    import run_peers
+    meta = {"started": "s", "finished": "f", "repetitions": 3, "wrong": 0,
+            "machine": {"cpus": 2, "cpu": "x", "sched_autogroup": True},
+            "load_average_start": [12.0, 0, 0], "load_average_end": [14.0, 0, 0],
+            "versions": {"jax": {"jax": "0.10.2"}}, "unavailable": {"torch": "no venv"},
+            "runs": [{"other_cpu": 0.8}, {"other_cpu": 0.9}]}
+    text = run_peers.format_header(meta)
+    assert "# jax: jax 0.10.2" in text and "# torch: unavailable (no venv)" in text
+    assert "sched_autogroup" in text
+    meta["runs"] = [{"other_cpu": 0.1}]
+    assert "sched_autogroup" not in run_peers.format_header(meta)
