@@ -43,6 +43,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -360,7 +361,31 @@ TITLES = {
     "gpt": "GPT training step on a 2x2 (batch x model) mesh (time per step; tokens/s)",
 }
 RANKS = {"all_reduce": 4, "relayout": 4, "matmul": 2, "dispatch": 4, "gpt": 4}
+# Each run of one peer on one workload is stopped after this many seconds.
 TIMEOUT_S = {"all_reduce": 600, "relayout": 600, "matmul": 600, "dispatch": 300, "gpt": 1800}
+
+
+def run_with_deadline(cmd, env, timeout_s):
+    """(exit status, stdout, stderr) of cmd, or None when it overran timeout_s. The command runs
+    in a session of its own so that an overrun stops all of it: SIGTERM to its process group
+    (torchrun and mpirun pass it on to their ranks), SIGKILL 10 s later if it is still there."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=REPO, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+        return p.returncode, out, err
+    except subprocess.TimeoutExpired:
+        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                p.communicate(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        return None
 
 
 def run_once(peers, settings, w: Workload, peer: str, rep: int, log: list) -> int:
@@ -369,25 +394,25 @@ def run_once(peers, settings, w: Workload, peer: str, rep: int, log: list) -> in
     outs, wrong = [], 0
     s0, t0 = cpu_sample(), time.time()
     load = os.getloadavg()[0]
-    error = None
+    error, last_stderr = None, ""
     for cmd in cmds:
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, env=peers.env(peer),
-                               timeout=TIMEOUT_S[w.name], cwd=REPO)
-        except subprocess.TimeoutExpired:
-            error = f"timed out after {TIMEOUT_S[w.name]} s"
+        result = run_with_deadline(cmd, peers.env(peer), TIMEOUT_S[w.name])
+        if result is None:
+            error = f"timed out after {TIMEOUT_S[w.name]} s (stopped)"
             break
-        if r.returncode not in (0, 1):  # 1: a tessel bench found a wrong element: parse it
-            error = f"exit status {r.returncode}: {last_line(r.stderr or r.stdout)}"
+        rc, out, err = result
+        last_stderr = err
+        if rc not in (0, 1):  # 1: a wrong element (tessel bench), or a Python error: parse decides
+            error = f"exit status {rc}: {last_line(err or out)}"
             break
-        outs.append(r.stdout)
+        outs.append(out)
     entry = {"workload": w.name, "peer": peer, "repetition": rep, "load_1min": load,
              "wall_s": round(time.time() - t0, 2), "other_cpu": round(other_cpu(s0, cpu_sample()), 3)}
     if error is None:
         try:
             rows, versions = parse(outs)
         except (ValueError, KeyError, IndexError) as e:
-            error = f"unreadable output ({e}): {last_line(outs[-1] if outs else '')}"
+            error = f"unreadable output ({e}): {last_line(last_stderr or (outs[-1] if outs else ''))}"
         else:
             peers.versions.setdefault(peer, {}).update(versions)
             for row in rows:

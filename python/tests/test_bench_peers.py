@@ -145,3 +145,30 @@ def test_header_names_versions_unavailable_peers_and_a_loaded_machine():
     assert "sched_autogroup" in text
     meta["runs"] = [{"other_cpu": 0.1}]
     assert "sched_autogroup" not in run_peers.format_header(meta)
+
+
+def test_a_run_that_overruns_is_stopped_with_its_process_group():
+    import time
+
+    import run_peers
+    t0 = time.monotonic()
+    assert run_peers.run_with_deadline(["sh", "-c", "sleep 30 & sleep 30"], {}, 0.5) is None
+    assert time.monotonic() - t0 < 5
+    assert run_peers.run_with_deadline(["sh", "-c", "echo out; echo oops >&2; exit 3"], {}, 10) == \
+        (3, "out\n", "oops\n")
+
+
+@pytest.mark.skipif(not (BUILD / "tools" / "tessel").exists(), reason="no tessel CLI")
+def test_a_peer_that_crashes_gets_a_failed_row_with_its_error(tmp_path):
+    # A venv whose python imports fine (the probe) but crashes when it runs a workload.
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    fake = tmp_path / "venv" / "bin" / "python"
+    fake.write_text('#!/bin/sh\ncase "$2" in *import*) echo 0.0; exit 0;; esac\n'
+                    'echo "boom: peer crashed" >&2; exit 3\n')
+    fake.chmod(0o755)
+    r = run_runner("--quick", "--repeat", "1", "--workloads", "dispatch", "--peers", "tessel,jax",
+                   "--venv", str(tmp_path / "venv"), "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    cell = json.loads(r.stdout)["workloads"][0]["cases"][0]["peers"]["jax"]
+    assert cell["unavailable"] == "failed: exit status 3: boom: peer crashed"
+    assert "dispatch/jax repetition 0: exit status 3" in r.stderr
