@@ -44,6 +44,7 @@ import platform
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -103,6 +104,8 @@ def parse_args(argv=None):
                     help="GPT config (default baby; quick tiny)")
     ap.add_argument("--build", type=Path, default=REPO / "build")
     ap.add_argument("--venv", type=Path, default=REPO / ".venv-peers")
+    ap.add_argument("--torch-launch", choices=("torchrun", "same-session"), default="torchrun",
+                    help="how torch's ranks start (default torchrun, a session per rank)")
     ap.add_argument("--out", type=Path, default=None, help="folder for peers.json (default <build>/peers)")
     ap.add_argument("--plot", type=Path, default=None, help="PNG path (default <out>/peers.png)")
     ap.add_argument("--json", action="store_true", help="print the JSON document instead of tables")
@@ -211,8 +214,19 @@ def last_line(text: str) -> str:
 
 
 def torchrun(peers, nproc, *argv):
-    return [str(peers.venv_python), "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc}", str(HERE / "torch_peer.py"), *argv]
+    """The torch peer's ranks as its users start them (torchrun), or, with --torch-launch
+    same-session, started by a shell in one session (torch's env:// rendezvous variables set by
+    hand): the control for the scheduler effect described in run_peers.py's header warning."""
+    script = [str(peers.venv_python), str(HERE / "torch_peer.py"), *argv]
+    if peers.args.torch_launch == "torchrun":
+        return [str(peers.venv_python), "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={nproc}", *script[1:]]
+    with socket.socket() as s:  # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ranks = " ".join(f'RANK={r} LOCAL_RANK={r} "$@" &' for r in range(nproc - 1, 0, -1))
+    return ["sh", "-c", f'export WORLD_SIZE={nproc} MASTER_PORT={port}; {ranks} '
+            'RANK=0 LOCAL_RANK=0 "$@"; status=$?; wait; exit $status', "sh", *script]
 
 
 
@@ -478,6 +492,7 @@ def main(argv=None):
     peers.versions.setdefault("tessel", {})["git"] = git_describe()
     meta = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "quick": args.quick, "repetitions": args.repeat, "settings": vars(settings),
+            "torch_launch": args.torch_launch,
             "machine": {"cpus": os.cpu_count(), "cpu": cpu_model(), "platform": platform.platform(),
                         "sched_autogroup": sched_autogroup()},
             "load_average_start": load_start, "load_average_end": os.getloadavg(),
@@ -510,10 +525,13 @@ def format_header(meta) -> str:
         lines.append(f"# {peer}: unavailable ({why})")
     lines.append(f"# wrong results: {meta['wrong']}")
     busy = [e["other_cpu"] for e in meta["runs"]]
-    if meta["machine"].get("sched_autogroup") and busy and sorted(busy)[len(busy) // 2] > 0.5:
+    torchrun = meta.get("torch_launch", "torchrun") == "torchrun" and "torch" in meta["versions"]
+    if (torchrun and meta["machine"].get("sched_autogroup") and busy
+            and sorted(busy)[len(busy) // 2] > 0.5):
         lines.append("# warning: other processes took most of the CPU, and the kernel shares it "
                      "per session (sched_autogroup): torchrun's ranks, one session each, got more "
-                     "of it than one tessel or JAX process; re-measure on a quiet machine")
+                     "of it than one tessel or JAX process; re-measure on a quiet machine "
+                     "(or compare with --torch-launch same-session)")
     return "\n".join(lines)
 
 

@@ -138,11 +138,13 @@ def test_header_names_versions_unavailable_peers_and_a_loaded_machine():
     meta = {"started": "s", "finished": "f", "repetitions": 3, "wrong": 0,
             "machine": {"cpus": 2, "cpu": "x", "sched_autogroup": True},
             "load_average_start": [12.0, 0, 0], "load_average_end": [14.0, 0, 0],
-            "versions": {"jax": {"jax": "0.10.2"}}, "unavailable": {"torch": "no venv"},
+            "versions": {"jax": {"jax": "0.10.2"}, "torch": {"torch": "2.15.0"}},
+            "unavailable": {"mpi": "no mpirun"},
             "runs": [{"other_cpu": 0.8}, {"other_cpu": 0.9}]}
     text = run_peers.format_header(meta)
-    assert "# jax: jax 0.10.2" in text and "# torch: unavailable (no venv)" in text
+    assert "# jax: jax 0.10.2" in text and "# mpi: unavailable (no mpirun)" in text
     assert "sched_autogroup" in text
+    assert "sched_autogroup" not in run_peers.format_header({**meta, "torch_launch": "same-session"})
     meta["runs"] = [{"other_cpu": 0.1}]
     assert "sched_autogroup" not in run_peers.format_header(meta)
 
@@ -172,3 +174,21 @@ def test_a_peer_that_crashes_gets_a_failed_row_with_its_error(tmp_path):
     cell = json.loads(r.stdout)["workloads"][0]["cases"][0]["peers"]["jax"]
     assert cell["unavailable"] == "failed: exit status 3: boom: peer crashed"
     assert "dispatch/jax repetition 0: exit status 3" in r.stderr
+
+
+def test_same_session_launch_starts_every_rank_with_the_rendezvous_variables(tmp_path):
+    import types
+
+    import run_peers
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho "$RANK/$WORLD_SIZE $MASTER_PORT $2"\n')
+    fake.chmod(0o755)
+    peers = types.SimpleNamespace(venv_python=fake, args=types.SimpleNamespace(torch_launch="same-session"))
+    cmd = run_peers.torchrun(peers, 4, "dispatch", "--ops", "10")
+    rc, out, _ = run_peers.run_with_deadline(cmd, {"PATH": "/usr/bin:/bin"}, 10)
+    lines = sorted(out.split("\n")[:-1])
+    assert rc == 0 and [l.split()[0] for l in lines] == ["0/4", "1/4", "2/4", "3/4"]
+    assert len({l.split()[1] for l in lines}) == 1 and all(l.endswith(" dispatch") for l in lines)
+    peers.args.torch_launch = "torchrun"
+    assert run_peers.torchrun(peers, 2, "matmul")[1:5] == ["-m", "torch.distributed.run",
+                                                         "--standalone", "--nproc-per-node=2"]
