@@ -6,6 +6,7 @@ run on this machine, with the ratio of each peer's time to tessel's.
     /usr/bin/python3 bench/peers/run_peers.py [--quick] [--repeat R] [--json]
         [--workloads all_reduce,relayout,matmul,dispatch,gpt] [--peers tessel,mpi,jax,torch]
         [--build build] [--venv .venv-peers] [--out build/peers] [--plot FILE]
+        [--torch-launch torchrun|same-session]
 
 Workloads (f32; 4 devices or ranks unless said):
   all_reduce  4 KiB .. 64 MiB per rank: time and busbw (nccl-tests' definitions)
