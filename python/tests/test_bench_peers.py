@@ -152,11 +152,11 @@ def test_header_names_versions_unavailable_peers_and_a_loaded_machine():
 def test_a_run_that_overruns_is_stopped_with_its_process_group():
     import time
 
-    import run_peers
+    from processes import run_with_deadline
     t0 = time.monotonic()
-    assert run_peers.run_with_deadline(["sh", "-c", "sleep 30 & sleep 30"], {}, 0.5) is None
+    assert run_with_deadline(["sh", "-c", "sleep 30 & sleep 30"], {}, 0.5) is None
     assert time.monotonic() - t0 < 5
-    assert run_peers.run_with_deadline(["sh", "-c", "echo out; echo oops >&2; exit 3"], {}, 10) == \
+    assert run_with_deadline(["sh", "-c", "echo out; echo oops >&2; exit 3"], {}, 10) == \
         (3, "out\n", "oops\n")
 
 
@@ -179,16 +179,17 @@ def test_a_peer_that_crashes_gets_a_failed_row_with_its_error(tmp_path):
 def test_same_session_launch_starts_every_rank_with_the_rendezvous_variables(tmp_path):
     import types
 
-    import run_peers
+    from peer_programs import torchrun
+    from processes import run_with_deadline
     fake = tmp_path / "python"
     fake.write_text('#!/bin/sh\necho "$RANK/$WORLD_SIZE $MASTER_PORT $2"\n')
     fake.chmod(0o755)
     peers = types.SimpleNamespace(venv_python=fake, args=types.SimpleNamespace(torch_launch="same-session"))
-    cmd = run_peers.torchrun(peers, 4, "dispatch", "--ops", "10")
-    rc, out, _ = run_peers.run_with_deadline(cmd, {"PATH": "/usr/bin:/bin"}, 10)
+    cmd = torchrun(peers, 4, "dispatch", "--ops", "10")
+    rc, out, _ = run_with_deadline(cmd, {"PATH": "/usr/bin:/bin"}, 10)
     lines = sorted(out.split("\n")[:-1])
     assert rc == 0 and [l.split()[0] for l in lines] == ["0/4", "1/4", "2/4", "3/4"]
     assert len({l.split()[1] for l in lines}) == 1 and all(l.endswith(" dispatch") for l in lines)
     peers.args.torch_launch = "torchrun"
-    assert run_peers.torchrun(peers, 2, "matmul")[1:5] == ["-m", "torch.distributed.run",
+    assert torchrun(peers, 2, "matmul")[1:5] == ["-m", "torch.distributed.run",
                                                          "--standalone", "--nproc-per-node=2"]
