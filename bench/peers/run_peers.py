@@ -100,8 +100,9 @@ def parse_args(argv=None):
         args.repeat = 2 if args.quick else 3
     if not 1 <= args.repeat <= 100:
         ap.error(f"--repeat {args.repeat}: must be 1..100")
-    if not 4 <= args.minbytes <= args.maxbytes or args.minbytes % 16:
-        ap.error(f"sizes {args.minbytes}..{args.maxbytes}: need 4 <= min <= max, min a multiple of 16")
+    if not 16 <= args.minbytes <= args.maxbytes or args.minbytes % 16:
+        ap.error(f"sizes {args.minbytes}..{args.maxbytes}: need 16 <= min <= max, min a multiple "
+                 "of 16 (4 ranks x f32)")
     args.gpt_config = args.gpt_config or ("tiny" if args.quick else "baby")
     args.out = args.out or args.build / "peers"
     args.plot = args.plot or args.out / "peers.png"
@@ -167,20 +168,44 @@ def run_once(peers, settings, w: Workload, peer: str, rep: int, log: list) -> in
             error = f"unreadable output ({e}): {last_line(last_stderr or (outs[-1] if outs else ''))}"
         else:
             peers.versions.setdefault(peer, {}).update(versions)
-            for row in rows:
-                c = w.case(str(row["case"]), bytes=row.get("bytes"), count=row.get("count"),
-                           work=row.get("work"))
-                cell = c.cell(peer)
-                cell.samples_us.append(float(row["time_us"]))
-                extra = {k: v for k, v in row.items()
-                         if k not in ("case", "bytes", "count", "work", "time_us")}
-                cell.extra.setdefault("runs", []).append(extra)
-                wrong += int(row.get("wrong", 0))
+            wrong = add_rows(w, peer, rows)
     if error is not None:
         entry["error"] = error
         print(f"# {w.name}/{peer} repetition {rep}: {error}", file=sys.stderr)
     log.append(entry)
     return wrong
+
+
+def add_rows(w: Workload, peer: str, rows: list[dict]) -> int:
+    """One run's rows as samples of w's cases; returns the run's count of wrong elements."""
+    wrong = 0
+    for row in rows:
+        c = w.case(str(row["case"]), bytes=row.get("bytes"), count=row.get("count"),
+                   work=row.get("work"))
+        cell = c.cell(peer)
+        cell.samples_us.append(float(row["time_us"]))
+        extra = {k: v for k, v in row.items() if k not in ("case", "bytes", "count", "work", "time_us")}
+        cell.extra.setdefault("runs", []).append(extra)
+        wrong += int(row.get("wrong", 0))
+    return wrong
+
+
+def give_reasons(w: Workload, peers: Peers, peer_names: list[str], log: list) -> None:
+    """Every cell without samples says why: no such operation, not installed, or its error."""
+    if not w.cases:  # even tessel failed: one placeholder case so the reasons print
+        w.case("(no result)")
+    for peer in peer_names:
+        if (peer, w.name) in NOT_APPLICABLE:
+            w.mark_unavailable(peer, NOT_APPLICABLE[(peer, w.name)])
+        elif not peers.available(peer):
+            w.mark_unavailable(peer, peers.unavailable[peer])
+    for c in w.cases:
+        for peer in peer_names:
+            cell = c.cell(peer)
+            if not cell.samples_us and cell.unavailable is None:
+                errors = [e["error"] for e in log
+                          if e["workload"] == w.name and e["peer"] == peer and "error" in e]
+                cell.unavailable = f"failed: {errors[-1]}" if errors else "no result"
 
 
 def main(argv=None):
@@ -215,21 +240,8 @@ def main(argv=None):
             for peer in order:
                 print(f"# repetition {rep + 1}/{args.repeat}: {name} on {peer}", file=sys.stderr)
                 wrong += run_once(peers, settings, workloads[name], peer, rep, log)
-    for name, w in workloads.items():
-        if not w.cases:  # even tessel failed: one placeholder case so the reasons print
-            w.case("(no result)")
-        for peer in args.peers:
-            if (peer, name) in NOT_APPLICABLE:
-                w.mark_unavailable(peer, NOT_APPLICABLE[(peer, name)])
-            elif not peers.available(peer):
-                w.mark_unavailable(peer, peers.unavailable[peer])
-        for c in w.cases:
-            for peer in args.peers:
-                cell = c.cell(peer)
-                if not cell.samples_us and cell.unavailable is None:
-                    errors = [e["error"] for e in log
-                              if e["workload"] == name and e["peer"] == peer and "error" in e]
-                    cell.unavailable = f"failed: {errors[-1]}" if errors else "no result"
+    for w in workloads.values():
+        give_reasons(w, peers, args.peers, log)
 
     peers.versions.setdefault("tessel", {})["git"] = git_describe()
     meta = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
