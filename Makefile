@@ -8,7 +8,7 @@ FUZZ_SECONDS ?= 60
 # Compiler for check-tsan: g++ (the default build compiler; clang 14 lacks some C++20) or clang++.
 TSAN_CXX ?= g++
 
-.PHONY: all deps configure build demo test check-tsan check-tsan-ci check-asan fuzz ci format clean
+.PHONY: all deps configure build demo test check-tsan check-tsan-ci check-asan fuzz ci format clean bench-peers
 
 all: build
 
@@ -75,6 +75,17 @@ check-asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	LD_PRELOAD=$(ASAN_RUNTIME) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=$(ASAN_BUILD)/python \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+
+# tessel side by side with Open MPI, JAX and PyTorch (bench/peers/run_peers.py; not part of make
+# test): makes the peers' venv .venv-peers on first use (scripts/peers-venv.sh, pinned versions,
+# reused afterwards), builds the CLI and the module, runs every workload alternating the peers
+# and writes $(BUILD)/peers/peers.json and peers.png. PEERS_ARGS adds options, e.g.
+# PEERS_ARGS=--quick (a few minutes) or PEERS_ARGS="--workloads all_reduce --repeat 5".
+PEERS_ARGS ?=
+bench-peers: configure
+	./scripts/peers-venv.sh
+	cmake --build $(BUILD) -j$(JOBS) --target tessel_cli tessel_python
+	$(PYTHON) bench/peers/run_peers.py --build $(BUILD) $(PEERS_ARGS)
 
 # What CI runs (.ci/run): every test, then the bounded sanitizer and fuzz checks.
 ci: test check-tsan-ci check-asan fuzz

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the Python virtual environment for tessel's peer and reference code:
-# <repo>/.venv-peers with JAX (CPU), numpy, safetensors and matplotlib at pinned versions.
+# <repo>/.venv-peers with JAX (CPU), PyTorch, numpy, safetensors and matplotlib at pinned versions
+# (bench/peers/ runs the peers from it; examples/gpt/reference/ checks the GPT against it).
 #
 # Why a separate environment: the system interpreter (/usr/bin/python3) carries Debian's
 # numpy 1.x, which tessel's Python bindings and tests are built against and which must stay
@@ -29,6 +30,17 @@ requirements=(
   "scipy==1.17.1"
   "safetensors==0.8.0"
   "matplotlib==3.11.2"
+  # PyTorch for bench/peers (torch.distributed over gloo, DTensor). PyTorch's CPU-only wheel
+  # index is not reachable from this workplace, so this is PyPI's wheel, which pins (==) the
+  # CUDA libraries it loads at import (about 3 GB, never used on a CPU machine); its own
+  # pure-Python requirements are pinned here.
+  "torch==2.15.0"
+  "sympy==1.14.0"
+  "networkx==3.6.1"
+  "filelock==4.3.1"
+  "jinja2==3.1.6"
+  "fsspec==2026.9.0"
+  "typing_extensions==4.16.0"
 )
 wanted="$(printf '%s\n' "${requirements[@]}")"
 
@@ -75,6 +87,6 @@ echo "peers-venv: installing ${requirements[*]}"
 printf '%s\n' "$wanted" > "$stamp"
 echo "peers-venv: installed:"
 "$venv/bin/python" -m pip list --format=freeze --disable-pip-version-check 2>/dev/null \
-  | grep -i -E '^(jax|jaxlib|numpy|ml.dtypes|opt.einsum|scipy|safetensors|matplotlib)==' \
+  | grep -i -E '^(jax|jaxlib|numpy|ml.dtypes|opt.einsum|scipy|safetensors|matplotlib|torch)==' \
   | sed 's/^/  /'
 echo "peers-venv: done; use $venv/bin/python"
