@@ -260,9 +260,13 @@ from tessel._tessel import (
 # Replication metadata and device assignment (seed 105; bind_replicate.cpp).
 from tessel._tessel import (
     DeviceAssignment,
+    DeviceOrderMode,
+    ExecutionDevice,
+    ExecutionDevices,
     ReplicateMetadata,
     SINGLE_CORE_ASSIGNMENT,
     StepMarkerLocation,
+    compilation_and_execution_devices,
     step_marker_location_from_name,
     step_marker_location_name,
 )

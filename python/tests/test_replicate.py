@@ -110,9 +110,14 @@ def test_br_105_03_device_assignment_errors():
 
 
 def test_br_105_03_build():
+    # Full replication follows TF's ring in AUTO order; MESH keeps the replica grid.
     da = tessel.DeviceAssignment.build(two_by_two(), num_replicas=4)
     assert da.core_assignment.reshape(4, 4).tolist() == [[0, 0, 0, 0], [1, 0, 0, 0],
-                                                         [0, 1, 0, 0], [1, 1, 0, 0]]
+                                                         [1, 1, 0, 0], [0, 1, 0, 0]]
+    mesh = tessel.DeviceAssignment.build(two_by_two(), num_replicas=4,
+                                         device_order_mode=tessel.DeviceOrderMode.MESH)
+    assert mesh.core_assignment.reshape(4, 4).tolist() == [[0, 0, 0, 0], [1, 0, 0, 0],
+                                                           [0, 1, 0, 0], [1, 1, 0, 0]]
     da2 = tessel.DeviceAssignment.build(two_by_two().serialized(), computation_shape=[2, 1, 1, 1],
                                         num_replicas=2)
     assert da2.num_cores_per_replica == 2

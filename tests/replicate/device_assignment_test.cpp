@@ -137,8 +137,9 @@ TEST(Seed105, BR_105_03_BuildDefaultsToOneReplicaAtTheOrigin) {
 
 TEST(Seed105, BR_105_03_BuildPlacesReplicasWithoutOverlap) {
   // TF: for mesh [2,2,1,1] and 4 replicas the replica grid is [2,2,1,1] (core dim 1 first,
-  // then dims in increasing size), replica r at pos (r % 2, r / 2).
-  const auto da = DeviceAssignment::build(two_by_two(), {}, {}, 4);
+  // then dims in increasing size), replica r at pos (r % 2, r / 2) in MESH order (full
+  // replication in AUTO order follows the ring instead: DeviceOrder.*).
+  const auto da = DeviceAssignment::build(two_by_two(), {}, {}, 4, DeviceOrderMode::kMesh);
   EXPECT_EQ(da.core_assignment(),
             (std::vector<int>{0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0}));
   // Two cores per replica along dim 0, each replica on one task.
