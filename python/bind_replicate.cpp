@@ -151,16 +151,12 @@ existing device, no device twice; failures raise InvalidArgumentError (a ValueEr
            py::arg("logical_core") = 0)
       .def("device", &DeviceAssignment::device, py::arg("replica") = 0, py::arg("logical_core") = 0,
            py::arg("job") = "localhost")
-      .def("tpu_device", &DeviceAssignment::device, py::arg("replica") = 0,
-           py::arg("logical_core") = 0, py::arg("job") = "localhost", "TF's name for device().")
-      .def(
-          "host_device",
-          [](const DeviceAssignment& da, int replica, int logical_core,
-             const std::optional<std::string>& job) {
-            return da.host_device(replica, logical_core, job.value_or(""));
-          },
-          py::arg("replica") = 0, py::arg("logical_core") = 0, py::arg("job") = "localhost",
-          "job=None gives TF's job-less '/task:<t>/device:CPU:0'.")
+      .def("tpu_device", &DeviceAssignment::tpu_device, py::arg("replica") = 0,
+           py::arg("logical_core") = 0, py::arg("job") = py::none(),
+           "TF's tpu_device: '/job:<job>/task:<t>/device:<type>:<d>', job-less for job=None.")
+      .def("host_device", &DeviceAssignment::host_device, py::arg("replica") = 0,
+           py::arg("logical_core") = 0, py::arg("job") = py::none(),
+           "TF's host_device: '/job:<job>/task:<t>/device:CPU:0', job-less for job=None.")
       .def(py::self == py::self)
       .def(py::self != py::self)
       .def("__repr__", &DeviceAssignment::to_string);

@@ -113,6 +113,19 @@ from tessel._tessel import (
     split_into_packs,
 )
 
+# TF's helpers around cross-device ops (bind_distribute.cpp, tf_helpers.h, collective_keys.h).
+from tessel._tessel import (
+    CollectiveHints,
+    CollectiveKeys,
+    HierarchicalCopyStep,
+    Hints,
+    VariableAggregation,
+    collective_hints,
+    hierarchical_copy_plan,
+    reduce_op_from_variable_aggregation,
+    select_cross_device_ops,
+)
+
 # Scoped allocator, fusion planner and fused batch all-reduce (bind_alloc.cpp).
 from tessel._tessel import (
     FusedAllReducer,

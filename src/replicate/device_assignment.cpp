@@ -355,11 +355,26 @@ std::string DeviceAssignment::device(int replica, int logical_core, const std::s
   return topology_.device_name(id / per_task, id % per_task, job);
 }
 
+namespace {
+
+// TF's _tpu_device_name / _tpu_host_device_name: the job is optional and there is no replica.
+std::string tf_device_name(const std::optional<std::string>& job, int task, const std::string& type,
+                           int id) {
+  if (!job) return fmt::format("/task:{}/device:{}:{}", task, type, id);
+  return fmt::format("/job:{}/task:{}/device:{}:{}", *job, task, type, id);
+}
+
+}  // namespace
+
+std::string DeviceAssignment::tpu_device(int replica, int logical_core,
+                                         const std::optional<std::string>& job) const {
+  return tf_device_name(job, task(replica, logical_core), topology_.device_type(),
+                        tpu_ordinal(replica, logical_core));
+}
+
 std::string DeviceAssignment::host_device(int replica, int logical_core,
-                                          const std::string& job) const {
-  const int t = task(replica, logical_core);
-  if (job.empty()) return fmt::format("/task:{}/device:CPU:0", t);
-  return fmt::format("/job:{}/replica:0/task:{}/device:CPU:0", job, t);
+                                          const std::optional<std::string>& job) const {
+  return tf_device_name(job, task(replica, logical_core), "CPU", 0);
 }
 
 std::vector<int> DeviceAssignment::lookup_replicas(int task_id, int logical_core) const {

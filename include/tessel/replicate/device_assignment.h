@@ -27,6 +27,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -94,13 +95,18 @@ class DeviceAssignment {
   int task(int replica = 0, int logical_core = 0) const;
   // TF's tpu_ordinal: the device's index within its task.
   int tpu_ordinal(int replica = 0, int logical_core = 0) const;
-  // The tessel device name "/job:<job>/replica:0/task:<t>/device:<type>:<d>" (TF: tpu_device).
+  // The full tessel device name "/job:<job>/replica:0/task:<t>/device:<type>:<d>" (a runtime's
+  // name for the device; TF's shorter form is tpu_device()).
   std::string device(int replica = 0, int logical_core = 0,
                      const std::string& job = "localhost") const;
-  // The host (CPU:0) device of the task: "/job:<job>/replica:0/task:<t>/device:CPU:0"; an empty
-  // job gives TF's job-less "/task:<t>/device:CPU:0".
+  // TF's tpu_device(replica=0, logical_core=0, job=None): "/job:<job>/task:<t>/device:<type>:<d>",
+  // or "/task:<t>/device:<type>:<d>" without a job (type: the topology's device type).
+  std::string tpu_device(int replica = 0, int logical_core = 0,
+                         const std::optional<std::string>& job = std::nullopt) const;
+  // TF's host_device(replica=0, logical_core=0, job=None): the task's CPU:0,
+  // "/job:<job>/task:<t>/device:CPU:0", or "/task:<t>/device:CPU:0" without a job.
   std::string host_device(int replica = 0, int logical_core = 0,
-                          const std::string& job = "localhost") const;
+                          const std::optional<std::string>& job = std::nullopt) const;
   // The replicas (ascending) whose logical_core lives on task task_id. None:
   // kInvalidArgument "Can not find any replica in task: t contains logical_core: c ".
   std::vector<int> lookup_replicas(int task_id, int logical_core) const;
