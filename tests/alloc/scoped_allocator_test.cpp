@@ -183,6 +183,40 @@ TEST(ScopedAllocator, ConcatNamesFirstMismatch) {
   scope.close();
 }
 
+// TF's _ScopedAllocatorConcat attributes: shape and reshape (the output is the backing, or the
+// backing viewed as `shape`), with the kernel's checks in its order.
+TEST(ScopedAllocator, ConcatReshapeAttribute) {
+  ScopedAllocator scope({Shape{16}, Shape{16}}, DType::kF32, "grads", 7, 2);
+  Tensor a = scope.allocate(0, Shape{16});
+  Tensor b = scope.allocate(1, Shape{16});
+  const Tensor& backing = scope.backing();
+  const Tensor flat = scope.concat(backing, {a, b}, Shape{32}, /*reshape=*/false);
+  EXPECT_EQ(flat.shape(), Shape{32});
+  const Tensor square = scope.concat(backing, {a, b}, Shape{4, 8}, /*reshape=*/true);
+  EXPECT_EQ(square.shape(), (Shape{4, 8}));
+  EXPECT_EQ(square.data(), backing.data());  // a view, no copy
+  b.fill(2.0);
+  EXPECT_EQ(square.to_vector<float>()[31], 2.0f);
+  // Without reshape a smaller shape is accepted (TF checks only "at least"); with it, not.
+  EXPECT_EQ(scope.concat(backing, {a, b}, Shape{8}, false).shape(), Shape{32});
+  EXPECT_TESSEL_ERROR(scope.concat(backing, {a, b}, Shape{8}, true), ErrorCode::kInvalidArgument,
+                      "reshape to [8] (8 elements) needs the backing's 32 elements");
+  EXPECT_TESSEL_ERROR(scope.concat(backing, {a, b}, Shape{64}, false),
+                      ErrorCode::kInvalidArgument,
+                      "Backing tensor num elements 32 is not >= to expected 64");
+  EXPECT_TESSEL_ERROR(scope.concat(Tensor::zeros(Shape{32}, DType::kI32), {a, b}, Shape{32}, false),
+                      ErrorCode::kInvalidArgument,
+                      "Backing tensor type i32 does not match expected type f32");
+}
+
+TEST(ScopedAllocator, SplitNeedsAtLeastTwoFields) {
+  ScopedAllocator one({Shape{4}}, DType::kF32, "one", 3, 1);
+  Tensor a = one.allocate(0, Shape{4});
+  EXPECT_TESSEL_ERROR(one.split(one.backing(), {a}), ErrorCode::kInvalidArgument,
+                      "Value for attr 'N' of 1 must be at least minimum 2");
+  EXPECT_NO_THROW(one.concat(one.backing(), {a}));  // tessel's one-tensor buckets concat
+}
+
 TEST(ScopedAllocator, ConstructionErrors) {
   EXPECT_TESSEL_ERROR(ScopedAllocator({Shape{3}}, DType::kF32, "s", -1, 1),
                       ErrorCode::kInvalidArgument, "scope_id must be >= 0");
