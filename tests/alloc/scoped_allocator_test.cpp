@@ -52,6 +52,22 @@ TEST(ScopedLayout, EveryFieldAligned) {
   }
 }
 
+// TF's scoped allocator takes every dtype; the new ones keep the 64-byte field alignment.
+TEST(ScopedLayout, Uint32Int8AndComplex128Fields) {
+  int64_t total = 0;
+  const auto c = scoped_layout({Shape{3}, Shape{1}}, DType::kC128, 0, &total);
+  EXPECT_EQ(c[0].bytes_requested, 48);
+  EXPECT_EQ(c[1].offset, 64);
+  EXPECT_EQ(total, 128);
+  const auto i8 = scoped_layout({Shape{5}, Shape{70}}, DType::kI8, 0, &total);
+  EXPECT_EQ(i8[1].offset, 64);
+  EXPECT_EQ(total, 64 + 128);
+  const auto u32 = scoped_layout({Shape{17}, Shape{2}}, DType::kU32, 0, &total);
+  EXPECT_EQ(u32[1].offset, 128);
+  ScopedAllocator scope({Shape{2}, Shape{2}}, DType::kC128, "c", 0, 2);
+  EXPECT_EQ(scope.allocate(1, Shape{2}).dtype(), DType::kC128);
+}
+
 TEST(ScopedLayout, ZeroElementFieldSharesNextOffset) {
   ScopedAllocator scope({Shape{3}, Shape{0}, Shape{2, 2}}, DType::kF32, "z", 1, 3);
   EXPECT_EQ(scope.fields()[1].offset, 64);
