@@ -35,12 +35,13 @@ void bind_alloc(py::module_& m) {
   py::class_<ScopedAllocator, std::shared_ptr<ScopedAllocator>>(
       m, "ScopedAllocator", "Many tensors carved out of one backing buffer (no copies).")
       .def(py::init([](std::vector<Shape> shapes, DType dtype, std::string name, int64_t scope_id,
-                       int expected_call_count) {
+                       int expected_call_count, const std::vector<int64_t>& field_scope_ids) {
              return std::make_shared<ScopedAllocator>(std::move(shapes), dtype, std::move(name),
-                                                      scope_id, expected_call_count);
+                                                      scope_id, expected_call_count, nullptr,
+                                                      field_scope_ids);
            }),
            py::arg("shapes"), py::arg("dtype"), py::arg("name"), py::arg("scope_id"),
-           py::arg("expected_call_count"))
+           py::arg("expected_call_count"), py::arg("field_scope_ids") = std::vector<int64_t>{})
       .def_property_readonly("name", &ScopedAllocator::name)
       .def_property_readonly("scope_id", &ScopedAllocator::scope_id)
       .def_property_readonly("dtype", &ScopedAllocator::dtype)
@@ -60,7 +61,17 @@ void bind_alloc(py::module_& m) {
       .def("field_view", &ScopedAllocator::field_view, py::arg("field_index"))
       .def_property_readonly("calls_made", &ScopedAllocator::calls_made)
       .def_property_readonly("calls_remaining", &ScopedAllocator::calls_remaining)
-      .def("concat", &ScopedAllocator::concat, py::arg("backing"), py::arg("aliases"))
+      .def(
+          "concat",
+          [](const ScopedAllocator& s, const Tensor& backing, const std::vector<Tensor>& aliases,
+             const std::optional<Shape>& shape, bool reshape) {
+            if (!shape) return s.concat(backing, aliases);
+            return s.concat(backing, aliases, *shape, reshape);
+          },
+          py::arg("backing"), py::arg("aliases"), py::arg("shape") = py::none(),
+          py::arg("reshape") = false,
+          "TF's _ScopedAllocatorConcat: with shape, its checks; reshape=True views the backing "
+          "as shape.")
       .def("split", &ScopedAllocator::split, py::arg("concat"), py::arg("aliases"))
       .def("close", &ScopedAllocator::close)
       .def_property_readonly("closed", &ScopedAllocator::closed)
@@ -74,7 +85,9 @@ void bind_alloc(py::module_& m) {
            py::arg("device_name"))
       .def_property_readonly("device_name", &ScopedAllocatorManager::device_name)
       .def("add", &ScopedAllocatorManager::add, py::arg("step_id"), py::arg("scope_id"),
-           py::arg("name"), py::arg("shapes"), py::arg("dtype"), py::arg("expected_call_count"))
+           py::arg("name"), py::arg("shapes"), py::arg("dtype"), py::arg("expected_call_count"),
+           py::arg("field_scope_ids") = std::vector<int64_t>{},
+           "field_scope_ids: TF's explicit Field scope ids (default: scope_id + 1 + i).")
       .def("get", &ScopedAllocatorManager::get, py::arg("step_id"), py::arg("scope_id"))
       .def("allocate", &ScopedAllocatorManager::allocate, py::arg("step_id"),
            py::arg("field_scope_id"), py::arg("bytes"))

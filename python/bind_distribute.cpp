@@ -16,7 +16,9 @@
 #include "casters.h"
 #include "tessel/alloc/fusion_rules.h"
 #include "tessel/core/error.h"
+#include "tessel/distribute/collective_keys.h"
 #include "tessel/distribute/cross_device_ops.h"
+#include "tessel/distribute/tf_helpers.h"
 #include "tessel/runtime/runtime.h"
 
 namespace tessel::python {
@@ -219,7 +221,57 @@ their names, case-insensitive).)doc")
       .def("__repr__", &CommunicationOptions::to_string);
 
   m.def("split_into_packs", &split_into_packs, py::arg("total_elements"), py::arg("num_packs"));
-  m.def("group_by_size", &group_by_size, py::arg("tensor_bytes"), py::arg("bytes_per_pack"));
+  m.def(
+      "group_by_size",
+      [](const std::vector<std::optional<int64_t>>& tensor_bytes, int64_t bytes_per_pack) {
+        std::vector<int64_t> bytes;
+        for (const auto& b : tensor_bytes) bytes.push_back(b.value_or(kUnknownTensorBytes));
+        return group_by_size(bytes, bytes_per_pack);
+      },
+      py::arg("tensor_bytes"), py::arg("bytes_per_pack"),
+      "A None size is a tensor of unknown shape (TF then puts every tensor in one pack).");
+}
+
+// TF's helpers around cross-device ops (tf_helpers.h) and CollectiveKeys.
+void bind_tf_helpers(py::module_& m) {
+  py::enum_<VariableAggregation>(m, "VariableAggregation")
+      .value("NONE", VariableAggregation::kNone)
+      .value("SUM", VariableAggregation::kSum)
+      .value("MEAN", VariableAggregation::kMean)
+      .value("ONLY_FIRST_REPLICA", VariableAggregation::kOnlyFirstReplica);
+  m.def("reduce_op_from_variable_aggregation", &reduce_op_from_variable_aggregation,
+        py::arg("aggregation"));
+  m.attr("ReduceOp").attr("from_variable_aggregation") = py::staticmethod(
+      py::cpp_function(&reduce_op_from_variable_aggregation, py::arg("aggregation")));
+  m.def("collective_hints", &collective_hints, py::arg("bytes_per_pack") = 0,
+        py::arg("timeout_seconds") = py::none(),
+        "TF's deprecated CollectiveHints: the CommunicationOptions with these fields.");
+  m.attr("CollectiveHints") = m.attr("collective_hints");
+  m.attr("Hints") = m.attr("collective_hints");
+  m.def(
+      "select_cross_device_ops",
+      [](const std::vector<std::string>& devices, const py::object& session_config,
+         Runtime* runtime) {
+        (void)session_config;  // TF's session_config only chooses which devices are visible
+        return select_cross_device_ops(devices, runtime_or_global(runtime));
+      },
+      py::arg("devices"), py::arg("session_config") = py::none(), py::arg("runtime") = nullptr,
+      py::keep_alive<0, 3>());
+  py::class_<HierarchicalCopyStep>(m, "HierarchicalCopyStep")
+      .def_readonly("group_0_main", &HierarchicalCopyStep::group_0_main)
+      .def_readonly("group_1_main", &HierarchicalCopyStep::group_1_main)
+      .def_readonly("group_0", &HierarchicalCopyStep::group_0)
+      .def_readonly("group_1", &HierarchicalCopyStep::group_1)
+      .def_readonly("copy_from", &HierarchicalCopyStep::copy_from);
+  m.def("hierarchical_copy_plan", &hierarchical_copy_plan, py::arg("num_devices"),
+        py::arg("num_tensors"));
+  py::class_<CollectiveKeys>(m, "CollectiveKeys", "TF's group and instance key sequences.")
+      .def(py::init<int64_t>(), py::arg("group_key_start") = 1)
+      .def("get_group_key", &CollectiveKeys::get_group_key, py::arg("devices"))
+      .def("get_instance_key", &CollectiveKeys::get_instance_key, py::arg("group_key"),
+           py::arg("device"))
+      .def("__deepcopy__",
+           [](const CollectiveKeys& k, const py::dict&) { return std::make_unique<CollectiveKeys>(k); });
 }
 
 void bind_ops(py::module_& m) {
@@ -388,6 +440,7 @@ void bind_distribute(py::module_& m) {
   bind_values(m);
   bind_options(m);
   bind_ops(m);
+  bind_tf_helpers(m);
 }
 
 }  // namespace tessel::python

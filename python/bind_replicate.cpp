@@ -32,6 +32,7 @@
 #include "tessel/core/error.h"
 #include "tessel/mesh/topology.h"
 #include "tessel/replicate/device_assignment.h"
+#include "tessel/replicate/execution_devices.h"
 #include "tessel/replicate/partial_shape.h"
 #include "tessel/replicate/replica_context.h"
 #include "tessel/replicate/replicate.h"
@@ -106,6 +107,11 @@ std::string bytes_or_topology(const py::object& obj) {
 }
 
 void bind_device_assignment(py::module_& m) {
+  py::enum_<DeviceOrderMode>(m, "DeviceOrderMode",
+                             "TF's tf.tpu.experimental.DeviceOrderMode (AUTO=0, RING=1, MESH=2).")
+      .value("AUTO", DeviceOrderMode::kAuto)
+      .value("RING", DeviceOrderMode::kRing)
+      .value("MESH", DeviceOrderMode::kMesh);
   py::class_<DeviceAssignment>(m, "DeviceAssignment", R"doc(
 Which device runs logical core c of replica r (TF's tf.tpu.experimental.DeviceAssignment):
 DeviceAssignment(topology, core_assignment) with core_assignment an int array
@@ -116,14 +122,15 @@ existing device, no device twice; failures raise InvalidArgumentError (a ValueEr
       .def_static(
           "build",
           [](const py::object& topology, const py::object& computation_shape,
-             const py::object& computation_stride, int num_replicas) {
+             const py::object& computation_stride, int num_replicas, DeviceOrderMode mode) {
             return DeviceAssignment::build(topology_arg(topology, /*accept_bytes=*/true),
                                            optional_ints(computation_shape),
-                                           optional_ints(computation_stride), num_replicas);
+                                           optional_ints(computation_stride), num_replicas, mode);
           },
           py::arg("topology"), py::arg("computation_shape") = py::none(),
           py::arg("computation_stride") = py::none(), py::arg("num_replicas") = 1,
-          "TF's device_assignment() helper.")
+          py::arg("device_order_mode") = DeviceOrderMode::kAuto,
+          "TF's DeviceAssignment.build (device_assignment() helper), with TF's order modes.")
       .def_static("from_flat", &DeviceAssignment::from_flat, py::arg("topology"),
                   py::arg("num_replicas"), py::arg("num_cores_per_replica"), py::arg("flat"))
       .def_property_readonly("topology", &DeviceAssignment::topology)
@@ -144,20 +151,48 @@ existing device, no device twice; failures raise InvalidArgumentError (a ValueEr
            py::arg("logical_core") = 0)
       .def("device", &DeviceAssignment::device, py::arg("replica") = 0, py::arg("logical_core") = 0,
            py::arg("job") = "localhost")
-      .def("tpu_device", &DeviceAssignment::device, py::arg("replica") = 0,
-           py::arg("logical_core") = 0, py::arg("job") = "localhost", "TF's name for device().")
-      .def(
-          "host_device",
-          [](const DeviceAssignment& da, int replica, int logical_core,
-             const std::optional<std::string>& job) {
-            return da.host_device(replica, logical_core, job.value_or(""));
-          },
-          py::arg("replica") = 0, py::arg("logical_core") = 0, py::arg("job") = "localhost",
-          "job=None gives TF's job-less '/task:<t>/device:CPU:0'.")
+      .def("tpu_device", &DeviceAssignment::tpu_device, py::arg("replica") = 0,
+           py::arg("logical_core") = 0, py::arg("job") = py::none(),
+           "TF's tpu_device: '/job:<job>/task:<t>/device:<type>:<d>', job-less for job=None.")
+      .def("host_device", &DeviceAssignment::host_device, py::arg("replica") = 0,
+           py::arg("logical_core") = 0, py::arg("job") = py::none(),
+           "TF's host_device: '/job:<job>/task:<t>/device:CPU:0', job-less for job=None.")
       .def(py::self == py::self)
       .def(py::self != py::self)
       .def("__repr__", &DeviceAssignment::to_string);
   m.attr("SINGLE_CORE_ASSIGNMENT") = py::cast(DeviceAssignment::CoreAssignment{{{0, 0, 0, 0}}});
+}
+
+void bind_execution_devices(py::module_& m) {
+  py::class_<ExecutionDevice>(m, "ExecutionDevice", "One logical core: its device and host CPU.")
+      .def_readonly("device", &ExecutionDevice::device)
+      .def_readonly("host", &ExecutionDevice::host)
+      .def("__repr__", [](const ExecutionDevice& d) {
+        return "ExecutionDevice(device='" + d.device + "', host='" + d.host + "')";
+      });
+  py::class_<ExecutionDevices>(m, "ExecutionDevices",
+                               "compilation_and_execution_devices' result (TF's TPUDeviceAssignment).")
+      .def_readonly("compilation_device", &ExecutionDevices::compilation_device)
+      .def_readonly("execution_devices", &ExecutionDevices::execution_devices,
+                    "[replica][logical core] ExecutionDevice.")
+      .def_readonly("xla_device_assignment", &ExecutionDevices::xla_device_assignment,
+                    "[replica][logical core] XLA device id; empty without a topology.");
+  m.def(
+      "compilation_and_execution_devices",
+      [](const std::vector<std::string>& devices, int num_replicas, int num_cores_per_replica,
+         const py::object& topology, const std::vector<int64_t>& device_assignment,
+         const std::string& system_device_type, const std::string& core_device_type) {
+        return compilation_and_execution_devices(
+            devices, num_replicas, num_cores_per_replica,
+            topology.is_none() ? std::string() : bytes_or_topology(topology), device_assignment,
+            {system_device_type, core_device_type});
+      },
+      py::arg("devices"), py::arg("num_replicas"), py::arg("num_cores_per_replica") = 1,
+      py::arg("topology") = py::none(), py::arg("device_assignment") = std::vector<int64_t>{},
+      py::arg("system_device_type") = "TPU_SYSTEM", py::arg("core_device_type") = "TPU",
+      "TF's GetTPUCompilationAndExecutionDevices: the compilation device and each (replica, "
+      "core)'s device and host, from a job's devices (topology: TopologyProto bytes or a "
+      "Topology; device_assignment: the flattened attribute).");
 }
 
 void bind_metadata(py::module_& m) {
@@ -650,6 +685,7 @@ once, over the same devices: the calls interleave on the devices, each within it
 
 void bind_replicate(py::module_& m) {
   bind_device_assignment(m);
+  bind_execution_devices(m);
   bind_metadata(m);
   bind_partial_shape(m);
   bind_replicated_io(m);

@@ -106,6 +106,12 @@ inline const char* numpy_dtype_name(DType dtype) {
       return "uint8";
     case DType::kBool:
       return "bool";
+    case DType::kU32:
+      return "uint32";
+    case DType::kI8:
+      return "int8";
+    case DType::kC128:
+      return "complex128";
     case DType::kBF16:
       break;
   }

@@ -65,6 +65,7 @@
 // replicate
 #include "tessel/replicate/compile.h"
 #include "tessel/replicate/device_assignment.h"
+#include "tessel/replicate/execution_devices.h"
 #include "tessel/replicate/graph.h"
 #include "tessel/replicate/partial_shape.h"
 #include "tessel/replicate/replica_context.h"

@@ -113,6 +113,19 @@ from tessel._tessel import (
     split_into_packs,
 )
 
+# TF's helpers around cross-device ops (bind_distribute.cpp, tf_helpers.h, collective_keys.h).
+from tessel._tessel import (
+    CollectiveHints,
+    CollectiveKeys,
+    HierarchicalCopyStep,
+    Hints,
+    VariableAggregation,
+    collective_hints,
+    hierarchical_copy_plan,
+    reduce_op_from_variable_aggregation,
+    select_cross_device_ops,
+)
+
 # Scoped allocator, fusion planner and fused batch all-reduce (bind_alloc.cpp).
 from tessel._tessel import (
     FusedAllReducer,
@@ -260,9 +273,13 @@ from tessel._tessel import (
 # Replication metadata and device assignment (seed 105; bind_replicate.cpp).
 from tessel._tessel import (
     DeviceAssignment,
+    DeviceOrderMode,
+    ExecutionDevice,
+    ExecutionDevices,
     ReplicateMetadata,
     SINGLE_CORE_ASSIGNMENT,
     StepMarkerLocation,
+    compilation_and_execution_devices,
     step_marker_location_from_name,
     step_marker_location_name,
 )

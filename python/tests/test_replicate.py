@@ -81,9 +81,12 @@ def test_br_105_03_device_assignment_accessors():
     assert da.core_assignment.shape == (2, 2, 4) and da.core_assignment.dtype == np.int32
     assert da.coordinates(1, 0) == (0, 1, 0, 0)
     assert da.tpu_ordinal(1, 1) == 1
-    assert da.tpu_device(1, 1) == "/job:localhost/replica:0/task:1/device:CPU:1"
-    assert da.host_device(1, 0) == "/job:localhost/replica:0/task:1/device:CPU:0"
-    assert da.host_device(1, 0, job=None) == "/task:1/device:CPU:0"
+    # TF's tpu_device / host_device: job=None by default (job-less names), no replica part.
+    assert da.tpu_device(1, 1) == "/task:1/device:CPU:1"
+    assert da.tpu_device(1, 1, job="worker") == "/job:worker/task:1/device:CPU:1"
+    assert da.host_device(1, 0) == "/task:1/device:CPU:0"
+    assert da.host_device(1, 0, job="worker") == "/job:worker/task:1/device:CPU:0"
+    assert da.device(1, 1) == "/job:localhost/replica:0/task:1/device:CPU:1"
     assert da.lookup_replicas(1, 0) == [1]
     with pytest.raises(ValueError, match="Can not find any replica in task: 3 contains logical_core: 0"):
         da.lookup_replicas(3, 0)
@@ -110,9 +113,14 @@ def test_br_105_03_device_assignment_errors():
 
 
 def test_br_105_03_build():
+    # Full replication follows TF's ring in AUTO order; MESH keeps the replica grid.
     da = tessel.DeviceAssignment.build(two_by_two(), num_replicas=4)
     assert da.core_assignment.reshape(4, 4).tolist() == [[0, 0, 0, 0], [1, 0, 0, 0],
-                                                         [0, 1, 0, 0], [1, 1, 0, 0]]
+                                                         [1, 1, 0, 0], [0, 1, 0, 0]]
+    mesh = tessel.DeviceAssignment.build(two_by_two(), num_replicas=4,
+                                         device_order_mode=tessel.DeviceOrderMode.MESH)
+    assert mesh.core_assignment.reshape(4, 4).tolist() == [[0, 0, 0, 0], [1, 0, 0, 0],
+                                                           [0, 1, 0, 0], [1, 1, 0, 0]]
     da2 = tessel.DeviceAssignment.build(two_by_two().serialized(), computation_shape=[2, 1, 1, 1],
                                         num_replicas=2)
     assert da2.num_cores_per_replica == 2

@@ -168,18 +168,19 @@ def test_absent_host_is_named_on_every_host_thread():
 
 def test_mismatched_device_counts_name_the_host():
     s = Hosts([2, 3])
-    with pytest.raises(ValueError, match="Host 1 has 3 devices but host 0 has 2"):
+    # TF's code for disagreeing counts: Internal.
+    with pytest.raises(tessel.InternalError, match="Host 1 has 3 devices but host 0 has 2"):
         s.coordinator.configure_distributed_system(s.disconnect_all())
     assert s.coordinator.state == tessel.SystemState.FAILED
     # Not retried silently: the hosts must disconnect first.
     with pytest.raises(tessel.FailedPreconditionError, match="the last configure or wait failed"):
-        s.coordinator.configure_distributed_system([2, 3])
+        s.coordinator.configure_distributed_system([2, 2])
 
 
 def test_shutdown_and_wait_errors():
     s = Hosts([1, 1])
-    with pytest.raises(tessel.InternalError, match="the system is not configured"):
-        s.coordinator.shutdown_distributed_system()
+    s.coordinator.shutdown_distributed_system()  # nothing configured: nothing to do (TF's kernel)
+    assert s.coordinator.state == tessel.SystemState.UNCONFIGURED
     with pytest.raises(tessel.FailedPreconditionError, match="The system has not been initialized."):
         s.coordinator.wait_for_distributed_system([], startup_timeout_sec=SHORT)
     s.bring_up()

@@ -1,6 +1,8 @@
 // Fusion rules of TF's cross-device ops: how many small tensors become few packs (fusion_rules.h).
 #include "tessel/alloc/fusion_rules.h"
 
+#include <algorithm>
+
 #include "core/errors.h"
 
 namespace tessel {
@@ -21,12 +23,17 @@ std::vector<std::vector<int>> group_by_size(const std::vector<int64_t>& tensor_b
   if (bytes_per_pack < 0) {
     detail::throw_invalid("Packing", "bytes_per_pack must be non-negative, got {}", bytes_per_pack);
   }
-  std::vector<std::vector<int>> packs;
-  int64_t current = 0;  // bytes in packs.back()
   for (size_t i = 0; i < tensor_bytes.size(); ++i) {
-    if (tensor_bytes[i] < 0) {
+    if (tensor_bytes[i] < kUnknownTensorBytes) {
       detail::throw_invalid("Packing", "tensor {} has a negative size {}", i, tensor_bytes[i]);
     }
+  }
+  std::vector<std::vector<int>> packs;
+  const bool unknown = std::find(tensor_bytes.begin(), tensor_bytes.end(), kUnknownTensorBytes) !=
+                       tensor_bytes.end();
+  if (unknown) bytes_per_pack = 0;  // TF: values of unknown shape are not packed: one pack
+  int64_t current = 0;  // bytes in packs.back()
+  for (size_t i = 0; i < tensor_bytes.size(); ++i) {
     if (packs.empty() || (bytes_per_pack > 0 && current > bytes_per_pack)) {
       packs.emplace_back();
       current = 0;

@@ -1,5 +1,7 @@
 #include "tessel/alloc/scoped_allocator.h"
 
+#include <set>
+
 #include <utility>
 
 #include "core/errors.h"
@@ -51,12 +53,14 @@ std::vector<ScopedField> scoped_layout(const std::vector<Shape>& shapes, DType d
 }
 
 ScopedAllocator::ScopedAllocator(std::vector<Shape> shapes, DType dtype, std::string name,
-                                 int64_t scope_id, int expected_call_count, Allocator* allocator)
+                                 int64_t scope_id, int expected_call_count, Allocator* allocator,
+                                 const std::vector<int64_t>& field_scope_ids)
     : name_(std::move(name)), scope_id_(scope_id), dtype_(dtype) {
   if (scope_id < 0) {
     detail::throw_invalid(kComponent, "scope {}: scope_id must be >= 0, got {}", name_, scope_id);
   }
   fields_ = scoped_layout(shapes, dtype, scope_id, &total_bytes_);
+  if (!field_scope_ids.empty()) set_field_scope_ids(field_scope_ids);
   if (expected_call_count < 0 || expected_call_count > num_fields()) {
     detail::throw_invalid(kComponent, "{}: expected_call_count {} is outside [0, {}] (fields)",
                           where(), expected_call_count, num_fields());
@@ -67,6 +71,23 @@ ScopedAllocator::ScopedAllocator(std::vector<Shape> shapes, DType dtype, std::st
   allocated_.assign(fields_.size(), false);
   views_.reserve(fields_.size());
   for (int i = 0; i < num_fields(); ++i) views_.push_back(make_view(i));
+}
+
+void ScopedAllocator::set_field_scope_ids(const std::vector<int64_t>& ids) {
+  if (ids.size() != fields_.size()) {
+    detail::throw_invalid(kComponent, "{}: {} field scope_ids for {} fields", where(), ids.size(),
+                          fields_.size());
+  }
+  std::set<int64_t> seen{scope_id_};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || !seen.insert(ids[i]).second) {
+      detail::throw_invalid(kComponent,
+                            "{}: field {} scope_id {} must be >= 0 and differ from the scope's id "
+                            "and every other field's",
+                            where(), i, ids[i]);
+    }
+    fields_[i].scope_id = ids[i];
+  }
 }
 
 std::string ScopedAllocator::where() const {
@@ -219,8 +240,38 @@ Tensor ScopedAllocator::concat(const Tensor& backing, const std::vector<Tensor>&
   return backing;
 }
 
+Tensor ScopedAllocator::concat(const Tensor& backing, const std::vector<Tensor>& aliases,
+                               const Shape& shape, bool reshape) const {
+  // TF's _ScopedAllocatorConcat kernel: the type, then the size, then the aliases.
+  if (backing.defined() && backing.dtype() != dtype_) {
+    detail::throw_invalid(kComponent, "{}: concat: Backing tensor type {} does not match expected "
+                          "type {}",
+                          where(), dtype_name(backing.dtype()), dtype_name(dtype_));
+  }
+  if (backing.defined() && backing.num_elements() < shape.num_elements()) {
+    detail::throw_invalid(kComponent,
+                          "{}: concat: Backing tensor num elements {} is not >= to expected {}",
+                          where(), backing.num_elements(), shape.num_elements());
+  }
+  const Tensor all = concat(backing, aliases);
+  if (!reshape) return all;
+  if (shape.num_elements() != all.num_elements()) {
+    // TF's CopyFrom CHECK-fails here (the process aborts); tessel reports it.
+    detail::throw_invalid(kComponent,
+                          "{}: concat: reshape to {} ({} elements) needs the backing's {} elements",
+                          where(), shape.to_string(), shape.num_elements(), all.num_elements());
+  }
+  return all.reshape(shape);
+}
+
 std::vector<Tensor> ScopedAllocator::split(const Tensor& concat,
                                            const std::vector<Tensor>& aliases) const {
+  if (aliases.size() < 2) {
+    // TF's op definition: attr N >= 2.
+    detail::throw_invalid(kComponent,
+                          "{}: split: Value for attr 'N' of {} must be at least minimum 2",
+                          where(), aliases.size());
+  }
   check_backing(concat, "split");
   check_aliases(aliases, "split");
   return aliases;

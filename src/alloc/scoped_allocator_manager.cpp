@@ -15,7 +15,8 @@ ScopedAllocatorManager::ScopedAllocatorManager(std::string device_name, Allocato
 std::shared_ptr<ScopedAllocator> ScopedAllocatorManager::add(int64_t step_id, int64_t scope_id,
                                                              const std::string& name,
                                                              const std::vector<Shape>& shapes,
-                                                             DType dtype, int expected_call_count) {
+                                                             DType dtype, int expected_call_count,
+                                                             const std::vector<int64_t>& field_scope_ids) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto existing = steps_.find(step_id);
   const auto taken = [&](int64_t id) {
@@ -29,7 +30,8 @@ std::shared_ptr<ScopedAllocator> ScopedAllocatorManager::add(int64_t step_id, in
                         device_, step_id, scope_id, name);
   }
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const int64_t field_id = scope_id + 1 + static_cast<int64_t>(i);
+    const int64_t field_id = i < field_scope_ids.size() ? field_scope_ids[i]
+                                                        : scope_id + 1 + static_cast<int64_t>(i);
     if (taken(field_id)) {
       detail::throw_error(ErrorCode::kInternal, kComponent,
                           "device {} step {}: Cannot create ScopedAllocator because field "
@@ -39,7 +41,7 @@ std::shared_ptr<ScopedAllocator> ScopedAllocatorManager::add(int64_t step_id, in
   }
   // Built before the step is registered, so that a construction error leaves nothing behind.
   auto scope = std::make_shared<ScopedAllocator>(shapes, dtype, name, scope_id, expected_call_count,
-                                                 allocator_);
+                                                 allocator_, field_scope_ids);
   Step& step = steps_[step_id];
   step.scopes[scope_id] = scope;
   for (int i = 0; i < scope->num_fields(); ++i) {
@@ -72,7 +74,21 @@ Tensor ScopedAllocatorManager::allocate(int64_t step_id, int64_t field_scope_id,
     }
     std::tie(scope, index) = s->second.fields.at(field_scope_id);
   }
-  return scope->allocate(index, bytes);
+  Tensor out = scope->allocate(index, bytes);
+  if (scope->calls_remaining() == 0) forget(step_id, *scope);
+  return out;
+}
+
+void ScopedAllocatorManager::forget(int64_t step_id, const ScopedAllocator& scope) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = steps_.find(step_id);
+  if (s == steps_.end()) return;
+  Step& step = s->second;
+  const auto registered = step.scopes.find(scope.scope_id());
+  if (registered == step.scopes.end() || registered->second.get() != &scope) return;  // gone
+  step.scopes.erase(registered);
+  for (const ScopedField& f : scope.fields()) step.fields.erase(f.scope_id);
+  if (step.scopes.empty()) steps_.erase(s);
 }
 
 void ScopedAllocatorManager::release(int64_t step_id, int64_t scope_id) {
@@ -82,15 +98,14 @@ void ScopedAllocatorManager::release(int64_t step_id, int64_t scope_id) {
     auto s = steps_.find(step_id);
     if (s == steps_.end() || s->second.scopes.count(scope_id) == 0) {
       detail::throw_error(ErrorCode::kNotFound, kComponent,
-                          "device {} step {}: release of scope_id {}, which is not live", device_,
-                          step_id, scope_id);
+                          "device {} step {}: release of scope_id {}, which is not live (never "
+                          "added, released, cleaned up or retired by its last expected "
+                          "allocation)",
+                          device_, step_id, scope_id);
     }
-    Step& step = s->second;
-    scope = step.scopes.at(scope_id);
-    step.scopes.erase(scope_id);
-    for (const ScopedField& f : scope->fields()) step.fields.erase(f.scope_id);
-    if (step.scopes.empty()) steps_.erase(s);
+    scope = s->second.scopes.at(scope_id);
   }
+  forget(step_id, *scope);
   scope->close();
 }
 

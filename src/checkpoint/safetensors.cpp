@@ -27,6 +27,7 @@ struct DTypeName {
 constexpr DTypeName kDTypeNames[] = {
     {DType::kF32, "F32"}, {DType::kF64, "F64"}, {DType::kBF16, "BF16"}, {DType::kF16, "F16"},
     {DType::kI32, "I32"}, {DType::kI64, "I64"}, {DType::kU8, "U8"},     {DType::kBool, "BOOL"},
+    {DType::kU32, "U32"}, {DType::kI8, "I8"},
 };
 
 template <typename... Args>
@@ -82,7 +83,7 @@ DType dtype_from_safetensors_name(const std::string& name) {
     if (name == d.name) return d.dtype;
   }
   detail::throw_invalid(kComponent,
-                        "dtype '{}' is not one of F32, F64, BF16, F16, I32, I64, U8, BOOL", name);
+                        "dtype '{}' is not one of F32, F64, BF16, F16, I32, I64, U8, BOOL, U32, I8", name);
 }
 
 SafetensorsHeader SafetensorsHeader::read(const std::string& path) {

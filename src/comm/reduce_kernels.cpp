@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <complex>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -51,8 +52,14 @@ A combine(ReduceOp op, A a, A b) {
       case ReduceOp::kSum:
       case ReduceOp::kMean: return a + b;
       case ReduceOp::kProd: return a * b;
-      case ReduceOp::kMax: return std::max(a, b);
-      case ReduceOp::kMin: return std::min(a, b);
+      case ReduceOp::kMax:
+      case ReduceOp::kMin:
+        // complex128 has no order (check_reducible rejects these ops before any kernel runs).
+        if constexpr (std::is_same_v<A, std::complex<double>>) {
+          return a;
+        } else {
+          return op == ReduceOp::kMax ? std::max(a, b) : std::min(a, b);
+        }
     }
     return a;
   }
@@ -209,6 +216,9 @@ void dispatch(DType dtype, F&& f) {
     case DType::kI64: return f.template operator()<int64_t>();
     case DType::kU8: return f.template operator()<uint8_t>();
     case DType::kBool: return f.template operator()<bool>();
+    case DType::kU32: return f.template operator()<uint32_t>();
+    case DType::kI8: return f.template operator()<int8_t>();
+    case DType::kC128: return f.template operator()<std::complex<double>>();
   }
 }
 
@@ -217,6 +227,10 @@ void dispatch(DType dtype, F&& f) {
 void check_reducible(DType dtype, ReduceOp op) {
   if (dtype == DType::kBool && op == ReduceOp::kMean) {
     throw_invalid("Communicator", "mean is not defined for bool tensors");
+  }
+  if (is_complex(dtype) && (op == ReduceOp::kMax || op == ReduceOp::kMin)) {
+    throw_invalid("Communicator", "{} is not defined for {} tensors (complex numbers have no order)",
+                  reduce_op_name(op), dtype_name(dtype));
   }
 }
 

@@ -14,7 +14,7 @@ struct DTypeInfo {
   std::string_view numpy_name;  // numpy's name, also accepted by dtype_from_name
 };
 
-constexpr std::array<DTypeInfo, 8> kDTypes = {{
+constexpr std::array<DTypeInfo, 11> kDTypes = {{
     {DType::kF32, 4, "f32", "float32"},
     {DType::kF64, 8, "f64", "float64"},
     {DType::kBF16, 2, "bf16", "bfloat16"},
@@ -23,6 +23,9 @@ constexpr std::array<DTypeInfo, 8> kDTypes = {{
     {DType::kI64, 8, "i64", "int64"},
     {DType::kU8, 1, "u8", "uint8"},
     {DType::kBool, 1, "bool", "bool"},
+    {DType::kU32, 4, "u32", "uint32"},
+    {DType::kI8, 1, "i8", "int8"},
+    {DType::kC128, 16, "c128", "complex128"},
 }};
 
 const DTypeInfo& info(DType dtype) {
@@ -45,10 +48,12 @@ DType dtype_from_name(std::string_view name) {
   }
   detail::throw_invalid("DType",
                         "unknown dtype name '{}' (expected one of f32, f64, bf16, f16, i32, i64, "
-                        "u8, bool or numpy's float32, float64, bfloat16, float16, int32, int64, "
-                        "uint8)",
+                        "u8, bool, u32, i8, c128 or numpy's float32, float64, bfloat16, float16, "
+                        "int32, int64, uint8, uint32, int8, complex128)",
                         name);
 }
+
+bool is_complex(DType dtype) { return dtype == DType::kC128; }
 
 bool is_floating(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kBF16 ||

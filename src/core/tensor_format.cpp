@@ -24,6 +24,8 @@ struct Formatter {
       const T v = reinterpret_cast<const T*>(base)[offset];
       if constexpr (std::is_same_v<T, bool>) {
         out += v ? "true" : "false";
+      } else if constexpr (detail::is_complex_v<T>) {
+        out += fmt::format("{:g}{:+g}j", v.real(), v.imag());  // numpy's form: 1+2j
       } else if constexpr (std::is_integral_v<T>) {
         out += fmt::format("{}", static_cast<int64_t>(v));
       } else {

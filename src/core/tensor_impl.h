@@ -2,6 +2,8 @@
 // conversion and strided iteration. Not a public header.
 #pragma once
 
+#include <complex>
+
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -58,12 +60,20 @@ decltype(auto) visit_dtype(DType dtype, F&& fn) {
       return fn(std::type_identity<uint8_t>{});
     case DType::kBool:
       return fn(std::type_identity<bool>{});
+    case DType::kU32:
+      return fn(std::type_identity<uint32_t>{});
+    case DType::kI8:
+      return fn(std::type_identity<int8_t>{});
+    case DType::kC128:
+      return fn(std::type_identity<std::complex<double>>{});
   }
   throw_error(ErrorCode::kInternal, "Tensor", "unknown dtype value {}", static_cast<int>(dtype));
 }
 
 template <typename T>
 inline constexpr bool is_half_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+template <typename T>
+inline constexpr bool is_complex_v = std::is_same_v<T, std::complex<double>>;
 
 // The float nearest x rounded to odd: truncate toward zero, set the last bit if inexact.
 // Rounding that result to a 16-bit format (RNE) equals rounding x directly, so there is
@@ -105,6 +115,10 @@ template <typename D, typename S>
 D convert(S s) {
   if constexpr (std::is_same_v<D, S>) {
     return s;
+  } else if constexpr (is_complex_v<S>) {
+    return convert<D>(s.real());  // numpy's rule: the imaginary part is dropped
+  } else if constexpr (is_complex_v<D>) {
+    return D(convert<double>(s), 0.0);
   } else if constexpr (is_half_v<S>) {
     return convert<D>(static_cast<float>(s));
   } else if constexpr (is_half_v<D>) {

@@ -21,6 +21,67 @@ int64_t product(const std::vector<int>& v) {
   return p;
 }
 
+// TF's mesh placement: replica r at its position in the replica grid (the core dimension
+// varying fastest), its logical cores enumerating the computation block in meshgrid(ij) order.
+void place_mesh(const std::vector<int>& shape, const std::vector<int>& stride,
+                const std::vector<int>& replica_shape, int num_replicas, std::vector<int>& flat) {
+  const int rank = static_cast<int>(shape.size());
+  const int64_t cores = product(shape);
+  // Logical core -> offset inside the block, meshgrid(ij) order (last dimension fastest).
+  std::vector<std::vector<int>> block;
+  std::vector<int> idx(static_cast<size_t>(rank), 0);
+  for (int64_t k = 0; k < cores; ++k) {
+    std::vector<int> offset(static_cast<size_t>(rank));
+    for (int d = 0; d < rank; ++d) offset[d] = idx[d] * stride[d];
+    block.push_back(std::move(offset));
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  for (int replica = 0; replica < num_replicas; ++replica) {
+    // Position in the replica grid, the core dimension varying fastest.
+    std::vector<int> pos(static_cast<size_t>(rank));
+    int64_t t = replica;
+    pos[rank - 1] = static_cast<int>(t % replica_shape[rank - 1]);
+    t /= replica_shape[rank - 1];
+    for (int d = 0; d < rank - 1; ++d) {
+      pos[d] = static_cast<int>(t % replica_shape[d]);
+      t /= replica_shape[d];
+    }
+    std::vector<int> start(static_cast<size_t>(rank));
+    for (int d = 0; d < rank; ++d) {
+      start[d] = (pos[d] / stride[d]) * shape[d] * stride[d] + pos[d] % stride[d];
+    }
+    for (const auto& offset : block) {
+      for (int d = 0; d < rank; ++d) flat.push_back(start[d] + offset[d]);
+    }
+  }
+}
+
+// TF's 3-D ring tiling: replicas follow the ring through the replica grid, the chips of one
+// replica the ring through its block, each chip's cores (the last dimension) in order.
+void place_ring(const std::vector<int>& shape, const std::vector<int>& replica_shape,
+                const std::vector<int>& mesh, int num_replicas, std::vector<int>& flat) {
+  const auto inner = ring_3d(shape[0], shape[1], shape[2]);
+  const auto outer = ring_3d(replica_shape[0], replica_shape[1], replica_shape[2]);
+  if (static_cast<int64_t>(outer.size()) < num_replicas) {
+    detail::throw_error(ErrorCode::kInternal, kComponent,
+                        "the ring through the replica grid [{}] has {} places for {} replicas",
+                        fmt::join(replica_shape, ", "), outer.size(), num_replicas);
+  }
+  const int64_t cores = product(shape);
+  const int per_chip = mesh[3];
+  for (int replica = 0; replica < num_replicas; ++replica) {
+    const auto& o = outer[static_cast<size_t>(replica)];
+    for (int64_t index = 0; index < cores; ++index) {
+      const auto& i = inner[static_cast<size_t>(index / per_chip)];
+      for (int d = 0; d < 3; ++d) flat.push_back(o[d] * shape[d] + i[d]);
+      flat.push_back(static_cast<int>(index % per_chip));
+    }
+  }
+}
+
 }  // namespace
 
 DeviceAssignment::DeviceAssignment(Topology topology, const CoreAssignment& core_assignment)
@@ -141,7 +202,8 @@ DeviceAssignment::DeviceAssignment(Topology topology, int num_replicas, int num_
 
 DeviceAssignment DeviceAssignment::build(const Topology& topology,
                                          std::vector<int> computation_shape,
-                                         std::vector<int> computation_stride, int num_replicas) {
+                                         std::vector<int> computation_stride, int num_replicas,
+                                         DeviceOrderMode device_order_mode) {
   const int rank = topology.mesh_rank();
   const std::vector<int>& mesh = topology.mesh_shape();
   if (computation_shape.empty()) computation_shape.assign(static_cast<size_t>(rank), 1);
@@ -206,35 +268,26 @@ DeviceAssignment DeviceAssignment::build(const Topology& topology,
       remaining = (remaining + replica_shape[i] - 1) / replica_shape[i];
       --remaining_dims;
     }
-    // Logical core -> offset inside the block, meshgrid(ij) order (last dimension fastest).
-    std::vector<std::vector<int>> block;
-    std::vector<int> idx(static_cast<size_t>(rank), 0);
-    for (int64_t k = 0; k < cores; ++k) {
-      std::vector<int> offset(static_cast<size_t>(rank));
-      for (int d = 0; d < rank; ++d) offset[d] = idx[d] * computation_stride[d];
-      block.push_back(std::move(offset));
-      for (int d = rank - 1; d >= 0; --d) {
-        if (++idx[d] < computation_shape[d]) break;
-        idx[d] = 0;
+    // TF's 3-D ring tiling: rank 4, whole chips per replica, no stride, full replication.
+    bool ring = rank == 4 && computation_shape[rank - 1] == mesh[rank - 1] &&
+                product(computation_stride) == 1 && num_replicas == max_replicas;
+    if (device_order_mode != DeviceOrderMode::kAuto) {
+      if (device_order_mode == DeviceOrderMode::kRing && !ring) {
+        detail::throw_invalid(kComponent,
+                              "device_order_mode=DeviceOrderMode.RING is not compatible with the "
+                              "3D tiling current topology.  Try setting "
+                              "device_order_mode=DeviceOrderMode.AUTO (computation_shape [{}], "
+                              "computation_stride [{}], {} of {} replicas, mesh [{}])",
+                              fmt::join(computation_shape, ", "),
+                              fmt::join(computation_stride, ", "), num_replicas, max_replicas,
+                              fmt::join(mesh, ", "));
       }
+      ring = device_order_mode == DeviceOrderMode::kRing;
     }
-    for (int replica = 0; replica < num_replicas; ++replica) {
-      // Position in the replica grid, the core dimension varying fastest.
-      std::vector<int> pos(static_cast<size_t>(rank));
-      int64_t t = replica;
-      pos[rank - 1] = static_cast<int>(t % replica_shape[rank - 1]);
-      t /= replica_shape[rank - 1];
-      for (int d = 0; d < rank - 1; ++d) {
-        pos[d] = static_cast<int>(t % replica_shape[d]);
-        t /= replica_shape[d];
-      }
-      std::vector<int> start(static_cast<size_t>(rank));
-      for (int d = 0; d < rank; ++d) {
-        start[d] = (pos[d] / computation_stride[d]) * footprint[d] + pos[d] % computation_stride[d];
-      }
-      for (const auto& offset : block) {
-        for (int d = 0; d < rank; ++d) flat.push_back(start[d] + offset[d]);
-      }
+    if (ring) {
+      place_ring(computation_shape, replica_shape, mesh, num_replicas, flat);
+    } else {
+      place_mesh(computation_shape, computation_stride, replica_shape, num_replicas, flat);
     }
   } else {
     // Missing devices: ignore the mesh, take devices in task order.
@@ -302,11 +355,26 @@ std::string DeviceAssignment::device(int replica, int logical_core, const std::s
   return topology_.device_name(id / per_task, id % per_task, job);
 }
 
+namespace {
+
+// TF's _tpu_device_name / _tpu_host_device_name: the job is optional and there is no replica.
+std::string tf_device_name(const std::optional<std::string>& job, int task, const std::string& type,
+                           int id) {
+  if (!job) return fmt::format("/task:{}/device:{}:{}", task, type, id);
+  return fmt::format("/job:{}/task:{}/device:{}:{}", *job, task, type, id);
+}
+
+}  // namespace
+
+std::string DeviceAssignment::tpu_device(int replica, int logical_core,
+                                         const std::optional<std::string>& job) const {
+  return tf_device_name(job, task(replica, logical_core), topology_.device_type(),
+                        tpu_ordinal(replica, logical_core));
+}
+
 std::string DeviceAssignment::host_device(int replica, int logical_core,
-                                          const std::string& job) const {
-  const int t = task(replica, logical_core);
-  if (job.empty()) return fmt::format("/task:{}/device:CPU:0", t);
-  return fmt::format("/job:{}/replica:0/task:{}/device:CPU:0", job, t);
+                                          const std::optional<std::string>& job) const {
+  return tf_device_name(job, task(replica, logical_core), "CPU", 0);
 }
 
 std::vector<int> DeviceAssignment::lookup_replicas(int task_id, int logical_core) const {

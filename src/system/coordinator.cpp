@@ -148,13 +148,65 @@ std::vector<int> SystemCoordinator::gather_device_counts(std::chrono::millisecon
   return counts;
 }
 
+void SystemCoordinator::check_configure_inputs(const std::vector<int>& counts,
+                                               const ConfigureOptions& options) const {
+  if (counts.empty()) {
+    detail::throw_invalid(kComponent,
+                          "configure_distributed_system needs one device count per host (N >= 1); "
+                          "got none");
+  }
+  if (static_cast<int>(counts.size()) != num_hosts_) {
+    detail::throw_invalid(kComponent,
+                          "configure_distributed_system: got {} device counts for a system of {} "
+                          "hosts",
+                          counts.size(), num_hosts_);
+  }
+  for (int t = 0; t < num_hosts_; ++t) {
+    if (counts[t] < 1) {
+      detail::throw_invalid(kComponent, "Host {} has {} devices; every host needs at least one", t,
+                            counts[t]);
+    }
+  }
+  // TF: Internal "Host <i> has <x> TPU chips but host 0 has <y>".
+  for (int t = 1; t < num_hosts_; ++t) {
+    if (counts[t] != counts[0]) {
+      detail::throw_error(ErrorCode::kInternal, kComponent,
+                          "Host {} has {} devices but host 0 has {}", t, counts[t], counts[0]);
+    }
+  }
+  if (options.topology) {
+    const Topology& topology = *options.topology;
+    if (topology.num_tasks() != num_hosts_) {
+      detail::throw_invalid(kComponent, "the topology has {} tasks but the system has {} hosts",
+                            topology.num_tasks(), num_hosts_);
+    }
+    if (topology.num_devices_per_task() != counts[0]) {
+      std::vector<int> all(static_cast<size_t>(num_hosts_));
+      for (int t = 0; t < num_hosts_; ++t) all[t] = t;
+      detail::throw_invalid(kComponent,
+                            "Hosts [{}] have {} devices each but the topology has {} per task",
+                            fmt::join(all, ", "), counts[0], topology.num_devices_per_task());
+    }
+  }
+}
+
 HostConfiguration SystemCoordinator::configure_distributed_system(
     const std::vector<int>& host_device_counts, const ConfigureOptions& options) {
   std::lock_guard lock(mu_);
   drain_until(Clock::now(), [] { return true; });
-  // Out of order (BR-102-01): rejected, nothing changes.
   auto not_disconnected = [](const HostRecord& r) { return !r.fresh(); };
-  if (const std::vector<int> missing = tasks_where(not_disconnected); !missing.empty()) {
+  const std::vector<int> missing = tasks_where(not_disconnected);
+  // The inputs first, as TF's kernel checks them (BR-102-04); a failure fails the configure when
+  // the step was in order, and changes nothing when it was not.
+  const std::vector<int>& counts = host_device_counts;
+  try {
+    check_configure_inputs(counts, options);
+  } catch (const Error& e) {
+    if (missing.empty()) fail(e, /*keep_configuration=*/false);
+    throw;
+  }
+  // Out of order (BR-102-01): rejected, nothing changes.
+  if (!missing.empty()) {
     if (state_ == SystemState::kFailed) {
       detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
                           "configure_distributed_system (step 2): the last configure or wait "
@@ -168,20 +220,8 @@ HostConfiguration SystemCoordinator::configure_distributed_system(
                         "order)",
                         fmt::join(missing, ", "));
   }
-  // The inputs (BR-102-04); a failure here fails the configure.
-  const std::vector<int>& counts = host_device_counts;
+  // Each count must be the one its host reported at step 1; a failure fails the configure.
   try {
-    if (counts.empty()) {
-      detail::throw_invalid(kComponent,
-                            "configure_distributed_system needs one device count per host "
-                            "(N >= 1); got none");
-    }
-    if (static_cast<int>(counts.size()) != num_hosts_) {
-      detail::throw_invalid(kComponent,
-                            "configure_distributed_system: got {} device counts for a system of "
-                            "{} hosts",
-                            counts.size(), num_hosts_);
-    }
     for (int t = 0; t < num_hosts_; ++t) {
       const int reported = hosts_[static_cast<size_t>(t)].device_count;
       if (counts[t] != reported) {
@@ -189,31 +229,6 @@ HostConfiguration SystemCoordinator::configure_distributed_system(
                               "Host {}: device count {} differs from the {} it reported at "
                               "disconnect_host",
                               t, counts[t], reported);
-      }
-      if (counts[t] < 1) {
-        detail::throw_invalid(kComponent, "Host {} has {} devices; every host needs at least one",
-                              t, counts[t]);
-      }
-    }
-    for (int t = 1; t < num_hosts_; ++t) {
-      if (counts[t] != counts[0]) {
-        detail::throw_invalid(kComponent, "Host {} has {} devices but host 0 has {}", t,
-                              counts[t], counts[0]);
-      }
-    }
-    if (options.topology) {
-      const Topology& topology = *options.topology;
-      if (topology.num_tasks() != num_hosts_) {
-        detail::throw_invalid(kComponent,
-                              "the topology has {} tasks but the system has {} hosts",
-                              topology.num_tasks(), num_hosts_);
-      }
-      if (topology.num_devices_per_task() != counts[0]) {
-        std::vector<int> all(static_cast<size_t>(num_hosts_));
-        for (int t = 0; t < num_hosts_; ++t) all[t] = t;
-        detail::throw_invalid(kComponent,
-                              "Hosts [{}] have {} devices each but the topology has {} per task",
-                              fmt::join(all, ", "), counts[0], topology.num_devices_per_task());
       }
     }
   } catch (const Error& e) {
@@ -256,6 +271,26 @@ Topology SystemCoordinator::wait_for_distributed_system(
     const std::vector<std::vector<int64_t>>& per_host_ids, std::chrono::milliseconds startup_timeout) {
   check_timeout(startup_timeout, "wait_for_distributed_system");
   std::lock_guard lock(mu_);
+  // The inputs first, as TF's kernel checks them; a failure fails a configured system's wait.
+  try {
+    if (static_cast<int>(per_host_ids.size()) > num_hosts_) {
+      detail::throw_invalid(kComponent,
+                            "wait_for_distributed_system: got {} id vectors for a system of {} "
+                            "hosts",
+                            per_host_ids.size(), num_hosts_);
+    }
+    // TF: Internal "Host <i> has <x> TPU devices but host 0 has <y>".
+    for (size_t t = 0; t < per_host_ids.size(); ++t) {
+      if (per_host_ids[t].size() != per_host_ids[0].size()) {
+        detail::throw_error(ErrorCode::kInternal, kComponent,
+                            "Host {} has {} devices but host 0 has {}", t,
+                            per_host_ids[t].size(), per_host_ids[0].size());
+      }
+    }
+  } catch (const Error& e) {
+    if (state_ == SystemState::kConfigured) fail(e, /*keep_configuration=*/true);
+    throw;
+  }
   switch (state_) {
     case SystemState::kConfigured:
       break;
@@ -275,18 +310,6 @@ Topology SystemCoordinator::wait_for_distributed_system(
   }
   const HostConfiguration& config = *config_;
   try {
-    if (static_cast<int>(per_host_ids.size()) > num_hosts_) {
-      detail::throw_invalid(kComponent,
-                            "wait_for_distributed_system: got {} id vectors for a system of {} "
-                            "hosts",
-                            per_host_ids.size(), num_hosts_);
-    }
-    for (size_t t = 0; t < per_host_ids.size(); ++t) {
-      if (per_host_ids[t].size() != per_host_ids[0].size()) {
-        detail::throw_invalid(kComponent, "Host {} has {} devices but host 0 has {}", t,
-                              per_host_ids[t].size(), per_host_ids[0].size());
-      }
-    }
     for (size_t t = 0; t < per_host_ids.size(); ++t) {
       const std::vector<int64_t> assigned = config.topology.global_device_ids(static_cast<int>(t));
       if (per_host_ids[t] != assigned) {
@@ -372,12 +395,9 @@ Topology SystemCoordinator::wait_for_distributed_system(const std::vector<Tensor
 void SystemCoordinator::shutdown_distributed_system(std::chrono::milliseconds disconnect_timeout) {
   check_timeout(disconnect_timeout, "shutdown_distributed_system");
   std::lock_guard lock(mu_);
-  if (!config_) {
-    detail::throw_error(ErrorCode::kInternal, kComponent,
-                        "shutdown_distributed_system: the system is not configured (state {}): "
-                        "no system is running; run configure_distributed_system first",
-                        system_state_name(state_));
-  }
+  // TF's kernel deletes the system's state "if it exists": with nothing configured there is
+  // nothing to shut down, and nothing changes.
+  if (!config_) return;
   auto disconnected = [](const HostRecord& r) { return r.fresh(); };
   auto connected = [](const HostRecord& r) { return !r.fresh(); };
   drain_until(Clock::now() + disconnect_timeout,

@@ -17,9 +17,7 @@ TEST(ScopedAllocatorManager, FieldIdsAndRelease) {
   Tensor b = mgr.allocate(1, 12, 20);
   Tensor a = mgr.allocate(1, 11, 12);
   EXPECT_EQ(static_cast<const uint8_t*>(b.data()) - static_cast<const uint8_t*>(a.data()), 64);
-  EXPECT_EQ(mgr.get(1, 10), s);
-  EXPECT_EQ(mgr.num_live_scopes(), 1);
-  mgr.release(1, 10);
+  // The last expected allocation retired the scope (TF's container drops it at once).
   EXPECT_EQ(mgr.num_live_scopes(), 0);
   EXPECT_EQ(tracked.stats().live_bytes, 128);  // the aliases and `s` keep the backing alive
   a = Tensor();
@@ -30,6 +28,43 @@ TEST(ScopedAllocatorManager, FieldIdsAndRelease) {
                       "device dev0 step 1: no live field with scope_id 11");
   EXPECT_TESSEL_ERROR(mgr.get(1, 10), ErrorCode::kNotFound, "no live ScopedAllocator");
   EXPECT_TESSEL_ERROR(mgr.release(1, 10), ErrorCode::kNotFound, "not live");
+  // Before its last allocation a scope is live and release() closes it.
+  const auto t = mgr.add(1, 10, "again", {Shape{3}, Shape{5}}, DType::kF32, 2);
+  mgr.allocate(1, 11, 12);
+  EXPECT_EQ(mgr.get(1, 10), t);
+  EXPECT_THROW(mgr.release(1, 10), Error);  // 1 of 2 calls made
+  EXPECT_EQ(mgr.num_live_scopes(), 0);
+}
+
+// TF's ScopedAllocatorContainer: explicit field ids, TF's duplicate-id error, and ids free for
+// reuse once the scope retired (its last expected allocation), while its tensors live on.
+TEST(ScopedAllocatorManager, ExplicitFieldIdsAndReuseAfterTheScopeRetires) {
+  ScopedAllocatorManager mgr("dev0");
+  const auto s = mgr.add(1, 10, "grads", {Shape{3}, Shape{5}}, DType::kF32, 2, {40, 30});
+  EXPECT_EQ(s->fields()[0].scope_id, 40);
+  EXPECT_EQ(s->fields()[1].scope_id, 30);
+  EXPECT_TESSEL_ERROR(mgr.add(1, 11, "other", {Shape{1}}, DType::kF32, 1, {30}),
+                      ErrorCode::kInternal,
+                      "Cannot create ScopedAllocator because field scope_id 30 for name other "
+                      "already exists");
+  EXPECT_TESSEL_ERROR(mgr.add(1, 40, "other", {Shape{1}}, DType::kF32, 1), ErrorCode::kInternal,
+                      "Cannot create ScopedAllocator because scope_id 40 for name other already "
+                      "exists");
+  EXPECT_NO_THROW(mgr.add(1, 11, "fits", {Shape{1}}, DType::kF32, 0, {12}));  // 11, 12 were free
+  Tensor a = mgr.allocate(1, 40, 12);
+  EXPECT_TESSEL_ERROR(mgr.add(1, 30, "early", {Shape{1}}, DType::kF32, 1, {31}),
+                      ErrorCode::kInternal, "scope_id 30 for name early already exists");
+  Tensor b = mgr.allocate(1, 30, 20);  // the last expected call: the scope retires
+  EXPECT_NO_THROW(mgr.add(1, 30, "reused", {Shape{2}, Shape{2}}, DType::kF32, 2, {10, 40}));
+  a.fill(3.0);
+  EXPECT_EQ(s->backing().to_vector<float>()[0], 3.0f);  // the retired scope's tensors still work
+  // Bad explicit ids: the wrong count, a repeated id, the scope's own id, a negative id.
+  for (const std::vector<int64_t>& ids : std::vector<std::vector<int64_t>>{
+           {50}, {50, 50}, {50, 20}, {-1, 50}}) {
+    EXPECT_TESSEL_ERROR(mgr.add(2, 20, "bad", {Shape{1}, Shape{1}}, DType::kF32, 2, ids),
+                        ErrorCode::kInvalidArgument, "scope bad (id 20)");
+  }
+  EXPECT_EQ(mgr.num_live_scopes(), 2);
 }
 
 // A handle from get() or add() shares the scope: it keeps working after the manager forgot the

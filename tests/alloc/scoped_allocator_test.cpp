@@ -52,6 +52,22 @@ TEST(ScopedLayout, EveryFieldAligned) {
   }
 }
 
+// TF's scoped allocator takes every dtype; the new ones keep the 64-byte field alignment.
+TEST(ScopedLayout, Uint32Int8AndComplex128Fields) {
+  int64_t total = 0;
+  const auto c = scoped_layout({Shape{3}, Shape{1}}, DType::kC128, 0, &total);
+  EXPECT_EQ(c[0].bytes_requested, 48);
+  EXPECT_EQ(c[1].offset, 64);
+  EXPECT_EQ(total, 128);
+  const auto i8 = scoped_layout({Shape{5}, Shape{70}}, DType::kI8, 0, &total);
+  EXPECT_EQ(i8[1].offset, 64);
+  EXPECT_EQ(total, 64 + 128);
+  const auto u32 = scoped_layout({Shape{17}, Shape{2}}, DType::kU32, 0, &total);
+  EXPECT_EQ(u32[1].offset, 128);
+  ScopedAllocator scope({Shape{2}, Shape{2}}, DType::kC128, "c", 0, 2);
+  EXPECT_EQ(scope.allocate(1, Shape{2}).dtype(), DType::kC128);
+}
+
 TEST(ScopedLayout, ZeroElementFieldSharesNextOffset) {
   ScopedAllocator scope({Shape{3}, Shape{0}, Shape{2, 2}}, DType::kF32, "z", 1, 3);
   EXPECT_EQ(scope.fields()[1].offset, 64);
@@ -181,6 +197,40 @@ TEST(ScopedAllocator, ConcatNamesFirstMismatch) {
                       "field 0: split: alias 0");
   EXPECT_NO_THROW(scope.split(scope.concat(backing, {a, b, c}), {a, b, c}));
   scope.close();
+}
+
+// TF's _ScopedAllocatorConcat attributes: shape and reshape (the output is the backing, or the
+// backing viewed as `shape`), with the kernel's checks in its order.
+TEST(ScopedAllocator, ConcatReshapeAttribute) {
+  ScopedAllocator scope({Shape{16}, Shape{16}}, DType::kF32, "grads", 7, 2);
+  Tensor a = scope.allocate(0, Shape{16});
+  Tensor b = scope.allocate(1, Shape{16});
+  const Tensor& backing = scope.backing();
+  const Tensor flat = scope.concat(backing, {a, b}, Shape{32}, /*reshape=*/false);
+  EXPECT_EQ(flat.shape(), Shape{32});
+  const Tensor square = scope.concat(backing, {a, b}, Shape{4, 8}, /*reshape=*/true);
+  EXPECT_EQ(square.shape(), (Shape{4, 8}));
+  EXPECT_EQ(square.data(), backing.data());  // a view, no copy
+  b.fill(2.0);
+  EXPECT_EQ(square.to_vector<float>()[31], 2.0f);
+  // Without reshape a smaller shape is accepted (TF checks only "at least"); with it, not.
+  EXPECT_EQ(scope.concat(backing, {a, b}, Shape{8}, false).shape(), Shape{32});
+  EXPECT_TESSEL_ERROR(scope.concat(backing, {a, b}, Shape{8}, true), ErrorCode::kInvalidArgument,
+                      "reshape to [8] (8 elements) needs the backing's 32 elements");
+  EXPECT_TESSEL_ERROR(scope.concat(backing, {a, b}, Shape{64}, false),
+                      ErrorCode::kInvalidArgument,
+                      "Backing tensor num elements 32 is not >= to expected 64");
+  EXPECT_TESSEL_ERROR(scope.concat(Tensor::zeros(Shape{32}, DType::kI32), {a, b}, Shape{32}, false),
+                      ErrorCode::kInvalidArgument,
+                      "Backing tensor type i32 does not match expected type f32");
+}
+
+TEST(ScopedAllocator, SplitNeedsAtLeastTwoFields) {
+  ScopedAllocator one({Shape{4}}, DType::kF32, "one", 3, 1);
+  Tensor a = one.allocate(0, Shape{4});
+  EXPECT_TESSEL_ERROR(one.split(one.backing(), {a}), ErrorCode::kInvalidArgument,
+                      "Value for attr 'N' of 1 must be at least minimum 2");
+  EXPECT_NO_THROW(one.concat(one.backing(), {a}));  // tessel's one-tensor buckets concat
 }
 
 TEST(ScopedAllocator, ConstructionErrors) {

@@ -36,7 +36,7 @@ TEST(DType, FromNameAcceptsNumpyNames) {
 }
 
 TEST(DType, ParseFailsOnUnknownNameNamingIt) {
-  for (std::string_view bad : {"float", "F32", "int8", "", "f32 "}) {
+  for (std::string_view bad : {"float", "F32", "int16", "", "f32 "}) {
     try {
       dtype_from_name(bad);
       ADD_FAILURE() << "no error for '" << bad << "'";
@@ -46,6 +46,27 @@ TEST(DType, ParseFailsOnUnknownNameNamingIt) {
       EXPECT_NE(e.message().find("'" + std::string(bad) + "'"), std::string::npos) << e.what();
     }
   }
+}
+
+// The dtypes TF's scoped allocator and cross-device ops take that tessel added: uint32, int8 and
+// complex128 (sizes as numpy's itemsize; every size divides the scoped allocator's 64).
+TEST(DType, Uint32Int8AndComplex128) {
+  EXPECT_EQ(dtype_size(DType::kU32), 4u);
+  EXPECT_EQ(dtype_size(DType::kI8), 1u);
+  EXPECT_EQ(dtype_size(DType::kC128), 16u);
+  EXPECT_EQ(dtype_from_name("uint32"), DType::kU32);
+  EXPECT_EQ(dtype_from_name("int8"), DType::kI8);
+  EXPECT_EQ(dtype_from_name("complex128"), DType::kC128);
+  EXPECT_EQ(dtype_name(DType::kC128), "c128");
+  EXPECT_TRUE(is_complex(DType::kC128));
+  EXPECT_FALSE(is_complex(DType::kF64));
+  EXPECT_FALSE(is_floating(DType::kC128));
+  static_assert(dtype_of<uint32_t> == DType::kU32);
+  static_assert(dtype_of<int8_t> == DType::kI8);
+  static_assert(dtype_of<std::complex<double>> == DType::kC128);
+  // The enum's existing values are unchanged (new dtypes are appended).
+  EXPECT_EQ(static_cast<int>(DType::kBool), 7);
+  EXPECT_EQ(static_cast<int>(DType::kC128), 10);
 }
 
 TEST(DType, IsFloatingAndDTypeOf) {

@@ -26,8 +26,11 @@ TEST(Seed105, BR_105_03_ValidAssignmentMapsReplicaAndCoreToDevices) {
   EXPECT_EQ(da.tpu_ordinal(0, 0), 0);
   EXPECT_EQ(da.device(1, 1), "/job:localhost/replica:0/task:1/device:CPU:1");
   EXPECT_EQ(da.device(0, 1, "worker"), "/job:worker/replica:0/task:0/device:CPU:1");
-  EXPECT_EQ(da.host_device(1, 0), "/job:localhost/replica:0/task:1/device:CPU:0");
-  EXPECT_EQ(da.host_device(1, 0, ""), "/task:1/device:CPU:0");
+  // TF's tpu_device / host_device: job None by default, no replica part.
+  EXPECT_EQ(da.host_device(1, 0), "/task:1/device:CPU:0");
+  EXPECT_EQ(da.host_device(1, 0, "worker"), "/job:worker/task:1/device:CPU:0");
+  EXPECT_EQ(da.tpu_device(1, 1), "/task:1/device:CPU:1");
+  EXPECT_EQ(da.tpu_device(0, 1, "worker"), "/job:worker/task:0/device:CPU:1");
   EXPECT_EQ(da.lookup_replicas(0, 1), (std::vector<int>{0}));
   EXPECT_EQ(da.lookup_replicas(1, 0), (std::vector<int>{1}));
   EXPECT_EQ(da.core_assignment(),
@@ -137,8 +140,9 @@ TEST(Seed105, BR_105_03_BuildDefaultsToOneReplicaAtTheOrigin) {
 
 TEST(Seed105, BR_105_03_BuildPlacesReplicasWithoutOverlap) {
   // TF: for mesh [2,2,1,1] and 4 replicas the replica grid is [2,2,1,1] (core dim 1 first,
-  // then dims in increasing size), replica r at pos (r % 2, r / 2).
-  const auto da = DeviceAssignment::build(two_by_two(), {}, {}, 4);
+  // then dims in increasing size), replica r at pos (r % 2, r / 2) in MESH order (full
+  // replication in AUTO order follows the ring instead: DeviceOrder.*).
+  const auto da = DeviceAssignment::build(two_by_two(), {}, {}, 4, DeviceOrderMode::kMesh);
   EXPECT_EQ(da.core_assignment(),
             (std::vector<int>{0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0}));
   // Two cores per replica along dim 0, each replica on one task.

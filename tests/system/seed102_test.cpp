@@ -89,8 +89,9 @@ TEST(Seed102, BR_102_03_ShutdownOnlyAfterEveryHostDisconnected) {
 TEST(Seed102, BR_102_04_DeviceCountsAgreeAcrossHostsAndTopology) {
   {
     SimulatedSystem sys(std::vector<int>{4, 4, 2, 4});
+    // TF's code: Internal ("Host 2 has 2 TPU chips but host 0 has 4").
     EXPECT_TESSEL_ERROR(sys.coordinator().configure_distributed_system(sys.disconnect_all()),
-                        ErrorCode::kInvalidArgument, "Host 2 has 2 devices but host 0 has 4");
+                        ErrorCode::kInternal, "Host 2 has 2 devices but host 0 has 4");
   }
   {
     SimulatedSystem sys(2, 2);
@@ -147,15 +148,43 @@ TEST(Seed102, Error_InvalidArgument_InputRankIsWrong) {
                       ErrorCode::kInvalidArgument, "Input 1 should be a vector but has 2 dimensions");
 }
 
-TEST(Seed102, Error_Internal_ShutdownWithoutConfiguredSystem) {
+TEST(Seed102, ShutdownWithoutConfiguredSystemDoesNothingAsTfsKernel) {
+  // TF's _ShutdownDistributedTPU deletes the system's state "if it exists".
   SimulatedSystem sys(2, 1);
-  EXPECT_TESSEL_ERROR(sys.coordinator().shutdown_distributed_system(), ErrorCode::kInternal,
-                      "shutdown_distributed_system: the system is not configured (state "
-                      "Unconfigured)");
+  sys.coordinator().shutdown_distributed_system();
+  EXPECT_EQ(sys.coordinator().state(), SystemState::kUnconfigured);
   sys.bring_up();
   sys.take_down();
-  EXPECT_TESSEL_ERROR(sys.coordinator().shutdown_distributed_system(), ErrorCode::kInternal,
-                      "the system is not configured (state ShutDown)");
+  sys.coordinator().shutdown_distributed_system();
+  EXPECT_EQ(sys.coordinator().state(), SystemState::kShutDown);
+  EXPECT_EQ(sys.bring_up(), Topology::for_hosts(2, 1));  // and it comes up again
+}
+
+TEST(Seed102, StepsCheckTheirInputsBeforeTheSystemsState) {
+  SimulatedSystem sys(2, 2);
+  // Hosts have not run step 1 and the counts disagree: TF's kernel reports the counts first,
+  // and the out-of-order call changes nothing.
+  EXPECT_TESSEL_ERROR(sys.coordinator().configure_distributed_system({2, 3}),
+                      ErrorCode::kInternal, "Host 1 has 3 devices but host 0 has 2");
+  EXPECT_EQ(sys.coordinator().state(), SystemState::kUnconfigured);
+  EXPECT_TESSEL_ERROR(sys.coordinator().configure_distributed_system({2, 2}),
+                      ErrorCode::kFailedPrecondition, "step 1 (disconnect_host) has not run");
+  // Wait before any configure: the ids' lengths first, then "not initialized".
+  EXPECT_TESSEL_ERROR(sys.coordinator().wait_for_distributed_system({{0, 1}, {2}}, kShort),
+                      ErrorCode::kInternal, "Host 1 has 1 devices but host 0 has 2");
+  EXPECT_TESSEL_ERROR(sys.coordinator().wait_for_distributed_system(kNoIds, kShort),
+                      ErrorCode::kFailedPrecondition, "The system has not been initialized");
+  EXPECT_EQ(sys.coordinator().state(), SystemState::kUnconfigured);
+}
+
+TEST(Seed102, ReconfiguringARunningSystemReplacesItsConfiguration) {
+  // TF's configure replaces the mesh state it finds; tessel too, once every host ran step 1.
+  SimulatedSystem sys(2, 1);
+  sys.bring_up();
+  const HostConfiguration again =
+      sys.coordinator().configure_distributed_system(sys.disconnect_all());
+  EXPECT_EQ(again.generation, 2u);
+  EXPECT_EQ(sys.coordinator().state(), SystemState::kConfigured);
 }
 
 TEST(Seed102, Error_DeadlineExceeded_HostsNotUpWithinStartupTimeout) {
@@ -171,10 +200,10 @@ TEST(Seed102, Error_DeadlineExceeded_HostsNotUpWithinStartupTimeout) {
   EXPECT_LT(elapsed_ms(start), kShortBound.count());
 }
 
-TEST(Seed102, Error_InvalidArgument_DeviceCountsDisagreeBetweenHosts) {
+TEST(Seed102, Error_Internal_DeviceCountsDisagreeBetweenHosts) {
   SimulatedSystem sys(std::vector<int>{3, 1});
   EXPECT_TESSEL_ERROR(sys.coordinator().configure_distributed_system(sys.disconnect_all()),
-                      ErrorCode::kInvalidArgument, "Host 1 has 1 devices but host 0 has 3");
+                      ErrorCode::kInternal, "Host 1 has 1 devices but host 0 has 3");
 }
 
 TEST(Seed102, Transaction_FailedConfigureRestartsFromDisconnect) {
@@ -190,8 +219,8 @@ TEST(Seed102, Transaction_FailedConfigureRestartsFromDisconnect) {
                       "devices each");
   EXPECT_TESSEL_ERROR(c.wait_for_distributed_system(kNoIds, kShort), ErrorCode::kFailedPrecondition,
                       "The system has not been initialized: the last configure or wait failed");
-  EXPECT_TESSEL_ERROR(c.shutdown_distributed_system(), ErrorCode::kInternal,
-                      "the system is not configured (state Failed)");
+  c.shutdown_distributed_system();  // nothing configured: nothing to do (TF's kernel)
+  EXPECT_EQ(c.state(), SystemState::kFailed);
   sys.host(0).disconnect_host();
   EXPECT_TESSEL_ERROR(c.configure_distributed_system({2, 2}), ErrorCode::kFailedPrecondition,
                       "and hosts [1] have not");

@@ -6,47 +6,19 @@
 #include "tessel/mesh/topology.h"
 #include "tessel/runtime/runtime.h"
 #include "testing/expect_error.h"
+#include "testing/topology_bytes.h"
 
 namespace tessel {
 namespace {
 
 using Coords = std::vector<std::vector<std::vector<int>>>;
 
-// Protobuf wire format by hand (independent of tessel's generated code): a varint; int32
-// values are sign-extended to 64 bits, as protobuf writes them.
-void put_varint(std::string& out, int64_t value) {
-  auto v = static_cast<uint64_t>(value);
-  do {
-    const auto byte = static_cast<uint8_t>(v & 0x7f);
-    v >>= 7;
-    out.push_back(static_cast<char>(v != 0 ? (byte | 0x80) : byte));
-  } while (v != 0);
-}
+using testing::put_packed;
+using testing::put_varint;
 
-void put_packed(std::string& out, int field, const std::vector<int>& values) {
-  if (values.empty()) return;
-  std::string payload;
-  for (int v : values) put_varint(payload, v);
-  put_varint(out, (field << 3) | 2);
-  put_varint(out, static_cast<int64_t>(payload.size()));
-  out += payload;
-}
-
-// TopologyProto bytes as TF writes them: fields 1 (packed), 2, 3 and 4 (packed).
 std::string proto_bytes(std::vector<int> mesh_shape, int num_tasks, int per_task,
                         std::vector<int> coordinates) {
-  std::string out;
-  put_packed(out, 1, mesh_shape);
-  if (num_tasks != 0) {
-    put_varint(out, 2 << 3);
-    put_varint(out, num_tasks);
-  }
-  if (per_task != 0) {
-    put_varint(out, 3 << 3);
-    put_varint(out, per_task);
-  }
-  put_packed(out, 4, coordinates);
-  return out;
+  return testing::topology_proto_bytes(mesh_shape, num_tasks, per_task, coordinates);
 }
 
 TEST(Topology, ForHostsIsTheRankFourUniformTopology) {

@@ -70,8 +70,11 @@ std::vector<ScopedField> scoped_layout(const std::vector<Shape>& shapes, DType d
 
 class ScopedAllocator {
  public:
+  // field_scope_ids (TF: each Field's scope_id, set by the caller): empty means scope_id + 1 + i;
+  // otherwise one per field, each >= 0, distinct and not scope_id (kInvalidArgument).
   ScopedAllocator(std::vector<Shape> shapes, DType dtype, std::string name, int64_t scope_id,
-                  int expected_call_count, Allocator* allocator = nullptr);
+                  int expected_call_count, Allocator* allocator = nullptr,
+                  const std::vector<int64_t>& field_scope_ids = {});
   ScopedAllocator(const ScopedAllocator&) = delete;
   ScopedAllocator& operator=(const ScopedAllocator&) = delete;
 
@@ -103,7 +106,16 @@ class ScopedAllocator {
   // exactly its fields in order (the vector allocate_all returned is, by construction, and is
   // not checked again). Read-only by contract: write through the aliases. No copy.
   Tensor concat(const Tensor& backing, const std::vector<Tensor>& aliases) const;
-  // The field views again, after the same checks on `concat` and `aliases`. No copy.
+  // TF's _ScopedAllocatorConcat with its shape and reshape attributes: the backing's dtype must
+  // be the scope's ("Backing tensor type .. does not match expected type .."), it must hold at
+  // least shape's elements ("Backing tensor num elements .. is not >= to expected .."), then the
+  // checks above; reshape: the backing viewed as `shape`, which must have exactly the backing's
+  // elements (TF aborts the process otherwise). Errors: kInvalidArgument. No copy.
+  Tensor concat(const Tensor& backing, const std::vector<Tensor>& aliases, const Shape& shape,
+                bool reshape) const;
+  // The field views again, after the same checks on `concat` and `aliases`. No copy. Fewer than
+  // two aliases: kInvalidArgument (TF's op definition: N >= 2; concat keeps accepting one, which
+  // tessel's one-tensor fusion buckets use).
   std::vector<Tensor> split(const Tensor& concat, const std::vector<Tensor>& aliases) const;
 
   // Ends the round: kInternal if fewer than expected_call_count calls were made.
@@ -114,6 +126,7 @@ class ScopedAllocator {
 
  private:
   std::string where() const;
+  void set_field_scope_ids(const std::vector<int64_t>& ids);
   Tensor make_view(int field_index) const;
   std::string field_where(int field_index) const;
   void check_backing(const Tensor& backing, const char* call) const;

@@ -11,11 +11,13 @@
 //   ScopedAllocatorManager mgr("/device:CPU:0", device_allocator);
 //   auto s = mgr.add(/*step=*/1, /*scope_id=*/10, "grads", shapes, DType::kF32, 2);  // shared
 //   Tensor a = mgr.allocate(1, /*field scope id=*/11, bytes);   // field 0 of scope 10
-//   mgr.release(1, 10);           // closes (reports missing calls) and forgets the scope
+//   mgr.allocate(1, 12, bytes);   // the last expected call: the scope retires, ids 10-12 free
+//   mgr.release(1, 10);           // (before that) closes, reports missing calls, forgets it
 //   mgr.cleanup_step(1);          // drops whatever the step left (aborted steps), no checks
 //
-// Lifetime: add() and get() hand out shared ownership of the scope. The manager forgets a scope
-// at release() or cleanup_step(), but a holder's scope lives on and keeps working (allocate,
+// Lifetime (TF's ScopedAllocatorContainer): add() and get() hand out shared ownership of the
+// scope. The manager forgets a scope when its last expected allocation is made through allocate()
+// (its ids may then be used again), at release() or at cleanup_step(), but a holder's scope lives on and keeps working (allocate,
 // close, reopen: a round of its own, no longer reachable through the manager's ids), also after
 // the manager is destroyed. Tensors handed out stay valid after release (they share the
 // backing's storage).
@@ -46,12 +48,18 @@ class ScopedAllocatorManager {
 
   const std::string& device_name() const { return device_; }
 
+  // field_scope_ids: TF's explicit Field scope_ids (empty: scope_id + 1 + i); see
+  // ScopedAllocator's constructor.
   std::shared_ptr<ScopedAllocator> add(int64_t step_id, int64_t scope_id, const std::string& name,
                                        const std::vector<Shape>& shapes, DType dtype,
-                                       int expected_call_count);
+                                       int expected_call_count,
+                                       const std::vector<int64_t>& field_scope_ids = {});
   // The scope registered under `scope_id` in the step (kNotFound if none).
   std::shared_ptr<ScopedAllocator> get(int64_t step_id, int64_t scope_id);
-  // Allocates the field registered under `field_scope_id` (= its scope's id + 1 + index).
+  // Allocates the field registered under `field_scope_id`. The call that uses up the scope's
+  // expected_call_count retires it, as TF's ScopedAllocator drops itself from its container:
+  // its ids are free for a new scope of the step at once (the backing and the tensors handed
+  // out live on while anything holds them).
   Tensor allocate(int64_t step_id, int64_t field_scope_id, size_t bytes);
   // Closes the scope (its kInternal error for missing calls propagates, after the scope has been
   // forgotten) and forgets it and its field ids.
@@ -66,6 +74,9 @@ class ScopedAllocatorManager {
     std::map<int64_t, std::shared_ptr<ScopedAllocator>> scopes;                  // by scope id
     std::map<int64_t, std::pair<std::shared_ptr<ScopedAllocator>, int>> fields;  // by field id
   };
+
+  // Removes `scope` and its field ids from the step, if it is still registered there.
+  void forget(int64_t step_id, const ScopedAllocator& scope);
 
   std::string device_;
   Allocator* allocator_;

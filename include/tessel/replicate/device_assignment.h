@@ -24,8 +24,10 @@
 // Thread safety: an immutable value type.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -33,6 +35,14 @@
 #include "tessel/mesh/topology.h"
 
 namespace tessel {
+
+// TF's tf.tpu.experimental.DeviceOrderMode (the values are TF's).
+enum class DeviceOrderMode { kAuto = 0, kRing = 1, kMesh = 2 };
+
+// TF's ring order of an x by y by z grid of chips (device_assignment.py's _ring_3d): 2-D rings
+// stacked along z and joined in one corner; a grid with an odd dimension > 1 is walked x-fastest.
+// Each entry is {x, y, z}; every size must be >= 1.
+std::vector<std::array<int, 3>> ring_3d(int x_size, int y_size, int z_size);
 
 class DeviceAssignment {
  public:
@@ -50,19 +60,25 @@ class DeviceAssignment {
   static DeviceAssignment from_flat(Topology topology, int num_replicas,
                                     int num_cores_per_replica, const std::vector<int>& flat);
 
-  // TF's device_assignment(topology, computation_shape=None, computation_stride=None,
-  // num_replicas=1): places num_replicas copies of a computation block of computation_shape
-  // (with computation_stride between its cores) onto the mesh. An empty shape / stride means
-  // [1] * rank. Errors (kInvalidArgument, TF's texts): "computation_shape must have shape [r];
-  // got [..]" (same for computation_stride), "computation_shape must be positive; got ...",
-  // "computation footprint F does not fit in TPU topology shape M", "requested R replicas but
-  // only M replicas with shape S and computation_stride T fit in a TPU mesh of shape MS",
-  // num_replicas < 1. A topology with missing devices places replicas in task order and needs
-  // stride 1 and enough devices. Divergence: TF's 3-D ring tiling (rank 4, full replication,
-  // no stride) is not done; the general placement is used for it.
+  // TF's DeviceAssignment.build(topology, computation_shape=None, computation_stride=None,
+  // num_replicas=1, device_order_mode=AUTO): places num_replicas copies of a computation block
+  // of computation_shape (with computation_stride between its cores) onto the mesh. An empty
+  // shape / stride means [1] * rank. Errors (kInvalidArgument, TF's texts): "computation_shape
+  // must have shape [r]; got [..]" (same for computation_stride), "computation_shape must be
+  // positive; got ...", "computation footprint F does not fit in TPU topology shape M",
+  // "requested R replicas but only M replicas with shape S and computation_stride T fit in a TPU
+  // mesh of shape MS", num_replicas < 1.
+  // Order (full topology): the 3-D ring tiling when the mode is RING, or AUTO and the tiling
+  // applies (rank 4, computation_shape's core dimension equal to the mesh's, stride 1, full
+  // replication: num_replicas equal to the maximum); otherwise the mesh placement (near-cubic
+  // replica grid, cores in meshgrid order), always for MESH. RING where the tiling does not
+  // apply: "device_order_mode=DeviceOrderMode.RING is not compatible with the 3D tiling current
+  // topology.  Try setting device_order_mode=DeviceOrderMode.AUTO". A topology with missing
+  // devices places replicas in task order (any mode) and needs stride 1 and enough devices.
   static DeviceAssignment build(const Topology& topology,
                                 std::vector<int> computation_shape = {},
-                                std::vector<int> computation_stride = {}, int num_replicas = 1);
+                                std::vector<int> computation_stride = {}, int num_replicas = 1,
+                                DeviceOrderMode device_order_mode = DeviceOrderMode::kAuto);
 
   const Topology& topology() const { return topology_; }
   int num_replicas() const { return num_replicas_; }
@@ -79,13 +95,18 @@ class DeviceAssignment {
   int task(int replica = 0, int logical_core = 0) const;
   // TF's tpu_ordinal: the device's index within its task.
   int tpu_ordinal(int replica = 0, int logical_core = 0) const;
-  // The tessel device name "/job:<job>/replica:0/task:<t>/device:<type>:<d>" (TF: tpu_device).
+  // The full tessel device name "/job:<job>/replica:0/task:<t>/device:<type>:<d>" (a runtime's
+  // name for the device; TF's shorter form is tpu_device()).
   std::string device(int replica = 0, int logical_core = 0,
                      const std::string& job = "localhost") const;
-  // The host (CPU:0) device of the task: "/job:<job>/replica:0/task:<t>/device:CPU:0"; an empty
-  // job gives TF's job-less "/task:<t>/device:CPU:0".
+  // TF's tpu_device(replica=0, logical_core=0, job=None): "/job:<job>/task:<t>/device:<type>:<d>",
+  // or "/task:<t>/device:<type>:<d>" without a job (type: the topology's device type).
+  std::string tpu_device(int replica = 0, int logical_core = 0,
+                         const std::optional<std::string>& job = std::nullopt) const;
+  // TF's host_device(replica=0, logical_core=0, job=None): the task's CPU:0,
+  // "/job:<job>/task:<t>/device:CPU:0", or "/task:<t>/device:CPU:0" without a job.
   std::string host_device(int replica = 0, int logical_core = 0,
-                          const std::string& job = "localhost") const;
+                          const std::optional<std::string>& job = std::nullopt) const;
   // The replicas (ascending) whose logical_core lives on task task_id. None:
   // kInvalidArgument "Can not find any replica in task: t contains logical_core: c ".
   std::vector<int> lookup_replicas(int task_id, int logical_core) const;

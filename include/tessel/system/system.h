@@ -43,12 +43,12 @@
 //             Host of task 0.
 //   BR-102-03 shutdown only after every host disconnected (after the last configure):
 //             otherwise kFailedPrecondition (kDeadlineExceeded when told to wait) naming the
-//             hosts still connected. Shutdown with no system configured: kInternal
-//             "... the system is not configured ...", the error the seed's table names (TF's
-//             current kernel would silently do nothing).
+//             hosts still connected. Shutdown with no system configured does nothing, as TF's
+//             kernel (it deletes the system's state "if it exists").
 //   BR-102-04 every host's device count must agree with host 0's and with the topology:
-//             kInvalidArgument "Host <i> has <x> devices but host 0 has <y>" (TF: "... TPU chips
-//             ...", code Internal; the seed says InvalidArgument).
+//             kInternal "Host <i> has <x> devices but host 0 has <y>", TF's code (its text says
+//             "TPU chips"); the other count checks are kInvalidArgument. Every step checks its
+//             inputs before the system's state, in TF's order.
 //   BR-102-05 enable_whole_mesh_compilations is accepted, carried in the HostConfiguration to
 //             every host and checked to agree there. TF uses it to let one compilation cover the
 //             whole mesh instead of each host's part; tessel builds no per-host programs (every
@@ -227,12 +227,13 @@ class SystemCoordinator {
   // The configuration of the last successful configure, until shutdown or a failed configure.
   std::optional<HostConfiguration> configuration() const;
 
-  // Step 2. Every host must have run step 1 since the last configure; otherwise the call is
-  // rejected with kFailedPrecondition naming those that have not (after a failed configure the
-  // message says so) and changes nothing. host_device_counts[i] is host i's step-1 output:
-  // one per host (N >= 1), each equal to what the host reported, to host 0's count and to the
-  // topology's (kInvalidArgument naming the host, BR-102-04); such a failure puts the
-  // coordinator in kFailed and every host must disconnect again. Success: the configuration of
+  // Step 2. host_device_counts[i] is host i's step-1 output: one per host (N >= 1), each equal
+  // to host 0's count (kInternal, TF's code) and to the topology's (kInvalidArgument naming the
+  // host, BR-102-04), checked first (TF's order). Then every host must have run step 1 since the
+  // last configure; otherwise the call is rejected with kFailedPrecondition naming those that
+  // have not (after a failed configure the message says so) and changes nothing; and each count
+  // must be what its host reported. An input failure of an in-order call puts the coordinator
+  // in kFailed and every host must disconnect again. Success: the configuration of
   // a new generation, state kConfigured (a configured or running system may be configured
   // again once every host has run step 1; TF replaces its state the same way).
   HostConfiguration configure_distributed_system(const std::vector<int>& host_device_counts,
@@ -245,8 +246,9 @@ class SystemCoordinator {
   // Step 4. Waits up to startup_timeout until every host has reported step 3 for the current
   // configuration, then returns the topology (state kRunning). per_host_ids are the step-3
   // outputs the caller holds: entry i is host i's (TF multi-client: only the local hosts'; the
-  // rest arrive as reports); each must have host 0's length (kInvalidArgument "Host <i> has
-  // <x> devices but host 0 has <y>") and equal the ids the configuration assigns.
+  // rest arrive as reports); each must have host 0's length (kInternal, TF's code: "Host <i> has
+  // <x> devices but host 0 has <y>", checked before the state) and equal the ids the
+  // configuration assigns.
   // Before configure, after shutdown: kFailedPrecondition "The system has not been
   // initialized." After a failed configure or wait: kFailedPrecondition saying so. Hosts missing
   // at the deadline: kDeadlineExceeded naming them. A host that initialized with an older
@@ -264,8 +266,8 @@ class SystemCoordinator {
 
   // Shuts the system down (state kShutDown) once every host has disconnected since the last
   // configure, waiting up to disconnect_timeout for their reports (0: only those already
-  // here). No configured system (never configured, shut down, configure failed): kInternal
-  // "shutdown_distributed_system: the system is not configured ...". Hosts still connected:
+  // here). No configured system (never configured, shut down, configure failed): nothing
+  // happens (TF's kernel). Hosts still connected:
   // kFailedPrecondition naming them (kDeadlineExceeded when disconnect_timeout > 0); the system
   // keeps running and shutdown may be called again.
   void shutdown_distributed_system(std::chrono::milliseconds disconnect_timeout =
@@ -289,6 +291,8 @@ class SystemCoordinator {
   template <typename Pred>
   std::vector<int> tasks_where(Pred pred) const;
   [[noreturn]] void fail(const Error& error, bool keep_configuration);
+  // configure's checks of its own inputs (counts, options), before any state (TF's order).
+  void check_configure_inputs(const std::vector<int>& counts, const ConfigureOptions& options) const;
 
   const std::shared_ptr<SystemChannel> channel_;
   const int num_hosts_;

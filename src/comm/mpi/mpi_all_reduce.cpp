@@ -26,6 +26,9 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::kI64: return MPI_INT64_T;
     case DType::kU8: return MPI_UINT8_T;
     case DType::kBool: return MPI_C_BOOL;
+    case DType::kU32: return MPI_UINT32_T;
+    case DType::kI8: return MPI_INT8_T;
+    case DType::kC128: return MPI_C_DOUBLE_COMPLEX;  // MPI_SUM and MPI_PROD are defined for it
     default: return MPI_FLOAT;  // f32, and bf16/f16 widened to f32
   }
 }
