@@ -36,7 +36,7 @@ constexpr std::array<DtypeCode, 7> kDtypeCodes = {{
     {DType::kU8, kDLUInt, 8},
 }};
 
-std::optional<DType> dtype_of(const DLDataType& t) {
+std::optional<DType> dtype_from_dlpack(const DLDataType& t) {
   if (t.lanes != 1) return std::nullopt;
   for (const DtypeCode& c : kDtypeCodes) {
     if (c.code == t.code && c.bits == t.bits) return c.dtype;
@@ -115,7 +115,7 @@ Tensor from_dlpack(DLManagedTensor* managed) {
     detail::throw_invalid(kDlpack, "only host memory (kDLCPU = 1) can be imported, got device type {}",
                           static_cast<int>(dl.device.device_type));
   }
-  const std::optional<DType> dtype = dtype_of(dl.dtype);
+  const std::optional<DType> dtype = dtype_from_dlpack(dl.dtype);
   if (!dtype) {
     detail::throw_invalid(kDlpack, "no tessel dtype for DLPack type code {}, bits {}, lanes {}",
                           dl.dtype.code, dl.dtype.bits, dl.dtype.lanes);
