@@ -1,5 +1,7 @@
 #include "process_mesh.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <exception>
 #include <string>
@@ -30,6 +32,10 @@ std::pair<int64_t, int64_t> parse_mesh_shape(const FlagParser& flags, const std:
     return mesh.contains_dim(name) ? mesh.dim_size(name) : int64_t{1};
   };
   return {size("batch"), size("model")};
+}
+
+bool redraw_progress(const ClientConfig& client) {
+  return client.num_clients == 1 && isatty(STDOUT_FILENO) != 0;
 }
 
 ProcessMesh::ProcessMesh(std::string_view command, int64_t batch, int64_t model)
