@@ -5,13 +5,16 @@ JOBS ?= 2
 PYTHON ?= /usr/bin/python3
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
-# ccache where present: every configure below gets it as the compiler launcher, with the repository
-# root as its base directory, so builds in other folders at the same depth (build-pip/ of the pip
-# test, a fresh clone) reuse the compiled objects.
+# ccache where present (and CCACHE_DISABLE not set): every configure below gets it as the compiler
+# launcher, with the repository root as its base directory, so that a build of a copy of the tree
+# (the pip test's, a fresh clone's) reuses the compiled objects. Without ccache the library is
+# built with precompiled headers instead (cmake/precompiled_headers.cmake says why not both).
 CCACHE := $(shell command -v ccache 2>/dev/null)
 ifneq ($(CCACHE),)
+ifeq ($(CCACHE_DISABLE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE)
 export CCACHE_BASEDIR ?= $(CURDIR)
+endif
 endif
 # mpirun as root needs --allow-run-as-root; --oversubscribe lets 4 processes share fewer cores.
 MPIRUN ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
