@@ -40,8 +40,10 @@ std::vector<MeshDimension> parse_short(std::string_view text,
                             "(e.g. x=2,y=2) or TensorFlow's form (|x=2,y=2|*CPU)", text);
     }
     if (sizes.size() != default_names.size()) {
-      detail::throw_invalid(kParseMesh, "'{}' gives {} sizes for the {} dimensions {}", text,
-                            sizes.size(), default_names.size(), fmt::join(default_names, ","));
+      detail::throw_invalid(kParseMesh, "'{}' has {} size{} for the {} dimensions {} (e.g. {})",
+                            text, sizes.size(), sizes.size() == 1 ? "" : "s", default_names.size(),
+                            fmt::join(default_names, ","),
+                            fmt::join(std::vector<std::string>(default_names.size(), "2"), "x"));
     }
     for (size_t i = 0; i < sizes.size(); ++i) {
       dims.push_back({default_names[i], parse_size(sizes[i], text, max_devices)});

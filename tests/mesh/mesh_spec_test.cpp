@@ -30,7 +30,8 @@ TEST(ParseMesh, SizesOnlyTakeTheCallersNames) {
   EXPECT_EQ(parse_mesh("4x1", {"batch", "model"}), parse_mesh("batch=4,model=1"));
   EXPECT_TESSEL_ERROR(parse_mesh("2x2"), kInvalid, "'2x2' needs dimension names");
   EXPECT_TESSEL_ERROR(parse_mesh("2x2x2", {"batch", "model"}), kInvalid,
-                      "'2x2x2' gives 3 sizes for the 2 dimensions batch,model");
+                      "'2x2x2' has 3 sizes for the 2 dimensions batch,model (e.g. 2x2)");
+  EXPECT_TESSEL_ERROR(parse_mesh("4", {"batch", "model"}), kInvalid, "'4' has 1 size for the 2");
 }
 
 TEST(ParseMesh, BadTextNamesTheOffendingPiece) {
