@@ -13,10 +13,11 @@ python=/usr/bin/python3
 
 rm -rf "$work"
 mkdir -p "$work/src"
-# The working tree's files (tracked and untracked, not ignored), without build folders.
+# The working tree's files (tracked and untracked, not ignored; a tracked file deleted in the
+# tree is skipped), without build folders.
 if git -C "$src" rev-parse --show-toplevel > /dev/null 2>&1; then
   git -C "$src" ls-files -z --cached --others --exclude-standard |
-    (cd "$src" && xargs -0 cp --parents -t "$work/src" 2> /dev/null || true)
+    (cd "$src" && tar --null -T - --ignore-failed-read -cf -) | tar -C "$work/src" -xf -
 else
   tar -C "$src" --exclude='./build*' --exclude='./install*' --exclude='./.*' -cf - . |
     tar -C "$work/src" -xf -
@@ -30,8 +31,9 @@ if ! ls "$wheelhouse"/scikit_build_core-*.whl > /dev/null 2>&1; then
   echo "pip_install_test: no scikit-build-core wheel in $wheelhouse; run scripts/install-deps.sh" >&2
   exit 1
 fi
-# --system-site-packages: numpy (1.x) comes from Debian, as for the module's other tests.
-"$python" -m venv --system-site-packages "$work/venv"
+# --system-site-packages: numpy (1.x) and pip come from Debian, as for the module's other tests
+# (--without-pip saves installing a second pip into every fresh venv).
+"$python" -m venv --system-site-packages --without-pip "$work/venv"
 venv_python="$work/venv/bin/python"
 "$venv_python" -m pip install -q --no-index --find-links "$wheelhouse" scikit-build-core
 
