@@ -41,6 +41,10 @@ skbuild_wheel="scikit_build_core-0.10.7-py3-none-any.whl"
 if [ ! -f "$wheelhouse/$skbuild_wheel" ]; then
   echo "install-deps: fetching $skbuild_wheel into $wheelhouse"
   mkdir -p "$wheelhouse"
-  /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: -d "$wheelhouse" \
-    scikit-build-core==0.10.7
+  # Not fatal: only the pip-install test needs it; the builds and the demo do not.
+  if ! /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: -d "$wheelhouse" \
+      scikit-build-core==0.10.7; then
+    echo "install-deps: could not fetch $skbuild_wheel (no PyPI access?); the test" \
+         "build_routes.pip_install fails until it is in $wheelhouse" >&2
+  fi
 fi
