@@ -5,10 +5,24 @@ JOBS ?= 2
 PYTHON ?= /usr/bin/python3
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
+# ccache where present (and CCACHE_DISABLE not set): every configure below gets it as the compiler
+# launcher, with the repository root as its base directory, so that a build of a copy of the tree
+# (the pip test's, a fresh clone's) reuses the compiled objects. Without ccache the library is
+# built with precompiled headers instead (cmake/precompiled_headers.cmake says why not both).
+CCACHE := $(shell command -v ccache 2>/dev/null)
+ifneq ($(CCACHE),)
+ifeq ($(CCACHE_DISABLE),)
+CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE)
+export CCACHE_BASEDIR ?= $(CURDIR)
+endif
+endif
+# mpirun as root needs --allow-run-as-root; --oversubscribe lets 4 processes share fewer cores.
+MPIRUN ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
+MPI_PROCS ?= 2
 # Compiler for check-tsan: g++ (the default build compiler; clang 14 lacks some C++20) or clang++.
 TSAN_CXX ?= g++
 
-.PHONY: all deps configure build demo test check-tsan check-tsan-ci check-asan fuzz ci format clean bench-peers
+.PHONY: all deps configure build demo demo-mpi test check-tsan check-tsan-ci check-asan fuzz ci format clean bench-peers
 
 all: build
 
@@ -31,6 +45,11 @@ demo: configure
 	./$(BUILD)/tools/tessel train gpt --config tiny --mesh 2x2 --metrics $(BUILD)/gpt_metrics.csv $(DEMO_ARGS)
 	$(PYTHON) scripts/plot_gpt_metrics.py $(BUILD)/gpt_metrics.csv $(BUILD)/gpt_loss.png \
 	  "tessel train gpt --config tiny --mesh 2x2"
+
+# The same GPT as MPI_PROCS processes (default 2) sharing the 2x2 mesh's four devices.
+demo-mpi: configure
+	cmake --build $(BUILD) -j$(JOBS) --target tessel_cli
+	$(MPIRUN) -np $(MPI_PROCS) ./$(BUILD)/tools/tessel train gpt --config tiny --mesh 2x2 $(DEMO_ARGS)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE stress

@@ -8,6 +8,7 @@
 #include "tessel/core/error.h"
 #include "tessel/mesh/layout.h"
 #include "tessel/mesh/mesh.h"
+#include "tessel/mesh/mesh_spec.h"
 #include "tessel/mesh/shard_map.h"
 #include "tessel/mesh/shard_range.h"
 #include "tessel/mesh/sharding_spec.h"
@@ -358,6 +359,9 @@ void bind_shard_map(py::module_& m) {
   m.def("visualize", py::overload_cast<const Layout&, const Shape&>(&visualize), py::arg("layout"),
         py::arg("shape"));
   m.def("shard_chunk_size", &shard_chunk_size, py::arg("n"), py::arg("shards"));
+  m.def("parse_mesh", &parse_mesh, py::arg("text"), py::arg("default_names") = std::vector<std::string>{},
+        py::arg("max_devices") = kMaxParsedMeshDevices,
+        "A mesh from the CLI's grammar: 'x=2,y=2', TF's '|x=2,y=2|*CPU' or '2x2' with default_names.");
   m.def(
       "shard_range",
       [](int64_t n, int64_t shards, int64_t index) {  // (offset, extent)

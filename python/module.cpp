@@ -4,6 +4,7 @@
 #include "tessel/config.h"
 
 namespace tessel::python {
+void bind_dlpack(py::module_& m);   // bind_dlpack.cpp (after bind_core: adds Tensor methods)
 void bind_runtime(py::module_& m);  // bind_runtime.cpp
 void bind_comm(py::module_& m);     // bind_comm.cpp
 void bind_mpi(py::module_& m);      // bind_mpi.cpp (after bind_comm: returns Communicators)
@@ -24,6 +25,7 @@ PYBIND11_MODULE(_tessel, m) {
   m.doc() = "tessel: distributed tensors on a device mesh (C++ extension; import tessel).";
   m.attr("__version__") = TESSEL_VERSION_STRING;
   tessel::python::bind_core(m);
+  tessel::python::bind_dlpack(m);
   tessel::python::bind_mesh(m);
   tessel::python::bind_runtime(m);
   tessel::python::bind_distribute(m);

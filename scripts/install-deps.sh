@@ -11,6 +11,8 @@ packages=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-matplotlib
   openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev
+  ccache libdlpack-dev
+  python3-venv python3-pip python3-packaging python3-pathspec
 )
 
 missing=()
@@ -22,12 +24,27 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# scikit-build-core, the build backend of `pip install .`, has no Debian 12 package: one pinned
+# wheel (pure Python; its dependencies are the Debian packages above) is kept in a local
+# wheelhouse, so that the pip-install test builds offline with --no-build-isolation.
+wheelhouse="$("$(dirname "$0")/wheelhouse.sh")"
+skbuild_wheel="scikit_build_core-0.10.7-py3-none-any.whl"
+if [ ! -f "$wheelhouse/$skbuild_wheel" ]; then
+  echo "install-deps: fetching $skbuild_wheel into $wheelhouse"
+  mkdir -p "$wheelhouse"
+  # Not fatal: only the pip-install test needs it; the builds and the demo do not.
+  if ! /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: -d "$wheelhouse" \
+      scikit-build-core==0.10.7; then
+    echo "install-deps: could not fetch $skbuild_wheel (no PyPI access?); the test" \
+         "build_routes.pip_install fails until it is in $wheelhouse" >&2
+  fi
+fi

@@ -49,6 +49,7 @@
 #include "tessel/dtensor/relayout_plan.h"
 #include "tessel/mesh/layout.h"
 #include "tessel/mesh/mesh.h"
+#include "tessel/mesh/mesh_spec.h"
 #include "tessel/runtime/runtime.h"
 
 namespace tessel::cli {
@@ -69,7 +70,7 @@ constexpr const char* kHelp =
     "is 1 if any element differs.\n"
     "\n"
     "  --shape D0,D1,...   global shape (required), e.g. 4096,4096\n"
-    "  --mesh x=N,...      mesh dimensions (required), e.g. x=4 or x=2,y=2 (at most 64 devices)\n"
+    "  --mesh x=N,...      mesh dimensions (required), e.g. x=4, x=2,y=2 or '|x=2,y=2|*CPU' (at most 64 devices)\n"
     "  --from SPECS        source sharding specs, one per tensor dimension (required), e.g.\n"
     "                      x,unsharded; a spec is a mesh dimension, x+y or unsharded\n"
     "  --to SPECS          target sharding specs (required; match takes the source's spec)\n"
@@ -128,17 +129,10 @@ RelayoutConfig parse(const Args& args) {
     have_shape = true;
   });
   flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
-    c.mesh_dims.clear();
-    int64_t devices = 1;
-    for (const std::string& d : split(v, ',')) {
-      const size_t eq = d.find('=');
-      if (eq == std::string::npos || eq == 0) {
-        usage("--mesh: '" + d + "' is not name=size (e.g. x=4 or x=2,y=2)");
-      }
-      const int64_t size = flags.parse_integer(flag, d.substr(eq + 1), 1, kMaxDevices);
-      devices *= size;
-      if (devices > kMaxDevices) usage("--mesh: " + v + " has more than " + std::to_string(kMaxDevices) + " devices");
-      c.mesh_dims.push_back({d.substr(0, eq), size});
+    try {
+      c.mesh_dims = parse_mesh(v, {}, kMaxDevices).dims();  // the sizes; devices are our own
+    } catch (const Error& e) {
+      flags.fail(flag + ": " + e.what());
     }
     have_mesh = true;
   });

@@ -63,7 +63,7 @@ constexpr const char* kHelp =
     "replicate(), the compiled replay's and eager dispatch's overhead per step over the\n"
     "kernels' own time (the graph's kernels called directly), in us. Medians of K rounds\n"
     "(default 7) of N steps (default 10) per configuration.\n"
-    "Defaults: R 4, D = R, B 64, F 256, H 512, C 64. Run with OPENBLAS_NUM_THREADS=1.\n"
+    "Defaults: R 4, D = R, B 64, F 256, H 512, C 64. OpenBLAS runs one thread (tessel bench sets it).\n"
     "--json prints one object. Exit status 1 if compiled and eager outputs differ.\n";
 
 struct Config {

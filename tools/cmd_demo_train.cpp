@@ -1,8 +1,6 @@
 // tessel demo: trains a small MLP with a batch x model mesh of virtual CPU devices (Megatron
 // column-parallel then row-parallel layers behind a data-parallel input projection) and checks
 // every step's loss against the same model on one device.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -241,7 +239,7 @@ int train(const Options& o) {
                 << visualize(p) << "\n";
     }
   }
-  const bool tty = isatty(STDOUT_FILENO) != 0;
+  const bool tty = redraw_progress(pm.client());
   std::vector<double> step_us, single_us, losses;
   double max_rel = 0, loss = 0;
   int64_t collectives = 0, bytes = 0;

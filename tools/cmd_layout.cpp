@@ -12,6 +12,7 @@
 #include "tessel/core/shape.h"
 #include "tessel/mesh/layout.h"
 #include "tessel/mesh/mesh.h"
+#include "tessel/mesh/mesh_spec.h"
 #include "tessel/mesh/shard_map.h"
 
 namespace tessel::cli {
@@ -27,7 +28,7 @@ constexpr const char* kHelp =
     "  <layout string>  TensorFlow's text form, with tessel's extensions, e.g.\n"
     "                   'sharding_specs:x,unsharded, mesh:|x=2,y=2|*CPU'\n"
     "                   'sharding_specs:x+y,unsharded, partial:sum(y), mesh:|x=2,y=2|*CPU'\n"
-    "  --mesh M         a mesh string, e.g. '|x=2,y=2|*CPU' (use with --specs)\n"
+    "  --mesh M         a mesh: x=2,y=2 (CPU devices) or TF's '|x=2,y=2|*CPU' (with --specs)\n"
     "  --specs S        one sharding spec per tensor dimension: a mesh dimension, x+y,\n"
     "                   unsharded or match, e.g. x,unsharded\n"
     "  --shape D        the tensor's global shape, e.g. 8,6; its rank must equal the layout's\n"
@@ -136,7 +137,7 @@ int run_layout(const Args& args) {
   // Parse first, so that tessel's own message reaches the user (main prints Error::what()).
   const Layout layout = opts.layout
                             ? Layout::from_string(*opts.layout)
-                            : Layout(split_commas(*opts.specs), Mesh::from_string(*opts.mesh));
+                            : Layout(split_commas(*opts.specs), parse_mesh(*opts.mesh));
   // With a shape: check its rank and draw the map before printing, so a rejected shape prints
   // only the error.
   std::optional<Shape> shape;

@@ -1,7 +1,5 @@
 // tessel train gpt: trains the GPT of examples/gpt (nanoGPT's character model) on tiny
 // Shakespeare over a batch x model mesh, in one process or as one of several under mpirun.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -184,7 +182,7 @@ int train_gpt(const Options& o) {
   const gpt::GptConfig& c = trainer.config();
   const bool prints = client.client_id == 0;
   const bool progress = prints && !o.json;
-  const bool tty = isatty(STDOUT_FILENO) != 0;
+  const bool tty = redraw_progress(client);
   if (progress) {
     std::cout << fmt::format(
         "tessel train gpt: {} ({} layers, {} heads, width {}, context {}, {:.2f} M parameters), "

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <thread>
 
+#include "bench_threads.h"
 #include "commands.h"
 #include "flags.h"
 #include "tessel/core/error.h"
@@ -77,7 +78,10 @@ int main(int argc, char** argv) {
     if (command == "info") return run_info(args);
     if (command == "layout") return run_layout(args);
     if (command == "demo") return run_demo(args);
-    if (command == "bench") return run_bench(args);
+    if (command == "bench") {
+      bench::pin_thread_environment(argv);
+      return run_bench(args);
+    }
     if (command == "train") return run_train(args);
     std::cerr << "tessel: error: unknown command '" << command << "'\n\n" << kUsage;
     return kExitUsage;

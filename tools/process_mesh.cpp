@@ -1,5 +1,7 @@
 #include "process_mesh.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <exception>
 #include <string>
@@ -8,35 +10,32 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.h"
+#include "tessel/mesh/mesh_spec.h"
 
 namespace tessel::cli {
 
 std::pair<int64_t, int64_t> parse_mesh_shape(const FlagParser& flags, const std::string& flag,
                                              const std::string& text) {
-  const auto size = [&](const std::string& v) {
-    return flags.parse_integer(flag, v, 1, kMaxCpuDevices);
-  };
-  const size_t x = text.find('x');
-  if (x != std::string::npos && text.find('=') == std::string::npos) {
-    return {size(text.substr(0, x)), size(text.substr(x + 1))};
+  Mesh mesh;
+  try {
+    mesh = parse_mesh(text, {"batch", "model"}, kMaxCpuDevices);
+  } catch (const Error& e) {
+    flags.fail(fmt::format("{}: {}", flag, e.what()));
   }
-  if (text.find('=') == std::string::npos) {
-    flags.fail(fmt::format("{} needs BxM (e.g. 2x2) or batch=B,model=M, got '{}'", flag, text));
-  }
-  std::pair<int64_t, int64_t> shape{1, 1};
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    const size_t eq = item.find('=');
-    const std::string name = item.substr(0, eq);
-    if (eq == std::string::npos || (name != "batch" && name != "model")) {
-      flags.fail(fmt::format("{} dimensions are batch and model, got '{}'", flag, name));
+  for (const std::string& name : mesh.dim_names()) {
+    if (name != "batch" && name != "model") {
+      flags.fail(fmt::format("{} dimensions are batch and model, got '{}' in '{}'", flag, name,
+                             text));
     }
-    (name == "batch" ? shape.first : shape.second) = size(item.substr(eq + 1));
-    start = comma + 1;
   }
-  return shape;
+  const auto size = [&](const char* name) {
+    return mesh.contains_dim(name) ? mesh.dim_size(name) : int64_t{1};
+  };
+  return {size("batch"), size("model")};
+}
+
+bool redraw_progress(const ClientConfig& client) {
+  return client.num_clients == 1 && isatty(STDOUT_FILENO) != 0;
 }
 
 ProcessMesh::ProcessMesh(std::string_view command, int64_t batch, int64_t model)

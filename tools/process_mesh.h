@@ -26,6 +26,11 @@ namespace tessel::cli {
 std::pair<int64_t, int64_t> parse_mesh_shape(const FlagParser& flags, const std::string& flag,
                                              const std::string& text);
 
+// Whether progress output may redraw one line with carriage returns: stdout is a terminal and
+// this is the only process. Open MPI gives each rank a pseudo-terminal even when mpirun's own
+// output is piped, so a run over several processes prints one line per report.
+bool redraw_progress(const ClientConfig& client);
+
 class ProcessMesh {
  public:
   // B*M devices that do not split evenly over the processes: kInvalidArgument from `command`.

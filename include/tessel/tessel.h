@@ -8,6 +8,7 @@
 #include "tessel/core/allocator.h"
 #include "tessel/core/box.h"
 #include "tessel/core/device_name.h"
+#include "tessel/core/dlpack.h"
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
@@ -19,6 +20,7 @@
 // mesh
 #include "tessel/mesh/layout.h"
 #include "tessel/mesh/mesh.h"
+#include "tessel/mesh/mesh_spec.h"
 #include "tessel/mesh/shard_map.h"
 #include "tessel/mesh/shard_range.h"
 #include "tessel/mesh/sharding_spec.h"

@@ -6,6 +6,7 @@ import math
 import os
 import pathlib
 import subprocess
+import time
 
 import pytest
 
@@ -88,3 +89,39 @@ def test_non_finite_learning_rate_is_a_usage_error():
     for lr in ("nan", "inf", "-inf"):
         r = run("demo", *TINY_DEMO, "--lr", lr)
         assert r.returncode == 2 and f"--lr expects a number, got '{lr}'" in r.stderr
+
+
+def environment_of(process, wanted, timeout=10.0):
+    """The environment of a running process once it holds `wanted` (None if it never does)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            env = dict(item.split("=", 1) for item in
+                       pathlib.Path(f"/proc/{process.pid}/environ").read_text().split("\0") if "=" in item)
+        except OSError:
+            env = {}
+        if wanted in env:
+            return env
+        time.sleep(0.02)
+    return None
+
+
+def test_bench_runs_openblas_and_openmp_single_threaded():
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    process = subprocess.Popen([str(CLI), "bench", "all_reduce", "--devices", "2", "-b", "16M", "-e", "16M",
+                                "-n", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        seen = environment_of(process, "TESSEL_BENCH_THREADS_PINNED")
+    finally:
+        process.kill()
+        process.wait()
+    assert seen is not None, "tessel bench did not re-execute with its thread settings"
+    assert seen["OPENBLAS_NUM_THREADS"] == "1" and seen["OMP_NUM_THREADS"] == "1"
+
+
+def test_bench_names_a_thread_count_the_user_set():
+    result = subprocess.run([str(CLI), "bench", "matmul", "--n", "64", "--devices", "1"],
+                            capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, OPENBLAS_NUM_THREADS="3", OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stderr
+    assert "running with OPENBLAS_NUM_THREADS=3 as set" in result.stderr

@@ -427,3 +427,21 @@ def test_mesh_create_static():
     m = tessel.Mesh.create([("x", 2), ("y", 2)], "CPU", "", 4)
     assert m.local_devices()[3] == "/job:localhost/replica:0/task:0/device:CPU:3"
     assert tessel.Mesh.create({"b": -1}, num_devices=8).shape() == [8]
+
+
+# ---- parse_mesh: the CLI's one mesh grammar ---------------------------------------------------
+
+
+def test_parse_mesh_forms():
+    assert tessel.parse_mesh("x=2,y=2") == tessel.create_mesh([("x", 2), ("y", 2)], device_type="CPU")
+    assert tessel.parse_mesh("|x=2,y=2|*CPU") == tessel.Mesh.from_string("|x=2,y=2|*CPU")
+    assert tessel.parse_mesh("2x2", ["batch", "model"]) == tessel.parse_mesh("batch=2,model=2")
+
+
+def test_parse_mesh_errors_name_the_text():
+    with pytest.raises(ValueError, match="parse_mesh: '2x2' needs dimension names"):
+        tessel.parse_mesh("2x2")
+    with pytest.raises(ValueError, match="'y' in 'x=2,y' is not <name>=<size>"):
+        tessel.parse_mesh("x=2,y")
+    with pytest.raises(ValueError, match="'x=4,y=4' has more than 8 devices"):
+        tessel.parse_mesh("x=4,y=4", max_devices=8)

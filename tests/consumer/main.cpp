@@ -1,6 +1,7 @@
 // Consumer of an installed tessel: builds a mesh and a layout and prints the layout's text, then
-// runs the README's DTensor example (ops, gradients, a relayout plan) through the umbrella header
-// alone, so that a header the umbrella misses breaks this build.
+// runs the README's C++ examples (a layout's local shape and shard map; the DTensor example with
+// ops, gradients and a relayout plan) through the umbrella header alone, so that a header the
+// umbrella misses breaks this build.
 #include <iostream>
 
 #include "tessel/tessel.h"
@@ -10,6 +11,12 @@ int main() {
     const tessel::Mesh mesh = tessel::Mesh::from_string("|x=2,y=2|*CPU");
     const tessel::Layout layout({"x", "unsharded"}, mesh);
     std::cout << "tessel " << TESSEL_VERSION_STRING << "\n" << layout.to_string() << "\n";
+
+    // The README's first C++ example: a layout's local shape and its shard map.
+    const tessel::Mesh readme_mesh = tessel::Mesh::create({{"x", 2}, {"y", 2}}, "CPU", "", 4);
+    const tessel::Layout readme_layout({"x", "unsharded"}, readme_mesh);
+    std::cout << "local shape " << readme_layout.local_shape_from_global_shape({10, 6}) << "\n"
+              << tessel::visualize(readme_layout, {10, 6});
 
     tessel::Runtime rt({.num_cpu_devices = 4});
     const tessel::Mesh m = tessel::Mesh::create({{"batch", 2}, {"model", 2}});

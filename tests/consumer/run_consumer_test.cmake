@@ -55,6 +55,9 @@ string(FIND "${step_output}" "tessel ${EXPECTED_VERSION}\n${expected}" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "consumer output lacks the version and '${expected}...'")
 endif()
+if(NOT step_output MATCHES "local shape \\[5,6\\]\n.*\\[0:5\\)")
+  message(FATAL_ERROR "consumer output lacks the README's local shape [5,6] and shard map")
+endif()
 # The README's DTensor example ran through the umbrella header: a loss, gradients in their
 # parameters' layouts, a printed relayout plan.
 if(NOT step_output MATCHES "loss [0-9.]+, grad layouts kept\n.*all_to_all")
