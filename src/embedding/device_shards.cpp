@@ -96,6 +96,8 @@ DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int ra
       if (name == "accumulators") slot.fill(o.initial_accumulator);
       shard.slots.push_back(slot);
     }
+    shard.data = shard.values.data<float>();
+    shard.cols = cols;
     shards_.push_back(std::move(shard));
   }
 }
@@ -216,10 +218,9 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
   Tensor reply = reuse_buffer(buffers_.reply, Shape{reply_floats}, DType::kF32);
   float* out = reply.data<float>();
   for (const auto& [table, local_row] : r.served) {
-    const Tensor& values = shards_[static_cast<size_t>(table)].values;
-    const int64_t cols = values.shape()[1];
-    const float* row = values.data<float>() + local_row * cols;
-    out = std::copy(row, row + cols, out);
+    const TableShard& shard = shards_[static_cast<size_t>(table)];
+    const float* row = shard.data + local_row * shard.cols;
+    out = std::copy(row, row + shard.cols, out);
   }
   const Tensor answered = comm.all_to_all(reply, reply_counts, options);
   counts.bytes_sent += bytes_to_others(reply_counts, rank_, sizeof(float));
@@ -247,8 +248,8 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
   for (size_t u = 0; u < r.unique.size(); ++u) {
     if (row_at[u] != nullptr) continue;  // data-parallel: the local copy
     const auto [table, row] = r.unique[u];
-    const Tensor& values = shards_[static_cast<size_t>(table)].values;
-    row_at[u] = values.data<float>() + row * values.shape()[1];
+    const TableShard& shard = shards_[static_cast<size_t>(table)];
+    row_at[u] = shard.data + row * shard.cols;
   }
 
   // 4. Combine each bag.
@@ -319,33 +320,33 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   counts.bytes_sent += bytes_to_others(send_floats, rank_, sizeof(float));
   ++counts.collectives;
 
-  // 3. The owner sums the gradients of each of its rows and updates the touched rows.
-  FlatIndex& index = buffers_.index;  // row_key(table, local row) -> first time served
-  index.clear(r.served.size());
-  std::vector<size_t> position;  // by index: the row's place in touched[table]
-  std::vector<std::vector<int64_t>> touched(layout_.shardings.size());
-  std::vector<std::vector<float>> summed(layout_.shardings.size());
-  std::vector<size_t> served_per_table(layout_.shardings.size(), 0);
-  for (const auto& [table, local_row] : r.served) ++served_per_table[static_cast<size_t>(table)];
-  for (size_t t = 0; t < touched.size(); ++t) {  // at most one row per request: no regrowth
-    touched[t].reserve(served_per_table[t]);
-    summed[t].reserve(served_per_table[t] * static_cast<size_t>(layout_.shardings[t].local_cols(rank_)));
-  }
-  position.reserve(r.served.size());
+  // 3. The owner sums the gradients of each of its rows (one request per device that looked it
+  // up) and updates each touched row once. The rows are found by direct addressing (a slot per
+  // local row, reset after the step), not hashed: a request costs one load.
+  TouchedRows& touched = buffers_.touched;
+  touched.rows.clear();
+  touched.offset.clear();
+  std::vector<float>& summed = touched.summed;
+  summed.resize(static_cast<size_t>(received.num_elements()));  // an upper bound: no regrowth
   const float* in = received.data<float>();
+  int64_t used = 0;
   for (const auto& [table, local_row] : r.served) {
     const auto t = static_cast<size_t>(table);
     const int64_t cols = layout_.shardings[t].local_cols(rank_);
-    const auto [g, fresh] = index.insert(row_key(table, local_row));
-    if (fresh) {
-      position.push_back(touched[t].size());
-      touched[t].push_back(local_row);
-      summed[t].resize(summed[t].size() + static_cast<size_t>(cols), 0.0f);
+    int32_t& slot = touched.slot_of(t, layout_.shardings[t].local_rows(rank_), local_row);
+    if (slot < 0) {
+      slot = static_cast<int32_t>(touched.rows.size());
+      touched.rows.emplace_back(table, local_row);
+      touched.offset.push_back(used);
+      std::copy(in, in + cols, summed.data() + used);
+      used += cols;
+    } else {
+      float* dst = summed.data() + touched.offset[static_cast<size_t>(slot)];
+      for (int64_t c = 0; c < cols; ++c) dst[c] += in[c];
     }
-    float* dst = summed[t].data() + position[static_cast<size_t>(g)] * static_cast<size_t>(cols);
-    for (int64_t c = 0; c < cols; ++c) dst[c] += in[c];
     in += cols;
   }
+  summed.resize(static_cast<size_t>(used));
 
   // 4. Data-parallel tables: the dense gradient, all-reduced (rows with a nonzero gradient).
   for (size_t t = 0; t < layout_.shardings.size(); ++t) {
@@ -364,35 +365,50 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
     for (int64_t row = 0; row < desc.vocabulary_size; ++row) {
       const float* g = dp + row * desc.dimension;
       if (std::all_of(g, g + desc.dimension, [](float v) { return v == 0.0f; })) continue;
-      touched[t].push_back(row);
-      summed[t].insert(summed[t].end(), g, g + desc.dimension);
+      touched.rows.emplace_back(static_cast<int>(t), row);
+      touched.offset.push_back(static_cast<int64_t>(summed.size()));
+      summed.insert(summed.end(), g, g + desc.dimension);
     }
   }
-  for (size_t t = 0; t < touched.size(); ++t) {
-    if (!touched[t].empty()) update_rows(static_cast<int>(t), touched[t], summed[t]);
+  update_rows(touched);
+  touched.forget_slots();
+}
+
+int32_t& TouchedRows::slot_of(size_t table, int64_t local_rows, int64_t local_row) {
+  if (slots.size() <= table) slots.resize(table + 1);
+  std::vector<int32_t>& of_table = slots[table];
+  if (of_table.empty()) of_table.assign(static_cast<size_t>(local_rows), -1);  // once per table
+  return of_table[static_cast<size_t>(local_row)];
+}
+
+void TouchedRows::forget_slots() {
+  for (const auto& [table, local_row] : rows) {
+    const auto t = static_cast<size_t>(table);
+    // Data-parallel rows were never given a slot.
+    if (t < slots.size() && !slots[t].empty()) slots[t][static_cast<size_t>(local_row)] = -1;
   }
 }
 
-void DeviceShards::update_rows(int table, const std::vector<int64_t>& local_rows,
-                               const std::vector<float>& grads) {
-  TableShard& shard = shards_[static_cast<size_t>(table)];
-  const OptimizationParameters& o =
-      layout_.config.tables[static_cast<size_t>(table)].optimization_parameters;
-  const int64_t cols = shard.values.shape()[1];
-  float* w = shard.values.data<float>();
-  const float lr = o.learning_rate;
-  for (size_t i = 0; i < local_rows.size(); ++i) {
-    const int64_t base = local_rows[i] * cols;
-    const float* g = grads.data() + static_cast<int64_t>(i) * cols;
+void DeviceShards::update_rows(const TouchedRows& touched) {
+  for (size_t i = 0; i < touched.rows.size(); ++i) {
+    const auto [table, local_row] = touched.rows[i];
+    TableShard& shard = shards_[static_cast<size_t>(table)];
+    const OptimizationParameters& o =
+        layout_.config.tables[static_cast<size_t>(table)].optimization_parameters;
+    const int64_t cols = shard.cols;
+    const int64_t base = local_row * cols;
+    float* w = shard.data + base;
+    const float* g = touched.summed.data() + touched.offset[i];
+    const float lr = o.learning_rate;
     switch (o.optimizer) {
       case EmbeddingOptimizer::kSgd:
-        for (int64_t c = 0; c < cols; ++c) w[base + c] -= lr * g[c];
+        for (int64_t c = 0; c < cols; ++c) w[c] -= lr * g[c];
         break;
       case EmbeddingOptimizer::kAdagrad: {
         float* acc = shard.slots[0].data<float>() + base;
         for (int64_t c = 0; c < cols; ++c) {
           acc[c] += g[c] * g[c];
-          w[base + c] -= lr * g[c] / std::sqrt(acc[c]);
+          w[c] -= lr * g[c] / std::sqrt(acc[c]);
         }
         break;
       }
@@ -404,7 +420,7 @@ void DeviceShards::update_rows(int table, const std::vector<int64_t>& local_rows
           v[c] = o.beta2 * v[c] + (1 - o.beta2) * g[c] * g[c];
           const float denom = o.use_sum_inside_sqrt ? std::sqrt(v[c] + o.epsilon * o.epsilon)
                                                     : std::sqrt(v[c]) + o.epsilon;
-          w[base + c] -= lr * m[c] / denom;
+          w[c] -= lr * m[c] / denom;
         }
         break;
       }

@@ -39,6 +39,21 @@ struct EmbeddingLayout {
 struct TableShard {
   Tensor values;
   std::vector<Tensor> slots;  // slot_names order
+  float* data = nullptr;      // values' floats, row-major (the steps' row loops use these)
+  int64_t cols = 0;
+};
+
+// The rows an apply_gradients step touches on their owner, each with its summed gradient.
+struct TouchedRows {
+  std::vector<std::pair<int, int64_t>> rows;  // (table, local row), first-received order
+  std::vector<int64_t> offset;                // by row: its gradient in `summed`
+  std::vector<float> summed;
+  // By table, by local row: the row's index in `rows`, -1 when untouched. Allocated on a
+  // table's first touch; forget_slots() resets only the touched entries.
+  std::vector<std::vector<int32_t>> slots;
+
+  int32_t& slot_of(size_t table, int64_t local_rows, int64_t local_row);
+  void forget_slots();
 };
 
 // What a device's last lookup did, kept for apply_gradients.
@@ -85,9 +100,8 @@ class DeviceShards {
  private:
   // Fills the unique rows of the record and the per-id factors.
   void plan(const std::vector<FeatureIds>& features);
-  // Updates one table's touched local rows with their summed gradients.
-  void update_rows(int table, const std::vector<int64_t>& local_rows,
-                   const std::vector<float>& grads);
+  // Updates every touched row with its summed gradient (the table's optimizer).
+  void update_rows(const TouchedRows& touched);
 
   const std::shared_ptr<const EmbeddingLayout> layout_holder_;
   const EmbeddingLayout& layout_;
@@ -102,6 +116,7 @@ class DeviceShards {
     std::vector<const float*> row_at;    // where each distinct row is, in a lookup
     FlatIndex index;                     // the distinct rows of a lookup / of what was served
     std::vector<std::pair<int64_t, RowPiece>> pending;  // a lookup's requests, in id order
+    TouchedRows touched;                 // apply_gradients on the owner
   } buffers_;
 };
 
