@@ -17,6 +17,15 @@ uint64_t row_key(int table, int64_t row) {
   return (static_cast<uint64_t>(table) << 48) ^ static_cast<uint64_t>(row);
 }
 
+// Rows of a step are scattered over the shards (power-law ids, hashed to devices): each one a
+// cache miss. The row loops ask for the row kPrefetchAhead places on while they work on this one.
+constexpr size_t kPrefetchAhead = 8;
+
+void prefetch_row(const float* row, int64_t floats) {
+  constexpr int64_t kLine = 64 / sizeof(float);
+  for (int64_t c = 0; c < floats; c += kLine) __builtin_prefetch(row + c);
+}
+
 // Bytes of an all-to-all-v this rank sends to the other ranks.
 int64_t bytes_to_others(const std::vector<int64_t>& counts, int self, int64_t unit_bytes) {
   int64_t n = 0;
@@ -156,6 +165,9 @@ void DeviceShards::plan(const std::vector<FeatureIds>& features) {
       }
     }
     for (size_t k = 0; k < in.ids.size(); ++k) {
+      if (k + kPrefetchAhead < in.ids.size()) {
+        index.prefetch(row_key(table, in.ids[k + kPrefetchAhead]));
+      }
       const auto [u, fresh] = index.insert(row_key(table, in.ids[k]));
       uid[k] = u;
       if (!fresh) continue;
@@ -217,7 +229,13 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
   }
   Tensor reply = reuse_buffer(buffers_.reply, Shape{reply_floats}, DType::kF32);
   float* out = reply.data<float>();
-  for (const auto& [table, local_row] : r.served) {
+  for (size_t i = 0; i < r.served.size(); ++i) {
+    if (i + kPrefetchAhead < r.served.size()) {
+      const auto [t, row] = r.served[i + kPrefetchAhead];
+      const TableShard& ahead = shards_[static_cast<size_t>(t)];
+      prefetch_row(ahead.data + row * ahead.cols, ahead.cols);
+    }
+    const auto [table, local_row] = r.served[i];
     const TableShard& shard = shards_[static_cast<size_t>(table)];
     const float* row = shard.data + local_row * shard.cols;
     out = std::copy(row, row + shard.cols, out);
@@ -262,14 +280,24 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
     // Written in full below (an empty bag gets zeros), so not zero-filled first.
     Tensor act = device_.allocate(Shape{bags, dim}, DType::kF32, /*zero_fill=*/false);
     float* o = act.data<float>();
+    const std::vector<float>& scale = r.id_scale[f];
+    const std::vector<int64_t>& uid = r.id_unique[f];
     for (int64_t b = 0; b < bags; ++b) {
       float* out = o + b * dim;
-      std::fill(out, out + dim, 0.0f);
-      for (int64_t k = splits[static_cast<size_t>(b)]; k < splits[static_cast<size_t>(b) + 1]; ++k) {
-        const auto ks = static_cast<size_t>(k);
-        const float s = r.id_scale[f][ks];
-        const float* src = row_at[static_cast<size_t>(r.id_unique[f][ks])];
-        for (int64_t c = 0; c < dim; ++c) out[c] += s * src[c];
+      const auto begin = static_cast<size_t>(splits[static_cast<size_t>(b)]);
+      const auto end = static_cast<size_t>(splits[static_cast<size_t>(b) + 1]);
+      if (begin == end) std::fill(out, out + dim, 0.0f);
+      for (size_t k = begin; k < end; ++k) {
+        if (k + kPrefetchAhead < uid.size()) {
+          prefetch_row(row_at[static_cast<size_t>(uid[k + kPrefetchAhead])], dim);
+        }
+        const float s = scale[k];
+        const float* src = row_at[static_cast<size_t>(uid[k])];
+        if (k == begin) {  // the bag's first row initialises it (no zero fill, no extra pass)
+          for (int64_t c = 0; c < dim; ++c) out[c] = s * src[c];
+        } else {
+          for (int64_t c = 0; c < dim; ++c) out[c] += s * src[c];
+        }
       }
     }
     counts.ids += static_cast<int64_t>(features[f].ids.size());
@@ -330,10 +358,19 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   summed.resize(static_cast<size_t>(received.num_elements()));  // an upper bound: no regrowth
   const float* in = received.data<float>();
   int64_t used = 0;
-  for (const auto& [table, local_row] : r.served) {
+  touched.slots.resize(shards_.size());
+  for (size_t i = 0; i < r.served.size(); ++i) {
+    if (i + kPrefetchAhead < r.served.size()) {
+      const auto [t, row] = r.served[i + kPrefetchAhead];
+      const std::vector<int32_t>& ahead = touched.slots[static_cast<size_t>(t)];
+      if (!ahead.empty()) __builtin_prefetch(ahead.data() + row);
+    }
+    const auto [table, local_row] = r.served[i];
     const auto t = static_cast<size_t>(table);
-    const int64_t cols = layout_.shardings[t].local_cols(rank_);
-    int32_t& slot = touched.slot_of(t, layout_.shardings[t].local_rows(rank_), local_row);
+    const int64_t cols = shards_[t].cols;
+    std::vector<int32_t>& slots = touched.slots[t];
+    if (slots.empty()) slots.assign(static_cast<size_t>(shards_[t].values.shape()[0]), -1);
+    int32_t& slot = slots[static_cast<size_t>(local_row)];
     if (slot < 0) {
       slot = static_cast<int32_t>(touched.rows.size());
       touched.rows.emplace_back(table, local_row);
@@ -374,13 +411,6 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   touched.forget_slots();
 }
 
-int32_t& TouchedRows::slot_of(size_t table, int64_t local_rows, int64_t local_row) {
-  if (slots.size() <= table) slots.resize(table + 1);
-  std::vector<int32_t>& of_table = slots[table];
-  if (of_table.empty()) of_table.assign(static_cast<size_t>(local_rows), -1);  // once per table
-  return of_table[static_cast<size_t>(local_row)];
-}
-
 void TouchedRows::forget_slots() {
   for (const auto& [table, local_row] : rows) {
     const auto t = static_cast<size_t>(table);
@@ -391,6 +421,14 @@ void TouchedRows::forget_slots() {
 
 void DeviceShards::update_rows(const TouchedRows& touched) {
   for (size_t i = 0; i < touched.rows.size(); ++i) {
+    if (i + kPrefetchAhead < touched.rows.size()) {
+      const auto [t, row] = touched.rows[i + kPrefetchAhead];
+      const TableShard& ahead = shards_[static_cast<size_t>(t)];
+      prefetch_row(ahead.data + row * ahead.cols, ahead.cols);
+      for (const Tensor& slot : ahead.slots) {
+        prefetch_row(slot.data<float>() + row * ahead.cols, ahead.cols);
+      }
+    }
     const auto [table, local_row] = touched.rows[i];
     TableShard& shard = shards_[static_cast<size_t>(table)];
     const OptimizationParameters& o =

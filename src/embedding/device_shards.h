@@ -52,7 +52,6 @@ struct TouchedRows {
   // table's first touch; forget_slots() resets only the touched entries.
   std::vector<std::vector<int32_t>> slots;
 
-  int32_t& slot_of(size_t table, int64_t local_rows, int64_t local_row);
   void forget_slots();
 };
 
