@@ -111,6 +111,11 @@ DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int ra
   }
 }
 
+int64_t DeviceShards::row_width(int64_t unique) const {
+  const int table = record_.unique[static_cast<size_t>(unique)].first;
+  return layout_.config.tables[static_cast<size_t>(table)].dimension;
+}
+
 int64_t DeviceShards::memory_bytes() const {
   int64_t n = 0;
   for (const TableShard& s : shards_) {
@@ -172,8 +177,6 @@ void DeviceShards::plan(const std::vector<FeatureIds>& features) {
       uid[k] = u;
       if (!fresh) continue;
       r.unique.emplace_back(table, in.ids[k]);
-      r.row_offset.push_back(r.row_floats);
-      r.row_floats += desc.dimension;
       if (s.placement() == TablePlacement::kDataParallel) continue;  // local copy
       pieces.clear();
       s.owners(in.ids[k], pieces);
@@ -189,6 +192,23 @@ void DeviceShards::plan(const std::vector<FeatureIds>& features) {
   r.sent.resize(pending.size());
   for (const auto& request : pending) {
     r.sent[static_cast<size_t>(next[static_cast<size_t>(request.second.device)]++)] = request;
+  }
+  // Where each distinct row's floats go in a flat buffer (the lookup's assembly of column
+  // pieces; apply_gradients' sums). A row sent whole to one owner sits at its request's place
+  // in send order, so that apply_gradients sends the sums where they are; rows sent in pieces
+  // (column-wise) and rows held here (data-parallel) follow.
+  r.row_offset.assign(r.unique.size(), -1);
+  r.sent_floats = 0;
+  for (const auto& [u, piece] : r.sent) {
+    const int64_t width = piece.col_end - piece.col_begin;
+    if (width == row_width(u)) r.row_offset[static_cast<size_t>(u)] = r.sent_floats;
+    r.sent_floats += width;
+  }
+  r.row_floats = r.sent_floats;
+  for (size_t u = 0; u < r.unique.size(); ++u) {
+    if (r.row_offset[u] >= 0) continue;
+    r.row_offset[u] = r.row_floats;
+    r.row_floats += row_width(static_cast<int64_t>(u));
   }
   r.valid = true;
 }
@@ -314,8 +334,9 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   const int n = layout_.num_devices;
 
   // 1. One gradient per distinct row: the bags' gradients times each id's factor, summed.
-  std::vector<float>& grads = buffers_.split;
-  grads.assign(static_cast<size_t>(r.row_floats), 0.0f);
+  Tensor sums = reuse_buffer(buffers_.reply, Shape{r.row_floats}, DType::kF32);
+  float* const grads = sums.data<float>();
+  std::fill(grads, grads + r.row_floats, 0.0f);
   for (size_t f = 0; f < gradients.size(); ++f) {
     const Tensor g = gradients[f].contiguous();
     const int64_t dim = g.shape()[1];
@@ -325,25 +346,26 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
       for (int64_t k = splits[b]; k < splits[b + 1]; ++k) {
         const auto ks = static_cast<size_t>(k);
         const float s = r.id_scale[f][ks];
-        float* dst = grads.data() + r.row_offset[static_cast<size_t>(r.id_unique[f][ks])];
+        float* dst = grads + r.row_offset[static_cast<size_t>(r.id_unique[f][ks])];
         for (int64_t c = 0; c < dim; ++c) dst[c] += s * gp[static_cast<int64_t>(b) * dim + c];
       }
     }
   }
 
   // 2. Each piece's gradient to its owner, in the lookup's request order (ONE all-to-all-v).
+  // Whole rows are in place already (plan); only the column pieces are copied to theirs.
   std::vector<int64_t> send_floats(static_cast<size_t>(n), 0);
-  int64_t total = 0;
+  float* out = grads;
   for (const auto& [u, piece] : r.sent) {
-    send_floats[static_cast<size_t>(piece.device)] += piece.col_end - piece.col_begin;
-    total += piece.col_end - piece.col_begin;
+    const int64_t width = piece.col_end - piece.col_begin;
+    send_floats[static_cast<size_t>(piece.device)] += width;
+    if (width != row_width(u)) {
+      const float* src = grads + r.row_offset[static_cast<size_t>(u)];
+      std::copy(src + piece.col_begin, src + piece.col_end, out);
+    }
+    out += width;
   }
-  Tensor send = reuse_buffer(buffers_.reply, Shape{total}, DType::kF32);
-  float* out = send.data<float>();
-  for (const auto& [u, piece] : r.sent) {
-    const float* src = grads.data() + r.row_offset[static_cast<size_t>(u)];
-    out = std::copy(src + piece.col_begin, src + piece.col_end, out);
-  }
+  const Tensor send = sums.slice(0, 0, r.sent_floats);
   const Tensor received = comm.all_to_all(send, send_floats, options);
   counts.bytes_sent += bytes_to_others(send_floats, rank_, sizeof(float));
   ++counts.collectives;
@@ -393,7 +415,7 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
     float* dp = dense.data<float>();
     for (size_t u = 0; u < r.unique.size(); ++u) {
       if (r.unique[u].first != static_cast<int>(t)) continue;
-      const float* src = grads.data() + r.row_offset[u];
+      const float* src = grads + r.row_offset[u];
       std::copy(src, src + desc.dimension, dp + r.unique[u].second * desc.dimension);
     }
     comm.all_reduce(dense, dense, ReduceOp::kSum, options);

@@ -60,8 +60,10 @@ struct LookupRecord {
   bool valid = false;  // a lookup happened and its gradients were not applied yet
   // Distinct (table, global row) looked up on this device, and where its row sits in `rows`.
   std::vector<std::pair<int, int64_t>> unique;
-  std::vector<int64_t> row_offset;  // by unique index, into a flat float buffer
-  int64_t row_floats = 0;
+  // By unique index: where its floats are in a flat buffer of row_floats (see plan()); the
+  // first sent_floats are the requests' pieces in send order.
+  std::vector<int64_t> row_offset;
+  int64_t row_floats = 0, sent_floats = 0;
   // Per feature: each id's unique index and its factor (weight / combiner denominator).
   std::vector<std::vector<int64_t>> id_unique;
   std::vector<std::vector<float>> id_scale;
@@ -99,6 +101,8 @@ class DeviceShards {
  private:
   // Fills the unique rows of the record and the per-id factors.
   void plan(const std::vector<FeatureIds>& features);
+  // The floats of distinct row `unique` of the last lookup (its table's dimension).
+  int64_t row_width(int64_t unique) const;
   // Updates every touched row with its summed gradient (the table's optimizer).
   void update_rows(const TouchedRows& touched);
 
@@ -111,7 +115,7 @@ class DeviceShards {
   // Buffers kept from step to step (no fresh pages, no zeroing each step).
   struct Buffers {
     Tensor requests, reply;              // all-to-all inputs (reply: rows, then gradients)
-    std::vector<float> split;            // column-wise rows; then the rows' gradients
+    std::vector<float> split;            // column-wise rows, assembled
     std::vector<const float*> row_at;    // where each distinct row is, in a lookup
     FlatIndex index;                     // the distinct rows of a lookup / of what was served
     std::vector<std::pair<int64_t, RowPiece>> pending;  // a lookup's requests, in id order
