@@ -334,20 +334,32 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   const int n = layout_.num_devices;
 
   // 1. One gradient per distinct row: the bags' gradients times each id's factor, summed.
+  // The ids are visited in the lookup's order, in which each distinct row got the next unique
+  // index at its first id: that id initialises the row's sum (no zero fill first).
   Tensor sums = reuse_buffer(buffers_.reply, Shape{r.row_floats}, DType::kF32);
   float* const grads = sums.data<float>();
-  std::fill(grads, grads + r.row_floats, 0.0f);
+  int64_t first_unseen = 0;
   for (size_t f = 0; f < gradients.size(); ++f) {
     const Tensor g = gradients[f].contiguous();
     const int64_t dim = g.shape()[1];
     const float* gp = g.data<float>();
     const std::vector<int64_t>& splits = r.row_splits[f];
+    const std::vector<int64_t>& uid = r.id_unique[f];
+    const std::vector<float>& scale = r.id_scale[f];
     for (size_t b = 0; b + 1 < splits.size(); ++b) {
-      for (int64_t k = splits[b]; k < splits[b + 1]; ++k) {
-        const auto ks = static_cast<size_t>(k);
-        const float s = r.id_scale[f][ks];
-        float* dst = grads + r.row_offset[static_cast<size_t>(r.id_unique[f][ks])];
-        for (int64_t c = 0; c < dim; ++c) dst[c] += s * gp[static_cast<int64_t>(b) * dim + c];
+      const float* bag = gp + static_cast<int64_t>(b) * dim;
+      for (auto k = static_cast<size_t>(splits[b]); k < static_cast<size_t>(splits[b + 1]); ++k) {
+        if (k + kPrefetchAhead < uid.size()) {
+          prefetch_row(grads + r.row_offset[static_cast<size_t>(uid[k + kPrefetchAhead])], dim);
+        }
+        const float s = scale[k];
+        float* dst = grads + r.row_offset[static_cast<size_t>(uid[k])];
+        if (uid[k] == first_unseen) {
+          ++first_unseen;
+          for (int64_t c = 0; c < dim; ++c) dst[c] = s * bag[c];
+        } else {
+          for (int64_t c = 0; c < dim; ++c) dst[c] += s * bag[c];
+        }
       }
     }
   }
