@@ -243,7 +243,7 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
     const auto source = static_cast<size_t>(in[3 * i + 2]);
     r.served.emplace_back(table, in[3 * i + 1]);
     ++r.served_counts[source];
-    const int32_t cols = layout_.shardings[static_cast<size_t>(table)].local_cols(rank_);
+    const int64_t cols = shards_[static_cast<size_t>(table)].cols;
     reply_counts[source] += cols;
     reply_floats += cols;
   }
