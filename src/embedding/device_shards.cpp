@@ -215,7 +215,7 @@ void DeviceShards::plan(const std::vector<FeatureIds>& features) {
 
 std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features,
                                          Communicator& comm, const CollectiveOptions& options,
-                                         DeviceStepCounts& counts) {
+                                         bool forward, DeviceStepCounts& counts) {
   plan(features);
   LookupRecord& r = record_;
   const int n = layout_.num_devices;
@@ -246,6 +246,12 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
     const int64_t cols = shards_[static_cast<size_t>(table)].cols;
     reply_counts[source] += cols;
     reply_floats += cols;
+  }
+  for (const FeatureIds& f : features) counts.ids += static_cast<int64_t>(f.ids.size());
+  counts.unique_ids += static_cast<int64_t>(r.unique.size());
+  if (!forward) {  // BACKWARD_PASS_ONLY: the owners know the rows; no rows, no activations
+    ++counts.collectives;
+    return {};
   }
   Tensor reply = reuse_buffer(buffers_.reply, Shape{reply_floats}, DType::kF32);
   float* out = reply.data<float>();
@@ -320,10 +326,8 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
         }
       }
     }
-    counts.ids += static_cast<int64_t>(features[f].ids.size());
     activations.push_back(act);
   }
-  counts.unique_ids += static_cast<int64_t>(r.unique.size());
   return activations;
 }
 

@@ -92,8 +92,11 @@ class DeviceShards {
   TableShard& shard(int table) { return shards_[static_cast<size_t>(table)]; }
 
   // The per-device steps (on the device's stream; `comm` is the group over every device).
+  // lookup without `forward` (BACKWARD_PASS_ONLY) only sends the requests to the owners, for
+  // apply_gradients, and returns no activations.
   std::vector<Tensor> lookup(const std::vector<FeatureIds>& features, Communicator& comm,
-                             const CollectiveOptions& options, DeviceStepCounts& counts);
+                             const CollectiveOptions& options, bool forward,
+                             DeviceStepCounts& counts);
   void apply_gradients(const std::vector<Tensor>& gradients, Communicator& comm,
                        const CollectiveOptions& options, DeviceStepCounts& counts);
   bool has_lookup() const { return record_.valid; }

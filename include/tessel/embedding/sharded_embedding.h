@@ -108,6 +108,9 @@ class ShardedEmbedding {
   const TableSharding& sharding(int table) const;
 
   // inputs[f][i] for every feature f (config order) and local device i (mesh local order).
+  // In BACKWARD_PASS_ONLY mode (TF: the program runs "just the backward_pass") the ids are
+  // checked, deduplicated and sent to the owners for apply_gradients, but no row is gathered or
+  // sent and no activation computed: the result is empty.
   std::vector<std::vector<Tensor>> lookup(const std::vector<std::vector<RaggedIds>>& inputs);
   // gradients[f][i]: float32 [bags, dim] of feature f on local device i, for the last lookup.
   void apply_gradients(const std::vector<std::vector<Tensor>>& gradients);
