@@ -111,11 +111,6 @@ DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int ra
   }
 }
 
-int64_t DeviceShards::row_width(int64_t unique) const {
-  const int table = record_.unique[static_cast<size_t>(unique)].first;
-  return layout_.config.tables[static_cast<size_t>(table)].dimension;
-}
-
 int64_t DeviceShards::memory_bytes() const {
   int64_t n = 0;
   for (const TableShard& s : shards_) {

@@ -105,7 +105,10 @@ class DeviceShards {
   // Fills the unique rows of the record and the per-id factors.
   void plan(const std::vector<FeatureIds>& features);
   // The floats of distinct row `unique` of the last lookup (its table's dimension).
-  int64_t row_width(int64_t unique) const;
+  int64_t row_width(int64_t unique) const {
+    const int table = record_.unique[static_cast<size_t>(unique)].first;
+    return layout_.config.tables[static_cast<size_t>(table)].dimension;
+  }
   // Updates every touched row with its summed gradient (the table's optimizer).
   void update_rows(const TouchedRows& touched);
 
