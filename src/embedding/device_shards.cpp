@@ -383,7 +383,9 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
 
   // 3. The owner sums the gradients of each of its rows (one request per device that looked it
   // up) and updates each touched row once. The rows are found by direct addressing (a slot per
-  // local row, reset after the step), not hashed: a request costs one load.
+  // local row, reset after the step), not hashed: a request costs one load. SGD is linear in
+  // the gradient, so an SGD table's rows take each request's gradient as it comes
+  // (w -= lr * g per request: the same update as with the sum, to rounding), with no sum.
   TouchedRows& touched = buffers_.touched;
   touched.rows.clear();
   touched.offset.clear();
@@ -395,12 +397,21 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   for (size_t i = 0; i < r.served.size(); ++i) {
     if (i + kPrefetchAhead < r.served.size()) {
       const auto [t, row] = r.served[i + kPrefetchAhead];
+      const TableShard& shard = shards_[static_cast<size_t>(t)];
+      if (is_sgd(t)) prefetch_row(shard.data + row * shard.cols, shard.cols);
       const std::vector<int32_t>& ahead = touched.slots[static_cast<size_t>(t)];
       if (!ahead.empty()) __builtin_prefetch(ahead.data() + row);
     }
     const auto [table, local_row] = r.served[i];
     const auto t = static_cast<size_t>(table);
     const int64_t cols = shards_[t].cols;
+    if (is_sgd(table)) {
+      float* w = shards_[t].data + local_row * cols;
+      const float lr = layout_.config.tables[t].optimization_parameters.learning_rate;
+      for (int64_t c = 0; c < cols; ++c) w[c] -= lr * in[c];
+      in += cols;
+      continue;
+    }
     std::vector<int32_t>& slots = touched.slots[t];
     if (slots.empty()) slots.assign(static_cast<size_t>(shards_[t].values.shape()[0]), -1);
     int32_t& slot = slots[static_cast<size_t>(local_row)];

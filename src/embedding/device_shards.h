@@ -105,6 +105,10 @@ class DeviceShards {
   // Fills the unique rows of the record and the per-id factors.
   void plan(const std::vector<FeatureIds>& features);
   // The floats of distinct row `unique` of the last lookup (its table's dimension).
+  bool is_sgd(int table) const {
+    return layout_.config.tables[static_cast<size_t>(table)].optimization_parameters.optimizer ==
+           EmbeddingOptimizer::kSgd;
+  }
   int64_t row_width(int64_t unique) const {
     const int table = record_.unique[static_cast<size_t>(unique)].first;
     return layout_.config.tables[static_cast<size_t>(table)].dimension;
