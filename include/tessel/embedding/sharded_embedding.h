@@ -21,7 +21,8 @@
 // Data-parallel tables are looked up locally. apply_gradients turns each bag's gradient into
 // one gradient per distinct row on the device (duplicates summed), sends the pieces to their
 // owners with ONE all-to-all-v (the lookup's routing, reversed), and each owner sums what it got
-// per row and applies the table's optimizer to the touched rows only, with its slot variables
+// per row (SGD, linear: applies each piece as it comes) and applies the table's optimizer to the
+// touched rows only, with its slot variables
 // (Adagrad "accumulators", Adam "momenta" and "velocities") sharded like the table. Adam is TF's
 // lazy Adam without bias correction (TF's TPU embedding semantics). A data-parallel table's
 // gradient is made dense and all-reduced; rows with a nonzero gradient are the touched ones.
