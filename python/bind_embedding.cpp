@@ -192,8 +192,9 @@ void bind_sharded(py::module_& m) {
   py::class_<ShardedEmbedding, std::shared_ptr<ShardedEmbedding>>(m, "ShardedEmbedding", R"doc(
 The tables of an EmbeddingConfiguration sharded over a mesh's devices. lookup(inputs) takes
 inputs[f][i] (RaggedIds of feature f on the mesh's i-th local device) and returns activations
-[f][i] of shape [bags, dim]; apply_gradients(gradients) applies the tables' optimizers to the rows
-the last lookup touched. See include/tessel/embedding/sharded_embedding.h.)doc")
+[f][i] of shape [bags, dim] (in BACKWARD_PASS_ONLY mode: [], no forward pass);
+apply_gradients(gradients) applies the tables' optimizers to the rows the last lookup touched.
+See include/tessel/embedding/sharded_embedding.h.)doc")
       .def(py::init([](const EmbeddingConfiguration& config, const Mesh& mesh, Runtime* runtime,
                        double timeout, uint64_t seed) {
              Runtime& rt = runtime ? *runtime : Runtime::global();

@@ -158,6 +158,36 @@ def test_every_placement_and_optimizer_equals_dense_reference(placement, optimiz
                                    rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("placement", [P.ROW_WISE, P.COLUMN_WISE, P.DATA_PARALLEL])
+def test_backward_pass_only_updates_as_the_reference_without_activations(placement):
+    """TF's BACKWARD_PASS_ONLY mode runs "just the backward_pass": lookup routes the ids to the
+    owners but gathers no rows and returns no activations; apply_gradients updates the rows."""
+    cfg = config(placement, S.MOD, E.ADAGRAD)
+    cfg.mode = tessel.EmbeddingMode.BACKWARD_PASS_ONLY
+    emb = tessel.ShardedEmbedding(cfg, mesh_of(4), seed=5, timeout=30)
+    ref = DenseReference(cfg, [np.asarray(emb.get_table(t.name)) for t in cfg.tables])
+    rng = np.random.default_rng(2)
+    for _ in range(2):
+        sums, inputs, grads = ref.new_sums(), [], []
+        for fi, f in enumerate(cfg.features):
+            table = cfg.tables[f.table_id]
+            bags = [random_bags(rng, table.vocabulary_size, 4, True) for _ in range(4)]
+            inputs.append([tessel.RaggedIds(*b) for b in bags])
+            grads.append([rng.standard_normal((4, table.dimension)).astype(np.float32)
+                          for _ in bags])
+            for (ids, splits, weights), g in zip(bags, grads[-1]):
+                ref.row_gradients(fi, ids, splits, weights, g.astype(np.float64), sums)
+        assert emb.lookup(inputs) == []
+        assert emb.last_step_stats().collectives == 1  # the requests' all-to-all-v only
+        emb.apply_gradients(grads)
+        ref.apply(sums)
+        for t, desc in enumerate(cfg.tables):
+            np.testing.assert_allclose(np.asarray(emb.get_table(desc.name)), ref.tables[t],
+                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(np.asarray(emb.get_slot(desc.name, "accumulators")),
+                                       ref.slot0[t], rtol=1e-5)
+
+
 def test_sum_combiner_and_uneven_memory_per_device():
     cfg = config(P.ROW_WISE, S.DIV_DEFAULT, E.ADAGRAD, combiners=(C.SUM, C.SUM))
     emb = tessel.ShardedEmbedding(cfg, mesh_of(4))

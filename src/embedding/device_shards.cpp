@@ -17,6 +17,15 @@ uint64_t row_key(int table, int64_t row) {
   return (static_cast<uint64_t>(table) << 48) ^ static_cast<uint64_t>(row);
 }
 
+// Rows of a step are scattered over the shards (power-law ids, hashed to devices): each one a
+// cache miss. The row loops ask for the row kPrefetchAhead places on while they work on this one.
+constexpr size_t kPrefetchAhead = 8;
+
+void prefetch_row(const float* row, int64_t floats) {
+  constexpr int64_t kLine = 64 / sizeof(float);
+  for (int64_t c = 0; c < floats; c += kLine) __builtin_prefetch(row + c);
+}
+
 // Bytes of an all-to-all-v this rank sends to the other ranks.
 int64_t bytes_to_others(const std::vector<int64_t>& counts, int self, int64_t unit_bytes) {
   int64_t n = 0;
@@ -96,6 +105,8 @@ DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int ra
       if (name == "accumulators") slot.fill(o.initial_accumulator);
       shard.slots.push_back(slot);
     }
+    shard.data = shard.values.data<float>();
+    shard.cols = cols;
     shards_.push_back(std::move(shard));
   }
 }
@@ -154,12 +165,13 @@ void DeviceShards::plan(const std::vector<FeatureIds>& features) {
       }
     }
     for (size_t k = 0; k < in.ids.size(); ++k) {
+      if (k + kPrefetchAhead < in.ids.size()) {
+        index.prefetch(row_key(table, in.ids[k + kPrefetchAhead]));
+      }
       const auto [u, fresh] = index.insert(row_key(table, in.ids[k]));
       uid[k] = u;
       if (!fresh) continue;
       r.unique.emplace_back(table, in.ids[k]);
-      r.row_offset.push_back(r.row_floats);
-      r.row_floats += desc.dimension;
       if (s.placement() == TablePlacement::kDataParallel) continue;  // local copy
       pieces.clear();
       s.owners(in.ids[k], pieces);
@@ -176,12 +188,29 @@ void DeviceShards::plan(const std::vector<FeatureIds>& features) {
   for (const auto& request : pending) {
     r.sent[static_cast<size_t>(next[static_cast<size_t>(request.second.device)]++)] = request;
   }
+  // Where each distinct row's floats go in a flat buffer (the lookup's assembly of column
+  // pieces; apply_gradients' sums). A row sent whole to one owner sits at its request's place
+  // in send order, so that apply_gradients sends the sums where they are; rows sent in pieces
+  // (column-wise) and rows held here (data-parallel) follow.
+  r.row_offset.assign(r.unique.size(), -1);
+  r.sent_floats = 0;
+  for (const auto& [u, piece] : r.sent) {
+    const int64_t width = piece.col_end - piece.col_begin;
+    if (width == row_width(u)) r.row_offset[static_cast<size_t>(u)] = r.sent_floats;
+    r.sent_floats += width;
+  }
+  r.row_floats = r.sent_floats;
+  for (size_t u = 0; u < r.unique.size(); ++u) {
+    if (r.row_offset[u] >= 0) continue;
+    r.row_offset[u] = r.row_floats;
+    r.row_floats += row_width(static_cast<int64_t>(u));
+  }
   r.valid = true;
 }
 
 std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features,
                                          Communicator& comm, const CollectiveOptions& options,
-                                         DeviceStepCounts& counts) {
+                                         bool forward, DeviceStepCounts& counts) {
   plan(features);
   LookupRecord& r = record_;
   const int n = layout_.num_devices;
@@ -209,17 +238,28 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
     const auto source = static_cast<size_t>(in[3 * i + 2]);
     r.served.emplace_back(table, in[3 * i + 1]);
     ++r.served_counts[source];
-    const int32_t cols = layout_.shardings[static_cast<size_t>(table)].local_cols(rank_);
+    const int64_t cols = shards_[static_cast<size_t>(table)].cols;
     reply_counts[source] += cols;
     reply_floats += cols;
   }
+  for (const FeatureIds& f : features) counts.ids += static_cast<int64_t>(f.ids.size());
+  counts.unique_ids += static_cast<int64_t>(r.unique.size());
+  if (!forward) {  // BACKWARD_PASS_ONLY: the owners know the rows; no rows, no activations
+    ++counts.collectives;
+    return {};
+  }
   Tensor reply = reuse_buffer(buffers_.reply, Shape{reply_floats}, DType::kF32);
   float* out = reply.data<float>();
-  for (const auto& [table, local_row] : r.served) {
-    const Tensor& values = shards_[static_cast<size_t>(table)].values;
-    const int64_t cols = values.shape()[1];
-    const float* row = values.data<float>() + local_row * cols;
-    out = std::copy(row, row + cols, out);
+  for (size_t i = 0; i < r.served.size(); ++i) {
+    if (i + kPrefetchAhead < r.served.size()) {
+      const auto [t, row] = r.served[i + kPrefetchAhead];
+      const TableShard& ahead = shards_[static_cast<size_t>(t)];
+      prefetch_row(ahead.data + row * ahead.cols, ahead.cols);
+    }
+    const auto [table, local_row] = r.served[i];
+    const TableShard& shard = shards_[static_cast<size_t>(table)];
+    const float* row = shard.data + local_row * shard.cols;
+    out = std::copy(row, row + shard.cols, out);
   }
   const Tensor answered = comm.all_to_all(reply, reply_counts, options);
   counts.bytes_sent += bytes_to_others(reply_counts, rank_, sizeof(float));
@@ -247,8 +287,8 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
   for (size_t u = 0; u < r.unique.size(); ++u) {
     if (row_at[u] != nullptr) continue;  // data-parallel: the local copy
     const auto [table, row] = r.unique[u];
-    const Tensor& values = shards_[static_cast<size_t>(table)].values;
-    row_at[u] = values.data<float>() + row * values.shape()[1];
+    const TableShard& shard = shards_[static_cast<size_t>(table)];
+    row_at[u] = shard.data + row * shard.cols;
   }
 
   // 4. Combine each bag.
@@ -261,20 +301,28 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
     // Written in full below (an empty bag gets zeros), so not zero-filled first.
     Tensor act = device_.allocate(Shape{bags, dim}, DType::kF32, /*zero_fill=*/false);
     float* o = act.data<float>();
+    const std::vector<float>& scale = r.id_scale[f];
+    const std::vector<int64_t>& uid = r.id_unique[f];
     for (int64_t b = 0; b < bags; ++b) {
       float* out = o + b * dim;
-      std::fill(out, out + dim, 0.0f);
-      for (int64_t k = splits[static_cast<size_t>(b)]; k < splits[static_cast<size_t>(b) + 1]; ++k) {
-        const auto ks = static_cast<size_t>(k);
-        const float s = r.id_scale[f][ks];
-        const float* src = row_at[static_cast<size_t>(r.id_unique[f][ks])];
-        for (int64_t c = 0; c < dim; ++c) out[c] += s * src[c];
+      const auto begin = static_cast<size_t>(splits[static_cast<size_t>(b)]);
+      const auto end = static_cast<size_t>(splits[static_cast<size_t>(b) + 1]);
+      if (begin == end) std::fill(out, out + dim, 0.0f);
+      for (size_t k = begin; k < end; ++k) {
+        if (k + kPrefetchAhead < uid.size()) {
+          prefetch_row(row_at[static_cast<size_t>(uid[k + kPrefetchAhead])], dim);
+        }
+        const float s = scale[k];
+        const float* src = row_at[static_cast<size_t>(uid[k])];
+        if (k == begin) {  // the bag's first row initialises it (no zero fill, no extra pass)
+          for (int64_t c = 0; c < dim; ++c) out[c] = s * src[c];
+        } else {
+          for (int64_t c = 0; c < dim; ++c) out[c] += s * src[c];
+        }
       }
     }
-    counts.ids += static_cast<int64_t>(features[f].ids.size());
     activations.push_back(act);
   }
-  counts.unique_ids += static_cast<int64_t>(r.unique.size());
   return activations;
 }
 
@@ -285,67 +333,101 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   const int n = layout_.num_devices;
 
   // 1. One gradient per distinct row: the bags' gradients times each id's factor, summed.
-  std::vector<float>& grads = buffers_.split;
-  grads.assign(static_cast<size_t>(r.row_floats), 0.0f);
+  // The ids are visited in the lookup's order, in which each distinct row got the next unique
+  // index at its first id: that id initialises the row's sum (no zero fill first).
+  Tensor sums = reuse_buffer(buffers_.reply, Shape{r.row_floats}, DType::kF32);
+  float* const grads = sums.data<float>();
+  int64_t first_unseen = 0;
   for (size_t f = 0; f < gradients.size(); ++f) {
     const Tensor g = gradients[f].contiguous();
     const int64_t dim = g.shape()[1];
     const float* gp = g.data<float>();
     const std::vector<int64_t>& splits = r.row_splits[f];
+    const std::vector<int64_t>& uid = r.id_unique[f];
+    const std::vector<float>& scale = r.id_scale[f];
     for (size_t b = 0; b + 1 < splits.size(); ++b) {
-      for (int64_t k = splits[b]; k < splits[b + 1]; ++k) {
-        const auto ks = static_cast<size_t>(k);
-        const float s = r.id_scale[f][ks];
-        float* dst = grads.data() + r.row_offset[static_cast<size_t>(r.id_unique[f][ks])];
-        for (int64_t c = 0; c < dim; ++c) dst[c] += s * gp[static_cast<int64_t>(b) * dim + c];
+      const float* bag = gp + static_cast<int64_t>(b) * dim;
+      for (auto k = static_cast<size_t>(splits[b]); k < static_cast<size_t>(splits[b + 1]); ++k) {
+        if (k + kPrefetchAhead < uid.size()) {
+          prefetch_row(grads + r.row_offset[static_cast<size_t>(uid[k + kPrefetchAhead])], dim);
+        }
+        const float s = scale[k];
+        float* dst = grads + r.row_offset[static_cast<size_t>(uid[k])];
+        if (uid[k] == first_unseen) {
+          ++first_unseen;
+          for (int64_t c = 0; c < dim; ++c) dst[c] = s * bag[c];
+        } else {
+          for (int64_t c = 0; c < dim; ++c) dst[c] += s * bag[c];
+        }
       }
     }
   }
 
   // 2. Each piece's gradient to its owner, in the lookup's request order (ONE all-to-all-v).
+  // Whole rows are in place already (plan); only the column pieces are copied to theirs.
   std::vector<int64_t> send_floats(static_cast<size_t>(n), 0);
-  int64_t total = 0;
+  float* out = grads;
   for (const auto& [u, piece] : r.sent) {
-    send_floats[static_cast<size_t>(piece.device)] += piece.col_end - piece.col_begin;
-    total += piece.col_end - piece.col_begin;
+    const int64_t width = piece.col_end - piece.col_begin;
+    send_floats[static_cast<size_t>(piece.device)] += width;
+    if (width != row_width(u)) {
+      const float* src = grads + r.row_offset[static_cast<size_t>(u)];
+      std::copy(src + piece.col_begin, src + piece.col_end, out);
+    }
+    out += width;
   }
-  Tensor send = reuse_buffer(buffers_.reply, Shape{total}, DType::kF32);
-  float* out = send.data<float>();
-  for (const auto& [u, piece] : r.sent) {
-    const float* src = grads.data() + r.row_offset[static_cast<size_t>(u)];
-    out = std::copy(src + piece.col_begin, src + piece.col_end, out);
-  }
+  const Tensor send = sums.slice(0, 0, r.sent_floats);
   const Tensor received = comm.all_to_all(send, send_floats, options);
   counts.bytes_sent += bytes_to_others(send_floats, rank_, sizeof(float));
   ++counts.collectives;
 
-  // 3. The owner sums the gradients of each of its rows and updates the touched rows.
-  FlatIndex& index = buffers_.index;  // row_key(table, local row) -> first time served
-  index.clear(r.served.size());
-  std::vector<size_t> position;  // by index: the row's place in touched[table]
-  std::vector<std::vector<int64_t>> touched(layout_.shardings.size());
-  std::vector<std::vector<float>> summed(layout_.shardings.size());
-  std::vector<size_t> served_per_table(layout_.shardings.size(), 0);
-  for (const auto& [table, local_row] : r.served) ++served_per_table[static_cast<size_t>(table)];
-  for (size_t t = 0; t < touched.size(); ++t) {  // at most one row per request: no regrowth
-    touched[t].reserve(served_per_table[t]);
-    summed[t].reserve(served_per_table[t] * static_cast<size_t>(layout_.shardings[t].local_cols(rank_)));
-  }
-  position.reserve(r.served.size());
+  // 3. The owner sums the gradients of each of its rows (one request per device that looked it
+  // up) and updates each touched row once. The rows are found by direct addressing (a slot per
+  // local row, reset after the step), not hashed: a request costs one load. SGD is linear in
+  // the gradient, so an SGD table's rows take each request's gradient as it comes
+  // (w -= lr * g per request: the same update as with the sum, to rounding), with no sum.
+  TouchedRows& touched = buffers_.touched;
+  touched.rows.clear();
+  touched.offset.clear();
+  std::vector<float>& summed = touched.summed;
+  summed.resize(static_cast<size_t>(received.num_elements()));  // an upper bound: no regrowth
   const float* in = received.data<float>();
-  for (const auto& [table, local_row] : r.served) {
-    const auto t = static_cast<size_t>(table);
-    const int64_t cols = layout_.shardings[t].local_cols(rank_);
-    const auto [g, fresh] = index.insert(row_key(table, local_row));
-    if (fresh) {
-      position.push_back(touched[t].size());
-      touched[t].push_back(local_row);
-      summed[t].resize(summed[t].size() + static_cast<size_t>(cols), 0.0f);
+  int64_t used = 0;
+  touched.slots.resize(shards_.size());
+  for (size_t i = 0; i < r.served.size(); ++i) {
+    if (i + kPrefetchAhead < r.served.size()) {
+      const auto [t, row] = r.served[i + kPrefetchAhead];
+      const TableShard& shard = shards_[static_cast<size_t>(t)];
+      if (is_sgd(t)) prefetch_row(shard.data + row * shard.cols, shard.cols);
+      const std::vector<int32_t>& ahead = touched.slots[static_cast<size_t>(t)];
+      if (!ahead.empty()) __builtin_prefetch(ahead.data() + row);
     }
-    float* dst = summed[t].data() + position[static_cast<size_t>(g)] * static_cast<size_t>(cols);
-    for (int64_t c = 0; c < cols; ++c) dst[c] += in[c];
+    const auto [table, local_row] = r.served[i];
+    const auto t = static_cast<size_t>(table);
+    const int64_t cols = shards_[t].cols;
+    if (is_sgd(table)) {
+      float* w = shards_[t].data + local_row * cols;
+      const float lr = layout_.config.tables[t].optimization_parameters.learning_rate;
+      for (int64_t c = 0; c < cols; ++c) w[c] -= lr * in[c];
+      in += cols;
+      continue;
+    }
+    std::vector<int32_t>& slots = touched.slots[t];
+    if (slots.empty()) slots.assign(static_cast<size_t>(shards_[t].values.shape()[0]), -1);
+    int32_t& slot = slots[static_cast<size_t>(local_row)];
+    if (slot < 0) {
+      slot = static_cast<int32_t>(touched.rows.size());
+      touched.rows.emplace_back(table, local_row);
+      touched.offset.push_back(used);
+      std::copy(in, in + cols, summed.data() + used);
+      used += cols;
+    } else {
+      float* dst = summed.data() + touched.offset[static_cast<size_t>(slot)];
+      for (int64_t c = 0; c < cols; ++c) dst[c] += in[c];
+    }
     in += cols;
   }
+  summed.resize(static_cast<size_t>(used));
 
   // 4. Data-parallel tables: the dense gradient, all-reduced (rows with a nonzero gradient).
   for (size_t t = 0; t < layout_.shardings.size(); ++t) {
@@ -355,7 +437,7 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
     float* dp = dense.data<float>();
     for (size_t u = 0; u < r.unique.size(); ++u) {
       if (r.unique[u].first != static_cast<int>(t)) continue;
-      const float* src = grads.data() + r.row_offset[u];
+      const float* src = grads + r.row_offset[u];
       std::copy(src, src + desc.dimension, dp + r.unique[u].second * desc.dimension);
     }
     comm.all_reduce(dense, dense, ReduceOp::kSum, options);
@@ -364,35 +446,51 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
     for (int64_t row = 0; row < desc.vocabulary_size; ++row) {
       const float* g = dp + row * desc.dimension;
       if (std::all_of(g, g + desc.dimension, [](float v) { return v == 0.0f; })) continue;
-      touched[t].push_back(row);
-      summed[t].insert(summed[t].end(), g, g + desc.dimension);
+      touched.rows.emplace_back(static_cast<int>(t), row);
+      touched.offset.push_back(static_cast<int64_t>(summed.size()));
+      summed.insert(summed.end(), g, g + desc.dimension);
     }
   }
-  for (size_t t = 0; t < touched.size(); ++t) {
-    if (!touched[t].empty()) update_rows(static_cast<int>(t), touched[t], summed[t]);
+  update_rows(touched);
+  touched.forget_slots();
+}
+
+void TouchedRows::forget_slots() {
+  for (const auto& [table, local_row] : rows) {
+    const auto t = static_cast<size_t>(table);
+    // Data-parallel rows were never given a slot.
+    if (t < slots.size() && !slots[t].empty()) slots[t][static_cast<size_t>(local_row)] = -1;
   }
 }
 
-void DeviceShards::update_rows(int table, const std::vector<int64_t>& local_rows,
-                               const std::vector<float>& grads) {
-  TableShard& shard = shards_[static_cast<size_t>(table)];
-  const OptimizationParameters& o =
-      layout_.config.tables[static_cast<size_t>(table)].optimization_parameters;
-  const int64_t cols = shard.values.shape()[1];
-  float* w = shard.values.data<float>();
-  const float lr = o.learning_rate;
-  for (size_t i = 0; i < local_rows.size(); ++i) {
-    const int64_t base = local_rows[i] * cols;
-    const float* g = grads.data() + static_cast<int64_t>(i) * cols;
+void DeviceShards::update_rows(const TouchedRows& touched) {
+  for (size_t i = 0; i < touched.rows.size(); ++i) {
+    if (i + kPrefetchAhead < touched.rows.size()) {
+      const auto [t, row] = touched.rows[i + kPrefetchAhead];
+      const TableShard& ahead = shards_[static_cast<size_t>(t)];
+      prefetch_row(ahead.data + row * ahead.cols, ahead.cols);
+      for (const Tensor& slot : ahead.slots) {
+        prefetch_row(slot.data<float>() + row * ahead.cols, ahead.cols);
+      }
+    }
+    const auto [table, local_row] = touched.rows[i];
+    TableShard& shard = shards_[static_cast<size_t>(table)];
+    const OptimizationParameters& o =
+        layout_.config.tables[static_cast<size_t>(table)].optimization_parameters;
+    const int64_t cols = shard.cols;
+    const int64_t base = local_row * cols;
+    float* w = shard.data + base;
+    const float* g = touched.summed.data() + touched.offset[i];
+    const float lr = o.learning_rate;
     switch (o.optimizer) {
       case EmbeddingOptimizer::kSgd:
-        for (int64_t c = 0; c < cols; ++c) w[base + c] -= lr * g[c];
+        for (int64_t c = 0; c < cols; ++c) w[c] -= lr * g[c];
         break;
       case EmbeddingOptimizer::kAdagrad: {
         float* acc = shard.slots[0].data<float>() + base;
         for (int64_t c = 0; c < cols; ++c) {
           acc[c] += g[c] * g[c];
-          w[base + c] -= lr * g[c] / std::sqrt(acc[c]);
+          w[c] -= lr * g[c] / std::sqrt(acc[c]);
         }
         break;
       }
@@ -404,7 +502,7 @@ void DeviceShards::update_rows(int table, const std::vector<int64_t>& local_rows
           v[c] = o.beta2 * v[c] + (1 - o.beta2) * g[c] * g[c];
           const float denom = o.use_sum_inside_sqrt ? std::sqrt(v[c] + o.epsilon * o.epsilon)
                                                     : std::sqrt(v[c]) + o.epsilon;
-          w[base + c] -= lr * m[c] / denom;
+          w[c] -= lr * m[c] / denom;
         }
         break;
       }

@@ -39,6 +39,20 @@ struct EmbeddingLayout {
 struct TableShard {
   Tensor values;
   std::vector<Tensor> slots;  // slot_names order
+  float* data = nullptr;      // values' floats, row-major (the steps' row loops use these)
+  int64_t cols = 0;
+};
+
+// The rows an apply_gradients step touches on their owner, each with its summed gradient.
+struct TouchedRows {
+  std::vector<std::pair<int, int64_t>> rows;  // (table, local row), first-received order
+  std::vector<int64_t> offset;                // by row: its gradient in `summed`
+  std::vector<float> summed;
+  // By table, by local row: the row's index in `rows`, -1 when untouched. Allocated on a
+  // table's first touch; forget_slots() resets only the touched entries.
+  std::vector<std::vector<int32_t>> slots;
+
+  void forget_slots();
 };
 
 // What a device's last lookup did, kept for apply_gradients.
@@ -46,8 +60,10 @@ struct LookupRecord {
   bool valid = false;  // a lookup happened and its gradients were not applied yet
   // Distinct (table, global row) looked up on this device, and where its row sits in `rows`.
   std::vector<std::pair<int, int64_t>> unique;
-  std::vector<int64_t> row_offset;  // by unique index, into a flat float buffer
-  int64_t row_floats = 0;
+  // By unique index: where its floats are in a flat buffer of row_floats (see plan()); the
+  // first sent_floats are the requests' pieces in send order.
+  std::vector<int64_t> row_offset;
+  int64_t row_floats = 0, sent_floats = 0;
   // Per feature: each id's unique index and its factor (weight / combiner denominator).
   std::vector<std::vector<int64_t>> id_unique;
   std::vector<std::vector<float>> id_scale;
@@ -76,8 +92,11 @@ class DeviceShards {
   TableShard& shard(int table) { return shards_[static_cast<size_t>(table)]; }
 
   // The per-device steps (on the device's stream; `comm` is the group over every device).
+  // lookup without `forward` (BACKWARD_PASS_ONLY) only sends the requests to the owners, for
+  // apply_gradients, and returns no activations.
   std::vector<Tensor> lookup(const std::vector<FeatureIds>& features, Communicator& comm,
-                             const CollectiveOptions& options, DeviceStepCounts& counts);
+                             const CollectiveOptions& options, bool forward,
+                             DeviceStepCounts& counts);
   void apply_gradients(const std::vector<Tensor>& gradients, Communicator& comm,
                        const CollectiveOptions& options, DeviceStepCounts& counts);
   bool has_lookup() const { return record_.valid; }
@@ -85,9 +104,17 @@ class DeviceShards {
  private:
   // Fills the unique rows of the record and the per-id factors.
   void plan(const std::vector<FeatureIds>& features);
-  // Updates one table's touched local rows with their summed gradients.
-  void update_rows(int table, const std::vector<int64_t>& local_rows,
-                   const std::vector<float>& grads);
+  // The floats of distinct row `unique` of the last lookup (its table's dimension).
+  bool is_sgd(int table) const {
+    return layout_.config.tables[static_cast<size_t>(table)].optimization_parameters.optimizer ==
+           EmbeddingOptimizer::kSgd;
+  }
+  int64_t row_width(int64_t unique) const {
+    const int table = record_.unique[static_cast<size_t>(unique)].first;
+    return layout_.config.tables[static_cast<size_t>(table)].dimension;
+  }
+  // Updates every touched row with its summed gradient (the table's optimizer).
+  void update_rows(const TouchedRows& touched);
 
   const std::shared_ptr<const EmbeddingLayout> layout_holder_;
   const EmbeddingLayout& layout_;
@@ -98,10 +125,11 @@ class DeviceShards {
   // Buffers kept from step to step (no fresh pages, no zeroing each step).
   struct Buffers {
     Tensor requests, reply;              // all-to-all inputs (reply: rows, then gradients)
-    std::vector<float> split;            // column-wise rows; then the rows' gradients
+    std::vector<float> split;            // column-wise rows, assembled
     std::vector<const float*> row_at;    // where each distinct row is, in a lookup
     FlatIndex index;                     // the distinct rows of a lookup / of what was served
     std::vector<std::pair<int64_t, RowPiece>> pending;  // a lookup's requests, in id order
+    TouchedRows touched;                 // apply_gradients on the owner
   } buffers_;
 };
 

@@ -36,6 +36,8 @@ class FlatIndex {
     }
   }
   std::size_t size() const { return size_; }
+  // Asks for the slot where `key` starts its probe (call a few keys ahead of insert).
+  void prefetch(uint64_t key) const { __builtin_prefetch(slots_.data() + (hash(key) & mask_)); }
 
  private:
   struct Slot {

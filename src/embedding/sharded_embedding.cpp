@@ -319,11 +319,13 @@ std::vector<std::vector<Tensor>> ShardedEmbedding::lookup(
   auto results = std::make_shared<std::vector<std::vector<Tensor>>>(s.devices.size());
   auto counts = std::make_shared<std::vector<detail::DeviceStepCounts>>(s.devices.size());
   const CollectiveOptions copts = s.collective();
-  s.run("lookup", [results, counts, copts, ids = std::move(ids)](
+  const bool forward = s.layout.config.mode != EmbeddingMode::kBackwardPassOnly;
+  s.run("lookup", [results, counts, copts, forward, ids = std::move(ids)](
                       size_t i, detail::DeviceShards& shards, Communicator& comm) {
-    (*results)[i] = shards.lookup(ids[i], comm, copts, (*counts)[i]);
+    (*results)[i] = shards.lookup(ids[i], comm, copts, forward, (*counts)[i]);
   });
   s.count(*counts, /*fresh_step=*/true);
+  if (!forward) return {};  // TF: "just the backward_pass"
   // [device][feature] -> [feature][device]
   std::vector<std::vector<Tensor>> out(inputs.size());
   for (size_t f = 0; f < inputs.size(); ++f) {

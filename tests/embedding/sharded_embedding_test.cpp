@@ -229,6 +229,51 @@ TEST(ShardedEmbedding, EveryPlacementAndOptimizerEqualsTheDenseReference) {
   }
 }
 
+// BACKWARD_PASS_ONLY (TF: "just the backward_pass"): lookup returns no activations and moves
+// no rows, and apply_gradients updates the tables and slots exactly as TRAINING does (which
+// run_case checks against the dense reference).
+TEST(ShardedEmbedding, BackwardPassOnlyUpdatesAsTrainingWithoutAForwardPass) {
+  Runtime runtime({.num_cpu_devices = 4});
+  const Mesh mesh = Mesh::create({{"x", 4}});
+  for (TablePlacement p : {TablePlacement::kRowWise, TablePlacement::kTableWise,
+                           TablePlacement::kColumnWise, TablePlacement::kDataParallel}) {
+    SCOPED_TRACE(table_placement_name(p));
+    EmbeddingConfiguration config =
+        config_for(p, ShardingStrategy::kMod, EmbeddingOptimizer::kAdagrad);
+    ShardedEmbedding training(config, mesh, runtime, {.seed = 3});
+    config.mode = EmbeddingMode::kBackwardPassOnly;
+    ShardedEmbedding backward(config, mesh, runtime, {.seed = 3});
+    std::mt19937 rng(11);
+    for (int step = 0; step < 2; ++step) {
+      std::vector<std::vector<RaggedIds>> inputs(3);
+      std::vector<std::vector<Tensor>> grads(3);
+      for (size_t f = 0; f < 3; ++f) {
+        const auto& table = config.tables[static_cast<size_t>(config.features[f].table_id)];
+        for (int d = 0; d < 4; ++d) {
+          inputs[f].push_back(ragged(random_bags(rng, table.vocabulary_size, 4, true)));
+          grads[f].push_back(Tensor::random_uniform(Shape{4, table.dimension}, DType::kF32,
+                                                    static_cast<uint64_t>(step * 10 + d), -1, 1));
+        }
+      }
+      EXPECT_EQ(training.lookup(inputs).size(), 3u);
+      EXPECT_TRUE(backward.lookup(inputs).empty());
+      const EmbeddingStepStats forward = training.last_step_stats();
+      const EmbeddingStepStats requests_only = backward.last_step_stats();
+      EXPECT_EQ(requests_only.ids, forward.ids);
+      EXPECT_EQ(requests_only.collectives, forward.collectives - 1);  // no rows sent back
+      if (p != TablePlacement::kDataParallel) EXPECT_LT(requests_only.bytes_sent, forward.bytes_sent);
+      training.apply_gradients(grads);
+      backward.apply_gradients(grads);
+      for (const char* t : {"big", "small"}) {
+        EXPECT_EQ(to_table(backward.get_table(t)), to_table(training.get_table(t))) << t;
+        EXPECT_EQ(to_table(backward.get_slot(t, "accumulators")),
+                  to_table(training.get_slot(t, "accumulators")))
+            << t;
+      }
+    }
+  }
+}
+
 TEST(ShardedEmbedding, TwoSimulatedClientsLookUpAcrossTheirDevices) {
   // Two clients of 2 devices each (in-process cluster): a mesh of 4 spanning both, every
   // placement; each client checks its devices' activations against the gathered table.

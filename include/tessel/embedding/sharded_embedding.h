@@ -21,7 +21,8 @@
 // Data-parallel tables are looked up locally. apply_gradients turns each bag's gradient into
 // one gradient per distinct row on the device (duplicates summed), sends the pieces to their
 // owners with ONE all-to-all-v (the lookup's routing, reversed), and each owner sums what it got
-// per row and applies the table's optimizer to the touched rows only, with its slot variables
+// per row (SGD, linear: applies each piece as it comes) and applies the table's optimizer to the
+// touched rows only, with its slot variables
 // (Adagrad "accumulators", Adam "momenta" and "velocities") sharded like the table. Adam is TF's
 // lazy Adam without bias correction (TF's TPU embedding semantics). A data-parallel table's
 // gradient is made dense and all-reduced; rows with a nonzero gradient are the touched ones.
@@ -108,6 +109,9 @@ class ShardedEmbedding {
   const TableSharding& sharding(int table) const;
 
   // inputs[f][i] for every feature f (config order) and local device i (mesh local order).
+  // In BACKWARD_PASS_ONLY mode (TF: the program runs "just the backward_pass") the ids are
+  // checked, deduplicated and sent to the owners for apply_gradients, but no row is gathered or
+  // sent and no activation computed: the result is empty.
   std::vector<std::vector<Tensor>> lookup(const std::vector<std::vector<RaggedIds>>& inputs);
   // gradients[f][i]: float32 [bags, dim] of feature f on local device i, for the last lookup.
   void apply_gradients(const std::vector<std::vector<Tensor>>& gradients);
