@@ -55,12 +55,13 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE stress
 	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q python/tests
 
-# ThreadSanitizer build of the library and tests in build-tsan/, then the unit tests.
+# ThreadSanitizer build of the library and tests in build-tsan/, then the unit tests. die_after_fork=0:
+# the crash tests fork a child that starts threads (a Runtime), which TSan otherwise ends.
 check-tsan: deps
 	CXX=$(TSAN_CXX) cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DTESSEL_SANITIZE=thread -DTESSEL_BUILD_PYTHON=OFF $(CMAKE_FLAGS)
 	cmake --build build-tsan -j$(JOBS)
-	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" \
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 $(TSAN_OPTIONS)" \
 	  ctest --output-on-failure -j$(JOBS) -L unit
 
 # The bounded version CI runs: ThreadSanitizer on the collective and replicate suites only
@@ -70,7 +71,7 @@ check-tsan-ci: deps
 	  -DTESSEL_SANITIZE=thread -DTESSEL_BUILD_PYTHON=OFF -DTESSEL_BUILD_TOOLS=OFF \
 	  "-DTESSEL_TEST_LAYERS=comm;replicate" $(CMAKE_FLAGS)
 	cmake --build build-tsan-ci -j$(JOBS) --target tessel_tests
-	cd build-tsan-ci && TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" \
+	cd build-tsan-ci && TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 $(TSAN_OPTIONS)" \
 	  ctest --output-on-failure -j$(JOBS) -L unit -E '^(consumer|layering)'
 
 # One clang AddressSanitizer/UBSan build in build-asan/ serves the fuzzers and the Python module.

@@ -261,7 +261,9 @@ TEST(ShardedEmbedding, BackwardPassOnlyUpdatesAsTrainingWithoutAForwardPass) {
       const EmbeddingStepStats requests_only = backward.last_step_stats();
       EXPECT_EQ(requests_only.ids, forward.ids);
       EXPECT_EQ(requests_only.collectives, forward.collectives - 1);  // no rows sent back
-      if (p != TablePlacement::kDataParallel) EXPECT_LT(requests_only.bytes_sent, forward.bytes_sent);
+      if (p != TablePlacement::kDataParallel) {
+        EXPECT_LT(requests_only.bytes_sent, forward.bytes_sent);
+      }
       training.apply_gradients(grads);
       backward.apply_gradients(grads);
       for (const char* t : {"big", "small"}) {
