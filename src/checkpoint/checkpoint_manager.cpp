@@ -114,8 +114,10 @@ void CheckpointManager::save(int64_t step, const State& state, bool async) {
   }
   std::function<void()> after_commit;
   if (cleans_up) {  // on the writer thread: a manager of its own (this one may move meanwhile)
-    after_commit = [directory = directory_, keep = options_.max_to_keep, step] {
-      CheckpointManager(directory, {.max_to_keep = keep}).clean_up(step);
+    CheckpointManagerOptions cleaner;
+    cleaner.max_to_keep = options_.max_to_keep;
+    after_commit = [directory = directory_, cleaner, step] {
+      CheckpointManager(directory, cleaner).clean_up(step);
     };
   }
   async_->save(dir, state, fmt::format("step {} ('{}')", step, dir), std::move(after_commit));
