@@ -10,15 +10,7 @@ foreach(var SOURCE_DIR WORK_DIR)
 endforeach()
 file(REMOVE_RECURSE ${WORK_DIR})
 
-# Runs a command, echoing it; any failure fails the test with the command's output.
-function(step what)
-  message("-- ${what}: ${ARGN}")
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${what} failed (${rc}):\n${out}")
-  endif()
-  set(step_output "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../testing/run_step.cmake)  # step()
 
 # The user's environment minus a generator preset: CMake's own default must be what runs.
 unset(ENV{CMAKE_GENERATOR})

@@ -16,6 +16,7 @@
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/relayout.h"
 #include "testing/expect_error.h"
+#include "testing/temp_dir.h"
 
 namespace tessel::checkpoint {
 namespace {
@@ -23,19 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tessel-async-ckpt-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 struct Fixture {
   Runtime rt{{.num_cpu_devices = 4}};
@@ -43,7 +32,7 @@ struct Fixture {
   Layout layout{{"x", "y"}, mesh};
   Tensor host = Tensor::random_uniform(Shape({33, 10}), DType::kF32, 7, -1.0, 1.0);
   DTensor w = copy_to_mesh(host, layout, rt);
-  TempDir dir;
+  TempDir dir{"tessel-async-ckpt"};
 
   Tensor load(const std::string& path) const {
     const State back = restore(path, Target{{"w", layout}}, {.runtime = const_cast<Runtime*>(&rt)});

@@ -18,26 +18,14 @@
 #include "tessel/core/crc32c.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "testing/expect_error.h"
+#include "testing/temp_dir.h"
 
 namespace tessel::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh empty directory under the system's temporary directory, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tessel-ckpt-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
@@ -93,7 +81,7 @@ TEST(Crc32c, StandardCheckValueAndExtension) {
 
 TEST(Checkpoint, EveryMeshAndLayoutRestoresOntoEveryOther) {
   Runtime rt({.num_cpu_devices = 4});
-  TempDir dir;
+  TempDir dir("tessel-ckpt");
   const std::map<std::string, Tensor> host = case_tensors();
   int saved = 0;
   for (const Mesh& from_mesh : meshes()) {
@@ -123,7 +111,7 @@ TEST(Checkpoint, EveryMeshAndLayoutRestoresOntoEveryOther) {
 TEST(Checkpoint, OneDimensionalUnevenShards) {
   // 6 over 4 (chunks 2, 2, 2, 0), 1 over 4, 0 over 4, and a scalar.
   Runtime rt({.num_cpu_devices = 4});
-  TempDir dir;
+  TempDir dir("tessel-ckpt");
   const Mesh four = Mesh::create({{"x", 4}});
   const std::map<std::string, Tensor> host = {{"six", host_tensor(Shape({6}), DType::kF32, 1)},
                                               {"one", host_tensor(Shape({1}), DType::kI64, 2)},
@@ -145,7 +133,7 @@ TEST(Checkpoint, OneDimensionalUnevenShards) {
 
 TEST(Checkpoint, EveryDTypeAndPlainValueRoundTrips) {
   Runtime rt({.num_cpu_devices = 2});
-  TempDir dir;
+  TempDir dir("tessel-ckpt");
   const Mesh mesh = Mesh::create({{"x", 2}});
   State state{{"step", int64_t{-12345678901234}},
               {"lr", 0.1},
@@ -177,7 +165,7 @@ TEST(Checkpoint, EveryDTypeAndPlainValueRoundTrips) {
 TEST(Checkpoint, FilesAreShardedSafetensorsWithDcpOffsets) {
   // Replicated over y: each block is written once, by one of its two holders.
   Runtime rt({.num_cpu_devices = 4});
-  TempDir dir;
+  TempDir dir("tessel-ckpt");
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   const Tensor host = host_tensor(Shape({7, 5}), DType::kF32, 1);
   save(dir / "c", {{"w", copy_to_mesh(host, Layout({"x", "unsharded"}, mesh), rt)}});
@@ -202,7 +190,7 @@ TEST(Checkpoint, FilesAreShardedSafetensorsWithDcpOffsets) {
 
 TEST(Checkpoint, BadInputIsRefusedByName) {
   Runtime rt({.num_cpu_devices = 2});
-  TempDir dir;
+  TempDir dir("tessel-ckpt");
   const Mesh mesh = Mesh::create({{"x", 2}});
   const DTensor w = copy_to_mesh(host_tensor(Shape({4}), DType::kF32, 1), Layout({"x"}, mesh), rt);
   EXPECT_TESSEL_ERROR(save(dir / "c", {{"a//b", w}}), ErrorCode::kInvalidArgument, "a//b");
@@ -226,7 +214,7 @@ TEST(Checkpoint, BadInputIsRefusedByName) {
 // A saved checkpoint of one tensor "w" split over two devices, for the fault tests.
 struct SavedCase {
   Runtime rt{{.num_cpu_devices = 2}};
-  TempDir dir;
+  TempDir dir{"tessel-ckpt"};
   Mesh mesh = Mesh::create({{"x", 2}});
   Tensor host = host_tensor(Shape({64, 8}), DType::kF32, 1);
   std::string path = dir / "c";
@@ -296,7 +284,7 @@ TEST(CheckpointFaults, SaveKilledAtAnyStepLeavesThePreviousCheckpoint) {
   const Layout rows({"x", "unsharded"}, mesh);
   const Tensor host = host_tensor(Shape({16, 4}), DType::kF32, 1);
   for (const std::string step : {"prepared", "written", "manifest"}) {
-    TempDir dir;
+    TempDir dir("tessel-ckpt");
     Runtime rt({.num_cpu_devices = 2});
     CheckpointManager manager(dir.path().string(), {.max_to_keep = 2, .save = {}});
     State state{{"w", copy_to_mesh(host, rows, rt)}, {"step", int64_t{1}}};
@@ -330,7 +318,7 @@ TEST(CheckpointFaults, SaveKilledAtAnyStepLeavesThePreviousCheckpoint) {
 
 TEST(CheckpointManager, KeepsTheNewestStepsAndPointsLatestAtTheNewest) {
   Runtime rt({.num_cpu_devices = 2});
-  TempDir dir;
+  TempDir dir("tessel-ckpt");
   const Mesh mesh = Mesh::create({{"x", 2}});
   CheckpointManager manager(dir.path().string(), {.max_to_keep = 2, .save = {}});
   EXPECT_FALSE(manager.latest_step().has_value());

@@ -11,6 +11,7 @@
 #include "tessel/checkpoint/checkpoint.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "testing/expect_error.h"
+#include "testing/temp_dir.h"
 
 namespace tessel::checkpoint {
 namespace {
@@ -19,15 +20,13 @@ namespace fs = std::filesystem;
 
 struct PartialCase {
   Runtime rt{{.num_cpu_devices = 2}};
-  fs::path dir;
+  testing::TempDir tmp{"tessel-partial"};
+  fs::path dir = tmp.path();
   Tensor host = Tensor::random_uniform(Shape({4096, 256}), DType::kF32, 3, -1.0, 1.0);  // 4 MiB
   PartialCase() {
-    std::string pattern = (fs::temp_directory_path() / "tessel-partial-XXXXXX").string();
-    dir = ::mkdtemp(pattern.data());
     const Mesh mesh = Mesh::create({{"x", 2}});
     save((dir / "c").string(), {{"w", copy_to_mesh(host, Layout({"x", "unsharded"}, mesh), rt)}});
   }
-  ~PartialCase() { fs::remove_all(dir); }
 
   // Rows [0, 1024) of w, as device 0 of a 4-device mesh of which only it is this process's.
   State restore_first_quarter(RestoreStats* stats) {

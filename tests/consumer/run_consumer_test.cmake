@@ -11,15 +11,7 @@ set(prefix ${WORK_DIR}/prefix)
 set(build ${WORK_DIR}/build)
 file(REMOVE_RECURSE ${WORK_DIR})  # a clean prefix: nothing left over from an earlier run
 
-# Runs a command, echoing it; any failure fails the test with the command's output.
-function(step what)
-  message("-- ${what}: ${ARGN}")
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${what} failed (${rc}):\n${out}")
-  endif()
-  set(step_output "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../testing/run_step.cmake)  # step()
 
 step("install" ${CMAKE_COMMAND} --install ${TESSEL_BUILD_DIR} --prefix ${prefix})
 foreach(path include/tessel/tessel.h include/tessel/config.h)
