@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "mesh/mesh_data.h"
+#include "mesh/text_util.h"
 #include "tessel/core/device_name.h"
 
 namespace tessel {
@@ -106,8 +107,12 @@ Mesh::Mesh(const std::vector<MeshDimension>& dims, const std::vector<std::string
 Mesh Mesh::from_device(const std::string& device) {
   if (device.empty()) detail::throw_invalid(kMesh, "Single device is empty.");
   // A full device name, so that to_string() (the name itself) parses back as this mesh.
+  // TF's rule as Mesh::from_string applies it: 5 or 6 ':'-separated pieces (a legacy
+  // "/job:a/task:0/cpu:0" parses as a device name but not back as a mesh).
   const std::optional<DeviceName> name = DeviceName::try_parse(device);
-  if (!name || !name->job || !name->task || !name->type || !name->id) {
+  const size_t pieces = detail::split(device, ':').size();
+  if (!name || !name->job || !name->task || !name->type || !name->id ||
+      (pieces != 5 && pieces != 6)) {
     detail::throw_invalid(kMesh,
                           "Single device '{}' is not a full device name "
                           "(/job:<job>[/replica:<r>]/task:<t>/device:<type>:<id>)",

@@ -82,7 +82,10 @@ TEST(MeshProperties, SingleDeviceMesh) {
 TEST(MeshProperties, SingleDeviceMustBeAFullDeviceName) {
   for (const char* bad : {"/job:localhost/task:0/device:CPU:0vice:CPU:0", "CPU:0", "/device:CPU:0",
                           "/job:a/task:0", "mesh:/job:a/task:0/device:CPU:0",
-                          "/job:a/task:0/device:CPU:0|x"}) {
+                          "/job:a/task:0/device:CPU:0|x",
+                          // the legacy "<type>:<id>" form parses as a device name but has 4
+                          // ':'-pieces, which from_string refuses (found by the fuzzer again)
+                          "/job:locahloscalhoempty_layout/task:0/gpu:90"}) {
     SCOPED_TRACE(bad);
     EXPECT_TESSEL_ERROR(Mesh::from_device(bad), ErrorCode::kInvalidArgument,
                         "is not a full device name");
