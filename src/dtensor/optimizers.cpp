@@ -30,6 +30,7 @@ void Optimizer::apply(std::vector<DTensor>& params, const std::vector<DTensor>& 
   if (iterations_ == 0) {
     for (const DTensor& p : params) shapes_.push_back(p.shape());
     init_state(params);
+    note_state_runtimes();
   } else if (params.size() != shapes_.size()) {
     detail::throw_invalid(kComponent, "the optimizer holds state for {} parameters, got {}",
                           shapes_.size(), params.size());
@@ -44,25 +45,25 @@ void Optimizer::apply(std::vector<DTensor>& params, const std::vector<DTensor>& 
                             shapes_[i].to_string());
     }
   }
-  if (iterations_ > 0) {
-    // The state lives on the first list's runtime; the ops would refuse to mix runtimes.
-    const auto state = slots();
-    if (!state.empty()) {
-      const auto& [slot, tensors] = *state.begin();
-      for (size_t i = 0; i < params.size(); ++i) {
-        if (&tensors[i].runtime() != &params[i].runtime()) {
-          detail::throw_invalid(kComponent,
-                                "parameter {} lives on another runtime than the optimizer's state "
-                                "(slot '{}'): the state belongs to the first parameter list; use "
-                                "a new optimizer, or restore() one, for parameters of another "
-                                "runtime",
-                                i, slot);
-        }
-      }
+  // The state lives on the first list's runtime; the ops would refuse to mix runtimes.
+  for (size_t i = 0; i < state_runtimes_.size(); ++i) {
+    if (&params[i].runtime() != state_runtimes_[i]) {
+      detail::throw_invalid(kComponent,
+                            "parameter {} lives on another runtime than the optimizer's state: "
+                            "the state belongs to the first parameter list; use a new optimizer, "
+                            "or restore() one, for parameters of another runtime",
+                            i);
     }
   }
   ++iterations_;
   for (size_t i = 0; i < params.size(); ++i) update(i, params[i], grads[i]);
+}
+
+void Optimizer::note_state_runtimes() {
+  state_runtimes_.clear();
+  const auto state = slots();
+  if (state.empty()) return;  // no state (SGD without momentum): nothing to mix
+  for (const DTensor& t : state.begin()->second) state_runtimes_.push_back(&t.runtime());
 }
 
 void Optimizer::restore(int64_t iterations, const std::vector<DTensor>& params,
@@ -95,6 +96,7 @@ void Optimizer::restore(int64_t iterations, const std::vector<DTensor>& params,
   if (iterations == 0) return;  // the next apply() starts afresh
   for (const DTensor& p : params) shapes_.push_back(p.shape());
   set_slots(slots);
+  note_state_runtimes();
 }
 
 SGD::SGD(double learning_rate, double momentum, bool nesterov)

@@ -58,7 +58,11 @@ class Optimizer {
  private:
   int64_t iterations_ = 0;
   double learning_rate_;
+  // Records the runtime of each parameter's state (slots()), checked by apply() every step.
+  void note_state_runtimes();
+
   std::vector<Shape> shapes_;  // of the parameters of the first call
+  std::vector<const Runtime*> state_runtimes_;  // of each parameter's state; empty without state
 };
 
 // v = momentum * v - learning_rate * g; p = p + v (nesterov: p = p + momentum * v - lr * g).
