@@ -22,7 +22,7 @@ MPI_PROCS ?= 2
 # Compiler for check-tsan: g++ (the default build compiler; clang 14 lacks some C++20) or clang++.
 TSAN_CXX ?= g++
 
-.PHONY: all deps configure build demo demo-mpi test check-tsan check-tsan-ci check-asan fuzz ci format clean bench-peers
+.PHONY: all deps configure build demo demo-mpi test test-gpu check-tsan check-tsan-ci check-asan fuzz ci format clean bench-peers
 
 all: build
 
@@ -55,11 +55,17 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE stress
 	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q python/tests
 
+# The GPU suite (ctest label gpu: GPU devices, NCCL communicators) and the Python GPU tests, for a
+# machine with a GPU; without one every case reports "skipped: no GPU" (make test runs them too).
+test-gpu: build
+	cd $(BUILD) && ctest --output-on-failure -L gpu
+	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q -rs python/tests/test_gpu.py
+
 # ThreadSanitizer build of the library and tests in build-tsan/, then the unit tests. die_after_fork=0:
 # the crash tests fork a child that starts threads (a Runtime), which TSan otherwise ends.
 check-tsan: deps
 	CXX=$(TSAN_CXX) cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DTESSEL_SANITIZE=thread -DTESSEL_BUILD_PYTHON=OFF $(CMAKE_FLAGS)
+	  -DTESSEL_SANITIZE=thread -DTESSEL_BUILD_PYTHON=OFF -DTESSEL_WITH_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-tsan -j$(JOBS)
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 $(TSAN_OPTIONS)" \
 	  ctest --output-on-failure -j$(JOBS) -L unit
@@ -68,7 +74,7 @@ check-tsan: deps
 # (tests/comm, tests/replicate), in build-tsan-ci/.
 check-tsan-ci: deps
 	CXX=$(TSAN_CXX) cmake -S . -B build-tsan-ci -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DTESSEL_SANITIZE=thread -DTESSEL_BUILD_PYTHON=OFF -DTESSEL_BUILD_TOOLS=OFF \
+	  -DTESSEL_SANITIZE=thread -DTESSEL_BUILD_PYTHON=OFF -DTESSEL_BUILD_TOOLS=OFF -DTESSEL_WITH_CUDA=OFF \
 	  "-DTESSEL_TEST_LAYERS=comm;replicate" $(CMAKE_FLAGS)
 	cmake --build build-tsan-ci -j$(JOBS) --target tessel_tests
 	cd build-tsan-ci && TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 $(TSAN_OPTIONS)" \
@@ -79,7 +85,7 @@ ASAN_BUILD = build-asan
 $(ASAN_BUILD)/CMakeCache.txt:
 	CC=clang CXX=clang++ cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DTESSEL_SANITIZE=address -DTESSEL_BUILD_FUZZERS=ON -DTESSEL_BUILD_TESTS=OFF \
-	  -DTESSEL_BUILD_TOOLS=OFF -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_FLAGS)
+	  -DTESSEL_BUILD_TOOLS=OFF -DTESSEL_WITH_CUDA=OFF -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_FLAGS)
 
 # libFuzzer targets (ASan/UBSan), each run for FUZZ_SECONDS seconds.
 fuzz: deps $(ASAN_BUILD)/CMakeCache.txt

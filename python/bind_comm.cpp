@@ -8,7 +8,9 @@
 #include "tessel/comm/collective_options.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/comm/mesh_groups.h"
+#include "tessel/comm/nccl.h"
 #include "tessel/core/tensor.h"
+#include "tessel/runtime/device.h"
 
 namespace tessel::python {
 namespace {
@@ -104,6 +106,24 @@ void bind_comm(py::module_& m) {
         return out;
       },
       py::arg("size"), py::arg("names") = std::vector<std::string>{});
+  m.def("nccl_available", &nccl_available);
+  m.def("nccl_version", &nccl_version);
+  m.def(
+      "make_nccl_communicators",
+      [](py::list gpus) {
+        std::vector<Device*> devices;
+        for (py::handle g : gpus) devices.push_back(g.cast<Device*>());
+        std::vector<std::unique_ptr<Communicator>> comms = make_nccl_communicators(devices);
+        py::list out;
+        for (size_t i = 0; i < comms.size(); ++i) {
+          py::object comm = py::cast(std::move(comms[i]));
+          py::detail::keep_alive_impl(comm, gpus[i]);  // the device (and its Runtime) outlive it
+          out.append(comm);
+        }
+        return out;
+      },
+      py::arg("gpus"),
+      "One NCCL group over GPU devices of this process, rank r on gpus[r] (one per GPU).");
   m.def("collective_groups", &collective_groups, py::arg("mesh"), py::arg("dims"));
   py::class_<GroupPosition>(m, "GroupPosition")
       .def_readonly("group", &GroupPosition::group)

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <optional>
 
+#include <pybind11/operators.h>
+
 #include "casters.h"
 #include "tessel/core/crc32c.h"
 #include "tessel/core/device_name.h"
@@ -156,6 +158,15 @@ py::array tensor_to_numpy(const Tensor& t) {
 }
 
 void bind_tensor(py::module_& m) {
+  py::class_<MemorySpace>(m, "MemorySpace", "Where an allocation lives: the host, or a GPU.")
+      .def_static("host", &MemorySpace::host)
+      .def_static("cuda", &MemorySpace::cuda, py::arg("ordinal"))
+      .def_property_readonly("is_host", &MemorySpace::is_host)
+      .def_readonly("device_ordinal", &MemorySpace::device_ordinal)
+      .def("to_string", &MemorySpace::to_string)
+      .def("__str__", &MemorySpace::to_string)
+      .def("__repr__", [](const MemorySpace& s) { return "MemorySpace(" + s.to_string() + ")"; })
+      .def(py::self == py::self);
   py::class_<Tensor> cls(m, "Tensor", R"doc(
 An n-dimensional host array; a handle to reference-counted storage (views share it).
 
@@ -194,6 +205,9 @@ f16 tensors as float16. Dtypes are names ("f32", "bf16", ...) and accept numpy d
       .def_property_readonly("rank", &Tensor::rank)
       .def_property_readonly("num_elements", &Tensor::num_elements)
       .def_property_readonly("nbytes", &Tensor::nbytes)
+      .def_property_readonly("memory_space", &Tensor::memory_space)
+      .def("to_host", &Tensor::to_host,
+           "This tensor if in host memory, else a contiguous host copy of it.")
       .def_property_readonly("strides", &Tensor::strides)
       .def_property_readonly("storage_offset", &Tensor::storage_offset)
       .def("is_contiguous", &Tensor::is_contiguous)

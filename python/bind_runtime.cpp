@@ -6,6 +6,8 @@
 #include "casters.h"
 #include "tessel/core/error.h"
 #include "tessel/runtime/device.h"
+#include "tessel/runtime/gpu.h"
+#include "tessel/runtime/gpu_event.h"
 #include "tessel/runtime/runtime.h"
 
 namespace tessel::python {
@@ -13,10 +15,15 @@ namespace {
 
 void bind_device(py::module_& m) {
   py::class_<Device>(m, "Device", R"doc(
-One virtual CPU device of a Runtime: a TF-style name, an in-order stream with its own worker
-thread, and an allocator that accounts every byte allocated through it. Obtained from a
-Runtime; keeps its Runtime alive.)doc")
+One device of a Runtime (a virtual CPU device, or a GPU device): a TF-style name, an in-order
+stream with its own worker thread, and an allocator that accounts every byte allocated through
+it. A GPU device's tensors live in its GPU's memory (Tensor.memory_space; Tensor.to_host copies
+them back). Obtained from a Runtime; keeps its Runtime alive.)doc")
       .def_property_readonly("name", &Device::name)
+      .def_property_readonly("device_type", &Device::device_type, "'CPU' or 'GPU'.")
+      .def_property_readonly("gpu_ordinal", &Device::gpu_ordinal,
+                             "The CUDA ordinal of a GPU device; -1 for a CPU device.")
+      .def_property_readonly("memory_space", &Device::memory_space)
       .def_property_readonly("index", &Device::index)
       .def_property_readonly("parsed_name", &Device::parsed_name)
       .def(
@@ -34,6 +41,26 @@ Runtime; keeps its Runtime alive.)doc")
       .def("__repr__", [](const Device& d) { return "Device(" + d.name() + ")"; });
 }
 
+void bind_gpu(py::module_& m) {
+  m.def("built_with_cuda", &built_with_cuda, "True when this build has GPU devices and NCCL.");
+  m.def("visible_gpu_count", &visible_gpu_count,
+        "CUDA GPUs this process sees; 0 without CUDA, a driver or a GPU.");
+  py::class_<GpuEvent>(m, "GpuEvent", "A point in a GPU device's stream (a CUDA event).")
+      .def(py::init<Device&>(), py::arg("gpu"), py::keep_alive<1, 2>())
+      .def("record", &GpuEvent::record)
+      .def("done", &GpuEvent::done)
+      .def("make_wait", &GpuEvent::make_wait, py::arg("other"))
+      .def(
+          "synchronize",
+          [](const GpuEvent& e, double timeout_seconds, const std::string& what) {
+            const auto timeout = seconds_arg(timeout_seconds, "timeout_seconds", "GpuEvent");
+            py::gil_scoped_release release;
+            e.synchronize(std::chrono::steady_clock::now() + timeout, what);
+          },
+          py::arg("timeout_seconds"), py::arg("what") = "GpuEvent.synchronize",
+          "Waits until done(); past the timeout raises DeadlineExceededError.");
+}
+
 void bind_runtime_class(py::module_& m) {
   py::class_<Runtime>(m, "Runtime", R"doc(
 The virtual CPU devices of this process, named /job:<job>/replica:<r>/task:<t>/device:CPU:<i>.
@@ -44,12 +71,12 @@ TESSEL_DEVICE_MEMORY_LIMIT, else each device gets host_memory_limit() / num_cpu_
 per simulated host, with distinct task ids); Runtime.global_runtime() is the process default.
 Errors in a device's work surface at synchronize(), naming the device and the op.)doc")
       .def(py::init([](int num_cpu_devices, std::string job, int replica, int task,
-                       int64_t memory_limit) {
-             return new Runtime(
-                 RuntimeOptions{num_cpu_devices, std::move(job), replica, task, memory_limit});
+                       int64_t memory_limit, int num_gpu_devices) {
+             return new Runtime(RuntimeOptions{num_cpu_devices, std::move(job), replica, task,
+                                               memory_limit, num_gpu_devices});
            }),
            py::arg("num_cpu_devices") = -1, py::arg("job") = "localhost", py::arg("replica") = 0,
-           py::arg("task") = 0, py::arg("memory_limit") = -1)
+           py::arg("task") = 0, py::arg("memory_limit") = -1, py::arg("num_gpu_devices") = -1)
       .def_static("global_runtime", &Runtime::global, py::return_value_policy::reference,
                   "The process-wide runtime, created on first use.")
       .def("num_devices", &Runtime::num_devices)
@@ -63,7 +90,18 @@ Errors in a device's work surface at synchronize(), naming the device and the op
             }
             return out;
           },
-          "Every device, in index order.")
+          "Every CPU device, in index order.")
+      .def(
+          "gpu_devices",
+          [](py::object self) {  // each Device keeps the Runtime alive
+            py::list out;
+            for (Device* d : self.cast<const Runtime&>().gpu_devices()) {
+              out.append(py::cast(d, py::return_value_policy::reference_internal, self));
+            }
+            return out;
+          },
+          "Every GPU device (one per visible GPU, or as TESSEL_GPU_DEVICES / num_gpu_devices "
+          "choose), GPU:0 first; empty without CUDA or a GPU.")
       .def("device", py::overload_cast<int>(&Runtime::device, py::const_), py::arg("index"),
            py::return_value_policy::reference_internal)
       .def("device", py::overload_cast<std::string_view>(&Runtime::device, py::const_),
@@ -102,6 +140,7 @@ Errors in a device's work surface at synchronize(), naming the device and the op
 
 void bind_runtime(py::module_& m) {
   bind_device(m);
+  bind_gpu(m);
   bind_runtime_class(m);
 }
 

@@ -7,6 +7,7 @@
 //   tessel bench gpt ...           cmd_bench_gpt.cpp
 //   tessel bench checkpoint ...    cmd_bench_checkpoint.cpp
 //   tessel bench embedding ...     cmd_bench_embedding.cpp
+//   tessel bench nccl ...          cmd_bench_nccl.cpp (GPUs; cmd_bench_nccl_stub.cpp without CUDA)
 #include <string_view>
 
 #include "commands.h"
@@ -25,7 +26,8 @@ int run_bench(const Args& args) {
                                                 {"replicate", run_bench_replicate},
                                                 {"gpt", run_bench_gpt},
                                                 {"checkpoint", run_bench_checkpoint},
-                                                {"embedding", run_bench_embedding}};
+                                                {"embedding", run_bench_embedding},
+                                                {"nccl", run_bench_nccl}};
   if (!args.empty()) {
     for (const Subcommand& sub : kSubcommands) {
       if (args[0] == sub.name) return sub.run(Args(args.begin() + 1, args.end()));

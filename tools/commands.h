@@ -35,6 +35,8 @@ int run_bench_gpt(const Args& args);
 // `tessel bench checkpoint ...`: checkpoint save / restore against dd's write and read.
 int run_bench_checkpoint(const Args& args);
 int run_bench_embedding(const Args& args);
+// `tessel bench nccl ...`: NCCL collectives on the GPUs beside raw NCCL.
+int run_bench_nccl(const Args& args);
 int run_train(const Args& args);
 
 }  // namespace tessel::cli

@@ -9,6 +9,7 @@
 
 #include "comm/algorithms.h"
 #include "comm/communicator_internal.h"
+#include "comm/device_path.h"
 #include "comm/p2p_collectives.h"
 #include "comm/reduce_kernels.h"
 #include "tessel/comm/communicator.h"
@@ -198,6 +199,8 @@ void Communicator::transfer_boxes(const Tensor& input,
                                        transfers.size(), received, me);
   const detail::Signature sig = detail::make_signature(++sequence_, agreed, mine);
   detail::guarded(*transport_, sig, [&] {
+    detail::reject_device_memory(input, label);
+    detail::reject_device_memory(output, label);
     const int array_rank = check_transfer_list(label, size(), input_origins, output_origins, transfers);
     check_my_blocks(label, me, array_rank, input, input_origins[me], output, output_origins[me],
                     transfers);
@@ -259,6 +262,8 @@ void Communicator::reduce_scatter_boxes(const Tensor& input, const std::vector<i
   detail::guarded(*transport_, sig, [&] {
     const int n = size();
     detail::require_tensor(input, kOp, "input");
+    detail::reject_device_memory(input, kOp);
+    detail::reject_device_memory(output, kOp);
     if (static_cast<int>(input_origin.size()) != input.rank()) {
       detail::throw_invalid(kComm, "{}: input origin [{}] has {} entries for an input of rank {}", kOp,
                             fmt::join(input_origin, ","), input_origin.size(), input.rank());

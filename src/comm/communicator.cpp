@@ -8,6 +8,7 @@
 
 #include "comm/algorithms.h"
 #include "comm/communicator_internal.h"
+#include "comm/device_path.h"
 #include "comm/direct_collectives.h"
 #include "comm/in_process_hub.h"
 #include "comm/p2p_collectives.h"
@@ -108,6 +109,9 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
                             dtype_name(input.dtype()), input.shape().to_string());
     }
     detail::check_reducible(input.dtype(), op);
+    if (auto* dev = detail::device_collectives_for(*transport_, input, "all_reduce")) {
+      return detail::device_all_reduce(*dev, *transport_, input, output, op, sig, deadline_of(options));
+    }
     detail::AllReduceArgs a;
     a.input = input.data();
     a.output = output.data();
@@ -157,6 +161,9 @@ void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int 
                               dtype_name(input.dtype()), input.shape().to_string());
       }
     }
+    if (auto* dev = detail::device_collectives_for(*transport_, input, "reduce")) {
+      return detail::device_reduce(*dev, *transport_, input, output, op, root, sig, deadline_of(options));
+    }
     const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_reduce(*transport_, input, output, op, root, ctx);
     detail::p2p_reduce(*transport_, input, output, op, root, ctx);
@@ -171,6 +178,9 @@ void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& 
   guarded(*transport_, sig, [&] {
     check_root("broadcast", root, size());
     require_tensor(tensor, "broadcast", "tensor");
+    if (auto* dev = detail::device_collectives_for(*transport_, tensor, "broadcast")) {
+      return detail::device_broadcast(*dev, *transport_, tensor, root, sig, deadline_of(options));
+    }
     const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_broadcast(*transport_, tensor, root, ctx);
     detail::p2p_broadcast(*transport_, tensor, root, ctx);
@@ -205,6 +215,10 @@ Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int ax
     if (a < 0 || a >= input.rank()) {
       detail::throw_invalid(kComm, "{}: axis {} is outside a tensor of rank {}", op, axis, input.rank());
     }
+    if (!all) detail::reject_device_memory(input, "gather");
+    if (auto* dev = detail::device_collectives_for(*transport_, input, op)) {
+      return detail::device_all_gather(*dev, *transport_, input, a, sig, deadline_of(options));
+    }
     const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_all_gather(*transport_, input, a, root, ctx);
     return detail::p2p_all_gather(*transport_, input, a, root, ctx);
@@ -223,6 +237,9 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
     if (input.rank() == 0) detail::throw_invalid(kComm, "reduce_scatter: the input is a scalar");
     detail::check_reducible(input.dtype(), op);
     const std::vector<int64_t> rows = row_counts("reduce_scatter", input.shape()[0], size(), counts);
+    if (auto* dev = detail::device_collectives_for(*transport_, input, "reduce_scatter")) {
+      return detail::device_reduce_scatter(*dev, *transport_, input, op, rows, sig, deadline_of(options));
+    }
     const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_reduce_scatter(*transport_, input, op, rows, ctx);
     return detail::p2p_reduce_scatter(*transport_, input, op, rows, ctx);
@@ -254,6 +271,9 @@ Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>&
       counts.assign(size(), rows / size());
     }
     counts = row_counts("all_to_all", rows, size(), counts);
+    if (auto* dev = detail::device_collectives_for(*transport_, input, "all_to_all")) {
+      return detail::device_all_to_all(*dev, *transport_, input, counts, sig, deadline_of(options));
+    }
     const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_all_to_all(*transport_, input, counts, ctx);
     return detail::p2p_all_to_all(*transport_, input, counts, ctx);
@@ -267,6 +287,7 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
   const detail::Signature sig = make_signature(++sequence_, what, what);
   return guarded(*transport_, sig, [&] {
     check_root("scatter", root, size());
+    detail::reject_device_memory(input, "scatter");
     // Every rank learns the root's shape and dtype from the root's post.
     Shape row_shape;
     DType dtype = DType::kF32;
@@ -301,6 +322,10 @@ void Communicator::send(const Tensor& tensor, int peer, int tag, const Collectiv
   guarded(*transport_, sig, [&] {
     check_peer("send", peer, tag, rank(), size());
     require_tensor(tensor, "send", "tensor");
+    if (auto* dev = detail::device_collectives_for(*transport_, tensor, "send")) {
+      return dev->send(tensor.data_ptr(), tensor.num_elements(), tensor.dtype(), peer, sig,
+                       deadline_of(options));
+    }
     transport_->send(peer, tag, tensor.data(), tensor.nbytes(), sig, deadline_of(options));
   });
 }
@@ -312,6 +337,10 @@ void Communicator::recv(Tensor& tensor, int peer, int tag, const CollectiveOptio
   guarded(*transport_, sig, [&] {
     check_peer("recv", peer, tag, rank(), size());
     require_tensor(tensor, "recv", "tensor");
+    if (auto* dev = detail::device_collectives_for(*transport_, tensor, "recv")) {
+      return dev->recv(tensor.data_ptr(), tensor.num_elements(), tensor.dtype(), peer, sig,
+                       deadline_of(options));
+    }
     transport_->recv(peer, tag, tensor.data(), tensor.nbytes(), sig, deadline_of(options));
   });
 }

@@ -17,6 +17,8 @@
 
 namespace tessel::detail {
 
+class DeviceCollectives;  // device_collectives.h
+
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
@@ -89,6 +91,9 @@ class Transport {
     uint64_t uses = 0;
   };
   virtual Staging& staging() { return staging_; }
+
+  // Collectives over device memory (device_collectives.h); null for host-only transports.
+  virtual DeviceCollectives* device_collectives() { return nullptr; }
 
  private:
   Staging staging_;

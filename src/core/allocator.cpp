@@ -29,6 +29,11 @@ TrackingAllocator::TrackingAllocator(Allocator* base, std::string name)
   }
 }
 
+TrackingAllocator::TrackingAllocator(std::shared_ptr<Allocator> base, std::string name)
+    : TrackingAllocator(base.get(), std::move(name)) {
+  owned_base_ = std::move(base);
+}
+
 TrackingAllocator::~TrackingAllocator() = default;
 
 int64_t TrackingAllocator::limit() const { return counters_->limit(); }

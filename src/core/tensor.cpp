@@ -14,6 +14,7 @@ namespace tessel {
 Tensor::Storage::Storage(size_t size, bool zero, Allocator* from)
     : nbytes(size), allocator(from != nullptr ? from : host_allocator()) {
   owner = allocator->weak_from_this().lock();  // null unless a shared_ptr owns the allocator
+  space = allocator->memory_space();
   ptr = allocator->allocate(nbytes);
   if (ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % detail::kTensorAlignment != 0) {
     const void* bad = ptr;
@@ -22,7 +23,13 @@ Tensor::Storage::Storage(size_t size, bool zero, Allocator* from)
                         "allocator '{}' returned {} for {} bytes, not {}-byte aligned",
                         allocator->name(), bad, nbytes, detail::kTensorAlignment);
   }
-  if (zero && nbytes > 0) std::memset(ptr, 0, nbytes);
+  if (zero && nbytes > 0) {
+    if (space.is_host()) {
+      std::memset(ptr, 0, nbytes);
+    } else {
+      device_memory_ops("zero-filling an allocation", space).zero(ptr, space, nbytes);
+    }
+  }
 }
 
 Tensor::Storage::~Storage() { allocator->deallocate(ptr, nbytes); }
@@ -116,13 +123,38 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+void Tensor::check_host(const char* what) const {
+  check_defined(what);
+  if (!storage_->space.is_host()) {
+    detail::throw_error(ErrorCode::kFailedPrecondition, "Tensor",
+                        "{} needs host memory, but this {} {} is in {} memory; copy it with "
+                        "to_host() (or use data_ptr() in device code)",
+                        what, shape_.to_string(), dtype_name(dtype_), storage_->space.to_string());
+  }
+}
+
+MemorySpace Tensor::memory_space() const {
+  check_defined("memory_space");
+  return storage_->space;
+}
+
 void* Tensor::data() {
-  check_defined("data");
+  check_host("data");
   return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
 
 const void* Tensor::data() const {
-  check_defined("data");
+  check_host("data");
+  return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
+}
+
+void* Tensor::data_ptr() {
+  check_defined("data_ptr");
+  return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
+}
+
+const void* Tensor::data_ptr() const {
+  check_defined("data_ptr");
   return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
 

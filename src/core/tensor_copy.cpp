@@ -28,6 +28,7 @@ void convert_elements(const void* src, DType src_dtype, const std::vector<int64_
 
 double Tensor::at(const std::vector<int64_t>& index) const {
   check_defined("at");
+  if (!storage_->space.is_host()) return to_host().at(index);
   if (index.size() != static_cast<size_t>(rank())) {
     detail::throw_invalid("Tensor", "at got {} indices [{}] for rank-{} shape {}", index.size(),
                           fmt::join(index, ","), rank(), shape_.to_string());
@@ -49,6 +50,7 @@ double Tensor::at(const std::vector<int64_t>& index) const {
 
 std::vector<double> Tensor::to_doubles() const {
   check_defined("to_doubles");
+  if (!storage_->space.is_host()) return to_host().to_doubles();
   std::vector<double> out(static_cast<size_t>(num_elements()));
   convert_elements(data(), dtype_, strides_, out.data(), DType::kF64, shape_.strides(),
                    shape_.dims());
@@ -57,6 +59,11 @@ std::vector<double> Tensor::to_doubles() const {
 
 Tensor Tensor::clone() const {
   check_defined("clone");
+  if (!storage_->space.is_host()) {
+    Tensor out = allocate(shape_, dtype_, storage_->allocator, /*zero_fill=*/false);
+    out.copy_from(*this);
+    return out;
+  }
   Tensor out = allocate(shape_, dtype_);
   if (is_contiguous()) {
     if (nbytes() > 0) std::memcpy(out.data(), data(), nbytes());
@@ -91,6 +98,10 @@ void Tensor::copy_from(const Tensor& src) {
     detail::throw_invalid("Tensor", "copy_from a {} {} into a {} {}", src.shape_.to_string(),
                           dtype_name(src.dtype_), shape_.to_string(), dtype_name(dtype_));
   }
+  if (!storage_->space.is_host() || !src.storage_->space.is_host()) {
+    copy_across_spaces(src);
+    return;
+  }
   // A source sharing this storage may overlap the destination: read it from a private copy.
   const Tensor from = shares_storage_with(src) ? src.clone() : src;
   if (is_contiguous() && from.is_contiguous()) {
@@ -98,6 +109,29 @@ void Tensor::copy_from(const Tensor& src) {
     return;
   }
   convert_elements(from.data(), dtype_, from.strides_, data(), dtype_, strides_, shape_.dims());
+}
+
+Tensor Tensor::to_host() const {
+  check_defined("to_host");
+  if (storage_->space.is_host()) return *this;
+  Tensor out = allocate(shape_, dtype_, nullptr, /*zero_fill=*/false);
+  out.copy_from(*this);
+  return out;
+}
+
+void Tensor::copy_across_spaces(const Tensor& src) {
+  const MemorySpace to = storage_->space;
+  const MemorySpace from = src.storage_->space;
+  if (!is_contiguous() || !src.is_contiguous()) {
+    detail::throw_error(ErrorCode::kUnimplemented, "Tensor",
+                        "copy_from {} memory into {} memory needs contiguous views (shape {})",
+                        from.to_string(), to.to_string(), shape_.to_string());
+  }
+  if (nbytes() == 0) return;
+  // cudaMemcpy's ranges must not overlap: a source in this storage is read from a fresh copy.
+  if (shares_storage_with(src)) return copy_across_spaces(src.clone());
+  const MemorySpace device = to.is_host() ? from : to;
+  device_memory_ops("copy_from", device).copy(data_ptr(), to, src.data_ptr(), from, nbytes());
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {

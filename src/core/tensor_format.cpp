@@ -71,6 +71,7 @@ struct Formatter {
 
 std::string Tensor::to_string(int edge_items) const {
   if (!defined()) return "Tensor(null)";
+  if (!storage_->space.is_host()) return to_host().to_string(edge_items);
   if (edge_items < 1) {
     detail::throw_invalid("Tensor", "to_string needs edge_items >= 1, got {}", edge_items);
   }

@@ -31,6 +31,7 @@ struct Tensor::Storage {
   void* ptr = nullptr;               // aligned to kTensorAlignment
   size_t nbytes = 0;                 // bytes requested (deallocate gets the same)
   Allocator* allocator = nullptr;    // where ptr came from; never null
+  MemorySpace space;                 // allocator->memory_space(), asked once
   std::shared_ptr<Allocator> owner;  // shares the allocator's ownership when it has one
 };
 

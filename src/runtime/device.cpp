@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "runtime/gpu_context.h"
 #include "tessel/core/host_memory.h"
 
 namespace tessel {
@@ -17,12 +18,16 @@ constexpr const char* kLimitHint =
 
 }  // namespace
 
-Device::Device(DeviceName name, int index, int64_t memory_limit)
-    : name_(name.to_string()), parsed_name_(std::move(name)), index_(index) {
+void Device::check_identity() const {
   if (!parsed_name_.is_fully_specified()) {
     detail::throw_invalid("Device", "device name '{}' is not fully specified", name_);
   }
   if (index_ < 0) detail::throw_invalid("Device", "negative index {} for {}", index_, name_);
+}
+
+Device::Device(DeviceName name, int index, int64_t memory_limit)
+    : name_(name.to_string()), parsed_name_(std::move(name)), index_(index) {
+  check_identity();
   if (memory_limit != -1 && memory_limit < 1) {
     detail::throw_invalid("Device", "memory limit of {} must be -1 or at least 1 byte, got {}",
                           name_, memory_limit);
@@ -31,6 +36,24 @@ Device::Device(DeviceName name, int index, int64_t memory_limit)
   allocator_->set_limit(memory_limit == -1 ? host_memory_limit() : memory_limit, kLimitHint);
   stream_ = std::make_unique<Stream>(name_);
 }
+
+Device::Device(DeviceName name, int index, std::shared_ptr<detail::GpuContext> gpu,
+               int64_t memory_limit)
+    : name_(name.to_string()), parsed_name_(std::move(name)), index_(index), gpu_(std::move(gpu)) {
+  check_identity();
+  if (memory_limit != -1 && memory_limit < 1) {
+    detail::throw_invalid("Device", "memory limit of {} must be -1 or at least 1 byte, got {}",
+                          name_, memory_limit);
+  }
+  allocator_ = std::make_shared<TrackingAllocator>(gpu_->memory, name_);
+  allocator_->set_limit(memory_limit == -1 ? gpu_->total_bytes : memory_limit,
+                        "; set it with Device::set_memory_limit");
+  stream_ = std::make_unique<Stream>(name_);
+}
+
+int Device::gpu_ordinal() const { return gpu_ ? gpu_->ordinal : -1; }
+
+void* Device::cuda_stream() const { return gpu_ ? gpu_->stream : nullptr; }
 
 void Device::set_memory_limit(int64_t bytes) {
   if (bytes < 1) {

@@ -13,6 +13,8 @@
 #include "core/byte_size.h"
 #include "core/errors.h"
 #include "tessel/core/host_memory.h"
+#include "tessel/runtime/gpu.h"
+#include "tessel/runtime/gpu_event.h"
 
 namespace tessel {
 namespace {
@@ -20,6 +22,7 @@ namespace {
 constexpr int kDefaultCpuDevices = 4;
 constexpr const char* kCpuDevicesEnv = "TESSEL_CPU_DEVICES";
 constexpr const char* kDeviceMemoryLimitEnv = "TESSEL_DEVICE_MEMORY_LIMIT";
+constexpr const char* kGpuDevicesEnv = "TESSEL_GPU_DEVICES";
 
 // num_cpu_devices from the options, else the environment, else the default.
 int resolve_num_devices(int requested) {
@@ -41,6 +44,46 @@ int resolve_num_devices(int requested) {
                           text, kMaxCpuDevices);
   }
   return value;
+}
+
+// The CUDA ordinals of the GPU devices: the first `requested` visible GPUs, else the list in
+// TESSEL_GPU_DEVICES, else every visible GPU.
+std::vector<int> resolve_gpu_ordinals(int requested) {
+  const int visible = visible_gpu_count();
+  std::vector<int> ordinals;
+  if (requested != -1) {
+    if (requested < 0 || requested > visible) {
+      detail::throw_invalid("Runtime", "num_gpu_devices must be -1 or in [0, {}] ({} visible GPUs), got {}",
+                            visible, visible, requested);
+    }
+    for (int i = 0; i < requested; ++i) ordinals.push_back(i);
+    return ordinals;
+  }
+  const char* env = std::getenv(kGpuDevicesEnv);
+  if (env == nullptr) {
+    for (int i = 0; i < visible; ++i) ordinals.push_back(i);
+    return ordinals;
+  }
+  const std::string_view text(env);
+  if (text.empty() || text == "none") return ordinals;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    int value = -1;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 0 ||
+        value >= visible) {
+      detail::throw_invalid("Runtime", "{}='{}': '{}' is not a visible CUDA ordinal ({} visible GPUs)",
+                            kGpuDevicesEnv, text, item, visible);
+    }
+    if (std::find(ordinals.begin(), ordinals.end(), value) != ordinals.end()) {
+      detail::throw_invalid("Runtime", "{}='{}' lists GPU {} twice", kGpuDevicesEnv, text, value);
+    }
+    ordinals.push_back(value);
+    start = comma + 1;
+  }
+  return ordinals;
 }
 
 // Each device's memory limit from the options, else the environment, else an equal share of the
@@ -91,6 +134,18 @@ void synchronize_devices(const std::vector<Device*>& devices,
         d->stream().synchronize();
       } else if (!d->stream().synchronize(deadline)) {
         busy.push_back(describe_busy(*d));
+        continue;
+      }
+      if (d->gpu_ordinal() >= 0) {  // then the kernels and copies its ops queued on the GPU
+        GpuEvent drained(*d);
+        drained.record();
+        if (!timeout) {
+          drained.synchronize(std::chrono::steady_clock::time_point::max(), "synchronize");
+        } else if (std::chrono::steady_clock::now() < deadline || drained.done()) {
+          drained.synchronize(deadline, "synchronize");
+        } else {
+          busy.push_back(fmt::format("{} (its CUDA stream)", d->name()));
+        }
       }
     } catch (const Error& e) {
       if (!first) {
@@ -134,12 +189,21 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
         options_.memory_limit));
     device_ptrs_.push_back(devices_.back().get());
   }
+  const std::vector<int> gpus = resolve_gpu_ordinals(options_.num_gpu_devices);
+  options_.num_gpu_devices = static_cast<int>(gpus.size());
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const int id = static_cast<int>(i);
+    gpu_devices_.push_back(Device::make_gpu(
+        DeviceName::make(options_.job, options_.replica, options_.task, "GPU", id), id, gpus[i]));
+    gpu_device_ptrs_.push_back(gpu_devices_.back().get());
+  }
 }
 
 Runtime::~Runtime() {
   // Every stream stops (draining) before any device object goes away, so a task that enqueues
   // onto another device of this runtime meets a stopped stream, never a destroyed one.
   for (Device* d : device_ptrs_) d->stream().shutdown();
+  for (Device* d : gpu_device_ptrs_) d->stream().shutdown();
 }
 
 Topology Runtime::topology() const { return Topology::for_hosts(1, num_devices(), "CPU"); }
@@ -169,18 +233,35 @@ Device& Runtime::device(std::string_view name) const {
   for (const auto& d : devices_) {
     if (parsed->matches(d->parsed_name())) return *d;
   }
-  detail::throw_error(ErrorCode::kNotFound, "Runtime", "no device '{}' among the {} devices {}..{}",
-                      name, num_devices(), devices_.front()->name(), devices_.back()->name());
+  for (const auto& d : gpu_devices_) {
+    if (parsed->matches(d->parsed_name())) return *d;
+  }
+  const std::string gpus =
+      gpu_devices_.empty() ? std::string(" (no GPU devices)")
+                           : fmt::format(" and the {} GPU devices {}..{}", gpu_devices_.size(),
+                                         gpu_devices_.front()->name(), gpu_devices_.back()->name());
+  detail::throw_error(ErrorCode::kNotFound, "Runtime", "no device '{}' among the {} devices {}..{}{}",
+                      name, num_devices(), devices_.front()->name(), devices_.back()->name(), gpus);
 }
 
-void Runtime::synchronize() { synchronize_devices(device_ptrs_, std::nullopt); }
+namespace {
+std::vector<Device*> concat(const std::vector<Device*>& a, const std::vector<Device*>& b) {
+  std::vector<Device*> all(a);
+  all.insert(all.end(), b.begin(), b.end());
+  return all;
+}
+}  // namespace
+
+void Runtime::synchronize() {
+  synchronize_devices(concat(device_ptrs_, gpu_device_ptrs_), std::nullopt);
+}
 
 void Runtime::synchronize(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) {
     detail::throw_invalid("Runtime", "synchronize with a negative timeout of {} ms",
                           timeout.count());
   }
-  synchronize_devices(device_ptrs_, timeout);
+  synchronize_devices(concat(device_ptrs_, gpu_device_ptrs_), timeout);
 }
 
 }  // namespace tessel

@@ -132,6 +132,10 @@ class Communicator {
 
   // ---- internal ---------------------------------------------------------------------------
   detail::Transport& transport() { return *transport_; }
+  const std::shared_ptr<detail::Transport>& shared_transport() const { return transport_; }
+  // A communicator taking over another's transport continues its sequence (the ranks' numbers
+  // must keep agreeing).
+  void continue_sequence_from(const Communicator& other) { sequence_ = other.sequence_; }
 
  private:
   // gather and all_gather (all: every rank receives; root unused).

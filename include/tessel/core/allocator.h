@@ -26,6 +26,8 @@
 #include <string>
 #include <string_view>
 
+#include "tessel/core/memory_space.h"
+
 namespace tessel {
 
 namespace detail {
@@ -47,6 +49,8 @@ class Allocator : public std::enable_shared_from_this<Allocator> {
   virtual void deallocate(void* p, size_t bytes) noexcept = 0;
   // For messages: "host", a device name, ...
   virtual std::string_view name() const = 0;
+  // Where the blocks live (memory_space.h): host memory unless the allocator says otherwise.
+  virtual MemorySpace memory_space() const { return MemorySpace::host(); }
 };
 
 // The process default: aligned_alloc/free, keeping freed blocks of 64 KiB and more for reuse by
@@ -80,6 +84,9 @@ class TrackingAllocator : public Allocator {
  public:
   // `base` must outlive this allocator (host_allocator() always does). No limit.
   TrackingAllocator(Allocator* base, std::string name);
+  // As above, sharing ownership of `base` (a GPU device's allocator lives as long as the last
+  // tensor that holds this one).
+  TrackingAllocator(std::shared_ptr<Allocator> base, std::string name);
   ~TrackingAllocator() override;
   TrackingAllocator(const TrackingAllocator&) = delete;
   TrackingAllocator& operator=(const TrackingAllocator&) = delete;
@@ -87,6 +94,7 @@ class TrackingAllocator : public Allocator {
   void* allocate(size_t bytes) override;
   void deallocate(void* p, size_t bytes) noexcept override;
   std::string_view name() const override { return name_; }
+  MemorySpace memory_space() const override { return base_->memory_space(); }
 
   MemoryStats stats() const;
   // Sets peak_bytes to the current live_bytes.
@@ -102,6 +110,7 @@ class TrackingAllocator : public Allocator {
 
  private:
   Allocator* base_;                                   // where the memory comes from
+  std::shared_ptr<Allocator> owned_base_;             // base_, when this allocator owns it
   std::string name_;                                  // e.g. a device name
   mutable std::mutex hint_mu_;                        // guards limit_hint_
   std::string limit_hint_;                            // ends a refusal's message

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "tessel/core/dtype.h"
+#include "tessel/core/memory_space.h"
 #include "tessel/core/shape.h"
 
 namespace tessel {
@@ -105,9 +106,20 @@ class Tensor {
   // The allocator the storage came from (host_allocator() by default); null for a null tensor.
   Allocator* allocator() const;
 
-  // Address of the first element of this view. Typed access checks the dtype.
+  // Where the storage lives (memory_space.h): host, or a GPU's memory for tensors allocated
+  // from a GPU device.
+  MemorySpace memory_space() const;
+  bool is_host() const { return memory_space().is_host(); }
+  // Address of the first element of this view, in host memory: a tensor in device memory gives
+  // kFailedPrecondition naming its space (copy it with to_host(); device code uses data_ptr()).
+  // Typed access also checks the dtype.
   void* data();
   const void* data() const;
+  // Address of the first element in whatever memory space holds it: for device kernels,
+  // collectives and copies, which know the space (memory_space()). Never dereference it on the
+  // CPU unless is_host().
+  void* data_ptr();
+  const void* data_ptr() const;
   template <typename T>
   T* data();
   template <typename T>
@@ -133,15 +145,22 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;
 
   // Copies.
+  // clone and contiguous copy in the tensor's own memory space (device tensors: contiguous
+  // views only, else kUnimplemented); astype and the element writes below need host memory.
   Tensor clone() const;              // contiguous deep copy
   Tensor contiguous() const;         // *this if already contiguous, else a contiguous copy
+  // *this when in host memory, else a contiguous host copy. at, to_vector, to_doubles and
+  // to_string read device tensors through it.
+  Tensor to_host() const;
   Tensor astype(DType dtype) const;  // converted copy (see "Element conversions" above)
 
   // Writes.
   // Sets every element of this view (strided views included) to `value` converted to dtype().
   void fill(double value);
   // Copies src's elements into this view (either may be strided; overlapping views are safe);
-  // shapes and dtypes must be equal (kInvalidArgument naming both otherwise).
+  // shapes and dtypes must be equal (kInvalidArgument naming both otherwise). Between memory
+  // spaces (host <-> device, device <-> device) both views must be contiguous (kUnimplemented
+  // naming the spaces otherwise).
   void copy_from(const Tensor& src);
 
   // numpy-like text: "Tensor(shape=[2,3], dtype=f32,\n[[1, 2, 3],\n [4, 5, 6]])".
@@ -155,6 +174,10 @@ class Tensor {
   struct Storage;
   void check_defined(const char* what) const;
   void check_dtype(DType requested, const char* what) const;
+  // check_defined, then kFailedPrecondition unless the storage is host memory.
+  void check_host(const char* what) const;
+  // copy_from when either side is device memory (same shape and dtype already checked).
+  void copy_across_spaces(const Tensor& src);
   uint8_t* base() const;
 
   std::shared_ptr<Storage> storage_;  // the allocation; null for a null tensor
@@ -204,7 +227,7 @@ const T* Tensor::data() const {
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   check_dtype(dtype_of<T>, "to_vector");
-  Tensor c = contiguous();
+  Tensor c = to_host().contiguous();
   const auto* p =
       static_cast<const std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>*>(c.data());
   return std::vector<T>(p, p + num_elements());

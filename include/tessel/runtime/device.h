@@ -1,6 +1,14 @@
-// Device: one virtual CPU device of this process: a name, an in-order stream with its own worker
-// thread, and an allocator that accounts every byte allocated through it and refuses what would
-// exceed the device's memory limit (TF's LogicalDeviceConfiguration.memory_limit, here in bytes).
+// Device: one device of this process: a name, an in-order stream with its own worker thread, and
+// an allocator that accounts every byte allocated through it and refuses what would exceed the
+// device's memory limit (TF's LogicalDeviceConfiguration.memory_limit, here in bytes).
+//
+// A CPU device's memory is host memory. A GPU device ("/job:.../device:GPU:i", made by a Runtime
+// built with CUDA for each visible GPU) allocates from its GPU's memory through a caching
+// allocator (freed blocks are kept for reuse; memory_stats() counts what tensors hold, live and
+// peak), and owns a CUDA stream (cuda_stream()) on which its kernels, copies and NCCL
+// collectives are ordered; its worker thread is where host code that launches them runs.
+// Tensors it allocates live in device memory (Tensor::memory_space()): copy_from / to_host move
+// them, element access on the host refuses them.
 //
 // Devices are made by a Runtime, which owns them; user code holds references.
 //
@@ -36,6 +44,10 @@
 
 namespace tessel {
 
+namespace detail {
+struct GpuContext;  // src/runtime/cuda/gpu_context.h
+}
+
 class Device {
  public:
   // Starts the device's stream. `name` must be fully specified (kInvalidArgument quoting it
@@ -45,6 +57,11 @@ class Device {
   Device(DeviceName name, int index, int64_t memory_limit = -1);
   // Drains and joins the stream (see Stream); the allocator lives on while tensors use it.
   ~Device();
+  // A GPU device on CUDA GPU `cuda_ordinal` (Runtime makes them; see runtime.h). memory_limit:
+  // bytes >= 1, or -1 for the GPU's total memory. Built without CUDA: kUnavailable; an ordinal
+  // that is not a visible GPU: kInvalidArgument naming it and the visible count.
+  static std::unique_ptr<Device> make_gpu(DeviceName name, int index, int cuda_ordinal,
+                                          int64_t memory_limit = -1);
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -53,6 +70,15 @@ class Device {
   const DeviceName& parsed_name() const { return parsed_name_; }
   // Position in the runtime's devices() (equal to parsed_name().id for a Runtime's devices).
   int index() const { return index_; }
+
+  // "CPU" or "GPU" (the name's device type).
+  const std::string& device_type() const { return *parsed_name_.type; }
+  // GPU devices: the CUDA ordinal of the GPU; CPU devices: -1.
+  int gpu_ordinal() const;
+  // GPU devices: the device's CUDA stream (a cudaStream_t); CPU devices: null.
+  void* cuda_stream() const;
+  // Where the device's tensors live: host memory, or its GPU's.
+  MemorySpace memory_space() const { return allocator_->memory_space(); }
 
   // The device's in-order work queue.
   Stream& stream() { return *stream_; }
@@ -76,10 +102,16 @@ class Device {
   Tensor allocate(const Shape& shape, DType dtype, bool zero_fill = true);
 
  private:
+  // A GPU device over `gpu` (make_gpu).
+  Device(DeviceName name, int index, std::shared_ptr<detail::GpuContext> gpu, int64_t memory_limit);
+  // Checks the name and index of either kind of device.
+  void check_identity() const;
+
   std::string name_;                              // name as text
   DeviceName parsed_name_;                        // name as parts
   int index_;                                     // position in the runtime
   std::shared_ptr<TrackingAllocator> allocator_;  // shared with the storage it allocated
+  std::shared_ptr<detail::GpuContext> gpu_;       // GPU devices: stream and memory; else null
   std::unique_ptr<Stream> stream_;                // destroyed (drained) first
 };
 

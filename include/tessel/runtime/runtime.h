@@ -1,10 +1,19 @@
-// Runtime: the virtual CPU devices of this process, each with its own stream and accounting.
+// Runtime: the devices of this process — virtual CPU devices, and one GPU device per visible
+// CUDA GPU — each with its own stream and accounting.
 //
 // A Runtime makes N devices named in TensorFlow's form
 // "/job:<job>/replica:<replica>/task:<task>/device:CPU:<i>", i = 0..N-1. N comes from
 // RuntimeOptions::num_cpu_devices, or when that is -1 from the environment variable
 // TESSEL_CPU_DEVICES, or else 4. Runtime::global() is the process-wide default; other
 // Runtimes may exist beside it (tests simulate several hosts with one Runtime per task).
+//
+// GPU devices, "/job:<job>/replica:<replica>/task:<task>/device:GPU:<i>", come from
+// RuntimeOptions::num_gpu_devices (the first N visible GPUs), or when that is -1 from the
+// environment variable TESSEL_GPU_DEVICES (a comma-separated list of CUDA ordinals, "0,1"; GPU:i
+// is the i-th listed; "none" or "" for none), or else every visible GPU (gpu.h). A build without
+// CUDA, or a machine without a GPU, has none. They are listed by gpu_devices(), apart from the
+// CPU devices of devices(), and found by device(name) like those. A GPU device's memory limit is
+// its GPU's memory (Device::set_memory_limit changes it).
 //
 // Each device has a memory limit (Device::memory_limit(), docs/memory.md): from
 // RuntimeOptions::memory_limit, or when that is -1 from TESSEL_DEVICE_MEMORY_LIMIT (a byte
@@ -54,13 +63,18 @@ struct RuntimeOptions {
   // Bytes each device may hold (TF's LogicalDeviceConfiguration.memory_limit, which counts MiB),
   // >= 1; -1: TESSEL_DEVICE_MEMORY_LIMIT, else host_memory_limit() / num_cpu_devices.
   int64_t memory_limit = -1;
+  // Number of GPU devices, 0..visible_gpu_count() (the first N visible GPUs); -1:
+  // TESSEL_GPU_DEVICES, else every visible GPU.
+  int num_gpu_devices = -1;
 };
 
 class Runtime {
  public:
   // Creates the devices and starts their streams. A bad option or TESSEL_CPU_DEVICES value (not
   // a positive integer up to kMaxCpuDevices, a bad job name, a negative replica or task, a
-  // memory limit that is neither -1 nor positive, a malformed TESSEL_DEVICE_MEMORY_LIMIT):
+  // memory limit that is neither -1 nor positive, a malformed TESSEL_DEVICE_MEMORY_LIMIT, a GPU
+  // count above the visible GPUs, a TESSEL_GPU_DEVICES entry that is not a visible ordinal or is
+  // listed twice):
   // kInvalidArgument naming the value.
   explicit Runtime(RuntimeOptions options = {});
   ~Runtime();
@@ -87,13 +101,15 @@ class Runtime {
   // all match ("/device:CPU:1", "/cpu:1", "/task:0/device:CPU:1"). Malformed or without type
   // and id: kInvalidArgument; no such device here: kNotFound. Both quote the name.
   Device& device(std::string_view name) const;
-  // Every device, in index order.
+  // Every CPU device, in index order.
   const std::vector<Device*>& devices() const { return device_ptrs_; }
+  // Every GPU device, GPU:0 first (Device::index() is the position here).
+  const std::vector<Device*>& gpu_devices() const { return gpu_device_ptrs_; }
 
   // The one-host topology of this runtime's devices: Topology::for_hosts(1, num_devices(), "CPU").
   Topology topology() const;
 
-  // Waits for every device's stream. If work failed on some devices, throws the failure of the
+  // Waits for every device's stream (a GPU device's CUDA stream too). If work failed on some devices, throws the failure of the
   // lowest-indexed one (its code; "Stream: op '<op>' on <device> failed: ..."), after waiting for
   // and clearing the others, whose device and op the message lists.
   void synchronize();
@@ -119,6 +135,8 @@ class Runtime {
   uint64_t id_ = 0;
   std::vector<std::unique_ptr<Device>> devices_;  // owned, in index order
   std::vector<Device*> device_ptrs_;              // the same, for devices()
+  std::vector<std::unique_ptr<Device>> gpu_devices_;  // owned, GPU:0 first
+  std::vector<Device*> gpu_device_ptrs_;              // the same, for gpu_devices()
   mutable std::mutex attachments_mu_;
   mutable std::map<std::type_index, std::shared_ptr<void>> attachments_;  // see attachment()
 };

@@ -1,0 +1,53 @@
+// MemorySpace: where an allocation's bytes live. Host memory is what the CPU reads and writes;
+// device memory (a CUDA GPU's) is reached only through copies and device kernels.
+//
+// Every Allocator says which space its blocks are in (Allocator::memory_space(); host unless
+// it says otherwise), and every Tensor knows its storage's (Tensor::memory_space()). Tensor's
+// element access (data(), fill, astype, ...) needs host memory; copies (copy_from, clone,
+// to_host) work between any two spaces through the DeviceMemoryOps the runtime registers when
+// it makes its first GPU device (core cannot call CUDA itself: it sits below the runtime).
+//
+//   Tensor g = runtime.gpu_devices()[0]->allocate(Shape{4}, DType::kF32);
+//   g.memory_space().to_string() == "cuda:0";
+//   g.copy_from(Tensor::full({4}, DType::kF32, 1.0));   // host -> device
+//   g.to_host().to_vector<float>();                     // {1, 1, 1, 1}
+//   g.fill(2.0);   // kFailedPrecondition: fill needs host memory; the tensor is in cuda:0
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace tessel {
+
+struct MemorySpace {
+  enum class Kind { kHost, kCudaDevice };
+  Kind kind = Kind::kHost;
+  int device_ordinal = -1;  // the CUDA ordinal for kCudaDevice; -1 for the host
+
+  static MemorySpace host() { return {}; }
+  static MemorySpace cuda(int ordinal) { return {Kind::kCudaDevice, ordinal}; }
+  bool is_host() const { return kind == Kind::kHost; }
+  // "host", "cuda:0".
+  std::string to_string() const;
+  bool operator==(const MemorySpace&) const = default;
+};
+
+// Byte moves involving device memory, provided by the layer that owns the devices (runtime).
+// Each call returns when the bytes are in place (ordered after the device's queued work).
+class DeviceMemoryOps {
+ public:
+  virtual ~DeviceMemoryOps() = default;
+  // `bytes` from src (in src_space) to dst (in dst_space); at least one is device memory.
+  virtual void copy(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,
+                    size_t bytes) = 0;
+  // Sets `bytes` bytes at p (device memory) to zero.
+  virtual void zero(void* p, MemorySpace space, size_t bytes) = 0;
+};
+
+// Installs the process's DeviceMemoryOps (the runtime does, once; `ops` lives until exit).
+void set_device_memory_ops(DeviceMemoryOps* ops);
+// The installed ops. None installed (no GPU support in this build, or no GPU device made yet):
+// kFailedPrecondition naming `what` and the space, since no device memory can exist then.
+DeviceMemoryOps& device_memory_ops(const char* what, MemorySpace space);
+
+}  // namespace tessel

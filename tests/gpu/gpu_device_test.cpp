@@ -1,0 +1,118 @@
+// GPU devices: names, memory accounting, copies between host and device, events, selection.
+#include <cstdlib>
+
+#include <gmock/gmock.h>
+
+#include "gpu_test_util.h"
+#include "tessel/core/error.h"
+#include "tessel/runtime/gpu_event.h"
+
+namespace tessel {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::GpuTest;
+
+template <typename F>
+void expect_error(F&& f, ErrorCode code, const std::string& fragment) {
+  try {
+    f();
+    FAIL() << "expected an error containing '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(fragment));
+  }
+}
+
+TEST_F(GpuTest, OneDevicePerVisibleGpuNamedAsTensorFlowDoes) {
+  ASSERT_EQ(num_gpus(), visible_gpu_count());
+  EXPECT_EQ(gpu().name(), "/job:localhost/replica:0/task:0/device:GPU:0");
+  EXPECT_EQ(gpu().device_type(), "GPU");
+  EXPECT_EQ(gpu().gpu_ordinal(), 0);
+  EXPECT_NE(gpu().cuda_stream(), nullptr);
+  EXPECT_EQ(gpu().memory_space(), MemorySpace::cuda(0));
+  EXPECT_EQ(&runtime().device("/device:GPU:0"), &gpu());
+  EXPECT_EQ(runtime().device(0).gpu_ordinal(), -1);  // CPU devices are unchanged
+  EXPECT_EQ(runtime().device(0).cuda_stream(), nullptr);
+}
+
+TEST_F(GpuTest, MemoryStatsCountLiveAndPeakBytesAndTheCacheReusesBlocks) {
+  const int64_t before = gpu().memory_stats().live_bytes;
+  const void* first = nullptr;
+  {
+    Tensor t = gpu().allocate(Shape{1 << 20}, DType::kF32);
+    first = t.data_ptr();
+    EXPECT_EQ(gpu().memory_stats().live_bytes, before + (4 << 20));
+    EXPECT_GE(gpu().memory_stats().peak_bytes, before + (4 << 20));
+  }
+  EXPECT_EQ(gpu().memory_stats().live_bytes, before);
+  Tensor again = gpu().allocate(Shape{1 << 20}, DType::kF32, /*zero_fill=*/false);
+  EXPECT_EQ(again.data_ptr(), first);  // the freed block came back from the cache
+  EXPECT_GT(gpu().memory_limit(), int64_t{1} << 30);  // the GPU's memory
+}
+
+TEST_F(GpuTest, TheMemoryLimitRefusesWithTheDeviceNamed) {
+  gpu().set_memory_limit(int64_t{1} << 20);
+  expect_error([&] { (void)gpu().allocate(Shape{1 << 20}, DType::kF32); },
+               ErrorCode::kResourceExhausted, "device:GPU:0");
+}
+
+TEST_F(GpuTest, HostToDeviceAndBackKeepsEveryValue) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kI64, DType::kBool}) {
+    Tensor host = Tensor::random_uniform(Shape{3, 1000}, dtype, 7, -5, 5);
+    Tensor dev = gpu().allocate(host.shape(), dtype, /*zero_fill=*/false);
+    EXPECT_EQ(dev.memory_space(), MemorySpace::cuda(0));
+    dev.copy_from(host);
+    Tensor copy = dev.clone();  // device to device
+    EXPECT_EQ(copy.memory_space(), MemorySpace::cuda(0));
+    EXPECT_EQ(copy.to_host().to_doubles(), host.to_doubles()) << dtype_name(dtype);
+    EXPECT_EQ(dev.to_string(), host.to_string());  // read through to_host
+  }
+}
+
+TEST_F(GpuTest, DeviceAllocationsAreZeroFilledByDefault) {
+  Tensor dev = gpu().allocate(Shape{4096}, DType::kF32);
+  EXPECT_EQ(dev.to_host().to_vector<float>(), std::vector<float>(4096, 0.0f));
+}
+
+TEST_F(GpuTest, HostElementAccessOnDeviceMemoryIsRefusedWithTheSpaceNamed) {
+  Tensor dev = gpu().allocate(Shape{4}, DType::kF32);
+  expect_error([&] { (void)dev.data(); }, ErrorCode::kFailedPrecondition, "cuda:0");
+  expect_error([&] { dev.fill(1.0); }, ErrorCode::kFailedPrecondition, "to_host()");
+  expect_error([&] { (void)dev.astype(DType::kF64); }, ErrorCode::kFailedPrecondition, "cuda:0");
+  Tensor strided = Tensor::zeros(Shape{4, 2}, DType::kF32).slice(1, 0, 1);
+  expect_error([&] { gpu().allocate(Shape{4, 1}, DType::kF32).copy_from(strided); },
+               ErrorCode::kUnimplemented, "contiguous");
+}
+
+TEST_F(GpuTest, AnEventOrdersWorkAndWaitsWithADeadline) {
+  Tensor dev = gpu().allocate(Shape{1 << 16}, DType::kF32);
+  GpuEvent event(gpu());
+  event.record();
+  event.make_wait(gpu());
+  event.synchronize(std::chrono::steady_clock::now() + std::chrono::seconds(10), "test");
+  EXPECT_TRUE(event.done());
+  expect_error([&] { GpuEvent cpu_event(runtime().device(0)); }, ErrorCode::kInvalidArgument,
+               "device:CPU:0");
+  runtime().synchronize(std::chrono::seconds(10));
+}
+
+TEST_F(GpuTest, TesselGpuDevicesChoosesTheGpus) {
+  ::setenv("TESSEL_GPU_DEVICES", "none", 1);
+  EXPECT_TRUE(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().empty());
+  ::setenv("TESSEL_GPU_DEVICES", "0", 1);
+  EXPECT_EQ(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().size(), 1u);
+  ::setenv("TESSEL_GPU_DEVICES", "0,0", 1);
+  expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1}); }, ErrorCode::kInvalidArgument,
+               "lists GPU 0 twice");
+  ::setenv("TESSEL_GPU_DEVICES", "999", 1);
+  expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1}); }, ErrorCode::kInvalidArgument,
+               "'999' is not a visible CUDA ordinal");
+  ::unsetenv("TESSEL_GPU_DEVICES");
+  EXPECT_TRUE(Runtime(RuntimeOptions{.num_cpu_devices = 1, .num_gpu_devices = 0}).gpu_devices().empty());
+  expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1, .num_gpu_devices = 999}); },
+               ErrorCode::kInvalidArgument, "num_gpu_devices");
+}
+
+}  // namespace
+}  // namespace tessel
