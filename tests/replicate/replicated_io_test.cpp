@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "tessel/replicate/partial_shape.h"
+#include "tessel/core/partial_shape.h"
 #include "tessel/replicate/replicated_io.h"
 #include "testing/expect_error.h"
 

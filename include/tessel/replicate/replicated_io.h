@@ -33,7 +33,7 @@
 #include "tessel/core/shape.h"
 #include "tessel/core/tensor.h"
 #include "tessel/dtensor/dtensor.h"
-#include "tessel/replicate/partial_shape.h"
+#include "tessel/core/partial_shape.h"
 
 namespace tessel {
 
