@@ -34,6 +34,7 @@
 #include "tessel/mesh/topology.h"
 #include "tessel/replicate/device_assignment.h"
 #include "tessel/replicate/execution_devices.h"
+#include "tessel/replicate/parameter_info.h"
 #include "tessel/replicate/replica_context.h"
 #include "tessel/replicate/replicate.h"
 #include "tessel/replicate/replicate_metadata.h"
@@ -307,9 +308,19 @@ void bind_replicated_io(py::module_& m) {
         return "HandleShapeAndType(" + h.shape.to_string() + ", " +
                std::string(dtype_name(h.dtype)) + ")";
       });
+  py::class_<ReplicatedHandleData>(m, "ReplicatedHandleData", R"doc(
+TPUReplicatedInput's handle data for resources, as TF computes it: output (the last input's
+handle data that exists, a list of HandleShapeAndType, or None), source (its index, -1 when
+none) and inputs (each input's handle data after TF's in-place merge).)doc")
+      .def_readonly("output", &ReplicatedHandleData::output)
+      .def_readonly("source", &ReplicatedHandleData::source)
+      .def_readonly("inputs", &ReplicatedHandleData::inputs)
+      .def(py::self == py::self);
   m.def("merge_replicated_handle_shapes_and_types", &merge_replicated_handle_shapes_and_types,
-        py::arg("handles"), py::arg("what") = "",
-        "TPUReplicatedInput's handle merging for resources (BR-105-02).");
+        py::arg("inputs"),
+        "TPUReplicatedInput's handle merging for resources (BR-105-02), as TF's code does it: "
+        "each input is None (no handle data) or a list of HandleShapeAndType; conflicts are "
+        "ignored.");
   py::class_<ReplicatedVariable>(m, "ReplicatedVariable", R"doc(
 A variable of a replicated computation: one value per replica (per_replica) or one value mirrored
 on every replica (mirrored, TF's is_mirrored_variable), a dtype and a declared handle shape.)doc")
@@ -619,6 +630,41 @@ once, over the same devices: the calls interleave on the devices, each within it
       "[replica][logical core] -> the device replicate() runs it on.");
 }
 
+void bind_parameter_info(py::module_& m) {
+  py::class_<ParameterInfo> cls(m, "ParameterInfo", R"doc(
+_TPUReplicate's host-side argument layout (TF's DistributedTPURewritePass::ParameterInfo):
+per-replica inputs replica-major, then distributed, broadcast, variables, guaranteed constants.)doc");
+  py::enum_<ParameterInfo::Kind>(cls, "Kind")
+      .value("PER_REPLICA", ParameterInfo::Kind::kPerReplica)
+      .value("DISTRIBUTED", ParameterInfo::Kind::kDistributed)
+      .value("BROADCAST", ParameterInfo::Kind::kBroadcast)
+      .value("VARIABLE", ParameterInfo::Kind::kVariable)
+      .value("GUARANTEED_CONSTANT", ParameterInfo::Kind::kGuaranteedConstant);
+  cls.def(py::init<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>(),
+          py::arg("num_replicas"), py::arg("num_per_replica_args"),
+          py::arg("num_distributed_args") = 0, py::arg("num_broadcast_args") = 0,
+          py::arg("num_variables") = 0, py::arg("num_guaranteed_constants") = 0,
+          py::arg("num_retvals_per_replica") = 0)
+      .def_property_readonly("num_replicas", &ParameterInfo::num_replicas)
+      .def_property_readonly("num_per_replica_args", &ParameterInfo::num_per_replica_args)
+      .def_property_readonly("num_distributed_args", &ParameterInfo::num_distributed_args)
+      .def_property_readonly("num_broadcast_args", &ParameterInfo::num_broadcast_args)
+      .def_property_readonly("num_variables", &ParameterInfo::num_variables)
+      .def_property_readonly("num_guaranteed_constants", &ParameterInfo::num_guaranteed_constants)
+      .def_property_readonly("num_retvals_per_replica", &ParameterInfo::num_retvals_per_replica)
+      .def("num_inputs_from_host", &ParameterInfo::num_inputs_from_host)
+      .def("num_inputs_to_each_replica", &ParameterInfo::num_inputs_to_each_replica)
+      .def("num_outputs_to_host", &ParameterInfo::num_outputs_to_host)
+      .def("first_broadcast_arg_from_host", &ParameterInfo::first_broadcast_arg_from_host)
+      .def("kind", &ParameterInfo::kind, py::arg("arg"))
+      .def("host_input_index", &ParameterInfo::host_input_index, py::arg("replica"),
+           py::arg("arg"))
+      .def("host_output_index", &ParameterInfo::host_output_index, py::arg("replica"),
+           py::arg("retval"))
+      .def(py::self == py::self)
+      .def("__repr__", &ParameterInfo::to_string);
+}
+
 }  // namespace
 
 void bind_replicate(py::module_& m) {
@@ -626,6 +672,7 @@ void bind_replicate(py::module_& m) {
   bind_execution_devices(m);
   bind_metadata(m);
   bind_replicated_io(m);
+  bind_parameter_info(m);
   bind_replica_context(m);
   bind_replicate_function(m);
 }

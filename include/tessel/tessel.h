@@ -70,6 +70,7 @@
 #include "tessel/replicate/device_assignment.h"
 #include "tessel/replicate/execution_devices.h"
 #include "tessel/replicate/graph.h"
+#include "tessel/replicate/parameter_info.h"
 #include "tessel/replicate/replica_context.h"
 #include "tessel/replicate/replicate.h"
 #include "tessel/replicate/replicate_metadata.h"
