@@ -292,8 +292,17 @@ void bind_layout_class(py::module_& m) {
       .def("is_batch_parallel", &Layout::is_batch_parallel)
       .def("sharded_mesh_dims", &Layout::sharded_mesh_dims)
       .def("local_shape", &Layout::local_shape, py::arg("global_shape"), py::arg("offset"))
-      .def("local_shape_from_global_shape", &Layout::local_shape_from_global_shape,
-           py::arg("global_shape"))
+      .def(
+          "local_shape_from_global_shape",
+          [](const Layout& l, py::handle global_shape) -> py::object {
+            // TF's list form: -1 for an unknown extent (None is also taken), None for the
+            // unknown rank.
+            const PartialShape local =
+                l.local_shape_from_global_shape(to_partial_shape(global_shape));
+            if (!local.rank_known()) return py::none();
+            return py::tuple(py::cast(local.dims()));
+          },
+          py::arg("global_shape"))
       .def("global_shape_from_local_shape", &Layout::global_shape_from_local_shape,
            py::arg("local_shape"))
       .def("offset_to_shard",

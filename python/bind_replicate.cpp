@@ -1,5 +1,5 @@
 // Bindings of the replicate layer: ReplicateMetadata (TF's TPUReplicateMetadata attributes),
-// StepMarkerLocation, DeviceAssignment (tf.tpu.experimental.DeviceAssignment), PartialShape,
+// StepMarkerLocation, DeviceAssignment (tf.tpu.experimental.DeviceAssignment),
 // the replicated-input merges, ReplicatedVariable, replicated_output, dummy_input,
 // ReplicaContext, ReplicateOptions, replicate and replica_device_names. Needs Topology (bound by
 // bind_system) and the DTensor classes (bind_dtensor, bind_ops).
@@ -30,10 +30,11 @@
 
 #include "casters.h"
 #include "tessel/core/error.h"
+#include "tessel/core/partial_shape.h"
 #include "tessel/mesh/topology.h"
 #include "tessel/replicate/device_assignment.h"
 #include "tessel/replicate/execution_devices.h"
-#include "tessel/replicate/partial_shape.h"
+#include "tessel/replicate/parameter_info.h"
 #include "tessel/replicate/replica_context.h"
 #include "tessel/replicate/replicate.h"
 #include "tessel/replicate/replicate_metadata.h"
@@ -277,74 +278,12 @@ needs num_replicas >= 1. computation_shape and padding_map are deprecated and re
       .def("__repr__", &ReplicateMetadata::to_string);
 }
 
-// ---- PartialShape and the replicated inputs and outputs ------------------------------------
-
-// None (the unknown rank), a PartialShape, or a sequence of ints and Nones (-1 also unknown).
-PartialShape to_partial_shape(py::handle obj) {
-  if (obj.is_none()) return PartialShape();
-  if (py::isinstance<PartialShape>(obj)) return obj.cast<PartialShape>();
-  if (!py::detail::is_plain_sequence(obj)) {
-    throw Error(
-        ErrorCode::kInvalidArgument, "PartialShape",
-        "expected None, a PartialShape or a sequence of ints and Nones; got " + type_name(obj));
-  }
-  std::vector<int64_t> dims;
-  for (py::handle d : py::reinterpret_borrow<py::sequence>(obj)) {
-    dims.push_back(d.is_none() ? kUnknownDim : d.cast<int64_t>());
-  }
-  return PartialShape(std::move(dims));
-}
-
-// TF's as_list(): ints with None for unknown extents; None for the unknown rank.
-py::object partial_shape_list(const PartialShape& s) {
-  if (!s.rank_known()) return py::none();
-  py::list out;
-  for (int64_t d : s.dims()) out.append(d == kUnknownDim ? py::object(py::none()) : py::int_(d));
-  return out;
-}
+// ---- The replicated inputs and outputs ---------------------------------------------------
 
 std::vector<PartialShape> to_partial_shapes(const py::iterable& shapes) {
   std::vector<PartialShape> out;
   for (py::handle s : shapes) out.push_back(to_partial_shape(s));
   return out;
-}
-
-void bind_partial_shape(py::module_& m) {
-  py::class_<PartialShape>(m, "PartialShape", R"doc(
-A shape that may be partly known (TF's PartialTensorShape): PartialShape(None) has an unknown
-rank, PartialShape([2, None]) a known rank with an unknown extent. merge (TF: merge_with) is
-TF's Merge; a mismatch raises InvalidArgumentError with TF's text.)doc")
-      .def(py::init([](py::handle dims) { return to_partial_shape(dims); }),
-           py::arg("dims") = py::none())
-      .def_property_readonly("rank",
-                             [](const PartialShape& s) -> py::object {
-                               if (!s.rank_known()) return py::none();
-                               return py::int_(s.rank());
-                             })
-      .def_property_readonly("dims", &partial_shape_list)
-      .def("as_list", &partial_shape_list)
-      .def("is_fully_defined", &PartialShape::is_fully_defined)
-      .def(
-          "is_compatible_with",
-          [](const PartialShape& s, py::handle other) {
-            return s.is_compatible_with(to_partial_shape(other));
-          },
-          py::arg("other"))
-      .def(
-          "merge",
-          [](const PartialShape& s, py::handle other) { return s.merge(to_partial_shape(other)); },
-          py::arg("other"))
-      .def(
-          "merge_with",
-          [](const PartialShape& s, py::handle other) { return s.merge(to_partial_shape(other)); },
-          py::arg("other"), "TF's name for merge.")
-      .def("to_shape", &PartialShape::to_shape)
-      .def("__eq__",
-           [](const PartialShape& s, py::handle other) {
-             return py::isinstance<PartialShape>(other) && s == other.cast<PartialShape>();
-           })
-      .def("__str__", &PartialShape::to_string)
-      .def("__repr__", [](const PartialShape& s) { return "PartialShape(" + s.to_string() + ")"; });
 }
 
 void bind_replicated_io(py::module_& m) {
@@ -369,9 +308,19 @@ void bind_replicated_io(py::module_& m) {
         return "HandleShapeAndType(" + h.shape.to_string() + ", " +
                std::string(dtype_name(h.dtype)) + ")";
       });
+  py::class_<ReplicatedHandleData>(m, "ReplicatedHandleData", R"doc(
+TPUReplicatedInput's handle data for resources, as TF computes it: output (the last input's
+handle data that exists, a list of HandleShapeAndType, or None), source (its index, -1 when
+none) and inputs (each input's handle data after TF's in-place merge).)doc")
+      .def_readonly("output", &ReplicatedHandleData::output)
+      .def_readonly("source", &ReplicatedHandleData::source)
+      .def_readonly("inputs", &ReplicatedHandleData::inputs)
+      .def(py::self == py::self);
   m.def("merge_replicated_handle_shapes_and_types", &merge_replicated_handle_shapes_and_types,
-        py::arg("handles"), py::arg("what") = "",
-        "TPUReplicatedInput's handle merging for resources (BR-105-02).");
+        py::arg("inputs"),
+        "TPUReplicatedInput's handle merging for resources (BR-105-02), as TF's code does it: "
+        "each input is None (no handle data) or a list of HandleShapeAndType; conflicts are "
+        "ignored.");
   py::class_<ReplicatedVariable>(m, "ReplicatedVariable", R"doc(
 A variable of a replicated computation: one value per replica (per_replica) or one value mirrored
 on every replica (mirrored, TF's is_mirrored_variable), a dtype and a declared handle shape.)doc")
@@ -681,14 +630,49 @@ once, over the same devices: the calls interleave on the devices, each within it
       "[replica][logical core] -> the device replicate() runs it on.");
 }
 
+void bind_parameter_info(py::module_& m) {
+  py::class_<ParameterInfo> cls(m, "ParameterInfo", R"doc(
+_TPUReplicate's host-side argument layout (TF's DistributedTPURewritePass::ParameterInfo):
+per-replica inputs replica-major, then distributed, broadcast, variables, guaranteed constants.)doc");
+  py::enum_<ParameterInfo::Kind>(cls, "Kind")
+      .value("PER_REPLICA", ParameterInfo::Kind::kPerReplica)
+      .value("DISTRIBUTED", ParameterInfo::Kind::kDistributed)
+      .value("BROADCAST", ParameterInfo::Kind::kBroadcast)
+      .value("VARIABLE", ParameterInfo::Kind::kVariable)
+      .value("GUARANTEED_CONSTANT", ParameterInfo::Kind::kGuaranteedConstant);
+  cls.def(py::init<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>(),
+          py::arg("num_replicas"), py::arg("num_per_replica_args"),
+          py::arg("num_distributed_args") = 0, py::arg("num_broadcast_args") = 0,
+          py::arg("num_variables") = 0, py::arg("num_guaranteed_constants") = 0,
+          py::arg("num_retvals_per_replica") = 0)
+      .def_property_readonly("num_replicas", &ParameterInfo::num_replicas)
+      .def_property_readonly("num_per_replica_args", &ParameterInfo::num_per_replica_args)
+      .def_property_readonly("num_distributed_args", &ParameterInfo::num_distributed_args)
+      .def_property_readonly("num_broadcast_args", &ParameterInfo::num_broadcast_args)
+      .def_property_readonly("num_variables", &ParameterInfo::num_variables)
+      .def_property_readonly("num_guaranteed_constants", &ParameterInfo::num_guaranteed_constants)
+      .def_property_readonly("num_retvals_per_replica", &ParameterInfo::num_retvals_per_replica)
+      .def("num_inputs_from_host", &ParameterInfo::num_inputs_from_host)
+      .def("num_inputs_to_each_replica", &ParameterInfo::num_inputs_to_each_replica)
+      .def("num_outputs_to_host", &ParameterInfo::num_outputs_to_host)
+      .def("first_broadcast_arg_from_host", &ParameterInfo::first_broadcast_arg_from_host)
+      .def("kind", &ParameterInfo::kind, py::arg("arg"))
+      .def("host_input_index", &ParameterInfo::host_input_index, py::arg("replica"),
+           py::arg("arg"))
+      .def("host_output_index", &ParameterInfo::host_output_index, py::arg("replica"),
+           py::arg("retval"))
+      .def(py::self == py::self)
+      .def("__repr__", &ParameterInfo::to_string);
+}
+
 }  // namespace
 
 void bind_replicate(py::module_& m) {
   bind_device_assignment(m);
   bind_execution_devices(m);
   bind_metadata(m);
-  bind_partial_shape(m);
   bind_replicated_io(m);
+  bind_parameter_info(m);
   bind_replica_context(m);
   bind_replicate_function(m);
 }

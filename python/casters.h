@@ -5,6 +5,8 @@
 //   tessel::DType        <-> str name ("f32"); loads names, numpy dtypes and numpy scalar types
 //   tessel::MeshDimension <-> tessel.MeshDimension namedtuple (loads any (name, size) pair)
 //   tessel::PartialDim   <-> (mesh_dim, op name) tuple (loads the op as a str or ReduceOp)
+// (PartialShape converts explicitly, by to_partial_shape / partial_shape_list below: a caster
+// would make every sequence argument ambiguous between Shape and PartialShape.)
 //   std::string          <-  str, as pybind11's own, except that a str UTF-8 cannot encode (a
 //                            lone surrogate such as '\ud800') is tessel's InvalidArgumentError
 //                            naming the text and where the surrogate is, instead of pybind's
@@ -33,6 +35,7 @@
 #include "tessel/core/allocator.h"
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
+#include "tessel/core/partial_shape.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/shape.h"
 #include "tessel/core/tensor.h"
@@ -45,6 +48,12 @@ namespace py = pybind11;
 
 void bind_core(py::module_& m);
 void bind_mesh(py::module_& m);
+
+// PartialShape arguments and results (bind_partial_shape.cpp): None (the unknown rank), a
+// PartialShape, or a sequence of ints and Nones (-1 also unknown) in; TF's as_list() out (ints,
+// None for unknown extents; None for the unknown rank).
+PartialShape to_partial_shape(py::handle obj);
+py::object partial_shape_list(const PartialShape& shape);
 
 // MemoryStats as a dict of its fields (bind_core.cpp): Device.memory_stats(), host_memory_stats().
 py::dict memory_stats_dict(const MemoryStats& s);

@@ -5,6 +5,7 @@
 
 namespace tessel::python {
 void bind_dlpack(py::module_& m);   // bind_dlpack.cpp (after bind_core: adds Tensor methods)
+void bind_partial_shape(py::module_& m);  // bind_partial_shape.cpp (before bind_mesh)
 void bind_runtime(py::module_& m);  // bind_runtime.cpp
 void bind_comm(py::module_& m);     // bind_comm.cpp
 void bind_mpi(py::module_& m);      // bind_mpi.cpp (after bind_comm: returns Communicators)
@@ -26,6 +27,7 @@ PYBIND11_MODULE(_tessel, m) {
   m.attr("__version__") = TESSEL_VERSION_STRING;
   tessel::python::bind_core(m);
   tessel::python::bind_dlpack(m);
+  tessel::python::bind_partial_shape(m);
   tessel::python::bind_mesh(m);
   tessel::python::bind_runtime(m);
   tessel::python::bind_distribute(m);

@@ -290,8 +290,10 @@ from tessel._tessel import (
 # (seed 105; bind_replicate.cpp).
 from tessel._tessel import (
     HandleShapeAndType,
+    ParameterInfo,
     PartialShape,
     ReplicaContext,
+    ReplicatedHandleData,
     ReplicatedVariable,
     ReplicateOptions,
     dummy_input,

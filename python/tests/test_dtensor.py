@@ -236,6 +236,22 @@ def test_copy_to_mesh_errors(mesh_x4):
         tessel.copy_to_mesh(object(), layout(["x"], mesh_x4))
 
 
+def test_copy_to_mesh_onto_a_tpu_mesh_is_tfs_unknown_device():
+    # TF on a host without TPUs: the eager copy onto the mesh's devices fails with
+    # InvalidArgumentError "<device> unknown device."; the TPU mesh's host mesh holds the tensor.
+    tpu = tessel.Mesh.from_string(
+        "|x=2|0,1|0,1|/job:localhost/replica:0/task:0/device:TPU:0,"
+        "/job:localhost/replica:0/task:0/device:TPU:1")
+    for target in (tessel.Layout(["x"], tpu), tessel.Layout.replicated(tpu, 1)):
+        with pytest.raises(tessel.InvalidArgumentError,
+                           match="/job:localhost/replica:0/task:0/device:TPU:0 unknown device."):
+            tessel.copy_to_mesh(np.arange(4, dtype=np.float32), target)
+    with pytest.raises(tessel.InvalidArgumentError, match="TPU:0 unknown device."):
+        tessel.pack([np.zeros(2, np.float32)] * 2, tessel.Layout(["x"], tpu))
+    d = tessel.copy_to_mesh(np.arange(4, dtype=np.float32), tessel.Layout(["x"], tpu.host_mesh()))
+    assert_array_equal(tessel.to_host(d), np.arange(4, dtype=np.float32))
+
+
 def test_dtensor_on_its_own_runtime_keeps_the_runtime_alive():
     rt = tessel.Runtime(num_cpu_devices=2)
     mesh = tessel.create_mesh([("x", 2)])

@@ -127,6 +127,40 @@ def test_local_and_global_shapes(mesh_2x2):
         l.local_shape_from_global_shape((8,))
 
 
+def test_local_shape_from_global_shape_keeps_unknown_dims_as_tf(mesh_2x2):
+    # TF's PartialTensorShape overload: -1 (dynamic) stays -1, None is also unknown, the
+    # unknown rank (None) comes back as None.
+    l = tessel.Layout(["x", "y", "unsharded"], mesh_2x2)
+    assert l.local_shape_from_global_shape([8, -1, 6]) == (4, -1, 6)
+    assert l.local_shape_from_global_shape((-1, 6, None)) == (-1, 3, -1)
+    assert l.local_shape_from_global_shape(tessel.PartialShape([None, 4, 2])) == (-1, 2, 2)
+    assert l.local_shape_from_global_shape(None) is None
+    assert tessel.Layout.replicated(mesh_2x2, 2).local_shape_from_global_shape([-1, 5]) == (-1, 5)
+    with pytest.raises(tessel.InvalidArgumentError, match=r"shape \[8,\?\] has rank 2"):
+        l.local_shape_from_global_shape([8, -1])
+    with pytest.raises(tessel.InvalidArgumentError, match="PartialShape"):
+        l.local_shape_from_global_shape([8, -2, 1])
+
+
+def test_scalar_spec_messages_on_each_path(mesh_2x2):
+    # TF's Python constructor: "scalar" is not a mesh dimension.
+    for specs in (["scalar"], ["x", "scalar"]):
+        with pytest.raises(ValueError, match="scalar: A dimension sharding must either be a valid "
+                                             "mesh dimension or UNSHARDED."):
+            tessel.Layout(specs, mesh_2x2)
+    # TF's GetLayout (create, from_string): the sole spec gives rank 0, anything else TF's text.
+    scalar = tessel.Layout.create(tessel.LayoutType.STATIC, [tessel.ShardingSpec.parse("scalar")],
+                                  mesh_2x2)
+    assert scalar.rank == 0 and scalar == tessel.Layout.replicated(mesh_2x2, 0)
+    text = ("A scalar sharding_spec can only be used as a single sharding_spec instruction, not as "
+            "part of list of sharding_specs as attempted here with 2 sharding_specs")
+    with pytest.raises(ValueError, match=text):
+        tessel.Layout.create(tessel.LayoutType.STATIC,
+                             [tessel.ShardingSpec.parse(s) for s in ("x", "scalar")], mesh_2x2)
+    with pytest.raises(ValueError, match=text):
+        tessel.Layout.from_string("sharding_specs:scalar,x, mesh:|x=2,y=2|*CPU")
+
+
 def test_uneven_shards_follow_chunk_semantics(mesh_2x2):
     l = tessel.Layout(["x", "unsharded"], mesh_2x2)
     # TF truncates 5 // 2 = 2; tessel gives the largest shard and never loses elements.

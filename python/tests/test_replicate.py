@@ -189,8 +189,45 @@ def test_br_105_02_variable_handles_merge_across_replicas():
         tessel.merge_variable_handles(bad, 2)
     with pytest.raises(ValueError, match="replica 0's handle has dtype f32 and replica 1's has "
                                          "dtype f64"):
-        tessel.merge_replicated_handle_shapes_and_types(
-            [tessel.HandleShapeAndType([2], "f32"), tessel.HandleShapeAndType([2], "f64")])
+        tessel.merge_variable_handles(
+            tessel.ReplicatedVariable.per_replica("w", [f32(1, 2), np.zeros(2, np.float64)]), 2)
+
+
+def test_br_105_02_resource_handle_data_as_tf_merges_it():
+    H = tessel.HandleShapeAndType
+    # The last input with handle data wins, unrefined; the inputs below it are refined in place.
+    r = tessel.merge_replicated_handle_shapes_and_types([[H([2, None], "f32")],
+                                                        [H([None, 3], "f32")], None])
+    assert r.source == 1 and r.output == [H([None, 3], "f32")]
+    assert r.inputs == [[H([2, 3], "f32")], [H([None, 3], "f32")], None]
+    # Conflicts are ignored: another dtype or entry count leaves an input as it was, a shape
+    # that does not merge is kept; an input without handle data takes a copy.
+    r = tessel.merge_replicated_handle_shapes_and_types(
+        [None, [H([5], "f64")], [H([4], "f32")], [], [H([None], "f32")]])
+    assert r.inputs == [[H([None], "f32")], [H([5], "f64")], [H([4], "f32")], [],
+                        [H([None], "f32")]]
+    none = tessel.merge_replicated_handle_shapes_and_types([None])
+    assert none.output is None and none.source == -1
+    with pytest.raises(tessel.InvalidArgumentError, match="N >= 1"):
+        tessel.merge_replicated_handle_shapes_and_types([])
+
+
+def test_parameter_info_is_tfs_host_argument_layout():
+    # TF's rewrite-pass example: A0 B0 C0 A1 B1 C1 E F X Y V W; each replica sees A B C E F X Y V W.
+    p = tessel.ParameterInfo(2, 3, num_distributed_args=2, num_broadcast_args=2, num_variables=2,
+                             num_retvals_per_replica=1)
+    host = ["A0", "B0", "C0", "A1", "B1", "C1", "E", "F", "X", "Y", "V", "W"]
+    assert p.num_inputs_from_host() == 12 and p.num_inputs_to_each_replica() == 9
+    assert p.first_broadcast_arg_from_host() == 8 and p.num_outputs_to_host() == 2
+    assert [host[p.host_input_index(1, a)] for a in range(9)] == \
+        ["A1", "B1", "C1", "E", "F", "X", "Y", "V", "W"]
+    assert p.kind(4) == tessel.ParameterInfo.Kind.DISTRIBUTED
+    assert p.kind(7) == tessel.ParameterInfo.Kind.VARIABLE
+    assert p.host_output_index(1, 0) == 1
+    with pytest.raises(tessel.InvalidArgumentError, match="argument 9 is out of range"):
+        p.kind(9)
+    with pytest.raises(tessel.InvalidArgumentError, match="num_replicas must be >= 1; got 0"):
+        tessel.ParameterInfo(0, 1)
 
 
 def test_replicated_output_and_dummy_input():

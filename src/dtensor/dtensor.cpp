@@ -45,7 +45,10 @@ std::vector<Device*> resolve_local_devices(const Mesh& mesh, Runtime& runtime,
     try {
       devices.push_back(&runtime.device(name));
     } catch (const Error& e) {
-      throw_invalid(component, "mesh device {} is not a device of this runtime ({})", name,
+      // TF's text when a mesh names a device the process lacks (a TPU mesh on a host without
+      // TPUs: EagerContext's device lookup while copying the input onto the mesh).
+      throw_invalid(component,
+                    "{} unknown device. The mesh device is not one of this runtime's ({})", name,
                     e.message());
     }
   }

@@ -19,7 +19,7 @@ namespace tessel::detail {
 // empty or single-device layout) and no match/any specs.
 void check_tensor_layout(const Layout& layout, std::string_view component);
 // The runtime's device for each local device of `mesh`, in local order. A name the runtime does
-// not have: kInvalidArgument naming it.
+// not have (a TPU mesh's devices, say): kInvalidArgument with TF's "<name> unknown device.".
 std::vector<Device*> resolve_local_devices(const Mesh& mesh, Runtime& runtime,
                                            std::string_view component);
 // The mesh offset of each local device, in local order.

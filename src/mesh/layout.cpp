@@ -12,6 +12,11 @@ namespace {
 
 constexpr std::string_view kLayout = "Layout";
 
+// TF's legacy "scalar" spec (ShardingSpec::parse reads it as a dimension named "scalar").
+bool is_scalar_spec(const ShardingSpec& spec) {
+  return spec.is_sharded() && spec.mesh_dims().size() == 1 && spec.mesh_dims()[0] == kScalar;
+}
+
 // Python's repr of a list of strings: ['x', 'unsharded'].
 std::string python_list(const std::vector<std::string>& items) {
   std::vector<std::string> quoted;
@@ -77,14 +82,33 @@ Layout Layout::create(LayoutType type, std::vector<ShardingSpec> specs, const Me
     detail::throw_invalid(kLayout, "a {} layout has no sharding specs or partial dimensions",
                           type == LayoutType::kEmpty ? "empty" : "single-device");
   }
-  std::set<std::string> used;
-  for (size_t axis = 0; axis < specs.size(); ++axis) {
-    for (const std::string& dim : specs[axis].mesh_dims()) {
+  // TF's GetLayout: every spec names mesh dimensions (or is TF's legacy "scalar"); then, in
+  // order, a "scalar" spec makes the layout rank 0 when it is the only one, and a mesh dimension
+  // may shard one tensor dimension only.
+  for (const ShardingSpec& spec : specs) {
+    if (is_scalar_spec(spec)) continue;
+    for (const std::string& dim : spec.mesh_dims()) {
       if (!mesh.contains_dim(dim)) {
         detail::throw_invalid(kLayout,
                               "sharding spec ({}) refers to mesh dimension not contained in mesh {}",
                               dim, mesh.to_string());
       }
+    }
+  }
+  std::set<std::string> used;
+  for (size_t axis = 0; axis < specs.size(); ++axis) {
+    if (is_scalar_spec(specs[axis])) {
+      if (specs.size() > 1) {
+        detail::throw_invalid(kLayout,
+                              "A scalar sharding_spec can only be used as a single sharding_spec "
+                              "instruction, not as part of list of sharding_specs as attempted "
+                              "here with {} sharding_specs",
+                              specs.size());
+      }
+      specs.clear();
+      break;
+    }
+    for (const std::string& dim : specs[axis].mesh_dims()) {
       if (!used.insert(dim).second) {
         detail::throw_invalid(kLayout,
                               "Attempted to shard two or more tensor dimensions over mesh "
@@ -199,11 +223,14 @@ int64_t Layout::shard_index(int axis, const std::vector<int64_t>& location) cons
 }
 
 namespace {
-void check_rank(const Layout& layout, const Shape& shape, std::string_view what) {
-  if (!layout.is_single_device() && shape.rank() != layout.rank()) {
+void check_rank(const Layout& layout, int rank, const std::string& shape, std::string_view what) {
+  if (!layout.is_single_device() && rank != layout.rank()) {
     detail::throw_invalid(kLayout, "{}: shape {} has rank {} but the layout has rank {}", what,
-                          shape.to_string(), shape.rank(), layout.rank());
+                          shape, rank, layout.rank());
   }
+}
+void check_rank(const Layout& layout, const Shape& shape, std::string_view what) {
+  check_rank(layout, shape.rank(), shape.to_string(), what);
 }
 }  // namespace
 
@@ -220,14 +247,27 @@ Shape Layout::local_shape(const Shape& global_shape, int64_t offset) const {
   return Shape(dims);
 }
 
+int64_t Layout::largest_block_extent(int axis, int64_t n) const {
+  return std::min(n, shard_chunk_size(n, num_shards(axis)));
+}
+
 Shape Layout::local_shape_from_global_shape(const Shape& global_shape) const {
   check_rank(*this, global_shape, "local_shape_from_global_shape");
   if (is_single_device()) return global_shape;
   std::vector<int64_t> dims = global_shape.dims();
-  for (int axis = 0; axis < rank(); ++axis) {
-    dims[axis] = std::min(dims[axis], shard_chunk_size(dims[axis], num_shards(axis)));
-  }
+  for (int axis = 0; axis < rank(); ++axis) dims[axis] = largest_block_extent(axis, dims[axis]);
   return Shape(dims);
+}
+
+PartialShape Layout::local_partial_shape_from_global_shape(const PartialShape& global_shape) const {
+  if (!global_shape.rank_known()) return global_shape;  // TF: dims() == -1 comes back as is
+  check_rank(*this, global_shape.rank(), global_shape.to_string(), "local_shape_from_global_shape");
+  if (is_single_device()) return global_shape;
+  std::vector<int64_t> dims = global_shape.dims();
+  for (int axis = 0; axis < rank(); ++axis) {
+    if (dims[axis] != kUnknownDim) dims[axis] = largest_block_extent(axis, dims[axis]);
+  }
+  return PartialShape(std::move(dims));
 }
 
 Shape Layout::global_shape_from_local_shape(const Shape& local_shape) const {

@@ -36,16 +36,8 @@ std::vector<ShardingSpec> parse_specs(std::string_view body, const std::string& 
                           "the last spec) in '{}'",
                           body, text);
   }
-  std::vector<std::string> pieces = detail::split(body.substr(0, body.size() - 1), ',');
-  if (pieces.size() == 1 && pieces[0] == kScalar) return specs;  // legacy rank-0 form
-  for (const std::string& piece : pieces) {
-    if (piece == kScalar) {
-      detail::throw_invalid(kLayout,
-                            "A scalar sharding_spec can only be used as a single sharding_spec "
-                            "instruction, not as part of list of sharding_specs as attempted "
-                            "here with {}",
-                            body);
-    }
+  // TF's legacy "scalar" is read by Layout::create, as TF's FromString leaves it to GetLayout.
+  for (const std::string& piece : detail::split(body.substr(0, body.size() - 1), ',')) {
     specs.push_back(ShardingSpec::parse(piece));
   }
   return specs;

@@ -30,7 +30,8 @@ ShardingSpec ShardingSpec::parse(std::string_view text) {
     if (piece.empty()) {
       detail::throw_invalid("ShardingSpec", "malformed sharding spec '{}': empty mesh dimension", text);
     }
-    if (piece == kUnsharded || piece == kMatch || piece == kAny || piece == kScalar) {
+    const bool combined = piece.size() != text.size();
+    if (combined && (piece == kUnsharded || piece == kMatch || piece == kAny || piece == kScalar)) {
       detail::throw_invalid("ShardingSpec", "'{}' cannot be combined with '+' in '{}'", piece, text);
     }
     dims.emplace_back(piece);

@@ -52,6 +52,43 @@ std::optional<MergeFailure> merge_last_to_first(const std::vector<PartialShape>&
                         shapes[f.conflict].to_string(), f.why, period ? "" : ".", f.replica);
 }
 
+// A variable's values must agree across replicas (TF's compilation needs identical static
+// shapes): dtypes equal, shapes merging from the last replica to the first.
+HandleShapeAndType check_variable_handles(const std::vector<HandleShapeAndType>& handles,
+                                          std::string_view what) {
+  for (size_t k = handles.size() - 1; k-- > 0;) {
+    if (handles[k].dtype != handles.back().dtype) {
+      detail::throw_invalid(kVariable,
+                            "{}replica {}'s handle has dtype {} and replica {}'s has dtype {}, "
+                            "which do not merge (From merging shape {} with other shapes.)",
+                            what, k, dtype_name(handles[k].dtype), handles.size() - 1,
+                            dtype_name(handles.back().dtype), k);
+    }
+  }
+  std::vector<PartialShape> shapes;
+  shapes.reserve(handles.size());
+  for (const HandleShapeAndType& h : handles) shapes.push_back(h.shape);
+  HandleShapeAndType merged{PartialShape(), handles.back().dtype};
+  if (auto failure = merge_last_to_first(shapes, merged.shape)) {
+    throw_merge_failure(kVariable, what, "handle shape", shapes, *failure);
+  }
+  return merged;
+}
+
+// TF's InferenceContext::MergeHandleShapesAndTypes(from, to_update): every entry's dtype must
+// match (else nothing changes); each entry's shape is merged, a failed merge keeping the old one.
+void merge_handle_data_into(const HandleData& from, HandleData& to_update) {
+  if (from.size() != to_update.size()) return;
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (from[i].dtype != to_update[i].dtype) return;
+  }
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (std::optional<PartialShape> merged = to_update[i].shape.try_merge(from[i].shape)) {
+      to_update[i].shape = std::move(*merged);
+    }
+  }
+}
+
 }  // namespace
 
 PartialShape merge_replicated_input_shapes(const std::vector<PartialShape>& shapes,
@@ -67,29 +104,27 @@ PartialShape merge_replicated_input_shapes(const std::vector<PartialShape>& shap
   return merged;
 }
 
-HandleShapeAndType merge_replicated_handle_shapes_and_types(
-    const std::vector<HandleShapeAndType>& handles, std::string_view what) {
-  if (handles.empty()) {
-    detail::throw_invalid(kInput, "{}needs the handles of 1 or more replicas (N >= 1), got none",
-                          what);
+ReplicatedHandleData merge_replicated_handle_shapes_and_types(
+    const std::vector<std::optional<HandleData>>& inputs) {
+  if (inputs.empty()) {
+    detail::throw_invalid(kInput, "needs the handle data of 1 or more inputs (N >= 1), got none");
   }
-  for (size_t k = handles.size() - 1; k-- > 0;) {
-    if (handles[k].dtype != handles.back().dtype) {
-      detail::throw_invalid(kInput,
-                            "{}replica {}'s handle has dtype {} and replica {}'s has dtype {}, "
-                            "which do not merge (From merging shape {} with other shapes.)",
-                            what, k, dtype_name(handles[k].dtype), handles.size() - 1,
-                            dtype_name(handles.back().dtype), k);
+  ReplicatedHandleData result;
+  result.inputs = inputs;
+  for (int i = static_cast<int>(inputs.size()) - 1; i >= 0; --i) {
+    std::optional<HandleData>& input = result.inputs[static_cast<size_t>(i)];
+    if (result.output) {
+      if (input) {
+        merge_handle_data_into(*result.output, *input);
+      } else {
+        input = result.output;
+      }
+    } else if (input) {
+      result.output = input;
+      result.source = i;
     }
   }
-  std::vector<PartialShape> shapes;
-  shapes.reserve(handles.size());
-  for (const HandleShapeAndType& h : handles) shapes.push_back(h.shape);
-  HandleShapeAndType merged{PartialShape(), handles.back().dtype};
-  if (auto failure = merge_last_to_first(shapes, merged.shape)) {
-    throw_merge_failure(kInput, what, "handle shape", shapes, *failure);
-  }
-  return merged;
+  return result;
 }
 
 ReplicatedVariable ReplicatedVariable::per_replica(std::string name, std::vector<Tensor> values,
@@ -137,12 +172,7 @@ HandleShapeAndType merge_variable_handles(const ReplicatedVariable& variable, in
     handles.push_back({PartialShape(value.shape()), value.dtype()});
   }
   const std::string what = fmt::format("variable '{}': ", variable.name);
-  HandleShapeAndType merged;
-  try {
-    merged = merge_replicated_handle_shapes_and_types(handles, what);
-  } catch (const Error& e) {
-    throw Error(e.code(), kVariable, e.message());
-  }
+  HandleShapeAndType merged = check_variable_handles(handles, what);
   if (merged.dtype != variable.dtype) {
     detail::throw_invalid(kVariable, "variable '{}' is declared {} but its values are {}",
                           variable.name, dtype_name(variable.dtype), dtype_name(merged.dtype));

@@ -247,6 +247,32 @@ TEST(CopyToMesh, ErrorNullTensorAndBadLayouts) {
                       "the empty layout places no tensor");
 }
 
+TEST(CopyToMesh, TpuMeshOnAHostWithoutTpusIsTfsUnknownDevice) {
+  // A mesh of TPU device strings (TF's tests' form) parses and lays out as in TF; placing a
+  // tensor on it needs the devices, which this runtime lacks: TF's eager copy onto the mesh
+  // fails with InvalidArgument "<device> unknown device.", and so do copy_to_mesh and pack.
+  Runtime rt({.num_cpu_devices = 4});
+  const Mesh tpu = Mesh::from_string(
+      "|x=2|0,1|0,1|/job:localhost/replica:0/task:0/device:TPU:0,"
+      "/job:localhost/replica:0/task:0/device:TPU:1");
+  EXPECT_EQ(tpu.device_type(), "TPU");
+  const Layout sharded({"x"}, tpu);
+  EXPECT_EQ(sharded.local_shape_from_global_shape(Shape{4}), (Shape{2}));
+  EXPECT_TESSEL_ERROR(copy_to_mesh(Tensor::zeros({4}, DType::kF32), sharded, rt), kInvalid,
+                      "copy_to_mesh: /job:localhost/replica:0/task:0/device:TPU:0 unknown device.");
+  EXPECT_TESSEL_ERROR(
+      copy_to_mesh(Tensor::zeros({4}, DType::kF32), Layout::replicated(tpu, 1), rt), kInvalid,
+      "/job:localhost/replica:0/task:0/device:TPU:0 unknown device.");
+  EXPECT_TESSEL_ERROR(pack({Tensor::zeros({2}, DType::kF32), Tensor::zeros({2}, DType::kF32)},
+                           sharded, rt),
+                      kInvalid, "/job:localhost/replica:0/task:0/device:TPU:0 unknown device.");
+  // Its host mesh (TF registers it with every TPU mesh) is this runtime's CPUs and holds it.
+  const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {4});
+  const DTensor d = copy_to_mesh(x, Layout({"x"}, tpu.host_mesh()), rt);
+  EXPECT_EQ(d.num_components(), 2);
+  EXPECT_EQ(to_host(d).to_vector<float>(), x.to_vector<float>());
+}
+
 TEST(CopyToMesh, ErrorPartialMeanOfBool) {
   Runtime rt({.num_cpu_devices = 4});
   Layout l = partial_layout(Mesh::create({{"x", 4}}), {"unsharded"}, {{"x", ReduceOp::kMean}});

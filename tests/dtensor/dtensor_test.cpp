@@ -122,8 +122,8 @@ TEST(DTensor, ErrorMeshDeviceNotInRuntime) {
   Runtime rt({.num_cpu_devices = 2});
   Layout rows({"x"}, Mesh::create({{"x", 4}}));
   EXPECT_TESSEL_ERROR(DTensor(rows, Shape{4}, DType::kF32, {}, rt), kInvalid,
-                      "mesh device /job:localhost/replica:0/task:0/device:CPU:2 is not a device "
-                      "of this runtime");
+                      "/job:localhost/replica:0/task:0/device:CPU:2 unknown device. The mesh "
+                      "device is not one of this runtime's");
 }
 
 TEST(DTensor, RemoteMeshHasNoComponents) {

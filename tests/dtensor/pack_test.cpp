@@ -257,8 +257,8 @@ TEST(DTensorPack, ErrorMeshDeviceNotInRuntime) {
   Runtime rt({.num_cpu_devices = 2});
   EXPECT_TESSEL_ERROR(
       pack(parts({{1}, {1}, {1}, {1}}), Layout({"x"}, Mesh::create({{"x", 4}})), rt), kInvalid,
-      "pack: mesh device /job:localhost/replica:0/task:0/device:CPU:2 is not a "
-      "device of this runtime");
+      "pack: /job:localhost/replica:0/task:0/device:CPU:2 unknown device. The mesh device is "
+      "not one of this runtime's");
 }
 
 TEST(DTensorPack, RemoteMeshGivesAComponentlessDTensor) {

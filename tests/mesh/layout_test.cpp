@@ -127,6 +127,28 @@ TEST(LayoutHelpers, Quirk_UnevenShapesUseChunksNotTruncation) {
   EXPECT_EQ(four.local_shape_from_global_shape(Shape{2}), (Shape{1}));
 }
 
+TEST(LayoutHelpers, TfPartialShape_UnknownDimsAndRankAreKept) {
+  // TF's LocalShapeFromGlobalShape(PartialTensorShape): a dynamic (-1) extent stays -1, the
+  // unknown rank comes back as is; known extents as the Shape overload (largest chunk).
+  Layout l({"x", "y", "unsharded"}, Mesh::from_string("|x=2,y=3|*CPU"));
+  EXPECT_EQ(l.local_shape_from_global_shape(PartialShape({8, kUnknownDim, kUnknownDim})),
+            PartialShape({4, kUnknownDim, kUnknownDim}));
+  EXPECT_EQ(l.local_shape_from_global_shape(PartialShape({kUnknownDim, 6, 5})),
+            PartialShape({kUnknownDim, 2, 5}));
+  EXPECT_EQ(l.local_shape_from_global_shape(PartialShape({5, 7, 1})), PartialShape({3, 3, 1}));
+  EXPECT_EQ(l.local_shape_from_global_shape(PartialShape({5, 7, 1})),
+            PartialShape(l.local_shape_from_global_shape(Shape{5, 7, 1})));
+  EXPECT_EQ(l.local_shape_from_global_shape(PartialShape::unknown_rank()),
+            PartialShape::unknown_rank());
+  const Layout replicated = Layout::replicated(l.mesh(), 2);
+  EXPECT_EQ(replicated.local_shape_from_global_shape(PartialShape({kUnknownDim, 9})),
+            PartialShape({kUnknownDim, 9}));
+  EXPECT_TESSEL_ERROR(l.local_shape_from_global_shape(PartialShape({8, kUnknownDim})), kInvalid,
+                      "shape [8,?] has rank 2 but the layout has rank 3");
+  // A braced list still means the Shape overload.
+  EXPECT_EQ(l.local_shape_from_global_shape({8, 6, 2}), (Shape{4, 2, 2}));
+}
+
 TEST(LayoutHelpers, OffsetToShardAndGlobalIndex) {
   Layout l({"y", "unsharded"}, Mesh::from_string("|x=2,y=2|*CPU"));
   std::vector<std::vector<int64_t>> expect = {{0, 0}, {1, 0}, {0, 0}, {1, 0}};

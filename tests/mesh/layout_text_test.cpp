@@ -80,7 +80,40 @@ TEST(LayoutText, ScalarSpec) {
   EXPECT_EQ(l.rank(), 0);
   EXPECT_TRUE(l.is_fully_replicated());
   EXPECT_TESSEL_ERROR(Layout::from_string("sharding_specs:scalar,x, mesh:|x=2|*CPU"), kInvalid,
-                      "A scalar sharding_spec can only be used as a single sharding_spec");
+                      "A scalar sharding_spec can only be used as a single sharding_spec "
+                      "instruction, not as part of list of sharding_specs as attempted here with "
+                      "2 sharding_specs");
+  // TF's GetLayout checks every spec against the mesh first, then scalar and repeats in order.
+  EXPECT_TESSEL_ERROR(Layout::from_string("sharding_specs:x,scalar,scalar, mesh:|x=2|*CPU"),
+                      kInvalid, "as attempted here with 3 sharding_specs");
+  EXPECT_TESSEL_ERROR(Layout::from_string("sharding_specs:z,scalar, mesh:|x=2|*CPU"), kInvalid,
+                      "sharding spec (z) refers to mesh dimension not contained in mesh");
+  EXPECT_TESSEL_ERROR(Layout::from_string("sharding_specs:x,x,scalar, mesh:|x=2|*CPU"), kInvalid,
+                      "Attempted to shard two or more tensor dimensions over mesh dimension x");
+}
+
+TEST(LayoutText, ScalarSpecOnTheConstructorPaths) {
+  const Mesh mesh = Mesh::from_string("|x=2|*CPU");
+  // TF's GetLayout (Layout::create, from_proto): the sole "scalar" spec is a rank-0 layout.
+  const Layout scalar = Layout::create(LayoutType::kStatic, {ShardingSpec::parse("scalar")}, mesh);
+  EXPECT_EQ(scalar.rank(), 0);
+  EXPECT_EQ(scalar, Layout::replicated(mesh, 0));
+  EXPECT_EQ(Layout::from_proto(scalar.as_proto()), scalar);
+  EXPECT_TESSEL_ERROR(
+      Layout::create(LayoutType::kStatic,
+                     {ShardingSpec::parse("x"), ShardingSpec::parse("scalar")}, mesh),
+      kInvalid,
+      "A scalar sharding_spec can only be used as a single sharding_spec instruction, not as part "
+      "of list of sharding_specs as attempted here with 2 sharding_specs");
+  // TF's Python constructor checks first: "scalar" is not a mesh dimension there.
+  EXPECT_TESSEL_ERROR(Layout({"scalar"}, mesh), kInvalid,
+                      "scalar: A dimension sharding must either be a valid mesh dimension or "
+                      "UNSHARDED.");
+  EXPECT_TESSEL_ERROR(Layout({"x", "scalar"}, mesh), kInvalid,
+                      "scalar: A dimension sharding must either be a valid mesh dimension or "
+                      "UNSHARDED.");
+  EXPECT_TESSEL_ERROR(ShardingSpec::parse("scalar+x"), kInvalid,
+                      "'scalar' cannot be combined with '+' in 'scalar+x'");
 }
 
 TEST(LayoutText, ParserRunsTheCppValidation) {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "tessel/replicate/partial_shape.h"
+#include "tessel/core/partial_shape.h"
 #include "tessel/replicate/replicated_io.h"
 #include "testing/expect_error.h"
 
@@ -89,20 +89,64 @@ TEST(ReplicatedInput, BR_105_01_MismatchNamesReplicasAndShapes) {
                       "needs the shapes of 1 or more replicas (N >= 1), got none");
 }
 
-TEST(ReplicatedVariable, BR_105_02_HandleShapesAndTypesMergeAcrossReplicas) {
-  EXPECT_EQ(merge_replicated_handle_shapes_and_types(
-                {{PartialShape({kU, 4}), DType::kF32}, {PartialShape({2, kU}), DType::kF32}}),
-            (HandleShapeAndType{PartialShape({2, 4}), DType::kF32}));
-  EXPECT_TESSEL_ERROR(
-      merge_replicated_handle_shapes_and_types(
-          {{PartialShape({2}), DType::kF32}, {PartialShape({2}), DType::kF64}}),
-      ErrorCode::kInvalidArgument,
-      "replica 0's handle has dtype f32 and replica 1's has dtype f64, which do not merge");
-  EXPECT_TESSEL_ERROR(
-      merge_replicated_handle_shapes_and_types(
-          {{PartialShape({3}), DType::kF32}, {PartialShape({2}), DType::kF32}}),
-      ErrorCode::kInvalidArgument,
-      "replica 0 has handle shape [3] and replica 1 has handle shape [2], which do not merge");
+// TPUReplicatedInput on DT_RESOURCE, as TF's shape function does it (BR-105-02).
+HandleData handle(PartialShape shape, DType dtype = DType::kF32) { return {{shape, dtype}}; }
+
+TEST(ReplicatedHandleData, BR_105_02_TheLastInputWithHandleDataIsTheOutputUnrefined) {
+  // TF copies the source's handle data to the output before merging it into the others: the
+  // output of [2,?] and [?,3] is [?,3], not the merged [2,3].
+  const ReplicatedHandleData r = merge_replicated_handle_shapes_and_types(
+      {handle(PartialShape({2, kU})), handle(PartialShape({kU, 3}))});
+  EXPECT_EQ(r.source, 1);
+  EXPECT_EQ(r.output, handle(PartialShape({kU, 3})));
+  EXPECT_EQ(r.inputs[0], handle(PartialShape({2, 3})));  // input 0 refined in place
+  EXPECT_EQ(r.inputs[1], handle(PartialShape({kU, 3})));
+}
+
+TEST(ReplicatedHandleData, BR_105_02_InputsWithoutHandleDataAreSkippedAndTakeACopy) {
+  const ReplicatedHandleData r = merge_replicated_handle_shapes_and_types(
+      {std::nullopt, handle(PartialShape({4}), DType::kI32), std::nullopt});
+  EXPECT_EQ(r.source, 1);
+  EXPECT_EQ(r.output, handle(PartialShape({4}), DType::kI32));
+  EXPECT_EQ(r.inputs[0], r.output);       // below the source: takes a copy
+  EXPECT_EQ(r.inputs[2], std::nullopt);   // above it: never visited
+  const ReplicatedHandleData none =
+      merge_replicated_handle_shapes_and_types({std::nullopt, std::nullopt});
+  EXPECT_EQ(none.output, std::nullopt);
+  EXPECT_EQ(none.source, -1);
+  EXPECT_TESSEL_ERROR(merge_replicated_handle_shapes_and_types({}), ErrorCode::kInvalidArgument,
+                      "ReplicatedInput: needs the handle data of 1 or more inputs (N >= 1)");
+}
+
+TEST(ReplicatedHandleData, BR_105_02_ConflictsAreIgnoredAsTfDoes) {
+  const ReplicatedHandleData r = merge_replicated_handle_shapes_and_types({
+      handle(PartialShape({3, 4})),                    // shapes do not merge: kept
+      handle(PartialShape({kU, kU}), DType::kF64),     // another dtype: left as it was
+      handle(PartialShape()),                          // the unknown rank: refined
+      HandleData{},                                    // another entry count: left as it was
+      handle(PartialShape({2, kU})),                   // the source
+  });
+  EXPECT_EQ(r.source, 4);
+  EXPECT_EQ(r.inputs[0], handle(PartialShape({3, 4})));
+  EXPECT_EQ(r.inputs[1], handle(PartialShape({kU, kU}), DType::kF64));
+  EXPECT_EQ(r.inputs[2], handle(PartialShape({2, kU})));
+  EXPECT_EQ(r.inputs[3], HandleData{});
+  EXPECT_EQ(r.output, handle(PartialShape({2, kU})));
+}
+
+TEST(ReplicatedHandleData, BR_105_02_SeveralEntriesMergeAllOrNothingOnDtypes) {
+  const HandleData source = {{PartialShape({kU}), DType::kF32}, {PartialShape({1}), DType::kI64}};
+  const ReplicatedHandleData r = merge_replicated_handle_shapes_and_types({
+      HandleData{{PartialShape({5}), DType::kF32}, {PartialShape({kU}), DType::kI32}},
+      HandleData{{PartialShape({kU}), DType::kF32}, {PartialShape({kU}), DType::kI64}},
+      source,
+  });
+  EXPECT_EQ(r.output, source);
+  // Entry 1's dtype differs: entry 0 is not refined either.
+  EXPECT_EQ(r.inputs[0],
+            (HandleData{{PartialShape({5}), DType::kF32}, {PartialShape({kU}), DType::kI32}}));
+  EXPECT_EQ(r.inputs[1],
+            (HandleData{{PartialShape({kU}), DType::kF32}, {PartialShape({1}), DType::kI64}}));
 }
 
 TEST(ReplicatedVariable, BR_105_02_PerReplicaValuesMergeWithTheDeclaredHandle) {

@@ -20,11 +20,13 @@
 // Thread safety: an immutable value.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "tessel/core/partial_shape.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/shape.h"
 #include "tessel/mesh/mesh.h"
@@ -94,6 +96,13 @@ class Layout {
   Shape local_shape(const Shape& global_shape, int64_t offset) const;
   // The largest block's shape: ceil(n / shards) per dim (TF truncates; tessel never does).
   Shape local_shape_from_global_shape(const Shape& global_shape) const;
+  // TF's PartialTensorShape overload: the unknown rank comes back unchanged, an unknown (-1,
+  // dynamic) dimension stays unknown, a known one is as above. (A template only so that a braced
+  // list, local_shape_from_global_shape({8, 6}), still means the Shape overload.)
+  template <std::same_as<PartialShape> P>
+  PartialShape local_shape_from_global_shape(const P& global_shape) const {
+    return local_partial_shape_from_global_shape(global_shape);
+  }
   // local[i] * num_shards(i) (exact for even shards; an upper bound for uneven ones).
   Shape global_shape_from_local_shape(const Shape& local_shape) const;
 
@@ -132,6 +141,9 @@ class Layout {
  private:
   Layout(LayoutType type, std::vector<ShardingSpec> specs, Mesh mesh,
          std::vector<PartialDim> partial);
+  PartialShape local_partial_shape_from_global_shape(const PartialShape& global_shape) const;
+  // The largest block's extent along `axis` of a global extent n >= 0.
+  int64_t largest_block_extent(int axis, int64_t n) const;
   // Shard index of the device at `offset` along tensor dim `axis`.
   int64_t shard_index(int axis, const std::vector<int64_t>& location) const;
 

@@ -33,7 +33,9 @@ class ShardingSpec {
   // Sharded over one or more mesh dimensions, major first. Empty list or an empty name:
   // Error kInvalidArgument.
   static ShardingSpec sharded(std::vector<std::string> mesh_dims);
-  // "unsharded", "match", "any", "x" or "x+y". Malformed ("", "x+", "+x"): kInvalidArgument.
+  // "unsharded", "match", "any", "x" or "x+y". Malformed ("", "x+", "+x", "scalar+x"):
+  // kInvalidArgument. TF's legacy "scalar" parses as a spec over a dimension named "scalar";
+  // Layout::create reads it as TF's GetLayout does (the sole spec of a rank-0 layout).
   static ShardingSpec parse(std::string_view text);
 
   Kind kind() const { return kind_; }

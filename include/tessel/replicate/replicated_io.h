@@ -11,6 +11,9 @@
 //   auto w = ReplicatedVariable::per_replica("w", {w0, w1});   // one value per replica
 //   auto b = ReplicatedVariable::mirrored("b", b_value);       // one value for every replica
 //   merge_variable_handles(w, 2)             // {shape [..], dtype}: the merged handle data
+//   merge_replicated_handle_shapes_and_types({HandleData{{PartialShape({2, 3}), DType::kF32}},
+//                                             std::nullopt})
+//       .output == HandleData{{[2,3], f32}}   // input 1 has no handle data: input 0's wins
 //   replicated_output(t, 4)                  // 4 handles of t (TPUReplicatedOutput)
 //   dummy_input(DType::kBF16, Shape{8, 128}) // zeros (TPUDummyInput: f32 or bf16 only)
 //
@@ -18,13 +21,16 @@
 // N-2 .. 0 into it (PartialShape::merge). A failure at replica i is Error kInvalidArgument from
 // "ReplicatedInput" naming replica i, a replica j > i whose shape conflicts with it directly,
 // both shapes, TF's merge text and TF's context "From merging shape i with other shapes.".
-// Handle data (shape and dtype of each replica's resource) merge the same way; TF ignores a
-// failed handle merge ("no way to discover errors"), tessel reports it (a variable whose
-// replicas disagree on its shape or dtype is a bug, not a refinement to skip).
+// Handle data (the shapes and dtypes behind each replica's resource handle) follow TF's code
+// exactly (merge_replicated_handle_shapes_and_types): the output carries the LAST input's handle
+// data that exists, and conflicts are ignored ("no way to discover errors"). A ReplicatedVariable,
+// whose values tessel has, is checked strictly instead (merge_variable_handles): replicas that
+// disagree on its shape or dtype would fail TF's compilation, which needs identical static shapes.
 //
 // Thread safety: pure functions and value types.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,7 +39,7 @@
 #include "tessel/core/shape.h"
 #include "tessel/core/tensor.h"
 #include "tessel/dtensor/dtensor.h"
-#include "tessel/replicate/partial_shape.h"
+#include "tessel/core/partial_shape.h"
 
 namespace tessel {
 
@@ -49,11 +55,27 @@ struct HandleShapeAndType {
   friend bool operator==(const HandleShapeAndType&, const HandleShapeAndType&) = default;
 };
 
-// The handle data of N replicas' resources merged as TPUReplicatedInput does for DT_RESOURCE
-// (BR-105-02): shapes from the last to the first as above; dtypes must all be equal
-// (kInvalidArgument naming two replicas and their dtypes).
-HandleShapeAndType merge_replicated_handle_shapes_and_types(
-    const std::vector<HandleShapeAndType>& handles, std::string_view what = {});
+// The handle data of one resource input (TF's vector<ShapeAndType>): one entry per value behind
+// the handle (a variable has one; a TensorList several). An input may have none (nullopt).
+using HandleData = std::vector<HandleShapeAndType>;
+
+// What TPUReplicatedInput's shape function does with the handle data of N resource inputs
+// (BR-105-02), as TF's code does it:
+//  - output: the handle data of the last input (highest index) that has any, unchanged; none if
+//    no input has any. `source` is that input's index (-1 when none).
+//  - inputs: each input's handle data after TF merges the source's into it, from input source-1
+//    down to 0 (MergeInputHandleShapesAndTypes): an input without handle data takes a copy; one
+//    with a different number of entries, or an entry of another dtype, is left as it was; per
+//    entry, shapes merge (PartialShape::merge) and a shape that does not merge is kept.
+// Nothing is an error: TF ignores every conflict. No inputs: kInvalidArgument (TF: N >= 1).
+struct ReplicatedHandleData {
+  std::optional<HandleData> output;
+  int source = -1;
+  std::vector<std::optional<HandleData>> inputs;
+  friend bool operator==(const ReplicatedHandleData&, const ReplicatedHandleData&) = default;
+};
+ReplicatedHandleData merge_replicated_handle_shapes_and_types(
+    const std::vector<std::optional<HandleData>>& inputs);
 
 // A variable passed to a replicated computation (TF's _TPUReplicate `variables`): either one
 // value per replica, or one value mirrored on every replica (TF's is_mirrored_variable). Each
@@ -75,11 +97,12 @@ struct ReplicatedVariable {
   const Tensor& value(int replica) const;
 };
 
-// Checks `variable` for `num_replicas` replicas and returns its merged handle data. Errors,
+// Checks `variable` for `num_replicas` replicas and returns its merged handle data: the values'
+// shapes merged from the last replica to the first, as input shapes are, and their dtype. Errors,
 // kInvalidArgument from "ReplicatedVariable" naming the variable: a value count other than
-// num_replicas (1 when mirrored), a null value (naming the replica), handle data that does not
-// merge across replicas (naming both replicas), a dtype other than the declared one, a merged
-// shape that does not merge with the declared handle_shape.
+// num_replicas (1 when mirrored), a null value (naming the replica), values whose shapes or
+// dtypes differ across replicas (naming both replicas; TF's compilation would fail), a dtype
+// other than the declared one, a merged shape that does not merge with the declared handle_shape.
 HandleShapeAndType merge_variable_handles(const ReplicatedVariable& variable, int num_replicas);
 
 // TPUReplicatedOutput: one value to num_replicas outputs, each with the input's shape. The

@@ -1,5 +1,5 @@
 // PartialShape: TF's partially known shapes and their Merge (see partial_shape.h).
-#include "tessel/replicate/partial_shape.h"
+#include "tessel/core/partial_shape.h"
 
 #include <fmt/format.h>
 

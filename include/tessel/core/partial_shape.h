@@ -4,6 +4,8 @@
 //
 // replicate() uses it for TF's TPUReplicatedInput shape function (replicated_io.h): the shapes
 // of N replicas' inputs are merged into the most refined shape compatible with all of them.
+// Layout::local_shape_from_global_shape takes one to keep unknown (dynamic) dimensions, as TF's
+// PartialTensorShape overload does.
 //
 //   PartialShape a({2, kUnknownDim});            // [2,?]
 //   PartialShape b({kUnknownDim, 3});            // [?,3]
