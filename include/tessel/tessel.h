@@ -13,6 +13,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
 #include "tessel/core/host_memory.h"
+#include "tessel/core/memory_space.h"
 #include "tessel/core/partial_shape.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/shape.h"
@@ -30,6 +31,8 @@
 // runtime
 #include "tessel/runtime/clients.h"
 #include "tessel/runtime/device.h"
+#include "tessel/runtime/gpu.h"
+#include "tessel/runtime/gpu_event.h"
 #include "tessel/runtime/runtime.h"
 #include "tessel/runtime/stream.h"
 
@@ -40,6 +43,7 @@
 #include "tessel/comm/mesh_groups.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/comm/multi_client.h"
+#include "tessel/comm/nccl.h"
 
 // alloc
 #include "tessel/alloc/fused_all_reduce.h"
