@@ -161,6 +161,7 @@ void bind_tensor(py::module_& m) {
   py::class_<MemorySpace>(m, "MemorySpace", "Where an allocation lives: the host, or a GPU.")
       .def_static("host", &MemorySpace::host)
       .def_static("cuda", &MemorySpace::cuda, py::arg("ordinal"))
+      .def_static("simulated_gpu", &MemorySpace::simulated_gpu, py::arg("ordinal"))
       .def_property_readonly("is_host", &MemorySpace::is_host)
       .def_readonly("device_ordinal", &MemorySpace::device_ordinal)
       .def("to_string", &MemorySpace::to_string)

@@ -482,6 +482,8 @@ layout (may be Partial: reduced later, by the consumer that needs it).)doc")
 
   m.def(
       "op_names", [] { return OpRegistry::global().names(); }, "Every registered op's name.");
+  m.def("host_staged_kernel_calls", &host_staged_kernel_calls,
+        "{op: blocks run host-staged on GPU devices} (ops without a GPU kernel), this process.");
   m.def(
       "call_op",
       [](const std::string& name, const std::vector<DTensor>& inputs, const py::kwargs& kwargs) {

@@ -24,6 +24,8 @@ them back). Obtained from a Runtime; keeps its Runtime alive.)doc")
       .def_property_readonly("gpu_ordinal", &Device::gpu_ordinal,
                              "The CUDA ordinal of a GPU device; -1 for a CPU device.")
       .def_property_readonly("memory_space", &Device::memory_space)
+      .def_property_readonly("is_simulated_gpu", &Device::is_simulated_gpu,
+                             "True for a simulated GPU device (TESSEL_SIMULATED_GPUS).")
       .def_property_readonly("index", &Device::index)
       .def_property_readonly("parsed_name", &Device::parsed_name)
       .def(
@@ -71,12 +73,14 @@ TESSEL_DEVICE_MEMORY_LIMIT, else each device gets host_memory_limit() / num_cpu_
 per simulated host, with distinct task ids); Runtime.global_runtime() is the process default.
 Errors in a device's work surface at synchronize(), naming the device and the op.)doc")
       .def(py::init([](int num_cpu_devices, std::string job, int replica, int task,
-                       int64_t memory_limit, int num_gpu_devices) {
+                       int64_t memory_limit, int num_gpu_devices, int num_simulated_gpu_devices) {
              return new Runtime(RuntimeOptions{num_cpu_devices, std::move(job), replica, task,
-                                               memory_limit, num_gpu_devices});
+                                               memory_limit, num_gpu_devices,
+                                               num_simulated_gpu_devices});
            }),
            py::arg("num_cpu_devices") = -1, py::arg("job") = "localhost", py::arg("replica") = 0,
-           py::arg("task") = 0, py::arg("memory_limit") = -1, py::arg("num_gpu_devices") = -1)
+           py::arg("task") = 0, py::arg("memory_limit") = -1, py::arg("num_gpu_devices") = -1,
+           py::arg("num_simulated_gpu_devices") = -1)
       .def_static("global_runtime", &Runtime::global, py::return_value_policy::reference,
                   "The process-wide runtime, created on first use.")
       .def("num_devices", &Runtime::num_devices)

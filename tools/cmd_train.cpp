@@ -42,6 +42,8 @@ constexpr const char* kHelp =
     "                      baby (6 layers, width 384, context 256, batch 64) or test (default "
     "tiny)\n"
     "  --mesh BxM          batch x model mesh, also batch=B,model=M (default 2x2)\n"
+    "  --device cpu|gpu    the mesh's devices: virtual CPU devices (default) or GPU devices\n"
+    "                      (one per GPU; TESSEL_SIMULATED_GPUS=N simulates N without a GPU)\n"
     "  --steps N           training steps (default: the config's, 2000 for tiny)\n"
     "  --eval-interval N   validation loss every N steps and at the end (default: the config's)\n"
     "  --eval-iters N      batches per validation estimate (default: the config's)\n"
@@ -74,6 +76,7 @@ constexpr const char* kHelp =
 struct Options {
   std::string config = "tiny";
   int64_t mesh_batch = 2, mesh_model = 2;
+  std::string device_type = "CPU";  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   std::optional<double> dropout, lr;
   bool sp = false, json = false;
@@ -111,6 +114,10 @@ Options parse(const Args& args) {
   flags.number({"--dropout"}, dropout);
   flags.number({"--lr"}, lr);
   flags.set({"--sp"}, o.sp);
+  flags.custom({"--device"}, [&](const std::string& flag, const std::string& v) {
+    if (v != "cpu" && v != "gpu") flags.fail(fmt::format("{} expects cpu or gpu, got '{}'", flag, v));
+    o.device_type = v == "gpu" ? "GPU" : "CPU";
+  });
   flags.text({"--data"}, o.data);
   flags.integer({"--sample"}, o.sample, 0, 1000000);
   flags.text({"--metrics"}, o.metrics);
@@ -164,7 +171,7 @@ std::string progress_line(const gpt::StepReport& r, int64_t total, double tokens
 
 int train_gpt(const Options& o) {
   const gpt::GptConfig config = config_of(o);  // a bad configuration fails before anything starts
-  const ProcessMesh pm("train", o.mesh_batch, o.mesh_model);
+  const ProcessMesh pm("train", o.mesh_batch, o.mesh_model, o.device_type);
   const ClientConfig& client = pm.client();
   Runtime& rt = pm.runtime();
   const Mesh& mesh = pm.mesh();
@@ -186,9 +193,10 @@ int train_gpt(const Options& o) {
   if (progress) {
     std::cout << fmt::format(
         "tessel train gpt: {} ({} layers, {} heads, width {}, context {}, {:.2f} M parameters), "
-        "batch {}, {} steps, mesh batch={} model={}{}{}\n",
+        "batch {}, {} steps, mesh batch={} model={}{}{}{}\n",
         o.config, c.n_layer, c.n_head, c.n_embd, c.block_size, c.num_parameters() / 1e6,
-        c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model, o.sp ? ", sequence parallel" : "",
+        c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
+        o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
         client.num_clients > 1 ? fmt::format(" over {} processes", client.num_clients) : "");
   }
   std::vector<gpt::StepReport> reports;
@@ -269,6 +277,7 @@ int train_gpt(const Options& o) {
     }
     print_json(Json{{"config", o.config},
                     {"mesh", {o.mesh_batch, o.mesh_model}},
+                    {"device", o.device_type},
                     {"processes", client.num_clients},
                     {"sequence_parallel", o.sp},
                     {"steps", c.max_iters},

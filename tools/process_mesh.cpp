@@ -38,7 +38,8 @@ bool redraw_progress(const ClientConfig& client) {
   return client.num_clients == 1 && isatty(STDOUT_FILENO) != 0;
 }
 
-ProcessMesh::ProcessMesh(std::string_view command, int64_t batch, int64_t model)
+ProcessMesh::ProcessMesh(std::string_view command, int64_t batch, int64_t model,
+                         std::string_view device_type)
     : client_(client_config()) {
   const int64_t devices = batch * model;
   if (devices % client_.num_clients != 0) {
@@ -48,10 +49,18 @@ ProcessMesh::ProcessMesh(std::string_view command, int64_t batch, int64_t model)
   }
   local_devices_ = static_cast<int>(devices / client_.num_clients);
   if (client_.num_clients > 1) mpi_ = std::make_unique<MpiEnvironment>();
+  const bool gpu = device_type == "GPU";
   runtime_ = std::make_unique<Runtime>(RuntimeOptions{
-      .num_cpu_devices = local_devices_, .job = client_.job, .task = client_.client_id});
+      .num_cpu_devices = gpu ? 1 : local_devices_, .job = client_.job, .task = client_.client_id});
+  if (gpu && static_cast<int>(runtime_->gpu_devices().size()) < local_devices_) {
+    throw Error(ErrorCode::kInvalidArgument, command,
+                fmt::format("the {}x{} mesh needs {} GPU devices in this process, but it has {}",
+                            batch, model, local_devices_, runtime_->gpu_devices().size()));
+  }
   std::vector<std::string> local_names;
-  for (int i = 0; i < local_devices_; ++i) local_names.push_back(fmt::format("CPU:{}", i));
+  for (int i = 0; i < local_devices_; ++i) {
+    local_names.push_back(fmt::format("{}:{}", gpu ? "GPU" : "CPU", i));
+  }
   mesh_ = create_distributed_mesh({{"batch", batch}, {"model", model}}, local_names, client_);
 }
 

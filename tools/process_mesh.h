@@ -1,4 +1,5 @@
-// Internal to the CLI: this process's share of a batch x model mesh of virtual CPU devices. Alone,
+// Internal to the CLI: this process's share of a batch x model mesh of devices (virtual CPU
+// devices, or GPU devices). Alone,
 // the process holds the whole mesh; as one of P clients under mpirun it holds B*M/P devices
 // (batch across processes, model within), with MPI initialised while the object lives.
 //
@@ -34,8 +35,11 @@ bool redraw_progress(const ClientConfig& client);
 class ProcessMesh {
  public:
   // B*M devices that do not split evenly over the processes: kInvalidArgument from `command`.
-  // Several processes in a build without MPI: kUnavailable.
-  ProcessMesh(std::string_view command, int64_t batch, int64_t model);
+  // Several processes in a build without MPI: kUnavailable. device_type "GPU": the mesh is this
+  // process's GPU devices (as many as it holds of the mesh; TESSEL_SIMULATED_GPUS for simulated
+  // ones), fewer than that: kInvalidArgument naming the counts.
+  ProcessMesh(std::string_view command, int64_t batch, int64_t model,
+              std::string_view device_type = "CPU");
   // Destroyed by an exception (e.g. a collective that lost a process), it leaves MPI as it is:
   // MPI_Finalize could wait forever for a process that is gone, and main() reports the error.
   ~ProcessMesh();

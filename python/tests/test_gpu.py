@@ -61,3 +61,37 @@ def test_nccl_all_reduce_sums_over_the_gpus():
 def test_without_cuda_nccl_is_unavailable():
     with pytest.raises(tessel.UnavailableError, match="without CUDA"):
         tessel.make_nccl_communicators([])
+
+
+def test_simulated_gpus_keep_device_memory_apart_and_compute_through_the_host():
+    rt = tessel.Runtime(num_cpu_devices=1, num_simulated_gpu_devices=2)
+    gpus = rt.gpu_devices()
+    assert [g.name for g in gpus] == [
+        "/job:localhost/replica:0/task:0/device:GPU:0",
+        "/job:localhost/replica:0/task:0/device:GPU:1",
+    ]
+    assert all(g.is_simulated_gpu and g.device_type == "GPU" for g in gpus)
+    assert gpus[1].memory_space == tessel.MemorySpace.simulated_gpu(1)
+    t = gpus[0].allocate([2, 3], "f32")
+    with pytest.raises(tessel.FailedPreconditionError, match="simulated_gpu:0"):
+        t.numpy()
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t.copy_from(tessel.Tensor.from_numpy(host))
+    np.testing.assert_array_equal(t.to_host().numpy(), host)
+    expected = tessel.InvalidArgumentError if tessel.built_with_cuda() else tessel.UnavailableError
+    with pytest.raises(expected):  # NCCL needs real GPUs
+        tessel.make_nccl_communicators(gpus)
+
+
+def test_a_matmul_on_a_simulated_gpu_mesh_matches_numpy():
+    rt = tessel.Runtime(num_cpu_devices=1, num_simulated_gpu_devices=2)
+    mesh = tessel.Mesh.create_on_devices([("x", 2)], [g.name for g in rt.gpu_devices()])
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 4)).astype(np.float32)
+    da = tessel.copy_to_mesh(a, tessel.Layout(["x", "unsharded"], mesh), runtime=rt)
+    db = tessel.copy_to_mesh(b, tessel.Layout(["unsharded", "unsharded"], mesh), runtime=rt)
+    before = tessel.host_staged_kernel_calls().get("matmul", 0)
+    out = tessel.matmul(da, db)
+    np.testing.assert_allclose(tessel.to_host(out), a @ b, rtol=1e-5, atol=1e-5)
+    assert tessel.host_staged_kernel_calls()["matmul"] == before + 2  # one block per device

@@ -178,6 +178,16 @@ void Communicator::transfer_boxes(const Tensor& input,
                                   const std::vector<std::vector<int64_t>>& output_origins,
                                   const std::vector<BoxTransfer>& transfers, std::string_view label,
                                   const CollectiveOptions& options) {
+  // GPU memory (no NCCL version of the block collectives yet) goes through host copies; the
+  // output's copy carries its current values, which the boxes sent elsewhere leave in place.
+  if (detail::stages_through_host(*transport_, input, false) ||
+      detail::stages_through_host(*transport_, output, false)) {
+    Tensor out = detail::host_copy(output);
+    transfer_boxes(detail::host_copy(input), input_origins, out, output_origins, transfers, label,
+                   options);
+    if (output.defined()) output.copy_from(out);
+    return;
+  }
   const detail::Deadline deadline = detail::deadline_of(options);
   const int me = rank();
   Digest digest;
@@ -199,8 +209,6 @@ void Communicator::transfer_boxes(const Tensor& input,
                                        transfers.size(), received, me);
   const detail::Signature sig = detail::make_signature(++sequence_, agreed, mine);
   detail::guarded(*transport_, sig, [&] {
-    detail::reject_device_memory(input, label);
-    detail::reject_device_memory(output, label);
     const int array_rank = check_transfer_list(label, size(), input_origins, output_origins, transfers);
     check_my_blocks(label, me, array_rank, input, input_origins[me], output, output_origins[me],
                     transfers);
@@ -229,13 +237,13 @@ void Communicator::transfer_boxes(const Tensor& input,
         copy_box(input, input_origins[me], output, output_origins[me], t.box);
         continue;
       }
-      Tensor packed = Tensor::empty(Shape(t.box.extents), input.dtype(), scratch_, false);
+      Tensor packed = Tensor::empty(Shape(t.box.extents), input.dtype(), host_scratch(), false);
       copy_box(input, input_origins[me], packed, t.box.offsets, t.box);
       transport_->send(t.to, detail::kAlgorithmTag, packed.data(), packed.nbytes(), sig, deadline);
     }
     for (const BoxTransfer& t : transfers) {
       if (t.to != me || t.from == me || t.box.empty()) continue;
-      Tensor packed = Tensor::empty(Shape(t.box.extents), output.dtype(), scratch_, false);
+      Tensor packed = Tensor::empty(Shape(t.box.extents), output.dtype(), host_scratch(), false);
       transport_->recv(t.from, detail::kAlgorithmTag, packed.data(), packed.nbytes(), sig, deadline);
       copy_box(packed, t.box.offsets, output, output_origins[me], t.box);
     }
@@ -245,6 +253,13 @@ void Communicator::transfer_boxes(const Tensor& input,
 void Communicator::reduce_scatter_boxes(const Tensor& input, const std::vector<int64_t>& input_origin,
                                         Tensor& output, const std::vector<Box>& output_boxes,
                                         ReduceOp op, const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, input, false) ||
+      detail::stages_through_host(*transport_, output, false)) {
+    Tensor out = detail::host_copy(output);
+    reduce_scatter_boxes(detail::host_copy(input), input_origin, out, output_boxes, op, options);
+    if (output.defined()) output.copy_from(out);
+    return;
+  }
   constexpr std::string_view kOp = "reduce_scatter_boxes";
   const detail::Deadline deadline = detail::deadline_of(options);
   const int me = rank();
@@ -262,8 +277,6 @@ void Communicator::reduce_scatter_boxes(const Tensor& input, const std::vector<i
   detail::guarded(*transport_, sig, [&] {
     const int n = size();
     detail::require_tensor(input, kOp, "input");
-    detail::reject_device_memory(input, kOp);
-    detail::reject_device_memory(output, kOp);
     if (static_cast<int>(input_origin.size()) != input.rank()) {
       detail::throw_invalid(kComm, "{}: input origin [{}] has {} entries for an input of rank {}", kOp,
                             fmt::join(input_origin, ","), input_origin.size(), input.rank());
@@ -312,7 +325,7 @@ void Communicator::reduce_scatter_boxes(const Tensor& input, const std::vector<i
     std::vector<int64_t> counts(n);
     int64_t total = 0;
     for (int r = 0; r < n; ++r) total += counts[r] = output_boxes[r].num_elements();
-    Tensor packed = Tensor::empty(Shape{total}, input.dtype(), scratch_, false);
+    Tensor packed = Tensor::empty(Shape{total}, input.dtype(), host_scratch(), false);
     auto* dst = static_cast<uint8_t*>(packed.data());
     for (const Box& box : output_boxes) {
       for_each_run(box, input_origin, input.shape().dims(), [&](int64_t in, int64_t at, int64_t len) {
@@ -321,7 +334,7 @@ void Communicator::reduce_scatter_boxes(const Tensor& input, const std::vector<i
       dst += box.num_elements() * item;
     }
     const Tensor reduced = detail::p2p_reduce_scatter(*transport_, packed, op, counts,
-                                                      {&sig, deadline, scratch_, options.segment_bytes});
+                                                      {&sig, deadline, host_scratch(), options.segment_bytes});
     if (reduced.nbytes() > 0) std::memcpy(output.data(), reduced.data(), reduced.nbytes());
   });
 }

@@ -83,6 +83,14 @@ void Communicator::abort(const std::string& reason) { transport_->abort(reason);
 
 void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
                               const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, input) ||
+      detail::stages_through_host(*transport_, output)) {
+    Tensor in = detail::host_copy(input);
+    Tensor out = output.defined() && output.shares_storage_with(input) ? in : detail::host_copy(output);
+    all_reduce(in, out, op, options);
+    output.copy_from(out);
+    return;
+  }
   Algorithm algo = options.algorithm;
   if (algo == Algorithm::kAuto) {
     algo = transport_->shares_memory()
@@ -119,7 +127,7 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
     a.dtype = input.dtype();
     a.op = op;
     a.segment_bytes = options.segment_bytes;
-    a.scratch = scratch_;
+    a.scratch = host_scratch();
     a.signature = &sig;
     a.deadline = deadline_of(options);
     if (algo == Algorithm::kRing || algo == Algorithm::kHalvingDoubling ||
@@ -144,6 +152,14 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
 
 void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int root,
                           const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, input) ||
+      detail::stages_through_host(*transport_, output)) {
+    Tensor in = detail::host_copy(input);
+    Tensor out = detail::host_copy(output);
+    reduce(in, out, op, root, options);
+    if (output.defined() && rank() == root) output.copy_from(out);
+    return;
+  }
   const std::string what = fmt::format("reduce({}, {} elements, {}, root {})",
                                        input.defined() ? dtype_name(input.dtype()) : "null",
                                        input.defined() ? input.num_elements() : 0,
@@ -164,13 +180,19 @@ void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int 
     if (auto* dev = detail::device_collectives_for(*transport_, input, "reduce")) {
       return detail::device_reduce(*dev, *transport_, input, output, op, root, sig, deadline_of(options));
     }
-    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    const detail::CallContext ctx{&sig, deadline_of(options), host_scratch(), options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_reduce(*transport_, input, output, op, root, ctx);
     detail::p2p_reduce(*transport_, input, output, op, root, ctx);
   });
 }
 
 void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, tensor)) {
+    Tensor staged = detail::host_copy(tensor);
+    broadcast(staged, root, options);
+    tensor.copy_from(staged);
+    return;
+  }
   const std::string what = fmt::format("broadcast({}, {} elements, root {})",
                                        tensor.defined() ? dtype_name(tensor.dtype()) : "null",
                                        tensor.defined() ? tensor.num_elements() : 0, root);
@@ -181,7 +203,7 @@ void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& 
     if (auto* dev = detail::device_collectives_for(*transport_, tensor, "broadcast")) {
       return detail::device_broadcast(*dev, *transport_, tensor, root, sig, deadline_of(options));
     }
-    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    const detail::CallContext ctx{&sig, deadline_of(options), host_scratch(), options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_broadcast(*transport_, tensor, root, ctx);
     detail::p2p_broadcast(*transport_, tensor, root, ctx);
   });
@@ -198,6 +220,10 @@ Tensor Communicator::gather(const Tensor& input, int root, int axis,
 
 Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int axis,
                                  const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, input, /*device_version=*/all)) {
+    const Tensor out = gather_impl(detail::host_copy(input), root, all, axis, options);
+    return detail::copy_like(out, input);
+  }
   const std::string op = all ? "all_gather" : fmt::format("gather(root {})", root);
   const std::string agreed =
       input.defined() ? fmt::format("{}({}, {}, axis {})", op, dtype_name(input.dtype()),
@@ -215,11 +241,10 @@ Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int ax
     if (a < 0 || a >= input.rank()) {
       detail::throw_invalid(kComm, "{}: axis {} is outside a tensor of rank {}", op, axis, input.rank());
     }
-    if (!all) detail::reject_device_memory(input, "gather");
     if (auto* dev = detail::device_collectives_for(*transport_, input, op)) {
       return detail::device_all_gather(*dev, *transport_, input, a, sig, deadline_of(options));
     }
-    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    const detail::CallContext ctx{&sig, deadline_of(options), host_scratch(), options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_all_gather(*transport_, input, a, root, ctx);
     return detail::p2p_all_gather(*transport_, input, a, root, ctx);
   });
@@ -228,6 +253,9 @@ Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int ax
 Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
                                     const std::vector<int64_t>& counts,
                                     const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, input)) {
+    return detail::copy_like(reduce_scatter(detail::host_copy(input), op, counts, options), input);
+  }
   const std::string what = fmt::format(
       "reduce_scatter({}, {}, {}, counts [{}])", input.defined() ? dtype_name(input.dtype()) : "null",
       input.defined() ? input.shape().to_string() : "[]", reduce_op_name(op), fmt::join(counts, ","));
@@ -240,7 +268,7 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
     if (auto* dev = detail::device_collectives_for(*transport_, input, "reduce_scatter")) {
       return detail::device_reduce_scatter(*dev, *transport_, input, op, rows, sig, deadline_of(options));
     }
-    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    const detail::CallContext ctx{&sig, deadline_of(options), host_scratch(), options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_reduce_scatter(*transport_, input, op, rows, ctx);
     return detail::p2p_reduce_scatter(*transport_, input, op, rows, ctx);
   });
@@ -248,6 +276,9 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
 
 Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>& send_counts,
                                 const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, input)) {
+    return detail::copy_like(all_to_all(detail::host_copy(input), send_counts, options), input);
+  }
   const std::string agreed = input.defined() ? fmt::format("all_to_all({}, {})", dtype_name(input.dtype()),
                                                            shape_without(input.shape(), 0))
                                              : "all_to_all(null)";
@@ -274,7 +305,7 @@ Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>&
     if (auto* dev = detail::device_collectives_for(*transport_, input, "all_to_all")) {
       return detail::device_all_to_all(*dev, *transport_, input, counts, sig, deadline_of(options));
     }
-    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    const detail::CallContext ctx{&sig, deadline_of(options), host_scratch(), options.segment_bytes};
     if (transport_->shares_memory()) return detail::direct_all_to_all(*transport_, input, counts, ctx);
     return detail::p2p_all_to_all(*transport_, input, counts, ctx);
   });
@@ -282,12 +313,14 @@ Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>&
 
 Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<int64_t>& counts,
                              const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, input, /*device_version=*/false)) {
+    return detail::copy_like(scatter(detail::host_copy(input), root, counts, options), input);
+  }
   const bool is_root = rank() == root;
   const std::string what = fmt::format("scatter(root {}, counts [{}])", root, fmt::join(counts, ","));
   const detail::Signature sig = make_signature(++sequence_, what, what);
   return guarded(*transport_, sig, [&] {
     check_root("scatter", root, size());
-    detail::reject_device_memory(input, "scatter");
     // Every rank learns the root's shape and dtype from the root's post.
     Shape row_shape;
     DType dtype = DType::kF32;
@@ -299,7 +332,7 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
       row_shape = Shape(std::vector<int64_t>(input.shape().dims().begin() + 1, input.shape().dims().end()));
       dtype = input.dtype();
     }
-    const detail::CallContext ctx{&sig, deadline_of(options), scratch_, options.segment_bytes};
+    const detail::CallContext ctx{&sig, deadline_of(options), host_scratch(), options.segment_bytes};
     // First phase: every rank learns the root's description (rows, dtype, row shape).
     std::vector<int64_t> description = {rows, static_cast<int64_t>(dtype)};
     if (is_root) description.insert(description.end(), row_shape.dims().begin(), row_shape.dims().end());
@@ -316,6 +349,9 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
 }
 
 void Communicator::send(const Tensor& tensor, int peer, int tag, const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, tensor)) {
+    return send(detail::host_copy(tensor), peer, tag, options);
+  }
   const std::string what = fmt::format("send({} bytes to rank {}, tag {})",
                                        tensor.defined() ? tensor.nbytes() : 0, peer, tag);
   const detail::Signature sig = make_signature(sequence_, what, what);
@@ -331,6 +367,12 @@ void Communicator::send(const Tensor& tensor, int peer, int tag, const Collectiv
 }
 
 void Communicator::recv(Tensor& tensor, int peer, int tag, const CollectiveOptions& options) {
+  if (detail::stages_through_host(*transport_, tensor)) {
+    Tensor staged = detail::host_copy(tensor);
+    recv(staged, peer, tag, options);
+    tensor.copy_from(staged);
+    return;
+  }
   const std::string what = fmt::format("recv({} bytes from rank {}, tag {})",
                                        tensor.defined() ? tensor.nbytes() : 0, peer, tag);
   const detail::Signature sig = make_signature(sequence_, what, what);

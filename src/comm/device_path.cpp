@@ -43,11 +43,10 @@ DeviceCollectives* device_collectives_for(Transport& transport, const Tensor& t,
                                           std::string_view op) {
   if (!t.defined() || t.memory_space().is_host()) return nullptr;
   DeviceCollectives* dev = transport.device_collectives();
-  if (dev == nullptr) {
-    throw_invalid(kComm,
-                  "{}: the tensor is in {} memory, but this group's transport moves host memory "
-                  "only (make an NCCL communicator for GPU tensors: make_nccl_communicators)",
-                  op, t.memory_space().to_string());
+  if (dev == nullptr) {  // callers stage such tensors through the host first
+    throw_error(ErrorCode::kInternal, kComm,
+                "{}: a tensor in {} memory reached a transport without device collectives", op,
+                t.memory_space().to_string());
   }
   if (!(dev->memory_space() == t.memory_space())) {
     throw_invalid(kComm, "{}: the tensor is in {} memory, but this rank's NCCL communicator is on {}",
@@ -56,13 +55,21 @@ DeviceCollectives* device_collectives_for(Transport& transport, const Tensor& t,
   return dev;
 }
 
-void reject_device_memory(const Tensor& t, std::string_view op) {
-  if (t.defined() && !t.memory_space().is_host()) {
-    throw_error(ErrorCode::kUnimplemented, kComm,
-                "{} of {} memory is not implemented yet; copy the tensor to the host (to_host) "
-                "or use all_gather / all_to_all",
-                op, t.memory_space().to_string());
-  }
+bool stages_through_host(Transport& transport, const Tensor& t, bool device_version) {
+  return t.defined() && !t.memory_space().is_host() &&
+         (!device_version || transport.device_collectives() == nullptr);
+}
+
+Tensor host_copy(const Tensor& t) {
+  if (!t.defined()) return t;
+  return t.memory_space().is_host() ? t.clone() : t.to_host();
+}
+
+Tensor copy_like(const Tensor& host, const Tensor& like) {
+  if (!like.defined() || !host.defined() || like.memory_space().is_host()) return host;
+  Tensor out = Tensor::empty(host.shape(), host.dtype(), like.allocator(), /*zero_fill=*/false);
+  out.copy_from(host);
+  return out;
 }
 
 void device_all_reduce(DeviceCollectives& dev, Transport& t, const Tensor& input, Tensor& output,

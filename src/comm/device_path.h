@@ -27,7 +27,15 @@ Tensor device_reduce_scatter(DeviceCollectives& dev, Transport& t, const Tensor&
 Tensor device_all_to_all(DeviceCollectives& dev, Transport& t, const Tensor& input,
                          const std::vector<int64_t>& rows, const Signature& sig, Deadline deadline);
 
-// kUnimplemented when `t` is in device memory: `op` has no device version yet.
-void reject_device_memory(const Tensor& t, std::string_view op);
+// Host staging: a collective on device-memory tensors over a transport without device
+// collectives (an in-process or MPI group of GPU devices), or of a collective without a device
+// version (device_version false: the block collectives, gather, scatter), runs on host copies,
+// and the results are copied back. True when `t` is defined and in device memory and either.
+bool stages_through_host(Transport& transport, const Tensor& t, bool device_version = true);
+// A host copy of `t`; a null tensor stays null.
+Tensor host_copy(const Tensor& t);
+// `host` copied into memory of `like`'s allocator (a device's); `host` itself when `like` is
+// null or in host memory.
+Tensor copy_like(const Tensor& host, const Tensor& like);
 
 }  // namespace tessel::detail

@@ -5,10 +5,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "core/errors.h"
 #include "tessel/comm/mpi.h"
+#include "tessel/comm/nccl.h"
+#include "tessel/runtime/device.h"
+#include "tessel/runtime/runtime.h"
 
 namespace tessel::detail {
 namespace {
@@ -69,16 +73,42 @@ class DefaultCluster : public Cluster {
   int task_;
 };
 
+// The members as devices of `runtime` when every one is a GPU device on its own CUDA GPU (an
+// NCCL group can join them); else empty.
+std::vector<Device*> distinct_cuda_gpus(const Runtime* runtime, const std::vector<std::string>& members) {
+  std::vector<Device*> gpus;
+  if (runtime == nullptr || runtime->gpu_devices().empty() || !nccl_available()) return gpus;
+  std::set<int> ordinals;
+  for (const std::string& name : members) {
+    Device* d = nullptr;
+    for (Device* g : runtime->gpu_devices()) {
+      if (g->name() == name) d = g;
+    }
+    if (d == nullptr || d->cuda_stream() == nullptr || !ordinals.insert(d->gpu_ordinal()).second) {
+      return {};
+    }
+    gpus.push_back(d);
+  }
+  return gpus;
+}
+
 }  // namespace
 
 std::shared_ptr<GroupService> GroupService::of(const Runtime& runtime) {
   const int task = runtime.options().task;
-  return runtime.attachment<GroupService>([task] { return std::make_shared<GroupService>(task); });
+  const Runtime* rt = &runtime;
+  return runtime.attachment<GroupService>(
+      [task, rt] { return std::make_shared<GroupService>(task, rt); });
 }
 
 std::shared_ptr<CommGroup> GroupService::make(const std::vector<std::string>& members) const {
   if (members.empty()) throw_invalid("GroupService", "a group needs at least one member");
-  if (!factory_) return make_in_process_group(members);
+  if (!factory_) {
+    if (std::vector<Device*> gpus = distinct_cuda_gpus(runtime_, members); !gpus.empty()) {
+      return std::make_shared<CommGroup>(members, make_nccl_communicators(gpus));
+    }
+    return make_in_process_group(members);
+  }
   return std::make_shared<CommGroup>(members, factory_(static_cast<int>(members.size()), members));
 }
 

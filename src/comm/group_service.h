@@ -21,6 +21,10 @@
 // nothing.
 // Callers that are still running keep what they hold (shared_ptr) until they finish.
 //
+// Groups within this process are in-process groups, except when every member is a GPU device on
+// its own CUDA GPU: then they are NCCL groups (tessel/comm/nccl.h), so that collectives on GPU
+// memory run NCCL (and host tensors still take the host transport).
+//
 // Which cluster a group spanning clients joins through: the one given to set_cluster (see
 // tessel/comm/multi_client.h); else the process's MPI cluster, made on first need when MPI is
 // initialised; else kFailedPrecondition saying how to run several clients.
@@ -43,7 +47,10 @@ namespace tessel::detail {
 
 class GroupService : public std::enable_shared_from_this<GroupService> {
  public:
-  explicit GroupService(int task) : task_(task) {}
+  // `runtime` resolves member names to devices (groups whose members are all GPU devices on
+  // distinct CUDA GPUs are NCCL groups); null: every group is in-process.
+  explicit GroupService(int task, const Runtime* runtime = nullptr)
+      : task_(task), runtime_(runtime) {}
 
   // The service attached to `runtime` (made on first use).
   static std::shared_ptr<GroupService> of(const Runtime& runtime);
@@ -88,6 +95,7 @@ class GroupService : public std::enable_shared_from_this<GroupService> {
   std::shared_ptr<CommGroup> make(const std::vector<std::string>& members) const;
 
   const int task_;  // the runtime's task: this client's id
+  const Runtime* runtime_;  // the runtime this service is attached to (outlives it)
   mutable std::mutex mu_;
   std::map<std::vector<std::string>, std::shared_ptr<CommGroup>> groups_;  // by members
   std::shared_ptr<CommunicatorPool> pool_;

@@ -122,6 +122,18 @@ Tensor Tensor::to_host() const {
 void Tensor::copy_across_spaces(const Tensor& src) {
   const MemorySpace to = storage_->space;
   const MemorySpace from = src.storage_->space;
+  // A strided view on the host side goes through a contiguous host copy.
+  if (from.is_host() && !src.is_contiguous()) return copy_across_spaces(src.contiguous());
+  if (to.is_host() && !is_contiguous()) {
+    Tensor staged = Tensor::empty(shape_, dtype_, nullptr, /*zero_fill=*/false);
+    staged.copy_across_spaces(src);
+    copy_from(staged);
+    return;
+  }
+  if (!to.is_host() && !from.is_host() && to.kind != from.kind) {  // two kinds of device memory
+    copy_across_spaces(src.to_host());
+    return;
+  }
   if (!is_contiguous() || !src.is_contiguous()) {
     detail::throw_error(ErrorCode::kUnimplemented, "Tensor",
                         "copy_from {} memory into {} memory needs contiguous views (shape {})",

@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
+#include "dtensor/kernel_runner.h"
 #include "dtensor/placement.h"
 #include "dtensor/trace_hooks.h"  // tracing hook: record calls instead of running them
 #include "tessel/dtensor/autodiff.h"
@@ -130,6 +131,7 @@ DTensor detail::launch_op(const OpDef& def, const std::vector<DTensor>& ready,
     context.output_block = block;
     context.output_shape = out.shape;
     context.mesh_offset = out_place.offsets[i];
+    context.cuda_stream = device->cuda_stream();
     std::vector<Tensor> local;
     local.reserve(ready.size());
     for (size_t k = 0; k < ready.size(); ++k) {
@@ -139,13 +141,13 @@ DTensor detail::launch_op(const OpDef& def, const std::vector<DTensor>& ready,
     }
     if (small) {
       context.output_layout = layout.get();
-      const auto run = [&] { op->kernel(local, output, *attrs, context); };
+      const auto run = [&] { detail::run_kernel(*op, local, output, *attrs, context); };
       if (device->stream().run_inline_if_idle(def.name, run)) continue;
     }
     device->stream().enqueue(def.name, [op, local = std::move(local), output, attrs, layout,
                                         context = std::move(context)]() mutable {
       context.output_layout = layout.get();
-      op->kernel(local, output, *attrs, context);
+      detail::run_kernel(*op, local, output, *attrs, context);
     });
   }
   return DTensor(*layout, out.shape, out.dtype, std::move(outputs), runtime);

@@ -19,6 +19,10 @@ void register_dropout_ops(OpRegistry& registry);      // ops_dropout.cpp
 void register_parallel_xent_ops(OpRegistry& registry);  // ops_parallel_xent.cpp
 void register_sampling_ops(OpRegistry& registry);     // ops_sampling.cpp
 
+// GPU kernels of the built-in ops (OpDef::gpu_kernel): src/dtensor/cuda/ with the CUDA backend,
+// else gpu_kernels_stub.cpp, which registers none.
+void register_gpu_kernels(OpRegistry& registry);
+
 // The cross-entropy of logits whose class axis is sharded, without gathering them
 // (ops_parallel_xent.cpp; sparse_softmax_cross_entropy_with_logits calls it).
 DTensor vocab_parallel_cross_entropy(const DTensor& labels, const DTensor& logits);

@@ -12,9 +12,19 @@ OpRegistry& OpRegistry::global() {
   static OpRegistry* registry = [] {
     auto* r = new OpRegistry();  // never destroyed: ops may run during exit
     detail::register_builtin_ops(*r);
+    detail::register_gpu_kernels(*r);  // the CUDA backend's; nothing without CUDA
     return r;
   }();
   return *registry;
+}
+
+void OpRegistry::set_gpu_kernel(std::string_view name, OpDef::Kernel kernel) {
+  auto it = ops_.find(name);
+  if (it == ops_.end()) {
+    detail::throw_error(ErrorCode::kNotFound, "OpRegistry", "no op named '{}' for a GPU kernel", name);
+  }
+  if (!kernel) detail::throw_invalid("OpRegistry", "a null GPU kernel for op '{}'", name);
+  it->second.gpu_kernel = std::move(kernel);
 }
 
 void OpRegistry::add(OpDef def) {

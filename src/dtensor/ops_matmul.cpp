@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "dtensor/einsum_gemm.h"
 #include "dtensor/op_families.h"
 #include "dtensor/op_util.h"
 #include "tessel/dtensor/ops.h"
@@ -476,10 +477,17 @@ void as_matrices(const T* data, const std::string& letters, const std::string& b
   m.ld = cols;
 }
 
-template <typename T>
-void einsum_block(const Equation& eq, const Tensor& a_in, const Tensor& b_in, Tensor& out) {
-  if (out.num_elements() == 0) return;
-  std::vector<int64_t> size(128, -1);
+// The letters of one block's einsum by role, and the product's extents.
+struct Grouping {
+  std::vector<int64_t> size;        // extent per letter
+  std::string bl, ml, nl, kl;       // batch, a-only (m), b-only (n), contracted (k) letters
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+};
+
+Grouping group_letters(const Equation& eq, const Shape& a, const Shape& b, const Shape& out) {
+  Grouping g;
+  g.size.assign(128, -1);
+  std::vector<int64_t>& size = g.size;
   const auto bind = [&](const std::string& letters, const Shape& shape) {
     for (size_t i = 0; i < letters.size(); ++i) {
       int64_t& slot = size[static_cast<unsigned char>(letters[i])];
@@ -492,34 +500,48 @@ void einsum_block(const Equation& eq, const Tensor& a_in, const Tensor& b_in, Te
       slot = e;
     }
   };
-  bind(eq.a, a_in.shape());
-  bind(eq.b, b_in.shape());
-  bind(eq.out, out.shape());
-  std::string bl, ml, nl, kl;
+  bind(eq.a, a);
+  bind(eq.b, b);
+  bind(eq.out, out);
   for (char c : eq.out) {
-    (has(eq.a, c) && has(eq.b, c) ? bl : has(eq.a, c) ? ml : nl) += c;
+    (has(eq.a, c) && has(eq.b, c) ? g.bl : has(eq.a, c) ? g.ml : g.nl) += c;
   }
   for (char c : eq.a) {
-    if (has(eq.b, c) && !has(eq.out, c)) kl += c;
+    if (has(eq.b, c) && !has(eq.out, c)) g.kl += c;
   }
   const auto product = [&](const std::string& letters) {
     int64_t p = 1;
     for (char c : letters) p *= size[static_cast<unsigned char>(c)];
     return p;
   };
-  const int64_t batch = product(bl), m = product(ml), n = product(nl), k = product(kl);
+  g.batch = product(g.bl);
+  g.m = product(g.ml);
+  g.n = product(g.nl);
+  g.k = product(g.kl);
+  return g;
+}
+
+// True when an operand's letters outside `theirs` and the output are summed out first.
+bool sums_out(const Equation& eq, const std::string& mine, const std::string& theirs) {
+  for (char c : mine) {
+    if (!has(theirs, c) && !has(eq.out, c)) return true;
+  }
+  return false;
+}
+
+template <typename T>
+void einsum_block(const Equation& eq, const Tensor& a_in, const Tensor& b_in, Tensor& out) {
+  if (out.num_elements() == 0) return;
+  const Grouping g = group_letters(eq, a_in.shape(), b_in.shape(), out.shape());
+  const std::vector<int64_t>& size = g.size;
+  const std::string &bl = g.bl, &ml = g.ml, &nl = g.nl, &kl = g.kl;
+  const int64_t batch = g.batch, m = g.m, n = g.n, k = g.k;
   const Tensor a_c = a_in.contiguous();
   const Tensor b_c = b_in.contiguous();
   T* o = out.data<T>();
   // Summed letters (in one operand only) are summed out while rearranging.
-  const auto reduces = [&](const std::string& mine, const std::string& theirs) {
-    for (char c : mine) {
-      if (!has(theirs, c) && !has(eq.out, c)) return true;
-    }
-    return false;
-  };
   Matrices<T> ma, mb;
-  if (reduces(eq.a, eq.b)) {
+  if (sums_out(eq, eq.a, eq.b)) {
     ma.copy.assign(static_cast<size_t>(batch * m * k), T(0));
     rearrange(a_c.data<T>(), eq.a, ma.copy.data(), bl + ml + kl, size);
     ma.p = ma.copy.data();
@@ -528,7 +550,7 @@ void einsum_block(const Equation& eq, const Tensor& a_in, const Tensor& b_in, Te
   } else {
     as_matrices(a_c.data<T>(), eq.a, bl, ml, kl, m, k, size, ma);
   }
-  if (reduces(eq.b, eq.a)) {
+  if (sums_out(eq, eq.b, eq.a)) {
     mb.copy.assign(static_cast<size_t>(batch * k * n), T(0));
     rearrange(b_c.data<T>(), eq.b, mb.copy.data(), bl + kl + nl, size);
     mb.p = mb.copy.data();
@@ -564,6 +586,50 @@ void einsum_block(const Equation& eq, const Tensor& a_in, const Tensor& b_in, Te
   }
   if (!buffer.empty()) rearrange(buffer.data(), bl + ml + nl, o, eq.out, size);
 }
+
+}  // namespace
+
+std::optional<EinsumGemm> einsum_gemm(std::string_view op, const Tensor& a, const Tensor& b,
+                                      const Tensor& out, const OpAttrs& attrs,
+                                      const LocalContext& context) {
+  const Equation eq = equation_of(op, context.input_shapes[0], context.input_shapes[1], attrs);
+  if (sums_out(eq, eq.a, eq.b) || sums_out(eq, eq.b, eq.a)) return std::nullopt;
+  const Grouping g = group_letters(eq, a.shape(), b.shape(), out.shape());
+  EinsumGemm gemm;
+  gemm.batch = g.batch;
+  gemm.m = g.m;
+  gemm.n = g.n;
+  gemm.k = g.k;
+  // An operand is read in place as [batch, rows, cols] or [batch, cols, rows] (transposed).
+  const auto place = [&](const std::string& letters, const std::string& rl, const std::string& cl,
+                         int64_t rows, int64_t cols, bool& trans, int64_t& ld) {
+    if (letters == g.bl + rl + cl) {
+      trans = false;
+      ld = cols;
+      return true;
+    }
+    if (letters == g.bl + cl + rl) {
+      trans = true;
+      ld = rows;
+      return true;
+    }
+    return false;
+  };
+  if (!place(eq.a, g.ml, g.kl, g.m, g.k, gemm.a_trans, gemm.lda) ||
+      !place(eq.b, g.kl, g.nl, g.k, g.n, gemm.b_trans, gemm.ldb)) {
+    return std::nullopt;
+  }
+  gemm.a_stride = g.m * g.k;
+  gemm.b_stride = g.k * g.n;
+  if (eq.out == g.bl + g.nl + g.ml) {
+    gemm.out_transposed = true;
+  } else if (eq.out != g.bl + g.ml + g.nl) {
+    return std::nullopt;
+  }
+  return gemm;
+}
+
+namespace {
 
 void einsum_kernel(std::string_view op, const std::vector<Tensor>& inputs, Tensor& output,
                    const OpAttrs& attrs, const LocalContext& context) {

@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "runtime/gpu_context.h"
+#include "runtime/simulated_gpu.h"
 #include "tessel/core/host_memory.h"
 
 namespace tessel {
@@ -51,7 +52,19 @@ Device::Device(DeviceName name, int index, std::shared_ptr<detail::GpuContext> g
   stream_ = std::make_unique<Stream>(name_);
 }
 
+std::unique_ptr<Device> Device::make_simulated_gpu(DeviceName name, int index,
+                                                   int64_t memory_limit) {
+  if (memory_limit < 1) {
+    detail::throw_invalid("Device", "memory limit of simulated GPU {} must be at least 1 byte, got {}",
+                          name.to_string(), memory_limit);
+  }
+  return std::unique_ptr<Device>(new Device(
+      std::move(name), index, detail::make_simulated_gpu_context(index, memory_limit), -1));
+}
+
 int Device::gpu_ordinal() const { return gpu_ ? gpu_->ordinal : -1; }
+
+bool Device::is_simulated_gpu() const { return gpu_ && gpu_->simulated; }
 
 void* Device::cuda_stream() const { return gpu_ ? gpu_->stream : nullptr; }
 

@@ -15,6 +15,7 @@ struct GpuContext {
   void* stream = nullptr;            // cudaStream_t, created by the CUDA backend
   std::shared_ptr<Allocator> memory;  // the caching device allocator (cuda_allocator.h)
   int64_t total_bytes = 0;           // the GPU's memory, the default memory limit
+  bool simulated = false;            // a simulated GPU (simulated_gpu.h): no CUDA, no stream
   virtual ~GpuContext() = default;   // the backend's subclass destroys the stream
 };
 

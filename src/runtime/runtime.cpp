@@ -23,6 +23,7 @@ constexpr int kDefaultCpuDevices = 4;
 constexpr const char* kCpuDevicesEnv = "TESSEL_CPU_DEVICES";
 constexpr const char* kDeviceMemoryLimitEnv = "TESSEL_DEVICE_MEMORY_LIMIT";
 constexpr const char* kGpuDevicesEnv = "TESSEL_GPU_DEVICES";
+constexpr const char* kSimulatedGpusEnv = "TESSEL_SIMULATED_GPUS";
 
 // num_cpu_devices from the options, else the environment, else the default.
 int resolve_num_devices(int requested) {
@@ -86,6 +87,28 @@ std::vector<int> resolve_gpu_ordinals(int requested) {
   return ordinals;
 }
 
+// The simulated GPU count from the options, else TESSEL_SIMULATED_GPUS, else 0.
+int resolve_simulated_gpus(int requested) {
+  if (requested != -1) {
+    if (requested < 0 || requested > kMaxCpuDevices) {
+      detail::throw_invalid("Runtime", "num_simulated_gpu_devices must be -1 or in [0, {}], got {}",
+                            kMaxCpuDevices, requested);
+    }
+    return requested;
+  }
+  const char* env = std::getenv(kSimulatedGpusEnv);
+  if (env == nullptr) return 0;
+  const std::string_view text(env);
+  int value = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 0 ||
+      value > kMaxCpuDevices) {
+    detail::throw_invalid("Runtime", "{}='{}' is not an integer in [0, {}]", kSimulatedGpusEnv,
+                          text, kMaxCpuDevices);
+  }
+  return value;
+}
+
 // Each device's memory limit from the options, else the environment, else an equal share of the
 // process's host limit.
 int64_t resolve_memory_limit(int64_t requested, int num_devices) {
@@ -136,7 +159,7 @@ void synchronize_devices(const std::vector<Device*>& devices,
         busy.push_back(describe_busy(*d));
         continue;
       }
-      if (d->gpu_ordinal() >= 0) {  // then the kernels and copies its ops queued on the GPU
+      if (d->cuda_stream() != nullptr) {  // then the kernels and copies its ops queued on the GPU
         GpuEvent drained(*d);
         drained.record();
         if (!timeout) {
@@ -188,6 +211,18 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
         DeviceName::make(options_.job, options_.replica, options_.task, "CPU", i), i,
         options_.memory_limit));
     device_ptrs_.push_back(devices_.back().get());
+  }
+  options_.num_simulated_gpu_devices =
+      resolve_simulated_gpus(options_.num_simulated_gpu_devices);
+  if (options_.num_simulated_gpu_devices > 0) {
+    options_.num_gpu_devices = options_.num_simulated_gpu_devices;
+    for (int i = 0; i < options_.num_simulated_gpu_devices; ++i) {
+      gpu_devices_.push_back(Device::make_simulated_gpu(
+          DeviceName::make(options_.job, options_.replica, options_.task, "GPU", i), i,
+          options_.memory_limit));
+      gpu_device_ptrs_.push_back(gpu_devices_.back().get());
+    }
+    return;
   }
   const std::vector<int> gpus = resolve_gpu_ordinals(options_.num_gpu_devices);
   options_.num_gpu_devices = static_cast<int>(gpus.size());

@@ -34,9 +34,11 @@ std::vector<Tensor> split(const Tensor& x, const Layout& layout) {
   return parts;
 }
 
+// Compares host copies, so that blocks in a GPU's memory compare too.
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.contiguous().data(), b.contiguous().data(), a.nbytes()) == 0;
+         std::memcmp(a.to_host().contiguous().data(), b.to_host().contiguous().data(),
+                     a.nbytes()) == 0;
 }
 
 // A random layout (each tensor dim unsharded or over one or two free mesh dims, no Partial).
@@ -44,11 +46,13 @@ Layout random_layout(const Mesh& mesh, int rank, std::mt19937& rng) {
   return testing::random_op_layout(mesh, rank, rng, /*allow_partial=*/false);
 }
 
-TEST(Relayout, PropertyUnpackRelayoutPackEqualsSplitBitForBit) {
-  Runtime rt({.num_cpu_devices = 8});
-  const std::vector<Mesh> meshes = {
-      Mesh::create({{"x", 4}}), Mesh::create({{"x", 3}}), Mesh::create({{"x", 2}, {"y", 2}}),
-      Mesh::create({{"a", 2}, {"b", 3}}), Mesh::create({{"x", 2}, {"y", 2}, {"z", 2}})};
+// 150 random (mesh, shape, dtype, from, to) cases on meshes of `device_type` devices of `rt`.
+void check_relayout_property(Runtime& rt, const std::string& device_type) {
+  const std::vector<Mesh> meshes = {Mesh::create({{"x", 4}}, device_type),
+                                    Mesh::create({{"x", 3}}, device_type),
+                                    Mesh::create({{"x", 2}, {"y", 2}}, device_type),
+                                    Mesh::create({{"a", 2}, {"b", 3}}, device_type),
+                                    Mesh::create({{"x", 2}, {"y", 2}, {"z", 2}}, device_type)};
   const std::vector<DType> dtypes = {DType::kF32, DType::kBF16, DType::kI64, DType::kU8};
   std::mt19937 rng(74);
   int cases = 0;
@@ -71,12 +75,25 @@ TEST(Relayout, PropertyUnpackRelayoutPackEqualsSplitBitForBit) {
     const std::vector<Tensor> want = split(x, b);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(moved.component(static_cast<int>(i)).memory_space().is_host(), device_type == "CPU");
       ASSERT_TRUE(same_bits(got[i], want[i])) << "component " << i << "\n"
                                               << plan_relayout(shape, a, b, dtype);
     }
     ++cases;
   }
   EXPECT_EQ(cases, 150);
+}
+
+TEST(Relayout, PropertyUnpackRelayoutPackEqualsSplitBitForBit) {
+  Runtime rt({.num_cpu_devices = 8});
+  check_relayout_property(rt, "CPU");
+}
+
+// The same on simulated GPU devices: every block in device memory, the collectives staged
+// through host copies (tests/gpu runs relayouts on a real GPU).
+TEST(Relayout, PropertyHoldsOnGpuDevices) {
+  Runtime rt({.num_cpu_devices = 1, .num_simulated_gpu_devices = 8});
+  check_relayout_property(rt, "GPU");
 }
 
 TEST(Relayout, AcrossMeshesMovesTheBlocks) {

@@ -80,9 +80,21 @@ TEST_F(GpuTest, HostElementAccessOnDeviceMemoryIsRefusedWithTheSpaceNamed) {
   expect_error([&] { (void)dev.data(); }, ErrorCode::kFailedPrecondition, "cuda:0");
   expect_error([&] { dev.fill(1.0); }, ErrorCode::kFailedPrecondition, "to_host()");
   expect_error([&] { (void)dev.astype(DType::kF64); }, ErrorCode::kFailedPrecondition, "cuda:0");
-  Tensor strided = Tensor::zeros(Shape{4, 2}, DType::kF32).slice(1, 0, 1);
-  expect_error([&] { gpu().allocate(Shape{4, 1}, DType::kF32).copy_from(strided); },
+  Tensor wide = gpu().allocate(Shape{4, 2}, DType::kF32);
+  expect_error([&] { wide.slice(1, 0, 1).copy_from(Tensor::zeros(Shape{4, 1}, DType::kF32)); },
                ErrorCode::kUnimplemented, "contiguous");
+}
+
+TEST_F(GpuTest, StridedHostViewsCopyToAndFromTheDevice) {
+  Tensor host = Tensor::random_uniform(Shape{6, 4}, DType::kF32, 3);
+  Tensor column = host.slice(1, 1, 3);  // strided
+  Tensor dev = gpu().allocate(column.shape(), DType::kF32, false);
+  dev.copy_from(column);
+  EXPECT_EQ(dev.to_host().to_doubles(), column.to_doubles());
+  Tensor back = Tensor::zeros(Shape{6, 4}, DType::kF32);
+  back.slice(1, 2, 4).copy_from(dev);  // into a strided host view
+  EXPECT_EQ(back.slice(1, 2, 4).to_doubles(), column.to_doubles());
+  EXPECT_EQ(back.slice(1, 0, 2).to_doubles(), std::vector<double>(12, 0.0));
 }
 
 TEST_F(GpuTest, AnEventOrdersWorkAndWaitsWithADeadline) {

@@ -127,6 +127,8 @@ class Communicator {
   // all-reduce allocates no temporary memory with the direct algorithm and one segment with
   // ring, halving_doubling, reduce_to_one and hierarchical (the in-process transport also keeps
   // messages in flight between send and recv, outside any device's accounting).
+  // An allocator of device memory (a GPU device's) is not used: the host algorithms need host
+  // memory, and NCCL collectives allocate their outputs from their inputs' allocators.
   void set_scratch_allocator(Allocator* allocator) { scratch_ = allocator; }
   Allocator* scratch_allocator() const { return scratch_; }
 
@@ -141,6 +143,11 @@ class Communicator {
   // gather and all_gather (all: every rank receives; root unused).
   Tensor gather_impl(const Tensor& input, int root, bool all, int axis,
                      const CollectiveOptions& options);
+
+  // scratch_ when it allocates host memory, else null (the host allocator).
+  Allocator* host_scratch() const {
+    return scratch_ != nullptr && scratch_->memory_space().is_host() ? scratch_ : nullptr;
+  }
 
   std::shared_ptr<detail::Transport> transport_;
   uint64_t sequence_ = 0;       // collectives started by this rank

@@ -20,14 +20,18 @@
 namespace tessel {
 
 struct MemorySpace {
-  enum class Kind { kHost, kCudaDevice };
+  // kSimulatedGpu: the memory of a simulated GPU device (runtime.h, TESSEL_SIMULATED_GPUS): host
+  // memory underneath, treated as device memory everywhere, so that the GPU code paths (copies,
+  // host staging, refusals) run and are tested on machines without a GPU.
+  enum class Kind { kHost, kCudaDevice, kSimulatedGpu };
   Kind kind = Kind::kHost;
-  int device_ordinal = -1;  // the CUDA ordinal for kCudaDevice; -1 for the host
+  int device_ordinal = -1;  // the GPU's ordinal (CUDA's, or the simulated one's); -1: the host
 
   static MemorySpace host() { return {}; }
   static MemorySpace cuda(int ordinal) { return {Kind::kCudaDevice, ordinal}; }
+  static MemorySpace simulated_gpu(int ordinal) { return {Kind::kSimulatedGpu, ordinal}; }
   bool is_host() const { return kind == Kind::kHost; }
-  // "host", "cuda:0".
+  // "host", "cuda:0", "simulated_gpu:0".
   std::string to_string() const;
   bool operator==(const MemorySpace&) const = default;
 };
@@ -44,10 +48,11 @@ class DeviceMemoryOps {
   virtual void zero(void* p, MemorySpace space, size_t bytes) = 0;
 };
 
-// Installs the process's DeviceMemoryOps (the runtime does, once; `ops` lives until exit).
-void set_device_memory_ops(DeviceMemoryOps* ops);
-// The installed ops. None installed (no GPU support in this build, or no GPU device made yet):
-// kFailedPrecondition naming `what` and the space, since no device memory can exist then.
+// Installs the DeviceMemoryOps of one kind of device memory (the runtime does, once per kind;
+// `ops` lives until exit).
+void set_device_memory_ops(MemorySpace::Kind kind, DeviceMemoryOps* ops);
+// The ops of `space`'s kind. None installed (no GPU support in this build, or no such device made
+// yet): kFailedPrecondition naming `what` and the space, since no such memory can exist then.
 DeviceMemoryOps& device_memory_ops(const char* what, MemorySpace space);
 
 }  // namespace tessel

@@ -159,8 +159,8 @@ class Tensor {
   void fill(double value);
   // Copies src's elements into this view (either may be strided; overlapping views are safe);
   // shapes and dtypes must be equal (kInvalidArgument naming both otherwise). Between memory
-  // spaces (host <-> device, device <-> device) both views must be contiguous (kUnimplemented
-  // naming the spaces otherwise).
+  // spaces (host <-> device, device <-> device) a strided host view goes through a contiguous
+  // host copy; a strided device view is kUnimplemented naming the spaces.
   void copy_from(const Tensor& src);
 
   // numpy-like text: "Tensor(shape=[2,3], dtype=f32,\n[[1, 2, 3],\n [4, 5, 6]])".

@@ -26,6 +26,13 @@
 // Families register from explicit functions (register_elementwise_ops, ...), called once when
 // the global registry is first used.
 //
+// GPU devices: a block whose output lives in a GPU's memory runs the op's gpu_kernel when it has
+// one (launched on the device's CUDA stream, LocalContext::cuda_stream). An op without one runs
+// host-staged: its input blocks are copied to the host, the CPU kernel runs, and the output is
+// copied back, so every op works on GPU meshes and gives the CPU kernel's result; each such
+// call is counted (host_staged_kernel_calls()). GPU kernels are registered by the CUDA backend
+// (register_gpu_kernels in src/dtensor/cuda/) with set_gpu_kernel.
+//
 // Thread safety: the registry is filled once, then read-only; call_op from one controller
 // thread per runtime (like TF's eager context).
 #pragma once
@@ -119,6 +126,8 @@ struct LocalContext {
   std::vector<Shape> input_shapes;
   int64_t mesh_offset = 0;        // this device's offset in the mesh
   const Layout* output_layout = nullptr;
+  void* cuda_stream = nullptr;     // GPU devices: the device's cudaStream_t (gpu_kernel launches
+                                   // on it); null on CPU devices
 };
 
 struct VjpArgs {
@@ -139,9 +148,12 @@ struct OpDef {
       shard;
   // Writes `output` (preallocated, the local block's shape, output dtype) from the local input
   // blocks. Runs on the device's stream.
-  std::function<void(const std::vector<Tensor>& inputs, Tensor& output, const OpAttrs& attrs,
-                     const LocalContext& context)>
-      kernel;
+  using Kernel = std::function<void(const std::vector<Tensor>& inputs, Tensor& output,
+                                    const OpAttrs& attrs, const LocalContext& context)>;
+  Kernel kernel;
+  // The same for blocks in a GPU's memory: enqueues its work on context.cuda_stream and may
+  // return before it finishes. Null: the op runs host-staged on GPU devices (see above).
+  Kernel gpu_kernel;
   // Gradients of the inputs (null DTensor: not differentiable there). Empty: no gradient.
   std::function<std::vector<DTensor>(const VjpArgs& args)> vjp;
 };
@@ -152,6 +164,8 @@ class OpRegistry {
   static OpRegistry& global();
   // A duplicate name: kAlreadyExists. A def without infer, shard or kernel: kInvalidArgument.
   void add(OpDef def);
+  // Sets op `name`'s gpu_kernel (kNotFound naming the op; a null kernel: kInvalidArgument).
+  void set_gpu_kernel(std::string_view name, OpDef::Kernel kernel);
   // kNotFound naming the op.
   const OpDef& get(std::string_view name) const;
   bool contains(std::string_view name) const;
@@ -169,6 +183,9 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs,
 // The output layout and the input relayouts call_op would use, without running anything.
 ShardingDecision plan_op(std::string_view name, const std::vector<TensorSpec>& inputs,
                          const OpAttrs& attrs = {});
+
+// How many blocks of each op ran host-staged on GPU devices (no gpu_kernel) in this process.
+std::map<std::string, int64_t> host_staged_kernel_calls();
 
 // Opt-in: ops without a rule for their input layouts replicate their inputs (default off).
 void set_replicate_fallback(bool enabled);

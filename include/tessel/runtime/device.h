@@ -62,6 +62,11 @@ class Device {
   // that is not a visible GPU: kInvalidArgument naming it and the visible count.
   static std::unique_ptr<Device> make_gpu(DeviceName name, int index, int cuda_ordinal,
                                           int64_t memory_limit = -1);
+  // A simulated GPU device (runtime.h, TESSEL_SIMULATED_GPUS): a GPU device whose memory is host
+  // memory tagged as its own (MemorySpace::simulated_gpu(index)), with no CUDA stream; every op
+  // runs host-staged on it. memory_limit: bytes >= 1 (its size).
+  static std::unique_ptr<Device> make_simulated_gpu(DeviceName name, int index,
+                                                    int64_t memory_limit);
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -73,10 +78,13 @@ class Device {
 
   // "CPU" or "GPU" (the name's device type).
   const std::string& device_type() const { return *parsed_name_.type; }
-  // GPU devices: the CUDA ordinal of the GPU; CPU devices: -1.
+  // GPU devices: the CUDA ordinal of the GPU (a simulated GPU's: its index); CPU devices: -1.
   int gpu_ordinal() const;
-  // GPU devices: the device's CUDA stream (a cudaStream_t); CPU devices: null.
+  // GPU devices on a CUDA GPU: the device's CUDA stream (a cudaStream_t); CPU devices and
+  // simulated GPUs: null.
   void* cuda_stream() const;
+  // True for a simulated GPU device.
+  bool is_simulated_gpu() const;
   // Where the device's tensors live: host memory, or its GPU's.
   MemorySpace memory_space() const { return allocator_->memory_space(); }
 

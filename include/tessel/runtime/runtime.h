@@ -11,7 +11,11 @@
 // RuntimeOptions::num_gpu_devices (the first N visible GPUs), or when that is -1 from the
 // environment variable TESSEL_GPU_DEVICES (a comma-separated list of CUDA ordinals, "0,1"; GPU:i
 // is the i-th listed; "none" or "" for none), or else every visible GPU (gpu.h). A build without
-// CUDA, or a machine without a GPU, has none. They are listed by gpu_devices(), apart from the
+// CUDA, or a machine without a GPU, has none. RuntimeOptions::num_simulated_gpu_devices (or, when
+// -1, TESSEL_SIMULATED_GPUS, default 0) makes that many simulated GPU devices instead of the real
+// ones (Device::make_simulated_gpu: host memory treated as device memory, each the size of a CPU
+// device's limit), so that GPU meshes run, slowly, on machines without a GPU. They are listed by
+// gpu_devices(), apart from the
 // CPU devices of devices(), and found by device(name) like those. A GPU device's memory limit is
 // its GPU's memory (Device::set_memory_limit changes it).
 //
@@ -66,6 +70,9 @@ struct RuntimeOptions {
   // Number of GPU devices, 0..visible_gpu_count() (the first N visible GPUs); -1:
   // TESSEL_GPU_DEVICES, else every visible GPU.
   int num_gpu_devices = -1;
+  // Simulated GPU devices, 0..kMaxCpuDevices, replacing the real ones when above 0; -1:
+  // TESSEL_SIMULATED_GPUS, else 0.
+  int num_simulated_gpu_devices = -1;
 };
 
 class Runtime {

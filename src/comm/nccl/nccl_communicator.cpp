@@ -19,8 +19,9 @@ constexpr std::string_view kNccl = "NCCL";
 
 void require_gpu_device(const Device* d, size_t position) {
   if (d == nullptr) detail::throw_invalid(kNccl, "device {} is null", position);
-  if (d->gpu_ordinal() < 0) {
-    detail::throw_invalid(kNccl, "device {} ({}) is not a GPU device", position, d->name());
+  if (d->cuda_stream() == nullptr) {
+    detail::throw_invalid(kNccl, "device {} ({}) is not a GPU device on a CUDA GPU", position,
+                          d->name());
   }
 }
 

@@ -35,7 +35,7 @@ class CudaMemoryOps : public DeviceMemoryOps {
 void install_cuda_memory_ops() {
   static CudaMemoryOps ops;  // lives until exit, as set_device_memory_ops asks
   static std::once_flag once;
-  std::call_once(once, [] { set_device_memory_ops(&ops); });
+  std::call_once(once, [] { set_device_memory_ops(MemorySpace::Kind::kCudaDevice, &ops); });
 }
 
 }  // namespace tessel::detail

@@ -18,8 +18,8 @@ struct GpuEvent::Impl {
 
 namespace {
 void require_gpu(const Device& d, const char* what) {
-  if (d.gpu_ordinal() < 0) {
-    detail::throw_invalid("GpuEvent", "{} needs a GPU device, got {}", what, d.name());
+  if (d.cuda_stream() == nullptr) {
+    detail::throw_invalid("GpuEvent", "{} needs a GPU device on a CUDA GPU, got {}", what, d.name());
   }
 }
 }  // namespace
