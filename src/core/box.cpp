@@ -91,6 +91,13 @@ void copy_box(const Tensor& src, const std::vector<int64_t>& src_origin, Tensor&
     detail::throw_invalid(kBox, "copy_box: source is {} but destination is {}",
                           dtype_name(src.dtype()), dtype_name(dst.dtype()));
   }
+  if (!src.memory_space().is_host() || !dst.memory_space().is_host()) {
+    // Device memory: the region moves through host copies (whole blocks, then one copy back).
+    Tensor staged = dst.to_host();  // dst itself when it is in host memory
+    copy_box(src.to_host(), src_origin, staged, dst_origin, region);
+    if (!staged.shares_storage_with(dst)) dst.copy_from(staged);
+    return;
+  }
   copy_box_bytes(src.data(), held_block(src, src_origin), dst.data(), held_block(dst, dst_origin),
                  region, dtype_size(src.dtype()));
 }

@@ -39,7 +39,7 @@ Box intersect(const Box& a, const Box& b);
 // Copies `region` from `src` (contiguous, holding the block that starts at `src_origin`) into
 // `dst` (contiguous, holding the block that starts at `dst_origin`). Both must hold all of
 // `region` and share a dtype (kInvalidArgument naming the boxes otherwise). Whole contiguous
-// runs are copied with memcpy.
+// runs are copied with memcpy; tensors in device memory go through host copies.
 void copy_box(const Tensor& src, const std::vector<int64_t>& src_origin, Tensor& dst,
               const std::vector<int64_t>& dst_origin, const Box& region);
 
