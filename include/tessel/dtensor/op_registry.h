@@ -97,6 +97,9 @@ struct OpAttrs {
                                  // preferred for the broadcast axes; optional);
                                  // embedding_lookup_grad: the table's (required)
   Runtime* runtime = nullptr;    // creation ops: whose devices (null: Runtime::global())
+
+  // Field by field; the scalars as doubles compare (-0.0 equals 0.0, NaN equals nothing).
+  friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
 // An input or output of a call, as the rules see it: no data.
