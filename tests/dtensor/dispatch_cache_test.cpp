@@ -21,44 +21,37 @@ using testing::values;
 
 std::atomic<int> g_rule_runs{0};
 
+// Registers (once) an identity op named `name` with the sharding rule `shard`.
+void register_identity_op(const char* name, decltype(OpDef::shard) shard) {
+  if (OpRegistry::global().contains(name)) return;
+  OpDef def;
+  def.name = name;
+  def.num_inputs = 1;
+  def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) { return in[0]; };
+  def.shard = std::move(shard);
+  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                  const LocalContext&) { out.copy_from(in[0]); };
+  OpRegistry::global().add(std::move(def));
+}
+
 // An identity op that counts how often its sharding rule runs.
 constexpr const char* kCounting = "test_dispatch_cache_counting_identity";
 void register_counting_op() {
-  static bool done = [] {
-    OpDef def;
-    def.name = kCounting;
-    def.num_inputs = 1;
-    def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) { return in[0]; };
-    def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-      ++g_rule_runs;
-      return ShardingDecision{{in[0].layout}, in[0].layout};
-    };
-    def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                    const LocalContext&) { out.copy_from(in[0]); };
-    OpRegistry::global().add(std::move(def));
-    return true;
-  }();
-  (void)done;
+  register_identity_op(kCounting, [](const std::vector<TensorSpec>& in, const TensorSpec&,
+                                     const OpAttrs&) {
+    ++g_rule_runs;
+    return ShardingDecision{{in[0].layout}, in[0].layout};
+  });
 }
 
 // An identity op whose rule accepts only replicated inputs.
 constexpr const char* kPicky = "test_dispatch_cache_picky_identity";
 void register_picky_op() {
-  static bool done = [] {
-    OpDef def;
-    def.name = kPicky;
-    def.num_inputs = 1;
-    def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) { return in[0]; };
-    def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-      if (!in[0].layout.is_fully_replicated()) detail::no_rule("only replicated inputs");
-      return ShardingDecision{{in[0].layout}, in[0].layout};
-    };
-    def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                    const LocalContext&) { out.copy_from(in[0]); };
-    OpRegistry::global().add(std::move(def));
-    return true;
-  }();
-  (void)done;
+  register_identity_op(kPicky, [](const std::vector<TensorSpec>& in, const TensorSpec&,
+                                  const OpAttrs&) {
+    if (!in[0].layout.is_fully_replicated()) detail::no_rule("only replicated inputs");
+    return ShardingDecision{{in[0].layout}, in[0].layout};
+  });
 }
 
 // How many times the counting op's rule runs for `call`.
