@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include <pybind11/operators.h>
+
 #include "casters.h"
 #include "tessel/core/error.h"
 #include "tessel/core/tensor.h"
@@ -438,7 +440,8 @@ None until set. call_op / plan_op take them as keywords.)doc")
           // keep_alive works only as an attribute of the setter's own cpp_function.
           py::cpp_function([](OpAttrs& a, Runtime* runtime) { a.runtime = runtime; },
                            py::keep_alive<1, 2>()),
-          py::return_value_policy::reference);
+          py::return_value_policy::reference)
+      .def(py::self == py::self);  // field by field (0.0 == -0.0; NaN equals nothing)
 
   py::class_<TensorSpec>(m, "TensorSpec", R"doc(
 An input or output of an op call as the sharding rules see it: shape, dtype and layout, no

@@ -14,6 +14,7 @@
 #include "flags.h"
 #include "json_output.h"
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/runtime/runtime.h"
 
@@ -33,7 +34,10 @@ constexpr const char* kDispatchHelp =
     "\n"
     "Dispatches N (default 1000) tiny elementwise adds on an [8] f32 DTensor sharded over D\n"
     "devices (default 4) and waits for them: the time per op dispatched and executed, median\n"
-    "over R rounds (default 7). --json prints {\"devices\", \"ops\", \"per_op_us\"}.\n";
+    "over R rounds (default 7). The baseline, alternating with it in the same rounds: the same\n"
+    "work without dispatch, each device's output block allocated and the add's local kernel\n"
+    "called on it directly. --json prints {\"devices\", \"ops\", \"per_op_us\",\n"
+    "\"kernel_us\", \"overhead_ratio\"} (overhead_ratio = per_op_us / kernel_us).\n";
 
 struct MatmulFlags {
   int64_t n = 2048, devices = 2, rounds = 5;
@@ -57,6 +61,32 @@ double time_us(Fn&& fn) {
   fn();
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// The dispatch benchmark's baseline: op `name`'s local kernel on each local block of `x` (as
+// both inputs), with a freshly allocated output block per device, on the calling thread.
+class DirectKernel {
+ public:
+  DirectKernel(const DTensor& x, std::string_view name) : def_(OpRegistry::global().get(name)) {
+    for (int i = 0; i < x.num_components(); ++i) {
+      devices_.push_back(&x.device(i));
+      inputs_.push_back({x.component(i), x.component(i)});
+    }
+  }
+  void run() const {
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      const Tensor& in = inputs_[i][0];
+      Tensor out = devices_[i]->allocate(in.shape(), in.dtype(), /*zero_fill=*/false);
+      def_.kernel(inputs_[i], out, attrs_, context_);
+    }
+  }
+
+ private:
+  const OpDef& def_;
+  std::vector<Device*> devices_;
+  std::vector<std::vector<Tensor>> inputs_;  // per device: the kernel's input blocks
+  OpAttrs attrs_;
+  LocalContext context_;  // the elementwise kernels do not read it
+};
 
 }  // namespace
 
@@ -123,22 +153,34 @@ int run_bench_dispatch(const Args& args) {
   Runtime rt({.num_cpu_devices = static_cast<int>(f.devices)});
   const Mesh mesh = Mesh::create({{"x", f.devices}});
   const DTensor x = copy_to_mesh(Tensor::full(Shape{8}, DType::kF32, 1.0), Layout({"x"}, mesh), rt);
-  std::vector<double> per_op;
+  const DirectKernel direct(x, "add");
+  std::vector<double> per_op, kernel;
   for (int64_t r = 0; r < f.rounds + 1; ++r) {
     DTensor y;
     const double us = time_us([&] {
       for (int64_t i = 0; i < f.ops; ++i) y = add(x, x);
       unpack(y);  // waits for every device's stream
     });
-    if (r > 0) per_op.push_back(us / static_cast<double>(f.ops));  // round 0 warms up
+    const double kernel_us = time_us([&] {
+      for (int64_t i = 0; i < f.ops; ++i) direct.run();
+    });
+    if (r > 0) {  // round 0 warms up
+      per_op.push_back(us / static_cast<double>(f.ops));
+      kernel.push_back(kernel_us / static_cast<double>(f.ops));
+    }
   }
-  const double m = median(per_op);
+  const double m = median(per_op), k = median(kernel);
   if (f.json) {
-    print_json(Json{{"devices", f.devices}, {"ops", f.ops}, {"per_op_us", json_number(m)}});
+    print_json(Json{{"devices", f.devices},
+                    {"ops", f.ops},
+                    {"per_op_us", json_number(m)},
+                    {"kernel_us", json_number(k)},
+                    {"overhead_ratio", json_number(m / k, 4)}});
   } else {
     std::cout << fmt::format("add of two [8] f32 DTensors over {} devices: {:.2f} us per op "
-                             "dispatched and executed (median of {} rounds of {})\n",
-                             f.devices, m, f.rounds, f.ops);
+                             "dispatched and executed, {:.2f} us for its local kernels called "
+                             "directly ({:.2f}x; median of {} rounds of {})\n",
+                             f.devices, m, k, m / k, f.rounds, f.ops);
   }
   return kExitOk;
 }

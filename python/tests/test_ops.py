@@ -415,6 +415,30 @@ def test_call_op_sets_op_attrs_from_keywords(mesh):
     assert (attrs.low, attrs.high, attrs.seed) == (0.0, 1.0, 0)
 
 
+def test_op_attrs_compare_field_by_field():
+    a, b = tessel.OpAttrs(), tessel.OpAttrs()
+    assert a == b
+    b.axes = [1]
+    assert a != b
+    a.axes, a.operand, b.operand = [1], 0.0, -0.0
+    assert a == b  # as doubles compare
+    a.operand = b.operand = float("nan")
+    assert a != b
+
+
+def test_a_repeated_call_gives_each_call_its_own_data_and_attrs(mesh):
+    # The second and later calls reuse the first's plan (the dispatch cache); each still reads
+    # its own inputs and scalar.
+    a = rand((4, 6), 36)
+    for k in range(3):
+        d = put(a + k, ("x", "y"), mesh)
+        assert_array_equal(host(tessel.call_op("multiply_scalar", [d], operand=float(k))),
+                           (a + k) * k)
+    z = put(np.full((4, 6), -0.0, np.float32), ("x", "y"), mesh)
+    assert not np.signbit(host(tessel.call_op("add_scalar", [z], operand=0.0))).any()
+    assert np.signbit(host(tessel.call_op("add_scalar", [z], operand=-0.0))).all()
+
+
 def test_plan_op_shows_the_relayouts(mesh):
     rows = tessel.Layout(["x", "unsharded"], mesh)
     cols = tessel.Layout(["unsharded", "y"], mesh)

@@ -108,12 +108,12 @@ DTensor::DTensor(Layout layout, Shape global_shape, DType dtype, std::vector<Ten
       detail::throw_invalid(kDTensor, "component {} ({}) is not contiguous", i, device);
     }
   }
-  layout_ = std::move(layout);
-  shape_ = std::move(global_shape);
-  dtype_ = dtype;
-  components_ = std::move(components);
-  devices_ = place->devices;
-  runtime_ = &runtime;
+  data_ = std::make_shared<const Data>(Data{.layout = std::move(layout),
+                                             .shape = std::move(global_shape),
+                                             .dtype = dtype,
+                                             .components = std::move(components),
+                                             .placement = place,
+                                             .runtime = &runtime});
 }
 
 // Tracing hook (compile.h): an abstract value has the constructor's layout checks and no data.
@@ -121,11 +121,11 @@ DTensor DTensor::abstract(Layout layout, Shape global_shape, DType dtype, Runtim
   detail::check_tensor_layout(layout, kDTensor);
   check_rank(layout, global_shape);
   DTensor d;
-  d.layout_ = std::move(layout);
-  d.shape_ = std::move(global_shape);
-  d.dtype_ = dtype;
-  d.runtime_ = &runtime;
-  d.abstract_ = true;
+  d.data_ = std::make_shared<const Data>(Data{.layout = std::move(layout),
+                                               .shape = std::move(global_shape),
+                                               .dtype = dtype,
+                                               .runtime = &runtime,
+                                               .abstract = true});
   return d;
 }
 
@@ -134,39 +134,44 @@ void DTensor::throw_abstract(std::string_view call) const {
                       "{} of abstract DTensor #{} ({} {}, a value traced by compile()): it has no "
                       "data, and reading data (to_host, unpack, relayout, components) is "
                       "eager-only; run the compiled computation instead",
-                      call, id_, shape_.to_string(), dtype_name(dtype_));
+                      call, id_, shape().to_string(), dtype_name(dtype()));
+}
+
+const DTensor::Data& DTensor::null_data() {
+  static const Data* null = new Data();  // never destroyed: null DTensors may be read at exit
+  return *null;
 }
 
 int64_t DTensor::nbytes() const {
-  return shape_.num_elements() * static_cast<int64_t>(dtype_size(dtype_));
+  return shape().num_elements() * static_cast<int64_t>(dtype_size(dtype()));
 }
 
 const Tensor& DTensor::component(int local_index) const {
-  if (abstract_) throw_abstract("component()");  // tracing hook
+  if (is_abstract()) throw_abstract("component()");  // tracing hook
   if (local_index < 0 || local_index >= num_components()) {
     detail::throw_error(ErrorCode::kOutOfRange, kDTensor,
                         "component index {} is outside the {} local components", local_index,
                         num_components());
   }
-  return components_[static_cast<size_t>(local_index)];
+  return data_->components[static_cast<size_t>(local_index)];
 }
 
 Device& DTensor::device(int local_index) const {
   component(local_index);  // the index check
-  return *devices_[static_cast<size_t>(local_index)];
+  return *data_->placement->devices[static_cast<size_t>(local_index)];
 }
 
 Runtime& DTensor::runtime() const {
-  if (runtime_ == nullptr) {
+  if (!defined()) {
     detail::throw_error(ErrorCode::kFailedPrecondition, kDTensor, "runtime() of a null DTensor");
   }
-  return *runtime_;
+  return *data_->runtime;
 }
 
 std::string DTensor::to_string() const {
   if (!defined()) return "DTensor(null)";
-  return fmt::format("DTensor(shape={}, dtype={}, layout={})", shape_.to_string(),
-                     dtype_name(dtype_), layout_.to_string());
+  return fmt::format("DTensor(shape={}, dtype={}, layout={})", shape().to_string(),
+                     dtype_name(dtype()), layout().to_string());
 }
 
 }  // namespace tessel

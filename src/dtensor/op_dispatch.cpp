@@ -7,9 +7,9 @@
 #include <set>
 
 #include "core/errors.h"
+#include "dtensor/dispatch_cache.h"
 #include "dtensor/dtensor_internal.h"
-#include "dtensor/kernel_runner.h"
-#include "dtensor/placement.h"
+#include "dtensor/launch_plan.h"
 #include "dtensor/trace_hooks.h"  // tracing hook: record calls instead of running them
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/op_registry.h"
@@ -20,10 +20,6 @@ namespace tessel {
 namespace {
 
 std::atomic<bool> g_replicate_fallback{false};
-
-// Calls whose local blocks hold at most this many elements in all (inputs and outputs, every
-// local device) run inline: a few microseconds of work at most.
-constexpr int64_t kInlineElements = 16384;
 
 std::string layouts_text(const std::vector<TensorSpec>& inputs) {
   std::string text;
@@ -68,8 +64,10 @@ const Mesh& mesh_of(const std::vector<TensorSpec>& inputs, const OpAttrs& attrs,
   return attrs.layout->mesh();
 }
 
+// The rule's decision, or (kUnimplemented with the fallback on) replicate_everything, which sets
+// *fallback when given.
 ShardingDecision decide(const OpDef& def, const std::vector<TensorSpec>& inputs,
-                        const TensorSpec& output, const OpAttrs& attrs) {
+                        const TensorSpec& output, const OpAttrs& attrs, bool* fallback = nullptr) {
   try {
     ShardingDecision d = def.shard(inputs, output, attrs);
     if (d.inputs.size() != inputs.size()) {
@@ -87,6 +85,7 @@ ShardingDecision decide(const OpDef& def, const std::vector<TensorSpec>& inputs,
                           layouts_text(inputs), e.message());
     }
     warn_fallback_once(def.name, inputs);
+    if (fallback != nullptr) *fallback = true;
     return replicate_everything(inputs, output, mesh_of(inputs, attrs, def.name));
   }
 }
@@ -102,65 +101,20 @@ ShardingDecision plan_op(std::string_view name, const std::vector<TensorSpec>& i
   return decide(def, inputs, def.infer(inputs, attrs), attrs);
 }
 
-// The kernel half of call_op, shared with the replay of compiled graphs (trace_hooks.h).
-DTensor detail::launch_op(const OpDef& def, const std::vector<DTensor>& ready,
-                          const TensorSpec& out, const std::shared_ptr<const Layout>& layout,
-                          const std::shared_ptr<const OpAttrs>& attrs, Runtime& runtime,
-                          const Placement& out_place,
-                          const std::vector<std::shared_ptr<const Placement>>& in_places,
-                          bool inline_when_idle) {
-  const OpDef* op = &def;
-  const size_t n = out_place.devices.size();
-  // A call touching few elements runs on this thread where the device is idle: waking the
-  // device's worker would cost more than the kernel (tessel bench dispatch). So does every call
-  // of a one-device replay (inline_when_idle), whose caller would only wait for the worker.
-  int64_t elements = 0;
-  for (size_t i = 0; i < n; ++i) {
-    elements += out_place.blocks[i].num_elements();
-    for (const auto& p : in_places) elements += p->blocks[i].num_elements();
-  }
-  const bool small = inline_when_idle || elements <= kInlineElements;
-  std::vector<Tensor> outputs;
-  outputs.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const Box& block = out_place.blocks[i];
-    Device* device = out_place.devices[i];
-    Tensor output = device->allocate(Shape(block.extents), out.dtype, /*zero_fill=*/false);
-    outputs.push_back(output);
-    LocalContext context;
-    context.output_block = block;
-    context.output_shape = out.shape;
-    context.mesh_offset = out_place.offsets[i];
-    context.cuda_stream = device->cuda_stream();
-    std::vector<Tensor> local;
-    local.reserve(ready.size());
-    for (size_t k = 0; k < ready.size(); ++k) {
-      context.input_blocks.push_back(in_places[k]->blocks[i]);
-      context.input_shapes.push_back(ready[k].shape());
-      local.push_back(ready[k].component(static_cast<int>(i)));
-    }
-    if (small) {
-      context.output_layout = layout.get();
-      const auto run = [&] { detail::run_kernel(*op, local, output, *attrs, context); };
-      if (device->stream().run_inline_if_idle(def.name, run)) continue;
-    }
-    device->stream().enqueue(def.name, [op, local = std::move(local), output, attrs, layout,
-                                        context = std::move(context)]() mutable {
-      context.output_layout = layout.get();
-      detail::run_kernel(*op, local, output, *attrs, context);
-    });
-  }
-  return DTensor(*layout, out.shape, out.dtype, std::move(outputs), runtime);
+namespace {
+
+std::vector<TensorSpec> specs_of(const std::vector<DTensor>& tensors) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const DTensor& t : tensors) specs.push_back({t.shape(), t.dtype(), t.layout()});
+  return specs;
 }
 
-DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
-  const OpDef& def = OpRegistry::global().get(name);
+// Checks the inputs of a call of `def` (kInvalidArgument / kFailedPrecondition naming the op).
+void check_inputs(const OpDef& def, const std::vector<DTensor>& inputs, bool tracing) {
   if (static_cast<int>(inputs.size()) != def.num_inputs) {
     detail::throw_invalid(def.name, "takes {} inputs, got {}", def.num_inputs, inputs.size());
   }
-  detail::OpTracer* tracer = detail::active_op_tracer();  // tracing hook (trace_hooks.h)
-  std::vector<TensorSpec> specs;
-  specs.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) detail::throw_invalid(def.name, "input {} is a null DTensor", i);
     if (inputs[i].layout().mesh() != inputs[0].layout().mesh()) {
@@ -177,45 +131,96 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
                             i, inputs[0].layout().mesh().to_string());
     }
     // Tracing hook: an abstract value (compile.h) runs only inside its trace.
-    if (inputs[i].is_abstract() && tracer == nullptr) {
+    if (inputs[i].is_abstract() && !tracing) {
       detail::throw_error(ErrorCode::kFailedPrecondition, def.name,
                           "input {} is an abstract DTensor (a value traced by compile()) used "
                           "outside its trace: it has no data",
                           i);
     }
-    specs.push_back({inputs[i].shape(), inputs[i].dtype(), inputs[i].layout()});
   }
-  const TensorSpec out = def.infer(specs, attrs);
-  const ShardingDecision decision = decide(def, specs, out, attrs);
-  auto shared_attrs = std::make_shared<const OpAttrs>(attrs);
+}
 
-  std::vector<DTensor> ready;
+// `inputs` relaid out to `layouts` where they differ; `inputs` itself (no copy) when none does.
+const std::vector<DTensor>& relaid_out(const std::vector<DTensor>& inputs,
+                                       const std::vector<Layout>& layouts,
+                                       std::vector<DTensor>& storage) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].layout() == layouts[i]) continue;
+    if (storage.empty()) storage = inputs;
+    storage[i] = detail::relayout_untracked(inputs[i], layouts[i]);
+  }
+  return storage.empty() ? inputs : storage;
+}
+
+// Whose devices a call runs on, as the cache tells runtimes apart: the inputs' runtime, else a
+// creation op's attrs.runtime, else 0 for Runtime::global() (made once, never replaced, and not
+// made here: a call that fails its shape inference does not start it).
+uint64_t runtime_id_of(const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
+  if (!inputs.empty()) return inputs[0].runtime().id();
+  return attrs.runtime != nullptr ? attrs.runtime->id() : 0;
+}
+
+Runtime& runtime_of(const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
+  if (!inputs.empty()) return inputs[0].runtime();
+  return attrs.runtime != nullptr ? *attrs.runtime : Runtime::global();
+}
+
+// Runs a call eagerly: its plan from this thread's cache (dispatch_cache.h), else inferred,
+// sharded and planned here (and kept unless it took the replicate fallback); the inputs relaid
+// out as the plan asks; the kernels launched. `ready` receives the inputs as the kernels read
+// them.
+DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs, const OpAttrs& attrs,
+                    const std::shared_ptr<const OpAttrs>& shared_attrs,
+                    std::vector<DTensor>& ready_storage, const std::vector<DTensor>*& ready) {
+  const uint64_t runtime_id = runtime_id_of(inputs, attrs);
+  const size_t key = detail::call_key(def, inputs, attrs, runtime_id);
+  std::shared_ptr<const detail::PlannedCall> planned =
+      detail::find_planned_call(key, def, inputs, attrs, runtime_id);
+  if (planned != nullptr) {
+    ready = &relaid_out(inputs, planned->input_layouts, ready_storage);
+    return detail::launch_op(planned->launch, *ready, shared_attrs, runtime_of(inputs, attrs));
+  }
+  std::vector<TensorSpec> specs = specs_of(inputs);
+  const TensorSpec out = def.infer(specs, attrs);
+  bool fallback = false;
+  ShardingDecision decision = decide(def, specs, out, attrs, &fallback);
+  ready = &relaid_out(inputs, decision.inputs, ready_storage);
+  Runtime& runtime = runtime_of(inputs, attrs);
+  auto call = std::make_shared<detail::PlannedCall>();
+  call->launch = detail::make_launch_plan(def, {out.shape, out.dtype, decision.output},
+                                          specs_of(*ready), runtime, def.name);
+  call->def = &def;
+  call->runtime_id = runtime_id;
+  call->attrs = attrs;
+  call->inputs = std::move(specs);
+  call->input_layouts = std::move(decision.inputs);
+  if (!fallback) detail::remember_planned_call(key, call);
+  return detail::launch_op(call->launch, *ready, shared_attrs, runtime);
+}
+
+}  // namespace
+
+DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
+  const OpDef& def = OpRegistry::global().get(name);
+  detail::OpTracer* tracer = detail::active_op_tracer();  // tracing hook (trace_hooks.h)
+  check_inputs(def, inputs, tracer != nullptr);
+  auto shared_attrs = std::make_shared<const OpAttrs>(attrs);
+  std::vector<DTensor> ready_storage;
+  const std::vector<DTensor>* ready = &ready_storage;
   DTensor result;
   if (tracer != nullptr) {
     // Tracing hook: record the call (and the relayouts it needs) instead of running it.
+    const std::vector<TensorSpec> specs = specs_of(inputs);
+    const TensorSpec out = def.infer(specs, attrs);
+    const ShardingDecision decision = decide(def, specs, out, attrs);
     detail::TracedCall traced = tracer->record_op(def, inputs, out, decision, shared_attrs);
-    ready = std::move(traced.ready);
+    ready_storage = std::move(traced.ready);
     result = std::move(traced.result);
   } else {
-    ready.reserve(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      ready.push_back(inputs[i].layout() == decision.inputs[i]
-                          ? inputs[i]
-                          : detail::relayout_untracked(inputs[i], decision.inputs[i]));
-    }
-    Runtime& runtime = !inputs.empty() ? inputs[0].runtime()
-                                       : (attrs.runtime ? *attrs.runtime : Runtime::global());
-    const auto out_place = detail::placement(decision.output, out.shape, runtime, def.name);
-    std::vector<std::shared_ptr<const detail::Placement>> in_places;
-    in_places.reserve(ready.size());
-    for (const DTensor& in : ready) {
-      in_places.push_back(detail::placement(in.layout(), in.shape(), runtime, def.name));
-    }
-    result = detail::launch_op(def, ready, out, std::make_shared<const Layout>(decision.output),
-                               shared_attrs, runtime, *out_place, in_places);
+    result = run_eagerly(def, inputs, attrs, shared_attrs, ready_storage, ready);
   }
   for (GradientTape* tape : GradientTape::active()) {
-    tape->record(def, inputs, ready, result, shared_attrs);
+    tape->record(def, inputs, *ready, result, shared_attrs);
   }
   return result;
 }

@@ -2,8 +2,8 @@
 // (trace.h, compile.h). Dispatch sees only this interface: while a tracer is active on the
 // calling thread, call_op hands it the call (after shape inference and the sharding rule) instead
 // of running kernels, and pack / unpack refuse to run (BR-74-05: eager only). The replay of a
-// compiled graph calls launch_op directly with placements computed once, skipping inference,
-// the sharding rule and the relayout planner.
+// compiled graph calls launch_op (launch_plan.h) directly with a plan per node made once,
+// skipping inference, the sharding rule and the relayout planner.
 //
 //   // op_dispatch.cpp
 //   if (detail::OpTracer* tracer = detail::active_op_tracer()) {
@@ -19,7 +19,6 @@
 #include <string_view>
 #include <vector>
 
-#include "dtensor/placement.h"
 #include "tessel/dtensor/dtensor.h"
 #include "tessel/dtensor/op_registry.h"
 
@@ -51,18 +50,5 @@ OpTracer* set_active_op_tracer(OpTracer* tracer);
 // abstract value outside its trace); `rule` ("BR-74-05") is quoted when given.
 [[noreturn]] void throw_eager_only(std::string_view component, std::string_view call,
                                    std::string_view rule = {});
-
-// The kernel half of call_op (defined in op_dispatch.cpp): allocates the output blocks of
-// `layout` on their devices and runs def's kernel on every local device, for inputs already in
-// the layouts the sharding rule requires: on the calling thread when the device's stream is idle
-// and the call is tiny (or `inline_when_idle`: a one-device replay, whose caller would only wait
-// for the worker), else enqueued on the stream. `out_place` and `in_places` are
-// placement(layout, out.shape) and each input's placement.
-DTensor launch_op(const OpDef& def, const std::vector<DTensor>& ready, const TensorSpec& out,
-                  const std::shared_ptr<const Layout>& layout,
-                  const std::shared_ptr<const OpAttrs>& attrs, Runtime& runtime,
-                  const Placement& out_place,
-                  const std::vector<std::shared_ptr<const Placement>>& in_places,
-                  bool inline_when_idle = false);
 
 }  // namespace tessel::detail

@@ -62,7 +62,13 @@ Layout::Layout() = default;
 
 Layout::Layout(LayoutType type, std::vector<ShardingSpec> specs, Mesh mesh,
                std::vector<PartialDim> partial)
-    : type_(type), specs_(std::move(specs)), mesh_(std::move(mesh)), partial_(std::move(partial)) {}
+    : data_(std::make_shared<const Data>(
+          Data{type, std::move(specs), std::move(mesh), std::move(partial)})) {}
+
+const Layout::Data& Layout::empty_data() {
+  static const Data* empty = new Data();  // never destroyed: layouts may be read during exit
+  return *empty;
+}
 
 Layout::Layout(const std::vector<std::string>& sharding_specs, const Mesh& mesh) {
   *this = create(LayoutType::kStatic, parse_python_specs(sharding_specs, mesh), mesh);
@@ -166,7 +172,7 @@ Layout Layout::single_device(const Mesh& mesh) {
 
 std::vector<std::string> Layout::sharding_spec_strings() const {
   std::vector<std::string> out;
-  for (const ShardingSpec& s : specs_) out.push_back(s.to_string());
+  for (const ShardingSpec& s : sharding_specs()) out.push_back(s.to_string());
   return out;
 }
 
@@ -175,13 +181,13 @@ int64_t Layout::num_shards(int axis) const {
     detail::throw_error(ErrorCode::kOutOfRange, kLayout,
                         "num_shards: axis {} is outside a layout of rank {}", axis, rank());
   }
-  const ShardingSpec& spec = specs_[static_cast<size_t>(axis)];
+  const ShardingSpec& spec = sharding_specs()[static_cast<size_t>(axis)];
   if (spec.is_match() || spec.is_any()) {
     detail::throw_invalid(kLayout, "num_shards: axis {} is '{}', which has no shard count", axis,
                           spec.to_string());
   }
   int64_t shards = 1;
-  for (const std::string& dim : spec.mesh_dims()) shards *= mesh_.dim_size(dim);
+  for (const std::string& dim : spec.mesh_dims()) shards *= mesh().dim_size(dim);
   return shards;
 }
 
@@ -193,20 +199,22 @@ std::vector<int64_t> Layout::num_shards_per_dim() const {
 
 bool Layout::is_fully_replicated() const {
   if (is_single_device() || is_partial()) return false;
-  return std::all_of(specs_.begin(), specs_.end(),
+  return std::all_of(sharding_specs().begin(), sharding_specs().end(),
                      [](const ShardingSpec& s) { return s.is_unsharded(); });
 }
 
 bool Layout::is_batch_parallel() const {
-  if (is_single_device() || is_empty() || rank() < 1 || !specs_[0].is_sharded()) return false;
-  return std::all_of(specs_.begin() + 1, specs_.end(),
+  if (is_single_device() || is_empty() || rank() < 1 || !sharding_specs()[0].is_sharded()) {
+    return false;
+  }
+  return std::all_of(sharding_specs().begin() + 1, sharding_specs().end(),
                      [](const ShardingSpec& s) { return s.is_unsharded(); });
 }
 
 std::vector<std::string> Layout::sharded_mesh_dims() const {
   std::vector<std::string> out;
-  for (const std::string& dim : mesh_.dim_names()) {
-    for (const ShardingSpec& s : specs_) {
+  for (const std::string& dim : mesh().dim_names()) {
+    for (const ShardingSpec& s : sharding_specs()) {
       if (s.uses(dim)) out.push_back(dim);
     }
   }
@@ -215,9 +223,9 @@ std::vector<std::string> Layout::sharded_mesh_dims() const {
 
 int64_t Layout::shard_index(int axis, const std::vector<int64_t>& location) const {
   int64_t index = 0;
-  for (const std::string& dim : specs_[static_cast<size_t>(axis)].mesh_dims()) {
-    const int d = mesh_.dim_index(dim);
-    index = index * mesh_.dims()[static_cast<size_t>(d)].size + location[static_cast<size_t>(d)];
+  for (const std::string& dim : sharding_specs()[static_cast<size_t>(axis)].mesh_dims()) {
+    const int d = mesh().dim_index(dim);
+    index = index * mesh().dims()[static_cast<size_t>(d)].size + location[static_cast<size_t>(d)];
   }
   return index;
 }
@@ -237,7 +245,7 @@ void check_rank(const Layout& layout, const Shape& shape, std::string_view what)
 Shape Layout::local_shape(const Shape& global_shape, int64_t offset) const {
   check_rank(*this, global_shape, "local_shape");
   if (is_single_device()) return global_shape;
-  const std::vector<int64_t> location = mesh_.device_location(offset);
+  const std::vector<int64_t> location = mesh().device_location(offset);
   std::vector<int64_t> dims = global_shape.dims();
   for (int axis = 0; axis < rank(); ++axis) {
     const int64_t shards = num_shards(axis);
@@ -280,13 +288,13 @@ Shape Layout::global_shape_from_local_shape(const Shape& local_shape) const {
 
 std::vector<std::vector<int64_t>> Layout::offset_to_shard() const {
   std::vector<std::vector<int64_t>> out;
-  for (int64_t offset = 0; offset < mesh_.size(); ++offset) {
-    const std::vector<int64_t> location = mesh_.device_location(offset);
+  for (int64_t offset = 0; offset < mesh().size(); ++offset) {
+    const std::vector<int64_t> location = mesh().device_location(offset);
     std::vector<int64_t> shard;
     for (int axis = 0; axis < rank(); ++axis) {
-      if (specs_[axis].is_match() || specs_[axis].is_any()) {
+      if (sharding_specs()[axis].is_match() || sharding_specs()[axis].is_any()) {
         detail::throw_invalid(kLayout, "offset_to_shard: axis {} is '{}'", axis,
-                              specs_[axis].to_string());
+                              sharding_specs()[axis].to_string());
       }
       shard.push_back(shard_index(axis, location));
     }
@@ -325,46 +333,50 @@ std::string Layout::shard_vector_string() const {
 }
 
 Layout Layout::to_parted() const {
-  if (type_ != LayoutType::kStatic && type_ != LayoutType::kParted) {
+  if (type() != LayoutType::kStatic && type() != LayoutType::kParted) {
     detail::throw_invalid(kLayout, "to_parted: only a static layout can become parted: {}",
                           to_string());
   }
-  return Layout(LayoutType::kParted, specs_, mesh_, partial_);
+  return Layout(LayoutType::kParted, sharding_specs(), mesh(), partial());
 }
 
 Layout Layout::delete_dims(const std::vector<int>& dims) const {
   std::vector<ShardingSpec> kept;
   for (int axis = 0; axis < rank(); ++axis) {
-    if (std::find(dims.begin(), dims.end(), axis) == dims.end()) kept.push_back(specs_[axis]);
+    if (std::find(dims.begin(), dims.end(), axis) == dims.end()) {
+      kept.push_back(sharding_specs()[axis]);
+    }
   }
-  return create(type_, std::move(kept), mesh_, partial_);
+  return create(type(), std::move(kept), mesh(), partial());
 }
 
 Layout Layout::transposed_2d() const {
   if (rank() < 2) detail::throw_invalid(kLayout, "transposed_2d: rank {} is below 2", rank());
-  std::vector<ShardingSpec> specs = specs_;
+  std::vector<ShardingSpec> specs = sharding_specs();
   std::swap(specs[specs.size() - 1], specs[specs.size() - 2]);
-  return Layout(type_, std::move(specs), mesh_, partial_);
+  return Layout(type(), std::move(specs), mesh(), partial());
 }
 
 Layout Layout::left_pad(int new_rank) const {
   if (new_rank <= rank()) return *this;
   std::vector<ShardingSpec> specs(static_cast<size_t>(new_rank - rank()));
-  specs.insert(specs.end(), specs_.begin(), specs_.end());
-  return Layout(type_, std::move(specs), mesh_, partial_);
+  specs.insert(specs.end(), sharding_specs().begin(), sharding_specs().end());
+  return Layout(type(), std::move(specs), mesh(), partial());
 }
 
-Layout Layout::without_partial() const { return Layout(type_, specs_, mesh_, {}); }
+Layout Layout::without_partial() const { return Layout(type(), sharding_specs(), mesh(), {}); }
 
 Layout Layout::with_partial(std::vector<PartialDim> partial) const {
-  return create(type_, specs_, mesh_, std::move(partial));
+  return create(type(), sharding_specs(), mesh(), std::move(partial));
 }
 
 bool Layout::is_equivalent_ignoring_type(const Layout& other) const {
-  if (rank() != other.rank() || mesh_ != other.mesh_ || partial_ != other.partial_) return false;
+  if (rank() != other.rank() || mesh() != other.mesh() || partial() != other.partial()) {
+    return false;
+  }
   for (int axis = 0; axis < rank(); ++axis) {
-    const ShardingSpec& a = specs_[axis];
-    const ShardingSpec& b = other.specs_[axis];
+    const ShardingSpec& a = sharding_specs()[axis];
+    const ShardingSpec& b = other.sharding_specs()[axis];
     if (a == b) continue;
     const bool a_one = !a.is_match() && !a.is_any() && num_shards(axis) == 1;
     const bool b_one = !b.is_match() && !b.is_any() && other.num_shards(axis) == 1;
@@ -374,16 +386,18 @@ bool Layout::is_equivalent_ignoring_type(const Layout& other) const {
 }
 
 bool Layout::is_equivalent(const Layout& other) const {
-  return type_ == other.type_ && is_equivalent_ignoring_type(other);
+  return type() == other.type() && is_equivalent_ignoring_type(other);
 }
 
 bool operator==(const Layout& a, const Layout& b) {
-  return a.type_ == b.type_ && a.specs_ == b.specs_ && a.partial_ == b.partial_ &&
-         a.mesh_ == b.mesh_;
+  if (a.data_ == b.data_) return true;  // copies share their data
+  const Layout::Data& x = a.data();
+  const Layout::Data& y = b.data();
+  return x.type == y.type && x.specs == y.specs && x.partial == y.partial && x.mesh == y.mesh;
 }
 
 size_t Layout::hash() const {
-  return std::hash<std::string>()(to_string()) ^ (mesh_.hash() * 31u);
+  return std::hash<std::string>()(to_string()) ^ (mesh().hash() * 31u);
 }
 
 std::ostream& operator<<(std::ostream& os, const Layout& layout) {

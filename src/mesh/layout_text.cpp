@@ -96,23 +96,23 @@ Layout Layout::from_string(const std::string& text) {
 }
 
 std::string Layout::to_string() const {
-  switch (type_) {
+  switch (type()) {
     case LayoutType::kEmpty: return std::string(kEmptyLayout);
-    case LayoutType::kSingleDevice: return fmt::format("maximal:true, mesh:{}", mesh_.to_string());
+    case LayoutType::kSingleDevice: return fmt::format("maximal:true, mesh:{}", mesh().to_string());
     case LayoutType::kStatic:
     case LayoutType::kParted: break;
   }
-  std::string out(type_ == LayoutType::kParted ? kPartedPrefix : kStaticPrefix);
-  for (const ShardingSpec& spec : specs_) out += spec.to_string() + ",";
+  std::string out(type() == LayoutType::kParted ? kPartedPrefix : kStaticPrefix);
+  for (const ShardingSpec& spec : sharding_specs()) out += spec.to_string() + ",";
   out += " ";
-  if (!partial_.empty()) {
+  if (!partial().empty()) {
     out += kPartialPrefix;
-    for (const PartialDim& p : partial_) {
+    for (const PartialDim& p : partial()) {
       out += fmt::format("{}({}),", reduce_op_name(p.op), p.mesh_dim);
     }
     out += " ";
   }
-  return out + fmt::format("mesh:{}", mesh_.to_string());
+  return out + fmt::format("mesh:{}", mesh().to_string());
 }
 
 }  // namespace tessel

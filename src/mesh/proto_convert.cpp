@@ -55,18 +55,20 @@ Mesh Mesh::from_proto(const std::string& bytes) {
 
 std::string Layout::as_proto() const {
   proto::LayoutProto p;
-  for (const ShardingSpec& spec : specs_) p.add_sharding_specs()->set_sharding_spec(spec.to_string());
-  *p.mutable_mesh_config() = to_proto(mesh_);
-  switch (type_) {
+  for (const ShardingSpec& spec : sharding_specs()) {
+    p.add_sharding_specs()->set_sharding_spec(spec.to_string());
+  }
+  *p.mutable_mesh_config() = to_proto(mesh());
+  switch (type()) {
     case LayoutType::kEmpty: p.set_type(proto::LayoutProto::UNKNOWN); break;
     case LayoutType::kStatic: p.set_type(proto::LayoutProto::STATIC); break;
     case LayoutType::kParted: p.set_type(proto::LayoutProto::PARTED); break;
     case LayoutType::kSingleDevice: p.set_type(proto::LayoutProto::SINGLE_DEVICE); break;
   }
-  for (const PartialDim& partial : partial_) {
+  for (const PartialDim& dim : partial()) {
     proto::PartialDimProto* out = p.add_partial();
-    out->set_mesh_dim(partial.mesh_dim);
-    out->set_reduce_op(std::string(reduce_op_name(partial.op)));
+    out->set_mesh_dim(dim.mesh_dim);
+    out->set_reduce_op(std::string(reduce_op_name(dim.op)));
   }
   return p.SerializeAsString();
 }

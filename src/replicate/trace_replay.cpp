@@ -57,13 +57,12 @@ ReplayPlan::Step ReplayPlan::make_step(const GraphNode& node, size_t index) {
       } else {
         step.attrs = node.attrs ? node.attrs : std::make_shared<const OpAttrs>();
       }
-      step.layout = std::make_shared<const Layout>(step.out.layout);
-      step.out_place = placement(step.out.layout, step.out.shape, runtime_, where);
+      std::vector<TensorSpec> inputs;
       for (int v : node.inputs) {
         const TensorSpec& in = graph_->values()[static_cast<size_t>(v)];
-        step.in_places.push_back(
-            placement(layout_on_mesh(in.layout, mesh_), in.shape, runtime_, where));
+        inputs.push_back({in.shape, in.dtype, layout_on_mesh(in.layout, mesh_)});
       }
+      step.launch = make_launch_plan(*step.def, step.out, inputs, runtime_, where);
       break;
     }
     case GraphNodeKind::kRelayout:
@@ -131,8 +130,7 @@ std::vector<DTensor> ReplayPlan::run(const std::vector<DTensor>& inputs,
         out = step.capture;
         break;
       case GraphNodeKind::kOp:
-        out = launch_op(*step.def, args, step.out, step.layout, step.attrs, runtime_,
-                        *step.out_place, step.in_places, one_device_);
+        out = launch_op(step.launch, args, step.attrs, runtime_, one_device_);
         break;
       case GraphNodeKind::kRelayout:
         out = execute_relayout(args[0], step.plan);

@@ -28,7 +28,7 @@
 #include <memory>
 #include <vector>
 
-#include "dtensor/placement.h"
+#include "dtensor/launch_plan.h"
 #include "tessel/replicate/graph.h"
 
 namespace tessel::detail {
@@ -59,9 +59,7 @@ class ReplayPlan {
     TensorSpec out;                        // the output's spec on mesh_
     const OpDef* def = nullptr;            // kOp
     std::shared_ptr<const OpAttrs> attrs;  // kOp: layout / runtime moved to mesh_
-    std::shared_ptr<const Layout> layout;  // kOp: the output layout
-    std::shared_ptr<const Placement> out_place;
-    std::vector<std::shared_ptr<const Placement>> in_places;
+    std::shared_ptr<const LaunchPlan> launch;  // kOp
     RelayoutPlan plan;                     // kRelayout
     DTensor capture;                       // kCapture, on mesh_
   };

@@ -23,10 +23,13 @@
 // (num_components, component, components, device; hence to_host, unpack, relayout to another
 // layout) throws kFailedPrecondition: data exists only in eager mode.
 //
-// Thread safety: an immutable value (components share storage like Tensor handles).
+// Thread safety: an immutable value (components share storage like Tensor handles). Copies
+// share one block of data (layout, shape, components, ...), so copying a DTensor costs a
+// reference count, not a copy of its layout and component handles.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +43,10 @@
 
 namespace tessel {
 
+namespace detail {
+struct Placement;  // src/dtensor/placement.h
+}  // namespace detail
+
 class DTensor {
  public:
   DTensor() = default;  // null: defined() is false
@@ -51,23 +58,23 @@ class DTensor {
   DTensor(Layout layout, Shape global_shape, DType dtype, std::vector<Tensor> components,
           Runtime& runtime);
 
-  bool defined() const { return runtime_ != nullptr; }
-  const Layout& layout() const { return layout_; }
-  const Shape& shape() const { return shape_; }
-  DType dtype() const { return dtype_; }
-  int rank() const { return shape_.rank(); }
+  bool defined() const { return data_ != nullptr; }
+  const Layout& layout() const { return data().layout; }
+  const Shape& shape() const { return data().shape; }
+  DType dtype() const { return data().dtype; }
+  int rank() const { return shape().rank(); }
   // Bytes of the global tensor (elements * dtype size).
   int64_t nbytes() const;
 
   // An abstract DTensor: kFailedPrecondition (eager-only), as component / components / device.
   int num_components() const {
-    if (abstract_) throw_abstract("num_components()");
-    return static_cast<int>(components_.size());
+    if (is_abstract()) throw_abstract("num_components()");
+    return static_cast<int>(data().components.size());
   }
   const Tensor& component(int local_index) const;  // kOutOfRange for a bad index
   const std::vector<Tensor>& components() const {
-    if (abstract_) throw_abstract("components()");
-    return components_;
+    if (is_abstract()) throw_abstract("components()");
+    return data().components;
   }
   // The device of component i (mesh.local_devices()[i] in the runtime).
   Device& device(int local_index) const;
@@ -84,19 +91,26 @@ class DTensor {
   // An abstract DTensor for a value compile() traces: the layout checks of the constructor
   // (kInvalidArgument), no components, no device check. Only the tracer makes them.
   static DTensor abstract(Layout layout, Shape global_shape, DType dtype, Runtime& runtime);
-  bool is_abstract() const { return abstract_; }
+  bool is_abstract() const { return data().abstract; }
 
  private:
+  // What copies share; immutable once made.
+  struct Data {
+    Layout layout;
+    Shape shape;
+    DType dtype = DType::kF32;
+    std::vector<Tensor> components;
+    std::shared_ptr<const detail::Placement> placement;  // devices per component; null if abstract
+    Runtime* runtime = nullptr;
+    bool abstract = false;  // tracing hook: see abstract()
+  };
+  // The data, or that of a null DTensor (empty layout and shape, no components).
+  const Data& data() const { return data_ ? *data_ : null_data(); }
+  static const Data& null_data();
   // kFailedPrecondition: `call` reads data, which an abstract DTensor does not have.
   [[noreturn]] void throw_abstract(std::string_view call) const;
-  bool abstract_ = false;  // tracing hook: see abstract()
 
-  Layout layout_;
-  Shape shape_;
-  DType dtype_ = DType::kF32;
-  std::vector<Tensor> components_;
-  std::vector<Device*> devices_;  // per component
-  Runtime* runtime_ = nullptr;
+  std::shared_ptr<const Data> data_;  // null: a null DTensor
   uint64_t id_ = next_id();
 
   static uint64_t next_id();  // unique per constructed value, process-wide

@@ -15,7 +15,11 @@
 // inputs that differ (relayout.h: the planner picks the collectives), allocate the output
 // blocks on their devices, and enqueue the kernel on every device's stream. Kernels run
 // asynchronously, in order per device; unpack / to_host / relayout wait for them. When a
-// gradient tape is recording (autodiff.h), the call is recorded with its VJP.
+// gradient tape is recording (autodiff.h), the call is recorded with its VJP. What a call works
+// out before its kernels run (output shape, sharding decision, where every block lies) depends
+// only on the op, its attrs, its runtime and its inputs' shapes, dtypes and layouts, so each
+// controller thread keeps it for its most recent calls (1024 of them) and a call that repeats
+// one goes straight to the relayouts and kernels; infer and shard must therefore be pure.
 //
 // A sharding rule that has no answer for the input layouts throws kUnimplemented; call_op then
 // raises kUnimplemented naming the op and the layouts, unless the replicate fallback is on
@@ -104,6 +108,9 @@ struct OpAttrs {
                                  // preferred for the broadcast axes; optional);
                                  // embedding_lookup_grad: the table's (required)
   Runtime* runtime = nullptr;    // creation ops: whose devices (null: Runtime::global())
+
+  // Field by field; the scalars as doubles compare (-0.0 equals 0.0, NaN equals nothing).
+  friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
 // An input or output of a call, as the rules see it: no data.

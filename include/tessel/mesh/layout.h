@@ -22,6 +22,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -66,14 +67,14 @@ class Layout {
   static Layout from_string(const std::string& text);
   static Layout from_proto(const std::string& bytes);
 
-  LayoutType type() const { return type_; }
-  const Mesh& mesh() const { return mesh_; }
-  int rank() const { return static_cast<int>(specs_.size()); }
-  const std::vector<ShardingSpec>& sharding_specs() const { return specs_; }
+  LayoutType type() const { return data().type; }
+  const Mesh& mesh() const { return data().mesh; }
+  int rank() const { return static_cast<int>(data().specs.size()); }
+  const std::vector<ShardingSpec>& sharding_specs() const { return data().specs; }
   // Specs as TF-style strings ("x", "unsharded", "x+y", ...).
   std::vector<std::string> sharding_spec_strings() const;
-  const std::vector<PartialDim>& partial() const { return partial_; }
-  bool is_partial() const { return !partial_.empty(); }
+  const std::vector<PartialDim>& partial() const { return data().partial; }
+  bool is_partial() const { return !data().partial.empty(); }
 
   // Shards along tensor dimension `axis`: 1 for unsharded, the product of the mesh dims'
   // sizes otherwise. axis out of range: kOutOfRange. match/any: kInvalidArgument (TF returns
@@ -81,8 +82,8 @@ class Layout {
   int64_t num_shards(int axis) const;
   std::vector<int64_t> num_shards_per_dim() const;
 
-  bool is_empty() const { return type_ == LayoutType::kEmpty; }
-  bool is_single_device() const { return type_ == LayoutType::kSingleDevice; }
+  bool is_empty() const { return type() == LayoutType::kEmpty; }
+  bool is_single_device() const { return type() == LayoutType::kSingleDevice; }
   // TF: a tile mesh and every spec literally "unsharded" (size-1 mesh dims do not count), and
   // (tessel) nothing Partial. Rank 0 is fully replicated.
   bool is_fully_replicated() const;
@@ -147,10 +148,19 @@ class Layout {
   // Shard index of the device at `offset` along tensor dim `axis`.
   int64_t shard_index(int axis, const std::vector<int64_t>& location) const;
 
-  LayoutType type_ = LayoutType::kEmpty;
-  std::vector<ShardingSpec> specs_;   // one per tensor dimension
-  Mesh mesh_;                         // the mesh the specs refer to
-  std::vector<PartialDim> partial_;   // pending reductions, in mesh-dimension order
+  // What copies share (a layout never changes once made), so that copying a layout costs a
+  // reference count and comparing two copies a pointer compare.
+  struct Data {
+    LayoutType type = LayoutType::kEmpty;
+    std::vector<ShardingSpec> specs;   // one per tensor dimension
+    Mesh mesh;                         // the mesh the specs refer to
+    std::vector<PartialDim> partial;   // pending reductions, in mesh-dimension order
+  };
+  // The data, or the empty layout's.
+  const Data& data() const { return data_ ? *data_ : empty_data(); }
+  static const Data& empty_data();
+
+  std::shared_ptr<const Data> data_;  // null: the empty layout
 };
 
 std::ostream& operator<<(std::ostream& os, const Layout& layout);
