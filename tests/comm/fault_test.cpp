@@ -112,8 +112,10 @@ void stalled_participant_case(const std::string& collective,
     EXPECT_TRUE(contains(what, "(sequence 4)")) << who << ": " << what;
     EXPECT_TRUE(contains(what, signature + " over group [rank 0, rank 1, rank 2, rank 3]")) << who << ": " << what;
     EXPECT_LE(out[r].seconds, bound) << who << " took " << out[r].seconds << " s (timeout 0.5 s)";
-    EXPECT_GE(out[r].seconds, 0.5 - 0.01) << who << " gave up before the deadline";
     if (code == ErrorCode::kDeadlineExceeded) {
+      // Its own deadline ended the wait. (A rank released with kAborted may end a little
+      // earlier: a peer that started the collective first reached its deadline first.)
+      EXPECT_GE(out[r].seconds, 0.5 - 0.01) << who << " gave up before the deadline";
       ++deadline_count;
       EXPECT_TRUE(contains(what, "did not arrive")) << what;
     } else {
