@@ -254,6 +254,7 @@ TEST_F(GpuOpKernels, LayerNormAndItsGradientMatchTheCpuKernels) {
       expect_matches_cpu("layer_norm", {x, w}, attrs, Match::kClose);
       expect_matches_cpu("layer_norm_with_bias", {x, w, b}, attrs, Match::kClose);
       expect_matches_cpu("layer_norm_grad", {x, w, g}, attrs, Match::kClose);
+      expect_matches_cpu("layer_norm_weight_grad", {x, g}, attrs, Match::kClose);
     }
   }
 }

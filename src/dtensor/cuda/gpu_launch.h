@@ -85,4 +85,11 @@ template <typename T>
 cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, T* dx, int64_t rows,
                                    int64_t n, double epsilon, cudaStream_t stream);
 
+// ops_norm.cpp's weight_grad_kernel: out[c] = the sum over the rows of g * (x - mean) * rstd, in
+// double. The rows' statistics go through stream-ordered scratch memory (cudaMallocAsync,
+// rows * 16 bytes, outside the device's allocator and its accounting).
+template <typename T>
+cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, T* out, int64_t rows, int64_t n,
+                                          double epsilon, cudaStream_t stream);
+
 }  // namespace tessel::detail::gpu

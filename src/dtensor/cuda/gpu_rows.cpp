@@ -3,8 +3,9 @@
 //     dropped (the block seen as [outer, reduced, inner]); other axis sets run host-staged;
 //   softmax and log_softmax over the last axis;
 //   causal_softmax (its rows' global query positions from the block's offset);
-//   layer_norm, layer_norm_with_bias and layer_norm_grad over the last axis.
-// layer_norm_weight_grad and the reductions' gradient ops have no GPU kernel yet.
+//   layer_norm, layer_norm_with_bias, layer_norm_grad and layer_norm_weight_grad over the last
+//   axis.
+// The reductions' gradient ops have no GPU kernel yet.
 #include "dtensor/cuda/gpu_kernels.h"
 #include "dtensor/cuda/gpu_launch.h"
 #include "dtensor/op_util.h"
@@ -115,6 +116,21 @@ OpDef::Kernel layer_norm_grad_kernel() {
   });
 }
 
+OpDef::Kernel layer_norm_weight_grad_kernel() {
+  return float_gpu_kernel("layer_norm_weight_grad", []<typename T>(const std::vector<Tensor>& in,
+                                                                   Tensor& out,
+                                                                   const OpAttrs& attrs,
+                                                                   const LocalContext&,
+                                                                   cudaStream_t stream)
+                                                        -> GpuLaunch {
+    const int64_t n = out.num_elements();
+    const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
+    return gpu::launch_layer_norm_weight_grad<T>(device_data<T>(in[0]), device_data<T>(in[1]),
+                                                 device_data<T>(out), rows, n,
+                                                 attrs.epsilon.value_or(0.0), stream);
+  });
+}
+
 }  // namespace
 
 void register_gpu_row_kernels(OpRegistry& registry) {
@@ -127,6 +143,7 @@ void register_gpu_row_kernels(OpRegistry& registry) {
   registry.set_gpu_kernel("layer_norm", layer_norm_kernel("layer_norm"));
   registry.set_gpu_kernel("layer_norm_with_bias", layer_norm_kernel("layer_norm_with_bias"));
   registry.set_gpu_kernel("layer_norm_grad", layer_norm_grad_kernel());
+  registry.set_gpu_kernel("layer_norm_weight_grad", layer_norm_weight_grad_kernel());
 }
 
 }  // namespace tessel::detail

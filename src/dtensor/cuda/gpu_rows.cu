@@ -1,9 +1,10 @@
-// The row-wise ops' CUDA kernels (gpu_launch.h): reductions, softmax, causal softmax and layer
-// norm. A row (the reduced or normalised elements, contiguous) belongs to one warp: its lanes
-// take every 32nd element and combine their partial results with shuffles, so no shared memory
-// and no block-wide barrier. A reduction over a middle axis ([outer, reduced, inner], inner > 1)
-// gives each output column a column of threads of one block instead (coalesced reads along
-// inner). Grid-stride loops over rows cover any row count.
+// The row-wise ops' CUDA kernels (gpu_launch.h): reductions, softmax, causal softmax, layer norm
+// and its gradients. A row (the reduced or normalised elements, contiguous) belongs to one warp:
+// its lanes take every 32nd element and combine their partial results with shuffles, so no
+// shared memory and no block-wide barrier. A sum down columns (a reduction over a middle axis,
+// [outer, reduced, inner] with inner > 1, and layer norm's weight gradient) gives each output
+// column a column of threads of one block instead (coalesced reads along the row). Grid-stride
+// loops cover any row count.
 #include "dtensor/cuda/gpu_launch.h"
 #include "dtensor/cuda/gpu_math.cuh"
 
@@ -39,11 +40,11 @@ template <typename T>
 __device__ T warp_sum(T v) { return warp_combine(v, Plus{}); }
 
 // This warp's first row and the stride between a warp's rows, for grid-stride loops over rows.
-__device__ int64_t first_row() {
+__device__ inline int64_t first_row() {
   return static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
 }
-__device__ int64_t row_stride() { return static_cast<int64_t>(gridDim.x) * kWarpsPerBlock; }
-__device__ int lane() { return static_cast<int>(threadIdx.x % kWarp); }
+__device__ inline int64_t row_stride() { return static_cast<int64_t>(gridDim.x) * kWarpsPerBlock; }
+__device__ inline int lane() { return static_cast<int>(threadIdx.x % kWarp); }
 
 unsigned int row_blocks(int64_t rows) { return blocks_for(rows, kWarpsPerBlock); }
 
@@ -198,6 +199,40 @@ __global__ void layer_norm_grad_kernel(const T* x, const T* w, const T* g, T* dx
   }
 }
 
+// Each row's statistics into `stats` (the first pass of layer_norm_weight_grad).
+template <typename T>
+__global__ void row_stats_kernel(const T* x, RowStats* stats, int64_t rows, int64_t n,
+                                 double epsilon) {
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
+    const RowStats s = row_stats(x + r * n, n, epsilon);
+    if (lane() == 0) stats[r] = s;
+  }
+}
+
+// out[c] = sum over rows of g * (x - mean) * rstd, in double: the threads of a block's column c
+// take every kColumnThreads-th row, as reduce_columns_kernel.
+template <typename T>
+__global__ void weight_grad_kernel(const T* x, const T* g, const RowStats* stats, T* out,
+                                   int64_t rows, int64_t n) {
+  __shared__ double partial[kColumnThreads][kWarp];
+  for (int64_t tile = blockIdx.x; tile * kWarp < n; tile += gridDim.x) {
+    const int64_t c = tile * kWarp + threadIdx.x;
+    double acc = 0;
+    if (c < n) {
+      for (int64_t r = threadIdx.y; r < rows; r += kColumnThreads) {
+        acc += static_cast<double>(g[r * n + c]) * (x[r * n + c] - stats[r].mean) * stats[r].rstd;
+      }
+    }
+    partial[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < n) {
+      for (int k = 1; k < kColumnThreads; ++k) acc += partial[k][threadIdx.x];
+      out[c] = static_cast<T>(acc);
+    }
+    __syncthreads();
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -251,6 +286,27 @@ cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, T* d
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, T* out, int64_t rows, int64_t n,
+                                          double epsilon, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (rows == 0) return cudaMemsetAsync(out, 0, static_cast<size_t>(n) * sizeof(T), stream);
+  // The rows' statistics live in stream-ordered scratch memory, freed once the kernels are done.
+  RowStats* stats = nullptr;
+  cudaError_t status = cudaMallocAsync(reinterpret_cast<void**>(&stats),
+                                       static_cast<size_t>(rows) * sizeof(RowStats), stream);
+  if (status != cudaSuccess) return status;
+  row_stats_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(x, stats, rows, n, epsilon);
+  status = cudaGetLastError();
+  if (status == cudaSuccess) {
+    weight_grad_kernel<T><<<blocks_for((n + kWarp - 1) / kWarp, 1), dim3(kWarp, kColumnThreads), 0,
+                            stream>>>(x, g, stats, out, rows, n);
+    status = cudaGetLastError();
+  }
+  const cudaError_t freed = cudaFreeAsync(stats, stream);
+  return status != cudaSuccess ? status : freed;
+}
+
 #define TESSEL_INSTANTIATE_ROW_LAUNCHERS(T)                                                    \
   template cudaError_t launch_reduce<T>(Reduction, const T*, T*, int64_t, int64_t, int64_t, T,  \
                                         cudaStream_t);                                          \
@@ -260,7 +316,9 @@ cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, T* d
   template cudaError_t launch_layer_norm<T>(const T*, const T*, const T*, T*, int64_t, int64_t, \
                                             double, cudaStream_t);                              \
   template cudaError_t launch_layer_norm_grad<T>(const T*, const T*, const T*, T*, int64_t,     \
-                                                 int64_t, double, cudaStream_t);
+                                                 int64_t, double, cudaStream_t);               \
+  template cudaError_t launch_layer_norm_weight_grad<T>(const T*, const T*, T*, int64_t, int64_t, \
+                                                        double, cudaStream_t);
 TESSEL_INSTANTIATE_ROW_LAUNCHERS(float)
 TESSEL_INSTANTIATE_ROW_LAUNCHERS(double)
 #undef TESSEL_INSTANTIATE_ROW_LAUNCHERS
