@@ -47,7 +47,8 @@ struct BroadcastDims {
 BroadcastDims broadcast_dims(const Tensor& a, const Tensor& b, const Shape& out);
 
 // True unless the device at mesh `offset` is past the first of its group along some Partial(sum)
-// dim of `layout`: add_scalar adds its scalar on those devices only, so that it is added once.
+// dim of `layout`: add_scalar adds its scalar on those devices only, so that it is added once,
+// and a creation op with a Partial(sum) layout puts its value there (the others hold 0).
 bool first_in_sum_groups(const Layout& layout, int64_t offset);
 
 // How require_float reports a dtype other than f32 / f64 (each call site keeps its own).

@@ -233,57 +233,57 @@ __global__ void weight_grad_kernel(const T* x, const T* g, const RowStats* stats
   }
 }
 
+// Launches a warp-per-row kernel over `rows` rows of `length` elements (nothing to do when
+// either is 0).
+template <typename... Params, typename... Args>
+cudaError_t launch_rows(void (*kernel)(Params...), int64_t rows, int64_t length,
+                        cudaStream_t stream, Args... args) {
+  if (rows * length == 0) return cudaSuccess;
+  kernel<<<row_blocks(rows), kThreads, 0, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 template <typename T>
 cudaError_t launch_reduce(Reduction kind, const T* x, T* out, int64_t outer, int64_t reduced,
                           int64_t inner, T divisor, cudaStream_t stream) {
   if (outer * inner == 0) return cudaSuccess;
-  if (inner == 1) {
-    reduce_rows_kernel<T><<<row_blocks(outer), kThreads, 0, stream>>>(kind, x, out, outer,
-                                                                      reduced, divisor);
-  } else {
-    const int64_t tiles = outer * ((inner + kWarp - 1) / kWarp);
-    reduce_columns_kernel<T><<<blocks_for(tiles, 1), dim3(kWarp, kColumnThreads), 0, stream>>>(
-        kind, x, out, outer, reduced, inner, divisor);
+  if (inner == 1) {  // one row per output element, even an empty one (reduced == 0)
+    return launch_rows(reduce_rows_kernel<T>, outer, 1, stream, kind, x, out, outer, reduced,
+                       divisor);
   }
+  const int64_t tiles = outer * ((inner + kWarp - 1) / kWarp);
+  reduce_columns_kernel<T><<<blocks_for(tiles, 1), dim3(kWarp, kColumnThreads), 0, stream>>>(
+      kind, x, out, outer, reduced, inner, divisor);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_softmax(const T* x, T* out, int64_t rows, int64_t classes, bool log,
                            cudaStream_t stream) {
-  if (rows * classes == 0) return cudaSuccess;
-  softmax_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(x, out, rows, classes, log);
-  return cudaGetLastError();
+  return launch_rows(softmax_kernel<T>, rows, classes, stream, x, out, rows, classes, log);
 }
 
 template <typename T>
 cudaError_t launch_causal_softmax(const T* x, T* out, int64_t rows, int64_t queries_in_block,
                                   int64_t keys, int64_t first_visible, T scale,
                                   cudaStream_t stream) {
-  if (rows * keys == 0) return cudaSuccess;
-  causal_softmax_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(
-      x, out, rows, queries_in_block, keys, first_visible, scale);
-  return cudaGetLastError();
+  return launch_rows(causal_softmax_kernel<T>, rows, keys, stream, x, out, rows, queries_in_block,
+                     keys, first_visible, scale);
 }
 
 template <typename T>
 cudaError_t launch_layer_norm(const T* x, const T* weight, const T* bias, T* out, int64_t rows,
                               int64_t n, double epsilon, cudaStream_t stream) {
-  if (rows * n == 0) return cudaSuccess;
-  layer_norm_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(x, weight, bias, out, rows, n,
-                                                                  epsilon);
-  return cudaGetLastError();
+  return launch_rows(layer_norm_kernel<T>, rows, n, stream, x, weight, bias, out, rows, n, epsilon);
 }
 
 template <typename T>
 cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, T* dx, int64_t rows,
                                    int64_t n, double epsilon, cudaStream_t stream) {
-  if (rows * n == 0) return cudaSuccess;
-  layer_norm_grad_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(x, weight, g, dx, rows, n,
-                                                                       epsilon);
-  return cudaGetLastError();
+  return launch_rows(layer_norm_grad_kernel<T>, rows, n, stream, x, weight, g, dx, rows, n,
+                     epsilon);
 }
 
 template <typename T>
