@@ -86,8 +86,10 @@ BroadcastDims broadcast_dims(const Tensor& a, const Tensor& b, const Shape& out)
     if (e == 1) continue;
     const int ia = d - (rank - a.rank());
     const int ib = d - (rank - b.rank());
-    const int64_t stride_a = ia < 0 || a.shape()[ia] != e ? 0 : a.strides()[static_cast<size_t>(ia)];
-    const int64_t stride_b = ib < 0 || b.shape()[ib] != e ? 0 : b.strides()[static_cast<size_t>(ib)];
+    const int64_t stride_a =
+        ia < 0 || a.shape()[ia] != e ? 0 : a.strides()[static_cast<size_t>(ia)];
+    const int64_t stride_b =
+        ib < 0 || b.shape()[ib] != e ? 0 : b.strides()[static_cast<size_t>(ib)];
     if (!dims.extent.empty() && dims.a_stride.back() == stride_a * e &&
         dims.b_stride.back() == stride_b * e) {
       dims.extent.back() *= e;

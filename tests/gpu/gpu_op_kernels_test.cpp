@@ -30,7 +30,8 @@ class GpuOpKernels : public GpuTest {
   static std::vector<DTensor> place(const std::vector<Tensor>& inputs, const Mesh& mesh,
                                     Runtime& rt) {
     std::vector<DTensor> out;
-    for (const Tensor& t : inputs) out.push_back(copy_to_mesh(t, Layout::replicated(mesh, t.rank()), rt));
+    for (const Tensor& t : inputs)
+      out.push_back(copy_to_mesh(t, Layout::replicated(mesh, t.rank()), rt));
     return out;
   }
 
@@ -52,9 +53,10 @@ class GpuOpKernels : public GpuTest {
     int reported = 0;
     for (size_t i = 0; i < wv.size() && reported < 5; ++i) {
       const bool both_nan = std::isnan(gv[i]) && std::isnan(wv[i]);
-      const bool ok = both_nan || (match == Match::kExact
-                                       ? gv[i] == wv[i]
-                                       : std::abs(gv[i] - wv[i]) <= rtol * std::max(1.0, std::abs(wv[i])));
+      const bool ok =
+          both_nan || (match == Match::kExact
+                           ? gv[i] == wv[i]
+                           : std::abs(gv[i] - wv[i]) <= rtol * std::max(1.0, std::abs(wv[i])));
       if (!ok) {
         ++reported;
         ADD_FAILURE() << "element " << i << ": GPU " << gv[i] << ", CPU " << wv[i];
@@ -64,7 +66,8 @@ class GpuOpKernels : public GpuTest {
 
   static std::string describe(const std::vector<Tensor>& inputs) {
     std::string s;
-    for (const Tensor& t : inputs) s += t.shape().to_string() + " " + std::string(dtype_name(t.dtype())) + " ";
+    for (const Tensor& t : inputs)
+      s += t.shape().to_string() + " " + std::string(dtype_name(t.dtype())) + " ";
     return s;
   }
 };
@@ -76,8 +79,8 @@ Tensor uniform(const Shape& shape, DType dtype, uint64_t seed, double low = -2.0
   return Tensor::random_uniform(shape, dtype, seed, low, high);
 }
 
-const std::vector<Shape> kUnaryShapes = {Shape({1}), Shape({7}), Shape({1000}), Shape({4097}),
-                                         Shape({3, 5, 7}), Shape()};
+const std::vector<Shape> kUnaryShapes = {Shape({1}),    Shape({7}),       Shape({1000}),
+                                         Shape({4097}), Shape({3, 5, 7}), Shape()};
 
 TEST_F(GpuOpKernels, UnaryOpsMatchTheCpuKernels) {
   struct Case {
@@ -113,14 +116,10 @@ TEST_F(GpuOpKernels, ScalarOpsMatchTheCpuKernels) {
 // Pairs of input shapes: equal, scalar-like, trailing and leading broadcasts, both sides
 // broadcasting, rank 0, and the most dimensions the GPU kernel takes after merging (6).
 const std::vector<std::pair<Shape, Shape>> kBroadcasts = {
-    {Shape({4097}), Shape({4097})},
-    {Shape({1}), Shape({1})},
-    {Shape({7, 1000}), Shape({1000})},
-    {Shape({7, 1000}), Shape({7, 1})},
-    {Shape({1}), Shape({4097})},
-    {Shape(), Shape({3, 7})},
-    {Shape({7, 1, 5}), Shape({1, 3, 1})},
-    {Shape({2, 1, 3, 1, 4, 1}), Shape({1, 5, 1, 2, 1, 3})},
+    {Shape({4097}), Shape({4097})},       {Shape({1}), Shape({1})},
+    {Shape({7, 1000}), Shape({1000})},    {Shape({7, 1000}), Shape({7, 1})},
+    {Shape({1}), Shape({4097})},          {Shape(), Shape({3, 7})},
+    {Shape({7, 1, 5}), Shape({1, 3, 1})}, {Shape({2, 1, 3, 1, 4, 1}), Shape({1, 5, 1, 2, 1, 3})},
     {Shape({0, 7}), Shape({7})},
 };
 
@@ -144,8 +143,10 @@ TEST_F(GpuOpKernels, BinaryOpsMatchTheCpuKernelsWithBroadcasting) {
 
 TEST_F(GpuOpKernels, MaximumAndMinimumKeepTheCpuRulesForTiesAndNan) {
   const double nan = std::nan("");
-  const Tensor a = Tensor::from_vector<float>({1, -0.0f, static_cast<float>(nan), 2, 0}, Shape({5}));
-  const Tensor b = Tensor::from_vector<float>({1, 0.0f, 3, static_cast<float>(nan), -0.0f}, Shape({5}));
+  const Tensor a =
+      Tensor::from_vector<float>({1, -0.0f, static_cast<float>(nan), 2, 0}, Shape({5}));
+  const Tensor b =
+      Tensor::from_vector<float>({1, 0.0f, 3, static_cast<float>(nan), -0.0f}, Shape({5}));
   for (const char* op : {"maximum", "minimum", "mask_greater", "mask_greater_equal", "relu_grad"}) {
     expect_matches_cpu(op, {a, b}, {}, Match::kExact);
   }
@@ -167,13 +168,19 @@ struct ReduceCase {
 
 // Reduced axes adjacent once size-1 axes are dropped: the GPU kernel's cases.
 const std::vector<ReduceCase> kReductions = {
-    {Shape({4097}), {}, false},       {Shape({1}), {0}, true},
-    {Shape({7, 1000}), {1}, false},   {Shape({7, 1000}), {0}, true},
-    {Shape({7, 1000}), {}, false},    {Shape({3, 5, 7}), {1}, true},
-    {Shape({3, 5, 7}), {-1}, false},  {Shape({1000, 1, 7}), {0, 1}, false},
+    {Shape({4097}), {}, false},
+    {Shape({1}), {0}, true},
+    {Shape({7, 1000}), {1}, false},
+    {Shape({7, 1000}), {0}, true},
+    {Shape({7, 1000}), {}, false},
+    {Shape({3, 5, 7}), {1}, true},
+    {Shape({3, 5, 7}), {-1}, false},
+    {Shape({1000, 1, 7}), {0, 1}, false},
     {Shape({5, 1, 7}), {0, 2}, true},  // adjacent once the 1 is dropped
-    {Shape({4097, 3}), {0}, false},   {Shape({2, 0, 3}), {1}, false},
-    {Shape(), {}, false},           {Shape({3, 1, 4}), {1}, false},
+    {Shape({4097, 3}), {0}, false},
+    {Shape({2, 0, 3}), {1}, false},
+    {Shape(), {}, false},
+    {Shape({3, 1, 4}), {1}, false},
 };
 
 TEST_F(GpuOpKernels, ReductionsMatchTheCpuKernels) {
@@ -209,7 +216,7 @@ TEST_F(GpuOpKernels, ReductionsOverAxesThatAreNotAdjacentRunHostStaged) {
                      Match::kClose, /*staged=*/true);
 }
 
-const std::vector<Shape> kRowShapes = {Shape({1, 1}), Shape({7}), Shape({7, 1000}),
+const std::vector<Shape> kRowShapes = {Shape({1, 1}),    Shape({7}),       Shape({7, 1000}),
                                        Shape({3, 4097}), Shape({2, 3, 5}), Shape({0, 7})};
 
 TEST_F(GpuOpKernels, SoftmaxAndLogSoftmaxMatchTheCpuKernels) {
@@ -224,8 +231,8 @@ TEST_F(GpuOpKernels, SoftmaxAndLogSoftmaxMatchTheCpuKernels) {
 TEST_F(GpuOpKernels, CausalSoftmaxMatchesTheCpuKernel) {
   // [..., queries, keys]: square, fewer queries than keys (the last sees every key), more
   // queries than keys (the first rows see none: zeros), long rows.
-  const std::vector<Shape> shapes = {Shape({1, 1}),     Shape({2, 7, 7}),    Shape({1, 5, 9}),
-                                     Shape({2, 9, 5}),  Shape({3, 64, 64}),  Shape({2, 1000}),
+  const std::vector<Shape> shapes = {Shape({1, 1}),       Shape({2, 7, 7}),   Shape({1, 5, 9}),
+                                     Shape({2, 9, 5}),    Shape({3, 64, 64}), Shape({2, 1000}),
                                      Shape({1, 3, 4097}), Shape({2, 2, 0, 7})};
   for (DType dtype : kDtypes) {
     for (const Shape& shape : shapes) {
@@ -240,8 +247,8 @@ TEST_F(GpuOpKernels, CausalSoftmaxMatchesTheCpuKernel) {
 }
 
 TEST_F(GpuOpKernels, LayerNormAndItsGradientMatchTheCpuKernels) {
-  const std::vector<Shape> shapes = {Shape({1}), Shape({4, 1}), Shape({7, 1000}), Shape({3, 4097}),
-                                     Shape({2, 3, 7}), Shape({0, 5})};
+  const std::vector<Shape> shapes = {Shape({1}),       Shape({4, 1}),    Shape({7, 1000}),
+                                     Shape({3, 4097}), Shape({2, 3, 7}), Shape({0, 5})};
   for (DType dtype : kDtypes) {
     for (const Shape& shape : shapes) {
       const Shape channels({shape[shape.rank() - 1]});

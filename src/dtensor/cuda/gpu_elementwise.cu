@@ -9,7 +9,7 @@
 namespace tessel::detail::gpu {
 namespace {
 
-constexpr double kGeluC = 0.7978845608028654;        // sqrt(2 / pi)
+constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluK = 0.044715;
 constexpr double kSqrtHalf = 0.70710678118654752440;  // M_SQRT1_2
 constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1 / sqrt(2 pi)
@@ -17,18 +17,28 @@ constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1 / sqrt(2 pi)
 template <typename T>
 __device__ T apply_unary(UnaryOp op, T x, T operand) {
   switch (op) {
-    case UnaryOp::kNegative: return -x;
-    case UnaryOp::kExp: return exp_of(x);
-    case UnaryOp::kLog: return log_of(x);
-    case UnaryOp::kSqrt: return sqrt_of(x);
-    case UnaryOp::kRsqrt: return T(1) / sqrt_of(x);
-    case UnaryOp::kTanh: return tanh_of(x);
-    case UnaryOp::kRelu: return x < T(0) ? T(0) : x;  // NaN propagates
+    case UnaryOp::kNegative:
+      return -x;
+    case UnaryOp::kExp:
+      return exp_of(x);
+    case UnaryOp::kLog:
+      return log_of(x);
+    case UnaryOp::kSqrt:
+      return sqrt_of(x);
+    case UnaryOp::kRsqrt:
+      return T(1) / sqrt_of(x);
+    case UnaryOp::kTanh:
+      return tanh_of(x);
+    case UnaryOp::kRelu:
+      return x < T(0) ? T(0) : x;  // NaN propagates
     case UnaryOp::kGelu:
       return T(0.5) * x * (T(1) + tanh_of(T(kGeluC) * (x + T(kGeluK) * x * x * x)));
-    case UnaryOp::kGeluErf: return T(0.5) * x * (T(1) + erf_of(x * T(kSqrtHalf)));
-    case UnaryOp::kAddScalar: return x + operand;
-    case UnaryOp::kMultiplyScalar: return x * operand;
+    case UnaryOp::kGeluErf:
+      return T(0.5) * x * (T(1) + erf_of(x * T(kSqrtHalf)));
+    case UnaryOp::kAddScalar:
+      return x + operand;
+    case UnaryOp::kMultiplyScalar:
+      return x * operand;
   }
   return x;
 }
@@ -36,17 +46,27 @@ __device__ T apply_unary(UnaryOp op, T x, T operand) {
 template <typename T>
 __device__ T apply_binary(BinaryOp op, T a, T b) {
   switch (op) {
-    case BinaryOp::kAdd: return a + b;
-    case BinaryOp::kSubtract: return a - b;
-    case BinaryOp::kMultiply: return a * b;
-    case BinaryOp::kDivide: return a / b;
-    case BinaryOp::kMaximum: return a >= b || a != a ? a : b;  // NaN propagates; ties give a
-    case BinaryOp::kMinimum: return a <= b || a != a ? a : b;
-    case BinaryOp::kMaskGreater: return a > b ? T(1) : T(0);
-    case BinaryOp::kMaskGreaterEqual: return a >= b ? T(1) : T(0);
-    case BinaryOp::kReluGrad: return b > T(0) ? a : T(0);          // (grad, x)
-    case BinaryOp::kTanhGrad: return a * (T(1) - b * b);           // (grad, tanh(x))
-    case BinaryOp::kGeluGrad: {                                    // (grad, x)
+    case BinaryOp::kAdd:
+      return a + b;
+    case BinaryOp::kSubtract:
+      return a - b;
+    case BinaryOp::kMultiply:
+      return a * b;
+    case BinaryOp::kDivide:
+      return a / b;
+    case BinaryOp::kMaximum:
+      return a >= b || a != a ? a : b;  // NaN propagates; ties give a
+    case BinaryOp::kMinimum:
+      return a <= b || a != a ? a : b;
+    case BinaryOp::kMaskGreater:
+      return a > b ? T(1) : T(0);
+    case BinaryOp::kMaskGreaterEqual:
+      return a >= b ? T(1) : T(0);
+    case BinaryOp::kReluGrad:
+      return b > T(0) ? a : T(0);  // (grad, x)
+    case BinaryOp::kTanhGrad:
+      return a * (T(1) - b * b);  // (grad, tanh(x))
+    case BinaryOp::kGeluGrad: {   // (grad, x)
       const T x2 = b * b;
       const T t = tanh_of(T(kGeluC) * (b + T(kGeluK) * x2 * b));
       const T d = T(0.5) * (T(1) + t) +
@@ -64,7 +84,8 @@ __device__ T apply_binary(BinaryOp op, T a, T b) {
 
 template <typename T>
 __global__ void unary_kernel(UnaryOp op, const T* x, T* out, int64_t n, T operand) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = apply_unary(op, x[i], operand);
+  for (int64_t i = thread_index(); i < n; i += thread_count())
+    out[i] = apply_unary(op, x[i], operand);
 }
 
 template <typename T>
@@ -93,8 +114,8 @@ template <typename T>
 cudaError_t launch_unary(UnaryOp op, const T* x, T* out, int64_t n, double operand,
                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  unary_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(op, x, out, n,
-                                                                     static_cast<T>(operand));
+  unary_kernel<T>
+      <<<blocks_for(n, kThreads), kThreads, 0, stream>>>(op, x, out, n, static_cast<T>(operand));
   return cudaGetLastError();
 }
 
@@ -112,7 +133,7 @@ template cudaError_t launch_unary<double>(UnaryOp, const double*, double*, int64
                                           cudaStream_t);
 template cudaError_t launch_binary<float>(BinaryOp, const float*, const float*, float*, int64_t,
                                           const BroadcastIndex&, cudaStream_t);
-template cudaError_t launch_binary<double>(BinaryOp, const double*, const double*, double*,
-                                           int64_t, const BroadcastIndex&, cudaStream_t);
+template cudaError_t launch_binary<double>(BinaryOp, const double*, const double*, double*, int64_t,
+                                           const BroadcastIndex&, cudaStream_t);
 
 }  // namespace tessel::detail::gpu

@@ -28,8 +28,8 @@ void run_float_gpu_kernel(const std::string& name, const std::vector<Tensor>& in
                           const std::function<GpuLaunch(cudaStream_t, bool f64)>& launch) {
   if (contiguous_float_blocks(in, out)) {
     ScopedCudaDevice on(out.memory_space().device_ordinal);
-    const GpuLaunch status = launch(static_cast<cudaStream_t>(context.cuda_stream),
-                                    out.dtype() == DType::kF64);
+    const GpuLaunch status =
+        launch(static_cast<cudaStream_t>(context.cuda_stream), out.dtype() == DType::kF64);
     if (status) {
       check_cuda(*status, name, "kernel launch");
       return;

@@ -18,13 +18,33 @@ namespace tessel::detail::gpu {
 
 // ops_unary.cpp's kernels; kAddScalar / kMultiplyScalar take the scalar as `operand`.
 enum class UnaryOp {
-  kNegative, kExp, kLog, kSqrt, kRsqrt, kTanh, kRelu, kGelu, kGeluErf, kAddScalar, kMultiplyScalar
+  kNegative,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kTanh,
+  kRelu,
+  kGelu,
+  kGeluErf,
+  kAddScalar,
+  kMultiplyScalar
 };
 
 // ops_elementwise.cpp's kernels (the *_grad ops take (grad, x), tanh_grad (grad, tanh(x))).
 enum class BinaryOp {
-  kAdd, kSubtract, kMultiply, kDivide, kMaximum, kMinimum, kMaskGreater, kMaskGreaterEqual,
-  kReluGrad, kTanhGrad, kGeluGrad, kGeluErfGrad
+  kAdd,
+  kSubtract,
+  kMultiply,
+  kDivide,
+  kMaximum,
+  kMinimum,
+  kMaskGreater,
+  kMaskGreaterEqual,
+  kReluGrad,
+  kTanhGrad,
+  kGeluGrad,
+  kGeluErfGrad
 };
 
 // out[i] = op(x[i]) for i < n.

@@ -38,24 +38,25 @@ std::optional<ReduceShape> reduce_shape(const Shape& shape, const std::vector<bo
 }
 
 OpDef::Kernel reduce_kernel(const char* name, gpu::Reduction kind, bool mean) {
-  return float_gpu_kernel(name, [name, kind, mean]<typename T>(
-                                    const std::vector<Tensor>& in, Tensor& out,
-                                    const OpAttrs& attrs, const LocalContext& context,
-                                    cudaStream_t stream) -> GpuLaunch {
-    const std::vector<bool> mask = reduced_mask(attrs.axes, context.input_shapes[0], name);
-    const std::optional<ReduceShape> s = reduce_shape(in[0].shape(), mask);
-    if (!s) return std::nullopt;
-    T divisor = 1;
-    if (mean) {  // the GLOBAL count of reduced elements (ops_reduction.cpp)
-      int64_t count = 1;
-      for (int d = 0; d < context.input_shapes[0].rank(); ++d) {
-        if (mask[static_cast<size_t>(d)]) count *= context.input_shapes[0][d];
-      }
-      divisor = static_cast<T>(count);
-    }
-    return gpu::launch_reduce<T>(kind, device_data<T>(in[0]), device_data<T>(out), s->outer,
-                                 s->reduced, s->inner, divisor, stream);
-  });
+  return float_gpu_kernel(
+      name,
+      [name, kind, mean]<typename T>(const std::vector<Tensor>& in, Tensor& out,
+                                     const OpAttrs& attrs, const LocalContext& context,
+                                     cudaStream_t stream) -> GpuLaunch {
+        const std::vector<bool> mask = reduced_mask(attrs.axes, context.input_shapes[0], name);
+        const std::optional<ReduceShape> s = reduce_shape(in[0].shape(), mask);
+        if (!s) return std::nullopt;
+        T divisor = 1;
+        if (mean) {  // the GLOBAL count of reduced elements (ops_reduction.cpp)
+          int64_t count = 1;
+          for (int d = 0; d < context.input_shapes[0].rank(); ++d) {
+            if (mask[static_cast<size_t>(d)]) count *= context.input_shapes[0][d];
+          }
+          divisor = static_cast<T>(count);
+        }
+        return gpu::launch_reduce<T>(kind, device_data<T>(in[0]), device_data<T>(out), s->outer,
+                                     s->reduced, s->inner, divisor, stream);
+      });
 }
 
 // The last axis's extent and the number of rows of a block ([rows, last] once flattened).
@@ -65,70 +66,70 @@ std::pair<int64_t, int64_t> rows_of(const Tensor& t) {
 }
 
 OpDef::Kernel softmax_kernel(const char* name, bool log) {
-  return float_gpu_kernel(name, [log]<typename T>(const std::vector<Tensor>& in, Tensor& out,
-                                                  const OpAttrs&, const LocalContext&,
-                                                  cudaStream_t stream) -> GpuLaunch {
-    const auto [rows, classes] = rows_of(out);
-    return gpu::launch_softmax<T>(device_data<T>(in[0]), device_data<T>(out), rows, classes, log,
-                                  stream);
-  });
+  return float_gpu_kernel(
+      name,
+      [log]<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                        const LocalContext&, cudaStream_t stream) -> GpuLaunch {
+        const auto [rows, classes] = rows_of(out);
+        return gpu::launch_softmax<T>(device_data<T>(in[0]), device_data<T>(out), rows, classes,
+                                      log, stream);
+      });
 }
 
 OpDef::Kernel causal_softmax_kernel() {
-  return float_gpu_kernel("causal_softmax", []<typename T>(const std::vector<Tensor>& in,
-                                                           Tensor& out, const OpAttrs& attrs,
-                                                           const LocalContext& context,
-                                                           cudaStream_t stream) -> GpuLaunch {
-    const int rank = out.rank();
-    const auto [rows, keys] = rows_of(out);
-    const int64_t queries = context.output_shape[rank - 2];
-    const int64_t first_query = context.output_block.offsets[static_cast<size_t>(rank - 2)];
-    // Query i of the block (global first_query + i) sees keys j <= first_query + i + keys - queries.
-    return gpu::launch_causal_softmax<T>(device_data<T>(in[0]), device_data<T>(out), rows,
-                                         out.shape()[rank - 2], keys,
-                                         first_query + (keys - queries) + 1,
-                                         static_cast<T>(attrs.scale.value_or(1.0)), stream);
-  });
+  return float_gpu_kernel(
+      "causal_softmax",
+      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                     const LocalContext& context, cudaStream_t stream) -> GpuLaunch {
+        const int rank = out.rank();
+        const auto [rows, keys] = rows_of(out);
+        const int64_t queries = context.output_shape[rank - 2];
+        const int64_t first_query = context.output_block.offsets[static_cast<size_t>(rank - 2)];
+        // Query i of the block (global first_query + i) sees keys j <= first_query + i + keys -
+        // queries.
+        return gpu::launch_causal_softmax<T>(
+            device_data<T>(in[0]), device_data<T>(out), rows, out.shape()[rank - 2], keys,
+            first_query + (keys - queries) + 1, static_cast<T>(attrs.scale.value_or(1.0)), stream);
+      });
 }
 
 // layer_norm (x, weight) and layer_norm_with_bias (x, weight, bias).
 OpDef::Kernel layer_norm_kernel(const char* name) {
-  return float_gpu_kernel(name, []<typename T>(const std::vector<Tensor>& in, Tensor& out,
-                                               const OpAttrs& attrs, const LocalContext&,
-                                               cudaStream_t stream) -> GpuLaunch {
-    const auto [rows, n] = rows_of(out);
-    const T* bias = in.size() > 2 ? device_data<T>(in[2]) : nullptr;
-    return gpu::launch_layer_norm<T>(device_data<T>(in[0]), device_data<T>(in[1]), bias,
-                                     device_data<T>(out), rows, n, attrs.epsilon.value_or(0.0),
-                                     stream);
-  });
+  return float_gpu_kernel(
+      name,
+      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                     const LocalContext&, cudaStream_t stream) -> GpuLaunch {
+        const auto [rows, n] = rows_of(out);
+        const T* bias = in.size() > 2 ? device_data<T>(in[2]) : nullptr;
+        return gpu::launch_layer_norm<T>(device_data<T>(in[0]), device_data<T>(in[1]), bias,
+                                         device_data<T>(out), rows, n, attrs.epsilon.value_or(0.0),
+                                         stream);
+      });
 }
 
 OpDef::Kernel layer_norm_grad_kernel() {
-  return float_gpu_kernel("layer_norm_grad", []<typename T>(const std::vector<Tensor>& in,
-                                                            Tensor& out, const OpAttrs& attrs,
-                                                            const LocalContext&,
-                                                            cudaStream_t stream) -> GpuLaunch {
-    const auto [rows, n] = rows_of(out);
-    return gpu::launch_layer_norm_grad<T>(device_data<T>(in[0]), device_data<T>(in[1]),
-                                          device_data<T>(in[2]), device_data<T>(out), rows, n,
-                                          attrs.epsilon.value_or(0.0), stream);
-  });
+  return float_gpu_kernel(
+      "layer_norm_grad",
+      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                     const LocalContext&, cudaStream_t stream) -> GpuLaunch {
+        const auto [rows, n] = rows_of(out);
+        return gpu::launch_layer_norm_grad<T>(device_data<T>(in[0]), device_data<T>(in[1]),
+                                              device_data<T>(in[2]), device_data<T>(out), rows, n,
+                                              attrs.epsilon.value_or(0.0), stream);
+      });
 }
 
 OpDef::Kernel layer_norm_weight_grad_kernel() {
-  return float_gpu_kernel("layer_norm_weight_grad", []<typename T>(const std::vector<Tensor>& in,
-                                                                   Tensor& out,
-                                                                   const OpAttrs& attrs,
-                                                                   const LocalContext&,
-                                                                   cudaStream_t stream)
-                                                        -> GpuLaunch {
-    const int64_t n = out.num_elements();
-    const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
-    return gpu::launch_layer_norm_weight_grad<T>(device_data<T>(in[0]), device_data<T>(in[1]),
-                                                 device_data<T>(out), rows, n,
-                                                 attrs.epsilon.value_or(0.0), stream);
-  });
+  return float_gpu_kernel(
+      "layer_norm_weight_grad",
+      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                     const LocalContext&, cudaStream_t stream) -> GpuLaunch {
+        const int64_t n = out.num_elements();
+        const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
+        return gpu::launch_layer_norm_weight_grad<T>(device_data<T>(in[0]), device_data<T>(in[1]),
+                                                     device_data<T>(out), rows, n,
+                                                     attrs.epsilon.value_or(0.0), stream);
+      });
 }
 
 }  // namespace

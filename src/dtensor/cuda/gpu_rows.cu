@@ -18,15 +18,21 @@ constexpr unsigned kAllLanes = 0xffffffffu;
 // The combination rules of max, as the CPU kernels write them (so NaN is treated the same way).
 struct KeepMax {  // ops_reduction.cpp's `b > a ? b : a`: a NaN x is skipped
   template <typename T>
-  __device__ T operator()(T acc, T x) const { return x > acc ? x : acc; }
+  __device__ T operator()(T acc, T x) const {
+    return x > acc ? x : acc;
+  }
 };
 struct StdMax {  // std::max(acc, x): a NaN x is skipped
   template <typename T>
-  __device__ T operator()(T acc, T x) const { return acc < x ? x : acc; }
+  __device__ T operator()(T acc, T x) const {
+    return acc < x ? x : acc;
+  }
 };
 struct Plus {
   template <typename T>
-  __device__ T operator()(T acc, T x) const { return acc + x; }
+  __device__ T operator()(T acc, T x) const {
+    return acc + x;
+  }
 };
 
 // Every lane ends with the same value: lanes l and l^o combine the same two numbers (the rules
@@ -37,7 +43,9 @@ __device__ T warp_combine(T v, Combine combine) {
   return v;
 }
 template <typename T>
-__device__ T warp_sum(T v) { return warp_combine(v, Plus{}); }
+__device__ T warp_sum(T v) {
+  return warp_combine(v, Plus{});
+}
 
 // This warp's first row and the stride between a warp's rows, for grid-stride loops over rows.
 __device__ inline int64_t first_row() {
@@ -51,8 +59,8 @@ unsigned int row_blocks(int64_t rows) { return blocks_for(rows, kWarpsPerBlock);
 // ---- reductions --------------------------------------------------------------------------
 
 template <typename T>
-__global__ void reduce_rows_kernel(Reduction kind, const T* x, T* out, int64_t rows,
-                                   int64_t length, T divisor) {
+__global__ void reduce_rows_kernel(Reduction kind, const T* x, T* out, int64_t rows, int64_t length,
+                                   T divisor) {
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const T* row = x + r * length;
     T acc = kind == Reduction::kMax ? -infinity<T>() : T(0);
@@ -102,18 +110,19 @@ __global__ void reduce_columns_kernel(Reduction kind, const T* x, T* out, int64_
 // elements of a row of `length`, scaled by `scale` (the product rounded, as on the CPU), the
 // rest zero.
 template <typename T>
-__device__ void softmax_row(const T* x, T* y, int64_t length, int64_t visible, T scale,
-                            bool log) {
+__device__ void softmax_row(const T* x, T* y, int64_t length, int64_t visible, T scale, bool log) {
   T most = -infinity<T>();
   for (int64_t j = lane(); j < visible; j += kWarp) most = StdMax{}(most, mul_rounded(scale, x[j]));
   most = warp_combine(most, StdMax{});
   T total = 0;
-  for (int64_t j = lane(); j < visible; j += kWarp) total += exp_of(mul_rounded(scale, x[j]) - most);
+  for (int64_t j = lane(); j < visible; j += kWarp)
+    total += exp_of(mul_rounded(scale, x[j]) - most);
   total = warp_sum(total);
   if (log) {
     // (x - max) - log(total), as the CPU kernel: subtracting max + log(total) at once loses digits.
     const T lse = log_of(total);
-    for (int64_t j = lane(); j < visible; j += kWarp) y[j] = (mul_rounded(scale, x[j]) - most) - lse;
+    for (int64_t j = lane(); j < visible; j += kWarp)
+      y[j] = (mul_rounded(scale, x[j]) - most) - lse;
   } else {
     const T inv = visible > 0 ? T(1) / total : T(0);
     for (int64_t j = lane(); j < visible; j += kWarp) {
@@ -162,8 +171,8 @@ __device__ RowStats row_stats(const T* x, int64_t n, double epsilon) {
 }
 
 template <typename T>
-__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, int64_t rows,
-                                  int64_t n, double epsilon) {
+__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t n,
+                                  double epsilon) {
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
@@ -299,24 +308,25 @@ cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, T* out, int64_
   row_stats_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(x, stats, rows, n, epsilon);
   status = cudaGetLastError();
   if (status == cudaSuccess) {
-    weight_grad_kernel<T><<<blocks_for((n + kWarp - 1) / kWarp, 1), dim3(kWarp, kColumnThreads), 0,
-                            stream>>>(x, g, stats, out, rows, n);
+    weight_grad_kernel<T>
+        <<<blocks_for((n + kWarp - 1) / kWarp, 1), dim3(kWarp, kColumnThreads), 0, stream>>>(
+            x, g, stats, out, rows, n);
     status = cudaGetLastError();
   }
   const cudaError_t freed = cudaFreeAsync(stats, stream);
   return status != cudaSuccess ? status : freed;
 }
 
-#define TESSEL_INSTANTIATE_ROW_LAUNCHERS(T)                                                    \
-  template cudaError_t launch_reduce<T>(Reduction, const T*, T*, int64_t, int64_t, int64_t, T,  \
-                                        cudaStream_t);                                          \
-  template cudaError_t launch_softmax<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);  \
-  template cudaError_t launch_causal_softmax<T>(const T*, T*, int64_t, int64_t, int64_t,       \
-                                                int64_t, T, cudaStream_t);                      \
-  template cudaError_t launch_layer_norm<T>(const T*, const T*, const T*, T*, int64_t, int64_t, \
-                                            double, cudaStream_t);                              \
-  template cudaError_t launch_layer_norm_grad<T>(const T*, const T*, const T*, T*, int64_t,     \
-                                                 int64_t, double, cudaStream_t);               \
+#define TESSEL_INSTANTIATE_ROW_LAUNCHERS(T)                                                       \
+  template cudaError_t launch_reduce<T>(Reduction, const T*, T*, int64_t, int64_t, int64_t, T,    \
+                                        cudaStream_t);                                            \
+  template cudaError_t launch_softmax<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);     \
+  template cudaError_t launch_causal_softmax<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, \
+                                                T, cudaStream_t);                                 \
+  template cudaError_t launch_layer_norm<T>(const T*, const T*, const T*, T*, int64_t, int64_t,   \
+                                            double, cudaStream_t);                                \
+  template cudaError_t launch_layer_norm_grad<T>(const T*, const T*, const T*, T*, int64_t,       \
+                                                 int64_t, double, cudaStream_t);                  \
   template cudaError_t launch_layer_norm_weight_grad<T>(const T*, const T*, T*, int64_t, int64_t, \
                                                         double, cudaStream_t);
 TESSEL_INSTANTIATE_ROW_LAUNCHERS(float)
