@@ -5,8 +5,11 @@
 # finds the CUDA runtime and NCCL's header and library are found beside it (or under NCCL_ROOT);
 # a machine needs no GPU to build it: the CUDA runtime reports no device there and tessel makes
 # no GPU devices. ON without them is an error; OFF builds the stubs, whose calls throw
-# kUnavailable, so the rest of tessel has no #ifdefs. Only the CUDA runtime API is called, from
-# C++ compiled by the host compiler: no nvcc in the build.
+# kUnavailable, so the rest of tessel has no #ifdefs.
+# With CUDA, the CUDA language is enabled for the ops' device kernels (src/dtensor/cuda/*.cu, a
+# few small files compiled by nvcc); everything else is C++ from the host compiler calling the
+# CUDA runtime API. CMAKE_CUDA_ARCHITECTURES defaults to 90 (H100 / H200) when not set: pass
+# -DCMAKE_CUDA_ARCHITECTURES=80 (A100), "80;90", native, ... for other GPUs.
 # Sets TESSEL_HAVE_CUDA (config.h's TESSEL_HAVE_CUDA) before src/ configures config.h.
 set(TESSEL_WITH_CUDA AUTO CACHE STRING "Build GPU devices and NCCL collectives: AUTO, ON or OFF")
 set_property(CACHE TESSEL_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
@@ -37,7 +40,15 @@ if(TESSEL_WITH_CUDA STREQUAL "ON" AND NOT _tessel_cuda_found)
 endif()
 set(TESSEL_HAVE_CUDA ${_tessel_cuda_found})
 if(TESSEL_HAVE_CUDA)
-  message(STATUS "tessel: CUDA ON (CUDA ${CUDAToolkit_VERSION}, NCCL ${NCCL_LIBRARY})")
+  if(NOT CMAKE_CUDA_COMPILER AND CUDAToolkit_NVCC_EXECUTABLE)
+    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "GPU architectures the device kernels are built for")
+  endif()
+  enable_language(CUDA)
+  message(STATUS "tessel: CUDA ON (CUDA ${CUDAToolkit_VERSION}, NCCL ${NCCL_LIBRARY}, "
+                 "kernels for sm_${CMAKE_CUDA_ARCHITECTURES})")
 else()
   message(STATUS "tessel: CUDA OFF (stubs report kUnavailable)")
 endif()

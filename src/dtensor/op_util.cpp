@@ -32,6 +32,24 @@ int64_t normalize_axis(int64_t axis, int rank, std::string_view op) {
   return axis < 0 ? axis + rank : axis;
 }
 
+std::vector<bool> reduced_mask(const std::vector<int64_t>& axes, const Shape& shape,
+                               std::string_view op) {
+  const int rank = shape.rank();
+  std::vector<bool> mask(static_cast<size_t>(rank), axes.empty());
+  for (int64_t axis : axes) {
+    if (axis < -rank || axis >= rank) {
+      throw_invalid(op, "axis {} is out of range for input of shape {} (rank {})", axis,
+                    shape.to_string(), rank);
+    }
+    const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+    if (mask[a]) {
+      throw_invalid(op, "axis {} is listed twice in axes [{}]", a, fmt::join(axes, ","));
+    }
+    mask[a] = true;
+  }
+  return mask;
+}
+
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
   const int rank = std::max(a.rank(), b.rank());
   std::vector<int64_t> dims(static_cast<size_t>(rank));
@@ -58,6 +76,44 @@ void require_float(DType dtype, std::string_view op, std::string_view what, NotF
   }
   throw_error(ErrorCode::kUnimplemented, op, "no kernel for {} {} (f32 and f64 only)", what,
               dtype_name(dtype));
+}
+
+BroadcastDims broadcast_dims(const Tensor& a, const Tensor& b, const Shape& out) {
+  BroadcastDims dims;
+  const int rank = out.rank();
+  for (int d = 0; d < rank; ++d) {
+    const int64_t e = out[d];
+    if (e == 1) continue;
+    const int ia = d - (rank - a.rank());
+    const int ib = d - (rank - b.rank());
+    const int64_t stride_a =
+        ia < 0 || a.shape()[ia] != e ? 0 : a.strides()[static_cast<size_t>(ia)];
+    const int64_t stride_b =
+        ib < 0 || b.shape()[ib] != e ? 0 : b.strides()[static_cast<size_t>(ib)];
+    if (!dims.extent.empty() && dims.a_stride.back() == stride_a * e &&
+        dims.b_stride.back() == stride_b * e) {
+      dims.extent.back() *= e;
+      dims.a_stride.back() = stride_a;
+      dims.b_stride.back() = stride_b;
+      continue;
+    }
+    dims.extent.push_back(e);
+    dims.a_stride.push_back(stride_a);
+    dims.b_stride.push_back(stride_b);
+  }
+  return dims;
+}
+
+bool first_in_sum_groups(const Layout& layout, int64_t offset) {
+  if (!layout.is_partial()) return true;
+  const Mesh& mesh = layout.mesh();
+  const std::vector<int64_t> strides = mesh.strides();
+  for (const PartialDim& p : layout.partial()) {
+    if (p.op != ReduceOp::kSum) continue;
+    const size_t i = static_cast<size_t>(mesh.dim_index(p.mesh_dim));
+    if ((offset / strides[i]) % mesh.dim_size(p.mesh_dim) != 0) return false;
+  }
+  return true;
 }
 
 void no_rule(std::string_view why) {

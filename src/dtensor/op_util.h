@@ -9,6 +9,7 @@
 
 #include "core/errors.h"
 #include "tessel/core/shape.h"
+#include "tessel/core/tensor.h"
 #include "tessel/dtensor/op_registry.h"
 #include "tessel/mesh/layout.h"
 
@@ -25,8 +26,30 @@ bool shards_over(const Layout& layout, const std::string& mesh_dim);
 // axis in [-rank, rank) -> [0, rank); else kInvalidArgument naming the op.
 int64_t normalize_axis(int64_t axis, int rank, std::string_view op);
 
+// The reductions' axes (reduce_sum / reduce_mean / reduce_max and their gradient ops): per
+// axis of `shape`, reduced or not; empty `axes`: every axis. Out-of-range or repeated axes:
+// kInvalidArgument naming the op, the axes and the shape.
+std::vector<bool> reduced_mask(const std::vector<int64_t>& axes, const Shape& shape,
+                               std::string_view op);
+
 // numpy broadcasting of two shapes; kInvalidArgument naming the op and both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+
+// The iteration space of out = f(a, b), a and b broadcast (numpy) to `out`'s shape: per
+// dimension its extent and each input's element stride (0 where that input broadcasts), size-1
+// dimensions dropped and dimensions that stay contiguous in both inputs merged, so the innermost
+// run is as long as possible. Empty for a single element.
+struct BroadcastDims {
+  std::vector<int64_t> extent;
+  std::vector<int64_t> a_stride;
+  std::vector<int64_t> b_stride;
+};
+BroadcastDims broadcast_dims(const Tensor& a, const Tensor& b, const Shape& out);
+
+// True unless the device at mesh `offset` is past the first of its group along some Partial(sum)
+// dim of `layout`: add_scalar adds its scalar on those devices only, so that it is added once,
+// and a creation op with a Partial(sum) layout puts its value there (the others hold 0).
+bool first_in_sum_groups(const Layout& layout, int64_t offset);
 
 // How require_float reports a dtype other than f32 / f64 (each call site keeps its own).
 enum class NotFloat {

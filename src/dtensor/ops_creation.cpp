@@ -17,20 +17,6 @@ namespace tessel {
 namespace detail {
 namespace {
 
-// False when the device at mesh `offset` is past the first of its group along some Partial(sum)
-// dim of `layout` (it holds 0 there).
-bool first_in_sum_groups(const Layout& layout, int64_t offset) {
-  if (!layout.is_partial()) return true;
-  const Mesh& mesh = layout.mesh();
-  const std::vector<int64_t> strides = mesh.strides();
-  for (const PartialDim& p : layout.partial()) {
-    if (p.op != ReduceOp::kSum) continue;
-    const size_t i = static_cast<size_t>(mesh.dim_index(p.mesh_dim));
-    if ((offset / strides[i]) % mesh.dim_size(p.mesh_dim) != 0) return false;
-  }
-  return true;
-}
-
 enum class Kind { kZeros, kOnes, kFill, kUniform, kNormal };
 
 uint64_t seed_of(const OpAttrs& attrs) { return attrs.seed.value_or(0); }

@@ -190,27 +190,11 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
     for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], y);
     return;
   }
-  // General broadcast: per output dim its extent and each input's stride (0 where it
-  // broadcasts), size-1 dims dropped and dims that stay contiguous in both inputs merged.
-  const int rank = out.rank();
-  std::vector<int64_t> ext, sa, sb;
-  for (int d = 0; d < rank; ++d) {
-    const int64_t e = out.shape()[d];
-    if (e == 1) continue;
-    const int ia = d - (rank - a.rank());
-    const int ib = d - (rank - b.rank());
-    const int64_t stride_a = ia < 0 || a.shape()[ia] != e ? 0 : a.strides()[static_cast<size_t>(ia)];
-    const int64_t stride_b = ib < 0 || b.shape()[ib] != e ? 0 : b.strides()[static_cast<size_t>(ib)];
-    if (!ext.empty() && sa.back() == stride_a * e && sb.back() == stride_b * e) {
-      ext.back() *= e;
-      sa.back() = stride_a;
-      sb.back() = stride_b;
-      continue;
-    }
-    ext.push_back(e);
-    sa.push_back(stride_a);
-    sb.push_back(stride_b);
-  }
+  // General broadcast: the outer dims as an odometer, the innermost run as a loop.
+  const BroadcastDims loop = broadcast_dims(a, b, out.shape());
+  const std::vector<int64_t>& ext = loop.extent;
+  const std::vector<int64_t>& sa = loop.a_stride;
+  const std::vector<int64_t>& sb = loop.b_stride;
   const size_t dims = ext.size();  // >= 1: n > 1 here
   const int64_t inner = ext[dims - 1];
   const int64_t ia_step = sa[dims - 1];

@@ -51,26 +51,6 @@ std::string_view kind_name(Kind kind) {
 
 // ---- axes ------------------------------------------------------------------------------------
 
-// Per input axis: reduced or not. Empty `axes`: every axis. Out-of-range or repeated axes:
-// kInvalidArgument naming the op, the axes and the shape.
-std::vector<bool> reduced_mask(const std::vector<int64_t>& axes, const Shape& shape,
-                               std::string_view op) {
-  const int rank = shape.rank();
-  std::vector<bool> mask(static_cast<size_t>(rank), axes.empty());
-  for (int64_t axis : axes) {
-    if (axis < -rank || axis >= rank) {
-      throw_invalid(op, "axis {} is out of range for input of shape {} (rank {})", axis,
-                    shape.to_string(), rank);
-    }
-    const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
-    if (mask[a]) {
-      throw_invalid(op, "axis {} is listed twice in axes [{}]", a, fmt::join(axes, ","));
-    }
-    mask[a] = true;
-  }
-  return mask;
-}
-
 // The shape after reducing: reduced axes dropped, or kept with extent 1.
 Shape reduced_shape(const Shape& shape, const std::vector<bool>& mask, bool keepdims) {
   std::vector<int64_t> dims;

@@ -64,20 +64,6 @@ ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double opera
   return d;
 }
 
-// True unless the device at mesh `offset` is past the first of its group along some Partial(sum)
-// dim of `layout` (such devices add a replicated value as 0, so it is added once).
-bool first_in_sum_groups(const Layout& layout, int64_t offset) {
-  if (!layout.is_partial()) return true;
-  const Mesh& mesh = layout.mesh();
-  const std::vector<int64_t> strides = mesh.strides();
-  for (const PartialDim& p : layout.partial()) {
-    if (p.op != ReduceOp::kSum) continue;
-    const size_t i = static_cast<size_t>(mesh.dim_index(p.mesh_dim));
-    if ((offset / strides[i]) % mesh.dim_size(p.mesh_dim) != 0) return false;
-  }
-  return true;
-}
-
 template <typename T, typename F>
 void unary_loop(const Tensor& x, Tensor& out, F f) {
   const int64_t n = out.num_elements();

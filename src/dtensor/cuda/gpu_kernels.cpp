@@ -1,10 +1,41 @@
-// register_gpu_kernels with the CUDA backend: every family's GPU kernels.
+// register_gpu_kernels with the CUDA backend: every family's GPU kernels; and the glue the
+// CUDA-kernel families share (gpu_kernels.h).
 #include "dtensor/cuda/gpu_kernels.h"
 
+#include "dtensor/kernel_runner.h"
 #include "dtensor/op_families.h"
+#include "runtime/cuda/cuda_check.h"
 
 namespace tessel::detail {
 
-void register_gpu_kernels(OpRegistry& registry) { register_gpu_matmul_kernels(registry); }
+void register_gpu_kernels(OpRegistry& registry) {
+  register_gpu_matmul_kernels(registry);
+  register_gpu_elementwise_kernels(registry);
+  register_gpu_row_kernels(registry);
+}
+
+bool contiguous_float_blocks(const std::vector<Tensor>& inputs, const Tensor& output) {
+  const DType dtype = output.dtype();
+  if ((dtype != DType::kF32 && dtype != DType::kF64) || !output.is_contiguous()) return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && (t.dtype() != dtype || !t.is_contiguous())) return false;
+  }
+  return true;
+}
+
+void run_float_gpu_kernel(const std::string& name, const std::vector<Tensor>& in, Tensor& out,
+                          const OpAttrs& attrs, const LocalContext& context,
+                          const std::function<GpuLaunch(cudaStream_t, bool f64)>& launch) {
+  if (contiguous_float_blocks(in, out)) {
+    ScopedCudaDevice on(out.memory_space().device_ordinal);
+    const GpuLaunch status =
+        launch(static_cast<cudaStream_t>(context.cuda_stream), out.dtype() == DType::kF64);
+    if (status) {
+      check_cuda(*status, name, "kernel launch");
+      return;
+    }
+  }
+  run_host_staged(OpRegistry::global().get(name), in, out, attrs, context);
+}
 
 }  // namespace tessel::detail

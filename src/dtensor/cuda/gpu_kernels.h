@@ -1,11 +1,62 @@
 // Internal: the GPU kernels of the built-in ops, one registration function per family (one file
-// each), called by register_gpu_kernels (gpu_kernels.cpp).
+// each), called by register_gpu_kernels (gpu_kernels.cpp), and the glue the CUDA-kernel families
+// share (float_gpu_kernel).
 #pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tessel/dtensor/op_registry.h"
 
 namespace tessel::detail {
 
-void register_gpu_matmul_kernels(OpRegistry& registry);  // gpu_matmul.cpp: cuBLAS
+void register_gpu_matmul_kernels(OpRegistry& registry);       // gpu_matmul.cpp: cuBLAS
+void register_gpu_elementwise_kernels(OpRegistry& registry);  // gpu_elementwise.cpp
+void register_gpu_row_kernels(OpRegistry& registry);          // gpu_rows.cpp: reductions,
+                                                              // softmax, layer norm
+
+// True when the output and every defined input are contiguous blocks of one dtype, f32 or f64:
+// what the kernels of gpu_launch.h read.
+bool contiguous_float_blocks(const std::vector<Tensor>& inputs, const Tensor& output);
+
+// What a family's launch function returns: the launch's status, or nullopt when it does not
+// cover this block (the block then runs host-staged).
+using GpuLaunch = std::optional<cudaError_t>;
+
+// Runs `launch(in, out, attrs, context, stream)` with T = float or double (the output's dtype)
+// on the output's GPU, throwing a failed launch as kInternal naming the op; blocks that are not
+// contiguous f32 / f64, and those `launch` declines, run op `name`'s CPU kernel host-staged.
+void run_float_gpu_kernel(const std::string& name, const std::vector<Tensor>& in, Tensor& out,
+                          const OpAttrs& attrs, const LocalContext& context,
+                          const std::function<GpuLaunch(cudaStream_t, bool f64)>& launch);
+
+// The OpDef::Kernel of op `name` that runs `launch`, a generic lambda
+// [](const std::vector<Tensor>&, Tensor&, const OpAttrs&, const LocalContext&, cudaStream_t)
+// -> GpuLaunch templated on the element type T, as run_float_gpu_kernel says.
+template <typename Launch>
+OpDef::Kernel float_gpu_kernel(std::string name, Launch launch) {
+  return [name = std::move(name), launch](const std::vector<Tensor>& in, Tensor& out,
+                                          const OpAttrs& attrs, const LocalContext& context) {
+    run_float_gpu_kernel(name, in, out, attrs, context, [&](cudaStream_t stream, bool f64) {
+      return f64 ? launch.template operator()<double>(in, out, attrs, context, stream)
+                 : launch.template operator()<float>(in, out, attrs, context, stream);
+    });
+  };
+}
+
+// A block's device address as T (the kernels' pointer type).
+template <typename T>
+const T* device_data(const Tensor& t) {
+  return static_cast<const T*>(t.data_ptr());
+}
+template <typename T>
+T* device_data(Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
 
 }  // namespace tessel::detail

@@ -1,0 +1,115 @@
+// Internal: the launchers of the ops' CUDA kernels, plain C++ functions on device pointers,
+// sizes and a stream: gpu_elementwise.cu (unary, scalar and broadcasting binary ops) and
+// gpu_rows.cu (reductions, softmax, causal softmax, layer norm). Each enqueues its kernel on
+// `stream` and returns the launch's status (the caller checks it with check_cuda); nothing waits.
+// Every function is instantiated for float and double and computes what the op's CPU kernel in
+// src/dtensor/ops_*.cpp computes, in the same order where the rounding depends on it (the
+// comments name the CPU kernel). Sizes are element counts; pointers are contiguous blocks.
+// The OpDef::Kernel glue (shapes, attrs, fallbacks) is in gpu_elementwise.cpp / gpu_rows.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tessel::detail::gpu {
+
+// ---- gpu_elementwise.cu --------------------------------------------------------------------
+
+// ops_unary.cpp's kernels; kAddScalar / kMultiplyScalar take the scalar as `operand`.
+enum class UnaryOp {
+  kNegative,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kTanh,
+  kRelu,
+  kGelu,
+  kGeluErf,
+  kAddScalar,
+  kMultiplyScalar
+};
+
+// ops_elementwise.cpp's kernels (the *_grad ops take (grad, x), tanh_grad (grad, tanh(x))).
+enum class BinaryOp {
+  kAdd,
+  kSubtract,
+  kMultiply,
+  kDivide,
+  kMaximum,
+  kMinimum,
+  kMaskGreater,
+  kMaskGreaterEqual,
+  kReluGrad,
+  kTanhGrad,
+  kGeluGrad,
+  kGeluErfGrad
+};
+
+// out[i] = op(x[i]) for i < n.
+template <typename T>
+cudaError_t launch_unary(UnaryOp op, const T* x, T* out, int64_t n, double operand,
+                         cudaStream_t stream);
+
+// The iteration space of a broadcasting binary op (op_util.h's BroadcastDims, at most
+// kMaxDims dimensions, outermost first): output element i, written in row-major order over
+// `extent`, reads a at sum(index_d * a_stride[d]) and b likewise.
+struct BroadcastIndex {
+  static constexpr int kMaxDims = 6;
+  int dims = 0;
+  int64_t extent[kMaxDims] = {};
+  int64_t a_stride[kMaxDims] = {};
+  int64_t b_stride[kMaxDims] = {};
+};
+
+// out[i] = op(a[...], b[...]) for the n = prod(extent) output elements.
+template <typename T>
+cudaError_t launch_binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n,
+                          const BroadcastIndex& index, cudaStream_t stream);
+
+// ---- gpu_rows.cu ---------------------------------------------------------------------------
+
+enum class Reduction { kSum, kMax };
+
+// The input seen as [outer, reduced, inner] (contiguous), reduced over the middle axis into
+// out [outer, inner]: sum (accumulated in T, from 0) or max (from -inf; NaN inputs are
+// skipped, as ops_reduction.cpp's `b > a ? b : a`), then divided by `divisor` (reduce_mean's
+// global count; 1 otherwise).
+template <typename T>
+cudaError_t launch_reduce(Reduction kind, const T* x, T* out, int64_t outer, int64_t reduced,
+                          int64_t inner, T divisor, cudaStream_t stream);
+
+// ops_nn.cpp's softmax_rows: each of `rows` rows of `classes` elements, softmax or (`log`)
+// log_softmax, as (x - max) - log(sum(exp(x - max))).
+template <typename T>
+cudaError_t launch_softmax(const T* x, T* out, int64_t rows, int64_t classes, bool log,
+                           cudaStream_t stream);
+
+// ops_attention.cpp's causal_row: rows of `keys` scores, in matrices of `queries_in_block`
+// rows; row i of each matrix is the softmax of scale * x over its first
+// clamp(first_visible + i, 0, keys) keys and zero after (a row that sees no key is all zeros).
+template <typename T>
+cudaError_t launch_causal_softmax(const T* x, T* out, int64_t rows, int64_t queries_in_block,
+                                  int64_t keys, int64_t first_visible, T scale,
+                                  cudaStream_t stream);
+
+// ops_norm.cpp's layer_norm_kernel: each of `rows` rows of n channels normalised with its mean
+// and biased variance (accumulated in double), times weight, plus bias (null: none).
+template <typename T>
+cudaError_t launch_layer_norm(const T* x, const T* weight, const T* bias, T* out, int64_t rows,
+                              int64_t n, double epsilon, cudaStream_t stream);
+
+// ops_norm.cpp's layer_norm_grad_kernel: dx from x, weight and the output's gradient g.
+template <typename T>
+cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, T* dx, int64_t rows,
+                                   int64_t n, double epsilon, cudaStream_t stream);
+
+// ops_norm.cpp's weight_grad_kernel: out[c] = the sum over the rows of g * (x - mean) * rstd, in
+// double. The rows' statistics go through stream-ordered scratch memory (cudaMallocAsync,
+// rows * 16 bytes, outside the device's allocator and its accounting).
+template <typename T>
+cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, T* out, int64_t rows, int64_t n,
+                                          double epsilon, cudaStream_t stream);
+
+}  // namespace tessel::detail::gpu

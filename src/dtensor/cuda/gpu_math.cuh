@@ -1,0 +1,48 @@
+// Internal, device code only: the math the ops' CUDA kernels share. Overloads for float and
+// double of the functions the CPU kernels call through <cmath> (CUDA's IEEE-accurate versions:
+// the build never uses fast math), a multiply the compiler may not fuse into an FMA (where the
+// CPU kernel rounds a product before using it), and the launch shape of grid-stride loops.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tessel::detail::gpu {
+
+__device__ inline float exp_of(float x) { return expf(x); }
+__device__ inline double exp_of(double x) { return exp(x); }
+__device__ inline float log_of(float x) { return logf(x); }
+__device__ inline double log_of(double x) { return log(x); }
+__device__ inline float sqrt_of(float x) { return sqrtf(x); }
+__device__ inline double sqrt_of(double x) { return sqrt(x); }
+__device__ inline float tanh_of(float x) { return tanhf(x); }
+__device__ inline double tanh_of(double x) { return tanh(x); }
+__device__ inline float erf_of(float x) { return erff(x); }
+__device__ inline double erf_of(double x) { return erf(x); }
+
+// a * b rounded, never contracted with a following add.
+__device__ inline float mul_rounded(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_rounded(double a, double b) { return __dmul_rn(a, b); }
+
+template <typename T>
+__device__ inline T infinity() {
+  return static_cast<T>(__longlong_as_double(0x7ff0000000000000LL));
+}
+
+constexpr int kThreads = 256;          // threads per block of the elementwise and row kernels
+constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover the rest
+
+// Blocks for `work` items at `per_block` items a block, at least 1, at most kMaxBlocks.
+inline unsigned int blocks_for(int64_t work, int64_t per_block) {
+  const int64_t blocks = (work + per_block - 1) / per_block;
+  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+// The global index of this thread and the grid's thread count, for grid-stride loops.
+__device__ inline int64_t thread_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline int64_t thread_count() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+}  // namespace tessel::detail::gpu

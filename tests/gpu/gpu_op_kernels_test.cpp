@@ -1,0 +1,270 @@
+// The ops' CUDA kernels (src/dtensor/cuda/gpu_elementwise.cu, gpu_rows.cu) against their CPU
+// kernels: each op on a 1-device mesh of the GPU and on a 1-device CPU mesh, same inputs, f32
+// (relative 1e-5, absolute 1e-5 below magnitude 1; bit-exact for the ops whose math is exact)
+// and f64 (1e-12), over shapes with odd sizes (1, 7, 1000, 4097) and broadcasting; and
+// host_staged_kernel_calls() unchanged for the op, so the GPU kernel ran rather than the CPU
+// kernel on host copies. The cases a GPU kernel leaves to the host (too many broadcast
+// dimensions, reduced axes that are not adjacent) are checked to run host-staged and match too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_registry.h"
+
+namespace tessel {
+namespace {
+
+using testing::GpuTest;
+
+enum class Match { kExact, kClose };
+
+class GpuOpKernels : public GpuTest {
+ protected:
+  Mesh cpu_mesh() { return Mesh::create_on_devices({{"x", 1}}, {runtime().device(0).name()}); }
+  Mesh gpu_mesh() { return Mesh::create_on_devices({{"x", 1}}, {gpu().name()}); }
+
+  static std::vector<DTensor> place(const std::vector<Tensor>& inputs, const Mesh& mesh,
+                                    Runtime& rt) {
+    std::vector<DTensor> out;
+    for (const Tensor& t : inputs)
+      out.push_back(copy_to_mesh(t, Layout::replicated(mesh, t.rank()), rt));
+    return out;
+  }
+
+  // Runs `op` on both meshes and compares; `staged` is whether the GPU block should run
+  // host-staged (a case the GPU kernel does not cover).
+  void expect_matches_cpu(const std::string& op, const std::vector<Tensor>& inputs,
+                          const OpAttrs& attrs, Match match, bool staged = false) {
+    SCOPED_TRACE(op + " on " + describe(inputs));
+    const Tensor want = to_host(call_op(op, place(inputs, cpu_mesh(), runtime()), attrs));
+    const int64_t staged_before = host_staged_kernel_calls()[op];
+    const Tensor got = to_host(call_op(op, place(inputs, gpu_mesh(), runtime()), attrs));
+    EXPECT_EQ(host_staged_kernel_calls()[op] - staged_before, staged ? 1 : 0)
+        << (staged ? "expected the host-staged fallback" : "the GPU kernel did not run");
+    ASSERT_EQ(got.shape(), want.shape());
+    ASSERT_EQ(got.dtype(), want.dtype());
+    const Tensor g = got.astype(DType::kF64), w = want.astype(DType::kF64);
+    const std::vector<double> gv = g.to_vector<double>(), wv = w.to_vector<double>();
+    const double rtol = want.dtype() == DType::kF32 ? 1e-5 : 1e-12;
+    int reported = 0;
+    for (size_t i = 0; i < wv.size() && reported < 5; ++i) {
+      const bool both_nan = std::isnan(gv[i]) && std::isnan(wv[i]);
+      const bool ok =
+          both_nan || (match == Match::kExact
+                           ? gv[i] == wv[i]
+                           : std::abs(gv[i] - wv[i]) <= rtol * std::max(1.0, std::abs(wv[i])));
+      if (!ok) {
+        ++reported;
+        ADD_FAILURE() << "element " << i << ": GPU " << gv[i] << ", CPU " << wv[i];
+      }
+    }
+  }
+
+  static std::string describe(const std::vector<Tensor>& inputs) {
+    std::string s;
+    for (const Tensor& t : inputs)
+      s += t.shape().to_string() + " " + std::string(dtype_name(t.dtype())) + " ";
+    return s;
+  }
+};
+
+constexpr DType kDtypes[] = {DType::kF32, DType::kF64};
+
+Tensor uniform(const Shape& shape, DType dtype, uint64_t seed, double low = -2.0,
+               double high = 2.0) {
+  return Tensor::random_uniform(shape, dtype, seed, low, high);
+}
+
+const std::vector<Shape> kUnaryShapes = {Shape({1}),    Shape({7}),       Shape({1000}),
+                                         Shape({4097}), Shape({3, 5, 7}), Shape()};
+
+TEST_F(GpuOpKernels, UnaryOpsMatchTheCpuKernels) {
+  struct Case {
+    const char* op;
+    Match match;
+    double low, high;  // the inputs' range (positive for log, sqrt, rsqrt)
+  };
+  const Case cases[] = {{"negative", Match::kExact, -2, 2}, {"relu", Match::kExact, -2, 2},
+                        {"sqrt", Match::kExact, 0.01, 4},   {"rsqrt", Match::kExact, 0.01, 4},
+                        {"exp", Match::kClose, -5, 5},      {"log", Match::kClose, 0.01, 10},
+                        {"tanh", Match::kClose, -4, 4},     {"gelu", Match::kClose, -4, 4},
+                        {"gelu_erf", Match::kClose, -4, 4}};
+  for (DType dtype : kDtypes) {
+    for (const Case& c : cases) {
+      for (const Shape& shape : kUnaryShapes) {
+        expect_matches_cpu(c.op, {uniform(shape, dtype, 1, c.low, c.high)}, {}, c.match);
+      }
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, ScalarOpsMatchTheCpuKernels) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kUnaryShapes) {
+      OpAttrs attrs;
+      attrs.operand = -0.37;
+      expect_matches_cpu("add_scalar", {uniform(shape, dtype, 2)}, attrs, Match::kExact);
+      expect_matches_cpu("multiply_scalar", {uniform(shape, dtype, 3)}, attrs, Match::kExact);
+    }
+  }
+}
+
+// Pairs of input shapes: equal, scalar-like, trailing and leading broadcasts, both sides
+// broadcasting, rank 0, and the most dimensions the GPU kernel takes after merging (6).
+const std::vector<std::pair<Shape, Shape>> kBroadcasts = {
+    {Shape({4097}), Shape({4097})},       {Shape({1}), Shape({1})},
+    {Shape({7, 1000}), Shape({1000})},    {Shape({7, 1000}), Shape({7, 1})},
+    {Shape({1}), Shape({4097})},          {Shape(), Shape({3, 7})},
+    {Shape({7, 1, 5}), Shape({1, 3, 1})}, {Shape({2, 1, 3, 1, 4, 1}), Shape({1, 5, 1, 2, 1, 3})},
+    {Shape({0, 7}), Shape({7})},
+};
+
+TEST_F(GpuOpKernels, BinaryOpsMatchTheCpuKernelsWithBroadcasting) {
+  const std::pair<const char*, Match> ops[] = {
+      {"add", Match::kExact},          {"subtract", Match::kExact},
+      {"multiply", Match::kExact},     {"divide", Match::kExact},
+      {"maximum", Match::kExact},      {"minimum", Match::kExact},
+      {"mask_greater", Match::kExact}, {"mask_greater_equal", Match::kExact},
+      {"relu_grad", Match::kExact},    {"tanh_grad", Match::kClose},
+      {"gelu_grad", Match::kClose},    {"gelu_erf_grad", Match::kClose}};
+  for (DType dtype : kDtypes) {
+    for (const auto& [op, match] : ops) {
+      for (const auto& [a, b] : kBroadcasts) {
+        expect_matches_cpu(op, {uniform(a, dtype, 4), uniform(b, dtype, 5)}, {}, match);
+        expect_matches_cpu(op, {uniform(b, dtype, 6), uniform(a, dtype, 7)}, {}, match);
+      }
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, MaximumAndMinimumKeepTheCpuRulesForTiesAndNan) {
+  const double nan = std::nan("");
+  const Tensor a =
+      Tensor::from_vector<float>({1, -0.0f, static_cast<float>(nan), 2, 0}, Shape({5}));
+  const Tensor b =
+      Tensor::from_vector<float>({1, 0.0f, 3, static_cast<float>(nan), -0.0f}, Shape({5}));
+  for (const char* op : {"maximum", "minimum", "mask_greater", "mask_greater_equal", "relu_grad"}) {
+    expect_matches_cpu(op, {a, b}, {}, Match::kExact);
+  }
+}
+
+TEST_F(GpuOpKernels, BroadcastsBeyondSixMergedDimensionsRunHostStaged) {
+  // Alternating broadcast dims never merge: 8 dims.
+  const Shape a({2, 1, 2, 1, 2, 1, 2, 1});
+  const Shape b({1, 3, 1, 3, 1, 3, 1, 3});
+  expect_matches_cpu("add", {uniform(a, DType::kF32, 8), uniform(b, DType::kF32, 9)}, {},
+                     Match::kExact, /*staged=*/true);
+}
+
+struct ReduceCase {
+  Shape shape;
+  std::vector<int64_t> axes;
+  bool keepdims;
+};
+
+// Reduced axes adjacent once size-1 axes are dropped: the GPU kernel's cases.
+const std::vector<ReduceCase> kReductions = {
+    {Shape({4097}), {}, false},
+    {Shape({1}), {0}, true},
+    {Shape({7, 1000}), {1}, false},
+    {Shape({7, 1000}), {0}, true},
+    {Shape({7, 1000}), {}, false},
+    {Shape({3, 5, 7}), {1}, true},
+    {Shape({3, 5, 7}), {-1}, false},
+    {Shape({1000, 1, 7}), {0, 1}, false},
+    {Shape({5, 1, 7}), {0, 2}, true},  // adjacent once the 1 is dropped
+    {Shape({4097, 3}), {0}, false},
+    {Shape({2, 0, 3}), {1}, false},
+    {Shape(), {}, false},
+    {Shape({3, 1, 4}), {1}, false},
+};
+
+TEST_F(GpuOpKernels, ReductionsMatchTheCpuKernels) {
+  for (DType dtype : kDtypes) {
+    for (const ReduceCase& c : kReductions) {
+      OpAttrs attrs;
+      attrs.axes = c.axes;
+      attrs.keepdims = c.keepdims;
+      // Positive inputs: a sum's rounding is then relative to its value whatever the order.
+      expect_matches_cpu("reduce_sum", {uniform(c.shape, dtype, 10, 0.5, 1.5)}, attrs,
+                         Match::kClose);
+      expect_matches_cpu("reduce_mean", {uniform(c.shape, dtype, 11, 0.5, 1.5)}, attrs,
+                         Match::kClose);
+      expect_matches_cpu("reduce_max", {uniform(c.shape, dtype, 12)}, attrs, Match::kExact);
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, ReduceMaxSkipsNanAsTheCpuKernelDoes) {
+  const float nan = std::nanf("");
+  OpAttrs attrs;
+  attrs.axes = {1};
+  const Tensor x = Tensor::from_vector<float>({nan, 1, 2, 3, nan, 5, nan, nan, nan}, Shape({3, 3}));
+  expect_matches_cpu("reduce_max", {x}, attrs, Match::kExact);
+  attrs.axes = {0};
+  expect_matches_cpu("reduce_max", {x}, attrs, Match::kExact);
+}
+
+TEST_F(GpuOpKernels, ReductionsOverAxesThatAreNotAdjacentRunHostStaged) {
+  OpAttrs attrs;
+  attrs.axes = {0, 2};
+  expect_matches_cpu("reduce_sum", {uniform(Shape({3, 5, 7}), DType::kF32, 13, 0.5, 1.5)}, attrs,
+                     Match::kClose, /*staged=*/true);
+}
+
+const std::vector<Shape> kRowShapes = {Shape({1, 1}),    Shape({7}),       Shape({7, 1000}),
+                                       Shape({3, 4097}), Shape({2, 3, 5}), Shape({0, 7})};
+
+TEST_F(GpuOpKernels, SoftmaxAndLogSoftmaxMatchTheCpuKernels) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kRowShapes) {
+      expect_matches_cpu("softmax", {uniform(shape, dtype, 14, -8, 8)}, {}, Match::kClose);
+      expect_matches_cpu("log_softmax", {uniform(shape, dtype, 15, -8, 8)}, {}, Match::kClose);
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, CausalSoftmaxMatchesTheCpuKernel) {
+  // [..., queries, keys]: square, fewer queries than keys (the last sees every key), more
+  // queries than keys (the first rows see none: zeros), long rows.
+  const std::vector<Shape> shapes = {Shape({1, 1}),       Shape({2, 7, 7}),   Shape({1, 5, 9}),
+                                     Shape({2, 9, 5}),    Shape({3, 64, 64}), Shape({2, 1000}),
+                                     Shape({1, 3, 4097}), Shape({2, 2, 0, 7})};
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : shapes) {
+      for (double scale : {1.0, 0.125}) {
+        OpAttrs attrs;
+        if (scale != 1.0) attrs.scale = scale;
+        expect_matches_cpu("causal_softmax", {uniform(shape, dtype, 16, -8, 8)}, attrs,
+                           Match::kClose);
+      }
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, LayerNormAndItsGradientMatchTheCpuKernels) {
+  const std::vector<Shape> shapes = {Shape({1}),       Shape({4, 1}),    Shape({7, 1000}),
+                                     Shape({3, 4097}), Shape({2, 3, 7}), Shape({0, 5})};
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : shapes) {
+      const Shape channels({shape[shape.rank() - 1]});
+      OpAttrs attrs;
+      attrs.epsilon = 1e-5;
+      const Tensor x = uniform(shape, dtype, 17, -3, 3);
+      const Tensor w = uniform(channels, dtype, 18, 0.5, 1.5);
+      const Tensor b = uniform(channels, dtype, 19);
+      const Tensor g = uniform(shape, dtype, 20);
+      expect_matches_cpu("layer_norm", {x, w}, attrs, Match::kClose);
+      expect_matches_cpu("layer_norm_with_bias", {x, w, b}, attrs, Match::kClose);
+      expect_matches_cpu("layer_norm_grad", {x, w, g}, attrs, Match::kClose);
+      expect_matches_cpu("layer_norm_weight_grad", {x, g}, attrs, Match::kClose);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessel
