@@ -46,6 +46,11 @@ if(TESSEL_HAVE_CUDA)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "GPU architectures the device kernels are built for")
   endif()
+  # The kernels are C++17 for nvcc; set before the language is enabled, so that no target (the
+  # library holds the kernels' objects) asks nvcc for the project's C++20, which CMake 3.25
+  # cannot request from it.
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   enable_language(CUDA)
   message(STATUS "tessel: CUDA ON (CUDA ${CUDAToolkit_VERSION}, NCCL ${NCCL_LIBRARY}, "
                  "kernels for sm_${CMAKE_CUDA_ARCHITECTURES})")
