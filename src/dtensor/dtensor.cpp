@@ -124,6 +124,8 @@ DTensor DTensor::abstract(Layout layout, Shape global_shape, DType dtype, Runtim
   d.data_ = std::make_shared<const Data>(Data{.layout = std::move(layout),
                                                .shape = std::move(global_shape),
                                                .dtype = dtype,
+                                               .components = {},
+                                               .placement = nullptr,
                                                .runtime = &runtime,
                                                .abstract = true});
   return d;
