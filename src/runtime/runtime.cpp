@@ -25,26 +25,34 @@ constexpr const char* kDeviceMemoryLimitEnv = "TESSEL_DEVICE_MEMORY_LIMIT";
 constexpr const char* kGpuDevicesEnv = "TESSEL_GPU_DEVICES";
 constexpr const char* kSimulatedGpusEnv = "TESSEL_SIMULATED_GPUS";
 
-// num_cpu_devices from the options, else the environment, else the default.
-int resolve_num_devices(int requested) {
+// A device count: `requested` (`option`, checked to be in [low, kMaxCpuDevices]) unless it is
+// -1, else the integer in environment variable `env`, else `fallback`. `what` describes the
+// range in the environment error ("a positive integer up to 1024").
+int resolve_count(int requested, const char* option, const char* env, int low, int fallback,
+                  const std::string& what) {
   if (requested != -1) {
-    if (requested < 1 || requested > kMaxCpuDevices) {
-      detail::throw_invalid("Runtime", "num_cpu_devices must be -1 or in [1, {}], got {}",
+    if (requested < low || requested > kMaxCpuDevices) {
+      detail::throw_invalid("Runtime", "{} must be -1 or in [{}, {}], got {}", option, low,
                             kMaxCpuDevices, requested);
     }
     return requested;
   }
-  const char* env = std::getenv(kCpuDevicesEnv);
-  if (env == nullptr) return kDefaultCpuDevices;
-  const std::string_view text(env);
+  const char* value_text = std::getenv(env);
+  if (value_text == nullptr) return fallback;
+  const std::string_view text(value_text);
   int value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 1 ||
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < low ||
       value > kMaxCpuDevices) {
-    detail::throw_invalid("Runtime", "{}='{}' is not a positive integer up to {}", kCpuDevicesEnv,
-                          text, kMaxCpuDevices);
+    detail::throw_invalid("Runtime", "{}='{}' is not {}", env, text, what);
   }
   return value;
+}
+
+// num_cpu_devices from the options, else the environment, else the default.
+int resolve_num_devices(int requested) {
+  return resolve_count(requested, "num_cpu_devices", kCpuDevicesEnv, 1, kDefaultCpuDevices,
+                       fmt::format("a positive integer up to {}", kMaxCpuDevices));
 }
 
 // The CUDA ordinals of the GPU devices: the first `requested` visible GPUs, else the list in
@@ -89,24 +97,8 @@ std::vector<int> resolve_gpu_ordinals(int requested) {
 
 // The simulated GPU count from the options, else TESSEL_SIMULATED_GPUS, else 0.
 int resolve_simulated_gpus(int requested) {
-  if (requested != -1) {
-    if (requested < 0 || requested > kMaxCpuDevices) {
-      detail::throw_invalid("Runtime", "num_simulated_gpu_devices must be -1 or in [0, {}], got {}",
-                            kMaxCpuDevices, requested);
-    }
-    return requested;
-  }
-  const char* env = std::getenv(kSimulatedGpusEnv);
-  if (env == nullptr) return 0;
-  const std::string_view text(env);
-  int value = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 0 ||
-      value > kMaxCpuDevices) {
-    detail::throw_invalid("Runtime", "{}='{}' is not an integer in [0, {}]", kSimulatedGpusEnv,
-                          text, kMaxCpuDevices);
-  }
-  return value;
+  return resolve_count(requested, "num_simulated_gpu_devices", kSimulatedGpusEnv, 0, 0,
+                       fmt::format("an integer in [0, {}]", kMaxCpuDevices));
 }
 
 // Each device's memory limit from the options, else the environment, else an equal share of the

@@ -74,6 +74,33 @@ TEST(Runtime, ThrowsOnBadEnvironmentValueNamingIt) {
   }
 }
 
+TEST(Runtime, SimulatedGpuDevicesHoldDeviceMemoryApartFromTheHost) {
+  Runtime rt({.num_cpu_devices = 1, .num_simulated_gpu_devices = 2});
+  ASSERT_EQ(rt.gpu_devices().size(), 2u);
+  Device& gpu = *rt.gpu_devices()[1];
+  EXPECT_EQ(gpu.name(), "/job:localhost/replica:0/task:0/device:GPU:1");
+  EXPECT_TRUE(gpu.is_simulated_gpu());
+  EXPECT_EQ(gpu.cuda_stream(), nullptr);
+  EXPECT_EQ(&rt.device("/device:GPU:1"), &gpu);
+  Tensor t = gpu.allocate(Shape{3}, DType::kF32);
+  EXPECT_EQ(t.memory_space(), MemorySpace::simulated_gpu(1));
+  EXPECT_EQ(gpu.memory_stats().live_bytes, 12);
+  expect_error([&] { (void)t.data(); }, ErrorCode::kFailedPrecondition, "Tensor",
+               "data needs host memory, but this [3] f32 is in simulated_gpu:1 memory");
+  t.copy_from(Tensor::full(Shape{3}, DType::kF32, 2.5));
+  EXPECT_EQ(t.to_host().to_vector<float>(), (std::vector<float>{2.5f, 2.5f, 2.5f}));
+  rt.synchronize();
+}
+
+TEST(Runtime, ThrowsOnABadSimulatedGpuCount) {
+  ScopedEnv env("TESSEL_SIMULATED_GPUS", "two");
+  expect_error([] { Runtime rt({.num_cpu_devices = 1}); }, ErrorCode::kInvalidArgument, "Runtime",
+               "TESSEL_SIMULATED_GPUS='two' is not an integer in [0, 1024]");
+  expect_error([] { Runtime rt({.num_cpu_devices = 1, .num_simulated_gpu_devices = -2}); },
+               ErrorCode::kInvalidArgument, "Runtime",
+               "num_simulated_gpu_devices must be -1 or in [0, 1024], got -2");
+}
+
 TEST(Runtime, ThrowsOnBadOptions) {
   for (int n : {0, -2, 1025}) {
     expect_error([n] { Runtime rt({.num_cpu_devices = n}); }, ErrorCode::kInvalidArgument,
