@@ -95,3 +95,17 @@ def test_a_matmul_on_a_simulated_gpu_mesh_matches_numpy():
     out = tessel.matmul(da, db)
     np.testing.assert_allclose(tessel.to_host(out), a @ b, rtol=1e-5, atol=1e-5)
     assert tessel.host_staged_kernel_calls()["matmul"] == before + 2  # one block per device
+
+
+@pytest.mark.parametrize("name", ["NcclAllReduce", "ReductionToOneDevice", "HierarchicalCopyAllReduce"])
+def test_cross_device_ops_reduce_values_on_simulated_gpus(name):
+    rt = tessel.Runtime(num_cpu_devices=1, num_simulated_gpu_devices=2)
+    gpus = [g.name for g in rt.gpu_devices()]
+    v = tessel.PerReplica([np.full((4,), i + 1.0, np.float32) for i in range(2)], gpus)
+    ops = getattr(tessel, name)(runtime=rt)
+    out = ops.reduce(tessel.ReduceOp.MEAN, v, v)
+    for i, c in enumerate(out.values):
+        assert c.memory_space == tessel.MemorySpace.simulated_gpu(i)
+        np.testing.assert_array_equal(c.to_host().numpy(), np.full(4, 1.5, np.float32))
+    batch = ops.batch_reduce(tessel.ReduceOp.SUM, [(v, v), (v, v)])
+    np.testing.assert_array_equal(batch[1].values[1].to_host().numpy(), np.full(4, 3.0, np.float32))

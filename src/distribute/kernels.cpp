@@ -22,20 +22,30 @@ Tensor reduce_tensors(Device& device, const std::vector<Tensor>& inputs, ReduceO
                       int64_t divisor) {
   const Tensor& first = inputs.front();
   check_reducible(first.dtype(), op);
+  // A GPU device's values are reduced on host copies (this is the reduce-to-one-device path, not
+  // the collective one) and the result copied to the device.
+  const bool on_host = device.memory_space().is_host();
   std::vector<Tensor> contiguous;
   std::vector<const void*> pointers;
   for (const Tensor& t : inputs) {
-    contiguous.push_back(t.contiguous());
+    contiguous.push_back(t.to_host().contiguous());
     pointers.push_back(contiguous.back().data());
   }
-  Tensor out = device.allocate(first.shape(), first.dtype(), /*zero_fill=*/false);
+  Tensor out = on_host ? device.allocate(first.shape(), first.dtype(), /*zero_fill=*/false)
+                       : Tensor::empty(first.shape(), first.dtype(), nullptr, /*zero_fill=*/false);
   void* outputs[] = {out.data()};
   reduce_buffers(first.dtype(), op, pointers.data(), static_cast<int>(pointers.size()), outputs, 1,
                  0, first.num_elements(), divisor);
-  return out;
+  return on_host ? out : copy_to(device, out);
 }
 
 void divide_in_place(Tensor& t, int64_t divisor) {
+  if (!t.memory_space().is_host()) {  // device memory: on a host copy
+    Tensor staged = t.to_host();
+    divide_in_place(staged, divisor);
+    t.copy_from(staged);
+    return;
+  }
   finish_mean(t.dtype(), ReduceOp::kMean, t.data(), t.num_elements(), divisor);
 }
 

@@ -13,6 +13,7 @@
 
 #include "gpu_test_util.h"
 #include "tessel/comm/nccl.h"
+#include "tessel/distribute/cross_device_ops.h"
 #include "tessel/core/box.h"
 #include "tessel/core/error.h"
 
@@ -181,6 +182,34 @@ TEST_F(NcclTest, AGroupJoinedOverAHostCommunicatorWorks) {
   comm->all_reduce(x, x, ReduceOp::kSum);
   EXPECT_EQ(x.at({1}), 2);
   EXPECT_EQ(comm->sequence_number(), 2u);  // the id's broadcast, then the all_reduce
+}
+
+// tf.distribute's NcclAllReduce over the GPU devices: a batch of three tensors in two packs, summed
+// by the group service's NCCL group (one rank per GPU), the results left in the GPUs' memory.
+TEST_F(NcclTest, TfDistributesNcclAllReduceReducesGpuValues) {
+  std::vector<std::string> names;
+  for (Device* d : runtime().gpu_devices()) names.push_back(d->name());
+  std::vector<ValueDestinationPair> pairs;
+  for (int k = 0; k < 3; ++k) {
+    std::vector<Value> values;
+    for (int d = 0; d < num_gpus(); ++d) {
+      values.push_back(Tensor::full(Shape{k + 1, 3}, DType::kF32, (d + 1) * (k + 1)));
+    }
+    PerReplica v(names, values);
+    pairs.emplace_back(v, v);
+  }
+  NcclAllReduce ops(/*num_packs=*/2, runtime());
+  const std::vector<Mirrored> out = ops.batch_reduce(ReduceOp::kSum, pairs);
+  ASSERT_EQ(out.size(), 3u);
+  const double ranks = num_gpus() * (num_gpus() + 1) / 2.0;
+  for (int k = 0; k < 3; ++k) {
+    const Tensor& t = out[static_cast<size_t>(k)].tensor(0);
+    EXPECT_EQ(t.memory_space(), gpu(0).memory_space());
+    EXPECT_EQ(t.shape(), Shape({k + 1, 3}));
+    EXPECT_EQ(t.to_host().to_doubles(), std::vector<double>(static_cast<size_t>(3 * (k + 1)),
+                                                            ranks * (k + 1)));
+  }
+  EXPECT_EQ(ops.last_plan().path, "all_reduce");
 }
 
 // A host callback that blocks the GPU's stream until released: the GPU never reaches the NCCL
