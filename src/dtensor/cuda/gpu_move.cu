@@ -36,8 +36,8 @@ __global__ void strided_scale_kernel(const T* src, T* out, int64_t n, StridedInd
     out[i] = scale * src[source_offset(i, index)];
 }
 
-// The row of `local` ids[k] - row_begin in a block of `rows` rows, or -1 outside it; an id
-// outside [0, vocab) is reported through `bad` (any one of them: the caller names one).
+// Row ids[k] - row_begin of a block of `rows` rows, or -1 when outside it; an id outside
+// [0, vocab) is reported through `bad` (any one of them: the caller names one) and gives -1.
 template <typename I>
 __device__ int64_t local_row(const I* ids, int64_t k, int64_t row_begin, int64_t rows,
                              int64_t vocab, BadId* bad) {
