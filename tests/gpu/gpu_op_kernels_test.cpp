@@ -1,6 +1,6 @@
-// The ops' CUDA kernels (src/dtensor/cuda/gpu_elementwise.cu, gpu_rows.cu) against their CPU
-// kernels: each op on a 1-device mesh of the GPU and on a 1-device CPU mesh, same inputs, f32
-// (relative 1e-5, absolute 1e-5 below magnitude 1; bit-exact for the ops whose math is exact)
+// The ops' CUDA kernels (src/dtensor/cuda/gpu_elementwise.cu, gpu_rows.cu, gpu_move.cu) against
+// their CPU kernels: each op on a 1-device mesh of the GPU and on a 1-device CPU mesh, same inputs,
+// f32 (relative 1e-5, absolute 1e-5 below magnitude 1; bit-exact for the ops whose math is exact)
 // and f64 (1e-12), over shapes with odd sizes (1, 7, 1000, 4097) and broadcasting; and
 // host_staged_kernel_calls() unchanged for the op, so the GPU kernel ran rather than the CPU
 // kernel on host copies. The cases a GPU kernel leaves to the host (too many broadcast
@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "tessel/core/error.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
 
@@ -39,10 +41,20 @@ class GpuOpKernels : public GpuTest {
   // host-staged (a case the GPU kernel does not cover).
   void expect_matches_cpu(const std::string& op, const std::vector<Tensor>& inputs,
                           const OpAttrs& attrs, Match match, bool staged = false) {
+    expect_matches_cpu_on_meshes(
+        op, inputs, [&](const Mesh&) { return attrs; }, match, staged);
+  }
+
+  // The same for ops whose attrs name a layout of the mesh they run on (creation ops,
+  // embedding_lookup_grad): `attrs_for(mesh)`.
+  void expect_matches_cpu_on_meshes(const std::string& op, const std::vector<Tensor>& inputs,
+                                    const std::function<OpAttrs(const Mesh&)>& attrs_for,
+                                    Match match, bool staged = false) {
     SCOPED_TRACE(op + " on " + describe(inputs));
-    const Tensor want = to_host(call_op(op, place(inputs, cpu_mesh(), runtime()), attrs));
+    const Mesh cpu = cpu_mesh(), gpu = gpu_mesh();
+    const Tensor want = to_host(call_op(op, place(inputs, cpu, runtime()), attrs_for(cpu)));
     const int64_t staged_before = host_staged_kernel_calls()[op];
-    const Tensor got = to_host(call_op(op, place(inputs, gpu_mesh(), runtime()), attrs));
+    const Tensor got = to_host(call_op(op, place(inputs, gpu, runtime()), attrs_for(gpu)));
     EXPECT_EQ(host_staged_kernel_calls()[op] - staged_before, staged ? 1 : 0)
         << (staged ? "expected the host-staged fallback" : "the GPU kernel did not run");
     ASSERT_EQ(got.shape(), want.shape());
@@ -262,6 +274,163 @@ TEST_F(GpuOpKernels, LayerNormAndItsGradientMatchTheCpuKernels) {
       expect_matches_cpu("layer_norm_with_bias", {x, w, b}, attrs, Match::kClose);
       expect_matches_cpu("layer_norm_grad", {x, w, g}, attrs, Match::kClose);
       expect_matches_cpu("layer_norm_weight_grad", {x, g}, attrs, Match::kClose);
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, ReshapeStopGradientAndTransposeMatchTheCpuKernels) {
+  const DType dtypes[] = {DType::kF32, DType::kF64, DType::kI32, DType::kI64};
+  for (DType dtype : dtypes) {
+    const Tensor x = uniform(Shape({3, 5, 7}), DType::kF64, 21, -100, 100).astype(dtype);
+    OpAttrs reshape;
+    reshape.shape = {7, -1};
+    expect_matches_cpu("reshape", {x}, reshape, Match::kExact);
+    expect_matches_cpu("stop_gradient", {x}, {}, Match::kExact);
+    for (const std::vector<int64_t>& perm :
+         {std::vector<int64_t>{}, {0, 2, 1}, {2, 0, 1}, {1, 0, 2}, {0, 1, 2}, {-1, 0, 1}}) {
+      OpAttrs attrs;
+      attrs.perm = perm;
+      expect_matches_cpu("transpose", {x}, attrs, Match::kExact);
+    }
+  }
+  // Attention's [batch, time, heads, dim] -> [batch, heads, time, dim], odd sizes, rank 0 and
+  // empty blocks.
+  OpAttrs heads;
+  heads.perm = {0, 2, 1, 3};
+  expect_matches_cpu("transpose", {uniform(Shape({2, 17, 3, 5}), DType::kF32, 22)}, heads,
+                     Match::kExact);
+  expect_matches_cpu("transpose", {uniform(Shape({1000, 7}), DType::kF32, 23)}, {}, Match::kExact);
+  expect_matches_cpu("transpose", {uniform(Shape(), DType::kF32, 24)}, {}, Match::kExact);
+  expect_matches_cpu("transpose", {uniform(Shape({0, 7}), DType::kF32, 25)}, {}, Match::kExact);
+  expect_matches_cpu("stop_gradient", {uniform(Shape({4097}), DType::kF32, 26)}, {}, Match::kExact);
+}
+
+TEST_F(GpuOpKernels, TransposesBeyondSixMergedDimensionsRunHostStaged) {
+  OpAttrs attrs;
+  attrs.perm = {1, 0, 3, 2, 5, 4, 7, 6};  // no two dims stay adjacent: 8 dims
+  expect_matches_cpu("transpose", {uniform(Shape({2, 3, 2, 3, 2, 3, 2, 3}), DType::kF32, 27)},
+                     attrs, Match::kExact, /*staged=*/true);
+}
+
+TEST_F(GpuOpKernels, ZerosOnesAndFillMatchTheCpuKernels) {
+  const DType dtypes[] = {DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kBool};
+  for (DType dtype : dtypes) {
+    for (const Shape& shape : kUnaryShapes) {
+      for (const auto& [op, value] : std::vector<std::pair<std::string, double>>{
+               {"zeros", 0.0}, {"ones", 1.0}, {"fill", -3.0}, {"fill", -0.0}, {"fill", 0.0}}) {
+        const auto attrs_for = [&, value = value](const Mesh& mesh) {
+          OpAttrs attrs;
+          attrs.shape = shape.dims();
+          attrs.layout = Layout::replicated(mesh, shape.rank());
+          attrs.dtype = dtype;
+          attrs.runtime = &runtime();
+          attrs.value = value;
+          return attrs;
+        };
+        expect_matches_cpu_on_meshes(op, {}, attrs_for, Match::kExact);
+      }
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, FillKeepsTheSignOfNegativeZero) {
+  OpAttrs attrs;
+  attrs.shape = {5};
+  attrs.layout = Layout::replicated(gpu_mesh(), 1);
+  attrs.dtype = DType::kF32;
+  attrs.runtime = &runtime();
+  attrs.value = -0.0;
+  for (float v : to_host(call_op("fill", {}, attrs)).to_vector<float>()) {
+    EXPECT_TRUE(std::signbit(v)) << v;
+  }
+}
+
+TEST_F(GpuOpKernels, OptimizerUpdatesMatchTheCpuKernels) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kUnaryShapes) {
+      const Tensor p = uniform(shape, dtype, 28);
+      const Tensor m = uniform(shape, dtype, 29, -0.1, 0.1);
+      const Tensor v = uniform(shape, dtype, 30, 0.0, 0.01);  // a second moment: >= 0
+      const Tensor g = uniform(shape, dtype, 31);
+      OpAttrs ema;
+      ema.beta = 0.9;
+      expect_matches_cpu("ema", {m, g}, ema, Match::kClose);
+      ema.beta = 0.999;
+      expect_matches_cpu("ema_square", {v, g}, ema, Match::kClose);
+      OpAttrs adam;
+      adam.learning_rate = 3e-4;
+      adam.epsilon = 1e-8;
+      expect_matches_cpu("adam_apply", {p, m, v}, adam, Match::kClose);
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, ReduceSumGradMatchesTheCpuKernel) {
+  for (DType dtype : kDtypes) {
+    for (const ReduceCase& c : kReductions) {
+      const std::vector<bool> mask = [&] {
+        std::vector<bool> m(static_cast<size_t>(c.shape.rank()), c.axes.empty());
+        for (int64_t a : c.axes) m[static_cast<size_t>(a < 0 ? a + c.shape.rank() : a)] = true;
+        return m;
+      }();
+      std::vector<int64_t> g_dims;
+      for (int d = 0; d < c.shape.rank(); ++d) {
+        if (!mask[static_cast<size_t>(d)])
+          g_dims.push_back(c.shape[d]);
+        else if (c.keepdims)
+          g_dims.push_back(1);
+      }
+      OpAttrs attrs;
+      attrs.axes = c.axes;
+      attrs.keepdims = c.keepdims;
+      attrs.shape = c.shape.dims();
+      attrs.scale = 0.25;
+      expect_matches_cpu("reduce_sum_grad", {uniform(Shape(g_dims), dtype, 32)}, attrs,
+                         Match::kExact);
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, EmbeddingLookupAndItsGradientMatchTheCpuKernels) {
+  const int64_t vocab = 50;
+  for (DType dtype : kDtypes) {
+    for (DType index : {DType::kI32, DType::kI64}) {
+      for (int64_t dim : {1, 7, 300}) {
+        // Repeated ids: the gradient adds several rows into one.
+        const Tensor ids =
+            Tensor::from_vector<int64_t>({3, 0, 49, 3, 17, 3, 0, 8, 49, 12, 3}, Shape({11}))
+                .astype(index)
+                .reshape(Shape({1, 11}));
+        const Tensor table = uniform(Shape({vocab, dim}), dtype, 33);
+        const Tensor g = uniform(Shape({1, 11, dim}), dtype, 34);
+        expect_matches_cpu("embedding_lookup", {table, ids}, {}, Match::kExact);
+        const auto grad_attrs = [&](const Mesh& mesh) {
+          OpAttrs attrs;
+          attrs.vocab_size = vocab;
+          attrs.layout = Layout::replicated(mesh, 2);
+          return attrs;
+        };
+        // Atomic adds in another order than the CPU's: close, not exact.
+        expect_matches_cpu_on_meshes("embedding_lookup_grad", {ids, g}, grad_attrs, Match::kClose);
+      }
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, EmbeddingIdsOutsideTheVocabularyAreReported) {
+  const Tensor table = uniform(Shape({5, 3}), DType::kF32, 35);
+  for (int64_t bad : {5, -2}) {
+    const Tensor ids = Tensor::from_vector<int64_t>({1, bad, 2}, Shape({3}));
+    const std::vector<DTensor> on_gpu = place({table, ids}, gpu_mesh(), runtime());
+    try {
+      to_host(call_op("embedding_lookup", on_gpu, {}));
+      ADD_FAILURE() << "id " << bad << " was not reported";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("embedding_lookup"), std::string::npos) << what;
+      EXPECT_NE(what.find("id " + std::to_string(bad) + " is not in [0, 5)"), std::string::npos)
+          << what;
     }
   }
 }

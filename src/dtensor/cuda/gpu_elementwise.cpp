@@ -1,5 +1,6 @@
 // The GPU kernels of the elementwise ops (gpu_elementwise.cu): the unary ops, add_scalar,
-// multiply_scalar, and the binary ops with numpy broadcasting, for contiguous f32 / f64 blocks.
+// multiply_scalar, the binary ops with numpy broadcasting, and the optimizer's fused updates
+// (ema, ema_square, adam_apply), for contiguous f32 / f64 blocks.
 // Other blocks, and broadcasts that keep more than BroadcastIndex::kMaxDims dimensions after
 // merging, run host-staged. cast has no GPU kernel.
 #include "dtensor/cuda/gpu_kernels.h"
@@ -10,6 +11,7 @@ namespace tessel::detail {
 namespace {
 
 using gpu::BinaryOp;
+using gpu::FusedUpdate;
 using gpu::UnaryOp;
 
 OpDef::Kernel unary_kernel(const char* name, UnaryOp op) {
@@ -58,6 +60,22 @@ OpDef::Kernel binary_kernel(const char* name, BinaryOp op) {
       });
 }
 
+// ema / ema_square (m or v, g) with OpAttrs::beta; adam_apply (p, m, v) with learning_rate and
+// epsilon (ops_optimizer.cpp).
+OpDef::Kernel fused_update_kernel(const char* name, FusedUpdate update) {
+  return float_gpu_kernel(
+      name,
+      [update]<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                           const LocalContext&, cudaStream_t stream) -> GpuLaunch {
+        const bool adam = update == FusedUpdate::kAdamApply;
+        const double s0 = (adam ? attrs.learning_rate : attrs.beta).value_or(0.0);
+        const double s1 = adam ? attrs.epsilon.value_or(0.0) : 0.0;
+        return gpu::launch_fused_update<T>(update, device_data<T>(in[0]), device_data<T>(in[1]),
+                                           adam ? device_data<T>(in[2]) : nullptr,
+                                           device_data<T>(out), out.num_elements(), s0, s1, stream);
+      });
+}
+
 }  // namespace
 
 void register_gpu_elementwise_kernels(OpRegistry& registry) {
@@ -83,6 +101,11 @@ void register_gpu_elementwise_kernels(OpRegistry& registry) {
       {"gelu_grad", BinaryOp::kGeluGrad},
       {"gelu_erf_grad", BinaryOp::kGeluErfGrad}};
   for (const auto& [name, op] : binary) registry.set_gpu_kernel(name, binary_kernel(name, op));
+  const std::pair<const char*, FusedUpdate> updates[] = {{"ema", FusedUpdate::kEma},
+                                                         {"ema_square", FusedUpdate::kEmaSquare},
+                                                         {"adam_apply", FusedUpdate::kAdamApply}};
+  for (const auto& [name, update] : updates)
+    registry.set_gpu_kernel(name, fused_update_kernel(name, update));
 }
 
 }  // namespace tessel::detail

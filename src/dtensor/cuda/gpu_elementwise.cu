@@ -1,8 +1,8 @@
 // The elementwise ops' CUDA kernels (gpu_launch.h): one grid-stride kernel for the unary and
-// scalar ops and one for the broadcasting binary ops, the op chosen by a switch that is the
-// same for every thread (so one kernel per dtype instead of one per op and dtype: small
-// compile time, no divergence). Each op's formula is its CPU functor's (ops_unary.cpp,
-// ops_elementwise.cpp) written out again for the device.
+// scalar ops, one for the broadcasting binary ops and one for the optimizer's fused updates, the op
+// chosen by a switch that is the same for every thread (so one kernel per dtype instead of one per
+// op and dtype: small compile time, no divergence). Each op's formula is its CPU functor's
+// (ops_unary.cpp, ops_elementwise.cpp, ops_optimizer.cpp) written out again for the device.
 #include "dtensor/cuda/gpu_launch.h"
 #include "dtensor/cuda/gpu_math.cuh"
 
@@ -82,6 +82,27 @@ __device__ T apply_binary(BinaryOp op, T a, T b) {
   return a;
 }
 
+// ops_optimizer.cpp's lambdas, each product rounded before the sum as there (no FMA).
+template <typename T>
+__device__ T apply_update(FusedUpdate update, T a, T b, T c, T s0, T s1) {
+  switch (update) {
+    case FusedUpdate::kEma:  // (m, g)
+      return mul_rounded(s0, a) + mul_rounded(T(1) - s0, b);
+    case FusedUpdate::kEmaSquare:  // (v, g)
+      return mul_rounded(s0, a) + mul_rounded(mul_rounded(T(1) - s0, b), b);
+    case FusedUpdate::kAdamApply:  // (p, m, v)
+      return a - mul_rounded(s0, b) / (sqrt_of(c) + s1);
+  }
+  return a;
+}
+
+template <typename T>
+__global__ void fused_update_kernel(FusedUpdate update, const T* a, const T* b, const T* c, T* out,
+                                    int64_t n, T s0, T s1) {
+  for (int64_t i = thread_index(); i < n; i += thread_count())
+    out[i] = apply_update(update, a[i], b[i], c == nullptr ? T(0) : c[i], s0, s1);
+}
+
 template <typename T>
 __global__ void unary_kernel(UnaryOp op, const T* x, T* out, int64_t n, T operand) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
@@ -127,6 +148,15 @@ cudaError_t launch_binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t launch_fused_update(FusedUpdate update, const T* a, const T* b, const T* c, T* out,
+                                int64_t n, double s0, double s1, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  fused_update_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+      update, a, b, c, out, n, static_cast<T>(s0), static_cast<T>(s1));
+  return cudaGetLastError();
+}
+
 template cudaError_t launch_unary<float>(UnaryOp, const float*, float*, int64_t, double,
                                          cudaStream_t);
 template cudaError_t launch_unary<double>(UnaryOp, const double*, double*, int64_t, double,
@@ -135,5 +165,12 @@ template cudaError_t launch_binary<float>(BinaryOp, const float*, const float*, 
                                           const BroadcastIndex&, cudaStream_t);
 template cudaError_t launch_binary<double>(BinaryOp, const double*, const double*, double*, int64_t,
                                            const BroadcastIndex&, cudaStream_t);
+
+template cudaError_t launch_fused_update<float>(FusedUpdate, const float*, const float*,
+                                                const float*, float*, int64_t, double, double,
+                                                cudaStream_t);
+template cudaError_t launch_fused_update<double>(FusedUpdate, const double*, const double*,
+                                                 const double*, double*, int64_t, double, double,
+                                                 cudaStream_t);
 
 }  // namespace tessel::detail::gpu

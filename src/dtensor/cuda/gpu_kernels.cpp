@@ -12,30 +12,45 @@ void register_gpu_kernels(OpRegistry& registry) {
   register_gpu_matmul_kernels(registry);
   register_gpu_elementwise_kernels(registry);
   register_gpu_row_kernels(registry);
+  register_gpu_move_kernels(registry);
 }
 
-bool contiguous_float_blocks(const std::vector<Tensor>& inputs, const Tensor& output) {
-  const DType dtype = output.dtype();
-  if ((dtype != DType::kF32 && dtype != DType::kF64) || !output.is_contiguous()) return false;
+bool contiguous_blocks(const std::vector<Tensor>& inputs, const Tensor& output) {
+  if (!output.is_contiguous()) return false;
   for (const Tensor& t : inputs) {
-    if (t.defined() && (t.dtype() != dtype || !t.is_contiguous())) return false;
+    if (t.defined() && !t.is_contiguous()) return false;
   }
   return true;
 }
 
-void run_float_gpu_kernel(const std::string& name, const std::vector<Tensor>& in, Tensor& out,
-                          const OpAttrs& attrs, const LocalContext& context,
-                          const std::function<GpuLaunch(cudaStream_t, bool f64)>& launch) {
-  if (contiguous_float_blocks(in, out)) {
+bool contiguous_float_blocks(const std::vector<Tensor>& inputs, const Tensor& output) {
+  const DType dtype = output.dtype();
+  if (dtype != DType::kF32 && dtype != DType::kF64) return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.dtype() != dtype) return false;
+  }
+  return contiguous_blocks(inputs, output);
+}
+
+void run_gpu_kernel(const std::string& name, bool covered, const std::vector<Tensor>& in,
+                    Tensor& out, const OpAttrs& attrs, const LocalContext& context,
+                    const std::function<GpuLaunch(cudaStream_t)>& launch) {
+  if (covered) {
     ScopedCudaDevice on(out.memory_space().device_ordinal);
-    const GpuLaunch status =
-        launch(static_cast<cudaStream_t>(context.cuda_stream), out.dtype() == DType::kF64);
+    const GpuLaunch status = launch(static_cast<cudaStream_t>(context.cuda_stream));
     if (status) {
       check_cuda(*status, name, "kernel launch");
       return;
     }
   }
   run_host_staged(OpRegistry::global().get(name), in, out, attrs, context);
+}
+
+void run_float_gpu_kernel(const std::string& name, const std::vector<Tensor>& in, Tensor& out,
+                          const OpAttrs& attrs, const LocalContext& context,
+                          const std::function<GpuLaunch(cudaStream_t, bool f64)>& launch) {
+  run_gpu_kernel(name, contiguous_float_blocks(in, out), in, out, attrs, context,
+                 [&](cudaStream_t stream) { return launch(stream, out.dtype() == DType::kF64); });
 }
 
 }  // namespace tessel::detail

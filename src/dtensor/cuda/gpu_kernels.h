@@ -19,14 +19,27 @@ void register_gpu_matmul_kernels(OpRegistry& registry);       // gpu_matmul.cpp:
 void register_gpu_elementwise_kernels(OpRegistry& registry);  // gpu_elementwise.cpp
 void register_gpu_row_kernels(OpRegistry& registry);          // gpu_rows.cpp: reductions,
                                                               // softmax, layer norm
+void register_gpu_move_kernels(OpRegistry& registry);         // gpu_move.cpp: shape, creation
+                                                              // and embedding ops,
+                                                              // reduce_sum_grad
 
 // True when the output and every defined input are contiguous blocks of one dtype, f32 or f64:
 // what the kernels of gpu_launch.h read.
 bool contiguous_float_blocks(const std::vector<Tensor>& inputs, const Tensor& output);
 
+// True when the output and every defined input are contiguous blocks (of any dtype).
+bool contiguous_blocks(const std::vector<Tensor>& inputs, const Tensor& output);
+
 // What a family's launch function returns: the launch's status, or nullopt when it does not
 // cover this block (the block then runs host-staged).
 using GpuLaunch = std::optional<cudaError_t>;
+
+// Runs `launch(stream)` on the output's GPU when `covered`, throwing a failed launch as
+// kInternal naming the op; blocks that are not `covered`, and those `launch` declines, run op
+// `name`'s CPU kernel host-staged.
+void run_gpu_kernel(const std::string& name, bool covered, const std::vector<Tensor>& in,
+                    Tensor& out, const OpAttrs& attrs, const LocalContext& context,
+                    const std::function<GpuLaunch(cudaStream_t)>& launch);
 
 // Runs `launch(in, out, attrs, context, stream)` with T = float or double (the output's dtype)
 // on the output's GPU, throwing a failed launch as kInternal naming the op; blocks that are not

@@ -2,10 +2,12 @@
 // sizes and a stream: gpu_elementwise.cu (unary, scalar and broadcasting binary ops) and
 // gpu_rows.cu (reductions, softmax, causal softmax, layer norm). Each enqueues its kernel on
 // `stream` and returns the launch's status (the caller checks it with check_cuda); nothing waits.
-// Every function is instantiated for float and double and computes what the op's CPU kernel in
-// src/dtensor/ops_*.cpp computes, in the same order where the rounding depends on it (the
-// comments name the CPU kernel). Sizes are element counts; pointers are contiguous blocks.
-// The OpDef::Kernel glue (shapes, attrs, fallbacks) is in gpu_elementwise.cpp / gpu_rows.cpp.
+// Every function is instantiated for float and double (the byte movers of gpu_move.cu for
+// unsigned integers of 1, 2, 4 and 8 bytes, standing for any dtype of that width) and computes what
+// the op's CPU kernel in src/dtensor/ops_*.cpp computes, in the same order where the rounding
+// depends on it (the comments name the CPU kernel). Sizes are element counts; pointers are
+// contiguous blocks. The OpDef::Kernel glue (shapes, attrs, fallbacks) is in gpu_elementwise.cpp /
+// gpu_rows.cpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -68,6 +70,17 @@ template <typename T>
 cudaError_t launch_binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n,
                           const BroadcastIndex& index, cudaStream_t stream);
 
+// ops_optimizer.cpp's fused updates, elementwise over three (ema, ema_square: two) inputs:
+//   kEma       (m, g):    s0 * m + (1 - s0) * g         (s0 = beta)
+//   kEmaSquare (v, g):    s0 * v + (1 - s0) * g * g
+//   kAdamApply (p, m, v): p - s0 * m / (sqrt(v) + s1)  (s0 = the step's learning rate, s1 = eps)
+enum class FusedUpdate { kEma, kEmaSquare, kAdamApply };
+
+// out[i] = update(a[i], b[i], c[i]) for i < n (c unused by the two-input updates).
+template <typename T>
+cudaError_t launch_fused_update(FusedUpdate update, const T* a, const T* b, const T* c, T* out,
+                                int64_t n, double s0, double s1, cudaStream_t stream);
+
 // ---- gpu_rows.cu ---------------------------------------------------------------------------
 
 enum class Reduction { kSum, kMax };
@@ -111,5 +124,53 @@ cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, T* d
 template <typename T>
 cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, T* out, int64_t rows, int64_t n,
                                           double epsilon, cudaStream_t stream);
+
+// ---- gpu_move.cu ---------------------------------------------------------------------------
+
+// out[i] = value for i < n (E: an unsigned integer holding the dtype's bit pattern).
+template <typename E>
+cudaError_t launch_fill(E* out, int64_t n, E value, cudaStream_t stream);
+
+// A strided read of a contiguous block (at most kMaxDims dimensions, outermost first): output
+// element i, written in row-major order over `extent`, reads src at sum(index_d * stride[d]).
+// transpose's permuted strides; reduce_sum_grad's broadcast (stride 0 on the reduced axes).
+struct StridedIndex {
+  static constexpr int kMaxDims = 6;
+  int dims = 0;
+  int64_t extent[kMaxDims] = {};
+  int64_t stride[kMaxDims] = {};
+};
+
+// ops_shape.cpp's transpose_block: out[i] = src[...] for the n = prod(extent) output elements.
+template <typename E>
+cudaError_t launch_strided_copy(const E* src, E* out, int64_t n, const StridedIndex& index,
+                                cudaStream_t stream);
+
+// ops_reduction.cpp's sum_grad_kernel: out[i] = scale * src[...].
+template <typename T>
+cudaError_t launch_strided_scale(const T* src, T* out, int64_t n, const StridedIndex& index,
+                                 T scale, cudaStream_t stream);
+
+// Where the embedding kernels report an id outside [0, vocab): `found` becomes nonzero and `id`
+// one such id (device memory, zeroed by the caller before the launch).
+struct BadId {
+  int64_t found;
+  int64_t id;
+};
+
+// ops_indexing.cpp's lookup_rows: row k of out ([count, dim]) is row ids[k] - row_begin of table
+// ([rows, dim]) when that is one of its rows, else zeros.
+template <typename T, typename I>
+cudaError_t launch_embedding_lookup(const T* table, int64_t row_begin, int64_t rows, int64_t dim,
+                                    const I* ids, int64_t count, int64_t vocab, T* out, BadId* bad,
+                                    cudaStream_t stream);
+
+// ops_indexing.cpp's scatter_add_rows: out ([rows, dim]) zeroed, then row k of g ([count, dim])
+// added (atomicAdd: the order of the additions differs from the CPU's) to row ids[k] - row_begin
+// when that is one of out's rows.
+template <typename T, typename I>
+cudaError_t launch_embedding_scatter_add(const I* ids, int64_t count, const T* g, int64_t dim,
+                                         int64_t row_begin, int64_t rows, int64_t vocab, T* out,
+                                         BadId* bad, cudaStream_t stream);
 
 }  // namespace tessel::detail::gpu
