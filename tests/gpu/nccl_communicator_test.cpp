@@ -185,15 +185,18 @@ TEST_F(NcclTest, AGroupJoinedOverAHostCommunicatorWorks) {
 }
 
 // tf.distribute's NcclAllReduce over the GPU devices: a batch of three tensors in two packs, summed
-// by the group service's NCCL group (one rank per GPU), the results left in the GPUs' memory.
+// by the group service's NCCL group (one rank per GPU; with one GPU, TF's single-replica
+// shortcut), the results left in the GPUs' memory.
 TEST_F(NcclTest, TfDistributesNcclAllReduceReducesGpuValues) {
   std::vector<std::string> names;
   for (Device* d : runtime().gpu_devices()) names.push_back(d->name());
   std::vector<ValueDestinationPair> pairs;
   for (int k = 0; k < 3; ++k) {
     std::vector<Value> values;
-    for (int d = 0; d < num_gpus(); ++d) {
-      values.push_back(Tensor::full(Shape{k + 1, 3}, DType::kF32, (d + 1) * (k + 1)));
+    for (int d = 0; d < num_gpus(); ++d) {  // each value in its GPU's memory
+      Tensor value = gpu(d).allocate(Shape{k + 1, 3}, DType::kF32, /*zero_fill=*/false);
+      value.copy_from(Tensor::full(Shape{k + 1, 3}, DType::kF32, (d + 1) * (k + 1)));
+      values.push_back(value);
     }
     PerReplica v(names, values);
     pairs.emplace_back(v, v);
@@ -209,7 +212,8 @@ TEST_F(NcclTest, TfDistributesNcclAllReduceReducesGpuValues) {
     EXPECT_EQ(t.to_host().to_doubles(), std::vector<double>(static_cast<size_t>(3 * (k + 1)),
                                                             ranks * (k + 1)));
   }
-  EXPECT_EQ(ops.last_plan().path, "all_reduce");
+  // One GPU is one replica: TF's shortcut returns the values as they are, with no collective.
+  EXPECT_EQ(ops.last_plan().path, num_gpus() > 1 ? "all_reduce" : "single_replica_shortcut");
 }
 
 // A host callback that blocks the GPU's stream until released: the GPU never reaches the NCCL
