@@ -131,6 +131,27 @@ checkpoint::RestoreStats restore_as_first_process(const std::string& ckpt,
   return stats;
 }
 
+// The phases of a durable save (checkpoint::SaveStats), as the bench reports them.
+struct SavePhase {
+  const char* name;
+  double checkpoint::SaveStats::*seconds;
+};
+constexpr SavePhase kSavePhases[] = {
+    {"plan", &checkpoint::SaveStats::plan_seconds},
+    {"header", &checkpoint::SaveStats::header_seconds},
+    {"write", &checkpoint::SaveStats::write_seconds},
+    {"checksum", &checkpoint::SaveStats::checksum_seconds},
+    {"fdatasync files", &checkpoint::SaveStats::sync_seconds},
+    {"manifest", &checkpoint::SaveStats::manifest_seconds},
+    {"rename, directory fsyncs", &checkpoint::SaveStats::rename_seconds},
+    {"total", &checkpoint::SaveStats::total_seconds}};
+
+double median_of(const std::vector<checkpoint::SaveStats>& runs, const SavePhase& phase) {
+  std::vector<double> seconds;
+  for (const checkpoint::SaveStats& s : runs) seconds.push_back(s.*phase.seconds);
+  return bench::median(seconds);
+}
+
 double read_ratio(const checkpoint::RestoreStats& s) {
   return static_cast<double>(s.bytes_read) / static_cast<double>(s.bytes_needed);
 }
@@ -190,6 +211,7 @@ int run_bench_checkpoint(const Args& args) {
   }
   std::vector<char> buffer(static_cast<size_t>(bytes), 1);
   std::vector<double> dd_w, dd_r, save_s, restore_s, reshard_s;
+  std::vector<checkpoint::SaveStats> phases;
   int64_t wrong = 0;
   checkpoint::RestoreStats same_read, reshard_read, half_read, third_read;
   bench::AsyncBlocking blocking;
@@ -200,7 +222,11 @@ int run_bench_checkpoint(const Args& args) {
       const std::string raw = root_text + "/dd" + std::to_string(it);
       dd_w.push_back(seconds_of([&] { dd_write(raw, buffer); }));
       dd_r.push_back(seconds_of([&] { dd_read(raw, buffer); }));
-      save_s.push_back(seconds_of([&] { checkpoint::save(ckpt, state); }));
+      checkpoint::SaveStats save_stats;
+      checkpoint::SaveOptions save_options;
+      save_options.stats = &save_stats;
+      save_s.push_back(seconds_of([&] { checkpoint::save(ckpt, state, save_options); }));
+      phases.push_back(save_stats);
       fs::remove(raw);  // after the save: the file system's work of the removal is not the save's
       checkpoint::State back, moved;
       restore_s.push_back(seconds_of(
@@ -238,6 +264,9 @@ int run_bench_checkpoint(const Args& args) {
     out["read_x_needed"] = {
         json_number(read_ratio(same_read)), json_number(read_ratio(reshard_read)),
         json_number(read_ratio(half_read)), json_number(read_ratio(third_read))};
+    Json phase_json = Json::object();
+    for (const SavePhase& p : kSavePhases) phase_json[p.name] = json_number(median_of(phases, p));
+    out["save_phases_s"] = phase_json;
     out["async_block_s"] = json_number(blocking.save_seconds);
     out["memcpy_s"] = json_number(blocking.memcpy_seconds);
     if (gpt != "none") {
@@ -262,6 +291,11 @@ int run_bench_checkpoint(const Args& args) {
     std::printf("%-28s %8.2f %8.2f\n", "dd read (page cache)", r, 1.0);
     std::printf("%-28s %8.2f %8.2f\n", "restore, same layout", rs, rs / r);
     std::printf("%-28s %8.2f %8.2f\n", "restore, (model, batch)", rr, rr / r);
+    std::printf("%-28s %8s %8s\n", "save phases (medians)", "ms", "x dd");
+    for (const SavePhase& p : kSavePhases) {
+      const double phase = median_of(phases, p);
+      std::printf("%-28s %8.2f %8.2f\n", p.name, phase * 1e3, phase / bench::median(dd_w));
+    }
     std::printf("%-28s %8s %8s\n", "bytes read by a restore", "MiB", "x needed");
     const std::pair<const char*, const checkpoint::RestoreStats*> reads[] = {
         {"restore, same layout", &same_read},
