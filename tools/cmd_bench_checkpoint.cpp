@@ -7,8 +7,9 @@
 // --dir: the dd-style write and read, save (durable: every file and the manifest fsynced,
 // renamed), restore onto the same layout, and restore onto (model, batch) (every device reads
 // parts of other devices' files). Reported: the median time of each as GB/s and as a ratio to
-// dd's. Every restored tensor is checked bit for bit; the exit status is 1 if any element
-// differs. The directories are removed at the end.
+// dd's, and the median of each phase of the save (checkpoint::SaveStats). Every restored tensor
+// is checked bit for bit; the exit status is 1 if any element differs. The directories are
+// removed at the end.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -47,6 +48,8 @@ constexpr const char* kHelp =
     "conv=fdatasync) and read back (dd from the page cache); restore runs onto the same layout\n"
     "and onto (model, batch). Medians of --iters rounds, as GB/s and as ratios to dd's. Restored\n"
     "tensors are checked bit for bit; the exit status is 1 if any element differs.\n"
+    "The save's phases (checkpoint::SaveStats: plan, header, write, checksum, fdatasync of the\n"
+    "files, manifest, rename and directory fsyncs), medians in ms and as fractions of dd's time.\n"
     "Bytes read by restores (crc-checked chunks) against the bytes they need: the two above and\n"
     "as process 0 of 2 and of 3 (a 1xN mesh with one local device, rows split N ways).\n"
     "Asynchronous save: the time save() blocks against a memcpy of the same bytes; and GPT\n"
@@ -62,7 +65,9 @@ constexpr const char* kHelp =
     "  --gpt-steps N  training steps per round (default 20)\n"
     "  --every N      steps between asynchronous checkpoints (default 5)\n"
     "  --data FILE    training text (default data/shakespeare_char/input.txt)\n"
-    "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"dd_read_gbps\",\n"
+    "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"save_phases_s\" ({\"plan\",\n"
+    "                 \"header\", \"write\", \"checksum\", \"sync\", \"manifest\", \"rename\",\n"
+    "                 \"total\"}), \"dd_read_gbps\",\n"
     "                 \"restore_gbps\", \"reshard_gbps\", \"read_x_needed\" (4 restores),\n"
     "                 \"async_block_s\", \"memcpy_s\",\n"
     "                 \"train_plain_s\", \"train_async_s\" (null with --gpt none), \"wrong\"}\n"
@@ -133,18 +138,19 @@ checkpoint::RestoreStats restore_as_first_process(const std::string& ckpt,
 
 // The phases of a durable save (checkpoint::SaveStats), as the bench reports them.
 struct SavePhase {
-  const char* name;
+  const char* key;    // in --json's "save_phases_s"
+  const char* label;  // in the table
   double checkpoint::SaveStats::*seconds;
 };
 constexpr SavePhase kSavePhases[] = {
-    {"plan", &checkpoint::SaveStats::plan_seconds},
-    {"header", &checkpoint::SaveStats::header_seconds},
-    {"write", &checkpoint::SaveStats::write_seconds},
-    {"checksum", &checkpoint::SaveStats::checksum_seconds},
-    {"fdatasync files", &checkpoint::SaveStats::sync_seconds},
-    {"manifest", &checkpoint::SaveStats::manifest_seconds},
-    {"rename, directory fsyncs", &checkpoint::SaveStats::rename_seconds},
-    {"total", &checkpoint::SaveStats::total_seconds}};
+    {"plan", "plan", &checkpoint::SaveStats::plan_seconds},
+    {"header", "header", &checkpoint::SaveStats::header_seconds},
+    {"write", "write", &checkpoint::SaveStats::write_seconds},
+    {"checksum", "checksum", &checkpoint::SaveStats::checksum_seconds},
+    {"sync", "fdatasync files", &checkpoint::SaveStats::sync_seconds},
+    {"manifest", "manifest", &checkpoint::SaveStats::manifest_seconds},
+    {"rename", "rename, directory fsyncs", &checkpoint::SaveStats::rename_seconds},
+    {"total", "total", &checkpoint::SaveStats::total_seconds}};
 
 double median_of(const std::vector<checkpoint::SaveStats>& runs, const SavePhase& phase) {
   std::vector<double> seconds;
@@ -258,15 +264,15 @@ int run_bench_checkpoint(const Args& args) {
     out["bytes"] = bytes;
     out["dd_write_gbps"] = json_number(w);
     out["save_gbps"] = json_number(s);
+    Json phase_json = Json::object();
+    for (const SavePhase& p : kSavePhases) phase_json[p.key] = json_number(median_of(phases, p));
+    out["save_phases_s"] = phase_json;
     out["dd_read_gbps"] = json_number(r);
     out["restore_gbps"] = json_number(rs);
     out["reshard_gbps"] = json_number(rr);
     out["read_x_needed"] = {
         json_number(read_ratio(same_read)), json_number(read_ratio(reshard_read)),
         json_number(read_ratio(half_read)), json_number(read_ratio(third_read))};
-    Json phase_json = Json::object();
-    for (const SavePhase& p : kSavePhases) phase_json[p.name] = json_number(median_of(phases, p));
-    out["save_phases_s"] = phase_json;
     out["async_block_s"] = json_number(blocking.save_seconds);
     out["memcpy_s"] = json_number(blocking.memcpy_seconds);
     if (gpt != "none") {
@@ -294,7 +300,7 @@ int run_bench_checkpoint(const Args& args) {
     std::printf("%-28s %8s %8s\n", "save phases (medians)", "ms", "x dd");
     for (const SavePhase& p : kSavePhases) {
       const double phase = median_of(phases, p);
-      std::printf("%-28s %8.2f %8.2f\n", p.name, phase * 1e3, phase / bench::median(dd_w));
+      std::printf("%-28s %8.2f %8.2f\n", p.label, phase * 1e3, phase / bench::median(dd_w));
     }
     std::printf("%-28s %8s %8s\n", "bytes read by a restore", "MiB", "x needed");
     const std::pair<const char*, const checkpoint::RestoreStats*> reads[] = {
