@@ -30,7 +30,8 @@ uint32_t extend_table(uint32_t state, const unsigned char* p, size_t size) {
 
 // Products of polynomials modulo the CRC's, in the reflected bit order (zlib's multmodp and
 // x2nmodp): appending n zero bytes to a CRC register multiplies it by x^(8n).
-uint32_t multiply_mod_p(uint32_t a, uint32_t b) {
+// `a` must not be 0 (every factor used here is a power of x).
+constexpr uint32_t multiply_mod_p(uint32_t a, uint32_t b) {
   uint32_t m = 1u << 31, product = 0;
   while (true) {
     if (a & m) {
@@ -48,19 +49,7 @@ constexpr std::array<uint32_t, 32> make_powers() {
   std::array<uint32_t, 32> powers{};
   uint32_t p = 1u << 30;  // x^1
   powers[0] = p;
-  for (size_t k = 1; k < 32; ++k) {
-    // p * p mod P, spelled out because multiply_mod_p is not constexpr
-    uint32_t m = 1u << 31, product = 0, b = p;
-    while (true) {
-      if (p & m) {
-        product ^= b;
-        if ((p & (m - 1)) == 0) break;
-      }
-      m >>= 1;
-      b = (b & 1) ? (b >> 1) ^ kPolynomial : b >> 1;
-    }
-    powers[k] = p = product;
-  }
+  for (size_t k = 1; k < 32; ++k) powers[k] = p = multiply_mod_p(p, p);
   return powers;
 }
 constexpr std::array<uint32_t, 32> kPowers = make_powers();
