@@ -90,9 +90,11 @@ py::dict restore(const std::string& directory, const py::dict& target, bool veri
   return to_tree(out);
 }
 
-checkpoint::SaveOptions save_options(double timeout, const py::object& on_step) {
+checkpoint::SaveOptions save_options(double timeout, const py::object& on_step,
+                                     checkpoint::SaveStats* stats = nullptr) {
   checkpoint::SaveOptions options{.timeout = seconds_arg(timeout, "timeout", "checkpoint"),
-                                  .on_step = {}};
+                                  .on_step = {},
+                                  .stats = stats};
   if (!on_step.is_none()) {
     // Its last copy may go on a thread without the GIL (a writer thread, a deleter that released
     // it): the deleter takes it.
@@ -145,14 +147,14 @@ void bind_checkpoint(py::module_& parent) {
   m.def(
       "save",
       [](const std::string& directory, const py::dict& state, double timeout,
-         const py::object& on_step) {
+         const py::object& on_step, checkpoint::SaveStats* stats) {
         const State s = to_state(state);
-        const checkpoint::SaveOptions options = save_options(timeout, on_step);
+        const checkpoint::SaveOptions options = save_options(timeout, on_step, stats);
         py::gil_scoped_release release;
         checkpoint::save(directory, s, options);
       },
       py::arg("directory"), py::arg("state"), py::arg("timeout") = 120.0,
-      py::arg("on_step") = py::none());
+      py::arg("on_step") = py::none(), py::arg("stats") = nullptr);
   m.def(
       "restore",
       [](const std::string& directory, const py::dict& target, bool verify, Runtime* runtime,
@@ -163,6 +165,19 @@ void bind_checkpoint(py::module_& parent) {
       py::arg("runtime") = nullptr, py::arg("stats") = nullptr);
   m.def("verify", &checkpoint::verify, py::arg("directory"), Release());
 
+  py::class_<checkpoint::SaveStats>(m, "SaveStats")
+      .def(py::init<>())
+      .def_readonly("bytes_written", &checkpoint::SaveStats::bytes_written)
+      .def_readonly("files", &checkpoint::SaveStats::files)
+      .def_readonly("plan_seconds", &checkpoint::SaveStats::plan_seconds)
+      .def_readonly("stage_seconds", &checkpoint::SaveStats::stage_seconds)
+      .def_readonly("header_seconds", &checkpoint::SaveStats::header_seconds)
+      .def_readonly("write_seconds", &checkpoint::SaveStats::write_seconds)
+      .def_readonly("checksum_seconds", &checkpoint::SaveStats::checksum_seconds)
+      .def_readonly("sync_seconds", &checkpoint::SaveStats::sync_seconds)
+      .def_readonly("manifest_seconds", &checkpoint::SaveStats::manifest_seconds)
+      .def_readonly("rename_seconds", &checkpoint::SaveStats::rename_seconds)
+      .def_readonly("total_seconds", &checkpoint::SaveStats::total_seconds);
   py::class_<checkpoint::RestoreStats>(m, "RestoreStats")
       .def(py::init<>())
       .def_readonly("bytes_read", &checkpoint::RestoreStats::bytes_read)

@@ -7,8 +7,9 @@
 // --dir: the dd-style write and read, save (durable: every file and the manifest fsynced,
 // renamed), restore onto the same layout, and restore onto (model, batch) (every device reads
 // parts of other devices' files). Reported: the median time of each as GB/s and as a ratio to
-// dd's. Every restored tensor is checked bit for bit; the exit status is 1 if any element
-// differs. The directories are removed at the end.
+// dd's, and the median of each phase of the save (checkpoint::SaveStats). Every restored tensor
+// is checked bit for bit; the exit status is 1 if any element differs. The directories are
+// removed at the end.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -47,6 +48,8 @@ constexpr const char* kHelp =
     "conv=fdatasync) and read back (dd from the page cache); restore runs onto the same layout\n"
     "and onto (model, batch). Medians of --iters rounds, as GB/s and as ratios to dd's. Restored\n"
     "tensors are checked bit for bit; the exit status is 1 if any element differs.\n"
+    "The save's phases (checkpoint::SaveStats: plan, header, write, checksum, fdatasync of the\n"
+    "files, manifest, rename and directory fsyncs), medians in ms and as fractions of dd's time.\n"
     "Bytes read by restores (crc-checked chunks) against the bytes they need: the two above and\n"
     "as process 0 of 2 and of 3 (a 1xN mesh with one local device, rows split N ways).\n"
     "Asynchronous save: the time save() blocks against a memcpy of the same bytes; and GPT\n"
@@ -62,7 +65,9 @@ constexpr const char* kHelp =
     "  --gpt-steps N  training steps per round (default 20)\n"
     "  --every N      steps between asynchronous checkpoints (default 5)\n"
     "  --data FILE    training text (default data/shakespeare_char/input.txt)\n"
-    "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"dd_read_gbps\",\n"
+    "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"save_phases_s\" ({\"plan\",\n"
+    "                 \"header\", \"write\", \"checksum\", \"sync\", \"manifest\", \"rename\",\n"
+    "                 \"total\"}), \"dd_read_gbps\",\n"
     "                 \"restore_gbps\", \"reshard_gbps\", \"read_x_needed\" (4 restores),\n"
     "                 \"async_block_s\", \"memcpy_s\",\n"
     "                 \"train_plain_s\", \"train_async_s\" (null with --gpt none), \"wrong\"}\n"
@@ -131,6 +136,28 @@ checkpoint::RestoreStats restore_as_first_process(const std::string& ckpt,
   return stats;
 }
 
+// The phases of a durable save (checkpoint::SaveStats), as the bench reports them.
+struct SavePhase {
+  const char* key;    // in --json's "save_phases_s"
+  const char* label;  // in the table
+  double checkpoint::SaveStats::*seconds;
+};
+constexpr SavePhase kSavePhases[] = {
+    {"plan", "plan", &checkpoint::SaveStats::plan_seconds},
+    {"header", "header", &checkpoint::SaveStats::header_seconds},
+    {"write", "write", &checkpoint::SaveStats::write_seconds},
+    {"checksum", "checksum", &checkpoint::SaveStats::checksum_seconds},
+    {"sync", "fdatasync files", &checkpoint::SaveStats::sync_seconds},
+    {"manifest", "manifest", &checkpoint::SaveStats::manifest_seconds},
+    {"rename", "rename, directory fsyncs", &checkpoint::SaveStats::rename_seconds},
+    {"total", "total", &checkpoint::SaveStats::total_seconds}};
+
+double median_of(const std::vector<checkpoint::SaveStats>& runs, const SavePhase& phase) {
+  std::vector<double> seconds;
+  for (const checkpoint::SaveStats& s : runs) seconds.push_back(s.*phase.seconds);
+  return bench::median(seconds);
+}
+
 double read_ratio(const checkpoint::RestoreStats& s) {
   return static_cast<double>(s.bytes_read) / static_cast<double>(s.bytes_needed);
 }
@@ -190,6 +217,7 @@ int run_bench_checkpoint(const Args& args) {
   }
   std::vector<char> buffer(static_cast<size_t>(bytes), 1);
   std::vector<double> dd_w, dd_r, save_s, restore_s, reshard_s;
+  std::vector<checkpoint::SaveStats> phases;
   int64_t wrong = 0;
   checkpoint::RestoreStats same_read, reshard_read, half_read, third_read;
   bench::AsyncBlocking blocking;
@@ -200,7 +228,11 @@ int run_bench_checkpoint(const Args& args) {
       const std::string raw = root_text + "/dd" + std::to_string(it);
       dd_w.push_back(seconds_of([&] { dd_write(raw, buffer); }));
       dd_r.push_back(seconds_of([&] { dd_read(raw, buffer); }));
-      save_s.push_back(seconds_of([&] { checkpoint::save(ckpt, state); }));
+      checkpoint::SaveStats save_stats;
+      checkpoint::SaveOptions save_options;
+      save_options.stats = &save_stats;
+      save_s.push_back(seconds_of([&] { checkpoint::save(ckpt, state, save_options); }));
+      phases.push_back(save_stats);
       fs::remove(raw);  // after the save: the file system's work of the removal is not the save's
       checkpoint::State back, moved;
       restore_s.push_back(seconds_of(
@@ -232,6 +264,9 @@ int run_bench_checkpoint(const Args& args) {
     out["bytes"] = bytes;
     out["dd_write_gbps"] = json_number(w);
     out["save_gbps"] = json_number(s);
+    Json phase_json = Json::object();
+    for (const SavePhase& p : kSavePhases) phase_json[p.key] = json_number(median_of(phases, p));
+    out["save_phases_s"] = phase_json;
     out["dd_read_gbps"] = json_number(r);
     out["restore_gbps"] = json_number(rs);
     out["reshard_gbps"] = json_number(rr);
@@ -262,6 +297,11 @@ int run_bench_checkpoint(const Args& args) {
     std::printf("%-28s %8.2f %8.2f\n", "dd read (page cache)", r, 1.0);
     std::printf("%-28s %8.2f %8.2f\n", "restore, same layout", rs, rs / r);
     std::printf("%-28s %8.2f %8.2f\n", "restore, (model, batch)", rr, rr / r);
+    std::printf("%-28s %8s %8s\n", "save phases (medians)", "ms", "x dd");
+    for (const SavePhase& p : kSavePhases) {
+      const double phase = median_of(phases, p);
+      std::printf("%-28s %8.2f %8.2f\n", p.label, phase * 1e3, phase / bench::median(dd_w));
+    }
     std::printf("%-28s %8s %8s\n", "bytes read by a restore", "MiB", "x needed");
     const std::pair<const char*, const checkpoint::RestoreStats*> reads[] = {
         {"restore, same layout", &same_read},

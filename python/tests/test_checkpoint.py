@@ -112,6 +112,16 @@ def test_crc32c_matches_the_reference_and_the_standard_check_value():
     assert tessel.crc32c_combine(tessel.crc32c(a), tessel.crc32c(b), len(b)) == crc32c(data.tobytes())
 
 
+def test_crc32c_of_inputs_long_enough_for_three_streams():
+    # Two rounds of three 8 KiB blocks, one of three 256-byte blocks, then 8-byte words and bytes.
+    data = np.random.default_rng(4).integers(0, 256, 2 * 3 * 8192 + 3 * 256 + 13, np.uint8)
+    raw = data.tobytes()
+    assert tessel.crc32c(data) == crc32c(raw)
+    for split in (1, 8191, 3 * 8192, len(raw) - 700):
+        assert tessel.crc32c_combine(tessel.crc32c(raw[:split]), tessel.crc32c(raw[split:]),
+                                     len(raw) - split) == crc32c(raw), split
+
+
 @pytest.mark.parametrize("specs", [("x", "y"), ("y", "x"), ("x+y", "unsharded"),
                                    ("unsharded", "unsharded")])
 def test_an_independent_reader_reassembles_every_tensor(tmp_path, mesh, specs):

@@ -22,8 +22,11 @@ struct ChunkedCrc {
   std::vector<uint32_t> chunks;  // of each chunk
 };
 
-// One pass over the bytes: each chunk's CRC, and the whole one combined from them.
-inline ChunkedCrc chunked_crc(const void* data, uint64_t bytes) {
+// One pass over the bytes: each chunk's CRC, and the whole one combined from them. After each
+// chunk's CRC, `visit(chunk, size)` runs while the chunk is still in the cache (the save writes
+// it there: the bytes come from memory once for both).
+template <typename Visit>
+ChunkedCrc chunked_crc(const void* data, uint64_t bytes, Visit&& visit) {
   ChunkedCrc out;
   const auto* p = static_cast<const unsigned char*>(data);
   for (uint64_t at = 0; at < bytes; at += kCrcChunkBytes) {
@@ -31,8 +34,13 @@ inline ChunkedCrc chunked_crc(const void* data, uint64_t bytes) {
     const uint32_t c = crc32c(p + at, n);
     out.chunks.push_back(c);
     out.whole = at == 0 ? c : crc32c_combine(out.whole, c, n);
+    visit(p + at, n);
   }
   return out;
+}
+
+inline ChunkedCrc chunked_crc(const void* data, uint64_t bytes) {
+  return chunked_crc(data, bytes, [](const unsigned char*, uint64_t) {});
 }
 
 }  // namespace tessel::checkpoint::detail

@@ -108,16 +108,25 @@ std::map<int, std::vector<ShardToWrite>> plan_local_shards(const SavedTensors& s
   return plan;
 }
 
+// Seconds since `start`, and `start` moved to now: the successive phases of a save.
+double lap(std::chrono::steady_clock::time_point& start) {
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - start).count();
+  start = now;
+  return seconds;
+}
+
 std::string file_name(int process, int device) {
   return fmt::format("process-{:05d}-device-{:05d}.safetensors", process, device);
 }
 std::string index_name(int process) { return fmt::format(".process-{:05d}.json", process); }
 
 // Writes one device's shards as a safetensors file, left open for the flush; records the file and
-// its shards in `index`.
+// its shards in `index`, the time of each phase in `stats`.
 std::unique_ptr<OutputFile> write_device_file(const fs::path& dir, const std::string& name,
                                               const std::vector<ShardToWrite>& shards,
-                                              Manifest& index) {
+                                              Manifest& index, SaveStats& stats) {
+  auto clock = std::chrono::steady_clock::now();
   SafetensorsHeader header;
   nlohmann::json sharding = nlohmann::json::object();
   uint64_t next = 0;
@@ -130,19 +139,31 @@ std::unique_ptr<OutputFile> write_device_file(const fs::path& dir, const std::st
   header.metadata["format"] = "pt";
   header.metadata["DCP_SHARDING_INFO"] = sharding.dump();
   const std::string head = header.encode();
+  stats.header_seconds += lap(clock);
 
   auto out = std::make_unique<OutputFile>((dir / name).string());
   out->write(head.data(), head.size());
+  stats.write_seconds += lap(clock);
   uint32_t file_crc = crc32c(head.data(), head.size());
+  stats.checksum_seconds += lap(clock);
   for (const ShardToWrite& s : shards) {
     const size_t bytes = s.num_bytes();
-    out->write(s.bytes, bytes);
-    ChunkedCrc crc = chunked_crc(s.bytes, bytes);
+    double write_seconds = 0;
+    ChunkedCrc crc = chunked_crc(s.bytes, bytes, [&](const unsigned char* chunk, uint64_t n) {
+      auto write_clock = std::chrono::steady_clock::now();
+      out->write(chunk, n);
+      write_seconds += lap(write_clock);
+    });
     file_crc = crc32c_combine(file_crc, crc.whole, bytes);
+    const double shard_seconds = lap(clock);
+    stats.write_seconds += write_seconds;
+    stats.checksum_seconds += shard_seconds - write_seconds;
     index.tensors[s.tensor].shards.push_back(
         SavedShard{name, s.box.offsets, s.box.extents, crc.whole, std::move(crc.chunks)});
   }
   index.files[name] = SavedFile{out->size(), file_crc};
+  stats.bytes_written += static_cast<int64_t>(out->size());
+  ++stats.files;
   return out;
 }
 
@@ -150,13 +171,16 @@ std::unique_ptr<OutputFile> write_device_file(const fs::path& dir, const std::st
 // kernel writes each back as it goes, OutputFile), then flushes them all; returns the files' and
 // shards' index entries.
 Manifest write_device_files(const fs::path& dir, int process,
-                            const std::map<int, std::vector<ShardToWrite>>& plan) {
+                            const std::map<int, std::vector<ShardToWrite>>& plan,
+                            SaveStats& stats) {
   Manifest index;
   std::vector<std::unique_ptr<OutputFile>> files;
   for (const auto& [device, shards] : plan) {
-    files.push_back(write_device_file(dir, file_name(process, device), shards, index));
+    files.push_back(write_device_file(dir, file_name(process, device), shards, index, stats));
   }
+  auto clock = std::chrono::steady_clock::now();
   for (const std::unique_ptr<OutputFile>& f : files) f->sync_and_close();
+  stats.sync_seconds += lap(clock);
   return index;
 }
 
@@ -194,7 +218,10 @@ void merge_indexes(Manifest& m, const fs::path& tmp) {
 
 SaveTransaction::SaveTransaction(const std::string& directory, const State& state,
                                  const SaveOptions& options, size_t max_bytes)
-    : directory_(directory), options_(options), max_bytes_(max_bytes) {
+    : directory_(directory),
+      options_(options),
+      max_bytes_(max_bytes),
+      started_(std::chrono::steady_clock::now()) {
   check_values(state);
   const fs::path final_dir = fs::path(directory).lexically_normal();
   dir_ = final_dir.has_filename() ? final_dir : final_dir.parent_path();
@@ -233,6 +260,8 @@ SaveTransaction::SaveTransaction(const std::string& directory, const State& stat
         item);
   }
   plan_ = plan_local_shards(saved);
+  auto clock = started_;
+  stats_.plan_seconds = lap(clock);
   if (spans_processes_) {
     try {
       prepare();  // the processes agree on it (and on every one's bytes) before any writes
@@ -290,6 +319,7 @@ void SaveTransaction::stage(Tensor staging) {
                                 "staging area of {} bytes for {} bytes of shards", staging.nbytes(),
                                 bytes_to_write());
   }
+  auto clock = std::chrono::steady_clock::now();
   auto* next = static_cast<unsigned char*>(staging.data());
   for (auto& [device, shards] : plan_) {
     for (ShardToWrite& s : shards) {
@@ -299,12 +329,13 @@ void SaveTransaction::stage(Tensor staging) {
       next += s.num_bytes();
     }
   }
+  stats_.stage_seconds = lap(clock);
 }
 
 void SaveTransaction::write() noexcept {
   try {
     if (!spans_processes_) prepare();  // nothing to agree on: the writer thread may do it
-    const Manifest index = write_device_files(tmp_, process_, plan_);
+    const Manifest index = write_device_files(tmp_, process_, plan_, stats_);
     // Not flushed: process 0 reads it before writing the manifest, which is flushed, and a crash
     // before that commits nothing.
     write_file_unsynced((tmp_ / index_name(process_)).string(), index.to_json());
@@ -315,6 +346,7 @@ void SaveTransaction::write() noexcept {
 }
 
 void SaveTransaction::commit() {
+  auto clock = std::chrono::steady_clock::now();
   agreement_->run_step("written", [&] {
     if (write_failure_) std::rethrow_exception(write_failure_);
   });
@@ -323,14 +355,20 @@ void SaveTransaction::commit() {
     if (process_ != 0) return;
     merge_indexes(manifest_, tmp_);
     write_file((tmp_ / kManifestName).string(), manifest_.to_json());
+    stats_.manifest_seconds = lap(clock);
     sync_directory(tmp_.string());
     notify("manifest");
     filesystem_step("rename", tmp_, [&] { fs::rename(tmp_, dir_); });
     committed_ = true;
     sync_directory(parent_.string());
+    stats_.rename_seconds = lap(clock);
   });
   committed_ = true;
+  if (process_ != 0) stats_.manifest_seconds = lap(clock);  // the agreements only
   notify("committed");
+  stats_.total_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  if (options_.stats != nullptr) *options_.stats = stats_;
 }
 
 void SaveTransaction::notify(std::string_view step) const {

@@ -17,6 +17,7 @@
 // (process 0), leaving no partial checkpoint.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -81,6 +82,8 @@ class SaveTransaction {
   Manifest manifest_;  // the tensors' descriptions and the values; the files added at commit
   std::map<int, std::vector<ShardToWrite>> plan_;  // per runtime device index
   std::exception_ptr write_failure_;
+  std::chrono::steady_clock::time_point started_;  // the constructor's start
+  SaveStats stats_;  // this process's phases, given to options_.stats at the commit
   bool prepared_ = false;  // the temporary directory may exist (process 0 removes it on failure)
   bool committed_ = false;
 };

@@ -79,6 +79,47 @@ TEST(Crc32c, StandardCheckValueAndExtension) {
   }
 }
 
+TEST(Crc32c, LongInputsOnThreeStreamsEqualByteByByte) {
+  // Two rounds of three 8 KiB blocks, one of three 256-byte blocks, then words and bytes.
+  std::string text(2 * 3 * 8192 + 3 * 256 + 13, '\0');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>((i * 2654435761u) >> 13);
+  uint32_t bytewise = 0;
+  for (char c : text) bytewise = crc32c_extend(bytewise, &c, 1);
+  EXPECT_EQ(crc32c(text.data(), text.size()), bytewise);
+  for (size_t split : {size_t{1}, size_t{8191}, size_t{3 * 8192}, text.size() - 700}) {
+    EXPECT_EQ(crc32c_combine(crc32c(text.data(), split),
+                             crc32c(text.data() + split, text.size() - split), text.size() - split),
+              bytewise)
+        << split;
+  }
+}
+
+TEST(Checkpoint, SaveStatsCountTheFilesAndTimeEveryPhase) {
+  Runtime rt({.num_cpu_devices = 2});
+  TempDir dir("tessel-ckpt");
+  const Mesh mesh = Mesh::create({{"x", 2}});
+  const Tensor host = host_tensor(Shape({1000, 300}), DType::kF32, 3);  // several 256 KiB chunks
+  SaveStats stats;
+  SaveOptions options;
+  options.stats = &stats;
+  save(dir / "c", {{"w", copy_to_mesh(host, Layout({"x", "unsharded"}, mesh), rt)}}, options);
+  int64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(dir / "c")) {
+    if (e.path().extension() == ".safetensors") bytes += static_cast<int64_t>(e.file_size());
+  }
+  EXPECT_EQ(stats.files, 2);
+  EXPECT_EQ(stats.bytes_written, bytes);
+  EXPECT_GT(stats.bytes_written, static_cast<int64_t>(host.nbytes()));  // the shards and headers
+  EXPECT_EQ(stats.stage_seconds, 0.0);
+  EXPECT_GT(stats.write_seconds, 0.0);
+  EXPECT_GT(stats.checksum_seconds, 0.0);
+  EXPECT_GT(stats.sync_seconds, 0.0);
+  const double phases = stats.plan_seconds + stats.header_seconds + stats.write_seconds +
+                        stats.checksum_seconds + stats.sync_seconds + stats.manifest_seconds +
+                        stats.rename_seconds;
+  EXPECT_LE(phases, stats.total_seconds * (1 + 1e-9));  // disjoint spans within the save
+}
+
 TEST(Checkpoint, EveryMeshAndLayoutRestoresOntoEveryOther) {
   Runtime rt({.num_cpu_devices = 4});
   TempDir dir("tessel-ckpt");

@@ -69,6 +69,27 @@ namespace tessel::checkpoint {
 using Item = std::variant<DTensor, bool, int64_t, double, std::string>;
 using State = std::map<std::string, Item>;
 
+// Where one save's time went on this process, in seconds, and what it wrote (filled when
+// SaveOptions::stats is set, once the save has committed: for an AsyncCheckpointer, read it after
+// wait()). The phases run in this order; total_seconds also counts what lies between them.
+struct SaveStats {
+  int64_t bytes_written = 0;  // this process's device files: safetensors headers and shards
+  int64_t files = 0;          // device files this process wrote
+  // Checks, Partial layouts reduced, the devices' streams waited for, the shards planned.
+  double plan_seconds = 0;
+  // The shards copied into the staging area (AsyncCheckpointer only; 0 for save()).
+  double stage_seconds = 0;
+  double header_seconds = 0;    // the safetensors headers serialised
+  double write_seconds = 0;     // write() of headers and shards into the files (the page cache)
+  double checksum_seconds = 0;  // the crc32c of the shards (per 256 KiB chunk) and of the files
+  double sync_seconds = 0;      // the device files flushed to the storage (fdatasync)
+  // The processes' agreement, their indexes merged, the manifest written and fsynced.
+  double manifest_seconds = 0;
+  // The temporary directory fsynced and renamed, the parent directory fsynced.
+  double rename_seconds = 0;
+  double total_seconds = 0;  // from the start of the save to its commit
+};
+
 struct SaveOptions {
   // Bounds each step the processes agree on (and the Partial reductions' collectives).
   std::chrono::milliseconds timeout{120000};
@@ -77,6 +98,7 @@ struct SaveOptions {
   // fsynced, not yet renamed) on process 0 only, "committed" (renamed) on every process. Crash
   // tests kill the process here.
   std::function<void(std::string_view step)> on_step;
+  SaveStats* stats = nullptr;  // if set, receives where the save's time went
 };
 
 // What a restore read, against what it needed (filled when RestoreOptions::stats is set).

@@ -19,7 +19,8 @@ uint32_t crc32c(const void* data, size_t size);
 // The checksum of the bytes that gave `crc` followed by these `size` bytes.
 uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size);
 // The checksum of A followed by B from crc32c(A), crc32c(B) and B's length, without the bytes
-// (zlib's crc32_combine for the Castagnoli polynomial: O(log size) 32x32 bit-matrix products).
+// (zlib's crc32_combine for the Castagnoli polynomial: O(log size) products modulo the
+// polynomial).
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t size_b);
 
 }  // namespace tessel
