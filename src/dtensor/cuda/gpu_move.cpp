@@ -16,7 +16,6 @@
 #include "dtensor/cuda/gpu_kernels.h"
 #include "dtensor/cuda/gpu_launch.h"
 #include "dtensor/op_util.h"
-#include "runtime/cuda/cuda_check.h"
 
 namespace tessel::detail {
 namespace {
@@ -170,41 +169,18 @@ OpDef::Kernel reduce_sum_grad_kernel() {
       });
 }
 
-// Runs an embedding kernel `launch(BadId*)` with a zeroed report in stream-ordered scratch,
-// waits for the stream, and throws the CPU kernel's kInvalidArgument when an id was out of
-// range.
+// Runs an embedding kernel `launch(BadId*)` with a zeroed report, waits for the stream, and
+// throws the CPU kernel's kInvalidArgument when an id was out of range.
 GpuLaunch with_id_check(std::string_view op, int64_t vocab, cudaStream_t stream,
                         const std::function<cudaError_t(gpu::BadId*)>& launch) {
-  void* scratch = nullptr;
-  check_cuda(cudaMallocAsync(&scratch, sizeof(gpu::BadId), stream), op, "id report allocation");
-  auto* bad = static_cast<gpu::BadId*>(scratch);
   gpu::BadId report{};
-  cudaError_t status = cudaMemsetAsync(bad, 0, sizeof(gpu::BadId), stream);
-  if (status == cudaSuccess) status = launch(bad);
-  if (status == cudaSuccess) {
-    status = cudaMemcpyAsync(&report, bad, sizeof(gpu::BadId), cudaMemcpyDeviceToHost, stream);
-  }
-  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
-  const cudaError_t freed = cudaFreeAsync(scratch, stream);
-  if (status != cudaSuccess) return status;
-  if (report.found != 0) {
+  const cudaError_t status =
+      launch_with_report(&report, sizeof(report), 0, stream,
+                         [&](void* bad) { return launch(static_cast<gpu::BadId*>(bad)); });
+  if (status == cudaSuccess && report.found != 0) {
     throw_invalid(op, "id {} is not in [0, {}) (the table's rows)", report.id, vocab);
   }
-  return freed;
-}
-
-// Calls f.template operator()<T, I>() for the float dtype `value` and the index dtype `ids`;
-// nullopt (host-staged) for others.
-template <typename F>
-GpuLaunch by_value_and_index(DType value, DType ids, F&& f) {
-  const auto with_index = [&]<typename T>() -> GpuLaunch {
-    if (ids == DType::kI32) return f.template operator()<T, int32_t>();
-    if (ids == DType::kI64) return f.template operator()<T, int64_t>();
-    return std::nullopt;
-  };
-  if (value == DType::kF32) return with_index.template operator()<float>();
-  if (value == DType::kF64) return with_index.template operator()<double>();
-  return std::nullopt;
+  return status;
 }
 
 // embedding_lookup(table, ids); a width-0 table runs host-staged (the CPU kernel still checks
