@@ -503,5 +503,21 @@ TEST_F(GpuOpKernels, CrossEntropyLabelsOutsideTheClassesAreReported) {
   }
 }
 
+// The mask comes from the CPU's counter hash ported to the device: bit-equal outputs.
+TEST_F(GpuOpKernels, DropoutMatchesTheCpuKernelBitForBit) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kUnaryShapes) {
+      for (double rate : {0.1, 0.5, 0.9}) {
+        for (uint64_t seed : {uint64_t{0}, uint64_t{0xDEADBEEFCAFEull}}) {
+          OpAttrs attrs;
+          attrs.rate = rate;
+          attrs.seed = seed;
+          expect_matches_cpu("dropout", {uniform(shape, dtype, 44)}, attrs, Match::kExact);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessel

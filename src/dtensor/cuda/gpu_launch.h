@@ -1,7 +1,7 @@
 // Internal: the launchers of the ops' CUDA kernels, plain C++ functions on device pointers,
 // sizes and a stream: gpu_elementwise.cu (unary, scalar and broadcasting binary ops),
 // gpu_rows.cu (reductions, softmax, causal softmax, layer norm), gpu_move.cu (fills, copies,
-// embeddings) and gpu_xent.cu (the vocabulary-parallel cross entropy). Each enqueues its kernel on
+// embeddings, dropout's mask) and gpu_xent.cu (the vocabulary-parallel cross entropy). Each enqueues its kernel on
 // `stream` and returns the launch's status (the caller checks it with check_cuda); nothing waits.
 // Every function is instantiated for float and double (the byte movers of gpu_move.cu for
 // unsigned integers of 1, 2, 4 and 8 bytes, standing for any dtype of that width) and computes what
@@ -151,6 +151,15 @@ cudaError_t launch_strided_copy(const E* src, E* out, int64_t n, const StridedIn
 template <typename T>
 cudaError_t launch_strided_scale(const T* src, T* out, int64_t n, const StridedIndex& index,
                                  T scale, cudaStream_t stream);
+
+// ops_dropout.cpp's dropout_kernel: out[i] = x[i] * scale where u >= rate, else 0, for the
+// n = prod(global.extent) elements of a block. u is Tensor::random_uniform(seed)'s value at the
+// element's global flat index, first + sum(index_d * global.stride[d]) (tensor_random.cpp's
+// counter hash, ported bit for bit, so the GPU drops exactly the elements the CPU drops).
+template <typename T>
+cudaError_t launch_dropout(const T* x, T* out, int64_t n, const StridedIndex& global,
+                           int64_t first, uint64_t seed, double rate, T scale,
+                           cudaStream_t stream);
 
 // Where the embedding kernels report an id outside [0, vocab): `found` becomes nonzero and `id`
 // one such id (device memory, zeroed by the caller before the launch).

@@ -8,7 +8,9 @@
 //     merged dimensions;
 //   embedding_lookup and embedding_lookup_grad: f32 / f64 tables with i32 / i64 ids. An id
 //     outside the vocabulary is found on the device; the block then waits for its stream to
-//     read that report back and throws kInvalidArgument as the CPU kernel does.
+//     read that report back and throws kInvalidArgument as the CPU kernel does;
+//   dropout: f32 / f64, the mask from the CPU's counter hash at each element's global index
+//     (bit-equal), at most kMaxDims merged dimensions of the block within the global shape.
 #include <cmath>
 #include <cstring>
 
@@ -232,6 +234,27 @@ OpDef::Kernel embedding_lookup_grad_kernel() {
   };
 }
 
+// ops_dropout.cpp's dropout_kernel: the block's elements read their global flat index at the
+// global shape's row-major strides from the block's first element.
+OpDef::Kernel dropout_kernel() {
+  return float_gpu_kernel(
+      "dropout",
+      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                     const LocalContext& context, cudaStream_t stream) -> GpuLaunch {
+        const Box& block = context.output_block;
+        const std::vector<int64_t> global_strides = context.output_shape.strides();
+        int64_t first = 0;
+        for (size_t d = 0; d < global_strides.size(); ++d)
+          first += block.offsets[d] * global_strides[d];
+        const std::optional<StridedIndex> index = strided_index(block.extents, global_strides);
+        if (!index) return std::nullopt;
+        const double rate = attrs.rate.value_or(0.0);
+        return gpu::launch_dropout<T>(device_data<T>(in[0]), device_data<T>(out),
+                                      out.num_elements(), *index, first, attrs.seed.value_or(0),
+                                      rate, static_cast<T>(1.0 / (1.0 - rate)), stream);
+      });
+}
+
 }  // namespace
 
 void register_gpu_move_kernels(OpRegistry& registry) {
@@ -244,6 +267,7 @@ void register_gpu_move_kernels(OpRegistry& registry) {
   registry.set_gpu_kernel("reduce_sum_grad", reduce_sum_grad_kernel());
   registry.set_gpu_kernel("embedding_lookup", embedding_lookup_kernel());
   registry.set_gpu_kernel("embedding_lookup_grad", embedding_lookup_grad_kernel());
+  registry.set_gpu_kernel("dropout", dropout_kernel());
 }
 
 }  // namespace tessel::detail
