@@ -1,5 +1,6 @@
-// The ops' CUDA kernels (src/dtensor/cuda/gpu_elementwise.cu, gpu_rows.cu, gpu_move.cu) against
-// their CPU kernels: each op on a 1-device mesh of the GPU and on a 1-device CPU mesh, same inputs,
+// The ops' CUDA kernels (src/dtensor/cuda/gpu_elementwise.cu, gpu_rows.cu, gpu_move.cu,
+// gpu_xent.cu) against their CPU kernels: each op on a 1-device mesh of the GPU and on a 1-device
+// CPU mesh, same inputs,
 // f32 (relative 1e-5, absolute 1e-5 below magnitude 1; bit-exact for the ops whose math is exact)
 // and f64 (1e-12), over shapes with odd sizes (1, 7, 1000, 4097) and broadcasting; and
 // host_staged_kernel_calls() unchanged for the op, so the GPU kernel ran rather than the CPU
@@ -431,6 +432,89 @@ TEST_F(GpuOpKernels, EmbeddingIdsOutsideTheVocabularyAreReported) {
       EXPECT_NE(what.find("embedding_lookup"), std::string::npos) << what;
       EXPECT_NE(what.find("id " + std::to_string(bad) + " is not in [0, 5)"), std::string::npos)
           << what;
+    }
+  }
+}
+
+// The vocabulary-parallel cross entropy's stages (ops_parallel_xent.cpp) on one device's block:
+// its classes start at global class 0. Labels include ones outside [0, classes), which the
+// parts skip.
+TEST_F(GpuOpKernels, CrossEntropyStagesMatchTheCpuKernels) {
+  const std::vector<Shape> logit_shapes = {Shape({1, 1}),    Shape({7, 1000}), Shape({3, 4097}),
+                                           Shape({2, 3, 5}), Shape({0, 7}),    Shape({4, 0})};
+  for (DType dtype : kDtypes) {
+    for (DType index : {DType::kI32, DType::kI64}) {
+      for (const Shape& shape : logit_shapes) {
+        const int64_t classes = shape[shape.rank() - 1];
+        std::vector<int64_t> batch_dims = shape.dims();
+        batch_dims.pop_back();
+        const Shape batch(batch_dims);
+        std::vector<int64_t> pair_dims = batch_dims;
+        pair_dims.push_back(2);
+        const Shape pairs(pair_dims);
+        const Tensor x = uniform(shape, dtype, 36, -8, 8);
+        const Tensor m = uniform(batch, dtype, 37, 0, 8);
+        const Tensor any_labels =
+            Tensor::random_uniform(batch, DType::kI64, 38, -1, static_cast<double>(classes) + 1)
+                .astype(index);
+        expect_matches_cpu("xent_parts", {any_labels, x, m}, {}, Match::kClose);
+        expect_matches_cpu("xent_parts_grad", {any_labels, x, m, uniform(pairs, dtype, 39)}, {},
+                           Match::kClose);
+        if (classes == 0) continue;  // the last stage needs a class for each label
+        const Tensor labels =
+            Tensor::random_uniform(batch, DType::kI64, 40, 0, static_cast<double>(classes))
+                .astype(index);
+        const Tensor parts = uniform(pairs, dtype, 41, 0.5, 3);
+        OpAttrs attrs;
+        attrs.vocab_size = classes;
+        expect_matches_cpu("sparse_softmax_cross_entropy_with_logits.vocab_parallel",
+                           {parts, labels}, attrs, Match::kClose);
+        expect_matches_cpu("xent_finish_grad", {parts, uniform(batch, dtype, 42)}, {},
+                           Match::kExact);
+      }
+    }
+  }
+}
+
+// The last stage names the first row's bad label, as the CPU kernel (which stops there) does.
+TEST_F(GpuOpKernels, CrossEntropyLabelsOutsideTheClassesAreReported) {
+  const Tensor parts = uniform(Shape({4, 2}), DType::kF32, 43, 0.5, 3);
+  OpAttrs attrs;
+  attrs.vocab_size = 5;
+  for (DType index : {DType::kI32, DType::kI64}) {
+    for (const auto& [values, first_bad] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+             {{1, 7, -3, 2}, 7}, {{0, 4, -3, 5}, -3}, {{5, 0, 1, 2}, 5}}) {
+      const Tensor labels = Tensor::from_vector<int64_t>(values, Shape({4})).astype(index);
+      const std::vector<DTensor> on_gpu = place({parts, labels}, gpu_mesh(), runtime());
+      try {
+        to_host(call_op("sparse_softmax_cross_entropy_with_logits.vocab_parallel", on_gpu, attrs));
+        ADD_FAILURE() << "label " << first_bad << " was not reported";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        const std::string what = e.what();
+        EXPECT_NE(what.find("sparse_softmax_cross_entropy_with_logits"), std::string::npos)
+            << what;
+        EXPECT_NE(what.find("Received a label value of " + std::to_string(first_bad) +
+                            " which is outside the valid range of [0, 5)"),
+                  std::string::npos)
+            << what;
+      }
+    }
+  }
+}
+
+// The mask comes from the CPU's counter hash ported to the device: bit-equal outputs.
+TEST_F(GpuOpKernels, DropoutMatchesTheCpuKernelBitForBit) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kUnaryShapes) {
+      for (double rate : {0.1, 0.5, 0.9}) {
+        for (uint64_t seed : {uint64_t{0}, uint64_t{0xDEADBEEFCAFEull}}) {
+          OpAttrs attrs;
+          attrs.rate = rate;
+          attrs.seed = seed;
+          expect_matches_cpu("dropout", {uniform(shape, dtype, 44)}, attrs, Match::kExact);
+        }
+      }
     }
   }
 }

@@ -13,6 +13,7 @@ void register_gpu_kernels(OpRegistry& registry) {
   register_gpu_elementwise_kernels(registry);
   register_gpu_row_kernels(registry);
   register_gpu_move_kernels(registry);
+  register_gpu_xent_kernels(registry);
 }
 
 bool contiguous_blocks(const std::vector<Tensor>& inputs, const Tensor& output) {
@@ -51,6 +52,20 @@ void run_float_gpu_kernel(const std::string& name, const std::vector<Tensor>& in
                           const std::function<GpuLaunch(cudaStream_t, bool f64)>& launch) {
   run_gpu_kernel(name, contiguous_float_blocks(in, out), in, out, attrs, context,
                  [&](cudaStream_t stream) { return launch(stream, out.dtype() == DType::kF64); });
+}
+
+cudaError_t launch_with_report(void* report, size_t bytes, int fill, cudaStream_t stream,
+                               const std::function<cudaError_t(void*)>& launch) {
+  void* scratch = nullptr;
+  cudaError_t status = cudaMallocAsync(&scratch, bytes, stream);
+  if (status != cudaSuccess) return status;
+  status = cudaMemsetAsync(scratch, fill, bytes, stream);
+  if (status == cudaSuccess) status = launch(scratch);
+  if (status == cudaSuccess)
+    status = cudaMemcpyAsync(report, scratch, bytes, cudaMemcpyDeviceToHost, stream);
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
+  const cudaError_t freed = cudaFreeAsync(scratch, stream);
+  return status != cudaSuccess ? status : freed;
 }
 
 }  // namespace tessel::detail

@@ -22,6 +22,9 @@ void register_gpu_row_kernels(OpRegistry& registry);          // gpu_rows.cpp: r
 void register_gpu_move_kernels(OpRegistry& registry);         // gpu_move.cpp: shape, creation
                                                               // and embedding ops,
                                                               // reduce_sum_grad
+void register_gpu_xent_kernels(OpRegistry& registry);         // gpu_xent.cpp: the
+                                                              // vocabulary-parallel cross
+                                                              // entropy
 
 // True when the output and every defined input are contiguous blocks of one dtype, f32 or f64:
 // what the kernels of gpu_launch.h read.
@@ -61,6 +64,27 @@ OpDef::Kernel float_gpu_kernel(std::string name, Launch launch) {
     });
   };
 }
+
+// Calls f.template operator()<T, I>() for the float dtype `value` (T = float, double) and the
+// index dtype `index` (I = int32_t, int64_t); nullopt (host-staged) for other dtypes.
+template <typename F>
+GpuLaunch by_value_and_index(DType value, DType index, F&& f) {
+  const auto with_index = [&]<typename T>() -> GpuLaunch {
+    if (index == DType::kI32) return f.template operator()<T, int32_t>();
+    if (index == DType::kI64) return f.template operator()<T, int64_t>();
+    return std::nullopt;
+  };
+  if (value == DType::kF32) return with_index.template operator()<float>();
+  if (value == DType::kF64) return with_index.template operator()<double>();
+  return std::nullopt;
+}
+
+// How the kernels that check their inputs (embedding ids, labels) report a bad one: runs
+// `launch(scratch)` with `bytes` of stream-ordered scratch memory whose every byte is `fill`,
+// copies the scratch back into `report` and waits for the stream. Returns the first failed
+// status (the caller throws it).
+cudaError_t launch_with_report(void* report, size_t bytes, int fill, cudaStream_t stream,
+                               const std::function<cudaError_t(void*)>& launch);
 
 // A block's device address as T (the kernels' pointer type).
 template <typename T>

@@ -1,13 +1,14 @@
 // Internal: the launchers of the ops' CUDA kernels, plain C++ functions on device pointers,
-// sizes and a stream: gpu_elementwise.cu (unary, scalar and broadcasting binary ops) and
-// gpu_rows.cu (reductions, softmax, causal softmax, layer norm). Each enqueues its kernel on
+// sizes and a stream: gpu_elementwise.cu (unary, scalar and broadcasting binary ops),
+// gpu_rows.cu (reductions, softmax, causal softmax, layer norm), gpu_move.cu (fills, copies,
+// embeddings, dropout's mask) and gpu_xent.cu (the vocabulary-parallel cross entropy). Each enqueues its kernel on
 // `stream` and returns the launch's status (the caller checks it with check_cuda); nothing waits.
 // Every function is instantiated for float and double (the byte movers of gpu_move.cu for
 // unsigned integers of 1, 2, 4 and 8 bytes, standing for any dtype of that width) and computes what
 // the op's CPU kernel in src/dtensor/ops_*.cpp computes, in the same order where the rounding
 // depends on it (the comments name the CPU kernel). Sizes are element counts; pointers are
-// contiguous blocks. The OpDef::Kernel glue (shapes, attrs, fallbacks) is in gpu_elementwise.cpp /
-// gpu_rows.cpp.
+// contiguous blocks. The OpDef::Kernel glue (shapes, attrs, fallbacks) is in the .cpp file of
+// the same name.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -151,6 +152,15 @@ template <typename T>
 cudaError_t launch_strided_scale(const T* src, T* out, int64_t n, const StridedIndex& index,
                                  T scale, cudaStream_t stream);
 
+// ops_dropout.cpp's dropout_kernel: out[i] = x[i] * scale where u >= rate, else 0, for the
+// n = prod(global.extent) elements of a block. u is Tensor::random_uniform(seed)'s value at the
+// element's global flat index, first + sum(index_d * global.stride[d]) (tensor_random.cpp's
+// counter hash, ported bit for bit, so the GPU drops exactly the elements the CPU drops).
+template <typename T>
+cudaError_t launch_dropout(const T* x, T* out, int64_t n, const StridedIndex& global,
+                           int64_t first, uint64_t seed, double rate, T scale,
+                           cudaStream_t stream);
+
 // Where the embedding kernels report an id outside [0, vocab): `found` becomes nonzero and `id`
 // one such id (device memory, zeroed by the caller before the launch).
 struct BadId {
@@ -172,5 +182,38 @@ template <typename T, typename I>
 cudaError_t launch_embedding_scatter_add(const I* ids, int64_t count, const T* g, int64_t dim,
                                          int64_t row_begin, int64_t rows, int64_t vocab, T* out,
                                          BadId* bad, cudaStream_t stream);
+
+// ---- gpu_xent.cu ---------------------------------------------------------------------------
+// ops_parallel_xent.cpp's stages. A logits block is [rows, local] (its classes are global
+// classes [offset, offset + local)); the parts are [rows, 2]; labels are one per row.
+
+// parts_kernel: out[r] = (sum of exp(x[r, c] - m[r]) over the block's classes, accumulated in T;
+// x[r, label - offset] - m[r] when the block holds the label's class, else 0).
+template <typename T, typename L>
+cudaError_t launch_xent_parts(const L* labels, const T* x, const T* m, T* out, int64_t rows,
+                              int64_t local, int64_t offset, cudaStream_t stream);
+
+// parts_grad_kernel: out[r, c] = g[r, 0] * exp(x[r, c] - m[r]), plus g[r, 1] at the label's class.
+template <typename T, typename L>
+cudaError_t launch_xent_parts_grad(const L* labels, const T* x, const T* m, const T* g, T* out,
+                                   int64_t rows, int64_t local, int64_t offset,
+                                   cudaStream_t stream);
+
+// Where the last stage reports labels outside [0, classes): the least such row (device memory,
+// every byte set to 0xff by the caller before the launch: kNoRow when there is none).
+struct BadLabel {
+  static constexpr uint64_t kNoRow = ~uint64_t{0};
+  uint64_t row;
+};
+
+// The last stage: out[r] = log(parts[r, 0]) - parts[r, 1], each label checked against `classes`.
+template <typename T, typename L>
+cudaError_t launch_xent_finish(const T* parts, const L* labels, T* out, int64_t rows,
+                               int64_t classes, BadLabel* bad, cudaStream_t stream);
+
+// Its gradient: out[r] = (g[r] / parts[r, 0], -g[r]).
+template <typename T>
+cudaError_t launch_xent_finish_grad(const T* parts, const T* g, T* out, int64_t rows,
+                                    cudaStream_t stream);
 
 }  // namespace tessel::detail::gpu

@@ -8,7 +8,9 @@
 //     merged dimensions;
 //   embedding_lookup and embedding_lookup_grad: f32 / f64 tables with i32 / i64 ids. An id
 //     outside the vocabulary is found on the device; the block then waits for its stream to
-//     read that report back and throws kInvalidArgument as the CPU kernel does.
+//     read that report back and throws kInvalidArgument as the CPU kernel does;
+//   dropout: f32 / f64, the mask from the CPU's counter hash at each element's global index
+//     (bit-equal), at most kMaxDims merged dimensions of the block within the global shape.
 #include <cmath>
 #include <cstring>
 
@@ -16,7 +18,6 @@
 #include "dtensor/cuda/gpu_kernels.h"
 #include "dtensor/cuda/gpu_launch.h"
 #include "dtensor/op_util.h"
-#include "runtime/cuda/cuda_check.h"
 
 namespace tessel::detail {
 namespace {
@@ -170,41 +171,18 @@ OpDef::Kernel reduce_sum_grad_kernel() {
       });
 }
 
-// Runs an embedding kernel `launch(BadId*)` with a zeroed report in stream-ordered scratch,
-// waits for the stream, and throws the CPU kernel's kInvalidArgument when an id was out of
-// range.
+// Runs an embedding kernel `launch(BadId*)` with a zeroed report, waits for the stream, and
+// throws the CPU kernel's kInvalidArgument when an id was out of range.
 GpuLaunch with_id_check(std::string_view op, int64_t vocab, cudaStream_t stream,
                         const std::function<cudaError_t(gpu::BadId*)>& launch) {
-  void* scratch = nullptr;
-  check_cuda(cudaMallocAsync(&scratch, sizeof(gpu::BadId), stream), op, "id report allocation");
-  auto* bad = static_cast<gpu::BadId*>(scratch);
   gpu::BadId report{};
-  cudaError_t status = cudaMemsetAsync(bad, 0, sizeof(gpu::BadId), stream);
-  if (status == cudaSuccess) status = launch(bad);
-  if (status == cudaSuccess) {
-    status = cudaMemcpyAsync(&report, bad, sizeof(gpu::BadId), cudaMemcpyDeviceToHost, stream);
-  }
-  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
-  const cudaError_t freed = cudaFreeAsync(scratch, stream);
-  if (status != cudaSuccess) return status;
-  if (report.found != 0) {
+  const cudaError_t status =
+      launch_with_report(&report, sizeof(report), 0, stream,
+                         [&](void* bad) { return launch(static_cast<gpu::BadId*>(bad)); });
+  if (status == cudaSuccess && report.found != 0) {
     throw_invalid(op, "id {} is not in [0, {}) (the table's rows)", report.id, vocab);
   }
-  return freed;
-}
-
-// Calls f.template operator()<T, I>() for the float dtype `value` and the index dtype `ids`;
-// nullopt (host-staged) for others.
-template <typename F>
-GpuLaunch by_value_and_index(DType value, DType ids, F&& f) {
-  const auto with_index = [&]<typename T>() -> GpuLaunch {
-    if (ids == DType::kI32) return f.template operator()<T, int32_t>();
-    if (ids == DType::kI64) return f.template operator()<T, int64_t>();
-    return std::nullopt;
-  };
-  if (value == DType::kF32) return with_index.template operator()<float>();
-  if (value == DType::kF64) return with_index.template operator()<double>();
-  return std::nullopt;
+  return status;
 }
 
 // embedding_lookup(table, ids); a width-0 table runs host-staged (the CPU kernel still checks
@@ -256,6 +234,27 @@ OpDef::Kernel embedding_lookup_grad_kernel() {
   };
 }
 
+// ops_dropout.cpp's dropout_kernel: the block's elements read their global flat index at the
+// global shape's row-major strides from the block's first element.
+OpDef::Kernel dropout_kernel() {
+  return float_gpu_kernel(
+      "dropout",
+      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                     const LocalContext& context, cudaStream_t stream) -> GpuLaunch {
+        const Box& block = context.output_block;
+        const std::vector<int64_t> global_strides = context.output_shape.strides();
+        int64_t first = 0;
+        for (size_t d = 0; d < global_strides.size(); ++d)
+          first += block.offsets[d] * global_strides[d];
+        const std::optional<StridedIndex> index = strided_index(block.extents, global_strides);
+        if (!index) return std::nullopt;
+        const double rate = attrs.rate.value_or(0.0);
+        return gpu::launch_dropout<T>(device_data<T>(in[0]), device_data<T>(out),
+                                      out.num_elements(), *index, first, attrs.seed.value_or(0),
+                                      rate, static_cast<T>(1.0 / (1.0 - rate)), stream);
+      });
+}
+
 }  // namespace
 
 void register_gpu_move_kernels(OpRegistry& registry) {
@@ -268,6 +267,7 @@ void register_gpu_move_kernels(OpRegistry& registry) {
   registry.set_gpu_kernel("reduce_sum_grad", reduce_sum_grad_kernel());
   registry.set_gpu_kernel("embedding_lookup", embedding_lookup_kernel());
   registry.set_gpu_kernel("embedding_lookup_grad", embedding_lookup_grad_kernel());
+  registry.set_gpu_kernel("dropout", dropout_kernel());
 }
 
 }  // namespace tessel::detail

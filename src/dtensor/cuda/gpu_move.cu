@@ -1,6 +1,6 @@
 // The CUDA kernels of the ops that move elements rather than compute with them (gpu_launch.h):
-// fill, the strided copy of transpose (and, times a scale, reduce_sum_grad's broadcast), and the
-// embedding gather and scatter-add. The byte movers are templates on an unsigned integer of the
+// fill, the strided copy of transpose (and, times a scale, reduce_sum_grad's broadcast), the
+// embedding gather and scatter-add, and dropout (whose mask is read at strided global indices). The byte movers are templates on an unsigned integer of the
 // element's width, so one instantiation serves every dtype of that width. Grid-stride loops
 // cover any size.
 #include "dtensor/cuda/gpu_launch.h"
@@ -34,6 +34,30 @@ template <typename T>
 __global__ void strided_scale_kernel(const T* src, T* out, int64_t n, StridedIndex index, T scale) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
     out[i] = scale * src[source_offset(i, index)];
+}
+
+// tensor_random.cpp's counter hash and unit_open_high, bit for bit: splitmix64's output function
+// (Steele, Lea, Flood 2014) on the counter-th state of a stream started from the seed, and its
+// top 53 bits as a double in [0, 1).
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // splitmix64's Weyl increment
+
+__device__ inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+__device__ inline double uniform_at(uint64_t seed, uint64_t counter) {
+  const uint64_t bits = mix64(mix64(seed + kGolden) + counter * kGolden);
+  return static_cast<double>(bits >> 11) * 0x1p-53;
+}
+
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* out, int64_t n, StridedIndex global, int64_t first,
+                               uint64_t seed, double rate, T scale) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) {
+    const uint64_t counter = static_cast<uint64_t>(first + source_offset(i, global));
+    out[i] = uniform_at(seed, counter) >= rate ? x[i] * scale : T(0);
+  }
 }
 
 // Row ids[k] - row_begin of a block of `rows` rows, or -1 when outside it; an id outside
@@ -101,6 +125,16 @@ cudaError_t launch_strided_scale(const T* src, T* out, int64_t n, const StridedI
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t launch_dropout(const T* x, T* out, int64_t n, const StridedIndex& global,
+                           int64_t first, uint64_t seed, double rate, T scale,
+                           cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  dropout_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, out, n, global, first,
+                                                                       seed, rate, scale);
+  return cudaGetLastError();
+}
+
 template <typename T, typename I>
 cudaError_t launch_embedding_lookup(const T* table, int64_t row_begin, int64_t rows, int64_t dim,
                                     const I* ids, int64_t count, int64_t vocab, T* out, BadId* bad,
@@ -137,6 +171,11 @@ template cudaError_t launch_strided_scale<float>(const float*, float*, int64_t, 
                                                  float, cudaStream_t);
 template cudaError_t launch_strided_scale<double>(const double*, double*, int64_t,
                                                   const StridedIndex&, double, cudaStream_t);
+
+template cudaError_t launch_dropout<float>(const float*, float*, int64_t, const StridedIndex&,
+                                           int64_t, uint64_t, double, float, cudaStream_t);
+template cudaError_t launch_dropout<double>(const double*, double*, int64_t, const StridedIndex&,
+                                            int64_t, uint64_t, double, double, cudaStream_t);
 
 #define TESSEL_EMBEDDING(T, I)                                                                    \
   template cudaError_t launch_embedding_lookup<T, I>(                                             \

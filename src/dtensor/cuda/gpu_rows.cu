@@ -1,19 +1,15 @@
 // The row-wise ops' CUDA kernels (gpu_launch.h): reductions, softmax, causal softmax, layer norm
-// and its gradients. A row (the reduced or normalised elements, contiguous) belongs to one warp:
-// its lanes take every 32nd element and combine their partial results with shuffles, so no
-// shared memory and no block-wide barrier. A sum down columns (a reduction over a middle axis,
+// and its gradients. A row (the reduced or normalised elements, contiguous) belongs to one warp
+// (gpu_warp.cuh). A sum down columns (a reduction over a middle axis,
 // [outer, reduced, inner] with inner > 1, and layer norm's weight gradient) gives each output
 // column a column of threads of one block instead (coalesced reads along the row). Grid-stride
 // loops cover any row count.
 #include "dtensor/cuda/gpu_launch.h"
 #include "dtensor/cuda/gpu_math.cuh"
+#include "dtensor/cuda/gpu_warp.cuh"
 
 namespace tessel::detail::gpu {
 namespace {
-
-constexpr int kWarp = 32;
-constexpr int kWarpsPerBlock = kThreads / kWarp;
-constexpr unsigned kAllLanes = 0xffffffffu;
 
 // The combination rules of max, as the CPU kernels write them (so NaN is treated the same way).
 struct KeepMax {  // ops_reduction.cpp's `b > a ? b : a`: a NaN x is skipped
@@ -28,33 +24,6 @@ struct StdMax {  // std::max(acc, x): a NaN x is skipped
     return acc < x ? x : acc;
   }
 };
-struct Plus {
-  template <typename T>
-  __device__ T operator()(T acc, T x) const {
-    return acc + x;
-  }
-};
-
-// Every lane ends with the same value: lanes l and l^o combine the same two numbers (the rules
-// above are symmetric in them).
-template <typename T, typename Combine>
-__device__ T warp_combine(T v, Combine combine) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = combine(v, __shfl_xor_sync(kAllLanes, v, o));
-  return v;
-}
-template <typename T>
-__device__ T warp_sum(T v) {
-  return warp_combine(v, Plus{});
-}
-
-// This warp's first row and the stride between a warp's rows, for grid-stride loops over rows.
-__device__ inline int64_t first_row() {
-  return static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-}
-__device__ inline int64_t row_stride() { return static_cast<int64_t>(gridDim.x) * kWarpsPerBlock; }
-__device__ inline int lane() { return static_cast<int>(threadIdx.x % kWarp); }
-
-unsigned int row_blocks(int64_t rows) { return blocks_for(rows, kWarpsPerBlock); }
 
 // ---- reductions --------------------------------------------------------------------------
 
