@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 
 #include "gpu_test_util.h"
+#include "testing/run_ranks.h"
 #include "tessel/comm/nccl.h"
 #include "tessel/distribute/cross_device_ops.h"
 #include "tessel/core/box.h"
@@ -32,19 +33,7 @@ class NcclTest : public GpuTest {
   }
   // Runs fn(rank) on one thread per rank; rethrows the first failure.
   void on_every_rank(const std::function<void(int)>& fn) {
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(comms_.size());
-    for (int r = 0; r < num_gpus(); ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          fn(r);
-        } catch (...) {
-          errors[static_cast<size_t>(r)] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (auto& e : errors) {
+    for (const std::exception_ptr& e : testing::run_ranks(num_gpus(), fn)) {
       if (e) std::rethrow_exception(e);
     }
   }
