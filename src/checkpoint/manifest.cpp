@@ -1,5 +1,7 @@
 // tessel.json: written with nlohmann/json in a fixed key order, read back with every field
 // checked (a manifest that does not parse is data loss, never a crash).
+#include <cstdint>
+
 #include "checkpoint/manifest.h"
 
 #include <filesystem>
@@ -29,6 +31,20 @@ Value value_of(const Json& j, const std::string& name) {
                                 j.type_name());
 }
 
+// An unsigned integer field of at most `max`: a float, a negative or a larger number is a bad
+// manifest (nlohmann would convert it with undefined behaviour; found by the fuzzer).
+uint64_t unsigned_field(const Json& j, const char* key, uint64_t max) {
+  const Json& v = j.at(key);
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
+    throw Json::type_error::create(302, fmt::format("'{}' is not an unsigned integer", key), &v);
+  }
+  const uint64_t value = v.get<uint64_t>();
+  if (value > max) {
+    throw Json::out_of_range::create(406, fmt::format("'{}' = {} is out of range", key, value), &v);
+  }
+  return value;
+}
+
 Json shard_json(const SavedShard& s) {
   return Json{{"file", s.file},
               {"saved_offsets", s.offsets},
@@ -43,7 +59,7 @@ SavedShard shard_of(const Json& j, const std::string& path) {
   s.file = j.at("file").get<std::string>();
   s.offsets = j.at("saved_offsets").get<std::vector<int64_t>>();
   s.extents = j.at("shape").get<std::vector<int64_t>>();
-  s.crc32c = j.at("crc32c").get<uint32_t>();
+  s.crc32c = static_cast<uint32_t>(unsigned_field(j, "crc32c", UINT32_MAX));
   if (j.contains("chunk_crc32c")) {
     if (j.at("chunk_bytes").get<uint64_t>() != kCrcChunkBytes) {
       tessel::detail::throw_error(ErrorCode::kDataLoss, kComponent,
@@ -104,7 +120,8 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
     }
     for (const auto& [name, v] : j.at("values").items()) m.values[name] = value_of(v, name);
     for (const auto& [name, f] : j.at("files").items()) {
-      m.files[name] = SavedFile{f.at("size").get<uint64_t>(), f.at("crc32c").get<uint32_t>()};
+      m.files[name] = SavedFile{unsigned_field(f, "size", UINT64_MAX),
+                                static_cast<uint32_t>(unsigned_field(f, "crc32c", UINT32_MAX))};
     }
   } catch (const Json::exception& e) {
     tessel::detail::throw_error(ErrorCode::kDataLoss, kComponent,
