@@ -23,6 +23,7 @@
 #include <pybind11/operators.h>
 
 #include "casters.h"
+#include "fast_calls.h"
 #include "tessel/core/error.h"
 #include "tessel/core/tensor.h"
 #include "tessel/dtensor/dtensor.h"
@@ -36,7 +37,13 @@ namespace tessel::python {
 // go before whatever points at its devices); shared with bind_autodiff.cpp.
 void keep_runtime_alive(py::handle holder, const DTensor& t) {
   if (!t.defined()) return;
-  py::detail::keep_alive_impl(holder, py::cast(&t.runtime(), py::return_value_policy::reference));
+  // Only a Runtime some Python object stands for can be collected under the DTensor; the
+  // global one (and any other only C++ owns) has none, and wrapping it for every result would
+  // cost an object and a patient entry per op.
+  static const py::detail::type_info* runtime_type = py::detail::get_type_info(typeid(Runtime));
+  if (py::handle owner = py::detail::get_object_handle(&t.runtime(), runtime_type)) {
+    py::detail::keep_alive_impl(holder, owner);
+  }
 }
 
 // A DTensor as a Python object that keeps its Runtime alive (shared with bind_autodiff.cpp).
@@ -521,6 +528,11 @@ void bind_ops(py::module_& m) {
   bind_creation(m);
   bind_operators(m);
   bind_registry(m);
+  // Last, once every overload is defined: the direct entry points of the binary ops.
+  const std::pair<const char*, Binary> binary_ops[] = {
+      {"add", &tessel::add},         {"subtract", &tessel::subtract}, {"multiply", &tessel::multiply},
+      {"divide", &tessel::divide},   {"maximum", &tessel::maximum},   {"minimum", &tessel::minimum}};
+  for (const auto& [name, op] : binary_ops) use_fast_binary_call(m, name, op);
 }
 
 }  // namespace tessel::python

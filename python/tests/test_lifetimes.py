@@ -269,6 +269,21 @@ def test_devices_dtensors_and_components_outlive_their_runtime():
     assert "part [3.0, 4.0] True" in out
 
 
+def test_an_op_result_keeps_its_runtime_alive():
+    # tessel.add(d, d) takes the direct entry point (fast_calls.cpp): its result must keep the
+    # Python-made runtime alive as the pybind11 overloads' results do.
+    out = run_case("""
+    d = tessel.copy_to_mesh(vec([1, 2, 3, 4]), tessel.Layout(["x"], mesh_of(rt, 2)), rt)
+    y, z = tessel.add(d, d), tessel.add(x=d, y=d)
+    del d, rt
+    gc.collect()
+    kept.extend(tessel.Runtime(num_cpu_devices=1) for _ in range(4))  # reuse freed memory
+    w = tessel.add(y, z)  # runs on the runtime's devices
+    print("values", tessel.to_host(w).tolist(), y.runtime.num_devices(), z.runtime.num_devices())
+    """)
+    assert "values [4.0, 8.0, 12.0, 16.0] 2 2" in out
+
+
 def test_numpy_view_outlives_its_dtensor_and_runtime():
     out = run_case("""
     d = tessel.copy_to_mesh(vec([1, 2]), tessel.Layout(["unsharded"], mesh_of(rt, 2)), rt)

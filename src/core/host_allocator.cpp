@@ -1,4 +1,4 @@
-// host_allocator(): aligned_alloc with a cache of large blocks, under the process's memory limit.
+// host_allocator(): malloc / aligned_alloc with a cache of large blocks, under the process's memory limit.
 #include "core/host_allocator.h"
 
 #include <cstdlib>
@@ -26,6 +26,33 @@ constexpr size_t kDefaultCacheBytes = size_t{1} << 30;
 size_t cache_limit() {
   const auto bytes = byte_size_from_env("TESSEL_HOST_CACHE_BYTES", 0, "Allocator");
   return bytes ? static_cast<size_t>(*bytes) : kDefaultCacheBytes;
+}
+
+// Blocks up to this size come from malloc, aligned by hand: glibc serves small mallocs from a
+// per-thread cache, while aligned_alloc takes its slow path and fragments the heap (an op on a
+// mesh of tiny blocks spent a fifth of its time there: tessel bench dispatch).
+constexpr size_t kSmallBlockBytes = 960;
+
+// A small block: `rounded` + one alignment from malloc, the aligned address handed out and the
+// address malloc gave just below it (malloc's 16-byte alignment leaves at least 16 bytes).
+void* allocate_small(size_t rounded) {
+  void* raw = std::malloc(rounded + kAllocatorAlignment);
+  if (raw == nullptr) return nullptr;
+  const auto aligned = (reinterpret_cast<uintptr_t>(raw) + kAllocatorAlignment) &
+                       ~static_cast<uintptr_t>(kAllocatorAlignment - 1);
+  reinterpret_cast<void**>(aligned)[-1] = raw;
+  return reinterpret_cast<void*>(aligned);
+}
+
+// A block of `rounded` bytes from the system: small ones by malloc, the rest by aligned_alloc.
+void* system_allocate(size_t rounded) {
+  return rounded <= kSmallBlockBytes ? allocate_small(rounded)
+                                     : std::aligned_alloc(kAllocatorAlignment, rounded);
+}
+
+// Gives back a block system_allocate made for `rounded` bytes.
+void system_free(void* p, size_t rounded) {
+  std::free(rounded <= kSmallBlockBytes ? static_cast<void**>(p)[-1] : p);
 }
 
 // aligned_alloc needs a size that is a multiple of the alignment; at least one line.
@@ -63,10 +90,10 @@ void* HostAllocator::allocate(size_t bytes) {
   const size_t rounded = round_up(bytes);
   if (void* p = take_cached(rounded)) return p;
   const int64_t in_use = reserve(bytes, rounded);
-  void* p = std::aligned_alloc(kAllocatorAlignment, rounded);
+  void* p = system_allocate(rounded);
   if (p == nullptr) {
     release_cache();  // give the cached blocks back and try once more
-    p = std::aligned_alloc(kAllocatorAlignment, rounded);
+    p = system_allocate(rounded);
   }
   if (p == nullptr) {
     counters_.release(static_cast<int64_t>(rounded));
@@ -123,7 +150,7 @@ void HostAllocator::deallocate(void* p, size_t bytes) noexcept {
       return;
     }
   }
-  std::free(p);
+  system_free(p, rounded);
   counters_.release(n);
 }
 

@@ -1,6 +1,8 @@
 // Tensor storage, factories, queries and views. Element copies live in tensor_copy.cpp.
 #include "tessel/core/tensor.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -34,6 +36,24 @@ Tensor::Storage::Storage(size_t size, bool zero, Allocator* from)
 
 Tensor::Storage::~Storage() { allocator->deallocate(ptr, nbytes); }
 
+std::shared_ptr<const Tensor::Geometry> Tensor::contiguous_geometry(const Shape& shape) {
+  // The last few made on this thread, newest first: a loop of ops allocates blocks of a few
+  // shapes over and over (an op on a mesh: one per device, often all equal), and reusing their
+  // geometry saves two vectors and a block per allocation.
+  constexpr size_t kRecent = 8;
+  thread_local std::array<std::shared_ptr<const Geometry>, kRecent> recent;
+  for (size_t i = 0; i < kRecent && recent[i] != nullptr; ++i) {
+    if (recent[i]->shape == shape) {
+      if (i > 0) std::swap(recent[i], recent[i - 1]);  // moves toward the front as it is used
+      return recent[i > 0 ? i - 1 : 0];
+    }
+  }
+  auto made = std::make_shared<const Geometry>(Geometry{shape, shape.strides()});
+  std::move_backward(recent.begin(), recent.end() - 1, recent.end());
+  recent[0] = made;
+  return made;
+}
+
 Tensor Tensor::allocate(const Shape& shape, DType dtype, Allocator* allocator, bool zero_fill) {
   const size_t item = dtype_size(dtype);
   const auto count = static_cast<uint64_t>(shape.num_elements());
@@ -57,8 +77,7 @@ Tensor Tensor::allocate(const Shape& shape, DType dtype, Allocator* allocator, b
     detail::throw_error(e.code(), "Tensor", "cannot allocate {} bytes for {} {}: {}", count * item,
                         shape.to_string(), dtype_name(dtype), e.what());
   }
-  t.shape_ = shape;
-  t.strides_ = shape.strides();
+  t.geometry_ = contiguous_geometry(shape);
   t.offset_ = 0;
   t.dtype_ = dtype;
   return t;
@@ -105,7 +124,7 @@ void Tensor::check_dtype(DType requested, const char* what) const {
   check_defined(what);
   if (requested != dtype_) {
     detail::throw_invalid("Tensor", "{}<{}> on a tensor of dtype {} (shape {})", what,
-                          dtype_name(requested), dtype_name(dtype_), shape_.to_string());
+                          dtype_name(requested), dtype_name(dtype_), shape().to_string());
   }
 }
 
@@ -117,8 +136,8 @@ bool Tensor::is_contiguous() const {
   int64_t expected = 1;
   for (int d = rank() - 1; d >= 0; --d) {
     const auto i = static_cast<size_t>(d);
-    if (shape_[d] != 1 && strides_[i] != expected) return false;
-    expected *= shape_[d];
+    if (shape()[d] != 1 && strides()[i] != expected) return false;
+    expected *= shape()[d];
   }
   return true;
 }
@@ -129,7 +148,7 @@ void Tensor::check_host(const char* what) const {
     detail::throw_error(ErrorCode::kFailedPrecondition, "Tensor",
                         "{} needs host memory, but this {} {} is in {} memory; copy it with "
                         "to_host() (or use data_ptr() in device code)",
-                        what, shape_.to_string(), dtype_name(dtype_), storage_->space.to_string());
+                        what, shape().to_string(), dtype_name(dtype_), storage_->space.to_string());
   }
 }
 
@@ -163,16 +182,16 @@ Tensor Tensor::slice(int axis, int64_t start, int64_t stop) const {
   const int resolved = axis < 0 ? axis + rank() : axis;
   if (resolved < 0 || resolved >= rank()) {
     detail::throw_error(ErrorCode::kOutOfRange, "Tensor",
-                        "slice axis {} is out of range for shape {}", axis, shape_.to_string());
+                        "slice axis {} is out of range for shape {}", axis, shape().to_string());
   }
-  const int64_t extent = shape_[resolved];
+  const int64_t extent = shape()[resolved];
   if (start < 0 || start > stop || stop > extent) {
     detail::throw_error(ErrorCode::kOutOfRange, "Tensor",
                         "slice [{}, {}) along axis {} is out of range for shape {}", start, stop,
-                        axis, shape_.to_string());
+                        axis, shape().to_string());
   }
   std::vector<int64_t> offsets(static_cast<size_t>(rank()), 0);
-  std::vector<int64_t> extents = shape_.dims();
+  std::vector<int64_t> extents = shape().dims();
   offsets[static_cast<size_t>(resolved)] = start;
   extents[static_cast<size_t>(resolved)] = stop - start;
   return block(offsets, extents);
@@ -186,19 +205,19 @@ Tensor Tensor::block(const std::vector<int64_t>& offsets,
     detail::throw_invalid("Tensor",
                           "block needs {} offsets and extents for shape {}, got offsets [{}] and "
                           "extents [{}]",
-                          r, shape_.to_string(), fmt::join(offsets, ","), fmt::join(extents, ","));
+                          r, shape().to_string(), fmt::join(offsets, ","), fmt::join(extents, ","));
   }
   Tensor view = *this;
   for (size_t i = 0; i < r; ++i) {
-    const int64_t dim = shape_.dims()[i];
+    const int64_t dim = shape().dims()[i];
     if (offsets[i] < 0 || extents[i] < 0 || offsets[i] > dim || extents[i] > dim - offsets[i]) {
       detail::throw_error(ErrorCode::kOutOfRange, "Tensor",
                           "block offsets [{}] extents [{}] exceed shape {} in dimension {}",
-                          fmt::join(offsets, ","), fmt::join(extents, ","), shape_.to_string(), i);
+                          fmt::join(offsets, ","), fmt::join(extents, ","), shape().to_string(), i);
     }
-    view.offset_ += offsets[i] * strides_[i];
+    view.offset_ += offsets[i] * strides()[i];
   }
-  view.shape_ = Shape(extents);
+  view.geometry_ = std::make_shared<const Geometry>(Geometry{Shape(extents), strides()});
   return view;
 }
 
@@ -206,18 +225,17 @@ Tensor Tensor::reshape(const Shape& shape) const {
   check_defined("reshape");
   if (shape.num_elements() != num_elements()) {
     detail::throw_invalid("Tensor", "cannot reshape {} ({} elements) to {} ({} elements)",
-                          shape_.to_string(), num_elements(), shape.to_string(),
+                          this->shape().to_string(), num_elements(), shape.to_string(),
                           shape.num_elements());
   }
   if (!is_contiguous()) {
     detail::throw_error(ErrorCode::kFailedPrecondition, "Tensor",
                         "reshape of a non-contiguous view (shape {}, strides [{}]) to {}; call "
                         "contiguous() first",
-                        shape_.to_string(), fmt::join(strides_, ","), shape.to_string());
+                        this->shape().to_string(), fmt::join(strides(), ","), shape.to_string());
   }
   Tensor view = *this;
-  view.shape_ = shape;
-  view.strides_ = shape.strides();
+  view.geometry_ = contiguous_geometry(shape);
   return view;
 }
 

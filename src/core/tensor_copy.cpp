@@ -31,16 +31,16 @@ double Tensor::at(const std::vector<int64_t>& index) const {
   if (!storage_->space.is_host()) return to_host().at(index);
   if (index.size() != static_cast<size_t>(rank())) {
     detail::throw_invalid("Tensor", "at got {} indices [{}] for rank-{} shape {}", index.size(),
-                          fmt::join(index, ","), rank(), shape_.to_string());
+                          fmt::join(index, ","), rank(), shape().to_string());
   }
   int64_t offset = offset_;
   for (size_t i = 0; i < index.size(); ++i) {
-    if (index[i] < 0 || index[i] >= shape_.dims()[i]) {
+    if (index[i] < 0 || index[i] >= shape().dims()[i]) {
       detail::throw_error(ErrorCode::kOutOfRange, "Tensor",
                           "index [{}] is out of range for shape {} (dimension {})",
-                          fmt::join(index, ","), shape_.to_string(), i);
+                          fmt::join(index, ","), shape().to_string(), i);
     }
-    offset += index[i] * strides_[i];
+    offset += index[i] * strides()[i];
   }
   return detail::visit_dtype(dtype_, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -52,23 +52,23 @@ std::vector<double> Tensor::to_doubles() const {
   check_defined("to_doubles");
   if (!storage_->space.is_host()) return to_host().to_doubles();
   std::vector<double> out(static_cast<size_t>(num_elements()));
-  convert_elements(data(), dtype_, strides_, out.data(), DType::kF64, shape_.strides(),
-                   shape_.dims());
+  convert_elements(data(), dtype_, strides(), out.data(), DType::kF64, shape().strides(),
+                   shape().dims());
   return out;
 }
 
 Tensor Tensor::clone() const {
   check_defined("clone");
   if (!storage_->space.is_host()) {
-    Tensor out = allocate(shape_, dtype_, storage_->allocator, /*zero_fill=*/false);
+    Tensor out = allocate(shape(), dtype_, storage_->allocator, /*zero_fill=*/false);
     out.copy_from(*this);
     return out;
   }
-  Tensor out = allocate(shape_, dtype_);
+  Tensor out = allocate(shape(), dtype_);
   if (is_contiguous()) {
     if (nbytes() > 0) std::memcpy(out.data(), data(), nbytes());
   } else {
-    convert_elements(data(), dtype_, strides_, out.data(), dtype_, out.strides_, shape_.dims());
+    convert_elements(data(), dtype_, strides(), out.data(), dtype_, out.strides(), shape().dims());
   }
   return out;
 }
@@ -76,8 +76,8 @@ Tensor Tensor::clone() const {
 Tensor Tensor::astype(DType dtype) const {
   check_defined("astype");
   if (dtype == dtype_) return clone();
-  Tensor out = allocate(shape_, dtype);
-  convert_elements(data(), dtype_, strides_, out.data(), dtype, out.strides_, shape_.dims());
+  Tensor out = allocate(shape(), dtype);
+  convert_elements(data(), dtype_, strides(), out.data(), dtype, out.strides(), shape().dims());
   return out;
 }
 
@@ -87,16 +87,16 @@ void Tensor::fill(double value) {
     using T = typename decltype(tag)::type;
     const T v = detail::convert<T>(value);
     T* p = static_cast<T*>(data());
-    detail::for_each_offset(shape_.dims(), strides_, 0, [&](int64_t a) { p[a] = v; });
+    detail::for_each_offset(shape().dims(), strides(), 0, [&](int64_t a) { p[a] = v; });
   });
 }
 
 void Tensor::copy_from(const Tensor& src) {
   check_defined("copy_from");
   src.check_defined("copy_from (source)");
-  if (src.shape_ != shape_ || src.dtype_ != dtype_) {
-    detail::throw_invalid("Tensor", "copy_from a {} {} into a {} {}", src.shape_.to_string(),
-                          dtype_name(src.dtype_), shape_.to_string(), dtype_name(dtype_));
+  if (src.shape() != shape() || src.dtype_ != dtype_) {
+    detail::throw_invalid("Tensor", "copy_from a {} {} into a {} {}", src.shape().to_string(),
+                          dtype_name(src.dtype_), shape().to_string(), dtype_name(dtype_));
   }
   if (!storage_->space.is_host() || !src.storage_->space.is_host()) {
     copy_across_spaces(src);
@@ -108,13 +108,13 @@ void Tensor::copy_from(const Tensor& src) {
     if (nbytes() > 0) std::memcpy(data(), from.data(), nbytes());
     return;
   }
-  convert_elements(from.data(), dtype_, from.strides_, data(), dtype_, strides_, shape_.dims());
+  convert_elements(from.data(), dtype_, from.strides(), data(), dtype_, strides(), shape().dims());
 }
 
 Tensor Tensor::to_host() const {
   check_defined("to_host");
   if (storage_->space.is_host()) return *this;
-  Tensor out = allocate(shape_, dtype_, nullptr, /*zero_fill=*/false);
+  Tensor out = allocate(shape(), dtype_, nullptr, /*zero_fill=*/false);
   out.copy_from(*this);
   return out;
 }
@@ -125,7 +125,7 @@ void Tensor::copy_across_spaces(const Tensor& src) {
   // A strided view on the host side goes through a contiguous host copy.
   if (from.is_host() && !src.is_contiguous()) return copy_across_spaces(src.contiguous());
   if (to.is_host() && !is_contiguous()) {
-    Tensor staged = Tensor::empty(shape_, dtype_, nullptr, /*zero_fill=*/false);
+    Tensor staged = Tensor::empty(shape(), dtype_, nullptr, /*zero_fill=*/false);
     staged.copy_across_spaces(src);
     copy_from(staged);
     return;
@@ -137,7 +137,7 @@ void Tensor::copy_across_spaces(const Tensor& src) {
   if (!is_contiguous() || !src.is_contiguous()) {
     detail::throw_error(ErrorCode::kUnimplemented, "Tensor",
                         "copy_from {} memory into {} memory needs contiguous views (shape {})",
-                        from.to_string(), to.to_string(), shape_.to_string());
+                        from.to_string(), to.to_string(), shape().to_string());
   }
   if (nbytes() == 0) return;
   // cudaMemcpy's ranges must not overlap: a source in this storage is read from a fresh copy.

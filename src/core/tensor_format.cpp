@@ -76,9 +76,9 @@ std::string Tensor::to_string(int edge_items) const {
     detail::throw_invalid("Tensor", "to_string needs edge_items >= 1, got {}", edge_items);
   }
   std::string out =
-      fmt::format("Tensor(shape={}, dtype={},\n", shape_.to_string(), dtype_name(dtype_));
+      fmt::format("Tensor(shape={}, dtype={},\n", shape().to_string(), dtype_name(dtype_));
   const Formatter formatter{
-      base(), dtype_, shape_.dims(), strides_, edge_items, num_elements() > kSummaryThreshold, out};
+      base(), dtype_, shape().dims(), strides(), edge_items, num_elements() > kSummaryThreshold, out};
   formatter.array(0, offset_);
   out += ')';
   return out;

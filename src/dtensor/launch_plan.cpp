@@ -25,6 +25,21 @@ struct InlineKernel {
 
 }  // namespace
 
+// The output DTensor of a launch: its blocks have the plan's dtype and shapes on the plan's
+// devices, which is what the DTensor constructor would check.
+struct PlannedOutput {
+  static DTensor make(const LaunchPlan& plan, std::vector<Tensor> blocks, Runtime& runtime) {
+    DTensor out;
+    out.data_ = std::make_shared<const DTensor::Data>(DTensor::Data{.layout = plan.out.layout,
+                                                                    .shape = plan.out.shape,
+                                                                    .dtype = plan.out.dtype,
+                                                                    .components = std::move(blocks),
+                                                                    .placement = plan.out_place,
+                                                                    .runtime = &runtime});
+    return out;
+  }
+};
+
 std::shared_ptr<const LaunchPlan> make_launch_plan(const OpDef& def, TensorSpec out,
                                                    const std::vector<TensorSpec>& inputs,
                                                    Runtime& runtime, std::string_view component) {
@@ -59,8 +74,7 @@ std::shared_ptr<const LaunchPlan> make_launch_plan(const OpDef& def, TensorSpec 
 }
 
 DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vector<DTensor>& ready,
-                  const std::shared_ptr<const OpAttrs>& attrs, Runtime& runtime,
-                  bool inline_when_idle) {
+                  const CallAttrs& attrs, Runtime& runtime, bool inline_when_idle) {
   const LaunchPlan& p = *plan;
   const Placement& out_place = *p.out_place;
   const size_t n = out_place.devices.size();
@@ -70,7 +84,10 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
   const bool on_caller = inline_when_idle || p.tiny;
   std::vector<Tensor> outputs;
   outputs.reserve(n);
-  std::vector<Tensor> local;  // one device's input blocks, refilled per device
+  // One device's input blocks, refilled per device: this thread's list, taken for the call (a
+  // nested call finds it taken and makes its own) and given back empty with its capacity.
+  thread_local std::vector<Tensor> spare_inputs;
+  std::vector<Tensor> local = std::move(spare_inputs);
   local.reserve(ready.size());
   for (size_t i = 0; i < n; ++i) {
     Device* device = out_place.devices[i];
@@ -78,15 +95,20 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
     local.clear();
     for (const DTensor& in : ready) local.push_back(in.component(static_cast<int>(i)));
     if (on_caller) {
-      const InlineKernel call{p, local, outputs.back(), *attrs, i};
+      const InlineKernel call{p, local, outputs.back(), attrs.get(), i};
       if (device->stream().run_inline_if_idle(p.def->name, [&call] { call(); })) continue;
     }
     device->stream().enqueue(p.def->name, [plan, i, local = std::move(local),
-                                           output = outputs.back(), attrs]() mutable {
-      run_kernel(*plan->def, local, output, *attrs, plan->contexts[i]);
+                                           output = outputs.back(),
+                                           shared = attrs.shared()]() mutable {
+      run_kernel(*plan->def, local, output, *shared, plan->contexts[i]);
     });
+    local = std::vector<Tensor>();  // moved into the task
+    local.reserve(ready.size());
   }
-  return DTensor(p.out.layout, p.out.shape, p.out.dtype, std::move(outputs), runtime);
+  local.clear();  // the blocks are not kept alive by the spare list
+  spare_inputs = std::move(local);
+  return PlannedOutput::make(p, std::move(outputs), runtime);
 }
 
 }  // namespace tessel::detail

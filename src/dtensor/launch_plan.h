@@ -35,6 +35,26 @@ struct LaunchPlan {
   bool tiny = false;  // the blocks (inputs and outputs, every device) hold few elements in all
 };
 
+// An op call's attrs, copied into shared ownership only when something keeps them past the
+// call (a kernel task left on a stream, a tape): a kernel run inline reads the caller's.
+class CallAttrs {
+ public:
+  explicit CallAttrs(const OpAttrs& attrs) : attrs_(&attrs) {}
+  explicit CallAttrs(std::shared_ptr<const OpAttrs> shared)
+      : attrs_(shared.get()), shared_(std::move(shared)) {}
+
+  const OpAttrs& get() const { return *attrs_; }
+  // The attrs in shared ownership: copied on the first call.
+  const std::shared_ptr<const OpAttrs>& shared() const {
+    if (shared_ == nullptr) shared_ = std::make_shared<const OpAttrs>(*attrs_);
+    return shared_;
+  }
+
+ private:
+  const OpAttrs* attrs_;
+  mutable std::shared_ptr<const OpAttrs> shared_;
+};
+
 // The plan of op `def` writing `out` from inputs with the specs `inputs` (the layouts its kernel
 // reads them in) on `runtime`'s devices. Errors: placement()'s, from `component`.
 std::shared_ptr<const LaunchPlan> make_launch_plan(const OpDef& def, TensorSpec out,
@@ -44,10 +64,9 @@ std::shared_ptr<const LaunchPlan> make_launch_plan(const OpDef& def, TensorSpec 
 // Allocates the output blocks on their devices and runs the plan's kernel on every local device:
 // on the calling thread when the device's stream is idle and the plan is tiny (or
 // `inline_when_idle`: a one-device replay, whose caller would only wait for the worker), else
-// enqueued on the stream (the task keeps the plan and `attrs`). `ready` are the inputs, in the
-// plan's input layouts.
+// enqueued on the stream (the task keeps the plan and `attrs.shared()`). `ready` are the inputs,
+// in the plan's input layouts.
 DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vector<DTensor>& ready,
-                  const std::shared_ptr<const OpAttrs>& attrs, Runtime& runtime,
-                  bool inline_when_idle = false);
+                  const CallAttrs& attrs, Runtime& runtime, bool inline_when_idle = false);
 
 }  // namespace tessel::detail

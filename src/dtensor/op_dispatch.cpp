@@ -170,7 +170,7 @@ Runtime& runtime_of(const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
 // out as the plan asks; the kernels launched. `ready` receives the inputs as the kernels read
 // them.
 DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs, const OpAttrs& attrs,
-                    const std::shared_ptr<const OpAttrs>& shared_attrs,
+                    const detail::CallAttrs& call_attrs,
                     std::vector<DTensor>& ready_storage, const std::vector<DTensor>*& ready) {
   const uint64_t runtime_id = runtime_id_of(inputs, attrs);
   const size_t key = detail::call_key(def, inputs, attrs, runtime_id);
@@ -178,7 +178,7 @@ DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs, const 
       detail::find_planned_call(key, def, inputs, attrs, runtime_id);
   if (planned != nullptr) {
     ready = &relaid_out(inputs, planned->input_layouts, ready_storage);
-    return detail::launch_op(planned->launch, *ready, shared_attrs, runtime_of(inputs, attrs));
+    return detail::launch_op(planned->launch, *ready, call_attrs, runtime_of(inputs, attrs));
   }
   std::vector<TensorSpec> specs = specs_of(inputs);
   const TensorSpec out = def.infer(specs, attrs);
@@ -195,7 +195,7 @@ DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs, const 
   call->inputs = std::move(specs);
   call->input_layouts = std::move(decision.inputs);
   if (!fallback) detail::remember_planned_call(key, call);
-  return detail::launch_op(call->launch, *ready, shared_attrs, runtime);
+  return detail::launch_op(call->launch, *ready, call_attrs, runtime);
 }
 
 }  // namespace
@@ -204,7 +204,7 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
   const OpDef& def = OpRegistry::global().get(name);
   detail::OpTracer* tracer = detail::active_op_tracer();  // tracing hook (trace_hooks.h)
   check_inputs(def, inputs, tracer != nullptr);
-  auto shared_attrs = std::make_shared<const OpAttrs>(attrs);
+  const detail::CallAttrs call_attrs(attrs);  // shared only if a task or a tape keeps them
   std::vector<DTensor> ready_storage;
   const std::vector<DTensor>* ready = &ready_storage;
   DTensor result;
@@ -213,14 +213,14 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
     const std::vector<TensorSpec> specs = specs_of(inputs);
     const TensorSpec out = def.infer(specs, attrs);
     const ShardingDecision decision = decide(def, specs, out, attrs);
-    detail::TracedCall traced = tracer->record_op(def, inputs, out, decision, shared_attrs);
+    detail::TracedCall traced = tracer->record_op(def, inputs, out, decision, call_attrs.shared());
     ready_storage = std::move(traced.ready);
     result = std::move(traced.result);
   } else {
-    result = run_eagerly(def, inputs, attrs, shared_attrs, ready_storage, ready);
+    result = run_eagerly(def, inputs, attrs, call_attrs, ready_storage, ready);
   }
   for (GradientTape* tape : GradientTape::active()) {
-    tape->record(def, inputs, *ready, result, shared_attrs);
+    tape->record(def, inputs, *ready, result, call_attrs.shared());
   }
   return result;
 }

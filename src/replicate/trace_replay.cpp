@@ -130,7 +130,7 @@ std::vector<DTensor> ReplayPlan::run(const std::vector<DTensor>& inputs,
         out = step.capture;
         break;
       case GraphNodeKind::kOp:
-        out = launch_op(step.launch, args, step.attrs, runtime_, one_device_);
+        out = launch_op(step.launch, args, CallAttrs(step.attrs), runtime_, one_device_);
         break;
       case GraphNodeKind::kRelayout:
         out = execute_relayout(args[0], step.plan);

@@ -91,13 +91,15 @@ class Tensor {
 
   // Queries.
   bool defined() const { return storage_ != nullptr; }
-  const Shape& shape() const { return shape_; }
+  const Shape& shape() const { return geometry_ ? geometry_->shape : kScalarShape; }
   DType dtype() const { return dtype_; }
-  int rank() const { return shape_.rank(); }
-  int64_t num_elements() const { return shape_.num_elements(); }
+  int rank() const { return shape().rank(); }
+  int64_t num_elements() const { return shape().num_elements(); }
   size_t nbytes() const { return static_cast<size_t>(num_elements()) * dtype_size(dtype_); }
   // Element strides of this view (row-major strides for a contiguous tensor).
-  const std::vector<int64_t>& strides() const { return strides_; }
+  const std::vector<int64_t>& strides() const {
+    return geometry_ ? geometry_->strides : kScalarStrides;
+  }
   // Element offset of this view's first element into its storage (0 for a fresh tensor).
   int64_t storage_offset() const { return offset_; }
   bool is_contiguous() const;
@@ -180,10 +182,20 @@ class Tensor {
   void copy_across_spaces(const Tensor& src);
   uint8_t* base() const;
 
-  std::shared_ptr<Storage> storage_;  // the allocation; null for a null tensor
-  Shape shape_;                       // extents of this view
-  std::vector<int64_t> strides_;      // element strides of this view
-  int64_t offset_ = 0;                // element offset of this view into the storage
+  // A view's extents and element strides. Immutable and shared between copies, so that copying
+  // a Tensor copies no vectors: dispatch copies every block a kernel reads into its input list.
+  struct Geometry {
+    Shape shape;
+    std::vector<int64_t> strides;
+  };
+  // The row-major geometry of `shape`; recently made ones are reused (per thread).
+  static std::shared_ptr<const Geometry> contiguous_geometry(const Shape& shape);
+  inline static const Shape kScalarShape{};
+  inline static const std::vector<int64_t> kScalarStrides{};
+
+  std::shared_ptr<Storage> storage_;            // the allocation; null for a null tensor
+  std::shared_ptr<const Geometry> geometry_;    // null for a null tensor (shape [])
+  int64_t offset_ = 0;                          // element offset of this view into the storage
   DType dtype_ = DType::kF32;
 
   static Tensor allocate(const Shape& shape, DType dtype, Allocator* allocator = nullptr,

@@ -44,7 +44,8 @@
 namespace tessel {
 
 namespace detail {
-struct Placement;  // src/dtensor/placement.h
+struct Placement;      // src/dtensor/placement.h
+struct PlannedOutput;  // src/dtensor/launch_plan.cpp
 }  // namespace detail
 
 class DTensor {
@@ -112,6 +113,10 @@ class DTensor {
 
   std::shared_ptr<const Data> data_;  // null: a null DTensor
   uint64_t id_ = next_id();
+
+  // Dispatch hook (src/dtensor/launch_plan.cpp): assembles an op's output from blocks its launch
+  // plan allocated, skipping the constructor's checks, which the plan made once.
+  friend struct detail::PlannedOutput;
 
   static uint64_t next_id();  // unique per constructed value, process-wide
 };
