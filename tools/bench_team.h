@@ -1,4 +1,4 @@
-// Internal to `tessel bench`: a team of worker threads (one per simulated device) and the
+// Internal to `tessel bench`: a team of worker threads (one per rank or simulated device) and the
 // measurement helpers built on it.
 //
 //   Team team(4);

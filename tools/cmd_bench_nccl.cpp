@@ -12,14 +12,14 @@
 // call as out-of-place.
 #include <chrono>
 #include <cstdio>
-#include <functional>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
 #include "tessel/comm/nccl.h"
@@ -102,28 +102,13 @@ double expected(Op op, int n) {
   return op == Op::kBroadcast ? 1.0 : op == Op::kAllGather ? -1.0 : n * (n + 1) / 2.0;
 }
 
-struct Team {
+// tessel's side of the run: a communicator per GPU, and a worker thread per rank to call it
+// (bench_team.h; declared last, so that its threads are joined before the communicators go).
+struct Ranks {
   Runtime runtime;
   std::vector<std::unique_ptr<Communicator>> comms;
+  std::unique_ptr<bench::Team> workers;
   int n() const { return static_cast<int>(comms.size()); }
-  // fn(rank) on one thread per rank; rethrows the first failure.
-  void each(const std::function<void(int)>& fn) {
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(comms.size());
-    for (int r = 0; r < n(); ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          fn(r);
-        } catch (...) {
-          errors[static_cast<size_t>(r)] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
-  }
 };
 
 // One tessel call of `op`; in place when out is in.
@@ -137,25 +122,25 @@ void tessel_call(Communicator& comm, Op op, Tensor& in, Tensor& out) {
 }
 
 // Seconds per tessel call (wall time of rank 0, ranks in lockstep) and elements wrong.
-std::pair<double, int64_t> time_tessel(Team& team, Op op, Counts c, bool in_place, int iters,
+std::pair<double, int64_t> time_tessel(Ranks& ranks, Op op, Counts c, bool in_place, int iters,
                                        int warmup) {
-  const int n = team.n();
+  const int n = ranks.n();
   std::vector<double> seconds(static_cast<size_t>(n));
   std::vector<int64_t> wrong(static_cast<size_t>(n));
-  team.each([&](int r) {
-    Device& gpu = *team.runtime.gpu_devices()[static_cast<size_t>(r)];
+  ranks.workers->run([&](int r) {
+    Device& gpu = *ranks.runtime.gpu_devices()[static_cast<size_t>(r)];
     auto fill = [&](Tensor& t) { t.copy_from(Tensor::full(t.shape(), DType::kF32, r + 1)); };
     Tensor in = gpu.allocate(Shape{c.in}, DType::kF32, false);
     Tensor out = (in_place && op == Op::kAllReduce) ? in : gpu.allocate(Shape{c.out}, DType::kF32, false);
     fill(in);
-    for (int i = 0; i < warmup; ++i) tessel_call(*team.comms[r], op, in, out);
+    for (int i = 0; i < warmup; ++i) tessel_call(*ranks.comms[r], op, in, out);
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) tessel_call(*team.comms[r], op, in, out);
+    for (int i = 0; i < iters; ++i) tessel_call(*ranks.comms[r], op, in, out);
     seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
     // The check: fresh inputs, one call, every element against the exact value.
     fill(in);
     if (in_place && op == Op::kAllReduce) out = in;
-    tessel_call(*team.comms[r], op, in, out);
+    tessel_call(*ranks.comms[r], op, in, out);
     const std::vector<float> got = (op == Op::kBroadcast ? in : out).to_host().to_vector<float>();
     const double want = expected(op, n);
     for (size_t i = 0; i < got.size(); ++i) {
@@ -247,16 +232,17 @@ int run_bench_nccl(const Args& args) {
   const Op op = op_from(op_name, flags);
   if (min_bytes > max_bytes) flags.fail("-b must not exceed -e");
 
-  Team team{Runtime(RuntimeOptions{.num_cpu_devices = 1}), {}};
-  if (team.runtime.gpu_devices().empty()) {
+  Ranks ranks{Runtime(RuntimeOptions{.num_cpu_devices = 1}), {}, nullptr};
+  if (ranks.runtime.gpu_devices().empty()) {
     throw Error(ErrorCode::kUnavailable, "bench nccl",
                 built_with_cuda() ? "no GPU is visible (or TESSEL_GPU_DEVICES chose none)"
                                   : "tessel was built without CUDA");
   }
-  team.comms = make_nccl_communicators(team.runtime.gpu_devices());
-  const int n = team.n();
+  ranks.comms = make_nccl_communicators(ranks.runtime.gpu_devices());
+  const int n = ranks.n();
+  ranks.workers = std::make_unique<bench::Team>(n);
   std::vector<int> ordinals;
-  for (Device* d : team.runtime.gpu_devices()) ordinals.push_back(d->gpu_ordinal());
+  for (Device* d : ranks.runtime.gpu_devices()) ordinals.push_back(d->gpu_ordinal());
   std::vector<ncclComm_t> raw(static_cast<size_t>(n));
   check_nccl(ncclCommInitAll(raw.data(), n, ordinals.data()), "ncclCommInitAll");
   std::vector<cudaStream_t> streams(static_cast<size_t>(n));
@@ -278,8 +264,8 @@ int run_bench_nccl(const Args& args) {
   for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
     const Counts c = counts_of(op, bytes, n);
     const int64_t row_bytes = std::max(c.in, c.out) * 4;
-    const auto [oop_s, oop_wrong] = time_tessel(team, op, c, false, iters, warmup);
-    const auto [ip_s, ip_wrong] = time_tessel(team, op, c, true, iters, warmup);
+    const auto [oop_s, oop_wrong] = time_tessel(ranks, op, c, false, iters, warmup);
+    const auto [ip_s, ip_wrong] = time_tessel(ranks, op, c, true, iters, warmup);
     const double raw_s = time_raw(raw, ordinals, streams, op, c, iters, warmup);
     const double algbw = row_bytes / oop_s / 1e9, ip_algbw = row_bytes / ip_s / 1e9;
     const double raw_algbw = row_bytes / raw_s / 1e9;

@@ -83,8 +83,7 @@ void Communicator::abort(const std::string& reason) { transport_->abort(reason);
 
 void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
                               const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, input) ||
-      detail::stages_through_host(*transport_, output)) {
+  if (detail::stages_through_host(*transport_, input, output)) {
     Tensor in = detail::host_copy(input);
     Tensor out = output.defined() && output.shares_storage_with(input) ? in : detail::host_copy(output);
     all_reduce(in, out, op, options);
@@ -152,12 +151,14 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
 
 void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int root,
                           const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, input) ||
-      detail::stages_through_host(*transport_, output)) {
+  // A non-root's output is ignored: it is neither staged nor checked.
+  const Tensor no_output;
+  const Tensor& kept = rank() == root ? output : no_output;
+  if (detail::stages_through_host(*transport_, input, kept)) {
     Tensor in = detail::host_copy(input);
-    Tensor out = detail::host_copy(output);
+    Tensor out = detail::host_copy(kept);
     reduce(in, out, op, root, options);
-    if (output.defined() && rank() == root) output.copy_from(out);
+    if (kept.defined()) output.copy_from(out);
     return;
   }
   const std::string what = fmt::format("reduce({}, {} elements, {}, root {})",

@@ -55,9 +55,20 @@ DeviceCollectives* device_collectives_for(Transport& transport, const Tensor& t,
   return dev;
 }
 
+namespace {
+bool strided_on_device(const Tensor& t) {
+  return t.defined() && !t.memory_space().is_host() && !t.is_contiguous();
+}
+}  // namespace
+
 bool stages_through_host(Transport& transport, const Tensor& t, bool device_version) {
-  return t.defined() && !t.memory_space().is_host() &&
+  return t.defined() && !t.memory_space().is_host() && !strided_on_device(t) &&
          (!device_version || transport.device_collectives() == nullptr);
+}
+
+bool stages_through_host(Transport& transport, const Tensor& a, const Tensor& b) {
+  return !strided_on_device(a) && !strided_on_device(b) &&
+         (stages_through_host(transport, a) || stages_through_host(transport, b));
 }
 
 Tensor host_copy(const Tensor& t) {

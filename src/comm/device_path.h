@@ -31,7 +31,13 @@ Tensor device_all_to_all(DeviceCollectives& dev, Transport& t, const Tensor& inp
 // collectives (an in-process or MPI group of GPU devices), or of a collective without a device
 // version (device_version false: the block collectives, gather, scatter), runs on host copies,
 // and the results are copied back. True when `t` is defined and in device memory and either.
+// A strided view in device memory never stages (false): a host copy would hide its stride (and
+// copying one out of device memory is unimplemented), so the call goes on to its argument
+// checks, which refuse it with kInvalidArgument and abort the group, as for a host view.
 bool stages_through_host(Transport& transport, const Tensor& t, bool device_version = true);
+// The same for a call on two tensors (either may be null): one stages and neither is a strided
+// view in device memory.
+bool stages_through_host(Transport& transport, const Tensor& a, const Tensor& b);
 // A host copy of `t`; a null tensor stays null.
 Tensor host_copy(const Tensor& t);
 // `host` copied into memory of `like`'s allocator (a device's); `host` itself when `like` is

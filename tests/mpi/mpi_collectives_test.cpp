@@ -301,7 +301,7 @@ TEST_P(MpiCollectives, MatchesTheReference) {
   CollectiveOptions o = mpi_options();
   o.segment_bytes = segment_bytes;
   try {
-    check.check(*comm, o);
+    check.check(*comm, o, nullptr);
   } catch (const std::exception& e) {
     comm->abort("rank " + std::to_string(comm->rank()) + " failed a check: " + e.what());
     ADD_FAILURE() << e.what();

@@ -163,7 +163,7 @@ TEST_P(MpiHierarchyCollectives, MatchesTheReference) {
   o.segment_bytes = segment_bytes;
   EXPECT_EQ(on_devices(comms, [&](int, Communicator& c) {
               try {
-                check.check(c, o);
+                check.check(c, o, nullptr);
               } catch (const std::exception& e) {
                 c.abort("rank " + std::to_string(c.rank()) + " failed a check: " + e.what());
                 throw;

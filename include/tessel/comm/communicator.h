@@ -18,6 +18,10 @@
 //   An aborted group stays aborted: every later call throws kAborted.
 // - Ranks calling different collectives (or different dtypes/counts) at the same sequence
 //   number all throw kFailedPrecondition naming both signatures.
+// - Tensors in device memory (a GPU's or a simulated GPU's) take the transport's device
+//   collectives (NCCL) or else stage through host copies; either way the results are in the
+//   memory of the rank's input (scatter on a non-root: of its ignored input; host memory for a
+//   null one). Strided views are refused (kInvalidArgument) in device memory as on the host.
 // - bf16 and f16 are reduced in f32 and rounded once; kMean divides the sum by N (integers:
 //   truncating); bool sum/max are logical or, prod/min logical and, mean is kInvalidArgument.
 //

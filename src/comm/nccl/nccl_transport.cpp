@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/poll_until.h"
 #include "tessel/runtime/device.h"
 
 namespace tessel::detail {
@@ -79,11 +80,10 @@ NcclTransport::~NcclTransport() {
     // it returns ncclInProgress: destroying it before it completes corrupts NCCL's state, so
     // wait (boundedly: a group that does not finish in 10 s is aborted instead).
     ncclResult_t state = ncclCommFinalize(comm_);
-    const Deadline limit = Clock::now() + std::chrono::seconds(10);
-    while (state == ncclInProgress && Clock::now() < limit) {
-      std::this_thread::yield();
-      (void)ncclCommGetAsyncError(comm_, &state);
-    }
+    poll_until(Clock::now() + std::chrono::seconds(10), [&] {
+      if (state == ncclInProgress) (void)ncclCommGetAsyncError(comm_, &state);
+      return state != ncclInProgress;
+    });
     if (state == ncclSuccess) {
       (void)ncclCommDestroy(comm_);
     } else {
@@ -125,15 +125,11 @@ void NcclTransport::check(ncclResult_t result, const Signature& sig, std::string
 void NcclTransport::wait(const Signature& sig, Deadline deadline) {
   check_cuda(cudaEventRecord(done_, stream_), kNccl,
              fmt::format("cudaEventRecord on {}", device_name_));
-  // Spin (yielding) for the first 5 ms, as CUDA's own synchronisation does by default: a sleep
-  // lasts at least the kernel's timer slack (50 us) and overshoots the end of the work by up to
-  // its length, which showed as 20% of a 1 GiB all-reduce's time on an H100. Longer waits (a
-  // stall, a late peer) sleep with backoff until the deadline.
-  const Deadline spin_until = Clock::now() + std::chrono::milliseconds(5);
-  auto pause = std::chrono::microseconds(50);
-  for (;;) {
+  // Polls the event (poll_until: spins first, then sleeps), and between polls the group's abort
+  // flag and NCCL's asynchronous errors, either of which ends the wait at once.
+  const bool finished = poll_until(deadline, [&] {
     const cudaError_t status = cudaEventQuery(done_);
-    if (status == cudaSuccess) return;
+    if (status == cudaSuccess) return true;
     if (status != cudaErrorNotReady) check_cuda(status, kNccl, sig.describe(members()));
     if (abort_requested_.load()) {
       abort_nccl();
@@ -149,20 +145,15 @@ void NcclTransport::wait(const Signature& sig, Deadline deadline) {
                   sig.describe(members()), device_name_, rank(), sig.sequence,
                   ncclGetErrorString(async), ncclGetLastError(comm_));
     }
-    if (Clock::now() >= deadline) {
-      abort_requested_.store(true);
-      abort_nccl();
-      throw_error(ErrorCode::kDeadlineExceeded, kNccl,
-                  "{} (sequence {}) did not finish on {} (rank {} of {}) by its deadline; the "
-                  "NCCL communicator was aborted (a stalled rank or GPU)",
-                  sig.describe(members()), sig.sequence, device_name_, rank(), size());
-    }
-    if (Clock::now() < spin_until) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
+    return false;
+  });
+  if (!finished) {
+    abort_requested_.store(true);
+    abort_nccl();
+    throw_error(ErrorCode::kDeadlineExceeded, kNccl,
+                "{} (sequence {}) did not finish on {} (rank {} of {}) by its deadline; the "
+                "NCCL communicator was aborted (a stalled rank or GPU)",
+                sig.describe(members()), sig.sequence, device_name_, rank(), size());
   }
 }
 

@@ -1,12 +1,11 @@
 // GpuEvent over a CUDA event.
 #include "tessel/runtime/gpu_event.h"
 
-#include <thread>
-
 #include <cuda_runtime_api.h>
 
 #include "core/errors.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/poll_until.h"
 #include "tessel/runtime/device.h"
 
 namespace tessel {
@@ -61,22 +60,9 @@ void GpuEvent::make_wait(Device& other) const {
 void GpuEvent::synchronize(std::chrono::steady_clock::time_point deadline,
                            std::string_view what) const {
   // Polls instead of cudaEventSynchronize, which cannot be given a deadline.
-  // Spins (yielding) for the first 5 ms, as CUDA's own synchronisation does: a sleep lasts at
-  // least the kernel's 50 us timer slack. Longer waits sleep with backoff.
-  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
-  auto pause = std::chrono::microseconds(50);
-  while (!done()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      detail::throw_error(ErrorCode::kDeadlineExceeded, "GpuEvent",
-                          "{} on {} did not finish by its deadline", what, impl_->device->name());
-    }
-    if (now < spin_until) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
+  if (!detail::poll_until(deadline, [this] { return done(); })) {
+    detail::throw_error(ErrorCode::kDeadlineExceeded, "GpuEvent",
+                        "{} on {} did not finish by its deadline", what, impl_->device->name());
   }
 }
 
