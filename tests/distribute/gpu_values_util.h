@@ -29,17 +29,16 @@ inline double element(int d, int k, int64_t i) { return (d + 1) * (k + 2) + (i %
 // from the host).
 inline std::vector<ValueDestinationPair> device_batch(const std::vector<Device*>& devices,
                                                       DType dtype) {
-  const std::vector<Device*>& gpus = devices;
   std::vector<std::string> names;
-  for (Device* g : gpus) names.push_back(g->name());
+  for (Device* device : devices) names.push_back(device->name());
   std::vector<ValueDestinationPair> pairs;
   for (int k = 0; k < static_cast<int>(kUnevenShapes.size()); ++k) {
     const Shape& shape = kUnevenShapes[static_cast<size_t>(k)];
     std::vector<Value> values;
-    for (int d = 0; d < static_cast<int>(gpus.size()); ++d) {
+    for (int d = 0; d < static_cast<int>(devices.size()); ++d) {
       std::vector<double> host(static_cast<size_t>(shape.num_elements()));
       for (size_t i = 0; i < host.size(); ++i) host[i] = element(d, k, static_cast<int64_t>(i));
-      Tensor t = gpus[static_cast<size_t>(d)]->allocate(shape, dtype, /*zero_fill=*/false);
+      Tensor t = devices[static_cast<size_t>(d)]->allocate(shape, dtype, /*zero_fill=*/false);
       t.copy_from(Tensor::from_vector<double>(host, shape).astype(dtype));
       values.push_back(t);
     }
