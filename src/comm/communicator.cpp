@@ -85,7 +85,10 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
                               const CollectiveOptions& options) {
   if (detail::stages_through_host(*transport_, input, output)) {
     Tensor in = detail::host_copy(input);
-    Tensor out = output.defined() && output.shares_storage_with(input) ? in : detail::host_copy(output);
+    // The output's old bytes are never read: a fresh host tensor receives the result.
+    Tensor out = !output.defined() || output.shares_storage_with(input)
+                     ? in
+                     : Tensor::empty(output.shape(), output.dtype(), nullptr, /*zero_fill=*/false);
     all_reduce(in, out, op, options);
     output.copy_from(out);
     return;

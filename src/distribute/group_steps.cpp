@@ -48,6 +48,87 @@ struct StepLog {
   }
 };
 
+// One device's share of a dense batch all-reduce: each pack's bucket is allocated from the
+// device (its memory space: a GPU's packs live in the GPU's memory), the inputs are copied into
+// it there, the collective runs over it in place (NCCL on CUDA GPUs; a group without device
+// collectives stages it through the host, device_path.h) and the results are views of it.
+struct PackReducer {
+  Device& device;
+  Communicator& comm;
+  const std::vector<Tensor>& in;
+  ReduceOp op;
+  int64_t divisor;
+  CollectiveOptions options;
+
+  void reduce(const PackSpec& p, std::vector<Tensor>& out) const {
+    const Tensor& first = in[static_cast<size_t>(p.tensors[0])];
+    // The communicator's kMean divides by the group size; on device memory only floating dtypes
+    // (NCCL's ncclAvg takes no integers), so an integer mean there, or another divisor, is a sum
+    // divided afterwards (truncating, as the host's kMean does).
+    const bool comm_divides = op == ReduceOp::kMean && divisor == comm.size() &&
+                              (first.memory_space().is_host() || is_floating(first.dtype()));
+    const bool divide_after = op == ReduceOp::kMean && !comm_divides;
+    const ReduceOp comm_op = divide_after ? ReduceOp::kSum : op;
+    if (p.tensors.size() == 1 && p.ranges.size() == 1) {
+      const Tensor x = first.contiguous();
+      Tensor y = device.allocate(x.shape(), x.dtype(), /*zero_fill=*/false);
+      comm.all_reduce(x, y, comm_op, options);
+      if (divide_after) divide_in_place(y, divisor);
+      out[static_cast<size_t>(p.tensors[0])] = y;
+    } else if (p.scoped) {
+      reduce_scoped(p, comm_op, divide_after, out);
+    } else {
+      reduce_concatenated(p, comm_op, divide_after, out);
+    }
+  }
+
+  // A bytes_per_pack pack: one scoped allocation (fields at 64-byte offsets), inputs copied into
+  // their fields, one all_reduce over the backing, results are the fields. The scope is per
+  // call: the caller owns the results (persistent buckets whose views are overwritten every step
+  // are FusedAllReducer's, for callers that want them).
+  void reduce_scoped(const PackSpec& p, ReduceOp comm_op, bool divide_after,
+                     std::vector<Tensor>& out) const {
+    std::vector<Shape> shapes;
+    for (int t : p.tensors) shapes.push_back(in[static_cast<size_t>(t)].shape());
+    ScopedAllocator scope(std::move(shapes), in[static_cast<size_t>(p.tensors[0])].dtype(),
+                          "batch_all_reduce_pack", /*scope_id=*/0,
+                          static_cast<int>(p.tensors.size()), device.allocator());
+    const std::vector<Tensor>& fields = scope.allocate_all();
+    for (size_t f = 0; f < fields.size(); ++f)
+      Tensor(fields[f]).copy_from(in[static_cast<size_t>(p.tensors[f])]);
+    Tensor all = scope.concat(scope.backing(), fields);
+    comm.all_reduce(all, all, comm_op, options);
+    scope.close();
+    if (divide_after) divide_in_place(all, divisor);  // padding too: harmless, never read
+    for (size_t f = 0; f < fields.size(); ++f) out[static_cast<size_t>(p.tensors[f])] = fields[f];
+  }
+
+  // TF's num_packs packing: the tensors flattened into one buffer, one all_reduce per range.
+  void reduce_concatenated(const PackSpec& p, ReduceOp comm_op, bool divide_after,
+                           std::vector<Tensor>& out) const {
+    int64_t total = 0;
+    for (int t : p.tensors) total += in[static_cast<size_t>(t)].num_elements();
+    Tensor buffer = device.allocate(Shape{total}, in[static_cast<size_t>(p.tensors[0])].dtype(),
+                                    /*zero_fill=*/false);
+    int64_t offset = 0;
+    for (int t : p.tensors) {
+      const Tensor& x = in[static_cast<size_t>(t)];
+      const int64_t n = x.num_elements();
+      buffer.slice(0, offset, offset + n).copy_from(x.contiguous().reshape(Shape{n}));
+      offset += n;
+    }
+    for (Tensor piece : split_flat(buffer, p.ranges)) comm.all_reduce(piece, piece, comm_op, options);
+    if (divide_after) divide_in_place(buffer, divisor);
+    offset = 0;
+    for (int t : p.tensors) {
+      const Tensor& x = in[static_cast<size_t>(t)];
+      const int64_t n = x.num_elements();
+      out[static_cast<size_t>(t)] = buffer.slice(0, offset, offset + n).reshape(x.shape());
+      offset += n;
+    }
+  }
+};
+
 }  // namespace
 
 std::vector<std::vector<Tensor>> all_reduce_dense(const GroupJob& job,
@@ -57,69 +138,11 @@ std::vector<std::vector<Tensor>> all_reduce_dense(const GroupJob& job,
   auto results = std::make_shared<std::vector<std::vector<Tensor>>>(job.devices.size());
   const std::vector<Device*> devices = job.devices;
   const CollectiveOptions copts = job.collective;
-  // The communicator's kMean divides by the group size; another divisor divides afterwards.
   const auto work = [results, devices, inputs, packs, op, divisor, copts](size_t d,
                                                                           Communicator& comm) {
-    const bool fused_mean = op == ReduceOp::kMean && divisor == comm.size();
-    const ReduceOp comm_op = op == ReduceOp::kMean && !fused_mean ? ReduceOp::kSum : op;
-    const bool divide_after = op == ReduceOp::kMean && !fused_mean;
-    Device& dev = *devices[d];
-    const std::vector<Tensor>& in = inputs[d];
-    std::vector<Tensor> out(in.size());
-    for (const PackSpec& p : packs) {
-      if (p.tensors.size() == 1 && p.ranges.size() == 1) {
-        const Tensor x = in[static_cast<size_t>(p.tensors[0])].contiguous();
-        Tensor y = dev.allocate(x.shape(), x.dtype(), /*zero_fill=*/false);
-        comm.all_reduce(x, y, comm_op, copts);
-        if (divide_after) divide_in_place(y, divisor);
-        out[static_cast<size_t>(p.tensors[0])] = y;
-        continue;
-      }
-      if (p.scoped) {
-        // A bytes_per_pack pack: one scoped allocation (fields at 64-byte offsets), inputs
-        // copied into their fields, one all_reduce over the backing, results are the fields.
-        // The scope is per call: the caller owns the results (persistent buckets whose views
-        // are overwritten every step are FusedAllReducer's, for callers that want them).
-        std::vector<Shape> shapes;
-        for (int t : p.tensors) shapes.push_back(in[static_cast<size_t>(t)].shape());
-        ScopedAllocator scope(std::move(shapes), in[static_cast<size_t>(p.tensors[0])].dtype(),
-                              "batch_all_reduce_pack", /*scope_id=*/0,
-                              static_cast<int>(p.tensors.size()), dev.allocator());
-        const std::vector<Tensor>& fields = scope.allocate_all();
-        for (size_t f = 0; f < fields.size(); ++f)
-          Tensor(fields[f]).copy_from(in[static_cast<size_t>(p.tensors[f])]);
-        Tensor all = scope.concat(scope.backing(), fields);
-        comm.all_reduce(all, all, comm_op, copts);
-        scope.close();
-        for (size_t f = 0; f < fields.size(); ++f) {
-          Tensor result = fields[f];
-          if (divide_after) divide_in_place(result, divisor);
-          out[static_cast<size_t>(p.tensors[f])] = std::move(result);
-        }
-        continue;
-      }
-      int64_t total = 0;
-      for (int t : p.tensors) total += in[static_cast<size_t>(t)].num_elements();
-      Tensor buffer = dev.allocate(Shape{total}, in[static_cast<size_t>(p.tensors[0])].dtype(),
-                                   /*zero_fill=*/false);
-      int64_t offset = 0;
-      for (int t : p.tensors) {
-        const Tensor& x = in[static_cast<size_t>(t)];
-        const int64_t n = x.num_elements();
-        buffer.slice(0, offset, offset + n).copy_from(x.contiguous().reshape(Shape{n}));
-        offset += n;
-      }
-      for (Tensor piece : split_flat(buffer, p.ranges))
-        comm.all_reduce(piece, piece, comm_op, copts);
-      if (divide_after) divide_in_place(buffer, divisor);
-      offset = 0;
-      for (int t : p.tensors) {
-        const Tensor& x = in[static_cast<size_t>(t)];
-        const int64_t n = x.num_elements();
-        out[static_cast<size_t>(t)] = buffer.slice(0, offset, offset + n).reshape(x.shape());
-        offset += n;
-      }
-    }
+    PackReducer reducer{*devices[d], comm, inputs[d], op, divisor, copts};
+    std::vector<Tensor> out(inputs[d].size());
+    for (const PackSpec& p : packs) reducer.reduce(p, out);
     (*results)[d] = std::move(out);
   };
   const std::string algorithm = resolved_algorithm_name(copts.algorithm);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "distribute/distribute_test_util.h"
+#include "distribute/gpu_values_util.h"
 
 namespace tessel {
 namespace {
@@ -198,6 +199,27 @@ TEST(CrossDeviceAllReduce, CommunicatorsAreCachedPerDeviceSet) {
                              {3, 3, 3, 3});
   }
   EXPECT_EQ(ops.num_collectives(), 20);
+}
+
+TEST(CrossDeviceAllReduce, PacksOfGpuValuesLiveInTheGpusMemory) {
+  // NcclAllReduce's num_packs packing over simulated GPUs: packs split inside tensors, three
+  // dtypes, uneven sizes; the same plan and results as on CPU devices, the packed buffers in the
+  // GPUs' memory and the inputs copied into them there.
+  Runtime rt({.num_cpu_devices = 3, .num_simulated_gpu_devices = 3});
+  std::vector<Device*> cpus;
+  for (int d = 0; d < 3; ++d) cpus.push_back(&rt.device(cpu(d)));
+  for (int num_packs : {0, 1, 2, 3, 7}) {
+    NcclAllReduce gpu_ops(num_packs, rt);
+    NcclAllReduce cpu_ops(num_packs, rt);
+    for (DType dtype : {DType::kF32, DType::kF64, DType::kI32}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+        SCOPED_TRACE("num_packs " + std::to_string(num_packs));
+        testing::expect_gpu_batch_matches_cpu(gpu_ops, cpu_ops, rt.gpu_devices(), cpus, dtype, op,
+                                              kBounded);
+      }
+    }
+    EXPECT_EQ(gpu_ops.last_plan().num_collectives(), num_packs == 0 ? 5 : num_packs);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <future>
 
 #include "distribute/distribute_test_util.h"
+#include "distribute/gpu_values_util.h"
 
 namespace tessel {
 namespace {
@@ -263,6 +264,35 @@ TEST(CrossDeviceCollective, PackedResultsAreFieldsOfOneScopedBacking) {
       EXPECT_EQ(t.to_vector<float>(), std::vector<float>(static_cast<size_t>(3 + k), k + 1.0f));
     }
     EXPECT_FALSE(first.shares_storage_with(out[0].tensor(1 - d)));  // one backing per device
+  }
+}
+
+TEST(CrossDeviceCollective, ScopedBucketsOfGpuValuesLiveInTheGpusMemory) {
+  // Several packs (bytes_per_pack 0: one; 64 and 200: several, some of one tensor), three
+  // dtypes, uneven sizes: the same plan and results as on CPU devices, the buckets in the GPUs'
+  // memory and the inputs copied into them there.
+  Runtime rt({.num_cpu_devices = 3, .num_simulated_gpu_devices = 3});
+  std::vector<std::string> gpu_names;
+  std::vector<std::string> cpu_names;
+  std::vector<Device*> cpus;
+  for (int d = 0; d < 3; ++d) {
+    gpu_names.push_back(rt.gpu_devices()[static_cast<size_t>(d)]->name());
+    cpu_names.push_back(cpu(d));
+    cpus.push_back(&rt.device(cpu(d)));
+  }
+  for (int64_t bytes_per_pack : {0, 64, 200}) {
+    CollectiveAllReduce gpu_ops(gpu_names, 3, {}, rt);
+    CollectiveAllReduce cpu_ops(cpu_names, 3, {}, rt);
+    for (DType dtype : {DType::kF32, DType::kF64, DType::kI32}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+        SCOPED_TRACE("bytes_per_pack " + std::to_string(bytes_per_pack));
+        testing::expect_gpu_batch_matches_cpu(gpu_ops, cpu_ops, rt.gpu_devices(), cpus, dtype, op,
+                                              CommunicationOptions(bytes_per_pack, 10.0));
+      }
+    }
+    if (bytes_per_pack == 64) {
+      EXPECT_GT(gpu_ops.last_plan().num_collectives(), 1);
+    }
   }
 }
 
