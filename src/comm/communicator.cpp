@@ -85,10 +85,14 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
                               const CollectiveOptions& options) {
   if (detail::stages_through_host(*transport_, input, output)) {
     Tensor in = detail::host_copy(input);
-    // The output's old bytes are never read: a fresh host tensor receives the result.
-    Tensor out = !output.defined() || output.shares_storage_with(input)
-                     ? in
-                     : Tensor::empty(output.shape(), output.dtype(), nullptr, /*zero_fill=*/false);
+    // The output's old bytes are never read: a fresh host tensor receives the result (a null
+    // output stays null, for the argument checks to refuse on every rank).
+    Tensor out;
+    if (output.defined()) {
+      out = output.shares_storage_with(input)
+                ? in
+                : Tensor::empty(output.shape(), output.dtype(), nullptr, /*zero_fill=*/false);
+    }
     all_reduce(in, out, op, options);
     output.copy_from(out);
     return;
