@@ -28,10 +28,13 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
-    "                        [--sgemm-threads T] [--dropout X] [--data FILE] [--json]\n"
+    "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--data FILE] [--json]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
-    "virtual devices in this process, after one warm-up step; medians of --steps (default 3).\n"
+    "virtual devices in this process, after --warmup untimed steps (default 1); medians of\n"
+    "--steps (default 3). The first steps of a large configuration are slower while the host\n"
+    "memory settles (fresh pages: baby on 2x2 took 18, 16, 10, 8.7, 8.6 s); compare with a peer\n"
+    "after the same warm-up.\n"
     "Baselines from the same run: OpenBLAS sgemm (2048^3, --sgemm-threads threads, default 2)\n"
     "for MFU, counting FLOPs as torchtitan does (6 N + 12 L H Q T per token); the first mesh's\n"
     "step time for the others' ratio. Per mesh also: collectives and bytes per step (relayout\n"
@@ -42,7 +45,7 @@ constexpr const char* kHelp =
 struct Flags {
   std::string config = "baby";
   std::string meshes = "1x1,2x2";
-  int64_t steps = 3, sgemm_threads = 2;
+  int64_t steps = 3, warmup = 1, sgemm_threads = 2;
   double dropout = -1;  // -1: the configuration's
   std::string data = "data/shakespeare_char/input.txt";
   bool json = false;
@@ -76,7 +79,7 @@ struct MeshResult {
 };
 
 MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, int64_t batch,
-                    int64_t model, int64_t steps, double peak) {
+                    int64_t model, int64_t warmup, int64_t steps, double peak) {
   MeshResult r;
   r.batch = batch;
   r.model = model;
@@ -85,7 +88,8 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   for (const Device* d : rt.devices()) names.push_back(d->name());
   const Mesh mesh = Mesh::create_on_devices({{"batch", batch}, {"model", model}}, names);
   gpt::GptTrainer trainer(config, mesh, data, &rt);
-  r.losses.push_back(trainer.step().loss);  // warm-up: first allocations, the op registry
+  // Warm-up: first allocations, the op registry, the host memory settling.
+  for (int64_t s = 0; s < warmup; ++s) r.losses.push_back(trainer.step().loss);
   for (Device* d : rt.devices()) d->reset_peak_memory();
   std::vector<double> times;
   const RelayoutStats before = relayout_stats();
@@ -130,6 +134,7 @@ int run_bench_gpt(const Args& args) {
   flags.text({"--config"}, f.config);
   flags.text({"--meshes"}, f.meshes);
   flags.integer({"--steps"}, f.steps, 1, 1000);
+  flags.integer({"--warmup"}, f.warmup, 0, 1000);
   flags.integer({"--sgemm-threads"}, f.sgemm_threads, 1, 1024);
   flags.text({"--data"}, f.data);
   flags.number({"--dropout"}, f.dropout);
@@ -155,7 +160,7 @@ int run_bench_gpt(const Args& args) {
   const bench::CpuSample cpu_before = bench::sample_cpu();
   const double peak = sgemm_peak(2048, static_cast<int>(f.sgemm_threads));
   std::vector<MeshResult> results;
-  for (const auto& [b, m] : meshes) results.push_back(run_mesh(config, data, b, m, f.steps, peak));
+  for (const auto& [b, m] : meshes) results.push_back(run_mesh(config, data, b, m, f.warmup, f.steps, peak));
   const double others = bench::other_cpu_fraction(cpu_before, bench::sample_cpu());
   if (f.json) {
     Json rows = Json::array();
@@ -173,6 +178,7 @@ int run_bench_gpt(const Args& args) {
                {"state_bytes_per_device", json_number(r.state_bytes, 15)}});
     }
     print_json(Json{{"config", f.config},
+                    {"warmup_steps", f.warmup},
                     {"dropout", json_number(config.dropout)},
                     {"parameters", config.num_parameters()},
                     {"flops_per_token", json_number(config.flops_per_token(), 15)},
@@ -185,10 +191,10 @@ int run_bench_gpt(const Args& args) {
   }
   std::cout << fmt::format(
       "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token, dropout {}), {} timed steps "
-      "after 1 warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} GFLOP/s; load {}, other "
+      "after {} warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} GFLOP/s; load {}, other "
       "processes took {:.0f}% of the CPUs\n\n",
       f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout, f.steps,
-      f.sgemm_threads, peak / 1e9, bench::load_average_text(), others * 100);
+      f.warmup, f.sgemm_threads, peak / 1e9, bench::load_average_text(), others * 100);
   std::cout << fmt::format("{:>6} {:>10} {:>9} {:>7} {:>9} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
                            "mesh", "step (s)", "tokens/s", "MFU", "vs first", "collectives",
                            "MiB moved", "coll. s", "peak MiB", "state MiB");

@@ -171,9 +171,9 @@ def plan_run(peers: Peers, s, workload: str, peer: str):
     # gpt
     if peer == "tessel":
         return [[cli, "bench", "gpt", "--config", s.gpt_config, "--meshes", "2x2", "--steps", str(s.gpt_steps),
-                 "--dropout", "0", "--json"]], rows_tessel_gpt
+                 "--warmup", str(s.gpt_warmup), "--dropout", "0", "--json"]], rows_tessel_gpt
     return [[str(peers.venv_python), str(REPO / "examples" / "gpt" / "reference" / "bench_gpt_jax.py"),
-             "--config", s.gpt_config, "--mesh", "2x2", "--steps", str(s.gpt_steps), "--warmup", "1",
+             "--config", s.gpt_config, "--mesh", "2x2", "--steps", str(s.gpt_steps), "--warmup", str(s.gpt_warmup),
              "--json"]], rows_jax_gpt
 
 

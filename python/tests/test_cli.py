@@ -68,6 +68,17 @@ def test_json_output_is_valid_json(args):
     assert all(math.isfinite(x) for x in numbers(doc))
 
 
+def test_bench_gpt_takes_its_warmup_steps():
+    r = run("bench", "gpt", "--config", "test", "--meshes", "1x1", "--steps", "1", "--warmup", "2",
+            "--sgemm-threads", "1", "--data", str(SOURCE / "data/shakespeare_char/input.txt"),
+            "--json")
+    assert r.returncode == 0, r.stderr
+    doc = strict_json(r.stdout)
+    assert doc["warmup_steps"] == 2 and doc["meshes"][0]["step_seconds"] > 0
+    bad = run("bench", "gpt", "--warmup", "-1")
+    assert bad.returncode == 2 and "--warmup" in bad.stderr
+
+
 def test_demo_without_check_writes_null_not_nan():
     doc = strict_json(run("demo", *TINY_DEMO, "--no-check", "--json").stdout)
     assert doc["max_rel_loss_diff"] is None and doc["single_device_step_us"] is None
