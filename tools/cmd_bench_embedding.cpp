@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "bench_env.h"
 #include "bench_team.h"
 #include "commands.h"
@@ -64,12 +66,12 @@ struct Workload {
 EmbeddingConfiguration make_config(const Workload& w, TablePlacement placement) {
   EmbeddingConfiguration c;
   for (int t = 0; t < w.tables; ++t) {
-    c.tables.push_back({.name = "t" + std::to_string(t), .vocabulary_size = w.rows,
+    c.tables.push_back({.name = fmt::format("t{}", t), .vocabulary_size = w.rows,
                         .dimension = w.dim,
                         .optimization_parameters = {.optimizer = EmbeddingOptimizer::kSgd,
                                                     .learning_rate = 0.01f},
                         .placement = placement, .combiner = EmbeddingCombiner::kSum});
-    c.features.push_back({.name = "f" + std::to_string(t), .table_id = t, .input_shape = {}});
+    c.features.push_back({.name = fmt::format("f{}", t), .table_id = t, .input_shape = {}});
   }
   c.batch_size_per_device = w.batch;
   c.sharding_strategy = ShardingStrategy::kMod;
