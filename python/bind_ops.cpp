@@ -35,21 +35,37 @@ namespace tessel::python {
 
 // `holder` keeps the Python object of t's Runtime alive (a Runtime made in Python may otherwise
 // go before whatever points at its devices); shared with bind_autodiff.cpp.
-void keep_runtime_alive(py::handle holder, const DTensor& t) {
-  if (!t.defined()) return;
-  // Only a Runtime some Python object stands for can be collected under the DTensor; the
-  // global one (and any other only C++ owns) has none, and wrapping it for every result would
-  // cost an object and a patient entry per op.
+namespace {
+
+// Only a Runtime some Python object stands for can be collected under a DTensor; the global
+// one (and any other only C++ owns) has none, and wrapping it for every result would cost an
+// object and a patient entry per op.
+void keep_alive_if_owned(py::handle holder, Runtime* runtime) {
   static const py::detail::type_info* runtime_type = py::detail::get_type_info(typeid(Runtime));
-  if (py::handle owner = py::detail::get_object_handle(&t.runtime(), runtime_type)) {
+  if (runtime == nullptr) return;
+  if (py::handle owner = py::detail::get_object_handle(runtime, runtime_type)) {
     py::detail::keep_alive_impl(holder, owner);
   }
 }
 
+}  // namespace
+
+void keep_runtime_alive(py::handle holder, const DTensor& t) {
+  keep_alive_if_owned(holder, t.defined() ? &t.runtime() : nullptr);
+}
+
 // A DTensor as a Python object that keeps its Runtime alive (shared with bind_autodiff.cpp).
+// py::cast would look the DTensor type up by name on every call: this is every op's result.
 py::object wrap_dtensor(DTensor tensor) {
-  py::object obj = py::cast(tensor);
-  keep_runtime_alive(obj, tensor);
+  static const py::detail::type_info* dtensor_type = py::detail::get_type_info(typeid(DTensor));
+  Runtime* runtime = tensor.defined() ? &tensor.runtime() : nullptr;
+  const auto move_out = [](const void* p) -> void* {
+    return new DTensor(std::move(*static_cast<DTensor*>(const_cast<void*>(p))));
+  };
+  auto obj = py::reinterpret_steal<py::object>(py::detail::type_caster_generic::cast(
+      &tensor, py::return_value_policy::move, py::handle(), dtensor_type, nullptr, move_out));
+  if (!obj) throw py::error_already_set();
+  keep_alive_if_owned(obj, runtime);
   return obj;
 }
 
