@@ -459,6 +459,18 @@ TEST_F(GpuOpKernels, EmbeddingIdsOutsideTheVocabularyAreReported) {
   }
 }
 
+// The batch shape of logits: their shape without the last (class) axis.
+Shape batch_of(const Shape& logits) {
+  std::vector<int64_t> dims = logits.dims();
+  dims.pop_back();
+  return Shape(dims);
+}
+
+// Labels of dtype `index` drawn from [low, high).
+Tensor labels_in(const Shape& batch, DType index, uint64_t seed, double low, double high) {
+  return Tensor::random_uniform(batch, DType::kI64, seed, low, high).astype(index);
+}
+
 // The vocabulary-parallel cross entropy's stages (ops_parallel_xent.cpp) on one device's block:
 // its classes start at global class 0. Labels include ones outside [0, classes), which the
 // parts skip.
@@ -469,24 +481,18 @@ TEST_F(GpuOpKernels, CrossEntropyStagesMatchTheCpuKernels) {
     for (DType index : {DType::kI32, DType::kI64}) {
       for (const Shape& shape : logit_shapes) {
         const int64_t classes = shape[shape.rank() - 1];
-        std::vector<int64_t> batch_dims = shape.dims();
-        batch_dims.pop_back();
-        const Shape batch(batch_dims);
-        std::vector<int64_t> pair_dims = batch_dims;
+        const Shape batch = batch_of(shape);
+        std::vector<int64_t> pair_dims = batch.dims();
         pair_dims.push_back(2);
         const Shape pairs(pair_dims);
         const Tensor x = uniform(shape, dtype, 36, -8, 8);
         const Tensor m = uniform(batch, dtype, 37, 0, 8);
-        const Tensor any_labels =
-            Tensor::random_uniform(batch, DType::kI64, 38, -1, static_cast<double>(classes) + 1)
-                .astype(index);
+        const Tensor any_labels = labels_in(batch, index, 38, -1, static_cast<double>(classes) + 1);
         expect_matches_cpu("xent_parts", {any_labels, x, m}, {}, Match::kClose);
         expect_matches_cpu("xent_parts_grad", {any_labels, x, m, uniform(pairs, dtype, 39)}, {},
                            Match::kClose);
         if (classes == 0) continue;  // the last stage needs a class for each label
-        const Tensor labels =
-            Tensor::random_uniform(batch, DType::kI64, 40, 0, static_cast<double>(classes))
-                .astype(index);
+        const Tensor labels = labels_in(batch, index, 40, 0, static_cast<double>(classes));
         const Tensor parts = uniform(pairs, dtype, 41, 0.5, 3);
         OpAttrs attrs;
         attrs.vocab_size = classes;
@@ -649,13 +655,9 @@ TEST_F(GpuOpKernels, UnshardedCrossEntropyAndItsGradientMatchTheCpuKernels) {
   for (DType dtype : kDtypes) {
     for (DType index : {DType::kI32, DType::kI64}) {
       for (const Shape& shape : logit_shapes) {
-        const int64_t classes = shape[shape.rank() - 1];
-        std::vector<int64_t> batch_dims = shape.dims();
-        batch_dims.pop_back();
-        const Shape batch(batch_dims);
+        const Shape batch = batch_of(shape);
         const Tensor labels =
-            Tensor::random_uniform(batch, DType::kI64, 62, 0, static_cast<double>(classes))
-                .astype(index);
+            labels_in(batch, index, 62, 0, static_cast<double>(shape[shape.rank() - 1]));
         const Tensor x = uniform(shape, dtype, 63, -8, 8);
         expect_matches_cpu("sparse_softmax_cross_entropy_with_logits", {labels, x}, {},
                            Match::kClose);

@@ -197,7 +197,8 @@ void slice_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs
         if (!box) return std::nullopt;
         return by_width(out.dtype(), [&]<typename E>() -> GpuLaunch {
           const cudaError_t zeroed = cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream);
-          if (zeroed != cudaSuccess) return zeroed;
+          // An empty gradient's box may start past the block.
+          if (zeroed != cudaSuccess || g.num_elements() == 0) return zeroed;
           return gpu::launch_strided_write<E>(static_cast<const E*>(g.data_ptr()),
                                               static_cast<E*>(out.data_ptr()) + box->first,
                                               g.num_elements(), box->index, stream);
