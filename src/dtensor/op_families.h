@@ -1,6 +1,9 @@
 // Internal: the built-in op families, each registered by one explicit function (one file each).
 #pragma once
 
+#include <cstddef>
+#include <string>
+
 #include "tessel/dtensor/op_registry.h"
 
 namespace tessel::detail {
@@ -18,6 +21,11 @@ void register_attention_ops(OpRegistry& registry);    // ops_attention.cpp
 void register_dropout_ops(OpRegistry& registry);      // ops_dropout.cpp
 void register_parallel_xent_ops(OpRegistry& registry);  // ops_parallel_xent.cpp
 void register_sampling_ops(OpRegistry& registry);     // ops_sampling.cpp
+
+// concat's ops of fixed arity, "concat2" .. "concat8" (OpDef has a fixed arity; ops_shape.cpp):
+// the most inputs one of them takes, and the name of the one that takes `arity`.
+constexpr int kMaxConcatArity = 8;
+std::string concat_name(size_t arity);
 
 // GPU kernels of the built-in ops (OpDef::gpu_kernel): src/dtensor/cuda/ with the CUDA backend,
 // else gpu_kernels_stub.cpp, which registers none.

@@ -45,10 +45,6 @@ constexpr std::string_view kReshape = "reshape";
 constexpr std::string_view kTranspose = "transpose";
 constexpr std::string_view kSlice = "slice";
 constexpr std::string_view kSliceGrad = "slice_grad";
-constexpr int kMaxConcatArity = 8;
-
-std::string concat_name(size_t arity) { return fmt::format("concat{}", arity); }
-
 int64_t mesh_dims_size(const Mesh& mesh, const std::vector<std::string>& dims) {
   int64_t n = 1;
   for (const std::string& d : dims) n *= mesh.dim_size(d);
@@ -526,6 +522,8 @@ OpAttrs slice_grad_attrs(std::vector<int64_t> begin, std::vector<int64_t> input_
 }
 
 }  // namespace
+
+std::string concat_name(size_t arity) { return fmt::format("concat{}", arity); }
 
 void register_shape_ops(OpRegistry& registry) {
   {

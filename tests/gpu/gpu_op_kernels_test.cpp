@@ -77,6 +77,29 @@ class GpuOpKernels : public GpuTest {
     }
   }
 
+  // Runs `op` on the GPU with a bad label among `inputs` and expects the CPU kernels' error for
+  // `first_bad`, the first row's bad label, raised by the GPU kernel (nothing host-staged).
+  void expect_bad_label_reported(const std::string& op, const std::vector<Tensor>& inputs,
+                                 const OpAttrs& attrs, int64_t first_bad, int64_t classes) {
+    SCOPED_TRACE(op + " on " + describe(inputs));
+    const std::vector<DTensor> on_gpu = place(inputs, gpu_mesh(), runtime());
+    const int64_t staged_before = host_staged_kernel_calls()[op];
+    try {
+      to_host(call_op(op, on_gpu, attrs));
+      ADD_FAILURE() << "label " << first_bad << " was not reported";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find(op), std::string::npos) << what;
+      EXPECT_NE(
+          what.find("Received a label value of " + std::to_string(first_bad) +
+                    " which is outside the valid range of [0, " + std::to_string(classes) + ")"),
+          std::string::npos)
+          << what;
+    }
+    EXPECT_EQ(host_staged_kernel_calls()[op], staged_before) << "the GPU kernel did not run";
+  }
+
   static std::string describe(const std::vector<Tensor>& inputs) {
     std::string s;
     for (const Tensor& t : inputs)
@@ -436,6 +459,18 @@ TEST_F(GpuOpKernels, EmbeddingIdsOutsideTheVocabularyAreReported) {
   }
 }
 
+// The batch shape of logits: their shape without the last (class) axis.
+Shape batch_of(const Shape& logits) {
+  std::vector<int64_t> dims = logits.dims();
+  dims.pop_back();
+  return Shape(dims);
+}
+
+// Labels of dtype `index` drawn from [low, high).
+Tensor labels_in(const Shape& batch, DType index, uint64_t seed, double low, double high) {
+  return Tensor::random_uniform(batch, DType::kI64, seed, low, high).astype(index);
+}
+
 // The vocabulary-parallel cross entropy's stages (ops_parallel_xent.cpp) on one device's block:
 // its classes start at global class 0. Labels include ones outside [0, classes), which the
 // parts skip.
@@ -446,24 +481,18 @@ TEST_F(GpuOpKernels, CrossEntropyStagesMatchTheCpuKernels) {
     for (DType index : {DType::kI32, DType::kI64}) {
       for (const Shape& shape : logit_shapes) {
         const int64_t classes = shape[shape.rank() - 1];
-        std::vector<int64_t> batch_dims = shape.dims();
-        batch_dims.pop_back();
-        const Shape batch(batch_dims);
-        std::vector<int64_t> pair_dims = batch_dims;
+        const Shape batch = batch_of(shape);
+        std::vector<int64_t> pair_dims = batch.dims();
         pair_dims.push_back(2);
         const Shape pairs(pair_dims);
         const Tensor x = uniform(shape, dtype, 36, -8, 8);
         const Tensor m = uniform(batch, dtype, 37, 0, 8);
-        const Tensor any_labels =
-            Tensor::random_uniform(batch, DType::kI64, 38, -1, static_cast<double>(classes) + 1)
-                .astype(index);
+        const Tensor any_labels = labels_in(batch, index, 38, -1, static_cast<double>(classes) + 1);
         expect_matches_cpu("xent_parts", {any_labels, x, m}, {}, Match::kClose);
         expect_matches_cpu("xent_parts_grad", {any_labels, x, m, uniform(pairs, dtype, 39)}, {},
                            Match::kClose);
         if (classes == 0) continue;  // the last stage needs a class for each label
-        const Tensor labels =
-            Tensor::random_uniform(batch, DType::kI64, 40, 0, static_cast<double>(classes))
-                .astype(index);
+        const Tensor labels = labels_in(batch, index, 40, 0, static_cast<double>(classes));
         const Tensor parts = uniform(pairs, dtype, 41, 0.5, 3);
         OpAttrs attrs;
         attrs.vocab_size = classes;
@@ -476,29 +505,20 @@ TEST_F(GpuOpKernels, CrossEntropyStagesMatchTheCpuKernels) {
   }
 }
 
+// Labels with a bad one in the first, second and fourth row, and the first row's bad label.
+const std::vector<std::pair<std::vector<int64_t>, int64_t>> kBadLabels = {
+    {{1, 7, -3, 2}, 7}, {{0, 4, -3, 5}, -3}, {{5, 0, 1, 2}, 5}};
+
 // The last stage names the first row's bad label, as the CPU kernel (which stops there) does.
 TEST_F(GpuOpKernels, CrossEntropyLabelsOutsideTheClassesAreReported) {
   const Tensor parts = uniform(Shape({4, 2}), DType::kF32, 43, 0.5, 3);
   OpAttrs attrs;
   attrs.vocab_size = 5;
   for (DType index : {DType::kI32, DType::kI64}) {
-    for (const auto& [values, first_bad] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
-             {{1, 7, -3, 2}, 7}, {{0, 4, -3, 5}, -3}, {{5, 0, 1, 2}, 5}}) {
+    for (const auto& [values, first_bad] : kBadLabels) {
       const Tensor labels = Tensor::from_vector<int64_t>(values, Shape({4})).astype(index);
-      const std::vector<DTensor> on_gpu = place({parts, labels}, gpu_mesh(), runtime());
-      try {
-        to_host(call_op("sparse_softmax_cross_entropy_with_logits.vocab_parallel", on_gpu, attrs));
-        ADD_FAILURE() << "label " << first_bad << " was not reported";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-        const std::string what = e.what();
-        EXPECT_NE(what.find("sparse_softmax_cross_entropy_with_logits"), std::string::npos)
-            << what;
-        EXPECT_NE(what.find("Received a label value of " + std::to_string(first_bad) +
-                            " which is outside the valid range of [0, 5)"),
-                  std::string::npos)
-            << what;
-      }
+      expect_bad_label_reported("sparse_softmax_cross_entropy_with_logits.vocab_parallel",
+                                {parts, labels}, attrs, first_bad, 5);
     }
   }
 }
@@ -515,6 +535,150 @@ TEST_F(GpuOpKernels, DropoutMatchesTheCpuKernelBitForBit) {
           expect_matches_cpu("dropout", {uniform(shape, dtype, 44)}, attrs, Match::kExact);
         }
       }
+    }
+  }
+}
+
+struct SliceCase {
+  Shape shape;
+  std::vector<int64_t> begin, size;  // size -1: to the end
+};
+
+// Slices along each axis alone, along every axis at once, the whole tensor, empty slices, rank 0,
+// odd sizes and the -1 size.
+const std::vector<SliceCase> kSlices = {
+    {Shape({4097}), {1}, {4095}},
+    {Shape({4097}), {7}, {-1}},
+    {Shape({7, 1000}), {2, 0}, {3, -1}},
+    {Shape({7, 1000}), {0, 13}, {7, 501}},
+    {Shape({3, 5, 7}), {1, 0, 0}, {1, 5, 7}},
+    {Shape({3, 5, 7}), {0, 2, 0}, {3, 3, 7}},
+    {Shape({3, 5, 7}), {0, 0, 3}, {3, 5, 4}},
+    {Shape({3, 5, 7}), {1, 1, 1}, {2, 3, 5}},
+    {Shape({3, 5, 7}), {0, 0, 0}, {-1, -1, -1}},
+    {Shape({2, 17, 3, 5}), {1, 4, 1, 0}, {1, 9, 1, 5}},
+    {Shape({3, 5, 7}), {1, 5, 0}, {2, 0, 7}},
+    {Shape(), {}, {}},
+};
+
+// slice_grad's gradient shape: the slice's, -1 sizes resolved.
+Shape slice_shape(const SliceCase& c) {
+  std::vector<int64_t> dims;
+  for (int d = 0; d < c.shape.rank(); ++d) {
+    const size_t k = static_cast<size_t>(d);
+    dims.push_back(c.size[k] == -1 ? c.shape[d] - c.begin[k] : c.size[k]);
+  }
+  return Shape(dims);
+}
+
+OpAttrs slice_attrs(const SliceCase& c) {
+  OpAttrs attrs;
+  attrs.begin = c.begin;
+  attrs.size = c.size;
+  return attrs;
+}
+
+OpAttrs slice_grad_attrs(const SliceCase& c) {
+  OpAttrs attrs;
+  attrs.begin = c.begin;
+  attrs.shape = c.shape.dims();
+  return attrs;
+}
+
+const DType kCopyDtypes[] = {DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kBool};
+
+// Values of any dtype from a random f64 tensor (bool: mostly true, some false).
+Tensor values_of(const Shape& shape, DType dtype, uint64_t seed) {
+  return uniform(shape, DType::kF64, seed, -100, 100).astype(dtype);
+}
+
+TEST_F(GpuOpKernels, SliceAndSliceGradMatchTheCpuKernels) {
+  for (DType dtype : kCopyDtypes) {
+    for (const SliceCase& c : kSlices) {
+      expect_matches_cpu("slice", {values_of(c.shape, dtype, 45)}, slice_attrs(c), Match::kExact);
+      expect_matches_cpu("slice_grad", {values_of(slice_shape(c), dtype, 46)}, slice_grad_attrs(c),
+                         Match::kExact);
+    }
+  }
+}
+
+TEST_F(GpuOpKernels, SlicesBeyondSixMergedDimensionsRunHostStaged) {
+  // Every dim shortened: no two dims merge, 8 dims.
+  const SliceCase c{Shape({3, 3, 3, 3, 3, 3, 3, 3}), std::vector<int64_t>(8, 1),
+                    std::vector<int64_t>(8, 2)};
+  expect_matches_cpu("slice", {uniform(c.shape, DType::kF32, 47)}, slice_attrs(c), Match::kExact,
+                     /*staged=*/true);
+  expect_matches_cpu("slice_grad", {uniform(slice_shape(c), DType::kF32, 48)}, slice_grad_attrs(c),
+                     Match::kExact, /*staged=*/true);
+}
+
+// concat2 .. concat8 along every axis (given as positive and as negative), inputs of odd and
+// unequal extents along it, one of them empty.
+TEST_F(GpuOpKernels, ConcatMatchesTheCpuKernelOnEveryAxis) {
+  const std::vector<int64_t> base = {3, 5, 7};
+  const int64_t extents[] = {1, 4, 0, 2, 5, 3, 1, 6};  // along the axis, input by input
+  for (DType dtype : kCopyDtypes) {
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      for (size_t arity = 2; arity <= 8; ++arity) {
+        std::vector<Tensor> inputs;
+        for (size_t k = 0; k < arity; ++k) {
+          std::vector<int64_t> dims = base;
+          dims[static_cast<size_t>(axis)] = extents[k];
+          inputs.push_back(values_of(Shape(dims), dtype, 49 + k));
+        }
+        for (int64_t given : {axis, axis - 3}) {
+          OpAttrs attrs;
+          attrs.axis = given;
+          expect_matches_cpu("concat" + std::to_string(arity), inputs, attrs, Match::kExact);
+        }
+      }
+    }
+  }
+  // Long rows and a rank-1 concat.
+  OpAttrs last;
+  last.axis = -1;
+  expect_matches_cpu(
+      "concat2",
+      {uniform(Shape({3, 4097}), DType::kF32, 57), uniform(Shape({3, 1000}), DType::kF32, 58)},
+      last, Match::kExact);
+  expect_matches_cpu("concat3",
+                     {uniform(Shape({7}), DType::kF64, 59), uniform(Shape({4097}), DType::kF64, 60),
+                      uniform(Shape({1}), DType::kF64, 61)},
+                     last, Match::kExact);
+}
+
+// The unsharded cross entropy (ops_nn.cpp) and its gradient: labels in [0, classes).
+TEST_F(GpuOpKernels, UnshardedCrossEntropyAndItsGradientMatchTheCpuKernels) {
+  const std::vector<Shape> logit_shapes = {Shape({1, 1}),    Shape({5}),       Shape({7, 1000}),
+                                           Shape({3, 4097}), Shape({2, 3, 5}), Shape({0, 7}),
+                                           Shape({33, 31})};
+  for (DType dtype : kDtypes) {
+    for (DType index : {DType::kI32, DType::kI64}) {
+      for (const Shape& shape : logit_shapes) {
+        const Shape batch = batch_of(shape);
+        const Tensor labels =
+            labels_in(batch, index, 62, 0, static_cast<double>(shape[shape.rank() - 1]));
+        const Tensor x = uniform(shape, dtype, 63, -8, 8);
+        expect_matches_cpu("sparse_softmax_cross_entropy_with_logits", {labels, x}, {},
+                           Match::kClose);
+        expect_matches_cpu("sparse_softmax_cross_entropy_grad",
+                           {labels, x, uniform(batch, dtype, 64)}, {}, Match::kClose);
+      }
+    }
+  }
+}
+
+// Both ops name the first row's bad label, as their CPU kernels (which stop there) do.
+TEST_F(GpuOpKernels, UnshardedCrossEntropyLabelsOutsideTheClassesAreReported) {
+  const Tensor logits = uniform(Shape({4, 5}), DType::kF32, 65);
+  const Tensor g = uniform(Shape({4}), DType::kF32, 66);
+  for (DType index : {DType::kI32, DType::kI64}) {
+    for (const auto& [values, first_bad] : kBadLabels) {
+      const Tensor labels = Tensor::from_vector<int64_t>(values, Shape({4})).astype(index);
+      expect_bad_label_reported("sparse_softmax_cross_entropy_with_logits", {labels, logits}, {},
+                                first_bad, 5);
+      expect_bad_label_reported("sparse_softmax_cross_entropy_grad", {labels, logits, g}, {},
+                                first_bad, 5);
     }
   }
 }

@@ -1,7 +1,8 @@
 // Internal: the launchers of the ops' CUDA kernels, plain C++ functions on device pointers,
 // sizes and a stream: gpu_elementwise.cu (unary, scalar and broadcasting binary ops),
 // gpu_rows.cu (reductions, softmax, causal softmax, layer norm), gpu_move.cu (fills, copies,
-// embeddings, dropout's mask) and gpu_xent.cu (the vocabulary-parallel cross entropy). Each enqueues its kernel on
+// embeddings, dropout's mask, slice / slice_grad / concat's box copies) and gpu_xent.cu (the cross
+// entropy, unsharded and vocabulary-parallel). Each enqueues its kernel on
 // `stream` and returns the launch's status (the caller checks it with check_cuda); nothing waits.
 // Every function is instantiated for float and double (the byte movers of gpu_move.cu for
 // unsigned integers of 1, 2, 4 and 8 bytes, standing for any dtype of that width) and computes what
@@ -142,10 +143,18 @@ struct StridedIndex {
   int64_t stride[kMaxDims] = {};
 };
 
-// ops_shape.cpp's transpose_block: out[i] = src[...] for the n = prod(extent) output elements.
+// ops_shape.cpp's transpose_block (and slice_kernel's box read, src pointing at the box's first
+// element): out[i] = src[...] for the n = prod(extent) output elements.
 template <typename E>
 cudaError_t launch_strided_copy(const E* src, E* out, int64_t n, const StridedIndex& index,
                                 cudaStream_t stream);
+
+// copy_box's scatter (ops_shape.cpp's slice_grad_kernel and concat_kernel): the n =
+// prod(extent) elements of the contiguous block src, row-major over `extent`, written to out at
+// sum(index_d * stride[d]). Elements of out that no source element reaches are left alone.
+template <typename E>
+cudaError_t launch_strided_write(const E* src, E* out, int64_t n, const StridedIndex& index,
+                                 cudaStream_t stream);
 
 // ops_reduction.cpp's sum_grad_kernel: out[i] = scale * src[...].
 template <typename T>
@@ -157,9 +166,8 @@ cudaError_t launch_strided_scale(const T* src, T* out, int64_t n, const StridedI
 // element's global flat index, first + sum(index_d * global.stride[d]) (tensor_random.cpp's
 // counter hash, ported bit for bit, so the GPU drops exactly the elements the CPU drops).
 template <typename T>
-cudaError_t launch_dropout(const T* x, T* out, int64_t n, const StridedIndex& global,
-                           int64_t first, uint64_t seed, double rate, T scale,
-                           cudaStream_t stream);
+cudaError_t launch_dropout(const T* x, T* out, int64_t n, const StridedIndex& global, int64_t first,
+                           uint64_t seed, double rate, T scale, cudaStream_t stream);
 
 // Where the embedding kernels report an id outside [0, vocab): `found` becomes nonzero and `id`
 // one such id (device memory, zeroed by the caller before the launch).
@@ -184,8 +192,9 @@ cudaError_t launch_embedding_scatter_add(const I* ids, int64_t count, const T* g
                                          BadId* bad, cudaStream_t stream);
 
 // ---- gpu_xent.cu ---------------------------------------------------------------------------
-// ops_parallel_xent.cpp's stages. A logits block is [rows, local] (its classes are global
-// classes [offset, offset + local)); the parts are [rows, 2]; labels are one per row.
+// ops_parallel_xent.cpp's stages, then ops_nn.cpp's unsharded cross entropy. A logits block is
+// [rows, local] (its classes are global classes [offset, offset + local)); the parts are [rows, 2];
+// labels are one per row.
 
 // parts_kernel: out[r] = (sum of exp(x[r, c] - m[r]) over the block's classes, accumulated in T;
 // x[r, label - offset] - m[r] when the block holds the label's class, else 0).
@@ -215,5 +224,20 @@ cudaError_t launch_xent_finish(const T* parts, const L* labels, T* out, int64_t 
 template <typename T>
 cudaError_t launch_xent_finish_grad(const T* parts, const T* g, T* out, int64_t rows,
                                     cudaStream_t stream);
+
+// ops_nn.cpp's xent_rows, for logits whose class axis is whole: each of `rows` rows of
+// `classes` logits x, out[r] = log(sum(exp(x - max))) - (x[label] - max), the sum accumulated in
+// T. A row whose label is outside [0, classes) is reported through `bad` as by
+// launch_xent_finish (its loss is then NaN).
+template <typename T, typename L>
+cudaError_t launch_xent_rows(const L* labels, const T* x, T* out, int64_t rows, int64_t classes,
+                             BadLabel* bad, cudaStream_t stream);
+
+// ops_nn.cpp's xent_grad_rows: dx[r, c] = exp(x - max) * (g[r] / sum(exp(x - max))), minus g[r]
+// at the label's class (the product rounded before the subtraction, as the CPU's statements). Bad
+// labels are reported as by launch_xent_rows (their rows get no subtraction).
+template <typename T, typename L>
+cudaError_t launch_xent_grad_rows(const L* labels, const T* x, const T* g, T* dx, int64_t rows,
+                                  int64_t classes, BadLabel* bad, cudaStream_t stream);
 
 }  // namespace tessel::detail::gpu

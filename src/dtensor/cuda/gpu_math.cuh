@@ -30,6 +30,11 @@ __device__ inline T infinity() {
   return static_cast<T>(__longlong_as_double(0x7ff0000000000000LL));
 }
 
+template <typename T>
+__device__ inline T quiet_nan() {
+  return static_cast<T>(__longlong_as_double(0x7ff8000000000000LL));
+}
+
 constexpr int kThreads = 256;          // threads per block of the elementwise and row kernels
 constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover the rest
 

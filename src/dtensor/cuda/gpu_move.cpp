@@ -11,12 +11,17 @@
 //     read that report back and throws kInvalidArgument as the CPU kernel does;
 //   dropout: f32 / f64, the mask from the CPU's counter hash at each element's global index
 //     (bit-equal), at most kMaxDims merged dimensions of the block within the global shape.
+//   slice, slice_grad, concat2 .. concat8: box copies between blocks (a strided read of the
+//     slice's box; slice_grad's zeros, then a strided write of the gradient into its box;
+//     concat's strided write of each input into its box), any dtype of 1, 2, 4 or 8 bytes, when
+//     a box has at most kMaxDims dimensions after merging (else host-staged).
 #include <cmath>
 #include <cstring>
 
 #include "core/errors.h"
 #include "dtensor/cuda/gpu_kernels.h"
 #include "dtensor/cuda/gpu_launch.h"
+#include "dtensor/op_families.h"
 #include "dtensor/op_util.h"
 
 namespace tessel::detail {
@@ -121,6 +126,121 @@ OpDef::Kernel transpose_kernel() {
   };
 }
 
+// A box of `extent` at `origin` inside a contiguous block of `shape`: the offset of its first
+// element and the strided index of its elements (nullopt: more than kMaxDims dims after merging).
+struct BoxInBlock {
+  int64_t first;
+  StridedIndex index;
+};
+std::optional<BoxInBlock> box_in_block(const std::vector<int64_t>& shape,
+                                       const std::vector<int64_t>& origin,
+                                       const std::vector<int64_t>& extent) {
+  const std::vector<int64_t> strides = row_major_strides_of(shape);
+  const std::optional<StridedIndex> index = strided_index(extent, strides);
+  if (!index) return std::nullopt;
+  int64_t first = 0;
+  for (size_t d = 0; d < strides.size(); ++d) first += origin[d] * strides[d];
+  return BoxInBlock{first, *index};
+}
+
+// Where the slice's box lies in the block of the larger (`full`) tensor, as ops_shape.cpp's
+// slice_kernel and slice_grad_kernel place it: attrs.begin along the dims the slice shortens
+// (whole in the block there), 0 along the others (where both blocks are the same box).
+std::vector<int64_t> slice_origin(const Shape& full, const Shape& part,
+                                  const std::vector<int64_t>& begin) {
+  std::vector<int64_t> origin(static_cast<size_t>(full.rank()), 0);
+  for (int d = 0; d < full.rank(); ++d) {
+    if (full[d] != part[d]) origin[static_cast<size_t>(d)] = begin[static_cast<size_t>(d)];
+  }
+  return origin;
+}
+
+// True when the blocks are contiguous and all of the output's dtype.
+bool contiguous_same_dtype(const std::vector<Tensor>& in, const Tensor& out) {
+  for (const Tensor& t : in) {
+    if (t.dtype() != out.dtype()) return false;
+  }
+  return contiguous_blocks(in, out);
+}
+
+// slice(x): the output block read from x's block at the slice's origin (strided copy).
+void slice_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                  const LocalContext& context) {
+  run_gpu_kernel("slice", contiguous_same_dtype(in, out), in, out, attrs, context,
+                 [&](cudaStream_t stream) -> GpuLaunch {
+                   if (out.num_elements() == 0) return cudaSuccess;
+                   const std::optional<BoxInBlock> box = box_in_block(
+                       in[0].shape().dims(),
+                       slice_origin(context.input_shapes[0], context.output_shape, attrs.begin),
+                       out.shape().dims());
+                   if (!box) return std::nullopt;
+                   return by_width(out.dtype(), [&]<typename E>() {
+                     return gpu::launch_strided_copy<E>(
+                         static_cast<const E*>(in[0].data_ptr()) + box->first,
+                         static_cast<E*>(out.data_ptr()), out.num_elements(), box->index, stream);
+                   });
+                 });
+}
+
+// slice_grad(g): the output block zeroed, then g's block written at the slice's origin.
+void slice_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                       const LocalContext& context) {
+  const Tensor& g = in[0];
+  run_gpu_kernel(
+      "slice_grad", contiguous_same_dtype(in, out), in, out, attrs, context,
+      [&](cudaStream_t stream) -> GpuLaunch {
+        if (out.num_elements() == 0) return cudaSuccess;
+        const std::optional<BoxInBlock> box =
+            box_in_block(out.shape().dims(),
+                         slice_origin(context.output_shape, context.input_shapes[0], attrs.begin),
+                         g.shape().dims());
+        if (!box) return std::nullopt;
+        return by_width(out.dtype(), [&]<typename E>() -> GpuLaunch {
+          const cudaError_t zeroed = cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream);
+          // An empty gradient's box may start past the block.
+          if (zeroed != cudaSuccess || g.num_elements() == 0) return zeroed;
+          return gpu::launch_strided_write<E>(static_cast<const E*>(g.data_ptr()),
+                                              static_cast<E*>(out.data_ptr()) + box->first,
+                                              g.num_elements(), box->index, stream);
+        });
+      });
+}
+
+// concatN(x0, ..): each input's block written into the output block after the previous ones
+// along the axis (whole in the blocks), one strided write per input, as ops_shape.cpp's
+// concat_kernel copies them.
+OpDef::Kernel concat_kernel(std::string name) {
+  return [name = std::move(name)](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                                  const LocalContext& context) {
+    run_gpu_kernel(name, contiguous_same_dtype(in, out), in, out, attrs, context,
+                   [&](cudaStream_t stream) -> GpuLaunch {
+                     const size_t axis = static_cast<size_t>(
+                         normalize_axis(attrs.axis.value_or(0), out.rank(), name));
+                     std::vector<int64_t> origin(static_cast<size_t>(out.rank()), 0);
+                     std::vector<BoxInBlock> boxes;
+                     for (const Tensor& t : in) {
+                       const std::optional<BoxInBlock> box =
+                           box_in_block(out.shape().dims(), origin, t.shape().dims());
+                       if (!box) return std::nullopt;
+                       boxes.push_back(*box);
+                       origin[axis] += t.shape().dims()[axis];
+                     }
+                     return by_width(out.dtype(), [&]<typename E>() -> GpuLaunch {
+                       for (size_t k = 0; k < in.size(); ++k) {
+                         if (in[k].num_elements() == 0)
+                           continue;  // its box may start past the block
+                         const cudaError_t status = gpu::launch_strided_write<E>(
+                             static_cast<const E*>(in[k].data_ptr()),
+                             static_cast<E*>(out.data_ptr()) + boxes[k].first, in[k].num_elements(),
+                             boxes[k].index, stream);
+                         if (status != cudaSuccess) return status;
+                       }
+                       return cudaSuccess;
+                     });
+                   });
+  };
+}
+
 // zeros / ones / fill (ops_creation.cpp): 0 past the first device of a Partial(sum) group.
 OpDef::Kernel creation_kernel(const char* name, std::optional<double> fixed_value) {
   return [name, fixed_value](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
@@ -176,9 +296,9 @@ OpDef::Kernel reduce_sum_grad_kernel() {
 GpuLaunch with_id_check(std::string_view op, int64_t vocab, cudaStream_t stream,
                         const std::function<cudaError_t(gpu::BadId*)>& launch) {
   gpu::BadId report{};
-  const cudaError_t status =
-      launch_with_report(&report, sizeof(report), 0, stream,
-                         [&](void* bad) { return launch(static_cast<gpu::BadId*>(bad)); });
+  const cudaError_t status = launch_with_report(&report, sizeof(report), 0, stream, [&](void* bad) {
+    return launch(static_cast<gpu::BadId*>(bad));
+  });
   if (status == cudaSuccess && report.found != 0) {
     throw_invalid(op, "id {} is not in [0, {}) (the table's rows)", report.id, vocab);
   }
@@ -268,6 +388,12 @@ void register_gpu_move_kernels(OpRegistry& registry) {
   registry.set_gpu_kernel("embedding_lookup", embedding_lookup_kernel());
   registry.set_gpu_kernel("embedding_lookup_grad", embedding_lookup_grad_kernel());
   registry.set_gpu_kernel("dropout", dropout_kernel());
+  registry.set_gpu_kernel("slice", slice_kernel);
+  registry.set_gpu_kernel("slice_grad", slice_grad_kernel);
+  for (int arity = 2; arity <= kMaxConcatArity; ++arity) {
+    const std::string name = concat_name(static_cast<size_t>(arity));
+    registry.set_gpu_kernel(name, concat_kernel(name));
+  }
 }
 
 }  // namespace tessel::detail

@@ -1,8 +1,9 @@
 // The CUDA kernels of the ops that move elements rather than compute with them (gpu_launch.h):
-// fill, the strided copy of transpose (and, times a scale, reduce_sum_grad's broadcast), the
-// embedding gather and scatter-add, and dropout (whose mask is read at strided global indices). The byte movers are templates on an unsigned integer of the
-// element's width, so one instantiation serves every dtype of that width. Grid-stride loops
-// cover any size.
+// fill, the strided copy of transpose and slice (and, times a scale, reduce_sum_grad's
+// broadcast), its scatter for slice_grad and concat, the embedding gather and scatter-add, and
+// dropout (whose mask is read at strided global indices). The byte movers are templates on an
+// unsigned integer of the element's width, so one instantiation serves every dtype of that width.
+// Grid-stride loops cover any size.
 #include "dtensor/cuda/gpu_launch.h"
 #include "dtensor/cuda/gpu_math.cuh"
 
@@ -14,8 +15,9 @@ __global__ void fill_kernel(E* out, int64_t n, E value) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = value;
 }
 
-// Where output element i (row-major over index.extent) reads its source.
-__device__ inline int64_t source_offset(int64_t i, const StridedIndex& index) {
+// Where element i, counted row-major over index.extent, lies in the strided block (the source of
+// a strided read, the destination of a strided write).
+__device__ inline int64_t strided_offset(int64_t i, const StridedIndex& index) {
   int64_t offset = 0;
   for (int d = index.dims - 1; d >= 0; --d) {
     offset += (i % index.extent[d]) * index.stride[d];
@@ -27,13 +29,20 @@ __device__ inline int64_t source_offset(int64_t i, const StridedIndex& index) {
 template <typename E>
 __global__ void strided_copy_kernel(const E* src, E* out, int64_t n, StridedIndex index) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
-    out[i] = src[source_offset(i, index)];
+    out[i] = src[strided_offset(i, index)];
+}
+
+// The scatter of strided_copy_kernel: contiguous source, strided destination.
+template <typename E>
+__global__ void strided_write_kernel(const E* src, E* out, int64_t n, StridedIndex index) {
+  for (int64_t i = thread_index(); i < n; i += thread_count())
+    out[strided_offset(i, index)] = src[i];
 }
 
 template <typename T>
 __global__ void strided_scale_kernel(const T* src, T* out, int64_t n, StridedIndex index, T scale) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
-    out[i] = scale * src[source_offset(i, index)];
+    out[i] = scale * src[strided_offset(i, index)];
 }
 
 // tensor_random.cpp's counter hash and unit_open_high, bit for bit: splitmix64's output function
@@ -55,7 +64,7 @@ template <typename T>
 __global__ void dropout_kernel(const T* x, T* out, int64_t n, StridedIndex global, int64_t first,
                                uint64_t seed, double rate, T scale) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
-    const uint64_t counter = static_cast<uint64_t>(first + source_offset(i, global));
+    const uint64_t counter = static_cast<uint64_t>(first + strided_offset(i, global));
     out[i] = uniform_at(seed, counter) >= rate ? x[i] * scale : T(0);
   }
 }
@@ -116,6 +125,14 @@ cudaError_t launch_strided_copy(const E* src, E* out, int64_t n, const StridedIn
   return cudaGetLastError();
 }
 
+template <typename E>
+cudaError_t launch_strided_write(const E* src, E* out, int64_t n, const StridedIndex& index,
+                                 cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  strided_write_kernel<E><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(src, out, n, index);
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t launch_strided_scale(const T* src, T* out, int64_t n, const StridedIndex& index,
                                  T scale, cudaStream_t stream) {
@@ -126,12 +143,11 @@ cudaError_t launch_strided_scale(const T* src, T* out, int64_t n, const StridedI
 }
 
 template <typename T>
-cudaError_t launch_dropout(const T* x, T* out, int64_t n, const StridedIndex& global,
-                           int64_t first, uint64_t seed, double rate, T scale,
-                           cudaStream_t stream) {
+cudaError_t launch_dropout(const T* x, T* out, int64_t n, const StridedIndex& global, int64_t first,
+                           uint64_t seed, double rate, T scale, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   dropout_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, out, n, global, first,
-                                                                       seed, rate, scale);
+                                                                      seed, rate, scale);
   return cudaGetLastError();
 }
 
@@ -157,10 +173,12 @@ cudaError_t launch_embedding_scatter_add(const I* ids, int64_t count, const T* g
   return cudaGetLastError();
 }
 
-#define TESSEL_FILL_AND_COPY(E)                                                           \
-  template cudaError_t launch_fill<E>(E*, int64_t, E, cudaStream_t);                      \
-  template cudaError_t launch_strided_copy<E>(const E*, E*, int64_t, const StridedIndex&, \
-                                              cudaStream_t);
+#define TESSEL_FILL_AND_COPY(E)                                                            \
+  template cudaError_t launch_fill<E>(E*, int64_t, E, cudaStream_t);                       \
+  template cudaError_t launch_strided_copy<E>(const E*, E*, int64_t, const StridedIndex&,  \
+                                              cudaStream_t);                               \
+  template cudaError_t launch_strided_write<E>(const E*, E*, int64_t, const StridedIndex&, \
+                                               cudaStream_t);
 TESSEL_FILL_AND_COPY(uint8_t)
 TESSEL_FILL_AND_COPY(uint16_t)
 TESSEL_FILL_AND_COPY(uint32_t)

@@ -11,17 +11,12 @@
 namespace tessel::detail::gpu {
 namespace {
 
-// The combination rules of max, as the CPU kernels write them (so NaN is treated the same way).
+// ops_reduction.cpp's rule of max, as its CPU kernel writes it (so NaN is treated the same way;
+// softmax's std::max is gpu_warp.cuh's StdMax).
 struct KeepMax {  // ops_reduction.cpp's `b > a ? b : a`: a NaN x is skipped
   template <typename T>
   __device__ T operator()(T acc, T x) const {
     return x > acc ? x : acc;
-  }
-};
-struct StdMax {  // std::max(acc, x): a NaN x is skipped
-  template <typename T>
-  __device__ T operator()(T acc, T x) const {
-    return acc < x ? x : acc;
   }
 };
 

@@ -19,6 +19,14 @@ struct Plus {
   }
 };
 
+// std::max(acc, x), as ops_nn.cpp's row maxima take it: a NaN x is skipped.
+struct StdMax {
+  template <typename T>
+  __device__ T operator()(T acc, T x) const {
+    return acc < x ? x : acc;
+  }
+};
+
 // Every lane ends with the same value: lanes l and l^o combine the same two numbers (`combine`
 // must be symmetric in them).
 template <typename T, typename Combine>
