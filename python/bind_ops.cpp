@@ -54,16 +54,20 @@ void keep_runtime_alive(py::handle holder, const DTensor& t) {
   keep_alive_if_owned(holder, t.defined() ? &t.runtime() : nullptr);
 }
 
+const py::detail::type_info* dtensor_type_info() {
+  static const py::detail::type_info* info = py::detail::get_type_info(typeid(DTensor));
+  return info;
+}
+
 // A DTensor as a Python object that keeps its Runtime alive (shared with bind_autodiff.cpp).
 // py::cast would look the DTensor type up by name on every call: this is every op's result.
 py::object wrap_dtensor(DTensor tensor) {
-  static const py::detail::type_info* dtensor_type = py::detail::get_type_info(typeid(DTensor));
   Runtime* runtime = tensor.defined() ? &tensor.runtime() : nullptr;
   const auto move_out = [](const void* p) -> void* {
     return new DTensor(std::move(*static_cast<DTensor*>(const_cast<void*>(p))));
   };
   auto obj = py::reinterpret_steal<py::object>(py::detail::type_caster_generic::cast(
-      &tensor, py::return_value_policy::move, py::handle(), dtensor_type, nullptr, move_out));
+      &tensor, py::return_value_policy::move, py::handle(), dtensor_type_info(), nullptr, move_out));
   if (!obj) throw py::error_already_set();
   keep_alive_if_owned(obj, runtime);
   return obj;

@@ -26,11 +26,6 @@ struct FastBinary {
   PyMethodDef method{};
 };
 
-const py::detail::type_info* dtensor_type_info() {
-  static const py::detail::type_info* info = py::detail::get_type_info(typeid(DTensor));
-  return info;
-}
-
 // The DTensor a Python object of exactly the bound type holds, else null.
 const DTensor* exact_dtensor(PyObject* obj) {
   const py::detail::type_info* info = dtensor_type_info();

@@ -17,5 +17,7 @@ void use_fast_binary_call(py::module_& m, const char* name,
                           DTensor (*op)(const DTensor&, const DTensor&));
 
 py::object wrap_dtensor(DTensor tensor);  // bind_ops.cpp
+// pybind11's record of the DTensor class, looked up once (bind_ops.cpp).
+const py::detail::type_info* dtensor_type_info();
 
 }  // namespace tessel::python

@@ -169,9 +169,10 @@ Runtime& runtime_of(const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
 // sharded and planned here (and kept unless it took the replicate fallback); the inputs relaid
 // out as the plan asks; the kernels launched. `ready` receives the inputs as the kernels read
 // them.
-DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs, const OpAttrs& attrs,
+DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs,
                     const detail::CallAttrs& call_attrs,
                     std::vector<DTensor>& ready_storage, const std::vector<DTensor>*& ready) {
+  const OpAttrs& attrs = call_attrs.get();
   const uint64_t runtime_id = runtime_id_of(inputs, attrs);
   const size_t key = detail::call_key(def, inputs, attrs, runtime_id);
   std::shared_ptr<const detail::PlannedCall> planned =
@@ -217,7 +218,7 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
     ready_storage = std::move(traced.ready);
     result = std::move(traced.result);
   } else {
-    result = run_eagerly(def, inputs, attrs, call_attrs, ready_storage, ready);
+    result = run_eagerly(def, inputs, call_attrs, ready_storage, ready);
   }
   for (GradientTape* tape : GradientTape::active()) {
     tape->record(def, inputs, *ready, result, call_attrs.shared());
