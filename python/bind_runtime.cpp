@@ -73,14 +73,15 @@ TESSEL_DEVICE_MEMORY_LIMIT, else each device gets host_memory_limit() / num_cpu_
 per simulated host, with distinct task ids); Runtime.global_runtime() is the process default.
 Errors in a device's work surface at synchronize(), naming the device and the op.)doc")
       .def(py::init([](int num_cpu_devices, std::string job, int replica, int task,
-                       int64_t memory_limit, int num_gpu_devices, int num_simulated_gpu_devices) {
+                       int64_t memory_limit, int num_gpu_devices, int num_simulated_gpu_devices,
+                       std::vector<int> gpu_ordinals) {
              return new Runtime(RuntimeOptions{num_cpu_devices, std::move(job), replica, task,
                                                memory_limit, num_gpu_devices,
-                                               num_simulated_gpu_devices});
+                                               num_simulated_gpu_devices, std::move(gpu_ordinals)});
            }),
            py::arg("num_cpu_devices") = -1, py::arg("job") = "localhost", py::arg("replica") = 0,
            py::arg("task") = 0, py::arg("memory_limit") = -1, py::arg("num_gpu_devices") = -1,
-           py::arg("num_simulated_gpu_devices") = -1)
+           py::arg("num_simulated_gpu_devices") = -1, py::arg("gpu_ordinals") = std::vector<int>{})
       .def_static("global_runtime", &Runtime::global, py::return_value_policy::reference,
                   "The process-wide runtime, created on first use.")
       .def("num_devices", &Runtime::num_devices)
@@ -104,8 +105,9 @@ Errors in a device's work surface at synchronize(), naming the device and the op
             }
             return out;
           },
-          "Every GPU device (one per visible GPU, or as TESSEL_GPU_DEVICES / num_gpu_devices "
-          "choose), GPU:0 first; empty without CUDA or a GPU.")
+          "Every GPU device (one per visible GPU, or as gpu_ordinals / num_gpu_devices / "
+          "TESSEL_GPU_DEVICES choose; an ordinal listed k times: k devices sharing that GPU), "
+          "GPU:0 first; empty without CUDA or a GPU.")
       .def("device", py::overload_cast<int>(&Runtime::device, py::const_), py::arg("index"),
            py::return_value_policy::reference_internal)
       .def("device", py::overload_cast<std::string_view>(&Runtime::device, py::const_),
@@ -115,6 +117,8 @@ Errors in a device's work surface at synchronize(), naming the device and the op
       .def_property_readonly("task", [](const Runtime& r) { return r.options().task; })
       .def_property_readonly("memory_limit",
                              [](const Runtime& r) { return r.options().memory_limit; })
+      .def_property_readonly("gpu_ordinals",
+                             [](const Runtime& r) { return r.options().gpu_ordinals; })
       .def(
           "synchronize",
           [](Runtime& r, std::optional<double> timeout_seconds) {

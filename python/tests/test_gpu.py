@@ -25,6 +25,26 @@ def test_asking_for_more_gpus_than_visible_names_the_count():
         tessel.Runtime(num_cpu_devices=1, num_gpu_devices=tessel.visible_gpu_count() + 1)
 
 
+def test_gpu_ordinals_must_be_visible_and_not_beside_a_count():
+    past = tessel.visible_gpu_count()
+    with pytest.raises(tessel.InvalidArgumentError, match=rf"gpu_ordinals\[0\] = {past} is not a visible"):
+        tessel.Runtime(num_cpu_devices=1, gpu_ordinals=[past])
+    with pytest.raises(tessel.InvalidArgumentError, match="both given"):
+        tessel.Runtime(num_cpu_devices=1, num_gpu_devices=0, gpu_ordinals=[0])
+
+
+@needs_gpu
+def test_several_devices_share_one_gpu():
+    rt = tessel.Runtime(num_cpu_devices=1, gpu_ordinals=[0, 0])
+    assert rt.gpu_ordinals == [0, 0]
+    gpus = rt.gpu_devices()
+    assert [g.name for g in gpus] == ["/job:localhost/replica:0/task:0/device:GPU:0",
+                                      "/job:localhost/replica:0/task:0/device:GPU:1"]
+    assert [g.gpu_ordinal for g in gpus] == [0, 0]
+    whole = tessel.Runtime(num_cpu_devices=1, gpu_ordinals=[0]).gpu_devices()[0].memory_limit
+    assert gpus[1].memory_limit == whole // 2
+
+
 @needs_gpu
 def test_a_gpu_tensor_round_trips_and_refuses_host_access():
     rt = tessel.Runtime(num_cpu_devices=1)

@@ -55,11 +55,29 @@ int resolve_num_devices(int requested) {
                        fmt::format("a positive integer up to {}", kMaxCpuDevices));
 }
 
-// The CUDA ordinals of the GPU devices: the first `requested` visible GPUs, else the list in
-// TESSEL_GPU_DEVICES, else every visible GPU.
-std::vector<int> resolve_gpu_ordinals(int requested) {
+// The CUDA ordinals of the GPU devices: `listed` (RuntimeOptions::gpu_ordinals), else the first
+// `requested` visible GPUs, else the list in TESSEL_GPU_DEVICES, else every visible GPU. An
+// ordinal may repeat: several devices share that GPU.
+std::vector<int> resolve_gpu_ordinals(const std::vector<int>& listed, int requested) {
   const int visible = visible_gpu_count();
   std::vector<int> ordinals;
+  if (!listed.empty()) {
+    if (requested != -1) {
+      detail::throw_invalid("Runtime", "gpu_ordinals ({} entries) and num_gpu_devices ({}) both "
+                            "given; give one", listed.size(), requested);
+    }
+    if (listed.size() > static_cast<size_t>(kMaxCpuDevices)) {
+      detail::throw_invalid("Runtime", "gpu_ordinals has {} entries, more than {}", listed.size(),
+                            kMaxCpuDevices);
+    }
+    for (size_t i = 0; i < listed.size(); ++i) {
+      if (listed[i] < 0 || listed[i] >= visible) {
+        detail::throw_invalid("Runtime", "gpu_ordinals[{}] = {} is not a visible CUDA ordinal ({} "
+                              "visible GPUs)", i, listed[i], visible);
+      }
+    }
+    return listed;
+  }
   if (requested != -1) {
     if (requested < 0 || requested > visible) {
       detail::throw_invalid("Runtime", "num_gpu_devices must be -1 or in [0, {}] ({} visible GPUs), got {}",
@@ -86,8 +104,9 @@ std::vector<int> resolve_gpu_ordinals(int requested) {
       detail::throw_invalid("Runtime", "{}='{}': '{}' is not a visible CUDA ordinal ({} visible GPUs)",
                             kGpuDevicesEnv, text, item, visible);
     }
-    if (std::find(ordinals.begin(), ordinals.end(), value) != ordinals.end()) {
-      detail::throw_invalid("Runtime", "{}='{}' lists GPU {} twice", kGpuDevicesEnv, text, value);
+    if (ordinals.size() == static_cast<size_t>(kMaxCpuDevices)) {
+      detail::throw_invalid("Runtime", "{}='{}' lists more than {} devices", kGpuDevicesEnv,
+                            text, kMaxCpuDevices);
     }
     ordinals.push_back(value);
     start = comma + 1;
@@ -216,13 +235,20 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
     }
     return;
   }
-  const std::vector<int> gpus = resolve_gpu_ordinals(options_.num_gpu_devices);
+  const std::vector<int> gpus = resolve_gpu_ordinals(options_.gpu_ordinals, options_.num_gpu_devices);
+  options_.gpu_ordinals = gpus;
   options_.num_gpu_devices = static_cast<int>(gpus.size());
   for (size_t i = 0; i < gpus.size(); ++i) {
     const int id = static_cast<int>(i);
     gpu_devices_.push_back(Device::make_gpu(
         DeviceName::make(options_.job, options_.replica, options_.task, "GPU", id), id, gpus[i]));
     gpu_device_ptrs_.push_back(gpu_devices_.back().get());
+    // Devices sharing a GPU share its memory equally.
+    const auto sharing = std::count(gpus.begin(), gpus.end(), gpus[i]);
+    if (sharing > 1) {
+      Device& d = *gpu_devices_.back();
+      d.set_memory_limit(std::max<int64_t>(1, d.memory_limit() / sharing));
+    }
   }
 }
 

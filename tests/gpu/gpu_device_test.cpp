@@ -1,5 +1,8 @@
 // GPU devices: names, memory accounting, copies between host and device, events, selection.
 #include <cstdlib>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include <gmock/gmock.h>
 
@@ -114,9 +117,8 @@ TEST_F(GpuTest, TesselGpuDevicesChoosesTheGpus) {
   EXPECT_TRUE(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().empty());
   ::setenv("TESSEL_GPU_DEVICES", "0", 1);
   EXPECT_EQ(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().size(), 1u);
-  ::setenv("TESSEL_GPU_DEVICES", "0,0", 1);
-  expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1}); }, ErrorCode::kInvalidArgument,
-               "lists GPU 0 twice");
+  ::setenv("TESSEL_GPU_DEVICES", "0,0", 1);  // two devices sharing GPU 0
+  EXPECT_EQ(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().size(), 2u);
   ::setenv("TESSEL_GPU_DEVICES", "999", 1);
   expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1}); }, ErrorCode::kInvalidArgument,
                "'999' is not a visible CUDA ordinal");
@@ -124,6 +126,27 @@ TEST_F(GpuTest, TesselGpuDevicesChoosesTheGpus) {
   EXPECT_TRUE(Runtime(RuntimeOptions{.num_cpu_devices = 1, .num_gpu_devices = 0}).gpu_devices().empty());
   expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1, .num_gpu_devices = 999}); },
                ErrorCode::kInvalidArgument, "num_gpu_devices");
+  expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1, .gpu_ordinals = {0, 999}}); },
+               ErrorCode::kInvalidArgument, "gpu_ordinals[1] = 999");
+}
+
+// Several devices on one GPU (TF's logical GPUs): each its own name, stream, accounting and share
+// of the GPU's memory. (gpu_mesh_test.cpp runs meshes of such devices.)
+TEST_F(GpuTest, SeveralDevicesShareOneGpu) {
+  Runtime rt(RuntimeOptions{.num_cpu_devices = 1, .gpu_ordinals = {0, 0, 0}});
+  ASSERT_EQ(rt.gpu_devices().size(), 3u);
+  EXPECT_EQ(rt.options().gpu_ordinals, (std::vector<int>{0, 0, 0}));
+  const int64_t whole = gpu().memory_limit();
+  for (int i = 0; i < 3; ++i) {
+    Device& d = *rt.gpu_devices()[static_cast<size_t>(i)];
+    EXPECT_EQ(d.name(), fmt::format("/job:localhost/replica:0/task:0/device:GPU:{}", i));
+    EXPECT_EQ(d.gpu_ordinal(), 0);
+    EXPECT_EQ(d.memory_limit(), whole / 3);
+  }
+  EXPECT_NE(rt.gpu_devices()[0]->cuda_stream(), rt.gpu_devices()[1]->cuda_stream());
+  Tensor on_first = rt.gpu_devices()[0]->allocate(Shape{1 << 10}, DType::kF32);
+  EXPECT_EQ(rt.gpu_devices()[0]->memory_stats().live_bytes, 4 << 10);
+  EXPECT_EQ(rt.gpu_devices()[1]->memory_stats().live_bytes, 0);
 }
 
 }  // namespace

@@ -9,8 +9,11 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/tensor_test_util.h"
 #include "runtime/runtime_test_util.h"
+#include "tessel/runtime/gpu.h"
 
 namespace tessel {
 namespace {
@@ -99,6 +102,22 @@ TEST(Runtime, ThrowsOnABadSimulatedGpuCount) {
   expect_error([] { Runtime rt({.num_cpu_devices = 1, .num_simulated_gpu_devices = -2}); },
                ErrorCode::kInvalidArgument, "Runtime",
                "num_simulated_gpu_devices must be -1 or in [0, 1024], got -2");
+}
+
+// gpu_ordinals names CUDA ordinals that must be visible (none is on a machine without a GPU, so
+// the ordinal past the last visible one is refused everywhere), and is not given beside
+// num_gpu_devices. tests/gpu covers devices sharing a GPU.
+TEST(Runtime, ThrowsOnBadGpuOrdinals) {
+  const int past = visible_gpu_count();
+  expect_error([past] { Runtime rt({.num_cpu_devices = 1, .gpu_ordinals = {past}}); },
+               ErrorCode::kInvalidArgument, "Runtime",
+               fmt::format("gpu_ordinals[0] = {} is not a visible CUDA ordinal ({} visible GPUs)",
+                           past, past));
+  expect_error([] { Runtime rt({.num_cpu_devices = 1, .gpu_ordinals = {-1}}); },
+               ErrorCode::kInvalidArgument, "Runtime", "gpu_ordinals[0] = -1");
+  expect_error([] { Runtime rt({.num_cpu_devices = 1, .num_gpu_devices = 0, .gpu_ordinals = {0}}); },
+               ErrorCode::kInvalidArgument, "Runtime",
+               "gpu_ordinals (1 entries) and num_gpu_devices (0) both given");
 }
 
 TEST(Runtime, ThrowsOnBadOptions) {

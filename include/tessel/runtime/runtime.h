@@ -1,5 +1,5 @@
-// Runtime: the devices of this process — virtual CPU devices, and one GPU device per visible
-// CUDA GPU — each with its own stream and accounting.
+// Runtime: the devices of this process — virtual CPU devices, and GPU devices (by default one per
+// visible CUDA GPU) — each with its own stream and accounting.
 //
 // A Runtime makes N devices named in TensorFlow's form
 // "/job:<job>/replica:<replica>/task:<task>/device:CPU:<i>", i = 0..N-1. N comes from
@@ -8,16 +8,22 @@
 // Runtimes may exist beside it (tests simulate several hosts with one Runtime per task).
 //
 // GPU devices, "/job:<job>/replica:<replica>/task:<task>/device:GPU:<i>", come from
+// RuntimeOptions::gpu_ordinals (GPU:i on CUDA GPU gpu_ordinals[i]), or when that is empty from
 // RuntimeOptions::num_gpu_devices (the first N visible GPUs), or when that is -1 from the
 // environment variable TESSEL_GPU_DEVICES (a comma-separated list of CUDA ordinals, "0,1"; GPU:i
 // is the i-th listed; "none" or "" for none), or else every visible GPU (gpu.h). A build without
-// CUDA, or a machine without a GPU, has none. RuntimeOptions::num_simulated_gpu_devices (or, when
+// CUDA, or a machine without a GPU, has none. An ordinal listed k times makes k devices that
+// share that GPU, as TF's logical GPUs do ("0,0,0,0": a 2x2 GPU mesh on one GPU): each has its
+// own CUDA stream, caching allocator and cuBLAS handle, and a memory limit of 1/k of the GPU's
+// memory. Their groups are not NCCL groups (NCCL takes one rank per GPU): collectives between
+// them run host-staged (docs/gpu.md). RuntimeOptions::num_simulated_gpu_devices (or, when
 // -1, TESSEL_SIMULATED_GPUS, default 0) makes that many simulated GPU devices instead of the real
 // ones (Device::make_simulated_gpu: host memory treated as device memory, each the size of a CPU
 // device's limit), so that GPU meshes run, slowly, on machines without a GPU. They are listed by
 // gpu_devices(), apart from the
 // CPU devices of devices(), and found by device(name) like those. A GPU device's memory limit is
-// its GPU's memory (Device::set_memory_limit changes it).
+// its GPU's memory, shared equally by the devices on that GPU (Device::set_memory_limit changes
+// it).
 //
 // Each device has a memory limit (Device::memory_limit(), docs/memory.md): from
 // RuntimeOptions::memory_limit, or when that is -1 from TESSEL_DEVICE_MEMORY_LIMIT (a byte
@@ -73,6 +79,10 @@ struct RuntimeOptions {
   // Simulated GPU devices, 0..kMaxCpuDevices, replacing the real ones when above 0; -1:
   // TESSEL_SIMULATED_GPUS, else 0.
   int num_simulated_gpu_devices = -1;
+  // The CUDA ordinal of each GPU device (GPU:i on gpu_ordinals[i]), each a visible GPU, at most
+  // kMaxCpuDevices of them; an ordinal may repeat (devices sharing a GPU). Non-empty: takes the
+  // place of num_gpu_devices (which must then be -1) and of TESSEL_GPU_DEVICES.
+  std::vector<int> gpu_ordinals = {};
 };
 
 class Runtime {
@@ -80,8 +90,8 @@ class Runtime {
   // Creates the devices and starts their streams. A bad option or TESSEL_CPU_DEVICES value (not
   // a positive integer up to kMaxCpuDevices, a bad job name, a negative replica or task, a
   // memory limit that is neither -1 nor positive, a malformed TESSEL_DEVICE_MEMORY_LIMIT, a GPU
-  // count above the visible GPUs, a TESSEL_GPU_DEVICES entry that is not a visible ordinal or is
-  // listed twice):
+  // count above the visible GPUs, a gpu_ordinals or TESSEL_GPU_DEVICES entry that is not a
+  // visible ordinal, gpu_ordinals beside a num_gpu_devices other than -1):
   // kInvalidArgument naming the value.
   explicit Runtime(RuntimeOptions options = {});
   ~Runtime();
@@ -95,8 +105,9 @@ class Runtime {
   // TESSEL_CPU_DEVICES or client variable), the next call tries again.
   static Runtime& global();
 
-  // The options with num_cpu_devices resolved to the actual count and memory_limit to the
-  // devices' limit when they were made.
+  // The options with num_cpu_devices resolved to the actual count, memory_limit to the
+  // devices' limit when they were made, and num_gpu_devices and gpu_ordinals to the GPU devices
+  // made (for real GPUs: their ordinals).
   const RuntimeOptions& options() const { return options_; }
   // Unique among the Runtimes of this process, never reused (keys per-runtime state of higher
   // layers, such as the communicator groups of relayout).

@@ -4,6 +4,8 @@
 #include <cublas_v2.h>
 
 #include <map>
+#include <thread>
+#include <utility>
 #include <mutex>
 
 #include "core/errors.h"
@@ -15,13 +17,24 @@
 namespace tessel::detail {
 namespace {
 
-// One cuBLAS handle per GPU, made on first use. A device's blocks run one at a time (its
-// stream), so a handle is never used by two threads at once; the map itself is locked.
+void check_cublas(cublasStatus_t status, std::string_view what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw_error(ErrorCode::kInternal, "matmul", "{} failed: {}", what, cublasGetStatusString(status));
+  }
+}
+
+// One cuBLAS handle per GPU and thread, made on first use and kept until exit. A handle is only
+// ever used by the thread that made it, so never by two threads at once, also when several
+// devices share a GPU (their workers are distinct threads); the caller binds its stream on every
+// call. Keyed by thread id, so that a new thread with a dead one's id reuses its handle (the
+// count stays at the threads alive at once); the map itself is locked.
 cublasHandle_t handle_for(int ordinal) {
   static std::mutex mu;
-  static auto* handles = new std::map<int, cublasHandle_t>();  // kept until exit
+  using Key = std::pair<int, std::thread::id>;
+  static auto* handles = new std::map<Key, cublasHandle_t>();  // kept until exit
+  const Key key{ordinal, std::this_thread::get_id()};
   std::lock_guard<std::mutex> lock(mu);
-  auto it = handles->find(ordinal);
+  auto it = handles->find(key);
   if (it != handles->end()) return it->second;
   ScopedCudaDevice on(ordinal);
   cublasHandle_t h = nullptr;
@@ -30,14 +43,8 @@ cublasHandle_t handle_for(int ordinal) {
     throw_error(ErrorCode::kInternal, "matmul", "cublasCreate on cuda:{} failed: {}", ordinal,
                 cublasGetStatusString(status));
   }
-  handles->emplace(ordinal, h);
+  handles->emplace(key, h);
   return h;
-}
-
-void check_cublas(cublasStatus_t status, std::string_view what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    throw_error(ErrorCode::kInternal, "matmul", "{} failed: {}", what, cublasGetStatusString(status));
-  }
 }
 
 template <typename T>
