@@ -57,8 +57,11 @@ test: build
 
 # The GPU suite (ctest label gpu: GPU devices, NCCL communicators) and the Python GPU tests, for a
 # machine with a GPU; without one every case reports "skipped: no GPU" (make test runs them too).
+# The GPU suite (label gpu), then the suites that run on GPU devices, on the visible GPUs here
+# (tests/testing/gpu_devices.h: the relayout property test, the collectives, the GPT on meshes).
 test-gpu: build
 	cd $(BUILD) && ctest --output-on-failure -L gpu
+	cd $(BUILD) && ctest --output-on-failure -R OnGpuDevices
 	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q -rs python/tests/test_gpu.py
 
 # ThreadSanitizer build of the library and tests in build-tsan/, then the unit tests. die_after_fork=0:

@@ -1,10 +1,12 @@
-// The collectives on tensors in device memory: every rank's tensors live on its own simulated
-// GPU (host memory tagged as that GPU's, which host code may not touch), so each Communicator
-// call stages them through the host (src/comm/device_path.cpp) and must copy its results back
-// into that GPU's memory. The cases and references are testing/collective_checks.h's (those of
-// the MPI suites: every dtype and reduce op, every root, uneven and zero counts, axes 0, 1 and
-// -1), run with the rank's device allocator; every result is also checked to be in the rank's
-// device memory (scatter's on a rank that passes a null input: host memory).
+// The collectives on tensors in device memory: every rank's tensors live on its own GPU device
+// (testing/gpu_devices.h: on the visible GPUs where there are any, several devices sharing a GPU,
+// else simulated GPUs: host memory tagged as that GPU's, which host code may not touch). Their
+// groups are not NCCL groups, so each Communicator call stages the tensors through the host
+// (src/comm/device_path.cpp) and must copy its results back into that GPU's memory. The cases
+// and references are testing/collective_checks.h's (those of the MPI suites: every dtype and
+// reduce op, every root, uneven and zero counts, axes 0, 1 and -1), run with the rank's device
+// allocator; every result is also checked to be in the rank's device memory (scatter's on a rank
+// that passes a null input: host memory).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "tessel/runtime/device.h"
 #include "tessel/runtime/runtime.h"
 #include "testing/collective_checks.h"
+#include "testing/gpu_devices.h"
 #include "testing/message_passing_transport.h"
 #include "testing/run_ranks.h"
 
@@ -45,12 +48,12 @@ std::vector<testing::NamedCheck> every_check() {
   return checks;
 }
 
-class DeviceMemoryCollectives : public ::testing::TestWithParam<Param> {};
+class CollectivesOnGpuDevices : public ::testing::TestWithParam<Param> {};
 
-TEST_P(DeviceMemoryCollectives, MatchTheReferencesAndStayInDeviceMemory) {
+TEST_P(CollectivesOnGpuDevices, MatchTheReferencesAndStayInDeviceMemory) {
   const auto& [check, kind] = GetParam();
   const int n = kind.world;
-  Runtime runtime({.num_cpu_devices = 1, .num_simulated_gpu_devices = n});
+  Runtime runtime(testing::options_with_gpu_devices(n));
   ASSERT_EQ(runtime.gpu_devices().size(), static_cast<size_t>(n));
   auto comms = kind.message_passing ? testing::make_message_passing_communicators(n)
                                     : make_in_process_communicators(n);
@@ -58,7 +61,7 @@ TEST_P(DeviceMemoryCollectives, MatchTheReferencesAndStayInDeviceMemory) {
   options.timeout = std::chrono::seconds(20);
   auto errors = testing::run_ranks(n, [&](int r) {
     Device& gpu = *runtime.gpu_devices()[static_cast<size_t>(r)];
-    ASSERT_EQ(gpu.memory_space(), MemorySpace::simulated_gpu(r));
+    ASSERT_FALSE(gpu.memory_space().is_host()) << gpu.name();
     try {
       check.check(*comms[r], options, gpu.allocator());
     } catch (const std::exception& e) {
@@ -75,7 +78,7 @@ TEST_P(DeviceMemoryCollectives, MatchTheReferencesAndStayInDeviceMemory) {
 // A strided view in device memory is refused as on the host: kInvalidArgument naming it on its
 // rank, and the others released at once with kAborted (not a host copy that hides the stride,
 // nor an error on one rank only that leaves the others to their deadline).
-TEST(DeviceMemoryCollectiveErrors, AStridedDeviceViewIsInvalidArgumentAndAbortsTheOthers) {
+TEST(CollectiveErrorsOnGpuDevices, AStridedDeviceViewIsInvalidArgumentAndAbortsTheOthers) {
   constexpr int kN = 3;
   constexpr int kBad = 1;
   using Call = std::function<void(Communicator&, Device&, bool bad, const CollectiveOptions&)>;
@@ -115,7 +118,7 @@ TEST(DeviceMemoryCollectiveErrors, AStridedDeviceViewIsInvalidArgumentAndAbortsT
        }},
   };
   for (const auto& [message, call] : calls) {
-    Runtime runtime({.num_cpu_devices = 1, .num_simulated_gpu_devices = kN});
+    Runtime runtime(testing::options_with_gpu_devices(kN));
     auto comms = make_in_process_communicators(kN);
     CollectiveOptions options;
     options.timeout = std::chrono::seconds(30);
@@ -149,7 +152,7 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
          (kind.message_passing ? "_message_passing" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(SimulatedGpus, DeviceMemoryCollectives,
+INSTANTIATE_TEST_SUITE_P(Groups, CollectivesOnGpuDevices,
                          ::testing::Combine(::testing::ValuesIn(every_check()), ::testing::ValuesIn(kinds())),
                          param_name);
 

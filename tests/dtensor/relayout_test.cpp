@@ -11,6 +11,7 @@
 #include "tessel/dtensor/relayout.h"
 #include "tessel/mesh/shard_map.h"
 #include "testing/expect_error.h"
+#include "testing/gpu_devices.h"
 #include "testing/op_check.h"
 #include "testing/recording_transport.h"
 
@@ -89,10 +90,11 @@ TEST(Relayout, PropertyUnpackRelayoutPackEqualsSplitBitForBit) {
   check_relayout_property(rt, "CPU");
 }
 
-// The same on simulated GPU devices: every block in device memory, the collectives staged
-// through host copies (tests/gpu runs relayouts on a real GPU).
+// The same on 8 GPU devices (real where a GPU is visible, else simulated: gpu_devices.h): every
+// block in device memory, the collectives between them staged through host copies (their groups
+// are not NCCL groups: simulated GPUs, or devices sharing a GPU).
 TEST(Relayout, PropertyHoldsOnGpuDevices) {
-  Runtime rt({.num_cpu_devices = 1, .num_simulated_gpu_devices = 8});
+  Runtime rt(testing::options_with_gpu_devices(8));
   check_relayout_property(rt, "GPU");
 }
 
