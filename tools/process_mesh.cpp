@@ -54,7 +54,9 @@ ProcessMesh::ProcessMesh(std::string_view command, int64_t batch, int64_t model,
       .num_cpu_devices = gpu ? 1 : local_devices_, .job = client_.job, .task = client_.client_id});
   if (gpu && static_cast<int>(runtime_->gpu_devices().size()) < local_devices_) {
     throw Error(ErrorCode::kInvalidArgument, command,
-                fmt::format("the {}x{} mesh needs {} GPU devices in this process, but it has {}",
+                fmt::format("the {}x{} mesh needs {} GPU devices in this process, but it has {} "
+                            "(TESSEL_GPU_DEVICES lists a GPU once per device: \"0,0\" makes two "
+                            "devices on GPU 0)",
                             batch, model, local_devices_, runtime_->gpu_devices().size()));
   }
   std::vector<std::string> local_names;

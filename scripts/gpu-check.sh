@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The GPU checks of tessel in one short run, for a machine with an NVIDIA GPU that has the CUDA
+# runtime, cuBLAS and NCCL but not this project's Debian libraries (nor network access).
+#
+#   scripts/gpu-check.sh prepare [BUILD]   here, after building BUILD (default build-cuda) with
+#                                          CUDA: copies the test and CLI binaries and the shared
+#                                          libraries they need from outside the CUDA toolkit into
+#                                          .gpu/ (ignored by git; carry it to the GPU machine)
+#   scripts/gpu-check.sh run [OUTDIR]      on the GPU machine, from the repository root: runs the
+#                                          checks below, each under a timeout, writing a log per
+#                                          check to OUTDIR (default $OUT, else .gpu/out)
+#
+# The checks, about 6 minutes on an H100, in order of what they tell:
+#   1. machine: the GPU, driver, date;
+#   2. gpu_tests: the ctest label gpu's binary (devices, NCCL, each op's GPU kernel against its
+#      CPU kernel, the GPT against the JAX reference on one GPU);
+#   3. mesh_suites: the suites "on GPU devices" (the relayout property test, the collectives,
+#      the GPT on 1x1 and 2x2 meshes) on 8 / 4 devices sharing the visible GPUs;
+#   4. train: `tessel train gpt` tiny on 1x1 and 2x2 meshes of GPU devices and of CPU devices,
+#      30 steps each, one JSON line each (losses, median step time), then the largest difference
+#      between the GPU and CPU losses of each mesh (the bound: 1e-4);
+#   5. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL.
+# OUTDIR gets summary.txt (a line per check), machine.txt, gpu_tests.log, mesh_suites.log,
+# train.jsonl and bench.txt. The exit status is that of the first failed check (0: all passed).
+set -u -o pipefail
+
+mode=${1:-}
+root=$(cd "$(dirname "$0")/.." && pwd)
+stage=$root/.gpu
+
+prepare() {
+  local build=${1:-build-cuda}
+  local bins=("$build/tests/gpu/tessel_gpu_tests" "$build/tests/tessel_tests" "$build/tools/tessel")
+  for b in "${bins[@]}"; do
+    [ -x "$root/$b" ] || { echo "gpu-check: $b is not built (make BUILD=$build build)" >&2; exit 2; }
+  done
+  if ! ldd "$root/$build/tests/gpu/tessel_gpu_tests" | grep -q libcudart; then
+    echo "gpu-check: $build was built without CUDA (configure with -DTESSEL_WITH_CUDA=ON)" >&2
+    exit 2
+  fi
+  rm -rf "$stage" && mkdir -p "$stage/lib"
+  cp "${bins[@]/#/$root/}" "$stage/"
+  # The tests read the repository's files under the source folder compiled into them.
+  sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$root/$build/CMakeCache.txt" >"$stage/source_dir"
+  # Every library the binaries load from outside the CUDA toolkit and the C/C++ runtime.
+  ldd "${bins[@]/#/$root/}" | awk '/=> \//{print $3}' | sort -u |
+    grep -v -E '/usr/local/cuda|/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so' |
+    xargs -r cp -L -t "$stage/lib/"
+  # Packed: OpenBLAS alone is 36 MB, and what travels to the GPU machine is limited.
+  tar -C "$stage" -czf "$stage/lib.tar.gz" lib && rm -rf "$stage/lib"
+  grep -qx '/.gpu/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$root/.git/info/exclude"
+  echo "gpu-check: staged $(du -sh "$stage" | cut -f1) in .gpu/; on the GPU machine run"
+  echo "  scripts/gpu-check.sh run     (carrying .gpu)"
+}
+
+status=0
+summary() {  # NAME RC: records one check's outcome
+  local line
+  line=$(printf '%-14s %s' "$1" "$([ "$2" = 0 ] && echo passed || echo "FAILED (exit $2)")")
+  echo "$line" >>"$out/summary.txt"
+  [ "$2" = 0 ] || [ "$status" != 0 ] || status=$2
+}
+
+run() {
+  out=${1:-${OUT:-$stage/out}}
+  mkdir -p "$out"
+  [ -x "$stage/tessel_gpu_tests" ] || { echo "gpu-check: run 'prepare' first (no .gpu/)" >&2; exit 2; }
+  # The machine's own libraries first; the staged ones fill in what it lacks.
+  local libs=/tmp/tessel-gpu-check
+  mkdir -p "$libs" && tar -C "$libs" -xzf "$stage/lib.tar.gz" || exit 2
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:$libs/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if ldd "$stage"/tessel* | grep -q "not found"; then
+    ldd "$stage"/tessel* | grep "not found" | sort -u >&2
+    echo "gpu-check: libraries missing on this machine (above)" >&2
+    exit 2
+  fi
+  # The tests read the repository's files under the source folder compiled into them: where
+  # that folder is missing here, it becomes a link to this checkout.
+  local src
+  src=$(cat "$stage/source_dir")
+  if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
+  cd "$root" || exit 2
+  : >"$out/summary.txt"
+  if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+      >"$out/machine.txt" 2>&1; then
+    echo "gpu-check: no GPU here (nvidia-smi failed: $(head -c 200 "$out/machine.txt"))" >&2
+    exit 2
+  fi
+  date -u >>"$out/machine.txt"
+  summary machine 0
+  timeout 240 "$stage/tessel_gpu_tests" >"$out/gpu_tests.log" 2>&1
+  summary gpu_tests $?
+  timeout 240 "$stage/tessel_tests" --gtest_filter='*OnGpuDevices*' >"$out/mesh_suites.log" 2>&1
+  summary mesh_suites $?
+  local mesh dev
+  : >"$out/train.jsonl"
+  for mesh in 1x1 2x2; do
+    for dev in gpu cpu; do
+      # Four devices on GPU 0 for the 2x2 mesh (the CPU runs ignore it).
+      TESSEL_GPU_DEVICES=$([ $dev = gpu ] && echo 0,0,0,0 || echo none) \
+      timeout 120 "$stage/tessel" train gpt --config tiny --mesh $mesh \
+        --device $dev --steps 30 --eval-interval 1000 --eval-iters 1 --sample 0 --json \
+        >>"$out/train.jsonl" 2>&1
+      summary "train_${mesh}_$dev" $?
+    done
+  done
+  python3 - "$out/train.jsonl" >>"$out/summary.txt" 2>&1 <<'PY'
+import json, sys
+runs = {}
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        runs[("x".join(map(str, r["mesh"])), r["device"])] = r
+for mesh in ("1x1", "2x2"):
+    g, c = runs.get((mesh, "GPU")), runs.get((mesh, "CPU"))
+    if g and c:
+        d = max(abs(a - b) for a, b in zip(g["losses"], c["losses"]))
+        print(f"train {mesh}: largest |GPU - CPU| loss {d:.2e} ({'within' if d <= 1e-4 else 'OVER'} 1e-4); "
+              f"median step GPU {g['median_step_seconds']:.4f} s, CPU {c['median_step_seconds']:.4f} s")
+PY
+  : >"$out/bench.txt"
+  timeout 90 "$stage/tessel" bench nccl -b 8 -e 1G -f 8 -n 20 -w 5 >>"$out/bench.txt" 2>&1
+  summary bench_all_reduce $?
+  local op
+  for op in all_gather reduce_scatter; do
+    timeout 60 "$stage/tessel" bench nccl --op $op -b 1K -e 1G -f 32 -n 20 -w 5 >>"$out/bench.txt" 2>&1
+    summary "bench_$op" $?
+  done
+  grep -h -E '^\[  FAILED  \]' "$out"/*.log | sort -u | head -40
+  cat "$out/summary.txt"
+  return $status
+}
+
+case "$mode" in
+  prepare) shift; prepare "$@" ;;
+  run) shift; run "$@"; exit $? ;;
+  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
