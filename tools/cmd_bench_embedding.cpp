@@ -148,7 +148,7 @@ Timing time_gather(ShardedEmbedding& emb, const Workload& w,
                    const std::vector<std::vector<RaggedIds>>& inputs) {
   const auto [wall, cpu] = time_steps(w, [&] {
     for (int t = 0; t < w.tables; ++t) {
-      const Tensor table = emb.get_table("t" + std::to_string(t));
+      const Tensor table = emb.get_table(fmt::format("t{}", t));
       const float* rows = table.data<float>();
       for (const RaggedIds& in : inputs[static_cast<size_t>(t)]) {
         Tensor out = Tensor::zeros(Shape{w.batch, w.dim}, DType::kF32);
