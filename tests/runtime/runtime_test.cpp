@@ -118,6 +118,10 @@ TEST(Runtime, ThrowsOnBadGpuOrdinals) {
   expect_error([] { Runtime rt({.num_cpu_devices = 1, .num_gpu_devices = 0, .gpu_ordinals = {0}}); },
                ErrorCode::kInvalidArgument, "Runtime",
                "gpu_ordinals (1 entries) and num_gpu_devices (0) both given");
+  expect_error(
+      [] { Runtime rt({.num_cpu_devices = 1, .num_simulated_gpu_devices = 2, .gpu_ordinals = {0}}); },
+      ErrorCode::kInvalidArgument, "Runtime",
+      "num_simulated_gpu_devices (2) and gpu_ordinals (1 entries) both given");
 }
 
 TEST(Runtime, ThrowsOnBadOptions) {
