@@ -22,7 +22,7 @@ MPI_PROCS ?= 2
 # Compiler for check-tsan: g++ (the default build compiler; clang 14 lacks some C++20) or clang++.
 TSAN_CXX ?= g++
 
-.PHONY: all deps configure build demo demo-mpi test test-gpu check-tsan check-tsan-ci check-asan fuzz ci format clean bench-peers
+.PHONY: all deps configure build demo demo-mpi test test-gpu test-numpy2 check-tsan check-tsan-ci check-asan fuzz ci format clean bench-peers
 
 all: build
 
@@ -63,6 +63,15 @@ test-gpu: build
 	cd $(BUILD) && ctest --output-on-failure -L gpu
 	cd $(BUILD) && ctest --output-on-failure -R OnGpuDevices
 	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q -rs python/tests/test_gpu.py
+
+# The Python module against PyPI's numpy 2 and pybind11 3 instead of Debian's numpy 1 and
+# pybind11 2.10 (scripts/test-numpy2.sh): a venv NP2_BUILD/venv from PyPI (reused once made),
+# the module and the CLI built in NP2_BUILD against it, then the whole pytest suite. Not part of
+# make test or CI, which must not need the network; says so plainly when PyPI is unreachable.
+NP2_BUILD ?= build-np2
+test-numpy2: deps
+	PYTHON=$(PYTHON) NP2_BUILD=$(NP2_BUILD) JOBS=$(JOBS) CMAKE_FLAGS="$(CMAKE_FLAGS)" \
+	  ./scripts/test-numpy2.sh
 
 # ThreadSanitizer build of the library and tests in build-tsan/, then the unit tests. die_after_fork=0:
 # the crash tests fork a child that starts threads (a Runtime), which TSan otherwise ends.
@@ -123,4 +132,4 @@ format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')
 
 clean:
-	rm -rf $(BUILD) build-tsan build-tsan-ci $(ASAN_BUILD)
+	rm -rf $(BUILD) build-tsan build-tsan-ci $(ASAN_BUILD) $(NP2_BUILD)

@@ -157,6 +157,20 @@ py::array tensor_to_numpy(const Tensor& t) {
   return out;
 }
 
+// numpy's __array__(dtype=None, copy=None). numpy 2 passes `copy` (numpy 1 never does) and
+// warns when the method does not take it. The result is always a new array (tensor_to_numpy
+// copies), so copy=False, "never copy", cannot be honoured: numpy's protocol asks for a
+// ValueError then, which InvalidArgumentError is.
+py::object tensor_array_protocol(const Tensor& t, const py::object& dtype, const py::object& copy) {
+  if (!copy.is_none() && !copy.cast<bool>()) {
+    throw Error(ErrorCode::kInvalidArgument, "Tensor.__array__",
+                "copy=False: a Tensor reaches numpy only as a copy; use copy=None or True");
+  }
+  py::array a = tensor_to_numpy(t);
+  if (dtype.is_none()) return a;
+  return a.attr("astype")(dtype);
+}
+
 void bind_tensor(py::module_& m) {
   py::class_<MemorySpace>(m, "MemorySpace", "Where an allocation lives: the host, or a GPU.")
       .def_static("host", &MemorySpace::host)
@@ -192,14 +206,8 @@ f16 tensors as float16. Dtypes are names ("f32", "bf16", ...) and accept numpy d
                   py::arg("offsets"), py::arg("extents"), py::arg("dtype") = DType::kF32,
                   py::arg("seed") = 0, py::arg("mean") = 0.0, py::arg("stddev") = 1.0)
       .def("numpy", &tensor_to_numpy)
-      .def(
-          "__array__",
-          [](const Tensor& t, py::object dtype) -> py::object {
-            py::array a = tensor_to_numpy(t);
-            if (dtype.is_none()) return a;
-            return a.attr("astype")(dtype);
-          },
-          py::arg("dtype") = py::none())
+      .def("__array__", &tensor_array_protocol, py::arg("dtype") = py::none(),
+           py::arg("copy") = py::none())
       .def_property_readonly("defined", &Tensor::defined)
       .def_property_readonly("shape", &Tensor::shape)
       .def_property_readonly("dtype", &Tensor::dtype)

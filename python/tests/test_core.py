@@ -157,6 +157,30 @@ def test_array_protocol():
     assert np.asarray(t, dtype=np.float64).dtype == np.float64
 
 
+def test_array_protocol_copy_keyword():
+    # numpy 2 passes copy= to __array__; numpy 1 never does, so the method is called directly.
+    t = tessel.tensor(np.arange(4, dtype=np.float32))
+    for copy in (None, True):
+        a = t.__array__(copy=copy)
+        np.testing.assert_array_equal(a, np.arange(4, dtype=np.float32))
+        a[0] = 7  # a copy: the tensor keeps its values
+        assert t.numpy()[0] == 0
+    assert t.__array__(np.float64, copy=True).dtype == np.float64
+    with pytest.raises(tessel.InvalidArgumentError, match=r"Tensor.__array__.*copy=False"):
+        t.__array__(copy=False)
+    with pytest.raises(ValueError):  # numpy's protocol: a copy it cannot avoid is a ValueError
+        t.__array__(copy=False)
+
+
+@pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0", reason="copy= is numpy 2's")
+def test_numpy2_copy_semantics():
+    t = tessel.tensor(np.arange(3, dtype=np.int64))
+    np.testing.assert_array_equal(np.array(t, copy=True), [0, 1, 2])
+    np.testing.assert_array_equal(np.asarray(t, copy=None), [0, 1, 2])
+    with pytest.raises(ValueError, match="copy=False"):
+        np.asarray(t, copy=False)
+
+
 def test_astype_converts():
     t = tessel.tensor(np.array([1.7, -1.7, 300.0]))
     assert t.astype("i32").numpy().tolist() == [1, -1, 300]
