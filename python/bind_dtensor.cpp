@@ -200,11 +200,14 @@ void bind_api(py::module_& m) {
           parts = unpack(tensor);
         }
         py::list out;
-        for (const Tensor& t : parts) out.append(numpy_view(t));
+        for (const Tensor& t : parts) {
+          out.append(numpy_view(t.memory_space().is_host() ? t : t.to_host()));
+        }
         return out;
       },
       py::arg("tensor"),
-      "The components as read-only numpy views of the DTensor's storage (bf16: float32 copies).");
+      "The components as read-only numpy views of the DTensor's storage (bf16: float32 copies; "
+      "components in a GPU's memory: host copies; DTensor.components keeps them as Tensors).");
   m.def("fetch_layout", &fetch_layout, py::arg("tensor"));
   m.def("check_layout", &check_layout, py::arg("tensor"), py::arg("layout"));
   m.def(

@@ -9,6 +9,7 @@
 #   scripts/gpu-check.sh run [OUTDIR]      on the GPU machine, from the repository root: runs the
 #                                          checks below, each under a timeout, writing a log per
 #                                          check to OUTDIR (default $OUT, else .gpu/out)
+#   scripts/gpu-check.sh python [OUTDIR]   there: only the last check (the Python module)
 #
 # The checks, about 6 minutes on an H100, in order of what they tell:
 #   1. machine: the GPU, driver, date;
@@ -19,9 +20,12 @@
 #   4. train: `tessel train gpt` tiny on 1x1 and 2x2 meshes of GPU devices and of CPU devices,
 #      30 steps each, one JSON line each (losses, median step time), then the largest difference
 #      between the GPU and CPU losses of each mesh (the bound: 1e-4);
-#   5. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL.
+#   5. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL;
+#   6. python: the Python module built there for that machine's python3 (its numpy and pip's
+#      pybind11, linked to the staged libtessel.a), then python/tests/test_gpu.py.
 # OUTDIR gets summary.txt (a line per check), machine.txt, gpu_tests.log, mesh_suites.log,
-# train.jsonl and bench.txt. The exit status is that of the first failed check (0: all passed).
+# train.jsonl, bench.txt and python.log. The exit status is that of the first failed check (0:
+# all passed).
 set -u -o pipefail
 
 mode=${1:-}
@@ -38,19 +42,44 @@ prepare() {
     echo "gpu-check: $build was built without CUDA (configure with -DTESSEL_WITH_CUDA=ON)" >&2
     exit 2
   fi
-  rm -rf "$stage" && mkdir -p "$stage/lib"
+  rm -rf "$stage" && mkdir -p "$stage/lib/include"
   cp "${bins[@]/#/$root/}" "$stage/"
+  # For building the Python module there: the library, its generated and DLPack headers.
+  cp "$root/$build/src/libtessel.a" "$stage/lib/"
+  cp -r "$root/$build/include/tessel" "$(dirname "$(find /usr/include /usr/local/include -path '*/dlpack/dlpack.h' | head -1)")" \
+    "$stage/lib/include/"
   # The tests read the repository's files under the source folder compiled into them.
   sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$root/$build/CMakeCache.txt" >"$stage/source_dir"
   # Every library the binaries load from outside the CUDA toolkit and the C/C++ runtime.
   ldd "${bins[@]/#/$root/}" | awk '/=> \//{print $3}' | sort -u |
     grep -v -E '/usr/local/cuda|/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so' |
     xargs -r cp -L -t "$stage/lib/"
-  # Packed: OpenBLAS alone is 36 MB, and what travels to the GPU machine is limited.
+  # Packed: OpenBLAS alone is 36 MB, and what travels to the GPU machine is limited (64 MiB).
   tar -C "$stage" -czf "$stage/lib.tar.gz" lib && rm -rf "$stage/lib"
   grep -qx '/.gpu/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$root/.git/info/exclude"
   echo "gpu-check: staged $(du -sh "$stage" | cut -f1) in .gpu/; on the GPU machine run"
   echo "  scripts/gpu-check.sh run     (carrying .gpu)"
+}
+
+# The module for this machine's python3 in LIBS/py/tessel: the bindings compiled with the flags
+# of the CMake build (python/CMakeLists.txt), linked to the staged library and the libraries that
+# it needs (the staged ones, the machine's CUDA).
+build_python_module() {
+  local libs=$1 cuda=/usr/local/cuda/lib64
+  local dst=$libs/py/tessel suffix includes
+  suffix=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))') || return 1
+  includes=$(python3 -m pybind11 --includes) || { echo "gpu-check: python3 has no pybind11"; return 1; }
+  python3 -c 'import numpy; print("python", __import__("sys").version.split()[0], "numpy", numpy.__version__)'
+  mkdir -p "$dst/obj" && cp python/tessel/*.py "$dst/"
+  # shellcheck disable=SC2086  # $includes is a list of flags
+  ls python/*.cpp | xargs -P "$(nproc)" -I{} sh -c \
+    "c++ -O3 -DNDEBUG -fPIC -fvisibility=hidden -std=c++20 -Iinclude -I$libs/lib/include $includes \
+       -c {} -o $dst/obj/\$(basename {} .cpp).o" || return 1
+  c++ -shared -o "$dst/_tessel$suffix" "$dst"/obj/*.o -Wl,-Bsymbolic-functions "$libs/lib/libtessel.a" \
+    -L"$libs/lib" -L$cuda -L/usr/lib/x86_64-linux-gnu -l:libmpi.so.40 \
+    -l:libfmt.so.9 -l:libprotobuf.so.32 -l:libopenblas.so.0 -l:libcudart.so.13 -l:libcublas.so.13 \
+    -l:libcublasLt.so.13 -l:libnccl.so.2 -lpthread -ldl -lrt || return 1
+  echo "gpu-check: built $dst/_tessel$suffix"
 }
 
 status=0
@@ -61,12 +90,13 @@ summary() {  # NAME RC: records one check's outcome
   [ "$2" = 0 ] || [ "$status" != 0 ] || status=$2
 }
 
-run() {
+# Unpacks the staged libraries and points the loader at them; sets out and libs.
+setup() {
   out=${1:-${OUT:-$stage/out}}
   mkdir -p "$out"
   [ -x "$stage/tessel_gpu_tests" ] || { echo "gpu-check: run 'prepare' first (no .gpu/)" >&2; exit 2; }
   # The machine's own libraries first; the staged ones fill in what it lacks.
-  local libs=/tmp/tessel-gpu-check
+  libs=/tmp/tessel-gpu-check
   mkdir -p "$libs" && tar -C "$libs" -xzf "$stage/lib.tar.gz" || exit 2
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:$libs/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if ldd "$stage"/tessel* | grep -q "not found"; then
@@ -81,6 +111,16 @@ run() {
   if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
   cd "$root" || exit 2
   : >"$out/summary.txt"
+}
+
+python_check() {
+  build_python_module "$libs" >"$out/python.log" 2>&1 &&
+    PYTHONPATH=$libs/py timeout 120 python3 -m pytest -q -rs python/tests/test_gpu.py >>"$out/python.log" 2>&1
+  summary python $?
+}
+
+run() {
+  setup "$@"
   if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
       >"$out/machine.txt" 2>&1; then
     echo "gpu-check: no GPU here (nvidia-smi failed: $(head -c 200 "$out/machine.txt"))" >&2
@@ -126,6 +166,7 @@ PY
     timeout 60 "$stage/tessel" bench nccl --op $op -b 1K -e 1G -f 32 -n 20 -w 5 >>"$out/bench.txt" 2>&1
     summary "bench_$op" $?
   done
+  python_check
   grep -h -E '^\[  FAILED  \]' "$out"/*.log | sort -u | head -40
   cat "$out/summary.txt"
   return $status
@@ -134,5 +175,6 @@ PY
 case "$mode" in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@"; exit $? ;;
-  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  python) shift; setup "$@"; python_check; cat "$out/summary.txt"; exit $status ;;
+  *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -117,6 +117,17 @@ def test_a_matmul_on_a_simulated_gpu_mesh_matches_numpy():
     assert tessel.host_staged_kernel_calls()["matmul"] == before + 2  # one block per device
 
 
+def test_unpack_of_a_gpu_mesh_dtensor_gives_host_copies():
+    rt = tessel.Runtime(num_cpu_devices=1, num_simulated_gpu_devices=2)
+    mesh = tessel.Mesh.create_on_devices([("x", 2)], [g.name for g in rt.gpu_devices()])
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    d = tessel.copy_to_mesh(a, tessel.Layout(["x", "unsharded"], mesh), runtime=rt)
+    assert [str(c.memory_space) for c in d.components] == ["simulated_gpu:0", "simulated_gpu:1"]
+    parts = tessel.unpack(d)
+    np.testing.assert_array_equal(parts[0], a[:2])
+    np.testing.assert_array_equal(parts[1], a[2:])
+
+
 @pytest.mark.parametrize("name", ["NcclAllReduce", "ReductionToOneDevice", "HierarchicalCopyAllReduce"])
 def test_cross_device_ops_reduce_values_on_simulated_gpus(name):
     rt = tessel.Runtime(num_cpu_devices=1, num_simulated_gpu_devices=2)
@@ -129,3 +140,24 @@ def test_cross_device_ops_reduce_values_on_simulated_gpus(name):
         np.testing.assert_array_equal(c.to_host().numpy(), np.full(4, 1.5, np.float32))
     batch = ops.batch_reduce(tessel.ReduceOp.SUM, [(v, v), (v, v)])
     np.testing.assert_array_equal(batch[1].values[1].to_host().numpy(), np.full(4, 3.0, np.float32))
+
+
+@needs_gpu
+def test_a_2x2_mesh_of_devices_sharing_a_gpu_matches_numpy():
+    # Four devices on GPU 0: matmul on cuBLAS per block, the relayout's collectives host-staged
+    # (devices sharing a GPU make no NCCL group).
+    rt = tessel.Runtime(num_cpu_devices=1, gpu_ordinals=[0, 0, 0, 0])
+    mesh = tessel.Mesh.create_on_devices([("x", 2), ("y", 2)], [g.name for g in rt.gpu_devices()])
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((8, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 4)).astype(np.float32)
+    da = tessel.copy_to_mesh(a, tessel.Layout(["x", "unsharded"], mesh), runtime=rt)
+    db = tessel.copy_to_mesh(b, tessel.Layout(["unsharded", "y"], mesh), runtime=rt)
+    before = tessel.host_staged_kernel_calls().get("matmul", 0)
+    out = tessel.matmul(da, db)
+    assert all(str(c.memory_space) == "cuda:0" for c in out.components)
+    np.testing.assert_allclose(tessel.unpack(out)[3], (a @ b)[4:, 2:], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tessel.to_host(out), a @ b, rtol=1e-5, atol=1e-5)
+    assert tessel.host_staged_kernel_calls().get("matmul", 0) == before  # on the GPU
+    moved = tessel.relayout(out, tessel.Layout(["unsharded", "unsharded"], mesh))
+    np.testing.assert_allclose(tessel.to_host(moved), a @ b, rtol=1e-5, atol=1e-5)
