@@ -55,10 +55,11 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE stress
 	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q python/tests
 
-# The GPU suite (ctest label gpu: GPU devices, NCCL communicators) and the Python GPU tests, for a
-# machine with a GPU; without one every case reports "skipped: no GPU" (make test runs them too).
-# The GPU suite (label gpu), then the suites that run on GPU devices, on the visible GPUs here
-# (tests/testing/gpu_devices.h: the relayout property test, the collectives, the GPT on meshes).
+# For a machine with a GPU: the GPU suite (ctest label gpu: GPU devices, NCCL communicators), the
+# suites that run on GPU devices, on the visible GPUs here (tests/testing/gpu_devices.h: the
+# relayout property test, the collectives, the GPT on meshes), and the Python GPU tests. Without a
+# GPU the gpu cases report "skipped: no GPU" and the others run on simulated GPUs (make test runs
+# them all too).
 test-gpu: build
 	cd $(BUILD) && ctest --output-on-failure -L gpu
 	cd $(BUILD) && ctest --output-on-failure -R OnGpuDevices
