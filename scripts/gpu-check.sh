@@ -11,7 +11,8 @@
 #                                          check to OUTDIR (default $OUT, else .gpu/out)
 #   scripts/gpu-check.sh python [OUTDIR]   there: only the last check (the Python module)
 #
-# The checks, about 6 minutes on an H100, in order of what they tell:
+# The checks, in order of what they tell (each under a timeout; not yet run on a GPU, so no
+# total time measured; the timeouts add up to more than 20 minutes):
 #   1. machine: the GPU, driver, date;
 #   2. gpu_tests: the ctest label gpu's binary (devices, NCCL, each op's GPU kernel against its
 #      CPU kernel, the GPT against the JAX reference on one GPU);
@@ -19,7 +20,7 @@
 #      the GPT on 1x1 and 2x2 meshes) on 8 / 4 devices sharing the visible GPUs;
 #   4. train: `tessel train gpt` tiny on 1x1 and 2x2 meshes of GPU devices and of CPU devices,
 #      30 steps each, one JSON line each (losses, median step time), then the largest difference
-#      between the GPU and CPU losses of each mesh (the bound: 1e-4);
+#      between the GPU and CPU losses of each mesh (train_losses: fails above 1e-4);
 #   5. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL;
 #   6. python: the Python module built there for that machine's python3 (its numpy and pip's
 #      pybind11, linked to the staged libtessel.a), then python/tests/test_gpu.py.
@@ -46,8 +47,10 @@ prepare() {
   cp "${bins[@]/#/$root/}" "$stage/"
   # For building the Python module there: the library, its generated and DLPack headers.
   cp "$root/$build/src/libtessel.a" "$stage/lib/"
-  cp -r "$root/$build/include/tessel" "$(dirname "$(find /usr/include /usr/local/include -path '*/dlpack/dlpack.h' | head -1)")" \
-    "$stage/lib/include/"
+  local dlpack
+  dlpack=$(find /usr/include /usr/local/include -path '*/dlpack/dlpack.h' 2>/dev/null | head -1)
+  [ -n "$dlpack" ] || { echo "gpu-check: no dlpack/dlpack.h under /usr/include or /usr/local/include" >&2; exit 2; }
+  cp -r "$root/$build/include/tessel" "$(dirname "$dlpack")" "$stage/lib/include/"
   # The tests read the repository's files under the source folder compiled into them.
   sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$root/$build/CMakeCache.txt" >"$stage/source_dir"
   # Every library the binaries load from outside the CUDA toolkit and the C/C++ runtime.
@@ -56,7 +59,12 @@ prepare() {
     xargs -r cp -L -t "$stage/lib/"
   # Packed: OpenBLAS alone is 36 MB, and what travels to the GPU machine is limited (64 MiB).
   tar -C "$stage" -czf "$stage/lib.tar.gz" lib && rm -rf "$stage/lib"
-  grep -qx '/.gpu/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$root/.git/info/exclude"
+  local kib
+  kib=$(du -sk "$stage" | cut -f1)
+  if [ "$kib" -gt $((64 * 1024)) ]; then
+    echo "gpu-check: .gpu/ is $((kib / 1024)) MiB, over the 64 MiB that travels to the GPU machine" >&2
+    exit 2
+  fi
   echo "gpu-check: staged $(du -sh "$stage" | cut -f1) in .gpu/; on the GPU machine run"
   echo "  scripts/gpu-check.sh run     (carrying .gpu)"
 }
@@ -93,10 +101,11 @@ summary() {  # NAME RC: records one check's outcome
 # Unpacks the staged libraries and points the loader at them; sets out and libs.
 setup() {
   out=${1:-${OUT:-$stage/out}}
-  mkdir -p "$out"
+  mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2  # absolute: setup moves to the root
   [ -x "$stage/tessel_gpu_tests" ] || { echo "gpu-check: run 'prepare' first (no .gpu/)" >&2; exit 2; }
   # The machine's own libraries first; the staged ones fill in what it lacks.
-  libs=/tmp/tessel-gpu-check
+  # Unpacked inside .gpu/, not in a fixed /tmp folder that another checkout's run may share.
+  libs=$stage/unpacked
   mkdir -p "$libs" && tar -C "$libs" -xzf "$stage/lib.tar.gz" || exit 2
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:$libs/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if ldd "$stage"/tessel* | grep -q "not found"; then
@@ -151,13 +160,20 @@ for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
         runs[("x".join(map(str, r["mesh"])), r["device"])] = r
+ok = True
 for mesh in ("1x1", "2x2"):
     g, c = runs.get((mesh, "GPU")), runs.get((mesh, "CPU"))
-    if g and c:
-        d = max(abs(a - b) for a, b in zip(g["losses"], c["losses"]))
-        print(f"train {mesh}: largest |GPU - CPU| loss {d:.2e} ({'within' if d <= 1e-4 else 'OVER'} 1e-4); "
-              f"median step GPU {g['median_step_seconds']:.4f} s, CPU {c['median_step_seconds']:.4f} s")
+    if not (g and c and len(g["losses"]) == len(c["losses"]) > 0):
+        print(f"train {mesh}: no GPU and CPU losses to compare")
+        ok = False
+        continue
+    d = max(abs(a - b) for a, b in zip(g["losses"], c["losses"]))
+    ok = ok and d <= 1e-4
+    print(f"train {mesh}: largest |GPU - CPU| loss {d:.2e} ({'within' if d <= 1e-4 else 'OVER'} 1e-4); "
+          f"median step GPU {g['median_step_seconds']:.4f} s, CPU {c['median_step_seconds']:.4f} s")
+sys.exit(0 if ok else 1)
 PY
+  summary train_losses $?  # a loss over the bound, or a missing run, fails the run
   : >"$out/bench.txt"
   timeout 90 "$stage/tessel" bench nccl -b 8 -e 1G -f 8 -n 20 -w 5 >>"$out/bench.txt" 2>&1
   summary bench_all_reduce $?
@@ -169,12 +185,12 @@ PY
   python_check
   grep -h -E '^\[  FAILED  \]' "$out"/*.log | sort -u | head -40
   cat "$out/summary.txt"
-  return $status
+  return "$status"
 }
 
 case "$mode" in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@"; exit $? ;;
-  python) shift; setup "$@"; python_check; cat "$out/summary.txt"; exit $status ;;
-  *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  python) shift; setup "$@"; python_check; cat "$out/summary.txt"; exit "$status" ;;
+  *) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;  # the comment above
 esac

@@ -103,14 +103,20 @@ def test_simulated_gpus_keep_device_memory_apart_and_compute_through_the_host():
         tessel.make_nccl_communicators(gpus)
 
 
+def matmul_operands(rt, mesh, a_layout, b_layout, seed):
+    """Random f32 operands a [8, 6] and b [6, 4], and their DTensors in the given layouts."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((8, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 4)).astype(np.float32)
+    da = tessel.copy_to_mesh(a, tessel.Layout(a_layout, mesh), runtime=rt)
+    db = tessel.copy_to_mesh(b, tessel.Layout(b_layout, mesh), runtime=rt)
+    return a, b, da, db
+
+
 def test_a_matmul_on_a_simulated_gpu_mesh_matches_numpy():
     rt = tessel.Runtime(num_cpu_devices=1, num_simulated_gpu_devices=2)
     mesh = tessel.Mesh.create_on_devices([("x", 2)], [g.name for g in rt.gpu_devices()])
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((8, 6)).astype(np.float32)
-    b = rng.standard_normal((6, 4)).astype(np.float32)
-    da = tessel.copy_to_mesh(a, tessel.Layout(["x", "unsharded"], mesh), runtime=rt)
-    db = tessel.copy_to_mesh(b, tessel.Layout(["unsharded", "unsharded"], mesh), runtime=rt)
+    a, b, da, db = matmul_operands(rt, mesh, ["x", "unsharded"], ["unsharded", "unsharded"], seed=0)
     before = tessel.host_staged_kernel_calls().get("matmul", 0)
     out = tessel.matmul(da, db)
     np.testing.assert_allclose(tessel.to_host(out), a @ b, rtol=1e-5, atol=1e-5)
@@ -148,11 +154,7 @@ def test_a_2x2_mesh_of_devices_sharing_a_gpu_matches_numpy():
     # (devices sharing a GPU make no NCCL group).
     rt = tessel.Runtime(num_cpu_devices=1, gpu_ordinals=[0, 0, 0, 0])
     mesh = tessel.Mesh.create_on_devices([("x", 2), ("y", 2)], [g.name for g in rt.gpu_devices()])
-    rng = np.random.default_rng(1)
-    a = rng.standard_normal((8, 6)).astype(np.float32)
-    b = rng.standard_normal((6, 4)).astype(np.float32)
-    da = tessel.copy_to_mesh(a, tessel.Layout(["x", "unsharded"], mesh), runtime=rt)
-    db = tessel.copy_to_mesh(b, tessel.Layout(["unsharded", "y"], mesh), runtime=rt)
+    a, b, da, db = matmul_operands(rt, mesh, ["x", "unsharded"], ["unsharded", "y"], seed=1)
     before = tessel.host_staged_kernel_calls().get("matmul", 0)
     out = tessel.matmul(da, db)
     assert all(str(c.memory_space) == "cuda:0" for c in out.components)

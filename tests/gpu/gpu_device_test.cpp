@@ -131,12 +131,15 @@ TEST_F(GpuTest, TesselGpuDevicesChoosesTheGpus) {
 }
 
 // Several devices on one GPU (TF's logical GPUs): each its own name, stream, accounting and share
-// of the GPU's memory. (gpu_mesh_test.cpp runs meshes of such devices.)
+// of the GPU's memory. (The suites on GPU devices, testing/gpu_devices.h, run meshes of them.)
 TEST_F(GpuTest, SeveralDevicesShareOneGpu) {
   Runtime rt(RuntimeOptions{.num_cpu_devices = 1, .gpu_ordinals = {0, 0, 0}});
   ASSERT_EQ(rt.gpu_devices().size(), 3u);
   EXPECT_EQ(rt.options().gpu_ordinals, (std::vector<int>{0, 0, 0}));
-  const int64_t whole = gpu().memory_limit();
+  // GPU 0's whole memory, from a device alone on it (the fixture's devices follow
+  // TESSEL_GPU_DEVICES, which may share GPU 0 already).
+  const int64_t whole =
+      Runtime(RuntimeOptions{.num_cpu_devices = 1, .gpu_ordinals = {0}}).gpu_devices()[0]->memory_limit();
   for (int i = 0; i < 3; ++i) {
     Device& d = *rt.gpu_devices()[static_cast<size_t>(i)];
     EXPECT_EQ(d.name(), fmt::format("/job:localhost/replica:0/task:0/device:GPU:{}", i));

@@ -14,8 +14,8 @@
 // is the i-th listed; "none" or "" for none), or else every visible GPU (gpu.h). A build without
 // CUDA, or a machine without a GPU, has none. An ordinal listed k times makes k devices that
 // share that GPU, as TF's logical GPUs do ("0,0,0,0": a 2x2 GPU mesh on one GPU): each has its
-// own CUDA stream, caching allocator and cuBLAS handle, and a memory limit of 1/k of the GPU's
-// memory. Their groups are not NCCL groups (NCCL takes one rank per GPU): collectives between
+// own CUDA stream and caching allocator, and a memory limit of 1/k of the GPU's memory (on its
+// live bytes; its allocator's cached blocks are not counted). Their groups are not NCCL groups (NCCL takes one rank per GPU): collectives between
 // them run host-staged (docs/gpu.md). RuntimeOptions::num_simulated_gpu_devices (or, when
 // -1, TESSEL_SIMULATED_GPUS, default 0) makes that many simulated GPU devices instead of the real
 // ones (Device::make_simulated_gpu: host memory treated as device memory, each the size of a CPU
