@@ -9,10 +9,11 @@
 #   scripts/gpu-check.sh run [OUTDIR]      on the GPU machine, from the repository root: runs the
 #                                          checks below, each under a timeout, writing a log per
 #                                          check to OUTDIR (default $OUT, else .gpu/out)
-#   scripts/gpu-check.sh python [OUTDIR]   there: only the last check (the Python module)
+#   scripts/gpu-check.sh python [OUTDIR]   there: only the Python module's check (5 below)
 #
-# The checks, in order of what they tell (each under a timeout; not yet run on a GPU, so no
-# total time measured; the timeouts add up to more than 20 minutes):
+# The checks, in order of what they tell, each under a timeout cut to the run's budget
+# (GPU_CHECK_SECONDS, default 540; a check with under 15 s left is reported as skipped); not
+# yet run on a GPU, so no total time has been measured:
 #   1. machine: the GPU, driver, date;
 #   2. gpu_tests: the ctest label gpu's binary (devices, NCCL, each op's GPU kernel against its
 #      CPU kernel, the GPT against the JAX reference on one GPU);
@@ -21,9 +22,9 @@
 #   4. train: `tessel train gpt` tiny on 1x1 and 2x2 meshes of GPU devices and of CPU devices,
 #      30 steps each, one JSON line each (losses, median step time), then the largest difference
 #      between the GPU and CPU losses of each mesh (train_losses: fails above 1e-4);
-#   5. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL;
-#   6. python: the Python module built there for that machine's python3 (its numpy and pip's
-#      pybind11, linked to the staged libtessel.a), then python/tests/test_gpu.py.
+#   5. python: the Python module built there for that machine's python3 (its numpy and pip's
+#      pybind11, linked to the staged libtessel.a), then python/tests/test_gpu.py;
+#   6. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL.
 # OUTDIR gets summary.txt (a line per check), machine.txt, gpu_tests.log, mesh_suites.log,
 # train.jsonl, bench.txt and python.log. The exit status is that of the first failed check (0:
 # all passed).
@@ -90,6 +91,28 @@ build_python_module() {
   echo "gpu-check: built $dst/_tessel$suffix"
 }
 
+# The run's time budget (GPU_CHECK_SECONDS, default 540: a GPU machine's command limit is 600 s).
+# Each check's timeout is cut to what is left; a check with under 15 s left is skipped, so that
+# what did run is still reported.
+budget=${GPU_CHECK_SECONDS:-540}
+
+# NAME TIMEOUT LOG COMMAND...: runs COMMAND under the smaller of TIMEOUT and the time left,
+# appending its output to LOG, and records the outcome.
+timed() {
+  local name=$1 limit=$2 log=$3 left
+  shift 3
+  left=$((budget - SECONDS - 5))
+  if [ "$left" -lt 15 ]; then
+    printf '%-14s skipped (out of time)\n' "$name" >>"$out/summary.txt"
+    return
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
+  timeout "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  summary "$name" $rc
+  return $rc
+}
+
 status=0
 summary() {  # NAME RC: records one check's outcome
   local line
@@ -123,9 +146,12 @@ setup() {
 }
 
 python_check() {
-  build_python_module "$libs" >"$out/python.log" 2>&1 &&
-    PYTHONPATH=$libs/py timeout 120 python3 -m pytest -q -rs python/tests/test_gpu.py >>"$out/python.log" 2>&1
-  summary python $?
+  : >"$out/python.log"
+  # timeout runs programs, not shell functions: the function goes to a bash of its own.
+  timed python_build 200 "$out/python.log" \
+    bash -c "$(declare -f build_python_module); build_python_module \"\$0\"" "$libs" || return
+  timed python_tests 90 "$out/python.log" \
+    env PYTHONPATH="$libs/py" python3 -m pytest -q -rs python/tests/test_gpu.py
 }
 
 run() {
@@ -137,20 +163,19 @@ run() {
   fi
   date -u >>"$out/machine.txt"
   summary machine 0
-  timeout 240 "$stage/tessel_gpu_tests" >"$out/gpu_tests.log" 2>&1
-  summary gpu_tests $?
-  timeout 240 "$stage/tessel_tests" --gtest_filter='*OnGpuDevices*' >"$out/mesh_suites.log" 2>&1
-  summary mesh_suites $?
+  : >"$out/gpu_tests.log"
+  timed gpu_tests 150 "$out/gpu_tests.log" "$stage/tessel_gpu_tests"
+  : >"$out/mesh_suites.log"
+  timed mesh_suites 150 "$out/mesh_suites.log" "$stage/tessel_tests" --gtest_filter='*OnGpuDevices*'
   local mesh dev
   : >"$out/train.jsonl"
   for mesh in 1x1 2x2; do
     for dev in gpu cpu; do
       # Four devices on GPU 0 for the 2x2 mesh (the CPU runs ignore it).
-      TESSEL_GPU_DEVICES=$([ $dev = gpu ] && echo 0,0,0,0 || echo none) \
-      timeout 120 "$stage/tessel" train gpt --config tiny --mesh $mesh \
-        --device $dev --steps 30 --eval-interval 1000 --eval-iters 1 --sample 0 --json \
-        >>"$out/train.jsonl" 2>&1
-      summary "train_${mesh}_$dev" $?
+      timed "train_${mesh}_$dev" 60 "$out/train.jsonl" \
+        env TESSEL_GPU_DEVICES="$([ $dev = gpu ] && echo 0,0,0,0 || echo none)" \
+        "$stage/tessel" train gpt --config tiny --mesh $mesh --device $dev --steps 30 \
+        --eval-interval 1000 --eval-iters 1 --sample 0 --json
     done
   done
   python3 - "$out/train.jsonl" >>"$out/summary.txt" 2>&1 <<'PY'
@@ -174,15 +199,14 @@ for mesh in ("1x1", "2x2"):
 sys.exit(0 if ok else 1)
 PY
   summary train_losses $?  # a loss over the bound, or a missing run, fails the run
+  python_check
   : >"$out/bench.txt"
-  timeout 90 "$stage/tessel" bench nccl -b 8 -e 1G -f 8 -n 20 -w 5 >>"$out/bench.txt" 2>&1
-  summary bench_all_reduce $?
+  timed bench_all_reduce 60 "$out/bench.txt" "$stage/tessel" bench nccl -b 8 -e 1G -f 8 -n 20 -w 5
   local op
   for op in all_gather reduce_scatter; do
-    timeout 60 "$stage/tessel" bench nccl --op $op -b 1K -e 1G -f 32 -n 20 -w 5 >>"$out/bench.txt" 2>&1
-    summary "bench_$op" $?
+    timed "bench_$op" 45 "$out/bench.txt" \
+      "$stage/tessel" bench nccl --op $op -b 1K -e 1G -f 32 -n 20 -w 5
   done
-  python_check
   grep -h -E '^\[  FAILED  \]' "$out"/*.log | sort -u | head -40
   cat "$out/summary.txt"
   return "$status"

@@ -63,8 +63,8 @@ std::vector<int> resolve_gpu_ordinals(const std::vector<int>& listed, int reques
   std::vector<int> ordinals;
   if (!listed.empty()) {
     if (requested != -1) {
-      detail::throw_invalid("Runtime", "gpu_ordinals ({} entries) and num_gpu_devices ({}) both "
-                            "given; give one", listed.size(), requested);
+      detail::throw_invalid("Runtime", "gpu_ordinals [{}] and num_gpu_devices {} both given; give one",
+                            fmt::join(listed, ", "), requested);
     }
     if (listed.size() > static_cast<size_t>(kMaxCpuDevices)) {
       detail::throw_invalid("Runtime", "gpu_ordinals has {} entries, more than {}", listed.size(),
@@ -224,10 +224,12 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
     device_ptrs_.push_back(devices_.back().get());
   }
   if (options_.num_simulated_gpu_devices > 0 && !options_.gpu_ordinals.empty()) {
-    detail::throw_invalid("Runtime", "num_simulated_gpu_devices ({}) and gpu_ordinals ({} entries) "
-                          "both given; give one", options_.num_simulated_gpu_devices,
-                          options_.gpu_ordinals.size());
+    detail::throw_invalid("Runtime", "num_simulated_gpu_devices {} and gpu_ordinals [{}] both given; "
+                          "give one", options_.num_simulated_gpu_devices,
+                          fmt::join(options_.gpu_ordinals, ", "));
   }
+  // Real GPUs named explicitly: TESSEL_SIMULATED_GPUS does not replace them.
+  if (!options_.gpu_ordinals.empty()) options_.num_simulated_gpu_devices = 0;
   options_.num_simulated_gpu_devices =
       resolve_simulated_gpus(options_.num_simulated_gpu_devices);
   if (options_.num_simulated_gpu_devices > 0) {

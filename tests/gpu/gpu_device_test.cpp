@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <gmock/gmock.h>
@@ -150,6 +151,24 @@ TEST_F(GpuTest, SeveralDevicesShareOneGpu) {
   Tensor on_first = rt.gpu_devices()[0]->allocate(Shape{1 << 10}, DType::kF32);
   EXPECT_EQ(rt.gpu_devices()[0]->memory_stats().live_bytes, 4 << 10);
   EXPECT_EQ(rt.gpu_devices()[1]->memory_stats().live_bytes, 0);
+}
+
+// Memory one device of a shared GPU keeps cached is given back when another device's cudaMalloc
+// fails: the first takes nearly all the GPU's free memory and frees it (into its cache), then the
+// second's request succeeds instead of failing while under its limit.
+TEST_F(GpuTest, ACachedBlockOfOneDeviceDoesNotStarveAnotherOnTheSameGpu) {
+  Runtime rt(RuntimeOptions{.num_cpu_devices = 1, .gpu_ordinals = {0, 0}});
+  Device& first = *rt.gpu_devices()[0];
+  Device& second = *rt.gpu_devices()[1];
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  const int64_t big = static_cast<int64_t>(free_bytes) - (int64_t{512} << 20);
+  ASSERT_GT(big, int64_t{1} << 30);
+  first.set_memory_limit(static_cast<int64_t>(total_bytes));
+  second.set_memory_limit(static_cast<int64_t>(total_bytes));
+  { Tensor hog = first.allocate(Shape{big}, DType::kU8, /*zero_fill=*/false); }  // now cached
+  Tensor t = second.allocate(Shape{int64_t{1} << 30}, DType::kU8, /*zero_fill=*/false);
+  EXPECT_EQ(second.memory_stats().live_bytes, int64_t{1} << 30);
 }
 
 }  // namespace

@@ -117,11 +117,21 @@ TEST(Runtime, ThrowsOnBadGpuOrdinals) {
                ErrorCode::kInvalidArgument, "Runtime", "gpu_ordinals[0] = -1");
   expect_error([] { Runtime rt({.num_cpu_devices = 1, .num_gpu_devices = 0, .gpu_ordinals = {0}}); },
                ErrorCode::kInvalidArgument, "Runtime",
-               "gpu_ordinals (1 entries) and num_gpu_devices (0) both given");
+               "gpu_ordinals [0] and num_gpu_devices 0 both given");
   expect_error(
       [] { Runtime rt({.num_cpu_devices = 1, .num_simulated_gpu_devices = 2, .gpu_ordinals = {0}}); },
       ErrorCode::kInvalidArgument, "Runtime",
-      "num_simulated_gpu_devices (2) and gpu_ordinals (1 entries) both given");
+      "num_simulated_gpu_devices 2 and gpu_ordinals [0] both given");
+}
+
+// Explicit gpu_ordinals name real GPUs: TESSEL_SIMULATED_GPUS does not replace them (here, with
+// no GPU visible, they are then refused as not visible instead of silently simulated).
+TEST(Runtime, GpuOrdinalsAreNotReplacedBySimulatedGpusFromTheEnvironment) {
+  ScopedEnv env("TESSEL_SIMULATED_GPUS", "2");
+  const int past = visible_gpu_count();
+  expect_error([past] { Runtime rt({.num_cpu_devices = 1, .gpu_ordinals = {past}}); },
+               ErrorCode::kInvalidArgument, "Runtime", "is not a visible CUDA ordinal");
+  EXPECT_EQ(Runtime({.num_cpu_devices = 1}).gpu_devices().size(), 2u);  // without: simulated
 }
 
 TEST(Runtime, ThrowsOnBadOptions) {

@@ -81,8 +81,8 @@ struct RuntimeOptions {
   int num_simulated_gpu_devices = -1;
   // The CUDA ordinal of each GPU device (GPU:i on gpu_ordinals[i]), each a visible GPU, at most
   // kMaxCpuDevices of them; an ordinal may repeat (devices sharing a GPU). Non-empty: takes the
-  // place of num_gpu_devices (which must then be -1) and of TESSEL_GPU_DEVICES, and may not be
-  // given beside num_simulated_gpu_devices above 0.
+  // place of num_gpu_devices (which must then be -1) and of TESSEL_GPU_DEVICES, may not be given
+  // beside num_simulated_gpu_devices above 0, and is not replaced by TESSEL_SIMULATED_GPUS.
   std::vector<int> gpu_ordinals = {};
 };
 

@@ -25,8 +25,8 @@ void check_cublas(cublasStatus_t status, std::string_view what) {
 
 // One cuBLAS handle per GPU and thread, made on first use and kept until exit. A handle is only
 // ever used by the thread that made it, so never by two threads at once, also when several
-// devices share a GPU (their workers are distinct threads); the caller binds its stream on every
-// call. Keyed by thread id, so that a new thread with a dead one's id reuses its handle (the
+// devices share a GPU (their workers are distinct threads); the caller binds its stream and a
+// workspace of that stream's device on every call (gemm_workspace). Keyed by thread id, so that a new thread with a dead one's id reuses its handle (the
 // count stays at the threads alive at once); the map itself is locked.
 cublasHandle_t handle_for(int ordinal) {
   static std::mutex mu;
@@ -45,6 +45,26 @@ cublasHandle_t handle_for(int ordinal) {
   }
   handles->emplace(key, h);
   return h;
+}
+
+// cuBLAS's recommended workspace for Hopper GPUs (and more than older ones use).
+constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
+
+// A GEMM's scratch memory, from the output's device allocator. cuBLAS's default workspace
+// belongs to the handle, and a thread's handle serves several streams when the thread launches
+// the blocks of several devices on one GPU in turn (an inline launch of a small op): two GEMMs
+// running at once on one workspace would race. A block from the device's own allocator is used
+// only by work on that device's stream (freed when the launch returns, it goes next to later work
+// on the same stream). Over the device's memory limit: none (null), and cuBLAS picks algorithms
+// that need no workspace.
+Tensor gemm_workspace(const Tensor& out) {
+  try {
+    return Tensor::empty(Shape{kGemmWorkspaceBytes}, DType::kU8, out.allocator(),
+                         /*zero_fill=*/false);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kResourceExhausted) throw;
+    return Tensor();
+  }
 }
 
 template <typename T>
@@ -74,7 +94,11 @@ void gemm_block(const EinsumGemm& g, const Tensor& a, const Tensor& b, Tensor& o
     return;
   }
   cublasHandle_t h = handle_for(ordinal);
-  check_cublas(cublasSetStream(h, stream), "cublasSetStream");
+  check_cublas(cublasSetStream(h, stream), "cublasSetStream");  // also unbinds any workspace
+  Tensor workspace = gemm_workspace(out);
+  check_cublas(cublasSetWorkspace(h, workspace.defined() ? workspace.data_ptr() : nullptr,
+                                  workspace.defined() ? workspace.nbytes() : 0),
+               "cublasSetWorkspace");
   const auto* pa = static_cast<const T*>(a.data_ptr());
   const auto* pb = static_cast<const T*>(b.data_ptr());
   auto* pc = static_cast<T*>(out.data_ptr());

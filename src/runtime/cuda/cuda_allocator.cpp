@@ -1,6 +1,8 @@
 // The caching allocator of one GPU's memory.
 #include "runtime/cuda/cuda_allocator.h"
 
+#include <algorithm>
+
 #include "core/byte_size.h"
 #include "core/errors.h"
 #include "runtime/cuda/cuda_check.h"
@@ -10,12 +12,42 @@ namespace {
 constexpr size_t kSmallRound = 512;
 constexpr size_t kLargeRound = size_t{2} << 20;
 constexpr size_t kSmallLimit = size_t{1} << 20;
+
+// The live allocators of each GPU: devices sharing a GPU (runtime.h) each have one, and a
+// failed cudaMalloc empties them all, not only the caller's, so that memory one device keeps
+// cached does not make another's request fail.
+struct GpuAllocators {
+  std::mutex mu;  // taken before any allocator's own mutex, never after
+  std::map<int, std::vector<CudaCachingAllocator*>> by_ordinal;
+};
+
+GpuAllocators& gpu_allocators() {
+  static auto* registry = new GpuAllocators();  // kept until exit: allocators outlive statics
+  return *registry;
+}
+
+// Returns the cached blocks of every allocator on GPU `ordinal` to CUDA.
+void empty_caches_of_gpu(int ordinal) {
+  GpuAllocators& r = gpu_allocators();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (CudaCachingAllocator* a : r.by_ordinal[ordinal]) a->empty_cache();
+}
 }  // namespace
 
 CudaCachingAllocator::CudaCachingAllocator(int ordinal, std::string name)
-    : ordinal_(ordinal), name_(std::move(name)) {}
+    : ordinal_(ordinal), name_(std::move(name)) {
+  GpuAllocators& r = gpu_allocators();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.by_ordinal[ordinal_].push_back(this);
+}
 
 CudaCachingAllocator::~CudaCachingAllocator() {
+  {
+    GpuAllocators& r = gpu_allocators();
+    std::lock_guard<std::mutex> lock(r.mu);
+    std::vector<CudaCachingAllocator*>& mine = r.by_ordinal[ordinal_];
+    mine.erase(std::remove(mine.begin(), mine.end(), this), mine.end());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   empty_cache_locked();
 }
@@ -43,8 +75,7 @@ void* CudaCachingAllocator::allocate(size_t bytes) {
   cudaError_t status = cudaMalloc(&p, size);
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    std::lock_guard<std::mutex> lock(mu_);
-    empty_cache_locked();
+    empty_caches_of_gpu(ordinal_);
     status = cudaMalloc(&p, size);
   }
   if (status == cudaErrorMemoryAllocation) {

@@ -2,8 +2,8 @@
 //
 // cudaMalloc and cudaFree are slow (cudaFree synchronises the device), so freed blocks are kept
 // and reused by requests of the same rounded size: sizes round up to 512 bytes below 1 MiB and
-// to 2 MiB above. When cudaMalloc fails, the cache is returned to CUDA and the request tried
-// once more; a second failure is kResourceExhausted naming the GPU and the size. The tracking
+// to 2 MiB above. When cudaMalloc fails, the caches of every allocator on the GPU (devices may
+// share a GPU) are returned to CUDA and the request tried once more; a second failure is kResourceExhausted naming the GPU and the size. The tracking
 // allocator above it (Device) counts what tensors hold; cached_bytes() is what this one keeps
 // besides.
 //
