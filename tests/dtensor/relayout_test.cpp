@@ -253,21 +253,43 @@ TEST(Relayout, PeakMemoryIsWhatThePlanSaysAndAtMostTwiceTheLargerShard) {
   }
 }
 
-TEST(Relayout, TenThousandPackRelayoutUnpackLoopsLeaveLiveMemoryWhereItStarted) {
-  // TensorFlow's pack/unpack leaked this way (tensorflow/tensorflow#56393).
-  Runtime rt({.num_cpu_devices = 4});
-  const Mesh mesh = Mesh::create({{"x", 4}});
+// `loops` pack -> relayout (rows to columns, and to replicated) -> unpack rounds on a 4-device
+// mesh of `devices` leave each device's live bytes where they started. TensorFlow's pack/unpack
+// leaked this way (tensorflow/tensorflow#56393), and its sharded -> replicated relayout crashed
+// on GPUs (tensorflow/tensorflow#56184).
+void check_loops_leave_live_memory(Runtime& rt, const std::vector<Device*>& devices,
+                                   const std::string& device_type, int loops) {
+  const Mesh mesh = Mesh::create({{"x", 4}}, device_type);
   const Layout rows({"x", "unsharded"}, mesh);
   const Layout cols({"unsharded", "x"}, mesh);
-  const std::vector<Tensor> parts = split(Tensor::random_uniform(Shape{8, 8}, DType::kF32, 2), rows);
+  const Layout replicated({"unsharded", "unsharded"}, mesh);
+  const Tensor x = Tensor::random_uniform(Shape{8, 8}, DType::kF32, 2);
+  const std::vector<Tensor> parts = split(x, rows);
   relayout(pack(parts, rows, rt), cols);  // warm up the groups
+  relayout(pack(parts, rows, rt), replicated);
   std::vector<int64_t> before;
-  for (int i = 0; i < 4; ++i) before.push_back(rt.device(i).memory_stats().live_bytes);
-  for (int n = 0; n < 10000; ++n) {
-    const std::vector<Tensor> out = unpack(relayout(pack(parts, rows, rt), cols));
+  for (Device* d : devices) before.push_back(d->memory_stats().live_bytes);
+  for (int n = 0; n < loops; ++n) {
+    const std::vector<Tensor> out = unpack(relayout(pack(parts, rows, rt), n % 2 ? cols : replicated));
     ASSERT_EQ(out.size(), 4u);
+    if (n < 2) {
+      ASSERT_TRUE(same_bits(out[3], split(x, n % 2 ? cols : replicated)[3]));
+    }
   }
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(rt.device(i).memory_stats().live_bytes, before[static_cast<size_t>(i)]);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    EXPECT_EQ(devices[i]->memory_stats().live_bytes, before[i]) << devices[i]->name();
+  }
+}
+
+TEST(Relayout, TenThousandPackRelayoutUnpackLoopsLeaveLiveMemoryWhereItStarted) {
+  Runtime rt({.num_cpu_devices = 4});
+  check_loops_leave_live_memory(rt, rt.devices(), "CPU", 10000);
+}
+
+// The same on GPU devices (gpu_devices.h: real where a GPU is visible, else simulated).
+TEST(Relayout, PackRelayoutUnpackLoopsLeaveLiveMemoryWhereItStartedOnGpuDevices) {
+  Runtime rt(testing::options_with_gpu_devices(4));
+  check_loops_leave_live_memory(rt, rt.gpu_devices(), "GPU", 2000);
 }
 
 TEST(Relayout, ErrorsNameTheLayouts) {
