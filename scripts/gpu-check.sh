@@ -167,6 +167,9 @@ run() {
   timed gpu_tests 150 "$out/gpu_tests.log" "$stage/tessel_gpu_tests"
   : >"$out/mesh_suites.log"
   timed mesh_suites 150 "$out/mesh_suites.log" "$stage/tessel_tests" --gtest_filter='*OnGpuDevices*'
+  # A filter that matches nothing passes too: it must have run the suites' tests.
+  grep -q -E '^\[  PASSED  \] [1-9][0-9]* tests?\.' "$out/mesh_suites.log"
+  summary mesh_suites_ran $?
   local mesh dev
   : >"$out/train.jsonl"
   for mesh in 1x1 2x2; do
