@@ -19,9 +19,10 @@
 #      CPU kernel, the GPT against the JAX reference on one GPU);
 #   3. mesh_suites: the suites "on GPU devices" (the relayout property test, the collectives,
 #      the GPT on 1x1 and 2x2 meshes) on 8 / 4 devices sharing the visible GPUs;
-#   4. train: `tessel train gpt` tiny on 1x1 and 2x2 meshes of GPU devices and of CPU devices,
-#      30 steps each, one JSON line each (losses, median step time), then the largest difference
-#      between the GPU and CPU losses of each mesh (train_losses: fails above 1e-4);
+#   4. train: `tessel train gpt` tiny on 1x1 and 2x2 meshes (and 2x2 with sequence parallelism)
+#      of GPU devices and of CPU devices, 30 steps each, one JSON line each (losses, median step
+#      time), then the largest difference between the GPU and CPU losses of each mesh
+#      (train_losses: fails above 1e-4);
 #   5. python: the Python module built there for that machine's python3 (its numpy and pip's
 #      pybind11, linked to the staged libtessel.a), then python/tests/test_gpu.py;
 #   6. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL.
@@ -172,13 +173,15 @@ run() {
   summary mesh_suites_ran $?
   local mesh dev
   : >"$out/train.jsonl"
-  for mesh in 1x1 2x2; do
+  local run
+  # 2x2sp: the 2x2 mesh with sequence parallelism (its slices and concats on the GPU).
+  for run in 1x1 2x2 2x2sp; do
     for dev in gpu cpu; do
       # Four devices on GPU 0 for the 2x2 mesh (the CPU runs ignore it).
-      timed "train_${mesh}_$dev" 60 "$out/train.jsonl" \
+      timed "train_${run}_$dev" 60 "$out/train.jsonl" \
         env TESSEL_GPU_DEVICES="$([ $dev = gpu ] && echo 0,0,0,0 || echo none)" \
-        "$stage/tessel" train gpt --config tiny --mesh $mesh --device $dev --steps 30 \
-        --eval-interval 1000 --eval-iters 1 --sample 0 --json
+        "$stage/tessel" train gpt --config tiny --mesh "${run%sp}" --device $dev --steps 30 \
+        --eval-interval 1000 --eval-iters 1 --sample 0 --json $([ "$run" = 2x2sp ] && echo --sp)
     done
   done
   python3 - "$out/train.jsonl" >>"$out/summary.txt" 2>&1 <<'PY'
@@ -187,17 +190,18 @@ runs = {}
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
-        runs[("x".join(map(str, r["mesh"])), r["device"])] = r
+        name = "x".join(map(str, r["mesh"])) + ("sp" if r.get("sequence_parallel") else "")
+        runs[(name, r["device"])] = r
 ok = True
-for mesh in ("1x1", "2x2"):
-    g, c = runs.get((mesh, "GPU")), runs.get((mesh, "CPU"))
+for name in ("1x1", "2x2", "2x2sp"):
+    g, c = runs.get((name, "GPU")), runs.get((name, "CPU"))
     if not (g and c and len(g["losses"]) == len(c["losses"]) > 0):
-        print(f"train {mesh}: no GPU and CPU losses to compare")
+        print(f"train {name}: no GPU and CPU losses to compare")
         ok = False
         continue
     d = max(abs(a - b) for a, b in zip(g["losses"], c["losses"]))
     ok = ok and d <= 1e-4
-    print(f"train {mesh}: largest |GPU - CPU| loss {d:.2e} ({'within' if d <= 1e-4 else 'OVER'} 1e-4); "
+    print(f"train {name}: largest |GPU - CPU| loss {d:.2e} ({'within' if d <= 1e-4 else 'OVER'} 1e-4); "
           f"median step GPU {g['median_step_seconds']:.4f} s, CPU {c['median_step_seconds']:.4f} s")
 sys.exit(0 if ok else 1)
 PY
