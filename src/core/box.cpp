@@ -78,6 +78,92 @@ Box intersect(const Box& a, const Box& b) {
   return out;
 }
 
+namespace {
+
+// How a region of a row-major block maps onto contiguous runs: the trailing dimensions the region
+// spans in full in both blocks merge into one run of `run` elements covering dimensions
+// [inner, rank); every other dimension is walked. Element strides and the region's corner in
+// each block come with it. A region of rank 0 is one run of one element.
+struct BoxRuns {
+  int inner = 0;
+  int64_t run = 1;
+  std::vector<int64_t> sstride, dstride;  // element strides of the source and destination blocks
+  int64_t sbase = 0, dbase = 0;           // the region's corner in each
+  std::vector<int64_t> extents;           // the region's
+
+  BoxRuns(const Box& src_block, const Box& dst_block, const Box& region)
+      : extents(region.extents) {
+    const int rank = region.rank();
+    if (rank == 0) return;
+    const std::vector<int64_t>& sdims = src_block.extents;
+    const std::vector<int64_t>& ddims = dst_block.extents;
+    inner = rank - 1;
+    run = region.extents[inner];
+    while (inner > 0 && region.extents[inner] == sdims[inner] &&
+           region.extents[inner] == ddims[inner]) {
+      --inner;
+      run *= region.extents[inner];
+    }
+    sstride.assign(rank, 1);
+    dstride.assign(rank, 1);
+    for (int d = rank - 2; d >= 0; --d) {
+      sstride[d] = sstride[d + 1] * sdims[d + 1];
+      dstride[d] = dstride[d + 1] * ddims[d + 1];
+    }
+    for (int d = 0; d < rank; ++d) {
+      sbase += (region.offsets[d] - src_block.offsets[d]) * sstride[d];
+      dbase += (region.offsets[d] - dst_block.offsets[d]) * dstride[d];
+    }
+  }
+
+  // Calls f(source offset, destination offset), in elements, for each index of the dimensions
+  // [0, outer) (an odometer; once when outer is 0).
+  template <typename F>
+  void for_each(int outer, F&& f) const {
+    std::vector<int64_t> index(static_cast<size_t>(outer), 0);
+    while (true) {
+      int64_t so = sbase, doff = dbase;
+      for (int d = 0; d < outer; ++d) {
+        so += index[d] * sstride[d];
+        doff += index[d] * dstride[d];
+      }
+      f(so, doff);
+      int d = outer - 1;
+      while (d >= 0 && ++index[d] == extents[d]) index[d--] = 0;
+      if (d < 0) return;
+    }
+  }
+};
+
+// copy_box within one device's memory: each run is a row, the dimension just outside the runs
+// gives the rows of one strided copy (DeviceMemoryOps::copy_rows), and the dimensions outside
+// that are walked, one strided copy each.
+void copy_box_on_device(const Tensor& src, const Box& src_block, Tensor& dst, const Box& dst_block,
+                        const Box& region) {
+  if (region.empty()) return;
+  DeviceMemoryOps& ops = device_memory_ops("copy_box", dst.memory_space());
+  const size_t item = dtype_size(src.dtype());
+  const auto* in = static_cast<const uint8_t*>(src.data_ptr());
+  auto* out = static_cast<uint8_t*>(dst.data_ptr());
+  const BoxRuns runs(src_block, dst_block, region);
+  const size_t row_bytes = static_cast<size_t>(runs.run) * item;
+  if (runs.inner == 0) {  // one run
+    ops.copy_rows(out + runs.dbase * item, row_bytes, in + runs.sbase * item, row_bytes, row_bytes,
+                  1, dst.memory_space());
+    return;
+  }
+  const int rows_dim = runs.inner - 1;
+  const auto rows = static_cast<size_t>(region.extents[rows_dim]);
+  const size_t src_pitch = static_cast<size_t>(runs.sstride[rows_dim]) * item;
+  const size_t dst_pitch = static_cast<size_t>(runs.dstride[rows_dim]) * item;
+  runs.for_each(rows_dim, [&](int64_t so, int64_t doff) {
+    ops.copy_rows(out + doff * item, dst_pitch, in + so * item, src_pitch, row_bytes, rows,
+                  dst.memory_space());
+  });
+}
+
+}  // namespace
+
 void copy_box(const Tensor& src, const std::vector<int64_t>& src_origin, Tensor& dst,
               const std::vector<int64_t>& dst_origin, const Box& region) {
   if (region.extents.size() != region.offsets.size() ||
@@ -92,7 +178,12 @@ void copy_box(const Tensor& src, const std::vector<int64_t>& src_origin, Tensor&
                           dtype_name(src.dtype()), dtype_name(dst.dtype()));
   }
   if (!src.memory_space().is_host() || !dst.memory_space().is_host()) {
-    // Device memory: the region moves through host copies (whole blocks, then one copy back).
+    if (src.memory_space() == dst.memory_space()) {
+      // Within one device's memory: strided copies on the device (DeviceMemoryOps::copy_rows).
+      copy_box_on_device(src, held_block(src, src_origin), dst, held_block(dst, dst_origin), region);
+      return;
+    }
+    // Between memories: the region moves through host copies (whole blocks, then one copy back).
     Tensor staged = dst.to_host();  // dst itself when it is in host memory
     copy_box(src.to_host(), src_origin, staged, dst_origin, region);
     if (!staged.shares_storage_with(dst)) dst.copy_from(staged);
@@ -105,50 +196,13 @@ void copy_box(const Tensor& src, const std::vector<int64_t>& src_origin, Tensor&
 void copy_box_bytes(const void* src, const Box& src_block, void* dst, const Box& dst_block,
                     const Box& region, size_t item) {
   if (region.empty()) return;
-  const int rank = region.rank();
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  if (rank == 0) {
-    std::memcpy(out, in, item);
-    return;
-  }
-  const std::vector<int64_t>& sdims = src_block.extents;
-  const std::vector<int64_t>& ddims = dst_block.extents;
-  const std::vector<int64_t>& src_origin = src_block.offsets;
-  const std::vector<int64_t>& dst_origin = dst_block.offsets;
-  // Trailing dimensions the region spans in full in both tensors merge into one run: the run
-  // covers dimensions [inner, rank) and starts at the region's corner in each.
-  int inner = rank - 1;
-  int64_t run = region.extents[inner];
-  while (inner > 0 && region.extents[inner] == sdims[inner] && region.extents[inner] == ddims[inner]) {
-    --inner;
-    run *= region.extents[inner];
-  }
-  // Element strides of both tensors, and the region's corner in each.
-  std::vector<int64_t> sstride(rank, 1), dstride(rank, 1);
-  for (int d = rank - 2; d >= 0; --d) {
-    sstride[d] = sstride[d + 1] * sdims[d + 1];
-    dstride[d] = dstride[d + 1] * ddims[d + 1];
-  }
-  int64_t sbase = 0, dbase = 0;
-  for (int d = 0; d < rank; ++d) {
-    sbase += (region.offsets[d] - src_origin[d]) * sstride[d];
-    dbase += (region.offsets[d] - dst_origin[d]) * dstride[d];
-  }
-  // Odometer over the outer dimensions [0, inner), one memcpy per run.
-  const size_t run_bytes = static_cast<size_t>(run) * item;
-  std::vector<int64_t> index(inner, 0);
-  while (true) {
-    int64_t so = sbase, doff = dbase;
-    for (int d = 0; d < inner; ++d) {
-      so += index[d] * sstride[d];
-      doff += index[d] * dstride[d];
-    }
+  const BoxRuns runs(src_block, dst_block, region);
+  const size_t run_bytes = static_cast<size_t>(runs.run) * item;
+  runs.for_each(runs.inner, [&](int64_t so, int64_t doff) {
     std::memcpy(out + doff * item, in + so * item, run_bytes);
-    int d = inner - 1;
-    while (d >= 0 && ++index[d] == region.extents[d]) index[d--] = 0;
-    if (d < 0) break;
-  }
+  });
 }
 
 }  // namespace tessel

@@ -1,6 +1,7 @@
 // Simulated GPU devices: host memory tagged as a GPU's, copied with memcpy.
 #include "runtime/simulated_gpu.h"
 
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -32,6 +33,13 @@ class SimulatedMemoryOps : public DeviceMemoryOps {
     std::memmove(dst, src, bytes);
   }
   void zero(void* p, MemorySpace, size_t bytes) override { std::memset(p, 0, bytes); }
+  void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                 size_t rows, MemorySpace) override {
+    for (size_t r = 0; r < rows; ++r) {
+      std::memmove(static_cast<uint8_t*>(dst) + r * dst_pitch,
+                   static_cast<const uint8_t*>(src) + r * src_pitch, row_bytes);
+    }
+  }
 };
 
 }  // namespace

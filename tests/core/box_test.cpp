@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "tessel/core/box.h"
+#include "tessel/runtime/runtime.h"
+#include "testing/device_copy_counter.h"
 #include "testing/expect_error.h"
 
 namespace tessel {
@@ -52,14 +54,32 @@ std::vector<double> expected_after_copy(const Box& dst_block, const Box& region,
   return v;
 }
 
+// `on`: both blocks in that device's memory instead of the host's (a simulated GPU's here: the
+// copy must then stay in device memory, counted by `counter`).
 void expect_copy(const std::vector<int64_t>& dims, const Box& src_block, const Box& dst_block,
-                 const Box& region, DType dtype) {
+                 const Box& region, DType dtype, Device* on = nullptr,
+                 testing::DeviceCopyCounter* counter = nullptr) {
   SCOPED_TRACE("src " + src_block.to_string() + " dst " + dst_block.to_string() + " region " +
                region.to_string() + " " + std::string(dtype_name(dtype)));
-  const Tensor src = block_of_indices(src_block, dims, dtype);
+  Tensor src = block_of_indices(src_block, dims, dtype);
   Tensor dst = Tensor::full(Shape(dst_block.extents), dtype, -1);
+  if (on != nullptr) {
+    Tensor device_src = on->allocate(src.shape(), dtype);
+    device_src.copy_from(src);
+    Tensor device_dst = on->allocate(dst.shape(), dtype);
+    device_dst.copy_from(dst);
+    src = device_src;
+    dst = device_dst;
+  }
+  const int64_t to_host = counter ? counter->to_host(0) : 0;
+  const int64_t on_device = counter ? counter->on_device(0) : 0;
   copy_box(src, src_block.offsets, dst, dst_block.offsets, region);
-  EXPECT_EQ(dst.to_doubles(), expected_after_copy(dst_block, region, dims));
+  if (counter != nullptr) {
+    EXPECT_EQ(counter->to_host(0), to_host);  // nothing staged through the host
+    EXPECT_EQ(counter->on_device(0) - on_device,
+              region.num_elements() * static_cast<int64_t>(dtype_size(dtype)));
+  }
+  EXPECT_EQ(dst.to_host().to_doubles(), expected_after_copy(dst_block, region, dims));
 }
 
 TEST(BoxTest, NumElementsAndEmpty) {
@@ -130,6 +150,32 @@ TEST(BoxCopy, RankThreeMergesTrailingFullDimensions) {
   // Dim 2 full in src only: no merging.
   expect_copy(dims, Box{{0, 0, 0}, {4, 5, 6}}, Box{{0, 0, 2}, {4, 5, 3}}, Box{{0, 1, 2}, {4, 3, 3}},
               DType::kBF16);
+}
+
+// Within one device's memory the region moves by strided copies on the device
+// (DeviceMemoryOps::copy_rows), never through the host: the cases above, on a simulated GPU.
+TEST(BoxCopy, WithinDeviceMemoryStaysOnTheDevice) {
+  Runtime rt({.num_cpu_devices = 1, .num_simulated_gpu_devices = 1});
+  Device* gpu = rt.gpu_devices()[0];
+  testing::DeviceCopyCounter counter;
+  const std::vector<int64_t> d2{10, 12};
+  for (DType dtype : {DType::kF32, DType::kI64, DType::kBF16}) {
+    expect_copy(d2, Box{{3, 0}, {3, 12}}, Box{{0, 4}, {10, 4}}, Box{{3, 4}, {3, 4}}, dtype, gpu, &counter);
+    expect_copy(d2, Box{{2, 0}, {6, 12}}, Box{{0, 0}, {10, 12}}, Box{{4, 0}, {3, 12}}, dtype, gpu, &counter);
+    expect_copy(d2, Box{{0, 0}, {10, 12}}, Box{{5, 5}, {2, 2}}, Box{{6, 6}, {1, 1}}, dtype, gpu, &counter);
+    expect_copy(d2, Box{{1, 1}, {4, 4}}, Box{{0, 0}, {6, 6}}, Box{{1, 1}, {4, 4}}, dtype, gpu, &counter);
+  }
+  const std::vector<int64_t> d3{4, 5, 6};
+  expect_copy(d3, Box{{0, 0, 0}, {4, 5, 6}}, Box{{1, 0, 0}, {3, 5, 6}}, Box{{1, 0, 0}, {2, 5, 6}},
+              DType::kF32, gpu, &counter);
+  expect_copy(d3, Box{{0, 0, 0}, {4, 5, 6}}, Box{{0, 2, 0}, {4, 3, 6}}, Box{{1, 2, 0}, {3, 2, 6}},
+              DType::kI64, gpu, &counter);
+  expect_copy(d3, Box{{0, 0, 0}, {4, 5, 6}}, Box{{0, 0, 2}, {4, 5, 3}}, Box{{0, 1, 2}, {4, 3, 3}},
+              DType::kBF16, gpu, &counter);
+  expect_copy(std::vector<int64_t>{5, 3, 4, 2}, Box{{0, 0, 0, 0}, {5, 3, 4, 2}},
+              Box{{1, 1, 1, 0}, {3, 2, 2, 2}}, Box{{2, 1, 1, 0}, {2, 2, 2, 1}}, DType::kF32, gpu,
+              &counter);
+  expect_copy(std::vector<int64_t>{}, Box{}, Box{}, Box{}, DType::kF32, gpu, &counter);  // rank 0
 }
 
 TEST(BoxCopy, RankZeroCopiesTheOneElement) {

@@ -1,6 +1,6 @@
 // Helpers for the cross-device ops tests on simulated GPU devices: a batch of values in the
-// GPUs' memory, its reference computed here in double, and a count of the bytes copied between
-// the host and device memory while a call runs.
+// GPUs' memory and its reference computed here in double (testing/device_copy_counter.h counts
+// the bytes copied between the host and device memory while a call runs).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tessel/core/memory_space.h"
+#include "testing/device_copy_counter.h"
 #include "tessel/distribute/cross_device_ops.h"
 #include "tessel/runtime/runtime.h"
 
@@ -65,50 +65,6 @@ inline std::vector<double> doubles(const Tensor& t) {
   return t.to_host().astype(DType::kF64).to_vector<double>();
 }
 
-// Installs itself as the simulated GPUs' DeviceMemoryOps for its lifetime, passing every call
-// on and counting the bytes moved, by direction. Copies run on the devices' streams: locked.
-class DeviceCopyCounter : public DeviceMemoryOps {
- public:
-  DeviceCopyCounter()
-      : inner_(&device_memory_ops("DeviceCopyCounter", MemorySpace::simulated_gpu(0))) {
-    set_device_memory_ops(MemorySpace::Kind::kSimulatedGpu, this);
-  }
-  ~DeviceCopyCounter() override { set_device_memory_ops(MemorySpace::Kind::kSimulatedGpu, inner_); }
-  DeviceCopyCounter(const DeviceCopyCounter&) = delete;
-  DeviceCopyCounter& operator=(const DeviceCopyCounter&) = delete;
-
-  void copy(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,
-            size_t bytes) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      const auto n = static_cast<int64_t>(bytes);
-      if (dst_space.is_host()) {
-        to_host_[src_space.device_ordinal] += n;
-      } else if (src_space.is_host()) {
-        from_host_[dst_space.device_ordinal] += n;
-      } else {
-        on_device_[dst_space.device_ordinal] += n;
-      }
-    }
-    inner_->copy(dst, dst_space, src, src_space, bytes);
-  }
-  void zero(void* p, MemorySpace space, size_t bytes) override { inner_->zero(p, space, bytes); }
-
-  // Bytes GPU `ordinal` sent to the host, received from it, and copied within its memory.
-  int64_t to_host(int ordinal) { return get(to_host_, ordinal); }
-  int64_t from_host(int ordinal) { return get(from_host_, ordinal); }
-  int64_t on_device(int ordinal) { return get(on_device_, ordinal); }
-
- private:
-  int64_t get(const std::map<int, int64_t>& m, int ordinal) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto it = m.find(ordinal);
-    return it == m.end() ? 0 : it->second;
-  }
-  DeviceMemoryOps* inner_;
-  std::mutex mu_;
-  std::map<int, int64_t> to_host_, from_host_, on_device_;
-};
 
 // The bytes of the buckets a call's plan reduced (each all_reduce step's elements).
 inline int64_t planned_bucket_bytes(const CrossDevicePlan& plan) {

@@ -10,6 +10,7 @@
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/mesh/shard_map.h"
+#include "testing/device_copy_counter.h"
 #include "testing/expect_error.h"
 #include "testing/gpu_devices.h"
 #include "testing/op_check.h"
@@ -96,6 +97,32 @@ TEST(Relayout, PropertyUnpackRelayoutPackEqualsSplitBitForBit) {
 TEST(Relayout, PropertyHoldsOnGpuDevices) {
   Runtime rt(testing::options_with_gpu_devices(8));
   check_relayout_property(rt, "GPU");
+}
+
+// A relayout whose plan is local slices (replicated to sharded) keeps GPU blocks in device
+// memory: the slices are strided copies on the devices, with nothing copied to the host.
+TEST(Relayout, LocalSlicesOfGpuBlocksStayInDeviceMemory) {
+  Runtime rt({.num_cpu_devices = 1, .num_simulated_gpu_devices = 4});
+  const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}}, "GPU");
+  const Tensor x = Tensor::random_uniform(Shape{6, 5, 4}, DType::kF32, 11);
+  const Layout replicated({"unsharded", "unsharded", "unsharded"}, mesh);
+  for (const Layout& to : {Layout({"x", "unsharded", "y"}, mesh), Layout({"unsharded", "y", "x"}, mesh),
+                           Layout({"unsharded", "unsharded", "x"}, mesh)}) {
+    const RelayoutPlan plan = plan_relayout(x.shape(), replicated, to, DType::kF32);
+    ASSERT_EQ(plan.steps.size(), 1u) << plan;
+    ASSERT_EQ(plan.steps[0].kind, RelayoutStepKind::kLocalSlice) << plan;
+    const DTensor packed = pack(split(x, replicated), replicated, rt);
+    testing::DeviceCopyCounter counter;
+    const DTensor moved = relayout(packed, to);
+    rt.synchronize();
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(counter.to_host(i), 0) << to.to_string() << ", GPU:" << i;
+      EXPECT_EQ(counter.on_device(i), moved.component(i).nbytes()) << to.to_string() << ", GPU:" << i;
+    }
+    const std::vector<Tensor> got = unpack(moved);
+    const std::vector<Tensor> want = split(x, to);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same_bits(got[i], want[i])) << to.to_string();
+  }
 }
 
 TEST(Relayout, AcrossMeshesMovesTheBlocks) {

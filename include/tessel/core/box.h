@@ -39,7 +39,9 @@ Box intersect(const Box& a, const Box& b);
 // Copies `region` from `src` (contiguous, holding the block that starts at `src_origin`) into
 // `dst` (contiguous, holding the block that starts at `dst_origin`). Both must hold all of
 // `region` and share a dtype (kInvalidArgument naming the boxes otherwise). Whole contiguous
-// runs are copied with memcpy; tensors in device memory go through host copies.
+// runs are copied with memcpy. Both in one device's memory: strided copies on the device
+// (DeviceMemoryOps::copy_rows; on a GPU cudaMemcpy2D); in different memories (a device's and the
+// host's, or two devices'): through host copies of the blocks.
 void copy_box(const Tensor& src, const std::vector<int64_t>& src_origin, Tensor& dst,
               const std::vector<int64_t>& dst_origin, const Box& region);
 

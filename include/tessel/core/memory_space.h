@@ -46,6 +46,10 @@ class DeviceMemoryOps {
                     size_t bytes) = 0;
   // Sets `bytes` bytes at p (device memory) to zero.
   virtual void zero(void* p, MemorySpace space, size_t bytes) = 0;
+  // A strided copy within one device's memory (`space`): `rows` rows of `row_bytes` bytes, read
+  // from src with `src_pitch` bytes between row starts and written to dst with `dst_pitch`.
+  virtual void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                         size_t row_bytes, size_t rows, MemorySpace space) = 0;
 };
 
 // Installs the DeviceMemoryOps of one kind of device memory (the runtime does, once per kind;
