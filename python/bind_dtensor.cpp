@@ -346,6 +346,18 @@ void bind_box(py::module_& m) {
       .def("__str__", &Box::to_string)
       .def("__repr__", [](const Box& b) { return "Box(" + b.to_string() + ")"; });
   m.def("intersect", &intersect, py::arg("a"), py::arg("b"));
+  m.def(
+      "copy_box",
+      [](const Tensor& src, const std::vector<int64_t>& src_origin, Tensor& dst,
+         const std::vector<int64_t>& dst_origin, const Box& region) {
+        py::gil_scoped_release release;
+        copy_box(src, src_origin, dst, dst_origin, region);
+      },
+      py::arg("src"), py::arg("src_origin"), py::arg("dst").noconvert(), py::arg("dst_origin"),
+      py::arg("region"),
+      "Copies `region` (global coordinates) from src, the block starting at src_origin, into dst "
+      "(a tessel.Tensor, written in place), the block starting at dst_origin. Within one device's "
+      "memory the copy stays on the device.");
 }
 
 void bind_plan(py::module_& m) {

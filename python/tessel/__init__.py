@@ -168,6 +168,7 @@ from tessel._tessel import (
     full_job_name,
     jobs,
     _create_distributed_mesh,
+    copy_box,
     execute_relayout,
     fetch_layout,
     full_tensor,

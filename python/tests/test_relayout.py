@@ -310,3 +310,25 @@ def test_box():
     assert tessel.Box([0], [0]).empty()
     with pytest.raises(ValueError):
         tessel.intersect(a, tessel.Box([0], [1]))
+
+
+@pytest.mark.parametrize("on_gpu", [False, True])
+def test_copy_box_moves_the_region_between_blocks(on_gpu):
+    # The global array is arange(10 * 12); src holds rows [3, 6), dst columns [4, 8).
+    glob = np.arange(120, dtype=np.float32).reshape(10, 12)
+    src = tessel.Tensor.from_numpy(glob[3:6].copy())
+    dst = tessel.Tensor.from_numpy(np.full((10, 4), -1, np.float32))
+    if on_gpu:  # both in one simulated GPU's memory: the copy stays on the device
+        gpu = tessel.Runtime(num_cpu_devices=1, num_simulated_gpu_devices=1).gpu_devices()[0]
+        src_dev, dst_dev = gpu.allocate([3, 12], "f32"), gpu.allocate([10, 4], "f32")
+        src_dev.copy_from(src)
+        dst_dev.copy_from(dst)
+        src, dst = src_dev, dst_dev
+    tessel.copy_box(src, [3, 0], dst, [0, 4], tessel.Box([3, 4], [3, 4]))
+    want = np.full((10, 4), -1, np.float32)
+    want[3:6] = glob[3:6, 4:8]
+    np.testing.assert_array_equal(dst.to_host().numpy(), want)
+    with pytest.raises(tessel.InvalidArgumentError, match="copy_box"):
+        tessel.copy_box(src, [3, 0], dst, [0, 4], tessel.Box([0, 4], [6, 4]))  # rows src lacks
+    with pytest.raises(TypeError):  # dst is written in place: a numpy array is not converted
+        tessel.copy_box(src, [3, 0], want, [0, 4], tessel.Box([3, 4], [3, 4]))
