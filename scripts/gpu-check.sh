@@ -2,7 +2,7 @@
 # The GPU checks of tessel in one short run, for a machine with an NVIDIA GPU that has the CUDA
 # runtime, cuBLAS and NCCL but not this project's Debian libraries (nor network access).
 #
-#   scripts/gpu-check.sh prepare [BUILD]   here, after building BUILD (default build-cuda) with
+#   scripts/gpu-check.sh prepare [BUILD]   here, after building BUILD (default build, as `make build` makes it) with
 #                                          CUDA: copies the test and CLI binaries and the shared
 #                                          libraries they need from outside the CUDA toolkit into
 #                                          .gpu/ (ignored by git; carry it to the GPU machine)
@@ -36,7 +36,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 stage=$root/.gpu
 
 prepare() {
-  local build=${1:-build-cuda}
+  local build=${1:-build}
   local bins=("$build/tests/gpu/tessel_gpu_tests" "$build/tests/tessel_tests" "$build/tools/tessel")
   for b in "${bins[@]}"; do
     [ -x "$root/$b" ] || { echo "gpu-check: $b is not built (make BUILD=$build build)" >&2; exit 2; }
