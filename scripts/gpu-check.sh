@@ -2,8 +2,9 @@
 # The GPU checks of tessel in one short run, for a machine with an NVIDIA GPU that has the CUDA
 # runtime, cuBLAS and NCCL but not this project's Debian libraries (nor network access).
 #
-#   scripts/gpu-check.sh prepare [BUILD]   here, after building BUILD (default build, as `make build` makes it) with
-#                                          CUDA: copies the test and CLI binaries and the shared
+#   scripts/gpu-check.sh prepare [BUILD]   here, after a CUDA build in BUILD (default build, as
+#                                          `make build` makes it): copies the test and CLI
+#                                          binaries and the shared
 #                                          libraries they need from outside the CUDA toolkit into
 #                                          .gpu/ (ignored by git; carry it to the GPU machine)
 #   scripts/gpu-check.sh run [OUTDIR]      on the GPU machine, from the repository root: runs the
