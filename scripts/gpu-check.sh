@@ -4,9 +4,9 @@
 #
 #   scripts/gpu-check.sh prepare [BUILD]   here, after a CUDA build in BUILD (default build, as
 #                                          `make build` makes it): copies the test and CLI
-#                                          binaries and the shared
-#                                          libraries they need from outside the CUDA toolkit into
-#                                          .gpu/ (ignored by git; carry it to the GPU machine)
+#                                          binaries and the shared libraries they need from
+#                                          outside the CUDA toolkit into .gpu/ (ignored by git;
+#                                          carry it to the GPU machine)
 #   scripts/gpu-check.sh run [OUTDIR]      on the GPU machine, from the repository root: runs the
 #                                          checks below, each under a timeout, writing a log per
 #                                          check to OUTDIR (default $OUT, else .gpu/out)
