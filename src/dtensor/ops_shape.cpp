@@ -45,6 +45,7 @@ constexpr std::string_view kReshape = "reshape";
 constexpr std::string_view kTranspose = "transpose";
 constexpr std::string_view kSlice = "slice";
 constexpr std::string_view kSliceGrad = "slice_grad";
+
 int64_t mesh_dims_size(const Mesh& mesh, const std::vector<std::string>& dims) {
   int64_t n = 1;
   for (const std::string& d : dims) n *= mesh.dim_size(d);

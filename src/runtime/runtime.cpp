@@ -234,7 +234,6 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
       resolve_simulated_gpus(options_.num_simulated_gpu_devices);
   if (options_.num_simulated_gpu_devices > 0) {
     options_.num_gpu_devices = options_.num_simulated_gpu_devices;
-    options_.gpu_ordinals.clear();
     for (int i = 0; i < options_.num_simulated_gpu_devices; ++i) {
       gpu_devices_.push_back(Device::make_simulated_gpu(
           DeviceName::make(options_.job, options_.replica, options_.task, "GPU", i), i,

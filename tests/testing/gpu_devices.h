@@ -21,7 +21,6 @@ inline RuntimeOptions options_with_gpu_devices(int n, int num_cpu_devices = 1) {
     options.num_simulated_gpu_devices = n;
     return options;
   }
-  options.num_simulated_gpu_devices = 0;
   for (int i = 0; i < n; ++i) options.gpu_ordinals.push_back(i % visible_gpu_count());
   return options;
 }

@@ -134,27 +134,20 @@ __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, int64
 template <typename T>
 cudaError_t launch_unary(UnaryOp op, const T* x, T* out, int64_t n, double operand,
                          cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  unary_kernel<T>
-      <<<blocks_for(n, kThreads), kThreads, 0, stream>>>(op, x, out, n, static_cast<T>(operand));
-  return cudaGetLastError();
+  return launch_over(n, stream, unary_kernel<T>, op, x, out, n, static_cast<T>(operand));
 }
 
 template <typename T>
 cudaError_t launch_binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n,
                           const BroadcastIndex& index, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  binary_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(op, a, b, out, n, index);
-  return cudaGetLastError();
+  return launch_over(n, stream, binary_kernel<T>, op, a, b, out, n, index);
 }
 
 template <typename T>
 cudaError_t launch_fused_update(FusedUpdate update, const T* a, const T* b, const T* c, T* out,
                                 int64_t n, double s0, double s1, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  fused_update_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-      update, a, b, c, out, n, static_cast<T>(s0), static_cast<T>(s1));
-  return cudaGetLastError();
+  return launch_over(n, stream, fused_update_kernel<T>, update, a, b, c, out, n,
+                     static_cast<T>(s0), static_cast<T>(s1));
 }
 
 template cudaError_t launch_unary<float>(UnaryOp, const float*, float*, int64_t, double,

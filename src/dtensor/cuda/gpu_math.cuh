@@ -44,6 +44,15 @@ inline unsigned int blocks_for(int64_t work, int64_t per_block) {
   return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
+// Launches the grid-stride kernel `kernel(args...)` on `stream`, with enough blocks of kThreads
+// threads for `n` items, and returns the launch's status; launches nothing when n is 0.
+template <typename... Params, typename... Args>
+cudaError_t launch_over(int64_t n, cudaStream_t stream, void (*kernel)(Params...), Args... args) {
+  if (n == 0) return cudaSuccess;
+  kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 // The global index of this thread and the grid's thread count, for grid-stride loops.
 __device__ inline int64_t thread_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

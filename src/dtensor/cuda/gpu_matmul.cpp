@@ -4,9 +4,9 @@
 #include <cublas_v2.h>
 
 #include <map>
+#include <mutex>
 #include <thread>
 #include <utility>
-#include <mutex>
 
 #include "core/errors.h"
 #include "dtensor/cuda/gpu_kernels.h"
@@ -26,8 +26,9 @@ void check_cublas(cublasStatus_t status, std::string_view what) {
 // One cuBLAS handle per GPU and thread, made on first use and kept until exit. A handle is only
 // ever used by the thread that made it, so never by two threads at once, also when several
 // devices share a GPU (their workers are distinct threads); the caller binds its stream and a
-// workspace of that stream's device on every call (gemm_workspace). Keyed by thread id, so that a new thread with a dead one's id reuses its handle (the
-// count stays at the threads alive at once); the map itself is locked.
+// workspace of that stream's device on every call (gemm_workspace). Keyed by thread id, so that
+// a new thread with a dead one's id reuses its handle (the count stays at the threads alive at
+// once); the map itself is locked.
 cublasHandle_t handle_for(int ordinal) {
   static std::mutex mu;
   using Key = std::pair<int, std::thread::id>;

@@ -112,53 +112,39 @@ __global__ void scatter_add_kernel(const I* ids, int64_t count, const T* g, int6
 
 template <typename E>
 cudaError_t launch_fill(E* out, int64_t n, E value, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  fill_kernel<E><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(out, n, value);
-  return cudaGetLastError();
+  return launch_over(n, stream, fill_kernel<E>, out, n, value);
 }
 
 template <typename E>
 cudaError_t launch_strided_copy(const E* src, E* out, int64_t n, const StridedIndex& index,
                                 cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  strided_copy_kernel<E><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(src, out, n, index);
-  return cudaGetLastError();
+  return launch_over(n, stream, strided_copy_kernel<E>, src, out, n, index);
 }
 
 template <typename E>
 cudaError_t launch_strided_write(const E* src, E* out, int64_t n, const StridedIndex& index,
                                  cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  strided_write_kernel<E><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(src, out, n, index);
-  return cudaGetLastError();
+  return launch_over(n, stream, strided_write_kernel<E>, src, out, n, index);
 }
 
 template <typename T>
 cudaError_t launch_strided_scale(const T* src, T* out, int64_t n, const StridedIndex& index,
                                  T scale, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  strided_scale_kernel<T>
-      <<<blocks_for(n, kThreads), kThreads, 0, stream>>>(src, out, n, index, scale);
-  return cudaGetLastError();
+  return launch_over(n, stream, strided_scale_kernel<T>, src, out, n, index, scale);
 }
 
 template <typename T>
 cudaError_t launch_dropout(const T* x, T* out, int64_t n, const StridedIndex& global, int64_t first,
                            uint64_t seed, double rate, T scale, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  dropout_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, out, n, global, first,
-                                                                      seed, rate, scale);
-  return cudaGetLastError();
+  return launch_over(n, stream, dropout_kernel<T>, x, out, n, global, first, seed, rate, scale);
 }
 
 template <typename T, typename I>
 cudaError_t launch_embedding_lookup(const T* table, int64_t row_begin, int64_t rows, int64_t dim,
                                     const I* ids, int64_t count, int64_t vocab, T* out, BadId* bad,
                                     cudaStream_t stream) {
-  if (count * dim == 0) return cudaSuccess;
-  lookup_kernel<T, I><<<blocks_for(count * dim, kThreads), kThreads, 0, stream>>>(
-      table, row_begin, rows, dim, ids, count, vocab, out, bad);
-  return cudaGetLastError();
+  return launch_over(count * dim, stream, lookup_kernel<T, I>, table, row_begin, rows, dim, ids,
+                     count, vocab, out, bad);
 }
 
 template <typename T, typename I>
@@ -167,10 +153,9 @@ cudaError_t launch_embedding_scatter_add(const I* ids, int64_t count, const T* g
                                          BadId* bad, cudaStream_t stream) {
   const cudaError_t zeroed =
       cudaMemsetAsync(out, 0, static_cast<size_t>(rows * dim) * sizeof(T), stream);
-  if (zeroed != cudaSuccess || count * dim == 0) return zeroed;
-  scatter_add_kernel<T, I><<<blocks_for(count * dim, kThreads), kThreads, 0, stream>>>(
-      ids, count, g, dim, row_begin, rows, vocab, out, bad);
-  return cudaGetLastError();
+  if (zeroed != cudaSuccess) return zeroed;
+  return launch_over(count * dim, stream, scatter_add_kernel<T, I>, ids, count, g, dim, row_begin,
+                     rows, vocab, out, bad);
 }
 
 #define TESSEL_FILL_AND_COPY(E)                                                            \

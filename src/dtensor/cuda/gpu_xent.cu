@@ -141,28 +141,20 @@ template <typename T, typename L>
 cudaError_t launch_xent_parts_grad(const L* labels, const T* x, const T* m, const T* g, T* out,
                                    int64_t rows, int64_t local, int64_t offset,
                                    cudaStream_t stream) {
-  const int64_t n = rows * local;
-  if (n == 0) return cudaSuccess;
-  parts_grad_kernel<T, L>
-      <<<blocks_for(n, kThreads), kThreads, 0, stream>>>(labels, x, m, g, out, rows, local, offset);
-  return cudaGetLastError();
+  return launch_over(rows * local, stream, parts_grad_kernel<T, L>, labels, x, m, g, out, rows,
+                     local, offset);
 }
 
 template <typename T, typename L>
 cudaError_t launch_xent_finish(const T* parts, const L* labels, T* out, int64_t rows,
                                int64_t classes, BadLabel* bad, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
-  finish_kernel<T, L>
-      <<<blocks_for(rows, kThreads), kThreads, 0, stream>>>(parts, labels, out, rows, classes, bad);
-  return cudaGetLastError();
+  return launch_over(rows, stream, finish_kernel<T, L>, parts, labels, out, rows, classes, bad);
 }
 
 template <typename T>
 cudaError_t launch_xent_finish_grad(const T* parts, const T* g, T* out, int64_t rows,
                                     cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
-  finish_grad_kernel<T><<<blocks_for(rows, kThreads), kThreads, 0, stream>>>(parts, g, out, rows);
-  return cudaGetLastError();
+  return launch_over(rows, stream, finish_grad_kernel<T>, parts, g, out, rows);
 }
 
 template <typename T, typename L>
