@@ -26,10 +26,11 @@
 #      (train_losses: fails above 1e-4);
 #   5. python: the Python module built there for that machine's python3 (its numpy and pip's
 #      pybind11, linked to the staged libtessel.a), then python/tests/test_gpu.py;
-#   6. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL.
+#   6. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL;
+#   7. train_baby: the baby GPT on one GPU and on one CPU device, for the step times.
 # OUTDIR gets summary.txt (a line per check), machine.txt, gpu_tests.log, mesh_suites.log,
-# train.jsonl, bench.txt and python.log. The exit status is that of the first failed check (0:
-# all passed).
+# train.jsonl, bench.txt, python.log and train_baby.jsonl. The exit status is that of the first
+# failed check (0: all passed).
 set -u -o pipefail
 
 mode=${1:-}
@@ -214,6 +215,15 @@ PY
   for op in all_gather reduce_scatter; do
     timed "bench_$op" 45 "$out/bench.txt" \
       "$stage/tessel" bench nccl --op $op -b 1K -e 1G -f 32 -n 20 -w 5
+  done
+  # A model the GPU has work for: the baby GPT (10.7 M parameters) on one GPU and on one CPU
+  # device of the same machine, for the median step times only (few CPU steps: it is slow).
+  : >"$out/train_baby.jsonl"
+  for dev in gpu cpu; do
+    timed "train_baby_$dev" 90 "$out/train_baby.jsonl" \
+      "$stage/tessel" train gpt --config baby --mesh 1x1 --device $dev \
+      --steps "$([ $dev = gpu ] && echo 60 || echo 3)" --eval-interval 1000 --eval-iters 1 \
+      --sample 0 --json
   done
   grep -h -E '^\[  FAILED  \]' "$out"/*.log | sort -u | head -40
   cat "$out/summary.txt"
