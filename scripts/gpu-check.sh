@@ -13,8 +13,8 @@
 #   scripts/gpu-check.sh python [OUTDIR]   there: only the Python module's check (5 below)
 #
 # The checks, in order of what they tell, each under a timeout cut to the run's budget
-# (GPU_CHECK_SECONDS, default 540; a check with under 15 s left is reported as skipped); not
-# yet run on a GPU, so no total time has been measured:
+# (GPU_CHECK_SECONDS, default 540; a check with under 15 s left is reported as skipped;
+# GPU_CHECK_SKIP="python bench" leaves those out); all of them took 179 s on an H100:
 #   1. machine: the GPU, driver, date;
 #   2. gpu_tests: the ctest label gpu's binary (devices, NCCL, each op's GPU kernel against its
 #      CPU kernel, the GPT against the JAX reference on one GPU);
@@ -27,7 +27,8 @@
 #   5. python: the Python module built there for that machine's python3 (its numpy and pip's
 #      pybind11, linked to the staged libtessel.a), then python/tests/test_gpu.py;
 #   6. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL;
-#   7. train_baby: the baby GPT on one GPU and on one CPU device, for the step times.
+#   7. train_baby: the baby GPT (dropout 0.2) on one GPU, 60 steps for the step time, and 3 steps
+#      on the GPU and on one CPU device whose losses must agree to 1e-4 (baby_losses).
 # OUTDIR gets summary.txt (a line per check), machine.txt, gpu_tests.log, mesh_suites.log,
 # train.jsonl, bench.txt, python.log and train_baby.jsonl. The exit status is that of the first
 # failed check (0: all passed).
@@ -116,6 +117,15 @@ timed() {
   return $rc
 }
 
+# NAME: whether GPU_CHECK_SKIP (names separated by spaces: python, bench) names this check;
+# a skipped check is reported as such.
+skipping() {
+  case " ${GPU_CHECK_SKIP:-} " in
+    *" $1 "*) printf '%-14s skipped (GPU_CHECK_SKIP)\n' "$1" >>"$out/summary.txt" ;;
+    *) return 1 ;;
+  esac
+}
+
 status=0
 summary() {  # NAME RC: records one check's outcome
   local line
@@ -155,6 +165,16 @@ python_check() {
     bash -c "$(declare -f build_python_module); build_python_module \"\$0\"" "$libs" || return
   timed python_tests 90 "$out/python.log" \
     env PYTHONPATH="$libs/py" python3 -m pytest -q -rs python/tests/test_gpu.py
+}
+
+bench_check() {
+  : >"$out/bench.txt"
+  timed bench_all_reduce 60 "$out/bench.txt" "$stage/tessel" bench nccl -b 8 -e 1G -f 8 -n 20 -w 5
+  local op
+  for op in all_gather reduce_scatter; do
+    timed "bench_$op" 45 "$out/bench.txt" \
+      "$stage/tessel" bench nccl --op $op -b 1K -e 1G -f 32 -n 20 -w 5
+  done
 }
 
 run() {
@@ -208,23 +228,32 @@ for name in ("1x1", "2x2", "2x2sp"):
 sys.exit(0 if ok else 1)
 PY
   summary train_losses $?  # a loss over the bound, or a missing run, fails the run
-  python_check
-  : >"$out/bench.txt"
-  timed bench_all_reduce 60 "$out/bench.txt" "$stage/tessel" bench nccl -b 8 -e 1G -f 8 -n 20 -w 5
-  local op
-  for op in all_gather reduce_scatter; do
-    timed "bench_$op" 45 "$out/bench.txt" \
-      "$stage/tessel" bench nccl --op $op -b 1K -e 1G -f 32 -n 20 -w 5
-  done
-  # A model the GPU has work for: the baby GPT (10.7 M parameters) on one GPU and on one CPU
-  # device of the same machine, for the median step times only (few CPU steps: it is slow).
+  skipping python || python_check
+  skipping bench || bench_check
+  # A model the GPU has work for: the baby GPT (10.7 M parameters, dropout 0.2) on one GPU for
+  # 60 steps (the step time), then 3 steps on the GPU and on one CPU device of the same machine
+  # (the same learning-rate schedule: it spans --steps), whose losses must agree to 1e-4.
   : >"$out/train_baby.jsonl"
-  for dev in gpu cpu; do
-    timed "train_baby_$dev" 90 "$out/train_baby.jsonl" \
-      "$stage/tessel" train gpt --config baby --mesh 1x1 --device $dev \
-      --steps "$([ $dev = gpu ] && echo 60 || echo 3)" --eval-interval 1000 --eval-iters 1 \
-      --sample 0 --json
+  local steps
+  for run in gpu:60 gpu:3 cpu:3; do
+    dev=${run%:*} steps=${run#*:}
+    timed "train_baby_${dev}_$steps" 90 "$out/train_baby.jsonl" \
+      "$stage/tessel" train gpt --config baby --mesh 1x1 --device "$dev" --steps "$steps" \
+      --eval-interval 1000 --eval-iters 1 --sample 0 --json
   done
+  python3 - "$out/train_baby.jsonl" >>"$out/summary.txt" 2>&1 <<'PY'
+import json, sys
+runs = {(r["device"], r["steps"]): r for r in map(json.loads, filter(lambda l: l.startswith("{"), open(sys.argv[1])))}
+g, c = runs.get(("GPU", 3)), runs.get(("CPU", 3))
+if not (g and c):
+    sys.exit("train baby: no GPU and CPU losses of 3 steps to compare")
+d = max(abs(a - b) for a, b in zip(g["losses"], c["losses"]))
+t = runs.get(("GPU", 60), {}).get("median_step_seconds", float("nan"))
+print(f"train baby: largest |GPU - CPU| loss over 3 steps {d:.2e} ({'within' if d <= 1e-4 else 'OVER'} 1e-4); "
+      f"median step GPU {t:.4f} s (60 steps), CPU {c['median_step_seconds']:.2f} s (3 steps)")
+sys.exit(0 if d <= 1e-4 else 1)
+PY
+  summary baby_losses $?
   grep -h -E '^\[  FAILED  \]' "$out"/*.log | sort -u | head -40
   cat "$out/summary.txt"
   return "$status"

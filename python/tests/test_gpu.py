@@ -69,7 +69,7 @@ def test_nccl_all_reduce_sums_over_the_gpus():
         pytest.skip("one rank per thread is needed for several GPUs; covered in C++")
     x = gpus[0].allocate([8], "f32")
     x.copy_from(tessel.Tensor.from_numpy(np.full(8, 3, dtype=np.float32)))
-    comms[0].all_reduce(x, x, "sum")
+    comms[0].all_reduce(x, x, tessel.ReduceOp.SUM)
     np.testing.assert_array_equal(x.to_host().numpy(), np.full(8, 3, dtype=np.float32))
     event = tessel.GpuEvent(gpus[0])
     event.record()

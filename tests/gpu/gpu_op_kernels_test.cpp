@@ -683,5 +683,71 @@ TEST_F(GpuOpKernels, UnshardedCrossEntropyLabelsOutsideTheClassesAreReported) {
   }
 }
 
+// The shapes the baby GPT trains at (batch 64 x context 256 = 16384 rows, width 384, MLP 1536,
+// 6 heads, vocabulary 65) for the ops of its step, in f64 (so that a sum's order does not
+// matter at these lengths): the cases above are small, with few rows.
+TEST_F(GpuOpKernels, TheGptsOpsMatchTheCpuKernelsAtTrainingSizes) {
+  const DType f = DType::kF64;
+  const Shape rows({16384, 384}), wide({16384, 1536}), scores({8, 6, 256, 256});
+  OpAttrs none, ln, last, first, all, drop, attention;
+  ln.epsilon = 1e-5;
+  last.axes = {-1};
+  last.keepdims = true;
+  first.axes = {0};
+  drop.rate = 0.2;
+  drop.seed = 77;
+  attention.scale = 0.125;
+  const Tensor x = uniform(rows, f, 70, -3, 3), g = uniform(rows, f, 71);
+  const Tensor w = uniform(Shape({384}), f, 72, 0.5, 1.5);
+  expect_matches_cpu("layer_norm", {x, w}, ln, Match::kClose);
+  expect_matches_cpu("layer_norm_grad", {x, w, g}, ln, Match::kClose);
+  expect_matches_cpu("layer_norm_weight_grad", {x, g}, ln, Match::kClose);
+  expect_matches_cpu("reduce_sum", {uniform(rows, f, 73, 0.5, 1.5)}, first, Match::kClose);
+  expect_matches_cpu("reduce_sum", {uniform(Shape({384, 1536}), f, 74, 0.5, 1.5)}, all,
+                     Match::kClose);
+  expect_matches_cpu("dropout", {uniform(wide, f, 75)}, drop, Match::kExact);
+  expect_matches_cpu("dropout", {uniform(scores, f, 76)}, drop, Match::kExact);
+  const Tensor s = uniform(scores, f, 77, -8, 8);
+  expect_matches_cpu("causal_softmax", {s}, attention, Match::kClose);
+  expect_matches_cpu("reduce_sum", {s}, last, Match::kClose);
+  const Tensor column = uniform(Shape({8, 6, 256, 1}), f, 78);
+  expect_matches_cpu("multiply", {s, column}, none, Match::kExact);
+  expect_matches_cpu("subtract", {s, column}, none, Match::kExact);
+  expect_matches_cpu("add", {uniform(Shape({64, 256, 384}), f, 79), uniform(Shape({256, 384}), f, 80)},
+                     none, Match::kExact);
+  expect_matches_cpu("gelu_erf", {uniform(wide, f, 81)}, none, Match::kClose);
+  // cuBLAS: the attention scores (batched, B^T), a projection and a weight's gradient (k =
+  // 16384). Positive inputs, as for the sums: the rounding of a long dot product of mixed signs
+  // is relative to its terms, not to its value.
+  OpAttrs nt, tn;
+  nt.transpose_b = true;
+  tn.transpose_a = true;
+  const auto positive = [](const Shape& shape, uint64_t seed) {
+    return uniform(shape, DType::kF64, seed, 0.5, 1.5);
+  };
+  const Shape heads({64, 6, 256, 64});
+  expect_matches_cpu("matmul", {positive(heads, 88), positive(heads, 89)}, nt, Match::kClose);
+  expect_matches_cpu("matmul", {positive(Shape({64, 256, 384}), 90), positive(Shape({384, 1536}), 91)},
+                     none, Match::kClose);
+  expect_matches_cpu("matmul", {positive(rows, 92), positive(wide, 93)}, tn, Match::kClose);
+  const Tensor ids = labels_in(Shape({64, 256}), DType::kI32, 82, 0, 65);
+  const auto grad_attrs = [&](const Mesh& mesh) {
+    OpAttrs attrs;
+    attrs.vocab_size = 65;
+    attrs.layout = Layout::replicated(mesh, 2);
+    return attrs;
+  };
+  expect_matches_cpu("embedding_lookup", {uniform(Shape({65, 384}), f, 83), ids}, none,
+                     Match::kExact);
+  expect_matches_cpu_on_meshes("embedding_lookup_grad", {ids, uniform(Shape({64, 256, 384}), f, 84)},
+                               grad_attrs, Match::kClose);
+  const Tensor logits = uniform(Shape({16384, 65}), f, 85, -8, 8);
+  const Tensor labels = labels_in(Shape({16384}), DType::kI32, 86, 0, 65);
+  expect_matches_cpu("sparse_softmax_cross_entropy_with_logits", {labels, logits}, none,
+                     Match::kClose);
+  expect_matches_cpu("sparse_softmax_cross_entropy_grad",
+                     {labels, logits, uniform(Shape({16384}), f, 87)}, none, Match::kClose);
+}
+
 }  // namespace
 }  // namespace tessel

@@ -4,6 +4,8 @@
 // [outer, reduced, inner] with inner > 1, and layer norm's weight gradient) gives each output
 // column a column of threads of one block instead (coalesced reads along the row). Grid-stride
 // loops cover any row count.
+#include <limits>
+
 #include "dtensor/cuda/gpu_launch.h"
 #include "dtensor/cuda/gpu_math.cuh"
 #include "dtensor/cuda/gpu_warp.cuh"
@@ -22,17 +24,17 @@ struct KeepMax {  // ops_reduction.cpp's `b > a ? b : a`: a NaN x is skipped
 
 // ---- reductions --------------------------------------------------------------------------
 
-template <typename T>
-__global__ void reduce_rows_kernel(Reduction kind, const T* x, T* out, int64_t rows, int64_t length,
-                                   T divisor) {
+// Sums accumulate in double, as the CPU kernel (ops_reduction.cpp) does: a running float sum
+// over a long row loses digits with every addition. Maxima stay in T.
+template <typename T, typename Acc, typename Combine>
+__global__ void reduce_rows_kernel(const T* x, T* out, int64_t rows, int64_t length, Acc init,
+                                   Combine combine, T divisor) {
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const T* row = x + r * length;
-    T acc = kind == Reduction::kMax ? -infinity<T>() : T(0);
-    for (int64_t j = lane(); j < length; j += kWarp) {
-      acc = kind == Reduction::kMax ? KeepMax{}(acc, row[j]) : acc + row[j];
-    }
-    acc = kind == Reduction::kMax ? warp_combine(acc, KeepMax{}) : warp_sum(acc);
-    if (lane() == 0) out[r] = acc / divisor;
+    Acc acc = init;
+    for (int64_t j = lane(); j < length; j += kWarp) acc = combine(acc, static_cast<Acc>(row[j]));
+    acc = warp_combine(acc, combine);
+    if (lane() == 0) out[r] = static_cast<T>(acc) / divisor;
   }
 }
 
@@ -40,32 +42,44 @@ __global__ void reduce_rows_kernel(Reduction kind, const T* x, T* out, int64_t r
 // threadIdx.y every kColumnThreads-th reduced element; the partials meet in shared memory.
 constexpr int kColumnThreads = 16;
 
-template <typename T>
-__global__ void reduce_columns_kernel(Reduction kind, const T* x, T* out, int64_t outer,
-                                      int64_t reduced, int64_t inner, T divisor) {
-  __shared__ T partial[kColumnThreads][kWarp];
+template <typename T, typename Acc, typename Combine>
+__global__ void reduce_columns_kernel(const T* x, T* out, int64_t outer, int64_t reduced,
+                                      int64_t inner, Acc init, Combine combine, T divisor) {
+  __shared__ Acc partial[kColumnThreads][kWarp];
   const int64_t tiles = (inner + kWarp - 1) / kWarp;
   for (int64_t tile = blockIdx.x; tile < outer * tiles; tile += gridDim.x) {
     const int64_t o = tile / tiles;
     const int64_t i = (tile % tiles) * kWarp + threadIdx.x;
-    T acc = kind == Reduction::kMax ? -infinity<T>() : T(0);
+    Acc acc = init;
     if (i < inner) {
       const T* column = x + o * reduced * inner + i;
       for (int64_t r = threadIdx.y; r < reduced; r += kColumnThreads) {
-        acc = kind == Reduction::kMax ? KeepMax{}(acc, column[r * inner]) : acc + column[r * inner];
+        acc = combine(acc, static_cast<Acc>(column[r * inner]));
       }
     }
     partial[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && i < inner) {
-      for (int k = 1; k < kColumnThreads; ++k) {
-        acc = kind == Reduction::kMax ? KeepMax{}(acc, partial[k][threadIdx.x])
-                                      : acc + partial[k][threadIdx.x];
-      }
-      out[o * inner + i] = acc / divisor;
+      for (int k = 1; k < kColumnThreads; ++k) acc = combine(acc, partial[k][threadIdx.x]);
+      out[o * inner + i] = static_cast<T>(acc) / divisor;
     }
     __syncthreads();  // partial is reused by the next tile
   }
+}
+
+template <typename T, typename Acc, typename Combine>
+cudaError_t launch_reduce_as(const T* x, T* out, int64_t outer, int64_t reduced, int64_t inner,
+                             Acc init, Combine combine, T divisor, cudaStream_t stream) {
+  if (inner == 1) {  // one row per output element, even an empty one (reduced == 0)
+    reduce_rows_kernel<T, Acc, Combine><<<row_blocks(outer), kThreads, 0, stream>>>(
+        x, out, outer, reduced, init, combine, divisor);
+  } else {
+    const int64_t tiles = outer * ((inner + kWarp - 1) / kWarp);
+    reduce_columns_kernel<T, Acc, Combine>
+        <<<blocks_for(tiles, 1), dim3(kWarp, kColumnThreads), 0, stream>>>(
+            x, out, outer, reduced, inner, init, combine, divisor);
+  }
+  return cudaGetLastError();
 }
 
 // ---- softmax -----------------------------------------------------------------------------
@@ -222,14 +236,11 @@ template <typename T>
 cudaError_t launch_reduce(Reduction kind, const T* x, T* out, int64_t outer, int64_t reduced,
                           int64_t inner, T divisor, cudaStream_t stream) {
   if (outer * inner == 0) return cudaSuccess;
-  if (inner == 1) {  // one row per output element, even an empty one (reduced == 0)
-    return launch_rows(reduce_rows_kernel<T>, outer, 1, stream, kind, x, out, outer, reduced,
-                       divisor);
+  if (kind == Reduction::kMax) {
+    return launch_reduce_as(x, out, outer, reduced, inner, -std::numeric_limits<T>::infinity(),
+                            KeepMax{}, divisor, stream);
   }
-  const int64_t tiles = outer * ((inner + kWarp - 1) / kWarp);
-  reduce_columns_kernel<T><<<blocks_for(tiles, 1), dim3(kWarp, kColumnThreads), 0, stream>>>(
-      kind, x, out, outer, reduced, inner, divisor);
-  return cudaGetLastError();
+  return launch_reduce_as(x, out, outer, reduced, inner, 0.0, Plus{}, divisor, stream);
 }
 
 template <typename T>
