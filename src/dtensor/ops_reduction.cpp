@@ -24,6 +24,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/errors.h"
@@ -175,6 +176,34 @@ std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& in_shape,
 
 // ---- kernels ---------------------------------------------------------------------------------
 
+struct Plus {
+  double operator()(double a, double b) const { return a + b; }
+};
+template <typename T>
+struct KeepMax {  // a NaN b is skipped
+  T operator()(T a, T b) const { return b > a ? b : a; }
+};
+
+// `acc` combined with the n elements of `in` at stride si. A contiguous sum keeps eight running
+// sums, so that its additions do not wait on each other and vectorise (a single running sum is
+// one dependent addition per element: 4-5x slower than NumPy's pairwise sum).
+template <typename T, typename Acc, typename Op>
+Acc reduce_run(Acc acc, const T* in, int64_t n, int64_t si, Op op) {
+  int64_t j = 0;
+  if constexpr (std::is_same_v<Op, Plus>) {
+    if (si == 1 && n >= 16) {
+      Acc lanes[8] = {};
+      for (; j + 8 <= n; j += 8) {
+        for (int k = 0; k < 8; ++k) lanes[k] += static_cast<Acc>(in[j + k]);
+      }
+      acc += ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+             ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    }
+  }
+  for (; j < n; ++j) acc = op(acc, static_cast<Acc>(in[j * si]));
+  return acc;
+}
+
 // out (the reduced block, contiguous) = op-reduction of `in` over the masked axes, accumulated
 // in Acc: double for sums, so that a float sum of millions of elements (a gradient's squared
 // norm, a loss's mean) keeps about float's precision instead of losing digits with every
@@ -191,9 +220,7 @@ void reduce_block(const Tensor& in_tensor, Tensor& out, const std::vector<bool>&
   const Loop2 l = collapse(shape, broadcast_strides(shape, mask), row_major_strides(shape));
   for_each_run(l, [&](int64_t oo, int64_t io, int64_t n, int64_t so, int64_t si) {
     if (so == 0) {
-      Acc a = o[oo];
-      for (int64_t j = 0; j < n; ++j) a = op(a, static_cast<Acc>(in[io + j * si]));
-      o[oo] = a;
+      o[oo] = reduce_run(o[oo], in + io, n, si, op);
     } else {
       for (int64_t j = 0; j < n; ++j) {
         o[oo + j * so] = op(o[oo + j * so], static_cast<Acc>(in[io + j * si]));
@@ -209,10 +236,10 @@ void reduce_kernel(Kind kind, const std::vector<Tensor>& inputs, Tensor& output,
   dispatch_float(output.dtype(), kind_name(kind), [&]<typename T>() {
     if (kind == Kind::kMax) {
       reduce_block<T, T>(inputs[0], output, mask, -std::numeric_limits<T>::infinity(),
-                         [](T a, T b) { return b > a ? b : a; });
+                         KeepMax<T>{});
       return;
     }
-    reduce_block<T, double>(inputs[0], output, mask, 0.0, [](double a, double b) { return a + b; });
+    reduce_block<T, double>(inputs[0], output, mask, 0.0, Plus{});
     if (kind == Kind::kMean) {
       const T count = static_cast<T>(reduced_count(context.input_shapes[0], mask));
       T* o = output.data<T>();
