@@ -1,6 +1,7 @@
 // tessel_mpi_kill: one process is killed in the middle of a collective (kill_test.sh runs it).
 //
 //   mpirun -np 4 tessel_mpi_kill --algorithm ring|mpi|barrier|send [--timeout-ms 3000] [--no-watch]
+//                                [--linger-ms N]
 //
 // Every process runs collectives in a loop over one MPI communicator (send: rank 0 sends 4 MiB
 // to rank 1, which answers with one element; other ranks idle); 300 ms in, rank 1 raises
@@ -8,7 +9,11 @@
 // catches the error of its failing call and prints one line
 //   survivor rank <r>: <ErrorCode> after <seconds> s: <message>
 // then exits with status 1 (with the watch off, without MPI_Finalize: it would wait for the
-// dead process). A survivor whose loop ends without an error prints "rank <r>: no error" and
+// dead process). --linger-ms N: a survivor waits N ms after its line before it exits (with
+// _Exit): mpirun aborts the whole job at once when a process exits non-zero, which cut short a
+// survivor that had not printed its line yet (kill_test.sh, about 1 run in 8 on a loaded
+// machine); lingering, the survivors are ended by mpirun's teardown for the killed rank instead
+// (SIGKILL odls_base_sigkill_timeout seconds after it), which leaves each time to report. A survivor whose loop ends without an error prints "rank <r>: no error" and
 // exits 0, which kill_test.sh reports as a failure. SIGTERM (which mpirun sends before SIGKILL
 // when it tears the job down) is caught and ignored, so that survivors report even when they
 // fail by the deadline.
@@ -35,6 +40,7 @@ int run(int argc, char** argv) {
   std::string mode = "ring";
   int timeout_ms = 3000;
   bool watch = true;
+  int linger_ms = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--algorithm" && i + 1 < argc) {
@@ -43,6 +49,8 @@ int run(int argc, char** argv) {
       timeout_ms = std::atoi(argv[++i]);
     } else if (a == "--no-watch") {
       watch = false;
+    } else if (a == "--linger-ms" && i + 1 < argc) {
+      linger_ms = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr, "tessel_mpi_kill: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -92,6 +100,10 @@ int run(int argc, char** argv) {
       std::printf("survivor rank %d: %s after %.3f s: %s\n", rank,
                   std::string(error_code_name(e.code())).c_str(), s, e.what());
       std::fflush(stdout);
+      if (linger_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(linger_ms));
+        std::_Exit(1);
+      }
       if (!watch) std::_Exit(1);
       return 1;
     }

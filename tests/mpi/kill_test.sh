@@ -63,7 +63,11 @@ check() {  # name, timeout seconds, mpirun flags, program arguments...
     echo "$out" | sed "s/^/[$name] | /"
   fi
 }
-check ring 3 "" --algorithm ring --timeout-ms 3000
-check mpi 3 "" --algorithm mpi --timeout-ms 3000
-check barrier 1.5 "--mca odls_base_sigkill_timeout 4" --algorithm barrier --timeout-ms 1500 --no-watch
+# --linger-ms: each survivor stays 3 s after its line (until mpirun's teardown ends it, in the
+# watched runs), so that the first survivor's exit cannot abort the job before the others have
+# reported (kill_main.cpp); without it about 1 run in 8 lost a line on a loaded machine.
+check ring 3 "" --algorithm ring --timeout-ms 3000 --linger-ms 3000
+check mpi 3 "" --algorithm mpi --timeout-ms 3000 --linger-ms 3000
+check barrier 1.5 "--mca odls_base_sigkill_timeout 4" --algorithm barrier --timeout-ms 1500 \
+  --no-watch --linger-ms 3000
 exit "$failed"
