@@ -194,6 +194,41 @@ PY
   done
 }
 
+# FILE KEY...: the `tessel train gpt --json` lines of FILE grouped by MESH[sp]/STEPS; for each
+# KEY, the largest difference between the GPU run's losses and the CPU run's, which must be at
+# most 1e-4 (exit 1 otherwise, or when a KEY lacks either run); a run without a partner (a
+# timing run) is listed with its median step time.
+compare_losses() {
+  python3 - "$@" <<'PY'
+import json, sys
+path, wanted = sys.argv[1], sys.argv[2:]
+groups = {}
+for line in open(path):
+    if line.startswith("{"):
+        r = json.loads(line)
+        sp = "sp" if r.get("sequence_parallel") else ""
+        groups.setdefault("x".join(map(str, r["mesh"])) + sp + f"/{r['steps']}", {})[r["device"]] = r
+ok = True
+for key in sorted(set(groups) | set(wanted)):
+    runs = groups.get(key, {})
+    g, c = runs.get("GPU"), runs.get("CPU")
+    if g and c and len(g["losses"]) == len(c["losses"]) > 0:
+        d = max(abs(a - b) for a, b in zip(g["losses"], c["losses"]))
+        ok = ok and d <= 1e-4
+        print(f"train {g['config']} {key}: largest |GPU - CPU| loss {d:.2e} "
+              f"({'within' if d <= 1e-4 else 'OVER'} 1e-4); median step GPU "
+              f"{g['median_step_seconds']:.4f} s, CPU {c['median_step_seconds']:.4f} s")
+    elif key in wanted:
+        print(f"train {key}: no GPU and CPU losses to compare")
+        ok = False
+    else:
+        for r in runs.values():
+            print(f"train {r['config']} {key}: {r['device']} only, median step "
+                  f"{r['median_step_seconds']:.4f} s")
+sys.exit(0 if ok else 1)
+PY
+}
+
 run() {
   setup "$@"
   if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
@@ -210,9 +245,8 @@ run() {
   # A filter that matches nothing passes too: it must have run the suites' tests.
   grep -q -E '^\[  PASSED  \] [1-9][0-9]* tests?\.' "$out/mesh_suites.log"
   summary mesh_suites_ran $?
-  local mesh dev
+  local run dev steps
   : >"$out/train.jsonl"
-  local run
   # 2x2sp: the 2x2 mesh with sequence parallelism (its slices and concats on the GPU).
   for run in 1x1 2x2 2x2sp; do
     for dev in gpu cpu; do
@@ -223,27 +257,7 @@ run() {
         --eval-interval 1000 --eval-iters 1 --sample 0 --json $([ "$run" = 2x2sp ] && echo --sp)
     done
   done
-  python3 - "$out/train.jsonl" >>"$out/summary.txt" 2>&1 <<'PY'
-import json, sys
-runs = {}
-for line in open(sys.argv[1]):
-    if line.startswith("{"):
-        r = json.loads(line)
-        name = "x".join(map(str, r["mesh"])) + ("sp" if r.get("sequence_parallel") else "")
-        runs[(name, r["device"])] = r
-ok = True
-for name in ("1x1", "2x2", "2x2sp"):
-    g, c = runs.get((name, "GPU")), runs.get((name, "CPU"))
-    if not (g and c and len(g["losses"]) == len(c["losses"]) > 0):
-        print(f"train {name}: no GPU and CPU losses to compare")
-        ok = False
-        continue
-    d = max(abs(a - b) for a, b in zip(g["losses"], c["losses"]))
-    ok = ok and d <= 1e-4
-    print(f"train {name}: largest |GPU - CPU| loss {d:.2e} ({'within' if d <= 1e-4 else 'OVER'} 1e-4); "
-          f"median step GPU {g['median_step_seconds']:.4f} s, CPU {c['median_step_seconds']:.4f} s")
-sys.exit(0 if ok else 1)
-PY
+  compare_losses "$out/train.jsonl" 1x1/30 2x2/30 2x2sp/30 >>"$out/summary.txt" 2>&1
   summary train_losses $?  # a loss over the bound, or a missing run, fails the run
   skipping python || python_check
   skipping bench || bench_check
@@ -251,25 +265,13 @@ PY
   # 60 steps (the step time), then 3 steps on the GPU and on one CPU device of the same machine
   # (the same learning-rate schedule: it spans --steps), whose losses must agree to 1e-4.
   : >"$out/train_baby.jsonl"
-  local steps
   for run in gpu:60 gpu:3 cpu:3; do
     dev=${run%:*} steps=${run#*:}
     timed "train_baby_${dev}_$steps" 90 "$out/train_baby.jsonl" \
       "$stage/tessel" train gpt --config baby --mesh 1x1 --device "$dev" --steps "$steps" \
       --eval-interval 1000 --eval-iters 1 --sample 0 --json
   done
-  python3 - "$out/train_baby.jsonl" >>"$out/summary.txt" 2>&1 <<'PY'
-import json, sys
-runs = {(r["device"], r["steps"]): r for r in map(json.loads, filter(lambda l: l.startswith("{"), open(sys.argv[1])))}
-g, c = runs.get(("GPU", 3)), runs.get(("CPU", 3))
-if not (g and c):
-    sys.exit("train baby: no GPU and CPU losses of 3 steps to compare")
-d = max(abs(a - b) for a, b in zip(g["losses"], c["losses"]))
-t = runs.get(("GPU", 60), {}).get("median_step_seconds", float("nan"))
-print(f"train baby: largest |GPU - CPU| loss over 3 steps {d:.2e} ({'within' if d <= 1e-4 else 'OVER'} 1e-4); "
-      f"median step GPU {t:.4f} s (60 steps), CPU {c['median_step_seconds']:.2f} s (3 steps)")
-sys.exit(0 if d <= 1e-4 else 1)
-PY
+  compare_losses "$out/train_baby.jsonl" 1x1/3 >>"$out/summary.txt" 2>&1
   summary baby_losses $?
   grep -h -E '^\[  FAILED  \]' "$out"/*.log | sort -u | head -40
   cat "$out/summary.txt"

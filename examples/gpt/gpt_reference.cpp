@@ -12,10 +12,7 @@
 #include "tessel/dtensor/optimizers.h"
 
 namespace tessel::gpt {
-namespace {
 
-// max |a - b| / max |b|; infinite when the sizes differ or any element of either is NaN (a
-// NaN is a mismatch, never a pass: std::max would drop it).
 double relative_error(const Tensor& got, const Tensor& want) {
   const std::vector<double> a = got.to_doubles(), b = want.to_doubles();
   if (a.size() != b.size()) return INFINITY;
@@ -28,8 +25,6 @@ double relative_error(const Tensor& got, const Tensor& want) {
   }
   return scale > 0 ? diff / scale : diff;
 }
-
-}  // namespace
 
 bool ReferenceErrors::passes(double relative, double steps) const {
   return logits <= relative && loss <= relative && gradients <= relative &&

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tessel/core/dtype.h"
+#include "tessel/core/tensor.h"
 #include "tessel/mesh/mesh.h"
 #include "tessel/runtime/runtime.h"
 
@@ -29,6 +30,10 @@ struct ReferenceErrors {
   bool passes(double relative = 1e-5, double steps = 1e-4) const;
   std::string to_string() const;
 };
+
+// max |got - want| / max |want| (the reference's scale); infinite when the sizes differ or any
+// element of either is NaN (a NaN is a mismatch, never a pass).
+double relative_error(const Tensor& got, const Tensor& want);
 
 ReferenceErrors check_reference(const std::string& path, const Mesh& mesh, DType dtype,
                                 Runtime* runtime = nullptr);

@@ -214,8 +214,16 @@ void reduce_block(const Tensor& in_tensor, Tensor& out, const std::vector<bool>&
                   Op op) {
   const Tensor in_c = in_tensor.contiguous();
   const T* in = in_c.data<T>();
-  std::vector<Acc> acc(static_cast<size_t>(out.num_elements()), init);
-  Acc* o = acc.data();
+  // Accumulating in T (maxima, double sums), straight into the output; else in a scratch copy.
+  std::vector<Acc> scratch;
+  Acc* o = nullptr;
+  if constexpr (std::is_same_v<Acc, T>) {
+    o = out.data<T>();
+  } else {
+    scratch.resize(static_cast<size_t>(out.num_elements()));
+    o = scratch.data();
+  }
+  std::fill(o, o + out.num_elements(), init);
   const std::vector<int64_t>& shape = in_c.shape().dims();
   const Loop2 l = collapse(shape, broadcast_strides(shape, mask), row_major_strides(shape));
   for_each_run(l, [&](int64_t oo, int64_t io, int64_t n, int64_t so, int64_t si) {
@@ -227,7 +235,10 @@ void reduce_block(const Tensor& in_tensor, Tensor& out, const std::vector<bool>&
       }
     }
   });
-  std::transform(acc.begin(), acc.end(), out.data<T>(), [](Acc a) { return static_cast<T>(a); });
+  if constexpr (!std::is_same_v<Acc, T>) {
+    std::transform(scratch.begin(), scratch.end(), out.data<T>(),
+                   [](Acc a) { return static_cast<T>(a); });
+  }
 }
 
 void reduce_kernel(Kind kind, const std::vector<Tensor>& inputs, Tensor& output,

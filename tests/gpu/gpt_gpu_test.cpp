@@ -3,9 +3,9 @@
 // host-staged until they have GPU kernels.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "gpt_model.h"
 #include "gpt_reference.h"
@@ -33,17 +33,6 @@ TEST_F(GpuTest, TheGptMatchesTheJaxReferenceOnOneGpu) {
   std::cout << "\n";
 }
 
-// max |got - want| / max |want| over the tensor.
-double relative_error(const Tensor& got, const Tensor& want) {
-  const std::vector<double> a = got.to_doubles(), b = want.to_doubles();
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff = std::max(diff, std::isnan(a[i]) ? INFINITY : std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
 // The "test" configuration above is small; this is the baby GPT at the sizes it trains at
 // (6 layers, width 384, context 256, batch 64: 16384 rows): one training step's loss and
 // gradients on the GPU against a CPU device's, with dropout 0.2 (as trained) and without.
@@ -58,8 +47,10 @@ TEST_F(GpuTest, TheBabyGptsLossAndGradientsMatchTheCpuDeviceAtTrainingSizes) {
   for (double dropout : {0.0, 0.2}) {
     config.dropout = dropout;
     std::vector<Tensor> result[2];  // loss, then the gradients; GPU then CPU
+    std::vector<std::string> names;  // the parameters', in the gradients' order
     for (int m = 0; m < 2; ++m) {
       const gpt::GptModel model(config, m == 0 ? gpu_mesh : cpu_mesh, &runtime());
+      names = model.names();
       const DTensor idx = model.tokens(ids), targets = model.tokens(next);
       gpt::ForwardOptions options;
       options.training = true;
@@ -70,14 +61,13 @@ TEST_F(GpuTest, TheBabyGptsLossAndGradientsMatchTheCpuDeviceAtTrainingSizes) {
       result[m].push_back(gpt::host_value(loss));
       for (const DTensor& g : grads) result[m].push_back(gpt::host_value(g));
     }
-    const gpt::GptModel names(config, cpu_mesh, &runtime());
     std::cout << "dropout " << dropout << ": loss GPU " << result[0][0].to_doubles()[0] << ", CPU "
               << result[1][0].to_doubles()[0] << "\n";
-    EXPECT_LE(relative_error(result[0][0], result[1][0]), 1e-5) << "loss, dropout " << dropout;
+    EXPECT_LE(gpt::relative_error(result[0][0], result[1][0]), 1e-5) << "loss, dropout " << dropout;
     for (size_t i = 1; i < result[0].size(); ++i) {
-      const double err = relative_error(result[0][i], result[1][i]);
-      std::cout << "  " << names.names()[i - 1] << " " << err << "\n";
-      EXPECT_LE(err, 1e-4) << names.names()[i - 1] << ", dropout " << dropout;
+      const double err = gpt::relative_error(result[0][i], result[1][i]);
+      std::cout << "  " << names[i - 1] << " " << err << "\n";
+      EXPECT_LE(err, 1e-4) << names[i - 1] << ", dropout " << dropout;
     }
   }
 }

@@ -722,14 +722,15 @@ TEST_F(GpuOpKernels, TheGptsOpsMatchTheCpuKernelsAtTrainingSizes) {
   OpAttrs nt, tn;
   nt.transpose_b = true;
   tn.transpose_a = true;
-  const auto positive = [](const Shape& shape, uint64_t seed) {
-    return uniform(shape, DType::kF64, seed, 0.5, 1.5);
-  };
   const Shape heads({64, 6, 256, 64});
-  expect_matches_cpu("matmul", {positive(heads, 88), positive(heads, 89)}, nt, Match::kClose);
-  expect_matches_cpu("matmul", {positive(Shape({64, 256, 384}), 90), positive(Shape({384, 1536}), 91)},
+  expect_matches_cpu("matmul", {uniform(heads, f, 88, 0.5, 1.5), uniform(heads, f, 89, 0.5, 1.5)},
+                     nt, Match::kClose);
+  expect_matches_cpu("matmul",
+                     {uniform(Shape({64, 256, 384}), f, 90, 0.5, 1.5),
+                      uniform(Shape({384, 1536}), f, 91, 0.5, 1.5)},
                      none, Match::kClose);
-  expect_matches_cpu("matmul", {positive(rows, 92), positive(wide, 93)}, tn, Match::kClose);
+  expect_matches_cpu("matmul", {uniform(rows, f, 92, 0.5, 1.5), uniform(wide, f, 93, 0.5, 1.5)}, tn,
+                     Match::kClose);
   const Tensor ids = labels_in(Shape({64, 256}), DType::kI32, 82, 0, 65);
   const auto grad_attrs = [&](const Mesh& mesh) {
     OpAttrs attrs;

@@ -8,15 +8,15 @@
 // SIGKILL from a helper thread, in the middle of whichever collective it is in. Each survivor
 // catches the error of its failing call and prints one line
 //   survivor rank <r>: <ErrorCode> after <seconds> s: <message>
-// then exits with status 1 (with the watch off, without MPI_Finalize: it would wait for the
-// dead process). --linger-ms N: a survivor waits N ms after its line before it exits (with
-// _Exit): mpirun aborts the whole job at once when a process exits non-zero, which cut short a
-// survivor that had not printed its line yet (kill_test.sh, about 1 run in 8 on a loaded
-// machine); lingering, the survivors are ended by mpirun's teardown for the killed rank instead
-// (SIGKILL odls_base_sigkill_timeout seconds after it), which leaves each time to report. A survivor whose loop ends without an error prints "rank <r>: no error" and
-// exits 0, which kill_test.sh reports as a failure. SIGTERM (which mpirun sends before SIGKILL
-// when it tears the job down) is caught and ignored, so that survivors report even when they
-// fail by the deadline.
+// then exits with status 1 (with the watch off, without MPI_Finalize: it would wait for the dead
+// process). --linger-ms N: a survivor waits N ms after its line before it exits (with _Exit):
+// mpirun aborts the whole job at once when a process exits non-zero, which cut short a survivor
+// that had not printed its line yet (kill_test.sh, about 1 run in 8 on a loaded machine);
+// lingering, the survivors are ended by mpirun's teardown for the killed rank instead (SIGKILL
+// odls_base_sigkill_timeout seconds after it), which leaves each time to report. A survivor whose
+// loop ends without an error prints "rank <r>: no error" and exits 0, which kill_test.sh reports as
+// a failure. SIGTERM (which mpirun sends before SIGKILL when it tears the job down) is caught and
+// ignored, so that survivors report even when they fail by the deadline.
 #include <signal.h>
 
 #include <chrono>

@@ -10,20 +10,19 @@
 // GPU devices, "/job:<job>/replica:<replica>/task:<task>/device:GPU:<i>", come from
 // RuntimeOptions::gpu_ordinals (GPU:i on CUDA GPU gpu_ordinals[i]), or when that is empty from
 // RuntimeOptions::num_gpu_devices (the first N visible GPUs), or when that is -1 from the
-// environment variable TESSEL_GPU_DEVICES (a comma-separated list of CUDA ordinals, "0,1"; GPU:i
-// is the i-th listed; "none" or "" for none), or else every visible GPU (gpu.h). A build without
-// CUDA, or a machine without a GPU, has none. An ordinal listed k times makes k devices that
-// share that GPU, as TF's logical GPUs do ("0,0,0,0": a 2x2 GPU mesh on one GPU): each has its
-// own CUDA stream and caching allocator, and a memory limit of 1/k of the GPU's memory (on its
-// live bytes; its allocator's cached blocks are not counted). Their groups are not NCCL groups (NCCL takes one rank per GPU): collectives between
-// them run host-staged (docs/gpu.md). RuntimeOptions::num_simulated_gpu_devices (or, when
-// -1, TESSEL_SIMULATED_GPUS, default 0) makes that many simulated GPU devices instead of the real
-// ones (Device::make_simulated_gpu: host memory treated as device memory, each the size of a CPU
-// device's limit), so that GPU meshes run, slowly, on machines without a GPU. They are listed by
-// gpu_devices(), apart from the
-// CPU devices of devices(), and found by device(name) like those. A GPU device's memory limit is
-// its GPU's memory, shared equally by the devices on that GPU (Device::set_memory_limit changes
-// it).
+// environment variable TESSEL_GPU_DEVICES (a comma-separated list of CUDA ordinals, "0,1"; GPU:i is
+// the i-th listed; "none" or "" for none), or else every visible GPU (gpu.h). A build without CUDA,
+// or a machine without a GPU, has none. An ordinal listed k times makes k devices that share that
+// GPU, as TF's logical GPUs do ("0,0,0,0": a 2x2 GPU mesh on one GPU): each has its own CUDA stream
+// and caching allocator, and a memory limit of 1/k of the GPU's memory (on its live bytes; its
+// allocator's cached blocks are not counted). Their groups are not NCCL groups (NCCL takes one rank
+// per GPU): collectives between them run host-staged (docs/gpu.md).
+// RuntimeOptions::num_simulated_gpu_devices (or, when -1, TESSEL_SIMULATED_GPUS, default 0) makes
+// that many simulated GPU devices instead of the real ones (Device::make_simulated_gpu: host memory
+// treated as device memory, each the size of a CPU device's limit), so that GPU meshes run, slowly,
+// on machines without a GPU. They are listed by gpu_devices(), apart from the CPU devices of
+// devices(), and found by device(name) like those. A GPU device's memory limit is its GPU's memory,
+// shared equally by the devices on that GPU (Device::set_memory_limit changes it).
 //
 // Each device has a memory limit (Device::memory_limit(), docs/memory.md): from
 // RuntimeOptions::memory_limit, or when that is -1 from TESSEL_DEVICE_MEMORY_LIMIT (a byte

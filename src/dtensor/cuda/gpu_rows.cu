@@ -67,21 +67,6 @@ __global__ void reduce_columns_kernel(const T* x, T* out, int64_t outer, int64_t
   }
 }
 
-template <typename T, typename Acc, typename Combine>
-cudaError_t launch_reduce_as(const T* x, T* out, int64_t outer, int64_t reduced, int64_t inner,
-                             Acc init, Combine combine, T divisor, cudaStream_t stream) {
-  if (inner == 1) {  // one row per output element, even an empty one (reduced == 0)
-    reduce_rows_kernel<T, Acc, Combine><<<row_blocks(outer), kThreads, 0, stream>>>(
-        x, out, outer, reduced, init, combine, divisor);
-  } else {
-    const int64_t tiles = outer * ((inner + kWarp - 1) / kWarp);
-    reduce_columns_kernel<T, Acc, Combine>
-        <<<blocks_for(tiles, 1), dim3(kWarp, kColumnThreads), 0, stream>>>(
-            x, out, outer, reduced, inner, init, combine, divisor);
-  }
-  return cudaGetLastError();
-}
-
 // ---- softmax -----------------------------------------------------------------------------
 
 // softmax_rows (ops_nn.cpp) and causal_row (ops_attention.cpp) in one: the first `visible`
@@ -227,6 +212,22 @@ cudaError_t launch_rows(void (*kernel)(Params...), int64_t rows, int64_t length,
                         cudaStream_t stream, Args... args) {
   if (rows * length == 0) return cudaSuccess;
   kernel<<<row_blocks(rows), kThreads, 0, stream>>>(args...);
+  return cudaGetLastError();
+}
+
+// A reduction's kernel: a warp per output element when the reduced elements are contiguous
+// (inner == 1), else a block per kWarp output columns.
+template <typename T, typename Acc, typename Combine>
+cudaError_t launch_reduce_as(const T* x, T* out, int64_t outer, int64_t reduced, int64_t inner,
+                             Acc init, Combine combine, T divisor, cudaStream_t stream) {
+  if (inner == 1) {  // one row per output element, even an empty one (reduced == 0)
+    return launch_rows(reduce_rows_kernel<T, Acc, Combine>, outer, 1, stream, x, out, outer,
+                       reduced, init, combine, divisor);
+  }
+  const int64_t tiles = outer * ((inner + kWarp - 1) / kWarp);
+  reduce_columns_kernel<T, Acc, Combine>
+      <<<blocks_for(tiles, 1), dim3(kWarp, kColumnThreads), 0, stream>>>(
+          x, out, outer, reduced, inner, init, combine, divisor);
   return cudaGetLastError();
 }
 

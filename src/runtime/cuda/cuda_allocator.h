@@ -1,11 +1,11 @@
 // Internal: the caching allocator of one GPU's memory.
 //
-// cudaMalloc and cudaFree are slow (cudaFree synchronises the device), so freed blocks are kept
-// and reused by requests of the same rounded size: sizes round up to 512 bytes below 1 MiB and
-// to 2 MiB above. When cudaMalloc fails, the caches of every allocator on the GPU (devices may
-// share a GPU) are returned to CUDA and the request tried once more; a second failure is kResourceExhausted naming the GPU and the size. The tracking
-// allocator above it (Device) counts what tensors hold; cached_bytes() is what this one keeps
-// besides.
+// cudaMalloc and cudaFree are slow (cudaFree synchronises the device), so freed blocks are kept and
+// reused by requests of the same rounded size: sizes round up to 512 bytes below 1 MiB and to 2 MiB
+// above. When cudaMalloc fails, the caches of every allocator on the GPU (devices may share a GPU)
+// are returned to CUDA and the request tried once more; a second failure is kResourceExhausted
+// naming the GPU and the size. The tracking allocator above it (Device) counts what tensors hold;
+// cached_bytes() is what this one keeps besides.
 //
 // A block freed by the host may still be read by work queued on the device's stream; it is
 // reused only by later work on the same stream or after a synchronising copy, which CUDA orders
