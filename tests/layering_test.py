@@ -30,7 +30,7 @@ def main():
     assert rc == 0, out
     rc, out = run({"src/mesh/b.cpp": '#include <vector>\n#include "tessel/runtime/runtime.h"\n'})
     assert rc == 1 and "src/mesh/b.cpp:2: layer 'mesh'" in out and "'runtime'" in out, out
-    rc, out = run({"include/tessel/comm/c.h": '#include "dtensor/op_util.h"\n'})
+    rc, out = run({"include/tessel/comm/c.h": '#include "dtensor/framework/op_util.h"\n'})
     assert rc == 1 and "include/tessel/comm/c.h:1" in out and "'dtensor'" in out, out
     print("layering_test: ok")
 

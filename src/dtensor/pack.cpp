@@ -4,7 +4,7 @@
 
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
-#include "dtensor/trace_hooks.h"  // tracing hook: pack / unpack are eager only
+#include "dtensor/framework/trace_hooks.h"  // tracing hook: pack / unpack are eager only
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/mesh/shard_map.h"
 

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "dtensor/trace_hooks.h"
+#include "dtensor/framework/trace_hooks.h"
 #include "tessel/replicate/graph.h"
 
 namespace tessel::detail {

@@ -2,7 +2,7 @@
 #include "replicate/trace_replay.h"
 
 #include "core/errors.h"
-#include "dtensor/trace_hooks.h"
+#include "dtensor/framework/trace_hooks.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/relayout.h"
 

@@ -28,7 +28,7 @@
 #include <memory>
 #include <vector>
 
-#include "dtensor/launch_plan.h"
+#include "dtensor/framework/launch_plan.h"
 #include "tessel/replicate/graph.h"
 
 namespace tessel::detail {

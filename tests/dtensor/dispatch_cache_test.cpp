@@ -1,4 +1,4 @@
-// The dispatch cache (src/dtensor/dispatch_cache.h): a repeated op call reuses its plan, and
+// The dispatch cache (src/dtensor/framework/dispatch_cache.h): a repeated op call reuses its plan, and
 // anything its plan depends on (op, input shapes, dtypes and layouts, attrs, runtime) makes a
 // new one; calls that took the replicate fallback are not kept; the kernel of a cached call gets
 // the call's own attrs and data. Also: DTensor copies share their data.
@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cmath>
 
-#include "dtensor/op_util.h"
+#include "dtensor/framework/op_util.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "dtensor/op_util.h"
+#include "dtensor/framework/op_util.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"

@@ -1,4 +1,4 @@
-// The ops' CUDA kernels (src/dtensor/cuda/gpu_elementwise.cu, gpu_rows.cu, gpu_move.cu,
+// The ops' CUDA kernels (src/dtensor/ops/cuda/gpu_elementwise.cu, gpu_rows.cu, gpu_move.cu,
 // gpu_xent.cu) against their CPU kernels: each op on a 1-device mesh of the GPU and on a 1-device
 // CPU mesh, same inputs,
 // f32 (relative 1e-5, absolute 1e-5 below magnitude 1; bit-exact for the ops whose math is exact)

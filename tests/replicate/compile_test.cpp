@@ -5,7 +5,7 @@
 #include <atomic>
 #include <stdexcept>
 
-#include "dtensor/op_util.h"
+#include "dtensor/framework/op_util.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <functional>
 
-#include "dtensor/op_util.h"
+#include "dtensor/framework/op_util.h"
 #include "replicate/trace.h"
 #include "replicate/trace_replay.h"
 #include "tessel/dtensor/autodiff.h"

@@ -45,7 +45,7 @@ namespace tessel {
 
 namespace detail {
 struct Placement;      // src/dtensor/placement.h
-struct PlannedOutput;  // src/dtensor/launch_plan.cpp
+struct PlannedOutput;  // src/dtensor/framework/launch_plan.cpp
 }  // namespace detail
 
 class DTensor {
@@ -114,7 +114,7 @@ class DTensor {
   std::shared_ptr<const Data> data_;  // null: a null DTensor
   uint64_t id_ = next_id();
 
-  // Dispatch hook (src/dtensor/launch_plan.cpp): assembles an op's output from blocks its launch
+  // Dispatch hook (src/dtensor/framework/launch_plan.cpp): assembles an op's output from blocks its launch
   // plan allocated, skipping the constructor's checks, which the plan made once.
   friend struct detail::PlannedOutput;
 

@@ -1,0 +1,114 @@
+// Internal: launch plans and launch_op (see launch_plan.h).
+#include "dtensor/framework/launch_plan.h"
+
+#include <utility>
+
+#include "dtensor/framework/kernel_runner.h"
+
+namespace tessel::detail {
+namespace {
+
+// Calls whose local blocks hold at most this many elements in all (inputs and outputs, every
+// local device) run inline: a few microseconds of work at most.
+constexpr int64_t kInlineElements = 16384;
+
+// One device's kernel call with its arguments, run by reference on the calling thread: a
+// std::function holding a single reference needs no allocation.
+struct InlineKernel {
+  const LaunchPlan& plan;
+  const std::vector<Tensor>& inputs;
+  Tensor& output;
+  const OpAttrs& attrs;
+  size_t device;
+  void operator()() const { run_kernel(*plan.def, inputs, output, attrs, plan.contexts[device]); }
+};
+
+}  // namespace
+
+// The output DTensor of a launch: its blocks have the plan's dtype and shapes on the plan's
+// devices, which is what the DTensor constructor would check.
+struct PlannedOutput {
+  static DTensor make(const LaunchPlan& plan, std::vector<Tensor> blocks, Runtime& runtime) {
+    DTensor out;
+    out.data_ = std::make_shared<const DTensor::Data>(DTensor::Data{.layout = plan.out.layout,
+                                                                    .shape = plan.out.shape,
+                                                                    .dtype = plan.out.dtype,
+                                                                    .components = std::move(blocks),
+                                                                    .placement = plan.out_place,
+                                                                    .runtime = &runtime});
+    return out;
+  }
+};
+
+std::shared_ptr<const LaunchPlan> make_launch_plan(const OpDef& def, TensorSpec out,
+                                                   const std::vector<TensorSpec>& inputs,
+                                                   Runtime& runtime, std::string_view component) {
+  auto plan = std::make_shared<LaunchPlan>();
+  plan->def = &def;
+  plan->out = std::move(out);
+  plan->out_place = placement(plan->out.layout, plan->out.shape, runtime, component);
+  plan->in_places.reserve(inputs.size());
+  for (const TensorSpec& in : inputs) {
+    plan->in_places.push_back(placement(in.layout, in.shape, runtime, component));
+  }
+  const Placement& out_place = *plan->out_place;
+  int64_t elements = 0;
+  for (size_t i = 0; i < out_place.devices.size(); ++i) {
+    plan->out_blocks.emplace_back(out_place.blocks[i].extents);
+    LocalContext context;
+    context.output_block = out_place.blocks[i];
+    context.output_shape = plan->out.shape;
+    context.mesh_offset = out_place.offsets[i];
+    context.output_layout = &plan->out.layout;
+    context.cuda_stream = out_place.devices[i]->cuda_stream();
+    elements += out_place.blocks[i].num_elements();
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      context.input_blocks.push_back(plan->in_places[k]->blocks[i]);
+      context.input_shapes.push_back(inputs[k].shape);
+      elements += plan->in_places[k]->blocks[i].num_elements();
+    }
+    plan->contexts.push_back(std::move(context));
+  }
+  plan->tiny = elements <= kInlineElements;
+  return plan;
+}
+
+DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vector<DTensor>& ready,
+                  const CallAttrs& attrs, Runtime& runtime, bool inline_when_idle) {
+  const LaunchPlan& p = *plan;
+  const Placement& out_place = *p.out_place;
+  const size_t n = out_place.devices.size();
+  // A tiny call runs on this thread where the device is idle: waking the device's worker would
+  // cost more than the kernel (tessel bench dispatch). So does every call of a one-device replay
+  // (inline_when_idle), whose caller would only wait for the worker.
+  const bool on_caller = inline_when_idle || p.tiny;
+  std::vector<Tensor> outputs;
+  outputs.reserve(n);
+  // One device's input blocks, refilled per device: this thread's list, taken for the call (a
+  // nested call finds it taken and makes its own) and given back empty with its capacity.
+  thread_local std::vector<Tensor> spare_inputs;
+  std::vector<Tensor> local = std::move(spare_inputs);
+  local.reserve(ready.size());
+  for (size_t i = 0; i < n; ++i) {
+    Device* device = out_place.devices[i];
+    outputs.push_back(device->allocate(p.out_blocks[i], p.out.dtype, /*zero_fill=*/false));
+    local.clear();
+    for (const DTensor& in : ready) local.push_back(in.component(static_cast<int>(i)));
+    if (on_caller) {
+      const InlineKernel call{p, local, outputs.back(), attrs.get(), i};
+      if (device->stream().run_inline_if_idle(p.def->name, [&call] { call(); })) continue;
+    }
+    device->stream().enqueue(p.def->name, [plan, i, local = std::move(local),
+                                           output = outputs.back(),
+                                           shared = attrs.shared()]() mutable {
+      run_kernel(*plan->def, local, output, *shared, plan->contexts[i]);
+    });
+    local = std::vector<Tensor>();  // moved into the task
+    local.reserve(ready.size());
+  }
+  local.clear();  // the blocks are not kept alive by the spare list
+  spare_inputs = std::move(local);
+  return PlannedOutput::make(p, std::move(outputs), runtime);
+}
+
+}  // namespace tessel::detail

@@ -1,0 +1,244 @@
+// The normalisation op family (registered by register_norm_ops): layer_norm over the last axis,
+// one pass forward and one pass backward instead of the eight ops a composition from
+// reduce_mean / rsqrt takes (each a pass over memory and an allocation).
+//   "layer_norm"(x, weight), "layer_norm_with_bias"(x, weight, bias)
+//                                    -> (x - mean) / sqrt(var + epsilon) * weight (+ bias)
+//                                       (biased variance, as TF, PyTorch and nanoGPT; epsilon in
+//                                       OpAttrs::epsilon)
+//   "layer_norm_grad"(x, weight, g)   -> dx
+//   "layer_norm_weight_grad"(x, g)    -> [C]: the sum over every row of g * (x - mean) * rstd
+//
+// Sharding rules (one line each):
+//   layer_norm / layer_norm_grad: the last (normalised) axis is demanded whole, every other axis
+//     keeps x's sharding (batch, and the sequence under sequence parallelism), Partial inputs are
+//     reduced first (nonlinear); weight and bias are demanded replicated; the output is laid out
+//     as x.
+//   layer_norm_weight_grad: x and g as above; the [C] output is replicated but Partial(sum) over
+//     every mesh dimension that shards x's rows, so the weight's gradient joins the fused
+//     gradient reduction (autodiff.h) instead of a collective of its own.
+// Kernels accumulate each row's mean and variance in double, whatever the dtype.
+#include <cmath>
+
+#include "dtensor/ops/op_families.h"
+#include "dtensor/framework/op_util.h"
+#include "tessel/dtensor/ops.h"
+
+namespace tessel {
+namespace detail {
+namespace {
+
+constexpr std::string_view kLayerNorm = "layer_norm";
+constexpr std::string_view kLayerNormBias = "layer_norm_with_bias";
+constexpr std::string_view kLayerNormGrad = "layer_norm_grad";
+constexpr std::string_view kWeightGrad = "layer_norm_weight_grad";
+
+// x must be at least 1-D with a non-empty last axis; `vectors` ([C] each) match its last axis.
+void check_norm_inputs(const std::vector<TensorSpec>& in, size_t first_vector, size_t count,
+                       std::string_view op) {
+  const TensorSpec& x = in[0];
+  if (x.shape.rank() < 1) {
+    throw_invalid(op, "x must have rank >= 1 (normalised over the last axis), got shape {}",
+                  x.shape.to_string());
+  }
+  require_float(x.dtype, op, "dtype");
+  const int64_t channels = x.shape[x.shape.rank() - 1];
+  for (size_t i = first_vector; i < first_vector + count; ++i) {
+    if (in[i].shape != Shape({channels}) || in[i].dtype != x.dtype) {
+      throw_invalid(op, "input {} must be {} [{}] (x's last axis and dtype), got {} {}", i,
+                    dtype_name(x.dtype), channels, dtype_name(in[i].dtype),
+                    in[i].shape.to_string());
+    }
+  }
+}
+
+// x's specs with the last axis whole and no Partial.
+Layout rows_layout(const Layout& x) {
+  SpecList specs = spec_list(x);
+  specs.back().clear();
+  return make_layout(x.mesh(), specs);
+}
+
+// One row's statistics.
+template <typename T>
+void row_stats(const T* x, int64_t n, double epsilon, double& mean, double& rstd) {
+  double sum = 0;
+  for (int64_t c = 0; c < n; ++c) sum += x[c];
+  mean = sum / static_cast<double>(n);
+  double squares = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const double d = x[c] - mean;
+    squares += d * d;
+  }
+  rstd = 1.0 / std::sqrt(squares / static_cast<double>(n) + epsilon);
+}
+
+void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon) {
+  const int64_t n = out.shape()[out.rank() - 1];
+  if (n == 0 || out.num_elements() == 0) return;
+  const int64_t rows = out.num_elements() / n;
+  dispatch_float(out.dtype(), kLayerNorm, [&]<typename T>() {
+    const T* x = in[0].data<T>();
+    const T* w = in[1].data<T>();
+    const T* b = in.size() > 2 ? in[2].data<T>() : nullptr;
+    T* y = out.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      double mean, rstd;
+      row_stats(xr, n, epsilon, mean, rstd);
+      const T m = static_cast<T>(mean), s = static_cast<T>(rstd);
+      for (int64_t c = 0; c < n; ++c) yr[c] = (xr[c] - m) * s * w[c] + (b ? b[c] : T(0));
+    }
+  });
+}
+
+// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)), per row.
+void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon) {
+  const int64_t n = out.shape()[out.rank() - 1];
+  if (n == 0 || out.num_elements() == 0) return;
+  const int64_t rows = out.num_elements() / n;
+  dispatch_float(out.dtype(), kLayerNormGrad, [&]<typename T>() {
+    const T* x = in[0].data<T>();
+    const T* w = in[1].data<T>();
+    const T* g = in[2].data<T>();
+    T* dx = out.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * n;
+      const T* gr = g + r * n;
+      T* dr = dx + r * n;
+      double mean, rstd;
+      row_stats(xr, n, epsilon, mean, rstd);
+      double sum_gw = 0, sum_gw_xhat = 0;
+      for (int64_t c = 0; c < n; ++c) {
+        const double gw = static_cast<double>(gr[c]) * w[c];
+        sum_gw += gw;
+        sum_gw_xhat += gw * (xr[c] - mean) * rstd;
+      }
+      const double a = sum_gw / static_cast<double>(n);
+      const double b = sum_gw_xhat / static_cast<double>(n);
+      for (int64_t c = 0; c < n; ++c) {
+        const double xhat = (xr[c] - mean) * rstd;
+        dr[c] = static_cast<T>(rstd * (static_cast<double>(gr[c]) * w[c] - a - xhat * b));
+      }
+    }
+  });
+}
+
+// out[c] = sum over local rows of g * xhat.
+void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon) {
+  const int64_t n = out.num_elements();
+  if (n == 0) return;
+  const int64_t rows = in[0].num_elements() / n;
+  dispatch_float(out.dtype(), kWeightGrad, [&]<typename T>() {
+    const T* x = in[0].data<T>();
+    const T* g = in[1].data<T>();
+    std::vector<double> acc(static_cast<size_t>(n), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * n;
+      const T* gr = g + r * n;
+      double mean, rstd;
+      row_stats(xr, n, epsilon, mean, rstd);
+      for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(gr[c]) * (xr[c] - mean) * rstd;
+    }
+    T* o = out.data<T>();
+    for (int64_t c = 0; c < n; ++c) o[c] = static_cast<T>(acc[c]);
+  });
+}
+
+// "layer_norm" (x, weight) or, with `with_bias`, "layer_norm_with_bias" (x, weight, bias).
+void register_layer_norm(OpRegistry& registry, bool with_bias) {
+  const std::string_view name = with_bias ? kLayerNormBias : kLayerNorm;
+  OpDef def;
+  def.name = std::string(name);
+  def.num_inputs = with_bias ? 3 : 2;
+  def.infer = [name](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    check_norm_inputs(in, 1, in.size() - 1, name);
+    return TensorSpec{in[0].shape, in[0].dtype, {}};
+  };
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    const Layout rows = rows_layout(in[0].layout);
+    std::vector<Layout> inputs{rows};
+    for (size_t i = 1; i < in.size(); ++i) inputs.push_back(Layout::replicated(rows.mesh(), 1));
+    return ShardingDecision{inputs, rows};
+  };
+  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                  const LocalContext&) { layer_norm_kernel(in, out, attrs.epsilon.value_or(0.0)); };
+  def.vjp = [](const VjpArgs& a) {
+    OpAttrs attrs;
+    attrs.epsilon = a.attrs->epsilon;
+    const DTensor& x = a.inputs[0];
+    std::vector<DTensor> grads{call_op(kLayerNormGrad, {x, a.inputs[1], a.grad}, attrs),
+                               call_op(kWeightGrad, {x, a.grad}, attrs)};
+    if (a.inputs.size() > 2) {
+      std::vector<int64_t> rows(static_cast<size_t>(x.rank() - 1));
+      for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+      grads.push_back(reduce_sum(a.grad, rows));
+    }
+    return grads;
+  };
+  registry.add(std::move(def));
+}
+
+void register_layer_norm_grads(OpRegistry& registry) {
+  OpDef grad;
+  grad.name = std::string(kLayerNormGrad);
+  grad.num_inputs = 3;
+  grad.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    check_norm_inputs(in, 1, 1, kLayerNormGrad);
+    if (in[2].shape != in[0].shape || in[2].dtype != in[0].dtype) {
+      throw_invalid(kLayerNormGrad, "the gradient is {} {}, x is {} {}", dtype_name(in[2].dtype),
+                    in[2].shape.to_string(), dtype_name(in[0].dtype), in[0].shape.to_string());
+    }
+    return TensorSpec{in[0].shape, in[0].dtype, {}};
+  };
+  grad.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    const Layout rows = rows_layout(in[0].layout);
+    return ShardingDecision{{rows, Layout::replicated(rows.mesh(), 1), rows}, rows};
+  };
+  grad.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                   const LocalContext&) { layer_norm_grad_kernel(in, out, attrs.epsilon.value_or(0.0)); };
+  registry.add(std::move(grad));
+
+  OpDef weight;
+  weight.name = std::string(kWeightGrad);
+  weight.num_inputs = 2;
+  weight.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    check_norm_inputs(in, 0, 0, kWeightGrad);
+    if (in[1].shape != in[0].shape || in[1].dtype != in[0].dtype) {
+      throw_invalid(kWeightGrad, "the gradient is {} {}, x is {} {}", dtype_name(in[1].dtype),
+                    in[1].shape.to_string(), dtype_name(in[0].dtype), in[0].shape.to_string());
+    }
+    return TensorSpec{Shape({in[0].shape[in[0].shape.rank() - 1]}), in[0].dtype, {}};
+  };
+  weight.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    const Layout rows = rows_layout(in[0].layout);
+    std::vector<PartialDim> partial;
+    for (const auto& dims : spec_list(rows)) {
+      for (const std::string& d : dims) partial.push_back({d, ReduceOp::kSum});
+    }
+    return ShardingDecision{{rows, rows},
+                            Layout::replicated(rows.mesh(), 1).with_partial(std::move(partial))};
+  };
+  weight.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                     const LocalContext&) { weight_grad_kernel(in, out, attrs.epsilon.value_or(0.0)); };
+  registry.add(std::move(weight));
+}
+
+}  // namespace
+
+void register_norm_ops(OpRegistry& registry) {
+  register_layer_norm(registry, /*with_bias=*/false);
+  register_layer_norm(registry, /*with_bias=*/true);
+  register_layer_norm_grads(registry);
+}
+
+}  // namespace detail
+
+DTensor layer_norm(const DTensor& x, const DTensor& weight, const DTensor& bias, double epsilon) {
+  OpAttrs attrs;
+  attrs.epsilon = epsilon;
+  if (!bias.defined()) return call_op(detail::kLayerNorm, {x, weight}, attrs);
+  return call_op(detail::kLayerNormBias, {x, weight, bias}, attrs);
+}
+
+}  // namespace tessel

@@ -1,0 +1,280 @@
+// The elementwise op family, unary half: negative, exp, log, tanh, relu, gelu (tanh
+// approximation, "gelu"; exact erf form, "gelu_erf"), sqrt, rsqrt, cast, and the host-scalar forms add(x, double) and
+// multiply(x, double), registered as "add_scalar" / "multiply_scalar" with the scalar in
+// OpAttrs::operand (no rank-0 DTensor is made: the scalar travels with the kernel).
+//
+// Sharding rule: the output has the input's sharding, no communication. Partial dims stay
+// Partial where the op commutes with the pending reduction, else the input is demanded reduced:
+//  - negative: sum and mean kept; max becomes min and min max (-max a_i = min -a_i); prod reduced.
+//  - add_scalar: sum kept (the scalar is added on the first device of each sum group only, so it
+//    is added once), mean, max and min kept (added to every term); prod reduced.
+//  - multiply_scalar: sum and mean kept; max and min kept, swapped for a negative factor; prod
+//    reduced.
+//  - exp, log, tanh, relu, gelu, sqrt, rsqrt, cast: every Partial dim reduced (nonlinear; cast
+//    rounds).
+// Kernels: one flat loop per (dtype, op); cast between f32 and f64 is a loop, any other pair of
+// dtypes goes through Tensor::astype.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "dtensor/ops/op_families.h"
+#include "dtensor/framework/op_util.h"
+#include "tessel/dtensor/ops.h"
+
+namespace tessel {
+namespace detail {
+namespace {
+
+using VjpFn = std::function<std::vector<DTensor>(const VjpArgs&)>;
+
+enum class PartialRule { kReduce, kNegate, kAddScalar, kScaleScalar };
+
+// `operand`: multiply_scalar's factor (its sign decides whether max and min swap).
+ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double operand) {
+  const Layout& l = in.layout;
+  if (!l.is_partial()) return {{l}, l};
+  std::vector<PartialDim> keep_in, keep_out;
+  for (const PartialDim& p : l.partial()) {
+    std::optional<ReduceOp> out;
+    switch (p.op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMean:
+        if (rule != PartialRule::kReduce) out = p.op;
+        break;
+      case ReduceOp::kMax:
+      case ReduceOp::kMin: {
+        const ReduceOp flip = p.op == ReduceOp::kMax ? ReduceOp::kMin : ReduceOp::kMax;
+        if (rule == PartialRule::kNegate) out = flip;
+        if (rule == PartialRule::kAddScalar) out = p.op;
+        if (rule == PartialRule::kScaleScalar) out = operand < 0 ? flip : p.op;
+        break;
+      }
+      case ReduceOp::kProd:
+        break;
+    }
+    if (out) {
+      keep_in.push_back(p);
+      keep_out.push_back({p.mesh_dim, *out});
+    }
+  }
+  ShardingDecision d;
+  d.inputs.push_back(keep_in.size() == l.partial().size() ? l : l.with_partial(keep_in));
+  d.output = l.with_partial(std::move(keep_out));
+  return d;
+}
+
+template <typename T, typename F>
+void unary_loop(const Tensor& x, Tensor& out, F f) {
+  const int64_t n = out.num_elements();
+  if (n == 0) return;
+  const T* px = x.data<T>();
+  T* po = out.data<T>();
+  for (int64_t i = 0; i < n; ++i) po[i] = f(px[i]);
+}
+
+constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kGeluK = 0.044715;
+
+struct Negative {
+  template <typename T>
+  T operator()(T x) const { return -x; }
+};
+struct Exp {
+  template <typename T>
+  T operator()(T x) const { return std::exp(x); }
+};
+struct Log {
+  template <typename T>
+  T operator()(T x) const { return std::log(x); }
+};
+struct Tanh {
+  template <typename T>
+  T operator()(T x) const { return std::tanh(x); }
+};
+struct Relu {  // NaN propagates
+  template <typename T>
+  T operator()(T x) const { return x < T(0) ? T(0) : x; }
+};
+struct Gelu {
+  template <typename T>
+  T operator()(T x) const {
+    return T(0.5) * x * (T(1) + std::tanh(T(kGeluC) * (x + T(kGeluK) * x * x * x)));
+  }
+};
+struct GeluErf {  // exact: x * Phi(x)
+  template <typename T>
+  T operator()(T x) const { return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2))); }
+};
+struct Sqrt {
+  template <typename T>
+  T operator()(T x) const { return std::sqrt(x); }
+};
+struct Rsqrt {
+  template <typename T>
+  T operator()(T x) const { return T(1) / std::sqrt(x); }
+};
+
+OpDef unary_def(const char* name, PartialRule rule) {
+  OpDef def;
+  def.name = name;
+  def.num_inputs = 1;
+  def.infer = [name](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    require_float(in[0].dtype, name, "dtype");
+    TensorSpec out;
+    out.shape = in[0].shape;
+    out.dtype = in[0].dtype;
+    return out;
+  };
+  def.shard = [rule](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs& attrs) {
+    return unary_rule(in[0], rule, attrs.operand.value_or(0.0));
+  };
+  return def;
+}
+
+template <typename F>
+void add_unary(OpRegistry& registry, const char* name, PartialRule rule, VjpFn vjp) {
+  OpDef def = unary_def(name, rule);
+  def.kernel = [name](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                      const LocalContext&) {
+    dispatch_float(out.dtype(), name, [&]<typename T>() { unary_loop<T>(in[0], out, F{}); });
+  };
+  def.vjp = std::move(vjp);
+  registry.add(std::move(def));
+}
+
+void register_scalar_ops(OpRegistry& registry) {
+  OpDef add = unary_def("add_scalar", PartialRule::kAddScalar);
+  add.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                  const LocalContext& context) {
+    const bool adds = first_in_sum_groups(*context.output_layout, context.mesh_offset);
+    dispatch_float(out.dtype(), "add_scalar", [&]<typename T>() {
+      if (!adds) {
+        if (out.num_elements() > 0) std::copy_n(in[0].data<T>(), out.num_elements(), out.data<T>());
+        return;
+      }
+      const T s = static_cast<T>(attrs.operand.value_or(0.0));
+      unary_loop<T>(in[0], out, [s](T x) { return x + s; });
+    });
+  };
+  add.vjp = [](const VjpArgs& v) { return std::vector<DTensor>{v.grad}; };
+  registry.add(std::move(add));
+
+  OpDef mul = unary_def("multiply_scalar", PartialRule::kScaleScalar);
+  mul.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                  const LocalContext&) {
+    dispatch_float(out.dtype(), "multiply_scalar", [&]<typename T>() {
+      const T s = static_cast<T>(attrs.operand.value_or(0.0));
+      unary_loop<T>(in[0], out, [s](T x) { return x * s; });
+    });
+  };
+  mul.vjp = [](const VjpArgs& v) {
+    return std::vector<DTensor>{multiply(v.grad, v.attrs->operand.value_or(0.0))};
+  };
+  registry.add(std::move(mul));
+}
+
+void register_cast(OpRegistry& registry) {
+  OpDef def;
+  def.name = "cast";
+  def.num_inputs = 1;
+  def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
+    TensorSpec out;
+    out.shape = in[0].shape;
+    out.dtype = attrs.dtype;
+    return out;
+  };
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    return unary_rule(in[0], PartialRule::kReduce, 0.0);
+  };
+  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                  const LocalContext&) {
+    const int64_t n = out.num_elements();
+    if (n == 0) return;
+    const DType from = in[0].dtype();
+    const DType to = out.dtype();
+    if (from == to) {
+      out.copy_from(in[0]);
+    } else if (from == DType::kF32 && to == DType::kF64) {
+      std::copy_n(in[0].data<float>(), n, out.data<double>());
+    } else if (from == DType::kF64 && to == DType::kF32) {
+      std::copy_n(in[0].data<double>(), n, out.data<float>());
+    } else {
+      out.copy_from(in[0].astype(to));
+    }
+  };
+  def.vjp = [](const VjpArgs& v) {
+    const DType from = v.inputs[0].dtype();
+    if (!is_floating(from) || !is_floating(v.output.dtype())) return std::vector<DTensor>{DTensor()};
+    return std::vector<DTensor>{cast(v.grad, from)};
+  };
+  registry.add(std::move(def));
+}
+
+}  // namespace
+
+void register_unary_ops(OpRegistry& registry) {
+  add_unary<Negative>(registry, "negative", PartialRule::kNegate,
+                      [](const VjpArgs& v) { return std::vector<DTensor>{negative(v.grad)}; });
+  add_unary<Exp>(registry, "exp", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{multiply(v.grad, v.output)};
+  });
+  add_unary<Log>(registry, "log", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{divide(v.grad, v.inputs[0])};
+  });
+  add_unary<Tanh>(registry, "tanh", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("tanh_grad", {v.grad, v.output})};
+  });
+  add_unary<Relu>(registry, "relu", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("relu_grad", {v.grad, v.inputs[0]})};
+  });
+  add_unary<Gelu>(registry, "gelu", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("gelu_grad", {v.grad, v.inputs[0]})};
+  });
+  add_unary<GeluErf>(registry, "gelu_erf", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("gelu_erf_grad", {v.grad, v.inputs[0]})};
+  });
+  add_unary<Sqrt>(registry, "sqrt", PartialRule::kReduce, [](const VjpArgs& v) {
+    // d sqrt(x) = 0.5 / sqrt(x).
+    return std::vector<DTensor>{divide(multiply(v.grad, 0.5), v.output)};
+  });
+  add_unary<Rsqrt>(registry, "rsqrt", PartialRule::kReduce, [](const VjpArgs& v) {
+    // d x^(-1/2) = -0.5 x^(-1/2) / x.
+    return std::vector<DTensor>{multiply(v.grad, divide(multiply(v.output, -0.5), v.inputs[0]))};
+  });
+  register_scalar_ops(registry);
+  register_cast(registry);
+}
+
+}  // namespace detail
+
+DTensor negative(const DTensor& x) { return call_op("negative", {x}); }
+DTensor exp(const DTensor& x) { return call_op("exp", {x}); }
+DTensor log(const DTensor& x) { return call_op("log", {x}); }
+DTensor tanh(const DTensor& x) { return call_op("tanh", {x}); }
+DTensor relu(const DTensor& x) { return call_op("relu", {x}); }
+DTensor gelu(const DTensor& x, bool approximate) {
+  return call_op(approximate ? "gelu" : "gelu_erf", {x});
+}
+DTensor sqrt(const DTensor& x) { return call_op("sqrt", {x}); }
+DTensor rsqrt(const DTensor& x) { return call_op("rsqrt", {x}); }
+
+DTensor cast(const DTensor& x, DType dtype) {
+  OpAttrs attrs;
+  attrs.dtype = dtype;
+  return call_op("cast", {x}, attrs);
+}
+
+DTensor add(const DTensor& a, double b) {
+  OpAttrs attrs;
+  attrs.operand = b;
+  return call_op("add_scalar", {a}, attrs);
+}
+
+DTensor multiply(const DTensor& a, double b) {
+  OpAttrs attrs;
+  attrs.operand = b;
+  return call_op("multiply_scalar", {a}, attrs);
+}
+
+}  // namespace tessel
