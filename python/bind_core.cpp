@@ -6,11 +6,13 @@
 #include <pybind11/operators.h>
 
 #include "casters.h"
+#include "tessel/core/blas.h"
 #include "tessel/core/crc32c.h"
 #include "tessel/core/device_name.h"
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
 #include "tessel/core/host_memory.h"
+#include "tessel/core/parallel.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/tensor.h"
 
@@ -307,6 +309,28 @@ void bind_host_memory(py::module_& m) {
   m.def("reset_host_peak_memory", &reset_host_peak_memory);
 }
 
+// ---- the BLAS and intra-op threads (blas.h, parallel.h) -------------------------------------
+
+void bind_blas_and_threads(py::module_& m) {
+  py::class_<BlasInfo>(m, "BlasInfo", "The BLAS under the matmuls and the kernel set it runs.")
+      .def_readonly("library", &BlasInfo::library)
+      .def_readonly("config", &BlasInfo::config)
+      .def_readonly("core", &BlasInfo::core)
+      .def_readonly("library_core", &BlasInfo::library_core)
+      .def_readonly("cpu_isa", &BlasInfo::cpu_isa)
+      .def_readonly("chosen_by_tessel", &BlasInfo::chosen_by_tessel)
+      .def_readonly("user_forced", &BlasInfo::user_forced)
+      .def("to_string", &BlasInfo::to_string)
+      .def("__repr__", &BlasInfo::to_string);
+  m.def("blas_info", &blas_info, py::return_value_policy::reference,
+        "The BLAS, its version and the kernel set it runs on this CPU (after tessel's check).");
+  m.def("machine_cores", &machine_cores, "CPUs this process may run on.");
+  m.def("intra_op_threads", &intra_op_threads,
+        "Threads one op of a CPU device may use now: the cores shared by the CPU devices alive.");
+  m.def("set_intra_op_threads", &set_intra_op_threads, py::arg("threads"),
+        "Fixes intra_op_threads() (>= 1); 0 restores the automatic share.");
+}
+
 // crc32c of bytes-like objects (bytes, bytearray, memoryview, numpy arrays): their buffer.
 void bind_crc32c(py::module_& m) {
   m.def(
@@ -339,6 +363,7 @@ void bind_core(py::module_& m) {
   bind_device_name(m);
   bind_reduce_op(m);
   bind_host_memory(m);
+  bind_blas_and_threads(m);
   bind_crc32c(m);
 }
 

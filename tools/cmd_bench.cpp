@@ -8,9 +8,12 @@
 //   tessel bench checkpoint ...    cmd_bench_checkpoint.cpp
 //   tessel bench embedding ...     cmd_bench_embedding.cpp
 //   tessel bench nccl ...          cmd_bench_nccl.cpp (GPUs; cmd_bench_nccl_stub.cpp without CUDA)
+#include <iostream>
 #include <string_view>
 
 #include "commands.h"
+#include "tessel/core/blas.h"
+#include "tessel/core/parallel.h"
 
 namespace tessel::cli {
 
@@ -28,6 +31,10 @@ int run_bench(const Args& args) {
                                                 {"checkpoint", run_bench_checkpoint},
                                                 {"embedding", run_bench_embedding},
                                                 {"nccl", run_bench_nccl}};
+  // Every figure depends on the BLAS kernel and the threads an op may use: say which, on stderr
+  // (stdout may be --json).
+  std::cerr << "blas: " << blas_info().to_string() << "; intra-op threads per op: "
+            << intra_op_threads() << " of " << machine_cores() << " cores\n";
   if (!args.empty()) {
     for (const Subcommand& sub : kSubcommands) {
       if (args[0] == sub.name) return sub.run(Args(args.begin() + 1, args.end()));

@@ -6,6 +6,8 @@
 #include "commands.h"
 #include "flags.h"
 #include "tessel/comm/mpi.h"
+#include "tessel/core/blas.h"
+#include "tessel/core/parallel.h"
 #include "tessel/config.h"
 #include "tessel/runtime/runtime.h"
 
@@ -92,7 +94,10 @@ int run_info(const Args& args) {
             << "MPI:              " << mpi_info() << "\n"
             << "NCCL:             " << built(kHaveNccl) << "\n"
             << "CUDA:             " << built(kHaveCuda) << "\n"
-            << "hardware threads: " << std::thread::hardware_concurrency() << "\n";
+            << "hardware threads: " << std::thread::hardware_concurrency() << "\n"
+            << "BLAS:             " << blas_info().to_string() << "\n"
+            << "intra-op threads: " << machine_cores()
+            << " cores, shared by the CPU devices (TESSEL_INTRA_OP_THREADS fixes it)\n";
   const Runtime& runtime = Runtime::global();  // TESSEL_CPU_DEVICES, default 4
   std::cout << "devices:          " << runtime.num_devices() << " virtual CPU\n";
   for (const Device* d : runtime.devices()) std::cout << "  " << d->name() << "\n";

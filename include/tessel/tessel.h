@@ -6,6 +6,7 @@
 
 // core
 #include "tessel/core/allocator.h"
+#include "tessel/core/blas.h"
 #include "tessel/core/box.h"
 #include "tessel/core/device_name.h"
 #include "tessel/core/dlpack.h"
@@ -14,6 +15,7 @@
 #include "tessel/core/float16.h"
 #include "tessel/core/host_memory.h"
 #include "tessel/core/memory_space.h"
+#include "tessel/core/parallel.h"
 #include "tessel/core/partial_shape.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/shape.h"

@@ -7,6 +7,7 @@
 #include "runtime/gpu_context.h"
 #include "runtime/simulated_gpu.h"
 #include "tessel/core/host_memory.h"
+#include "tessel/core/parallel.h"
 
 namespace tessel {
 
@@ -35,6 +36,7 @@ Device::Device(DeviceName name, int index, int64_t memory_limit)
   }
   allocator_ = std::make_shared<TrackingAllocator>(host_allocator(), name_);
   allocator_->set_limit(memory_limit == -1 ? host_memory_limit() : memory_limit, kLimitHint);
+  core_share_ = std::make_unique<detail::CpuCoreShare>();
   stream_ = std::make_unique<Stream>(name_);
 }
 

@@ -45,7 +45,8 @@
 namespace tessel {
 
 namespace detail {
-struct GpuContext;  // src/runtime/cuda/gpu_context.h
+struct GpuContext;    // src/runtime/cuda/gpu_context.h
+class CpuCoreShare;   // tessel/core/parallel.h
 }
 
 class Device {
@@ -120,6 +121,7 @@ class Device {
   int index_;                                     // position in the runtime
   std::shared_ptr<TrackingAllocator> allocator_;  // shared with the storage it allocated
   std::shared_ptr<detail::GpuContext> gpu_;       // GPU devices: stream and memory; else null
+  std::unique_ptr<detail::CpuCoreShare> core_share_;  // CPU devices: their share of the cores
   std::unique_ptr<Stream> stream_;                // destroyed (drained) first
 };
 

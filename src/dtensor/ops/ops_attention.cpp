@@ -16,9 +16,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "dtensor/ops/cpu_vector_math.h"
 #include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
+#include "tessel/core/parallel.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
@@ -34,9 +37,15 @@ void causal_row(const T* x, T* y, int64_t keys, int64_t visible, T scale) {
   T most = -std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < visible; ++j) most = std::max(most, scale * x[j]);
   T total = 0;
-  for (int64_t j = 0; j < visible; ++j) {
-    y[j] = std::exp(scale * x[j] - most);
-    total += y[j];
+  if constexpr (std::is_same_v<T, float>) {  // the exps in one vectorised pass
+    for (int64_t j = 0; j < visible; ++j) y[j] = scale * x[j] - most;
+    vec::exp(y, y, visible);
+    for (int64_t j = 0; j < visible; ++j) total += y[j];
+  } else {
+    for (int64_t j = 0; j < visible; ++j) {
+      y[j] = std::exp(scale * x[j] - most);
+      total += y[j];
+    }
   }
   const T inv = visible > 0 ? T(1) / total : T(0);
   for (int64_t j = 0; j < visible; ++j) y[j] *= inv;
@@ -55,13 +64,15 @@ void causal_softmax_kernel(const Tensor& in, Tensor& out, double scale,
   dispatch_float(out.dtype(), kCausalSoftmax, [&]<typename T>() {
     const T* x = in.data<T>();
     T* y = out.data<T>();
-    for (int64_t m = 0; m < matrices; ++m) {
-      for (int64_t i = 0; i < local_queries; ++i) {
-        const int64_t row = (m * local_queries + i) * keys;
-        causal_row(x + row, y + row, keys, first_query + i + (keys - queries) + 1,
+    // Rows split over the intra-op threads, at least ~16 K elements each.
+    const int64_t rows = matrices * local_queries;
+    parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 14) / keys), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t i = r % local_queries;
+        causal_row(x + r * keys, y + r * keys, keys, first_query + i + (keys - queries) + 1,
                    static_cast<T>(scale));
       }
-    }
+    });
   });
 }
 

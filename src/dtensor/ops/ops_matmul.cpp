@@ -26,7 +26,6 @@
 //
 // Gradients: dA = einsum("O,B->A"), dB = einsum("A,O->B") (letters only in one operand: the
 // gradient is broadcast back over them with reduce_sum_grad).
-#include <cblas.h>
 
 #include <algorithm>
 #include <climits>
@@ -37,6 +36,8 @@
 #include "dtensor/ops/einsum_gemm.h"
 #include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
+#include "tessel/core/blas.h"
+#include "tessel/core/parallel.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
@@ -336,33 +337,16 @@ ShardingDecision einsum_rule(const Equation& eq, const TensorSpec& ta, const Ten
 
 // ---- local kernel ----------------------------------------------------------------------------
 
-void ensure_single_threaded_blas() {
-  static const bool once = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)once;
-}
-
-int blas_int(int64_t v, std::string_view what) {
-  if (v > INT_MAX) {
-    throw_error(ErrorCode::kUnimplemented, kMatmul, "{} = {} exceeds the BLAS int range", what, v);
-  }
-  return static_cast<int>(std::max<int64_t>(v, 1));
-}
-
+// Row-major C = op(A) op(B) on the BLAS (core/blas.h: its kernel checked against the CPU, the
+// work split over the intra-op threads).
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blas_int(m, "m"), blas_int(n, "n"), blas_int(k, "k"), 1.0f, a, blas_int(lda, "lda"),
-              b, blas_int(ldb, "ldb"), 0.0f, c, blas_int(ldc, "ldc"));
+  sgemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
           const double* b, int64_t ldb, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              blas_int(m, "m"), blas_int(n, "n"), blas_int(k, "k"), 1.0, a, blas_int(lda, "lda"), b,
-              blas_int(ldb, "ldb"), 0.0, c, blas_int(ldc, "ldc"));
+  dgemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 // dst (contiguous, letters `dst_letters`) from src (contiguous, letters `src_letters`): a
@@ -572,17 +556,23 @@ void einsum_block(const Equation& eq, const Tensor& a_in, const Tensor& b_in, Te
   if (k == 0) {
     std::fill(c, c + batch * m * n, T(0));
   } else if (m > 0 && n > 0) {
-    ensure_single_threaded_blas();
-    for (int64_t i = 0; i < batch; ++i) {
-      const T* pa = ma.p + i * ma.stride;
-      const T* pb = mb.p + i * mb.stride;
-      T* pc = c + i * m * n;
-      if (transposed) {
-        gemm(!mb.trans, !ma.trans, n, m, k, pb, mb.ld, pa, ma.ld, pc, m);
-      } else {
-        gemm(ma.trans, mb.trans, m, n, k, pa, ma.ld, pb, mb.ld, pc, n);
+    // A batch of small products (attention's heads) is split over the intra-op threads by
+    // product; a single large one splits its own rows inside gemm.
+    const auto products = [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        const T* pa = ma.p + i * ma.stride;
+        const T* pb = mb.p + i * mb.stride;
+        T* pc = c + i * m * n;
+        if (transposed) {
+          gemm(!mb.trans, !ma.trans, n, m, k, pb, mb.ld, pa, ma.ld, pc, m);
+        } else {
+          gemm(ma.trans, mb.trans, m, n, k, pa, ma.ld, pb, mb.ld, pc, n);
+        }
       }
-    }
+    };
+    constexpr int64_t kMinFlopsPerThread = int64_t{1} << 21;
+    tessel::parallel_for(batch, std::max<int64_t>(1, kMinFlopsPerThread / (2 * m * n * k)),
+                         products);
   }
   if (!buffer.empty()) rearrange(buffer.data(), bl + ml + nl, o, eq.out, size);
 }

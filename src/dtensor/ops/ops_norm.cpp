@@ -16,8 +16,12 @@
 //   layer_norm_weight_grad: x and g as above; the [C] output is replicated but Partial(sum) over
 //     every mesh dimension that shards x's rows, so the weight's gradient joins the fused
 //     gradient reduction (autodiff.h) instead of a collective of its own.
-// Kernels accumulate each row's mean and variance in double, whatever the dtype.
+// Kernels accumulate each row's mean and variance in double, whatever the dtype, and split their
+// rows over the intra-op threads (core/parallel.h); the weight gradient sums fixed blocks of rows
+// and then the blocks in order, so that its result does not depend on the number of threads.
 #include <cmath>
+
+#include "tessel/core/parallel.h"
 
 #include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
@@ -58,6 +62,12 @@ Layout rows_layout(const Layout& x) {
   return make_layout(x.mesh(), specs);
 }
 
+// Rows one thread takes at the least: about 16 K elements, below which a split costs more than it
+// saves.
+int64_t rows_per_range(int64_t n) { return std::max<int64_t>(1, (int64_t{1} << 14) / n); }
+// Rows summed into one partial weight gradient.
+constexpr int64_t kWeightGradBlock = 64;
+
 // One row's statistics.
 template <typename T>
 void row_stats(const T* x, int64_t n, double epsilon, double& mean, double& rstd) {
@@ -81,14 +91,20 @@ void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilo
     const T* w = in[1].data<T>();
     const T* b = in.size() > 2 ? in[2].data<T>() : nullptr;
     T* y = out.data<T>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      double mean, rstd;
-      row_stats(xr, n, epsilon, mean, rstd);
-      const T m = static_cast<T>(mean), s = static_cast<T>(rstd);
-      for (int64_t c = 0; c < n; ++c) yr[c] = (xr[c] - m) * s * w[c] + (b ? b[c] : T(0));
-    }
+    parallel_for(rows, rows_per_range(n), [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        const T* xr = x + r * n;
+        T* yr = y + r * n;
+        double mean, rstd;
+        row_stats(xr, n, epsilon, mean, rstd);
+        const T m = static_cast<T>(mean), s = static_cast<T>(rstd);
+        if (b != nullptr) {
+          for (int64_t c = 0; c < n; ++c) yr[c] = (xr[c] - m) * s * w[c] + b[c];
+        } else {
+          for (int64_t c = 0; c < n; ++c) yr[c] = (xr[c] - m) * s * w[c];
+        }
+      }
+    });
   });
 }
 
@@ -102,25 +118,27 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
     const T* w = in[1].data<T>();
     const T* g = in[2].data<T>();
     T* dx = out.data<T>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * n;
-      const T* gr = g + r * n;
-      T* dr = dx + r * n;
-      double mean, rstd;
-      row_stats(xr, n, epsilon, mean, rstd);
-      double sum_gw = 0, sum_gw_xhat = 0;
-      for (int64_t c = 0; c < n; ++c) {
-        const double gw = static_cast<double>(gr[c]) * w[c];
-        sum_gw += gw;
-        sum_gw_xhat += gw * (xr[c] - mean) * rstd;
+    parallel_for(rows, rows_per_range(n), [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        const T* xr = x + r * n;
+        const T* gr = g + r * n;
+        T* dr = dx + r * n;
+        double mean, rstd;
+        row_stats(xr, n, epsilon, mean, rstd);
+        double sum_gw = 0, sum_gw_xhat = 0;
+        for (int64_t c = 0; c < n; ++c) {
+          const double gw = static_cast<double>(gr[c]) * w[c];
+          sum_gw += gw;
+          sum_gw_xhat += gw * (xr[c] - mean) * rstd;
+        }
+        const double a = sum_gw / static_cast<double>(n);
+        const double b = sum_gw_xhat / static_cast<double>(n);
+        for (int64_t c = 0; c < n; ++c) {
+          const double xhat = (xr[c] - mean) * rstd;
+          dr[c] = static_cast<T>(rstd * (static_cast<double>(gr[c]) * w[c] - a - xhat * b));
+        }
       }
-      const double a = sum_gw / static_cast<double>(n);
-      const double b = sum_gw_xhat / static_cast<double>(n);
-      for (int64_t c = 0; c < n; ++c) {
-        const double xhat = (xr[c] - mean) * rstd;
-        dr[c] = static_cast<T>(rstd * (static_cast<double>(gr[c]) * w[c] - a - xhat * b));
-      }
-    }
+    });
   });
 }
 
@@ -132,16 +150,31 @@ void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsil
   dispatch_float(out.dtype(), kWeightGrad, [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* g = in[1].data<T>();
-    std::vector<double> acc(static_cast<size_t>(n), 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * n;
-      const T* gr = g + r * n;
-      double mean, rstd;
-      row_stats(xr, n, epsilon, mean, rstd);
-      for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(gr[c]) * (xr[c] - mean) * rstd;
-    }
+    // One partial sum per block of kWeightGradBlock rows, then the blocks in order.
+    const int64_t blocks = (rows + kWeightGradBlock - 1) / kWeightGradBlock;
+    std::vector<double> partial(static_cast<size_t>(blocks * n), 0.0);
+    parallel_for(blocks, std::max<int64_t>(1, rows_per_range(n) / kWeightGradBlock),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t k = first; k < last; ++k) {
+                     double* acc = partial.data() + k * n;
+                     for (int64_t r = k * kWeightGradBlock;
+                          r < std::min(rows, (k + 1) * kWeightGradBlock); ++r) {
+                       const T* xr = x + r * n;
+                       const T* gr = g + r * n;
+                       double mean, rstd;
+                       row_stats(xr, n, epsilon, mean, rstd);
+                       for (int64_t c = 0; c < n; ++c) {
+                         acc[c] += static_cast<double>(gr[c]) * (xr[c] - mean) * rstd;
+                       }
+                     }
+                   }
+                 });
     T* o = out.data<T>();
-    for (int64_t c = 0; c < n; ++c) o[c] = static_cast<T>(acc[c]);
+    for (int64_t c = 0; c < n; ++c) {
+      double sum = 0;
+      for (int64_t k = 0; k < blocks; ++k) sum += partial[static_cast<size_t>(k * n + c)];
+      o[c] = static_cast<T>(sum);
+    }
   });
 }
 

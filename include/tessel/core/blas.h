@@ -1,0 +1,47 @@
+// The BLAS under tessel's matmuls (OpenBLAS), and the kernel set it runs on this CPU.
+//
+// A dynamic-architecture OpenBLAS picks its kernels by the CPU's model number at load, and one
+// older than the CPU falls back to a generic kernel without a word: Debian 12's OpenBLAS 0.3.21
+// runs its SSE3 `Prescott` kernel on a Sapphire or Emerald Rapids Xeon, 5x below the AVX-512
+// `SkylakeX` kernel the same library holds. tessel checks the choice against the vector units the
+// CPU reports (cpuid) once, before the first GEMM, and when the library's own choice is weaker it
+// re-selects the best kernel set the library has for them (through OpenBLAS's
+// gotoblas_dynamic_init, as OPENBLAS_CORETYPE would at load). An OPENBLAS_CORETYPE the user sets
+// is kept as it is. blas_info() says what happened; `tessel info` and every `tessel bench` print it.
+//
+// sgemm / dgemm: row-major C = op(A) op(B) (alpha 1, beta 0), on up to intra_op_threads()
+// threads (parallel.h): the rows (or, for a wide C, the columns) of C are split between them and
+// each part is one single-threaded BLAS call, so that several devices calling at once never
+// oversubscribe the machine. Sizes past the BLAS's int range: kUnimplemented naming the value.
+//
+//   const tessel::BlasInfo& b = tessel::blas_info();
+//   b.core == "SkylakeX"; b.library_core == "Prescott"; b.chosen_by_tessel == true
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tessel {
+
+struct BlasInfo {
+  std::string library;       // "OpenBLAS 0.3.21"
+  std::string config;        // the library's build line (openblas_get_config)
+  std::string core;          // the kernel set in use: "SkylakeX"
+  std::string library_core;  // the kernel set the library chose on its own at load
+  std::string cpu_isa;       // the widest vector ISA the CPU reports: "avx512", "avx2", "avx", "sse"
+  bool chosen_by_tessel = false;  // tessel replaced library_core with core
+  bool user_forced = false;       // OPENBLAS_CORETYPE was set: the user's choice is kept
+  // "OpenBLAS 0.3.21, kernel SkylakeX (the library chose Prescott; CPU avx512)".
+  std::string to_string() const;
+};
+
+// The BLAS and its kernel set, after tessel's check (which runs once, on the first call of any
+// function here). Thread-safe.
+const BlasInfo& blas_info();
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc);
+void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a,
+           int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc);
+
+}  // namespace tessel

@@ -1,0 +1,57 @@
+"""The BLAS under the matmuls (blas.h) and the intra-op threads (parallel.h): what blas_info()
+reports, the kernel it runs on this CPU, and matmuls against numpy with ops split over 1 to 3
+threads."""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+import tessel
+from conftest import host, put, rand
+
+
+def test_blas_info_names_the_library_and_its_kernel():
+    info = tessel.blas_info()
+    assert isinstance(info, tessel.BlasInfo)
+    assert "OpenBLAS" in info.library
+    assert info.core and info.library_core and info.cpu_isa in ("sse", "avx", "avx2", "avx512")
+    assert info.core in repr(info)
+    if info.chosen_by_tessel:
+        assert info.core != info.library_core
+
+
+def test_an_avx512_cpu_never_runs_a_generic_kernel():
+    info = tessel.blas_info()
+    if info.user_forced:
+        pytest.skip("OPENBLAS_CORETYPE is set")
+    if info.cpu_isa == "avx512":
+        assert info.core in ("SkylakeX", "Cooperlake", "SapphireRapids"), repr(info)
+
+
+@pytest.fixture
+def threads():
+    yield
+    tessel.set_intra_op_threads(0)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_matmul_split_over_threads_matches_numpy(mesh, threads, n_threads):
+    tessel.set_intra_op_threads(n_threads)
+    assert tessel.intra_op_threads() == n_threads
+    a = rand((300, 70), 1, dtype=np.float32)
+    b = rand((70, 260), 2, dtype=np.float32)
+    out = tessel.matmul(put(a, ["x", "unsharded"], mesh), put(b, ["unsharded", "y"], mesh))
+    assert_allclose(host(out), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    q = rand((2, 3, 40, 16), 3, dtype=np.float32)
+    k = rand((2, 3, 40, 16), 4, dtype=np.float32)
+    scores = tessel.einsum("bhqd,bhkd->bhqk", put(q, ["x"] + ["unsharded"] * 3, mesh),
+                           put(k, ["x"] + ["unsharded"] * 3, mesh))
+    assert_allclose(host(scores), np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k),
+                    rtol=1e-4, atol=1e-4)
+
+
+def test_the_cores_and_a_bad_thread_count(threads):
+    assert tessel.machine_cores() >= 1
+    assert tessel.intra_op_threads() >= 1
+    with pytest.raises(ValueError, match="-1"):
+        tessel.set_intra_op_threads(-1)

@@ -1,0 +1,195 @@
+// blas.h: OpenBLAS's kernel set checked against the CPU once, and the GEMMs split over the
+// intra-op threads.
+#include "tessel/core/blas.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "core/errors.h"
+#include "tessel/core/parallel.h"
+
+// OpenBLAS's dynamic-architecture entry points (exported by its DYNAMIC_ARCH builds, absent from
+// single-target ones, hence looked up at run time rather than declared).
+using DynamicInitFn = void (*)();
+
+namespace tessel {
+namespace {
+
+// How wide a kernel set's vector code is: 0 scalar/SSE .. 3 AVX-512; -1 for a name not known here.
+int isa_level_of_core(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  constexpr std::array<std::string_view, 3> kAvx512 = {"skylakex", "cooperlake", "sapphirerapids"};
+  constexpr std::array<std::string_view, 5> kAvx2 = {"haswell", "zen", "excavator", "steamroller",
+                                                     "skylake"};
+  constexpr std::array<std::string_view, 3> kAvx = {"sandybridge", "bulldozer", "piledriver"};
+  constexpr std::array<std::string_view, 14> kSse = {
+      "prescott", "core2",  "penryn",  "dunnington", "nehalem",     "atom",    "nano",
+      "opteron",  "opteron(sse3)", "barcelona", "bobcat", "katmai", "coppermine", "northwood"};
+  const auto in = [&](const auto& names) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  if (in(kAvx512)) return 3;
+  if (in(kAvx2)) return 2;
+  if (in(kAvx)) return 1;
+  if (in(kSse)) return 0;
+  return -1;
+}
+
+// The widest ISA this CPU has (and the OS enables), as a level like isa_level_of_core's.
+int cpu_isa_level() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+    return 3;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+  if (__builtin_cpu_supports("avx")) return 1;
+  return 0;
+}
+
+constexpr std::array<const char*, 4> kIsaNames = {"sse", "avx", "avx2", "avx512"};
+
+// The OpenBLAS kernel sets to try for an ISA level, best first (the library holds a subset, by
+// version: "SapphireRapids" from 0.3.22, "Cooperlake" from 0.3.11).
+std::vector<std::string_view> cores_for(int level) {
+  switch (level) {
+    case 3: return {"SapphireRapids", "Cooperlake", "SkylakeX", "Haswell", "SandyBridge"};
+    case 2: return {"Haswell", "SandyBridge"};
+    case 1: return {"SandyBridge"};
+    default: return {};
+  }
+}
+
+std::string current_core() {
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "";
+}
+
+BlasInfo choose_kernels() {
+  openblas_set_num_threads(1);  // one thread per call: tessel splits the work itself
+  BlasInfo info;
+  const char* config = openblas_get_config();
+  info.config = config != nullptr ? config : "";
+  info.library = "OpenBLAS";
+  if (const size_t space = info.config.find(' '); space != std::string::npos) {
+    info.library = info.config.substr(0, space);
+    if (const size_t next = info.config.find(' ', space + 1); next != std::string::npos) {
+      info.library.append(" ").append(info.config, space + 1, next - space - 1);
+    }
+  }
+  info.library_core = current_core();
+  info.core = info.library_core;
+  const int cpu = cpu_isa_level();
+  info.cpu_isa = kIsaNames[cpu];
+  if (const char* forced = std::getenv("OPENBLAS_CORETYPE"); forced != nullptr && *forced) {
+    info.user_forced = true;
+    return info;
+  }
+  const int have = isa_level_of_core(info.library_core);
+  auto quit = reinterpret_cast<DynamicInitFn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
+  auto init = reinterpret_cast<DynamicInitFn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
+  if (have < 0 || have >= cpu || quit == nullptr || init == nullptr) return info;
+  for (std::string_view core : cores_for(cpu)) {
+    std::string symbol = "gotoblas_";  // the kernel table's name: gotoblas_SKYLAKEX
+    for (char c : core) symbol += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (dlsym(RTLD_DEFAULT, symbol.c_str()) == nullptr) continue;  // not in this build
+    if (isa_level_of_core(std::string(core)) <= have) break;
+    // The library reads OPENBLAS_CORETYPE in gotoblas_dynamic_init; set it only for that call.
+    setenv("OPENBLAS_CORETYPE", std::string(core).c_str(), 1);
+    quit();
+    init();
+    unsetenv("OPENBLAS_CORETYPE");
+    info.core = current_core();
+    info.chosen_by_tessel = true;
+    break;
+  }
+  return info;
+}
+
+// Checked at load (before any thread of the program can call a GEMM) and again, through the same
+// once, by every entry point.
+const BlasInfo& checked_blas() {
+  static const BlasInfo info = choose_kernels();
+  return info;
+}
+[[maybe_unused]] const BlasInfo& g_checked_at_load = checked_blas();
+
+int blas_int(int64_t v, std::string_view what) {
+  if (v > INT_MAX) {
+    detail::throw_error(ErrorCode::kUnimplemented, "matmul", "{} = {} exceeds the BLAS int range",
+                        what, v);
+  }
+  return static_cast<int>(std::max<int64_t>(v, 1));
+}
+
+// C's rows (or columns) per thread at the least: below this the split costs more than it saves.
+constexpr int64_t kMinFlopsPerThread = int64_t{1} << 21;
+
+template <typename T, typename Gemm>
+void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                const T* b, int64_t ldb, T* c, int64_t ldc, Gemm gemm) {
+  checked_blas();
+  const auto call = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    // Rows m0..m1 of op(A): A's rows, or its columns when transposed; likewise op(B)'s columns.
+    const T* a_part = ta ? a + m0 : a + m0 * lda;
+    const T* b_part = tb ? b + n0 * ldb : b + n0;
+    gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m1 - m0, "m"),
+         blas_int(n1 - n0, "n"), blas_int(k, "k"), a_part, blas_int(lda, "lda"), b_part,
+         blas_int(ldb, "ldb"), c + m0 * ldc + n0, blas_int(ldc, "ldc"));
+  };
+  const int64_t flops_per_row = 2 * std::max<int64_t>(n, 1) * std::max<int64_t>(k, 1);
+  const int64_t flops_per_column = 2 * std::max<int64_t>(m, 1) * std::max<int64_t>(k, 1);
+  if (m >= n) {
+    const int64_t grain = std::max<int64_t>(16, kMinFlopsPerThread / flops_per_row);
+    parallel_for(m, grain, [&](int64_t m0, int64_t m1) { call(m0, m1, 0, n); });
+  } else {
+    const int64_t grain = std::max<int64_t>(16, kMinFlopsPerThread / flops_per_column);
+    parallel_for(n, grain, [&](int64_t n0, int64_t n1) { call(0, m, n0, n1); });
+  }
+}
+
+}  // namespace
+
+std::string BlasInfo::to_string() const {
+  std::string text = library + ", kernel " + core;
+  if (chosen_by_tessel) {
+    text += " (chosen by tessel; the library chose " + library_core + "; CPU " + cpu_isa + ")";
+  } else if (user_forced) {
+    text += " (OPENBLAS_CORETYPE; CPU " + cpu_isa + ")";
+  } else {
+    text += " (the library's choice; CPU " + cpu_isa + ")";
+  }
+  return text;
+}
+
+const BlasInfo& blas_info() { return checked_blas(); }
+
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float* c, int64_t ldc) {
+  split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
+             [](CBLAS_TRANSPOSE x, CBLAS_TRANSPOSE y, int mm, int nn, int kk, const float* pa,
+                int la, const float* pb, int lb, float* pc, int lc) {
+               cblas_sgemm(CblasRowMajor, x, y, mm, nn, kk, 1.0f, pa, la, pb, lb, 0.0f, pc, lc);
+             });
+}
+
+void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+           const double* b, int64_t ldb, double* c, int64_t ldc) {
+  split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
+             [](CBLAS_TRANSPOSE x, CBLAS_TRANSPOSE y, int mm, int nn, int kk, const double* pa,
+                int la, const double* pb, int lb, double* pc, int lc) {
+               cblas_dgemm(CblasRowMajor, x, y, mm, nn, kk, 1.0, pa, la, pb, lb, 0.0, pc, lc);
+             });
+}
+
+}  // namespace tessel

@@ -1,0 +1,107 @@
+// blas.h: the kernel set checked against the CPU, and the split GEMMs against a plain triple loop
+// in double (every transpose, shapes that split by rows and by columns, ragged sizes).
+#include "tessel/core/blas.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tessel/core/parallel.h"
+
+namespace tessel {
+namespace {
+
+template <typename T>
+std::vector<T> random_matrix(int64_t size, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> m(static_cast<size_t>(size));
+  for (T& x : m) x = static_cast<T>(u(gen));
+  return m;
+}
+
+// C = op(A) op(B) in double, row-major, A stored m x k (k x m when transposed), B k x n (n x k).
+template <typename T>
+std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                              const std::vector<T>& a, const std::vector<T>& b) {
+  std::vector<double> c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = ta ? a[static_cast<size_t>(p * m + i)] : a[static_cast<size_t>(i * k + p)];
+        const double y = tb ? b[static_cast<size_t>(j * k + p)] : b[static_cast<size_t>(p * n + j)];
+        s += x * y;
+      }
+      c[static_cast<size_t>(i * n + j)] = s;
+    }
+  }
+  return c;
+}
+
+template <typename T, typename Gemm>
+void check_gemm(Gemm gemm, double tolerance) {
+  struct Case { int64_t m, n, k; };
+  for (int threads : {1, 2, 3}) {
+    set_intra_op_threads(threads);
+    for (Case s : {Case{1, 1, 1}, Case{37, 5, 11}, Case{300, 70, 33}, Case{5, 260, 40},
+                   Case{129, 131, 127}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const auto a = random_matrix<T>(s.m * s.k, 1);
+          const auto b = random_matrix<T>(s.k * s.n, 2);
+          std::vector<T> c(static_cast<size_t>(s.m * s.n), T(-7));
+          gemm(ta, tb, s.m, s.n, s.k, a.data(), ta ? s.m : s.k, b.data(), tb ? s.k : s.n,
+               c.data(), s.n);
+          const auto want = reference(ta, tb, s.m, s.n, s.k, a, b);
+          for (size_t i = 0; i < c.size(); ++i) {
+            ASSERT_NEAR(c[i], want[i], tolerance)
+                << "m=" << s.m << " n=" << s.n << " k=" << s.k << " ta=" << ta << " tb=" << tb
+                << " threads=" << threads << " at " << i;
+          }
+        }
+      }
+    }
+  }
+  set_intra_op_threads(0);
+}
+
+TEST(Blas, SgemmMatchesAReferenceForEveryTransposeAndSplit) {
+  check_gemm<float>(sgemm, 1e-4);
+}
+
+TEST(Blas, DgemmMatchesAReferenceForEveryTransposeAndSplit) {
+  check_gemm<double>(dgemm, 1e-11);
+}
+
+TEST(Blas, SaysWhichLibraryAndKernelItRuns) {
+  const BlasInfo& info = blas_info();
+  EXPECT_NE(info.library.find("OpenBLAS"), std::string::npos) << info.to_string();
+  EXPECT_FALSE(info.core.empty());
+  EXPECT_FALSE(info.library_core.empty());
+  EXPECT_NE(info.to_string().find(info.core), std::string::npos);
+  if (info.chosen_by_tessel) {
+    EXPECT_NE(info.core, info.library_core);
+  }
+}
+
+// The point of the check: on a CPU with AVX-512 and a library that holds an AVX-512 kernel set,
+// the GEMMs run one, whatever the library picked at load, with no variable set by the user.
+TEST(Blas, RunsTheWidestKernelTheLibraryHasForThisCpu) {
+  const BlasInfo& info = blas_info();
+  if (info.user_forced) GTEST_SKIP() << "OPENBLAS_CORETYPE is set: the user's choice is kept";
+  if (info.cpu_isa == "avx512" && dlsym(RTLD_DEFAULT, "gotoblas_SKYLAKEX") != nullptr) {
+    EXPECT_TRUE(info.core == "SkylakeX" || info.core == "Cooperlake" ||
+                info.core == "SapphireRapids")
+        << info.to_string();
+  }
+  if (info.cpu_isa == "avx2" && dlsym(RTLD_DEFAULT, "gotoblas_HASWELL") != nullptr) {
+    EXPECT_NE(info.core, "Prescott") << info.to_string();
+  }
+}
+
+}  // namespace
+}  // namespace tessel
