@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "core/errors.h"
@@ -135,15 +136,26 @@ int blas_int(int64_t v, std::string_view what) {
 // C's rows (or columns) per thread at the least: below this the split costs more than it saves.
 constexpr int64_t kMinFlopsPerThread = int64_t{1} << 21;
 
-template <typename T, typename Gemm>
+// One single-threaded BLAS call, C = op(A) op(B).
+template <typename T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda,
+          const T* b, int ldb, T* c, int ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+  }
+}
+
+template <typename T>
 void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-                const T* b, int64_t ldb, T* c, int64_t ldc, Gemm gemm) {
+                const T* b, int64_t ldb, T* c, int64_t ldc) {
   checked_blas();
   const auto call = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     // Rows m0..m1 of op(A): A's rows, or its columns when transposed; likewise op(B)'s columns.
     const T* a_part = ta ? a + m0 : a + m0 * lda;
     const T* b_part = tb ? b + n0 * ldb : b + n0;
-    gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m1 - m0, "m"),
+    gemm<T>(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m1 - m0, "m"),
          blas_int(n1 - n0, "n"), blas_int(k, "k"), a_part, blas_int(lda, "lda"), b_part,
          blas_int(ldb, "ldb"), c + m0 * ldc + n0, blas_int(ldc, "ldc"));
   };
@@ -176,20 +188,12 @@ const BlasInfo& blas_info() { return checked_blas(); }
 
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
            const float* b, int64_t ldb, float* c, int64_t ldc) {
-  split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
-             [](CBLAS_TRANSPOSE x, CBLAS_TRANSPOSE y, int mm, int nn, int kk, const float* pa,
-                int la, const float* pb, int lb, float* pc, int lc) {
-               cblas_sgemm(CblasRowMajor, x, y, mm, nn, kk, 1.0f, pa, la, pb, lb, 0.0f, pc, lc);
-             });
+  split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
            const double* b, int64_t ldb, double* c, int64_t ldc) {
-  split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
-             [](CBLAS_TRANSPOSE x, CBLAS_TRANSPOSE y, int mm, int nn, int kk, const double* pa,
-                int la, const double* pb, int lb, double* pc, int lc) {
-               cblas_dgemm(CblasRowMajor, x, y, mm, nn, kk, 1.0, pa, la, pb, lb, 0.0, pc, lc);
-             });
+  split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 }  // namespace tessel
