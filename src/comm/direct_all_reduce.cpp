@@ -27,7 +27,7 @@ namespace {
 // The one-rendezvous path is taken while each rank reads at most this many bytes (N staged
 // copies of the buffer): 4 KiB buffers over 8 ranks, 8 KiB over 4, 16 KiB over 2. Above it, the
 // N-fold reads of the one-rendezvous path cost more than the second rendezvous saves (measured
-// with `tessel bench all_reduce --devices 4` on 2 cores, docs/benchmarks.md).
+// with `tessel bench all_reduce --devices 4` on 2 cores, docs/benchmarks-history.md).
 constexpr int64_t kSmallReadBytes = 32 << 10;
 
 void small_all_reduce(Transport& t, const AllReduceArgs& a, size_t bytes) {
@@ -71,7 +71,7 @@ void direct_all_reduce(Transport& t, const AllReduceArgs& a) {
   // without first being read, which cuts the traffic from 3·N·S to 2·N·S bytes. In place, the
   // output lines were just read (they are the input), so there is nothing to save; with the
   // cache-resident sizes below the threshold, streaming would only push the results out of
-  // cache. (Measured with `tessel bench all_reduce`, docs/benchmarks.md.)
+  // cache. (Measured with `tessel bench all_reduce`, docs/benchmarks-history.md.)
   bool out_of_place = true;
   for (int k = 0; k < n; ++k) out_of_place = out_of_place && posts[k].send != posts[k].recv;
   const size_t footprint = 2 * static_cast<size_t>(a.count) * dtype_size(a.dtype) * static_cast<size_t>(n);

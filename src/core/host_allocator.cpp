@@ -18,7 +18,7 @@ constexpr size_t kMaxHostAllocation = size_t{1} << 47;
 // fault per 4 KiB on first touch (a 64 MiB relayout output: 16K faults, far more than the copy).
 // glibc returns such blocks to the system (mmap above its threshold, heap trimming in the
 // replica threads' arenas): with 1 MiB here, a replicated MLP step of 128-512 KiB tensors took
-// about 1000 faults and 1.5-2x its time (docs/benchmarks.md, bench replicate).
+// about 1000 faults and 1.5-2x its time (docs/benchmarks-history.md, bench replicate).
 constexpr size_t kCachedBlockBytes = size_t{1} << 16;
 // At most this many bytes are kept (TESSEL_HOST_CACHE_BYTES overrides; 0 turns the cache off).
 constexpr size_t kDefaultCacheBytes = size_t{1} << 30;

@@ -5,8 +5,8 @@
 // does by default), then sleeps between polls with a pause doubling from 50 us to 1 ms.
 // Why spin first: a sleep lasts at least the kernel's timer slack (about 50 us) and overshoots
 // the end of the work by up to its length. Waits that slept from the start lost 40-60 us per
-// NCCL call on an H100 (a 1 GiB all-reduce ran at 0.78 of raw NCCL; docs/benchmarks.md, "GPUs").
-// Waits longer than the spin (a stalled GPU, a late peer) sleep, so as not to hold a core.
+// NCCL call on an H100 (a 1 GiB all-reduce ran at 0.78 of raw NCCL; docs/benchmarks-history.md,
+// "GPUs"). Waits longer than the spin (a stalled GPU, a late peer) sleep, so as not to hold a core.
 #pragma once
 
 #include <algorithm>

@@ -6,8 +6,8 @@
 //   comm.all_reduce(x, y, ReduceOp::kSum, opts);
 //
 // kAuto picks by size and transport: in-process groups use kDirect (participants read each
-// other's buffers); MPI communicators use kMpi, hierarchical groups across processes
-// kHierarchical (tessel/comm/mpi.h; docs/benchmarks.md, "tessel over MPI"); other transports that do
+// other's buffers); MPI communicators use kMpi, hierarchical groups across processes kHierarchical
+// (tessel/comm/mpi.h; docs/benchmarks-history.md, "tessel over MPI"); other transports that do
 // not share memory use kRing. Every wait inside a collective ends by its deadline: `deadline` when
 // set, else `timeout` from the call's entry, or when that is zero the process default,
 // TESSEL_COLLECTIVE_TIMEOUT_S seconds (300 when unset).

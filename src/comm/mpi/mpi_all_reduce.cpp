@@ -49,8 +49,8 @@ MPI_Op mpi_op(DType dtype, ReduceOp op) {
 // rank, then broadcast) for all groups of fewer than 4 processes, which makes MPI_Iallreduce
 // 1.7x (1 MiB) to 5.5x (4 MiB) slower than MPI_Allreduce between 2 processes here; its ring
 // (reduce-scatter then all-gather) is bandwidth-optimal and measured faster than MPI_Allreduce
-// at every size from 1 MiB (docs/benchmarks.md, "tessel over MPI"). Where the library has the
-// control variable coll_libnbc_iallreduce_algorithm (MPI_T), large calls ask for the ring and
+// at every size from 1 MiB (docs/benchmarks-history.md, "tessel over MPI"). Where the library has
+// the control variable coll_libnbc_iallreduce_algorithm (MPI_T), large calls ask for the ring and
 // put the previous value back right after MPI_Iallreduce has built its schedule; elsewhere (other
 // MPIs) the library chooses.
 class LibnbcRing {
