@@ -18,6 +18,7 @@
 #include "tessel/core/error.h"
 #include "tessel/dtensor/dtensor.h"
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_profile.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/dtensor/relayout_plan.h"
 #include "tessel/runtime/clients.h"
@@ -408,9 +409,44 @@ str(plan): a header line, then one line per step.)doc")
   m.def("resolve_match", &resolve_match, py::arg("from_layout"), py::arg("to_layout"));
 }
 
+// The op profile (op_profile.h); ProfilePhase is a context manager holding the C++ phase.
+void bind_op_profile(py::module_& m) {
+  py::class_<OpProfileRow>(m, "OpProfileRow")
+      .def_readonly("phase", &OpProfileRow::phase)
+      .def_readonly("op", &OpProfileRow::op)
+      .def_readonly("calls", &OpProfileRow::calls)
+      .def_readonly("seconds", &OpProfileRow::seconds);
+  py::class_<OpProfile>(m, "OpProfile")
+      .def_readonly("rows", &OpProfile::rows)
+      .def_readonly("wall_seconds", &OpProfile::wall_seconds)
+      .def_readonly("collective_seconds", &OpProfile::collective_seconds)
+      .def_readonly("collectives", &OpProfile::collectives)
+      .def("phase_seconds", &OpProfile::phase_seconds, py::arg("phase"))
+      .def("table", &OpProfile::table, py::arg("steps") = 1, py::arg("top") = 12);
+  m.def("start_op_profile", &start_op_profile);
+  m.def("stop_op_profile", &stop_op_profile);
+  m.def("op_profile_enabled", &op_profile_enabled);
+  struct PyProfilePhase {
+    std::string name;
+    std::optional<ProfilePhase> phase;
+  };
+  py::class_<PyProfilePhase>(m, "ProfilePhase")
+      .def(py::init([](const std::string& name) {
+             ProfilePhase check(name);  // an empty name raises here, not at __enter__
+             return PyProfilePhase{name, std::nullopt};
+           }),
+           py::arg("name"))
+      .def("__enter__", [](PyProfilePhase& p) -> PyProfilePhase& {
+        p.phase.emplace(p.name);
+        return p;
+      })
+      .def("__exit__", [](PyProfilePhase& p, const py::args&) { p.phase.reset(); });
+}
+
 }  // namespace
 
 void bind_dtensor(py::module_& m) {
+  bind_op_profile(m);
   bind_box(m);
   bind_dtensor_class(m);
   bind_default_mesh(m);

@@ -66,6 +66,7 @@
 #include "tessel/dtensor/dtensor.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
+#include "tessel/dtensor/op_profile.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/optimizers.h"
 #include "tessel/dtensor/relayout.h"

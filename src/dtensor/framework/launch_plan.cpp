@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "dtensor/framework/kernel_runner.h"
+#include "tessel/dtensor/op_profile.h"
 
 namespace tessel::detail {
 namespace {
@@ -20,8 +21,15 @@ struct InlineKernel {
   Tensor& output;
   const OpAttrs& attrs;
   size_t device;
-  void operator()() const { run_kernel(*plan.def, inputs, output, attrs, plan.contexts[device]); }
+  int phase;  // op_profile.h
+  void operator()() const {
+    const double start = profile_clock();
+    run_kernel(*plan.def, inputs, output, attrs, plan.contexts[device]);
+    record_profile(phase, plan.def->name, start);
+  }
 };
+
+constexpr std::string_view kAllocateOutputs = "(allocate outputs)";
 
 }  // namespace
 
@@ -82,6 +90,7 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
   // cost more than the kernel (tessel bench dispatch). So does every call of a one-device replay
   // (inline_when_idle), whose caller would only wait for the worker.
   const bool on_caller = inline_when_idle || p.tiny;
+  const int phase = current_profile_phase();
   std::vector<Tensor> outputs;
   outputs.reserve(n);
   // One device's input blocks, refilled per device: this thread's list, taken for the call (a
@@ -91,17 +100,21 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
   local.reserve(ready.size());
   for (size_t i = 0; i < n; ++i) {
     Device* device = out_place.devices[i];
+    const double allocation = profile_clock();
     outputs.push_back(device->allocate(p.out_blocks[i], p.out.dtype, /*zero_fill=*/false));
+    record_profile(phase, kAllocateOutputs, allocation);
     local.clear();
     for (const DTensor& in : ready) local.push_back(in.component(static_cast<int>(i)));
     if (on_caller) {
-      const InlineKernel call{p, local, outputs.back(), attrs.get(), i};
+      const InlineKernel call{p, local, outputs.back(), attrs.get(), i, phase};
       if (device->stream().run_inline_if_idle(p.def->name, [&call] { call(); })) continue;
     }
-    device->stream().enqueue(p.def->name, [plan, i, local = std::move(local),
+    device->stream().enqueue(p.def->name, [plan, i, phase, local = std::move(local),
                                            output = outputs.back(),
                                            shared = attrs.shared()]() mutable {
+      const double start = profile_clock();
       run_kernel(*plan->def, local, output, *shared, plan->contexts[i]);
+      record_profile(phase, plan->def->name, start);
     });
     local = std::vector<Tensor>();  // moved into the task
     local.reserve(ready.size());
