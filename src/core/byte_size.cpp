@@ -3,12 +3,9 @@
 
 #include <charconv>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 
 #include <fmt/format.h>
-
-#include "core/errors.h"
 
 namespace tessel::detail {
 
@@ -45,18 +42,6 @@ std::optional<int64_t> parse_byte_size(std::string_view text) {
   if (unit == "T" || unit == "t") shift = 40;
   if (shift < 0 || count > (std::numeric_limits<int64_t>::max() >> shift)) return std::nullopt;
   return count << shift;
-}
-
-std::optional<int64_t> byte_size_from_env(const char* name, int64_t min,
-                                          std::string_view component) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  const std::optional<int64_t> bytes = parse_byte_size(text);
-  if (!bytes || *bytes < min) {
-    throw_invalid(component, "{}='{}' is not a byte count of at least {} (e.g. 4096, 512M, 4G)",
-                  name, text, min);
-  }
-  return bytes;
 }
 
 }  // namespace tessel::detail

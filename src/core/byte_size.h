@@ -1,8 +1,7 @@
-// Internal: byte counts as text, for messages and environment variables.
+// Internal: byte counts as text, for messages and environment variables (env.h's env_byte_size).
 //   format_bytes(21474836480) == "20.0 GiB";  format_bytes(512) == "512 B"
 //   format_request_bytes(1536) == "1.5 KiB (1536 bytes)"
 //   parse_byte_size("64MiB") == 67108864;     parse_byte_size("1.5G") == nullopt (whole numbers)
-//   byte_size_from_env("TESSEL_HOST_MEMORY_LIMIT", 1, "Allocator")   // set, unset, or an error
 #pragma once
 
 #include <cstdint>
@@ -23,11 +22,5 @@ std::string format_request_bytes(int64_t bytes);
 // followed by B or iB), e.g. 4096, 64M, 16MiB, 2g. Anything else, or a count beyond int64:
 // nullopt.
 std::optional<int64_t> parse_byte_size(std::string_view text);
-
-// The environment variable `name` as a byte count (parse_byte_size) of at least `min`; unset or
-// empty: nullopt. Anything else: kInvalidArgument from `component` naming the variable and its
-// value, e.g. "Runtime: TESSEL_DEVICE_MEMORY_LIMIT='lots' is not a byte count of at least 1
-// (e.g. 4096, 512M, 4G)".
-std::optional<int64_t> byte_size_from_env(const char* name, int64_t min, std::string_view component);
 
 }  // namespace tessel::detail
