@@ -7,6 +7,7 @@
 // core
 #include "tessel/core/allocator.h"
 #include "tessel/core/box.h"
+#include "tessel/core/byte_size.h"
 #include "tessel/core/device_name.h"
 #include "tessel/core/dlpack.h"
 #include "tessel/core/dtype.h"

@@ -1,4 +1,4 @@
-// Byte counts as text (byte_size.h).
+// Byte counts as text (tessel/core/byte_size.h, core/byte_size.h).
 #include "core/byte_size.h"
 
 #include <charconv>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-namespace tessel::detail {
+namespace tessel {
 
 std::string format_bytes(int64_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);
@@ -19,11 +19,6 @@ std::string format_bytes(int64_t bytes) {
     ++u;
   }
   return fmt::format("{:.1f} {}", v, units[u]);
-}
-
-std::string format_request_bytes(int64_t bytes) {
-  if (bytes < 1024) return format_bytes(bytes);
-  return fmt::format("{} ({} bytes)", format_bytes(bytes), bytes);
 }
 
 std::optional<int64_t> parse_byte_size(std::string_view text) {
@@ -44,4 +39,12 @@ std::optional<int64_t> parse_byte_size(std::string_view text) {
   return count << shift;
 }
 
-}  // namespace tessel::detail
+namespace detail {
+
+std::string format_request_bytes(int64_t bytes) {
+  if (bytes < 1024) return format_bytes(bytes);
+  return fmt::format("{} ({} bytes)", format_bytes(bytes), bytes);
+}
+
+}  // namespace detail
+}  // namespace tessel
