@@ -7,6 +7,7 @@
 
 #include "casters.h"
 #include "tessel/core/blas.h"
+#include "tessel/core/byte_size.h"
 #include "tessel/core/crc32c.h"
 #include "tessel/core/device_name.h"
 #include "tessel/core/error.h"
@@ -291,6 +292,16 @@ void bind_reduce_op(py::module_& m) {
   m.def("reduce_op_from_name", &reduce_op_from_name, py::arg("name"));
 }
 
+// ---- byte counts as text (byte_size.h) -------------------------------------------------------
+
+void bind_byte_size(py::module_& m) {
+  m.def("format_bytes", &format_bytes, py::arg("bytes"),
+        "A byte count for people: '512 B', '1.5 KiB', '20.0 GiB' (binary units, one decimal).");
+  m.def("parse_byte_size", &parse_byte_size, py::arg("text"),
+        "A byte count as the environment variables and the CLI take it: 4096, 64M, 16MiB, 2g "
+        "(powers of 1024); None for anything else.");
+}
+
 // ---- host memory (host_memory.h) ------------------------------------------------------------
 
 void bind_host_memory(py::module_& m) {
@@ -362,6 +373,7 @@ void bind_core(py::module_& m) {
   bind_tensor(m);
   bind_device_name(m);
   bind_reduce_op(m);
+  bind_byte_size(m);
   bind_host_memory(m);
   bind_blas_and_threads(m);
   bind_crc32c(m);

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "bench_team.h"
+#include "bench_stats.h"
 #include "char_dataset.h"
 #include "gpt_trainer.h"
 #include "tessel/checkpoint/async_checkpointer.h"
@@ -24,12 +24,8 @@ AsyncBlocking measure_async_blocking(const checkpoint::State& state, int64_t byt
   std::vector<double> save_s, copy_s;
   for (int it = 0; it <= iters; ++it) {  // round 0 warms up (allocates the staging area)
     const std::string dir = root + "/async" + std::to_string(it);
-    double start = now_seconds();
-    std::memcpy(to.data(), from.data(), to.size());
-    const double copy = now_seconds() - start;
-    start = now_seconds();
-    saver.save(dir, state);
-    const double save = now_seconds() - start;
+    const double copy = seconds_of([&] { std::memcpy(to.data(), from.data(), to.size()); });
+    const double save = seconds_of([&] { saver.save(dir, state); });
     saver.wait_until_finished();
     fs::remove_all(dir);
     if (it == 0) continue;
@@ -68,14 +64,14 @@ TrainingWithCheckpoints measure_training_slowdown(const std::string& config,
   out.checkpoint_bytes = state_bytes(trainer.state());
   std::vector<double> plain_s, async_s;
   for (int r = 0; r < rounds; ++r) {
-    double start = now_seconds();
+    Stopwatch watch;
     for (int64_t s = 0; s < steps; ++s) trainer.step();
-    plain_s.push_back(now_seconds() - start);
+    plain_s.push_back(watch.seconds());
 
     const std::string dir = root + "/train" + std::to_string(r);
     checkpoint::CheckpointManager manager(dir, {.max_to_keep = 2, .save = {}});
     out.saves_per_round = 0;
-    start = now_seconds();
+    watch.restart();
     for (int64_t s = 1; s <= steps; ++s) {
       trainer.step();
       if (s % every == 0 && s < steps) {
@@ -84,7 +80,7 @@ TrainingWithCheckpoints measure_training_slowdown(const std::string& config,
       }
     }
     manager.wait_until_finished();  // what the last save did not overlap counts too
-    async_s.push_back(now_seconds() - start);
+    async_s.push_back(watch.seconds());
     manager.close();
     fs::remove_all(dir);
   }

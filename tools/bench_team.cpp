@@ -1,11 +1,12 @@
 #include "bench_team.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+
+#include "bench_stats.h"
 
 namespace tessel::cli::bench {
 namespace {
@@ -83,19 +84,6 @@ void Team::sync() {
   }
 }
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> values) {
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
-  const double upper = values[mid];
-  if (values.size() % 2 == 1) return upper;
-  const double lower = *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid));
-  return (lower + upper) / 2;
-}
-
 double measure_memcpy_gbps(int threads, size_t bytes, int repetitions) {
   // 64-byte aligned so that every thread's part starts on a cache line.
   const size_t part = (bytes / static_cast<size_t>(threads)) & ~size_t{63};
@@ -117,9 +105,9 @@ double measure_memcpy_gbps(int threads, size_t bytes, int repetitions) {
     std::memset(d, 0, part);
     for (int i = 0; i <= repetitions; ++i) {
       team.sync();
-      const double t0 = now_seconds();
+      const Stopwatch watch;
       std::memcpy(d, s, part);
-      seconds[static_cast<size_t>(r)][static_cast<size_t>(i)] = now_seconds() - t0;
+      seconds[static_cast<size_t>(r)][static_cast<size_t>(i)] = watch.seconds();
     }
   });
   std::vector<double> slowest;

@@ -1,5 +1,5 @@
 // Internal to `tessel bench`: a team of worker threads (one per rank or simulated device) and the
-// measurement helpers built on it.
+// memcpy baseline measured with it (timing and medians: bench_stats.h).
 //
 //   Team team(4);
 //   team.run([&](int rank) {         // runs on every worker, returns when all returned
@@ -57,12 +57,6 @@ class Team {
   alignas(64) std::atomic<uint64_t> sync_generation_{0};
   std::atomic<bool> failed_{false};
 };
-
-// Seconds on the steady clock.
-double now_seconds();
-
-// Median of `values` (not empty); the mean of the middle two for an even count.
-double median(std::vector<double> values);
 
 // memcpy bandwidth counted as bytes read + bytes written per second: `threads` threads each copy
 // their contiguous 1/threads part of a `bytes`-byte buffer into a second buffer with memcpy;

@@ -17,14 +17,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "bench_checkpoint_async.h"
 #include "bench_env.h"
-#include "bench_team.h"
+#include "bench_stats.h"
 #include "commands.h"
 #include "flags.h"
 #include "json_output.h"
@@ -75,12 +74,6 @@ constexpr const char* kHelp =
     "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
 
 constexpr int64_t kColumns = 1024;
-
-double seconds_of(const std::function<void()>& fn) {
-  const double start = bench::now_seconds();
-  fn();
-  return bench::now_seconds() - start;
-}
 
 // dd if=/dev/zero of=path bs=1M conv=fdatasync, from a buffer of `bytes`.
 void dd_write(const std::string& path, const std::vector<char>& buffer) {
@@ -162,13 +155,8 @@ double read_ratio(const checkpoint::RestoreStats& s) {
   return static_cast<double>(s.bytes_read) / static_cast<double>(s.bytes_needed);
 }
 
-}  // namespace
-
-int run_bench_checkpoint(const Args& args) {
-  if (wants_help(args)) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+// The flags of bench checkpoint.
+struct CheckpointFlags {
   std::pair<int64_t, int64_t> shape{2, 2};
   int64_t size = int64_t{256} << 20;
   int tensors = 4, iters = 3;
@@ -176,44 +164,52 @@ int run_bench_checkpoint(const Args& args) {
   bool json = false;
   std::string gpt = "tiny", data = "data/shakespeare_char/input.txt";
   int64_t gpt_steps = 20, every = 5;
+};
+
+CheckpointFlags parse(const Args& args) {
+  CheckpointFlags f;
   FlagParser flags("bench checkpoint");
   flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
-    shape = parse_mesh_shape(flags, flag, v);
+    f.shape = parse_mesh_shape(flags, flag, v);
   });
-  flags.size({"--size"}, size, 4096, int64_t{1} << 36);
-  flags.integer({"--tensors"}, tensors, 1, 1000);
-  flags.integer({"-n", "--iters"}, iters, 1, 1000);
-  flags.text({"--dir"}, dir);
-  flags.set({"--json"}, json);
-  flags.text({"--gpt"}, gpt);
-  flags.integer({"--gpt-steps"}, gpt_steps, 1, 100000);
-  flags.integer({"--every"}, every, 1, 100000);
-  flags.text({"--data"}, data);
+  flags.size({"--size"}, f.size, 4096, int64_t{1} << 36);
+  flags.integer({"--tensors"}, f.tensors, 1, 1000);
+  flags.integer({"-n", "--iters"}, f.iters, 1, 1000);
+  flags.text({"--dir"}, f.dir);
+  flags.set({"--json"}, f.json);
+  flags.text({"--gpt"}, f.gpt);
+  flags.integer({"--gpt-steps"}, f.gpt_steps, 1, 100000);
+  flags.integer({"--every"}, f.every, 1, 100000);
+  flags.text({"--data"}, f.data);
   flags.parse(args);
-  const int64_t rows = std::max<int64_t>(1, size / tensors / kColumns / 4);
-  const int64_t bytes = rows * kColumns * 4 * tensors;
+  return f;
+}
+
+int checkpoint_benchmark(const CheckpointFlags& f) {
+  const int64_t rows = std::max<int64_t>(1, f.size / f.tensors / kColumns / 4);
+  const int64_t bytes = rows * kColumns * 4 * f.tensors;
   // The host arrays, the sharded state, dd's buffer, the two restored states, the asynchronous
   // save's staging area and its memcpy baseline's two buffers.
   bench::check_fits_in_memory("bench checkpoint", 8.0 * static_cast<double>(bytes),
                               "--size " + std::to_string(bytes));
 
-  const auto [batch, model] = shape;
+  const auto [batch, model] = f.shape;
   Runtime rt({.num_cpu_devices = static_cast<int>(batch * model)});
   const Mesh mesh = Mesh::create({{"batch", batch}, {"model", model}});
   const Layout saved({"batch", "model"}, mesh), resharded({"model", "batch"}, mesh);
   std::map<std::string, Tensor> host;
   checkpoint::State state;
   checkpoint::Target same, other;
-  for (int i = 0; i < tensors; ++i) {
+  for (int i = 0; i < f.tensors; ++i) {
     const std::string name = "layer" + std::to_string(i) + "/w";
     host[name] = Tensor::random_uniform(Shape({rows, kColumns}), DType::kF32, 1000 + i, -1.0, 1.0);
     state[name] = copy_to_mesh(host[name], saved, rt);
     same[name] = saved;
     other[name] = resharded;
   }
-  std::string root_text = (fs::path(dir) / "tessel-bench-checkpoint-XXXXXX").string();
+  std::string root_text = (fs::path(f.dir) / "tessel-bench-checkpoint-XXXXXX").string();
   if (::mkdtemp(root_text.data()) == nullptr) {
-    flags.fail("--dir: cannot make a directory under '" + dir + "'");
+    throw UsageError("bench checkpoint", "--dir: cannot make a directory under '" + f.dir + "'");
   }
   std::vector<char> buffer(static_cast<size_t>(bytes), 1);
   std::vector<double> dd_w, dd_r, save_s, restore_s, reshard_s;
@@ -223,21 +219,21 @@ int run_bench_checkpoint(const Args& args) {
   bench::AsyncBlocking blocking;
   bench::TrainingWithCheckpoints training;
   try {
-    for (int it = 0; it < iters; ++it) {
+    for (int it = 0; it < f.iters; ++it) {
       const std::string ckpt = root_text + "/c" + std::to_string(it);
       const std::string raw = root_text + "/dd" + std::to_string(it);
-      dd_w.push_back(seconds_of([&] { dd_write(raw, buffer); }));
-      dd_r.push_back(seconds_of([&] { dd_read(raw, buffer); }));
+      dd_w.push_back(bench::seconds_of([&] { dd_write(raw, buffer); }));
+      dd_r.push_back(bench::seconds_of([&] { dd_read(raw, buffer); }));
       checkpoint::SaveStats save_stats;
       checkpoint::SaveOptions save_options;
       save_options.stats = &save_stats;
-      save_s.push_back(seconds_of([&] { checkpoint::save(ckpt, state, save_options); }));
+      save_s.push_back(bench::seconds_of([&] { checkpoint::save(ckpt, state, save_options); }));
       phases.push_back(save_stats);
       fs::remove(raw);  // after the save: the file system's work of the removal is not the save's
       checkpoint::State back, moved;
-      restore_s.push_back(seconds_of(
+      restore_s.push_back(bench::seconds_of(
           [&] { back = checkpoint::restore(ckpt, same, {.runtime = &rt, .stats = &same_read}); }));
-      reshard_s.push_back(seconds_of([&] {
+      reshard_s.push_back(bench::seconds_of([&] {
         moved = checkpoint::restore(ckpt, other, {.runtime = &rt, .stats = &reshard_read});
       }));
       wrong += count_wrong(back, host) + count_wrong(moved, host);
@@ -245,9 +241,10 @@ int run_bench_checkpoint(const Args& args) {
       third_read = restore_as_first_process(ckpt, same, rt, 3);
       fs::remove_all(ckpt);
     }
-    blocking = bench::measure_async_blocking(state, bytes, root_text, iters);
-    if (gpt != "none") {
-      training = bench::measure_training_slowdown(gpt, data, gpt_steps, every, iters, root_text);
+    blocking = bench::measure_async_blocking(state, bytes, root_text, f.iters);
+    if (f.gpt != "none") {
+      training = bench::measure_training_slowdown(f.gpt, f.data, f.gpt_steps, f.every, f.iters,
+                                                  root_text);
     }
   } catch (...) {
     fs::remove_all(root_text);
@@ -259,7 +256,7 @@ int run_bench_checkpoint(const Args& args) {
   const double w = gb / bench::median(dd_w), s = gb / bench::median(save_s),
                r = gb / bench::median(dd_r), rs = gb / bench::median(restore_s),
                rr = gb / bench::median(reshard_s);
-  if (json) {
+  if (f.json) {
     Json out;
     out["bytes"] = bytes;
     out["dd_write_gbps"] = json_number(w);
@@ -275,7 +272,7 @@ int run_bench_checkpoint(const Args& args) {
         json_number(read_ratio(half_read)), json_number(read_ratio(third_read))};
     out["async_block_s"] = json_number(blocking.save_seconds);
     out["memcpy_s"] = json_number(blocking.memcpy_seconds);
-    if (gpt != "none") {
+    if (f.gpt != "none") {
       out["train_plain_s"] = json_number(training.plain_seconds);
       out["train_async_s"] = json_number(training.async_seconds);
     } else {
@@ -288,9 +285,9 @@ int run_bench_checkpoint(const Args& args) {
     std::printf(
         "checkpoint of %.1f MiB (%d x f32 [%lld,%lld]) on mesh batch=%lld model=%lld, "
         "median of %d\n",
-        static_cast<double>(bytes) / (1 << 20), tensors, static_cast<long long>(rows),
+        static_cast<double>(bytes) / (1 << 20), f.tensors, static_cast<long long>(rows),
         static_cast<long long>(kColumns), static_cast<long long>(batch),
-        static_cast<long long>(model), iters);
+        static_cast<long long>(model), f.iters);
     std::printf("%-28s %8s %8s\n", "", "GB/s", "x dd");
     std::printf("%-28s %8.2f %8.2f\n", "dd write + fdatasync", w, 1.0);
     std::printf("%-28s %8.2f %8.2f\n", "save (durable)", s, s / w);
@@ -316,11 +313,11 @@ int run_bench_checkpoint(const Args& args) {
     std::printf("%-28s %8.2f %8.2f\n", "memcpy of the bytes", blocking.memcpy_seconds * 1e3, 1.0);
     std::printf("%-28s %8.2f %8.2f\n", "async save, blocked", blocking.save_seconds * 1e3,
                 blocking.save_seconds / blocking.memcpy_seconds);
-    if (gpt != "none") {
+    if (f.gpt != "none") {
       std::printf("gpt %s on 2x2, %lld steps, checkpoint of %.1f MiB every %lld steps (%d saves)\n",
-                  gpt.c_str(), static_cast<long long>(gpt_steps),
+                  f.gpt.c_str(), static_cast<long long>(f.gpt_steps),
                   static_cast<double>(training.checkpoint_bytes) / (1 << 20),
-                  static_cast<long long>(every), training.saves_per_round);
+                  static_cast<long long>(f.every), training.saves_per_round);
       std::printf("%-28s %8s %8s\n", "", "s", "x plain");
       std::printf("%-28s %8.2f %8.2f\n", "training, no checkpoints", training.plain_seconds, 1.0);
       std::printf("%-28s %8.2f %8.2f\n", "training, async checkpoints", training.async_seconds,
@@ -329,6 +326,12 @@ int run_bench_checkpoint(const Args& args) {
     std::printf("wrong elements: %lld\n", static_cast<long long>(wrong));
   }
   return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int run_bench_checkpoint(const Args& args) {
+  return run_command(args, kHelp, parse, checkpoint_benchmark);
 }
 
 }  // namespace tessel::cli

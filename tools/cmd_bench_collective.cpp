@@ -29,6 +29,7 @@
 
 #include "bench_collectives.h"
 #include "bench_env.h"
+#include "bench_stats.h"
 #include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
@@ -213,9 +214,9 @@ Row measure(const Config& c, Collective& coll, Team& team, std::vector<std::uniq
         Tensor held;
         for (int i = 0; i < calls; ++i) {
           team.sync();
-          const double t0 = bench::now_seconds();
+          const bench::Stopwatch watch;
           Tensor result = coll.call(r, in_place);
-          seconds[m][r][i] = bench::now_seconds() - t0;
+          seconds[m][r][i] = watch.seconds();
           held = std::move(result);  // the previous result is freed outside the timed region
         }
         held = Tensor();
@@ -418,18 +419,7 @@ int run(const Config& c) {
 }  // namespace
 
 int run_bench_collective(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
-  const Config c = parse_args(args);  // a UsageError reaches main(): exit status 2
-  try {
-    return run(c);
-  } catch (const Error& e) {
-    // The arguments were accepted, so a failing collective is tessel's fault, not the user's.
-    std::cerr << "tessel: error: bench failed: " << e.what() << "\n";
-    return kExitFailure;
-  }
+  return run_command(args, kHelp, parse_args, run, "bench");
 }
 
 }  // namespace tessel::cli

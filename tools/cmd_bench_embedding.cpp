@@ -22,7 +22,7 @@
 #include <fmt/format.h>
 
 #include "bench_env.h"
-#include "bench_team.h"
+#include "bench_stats.h"
 #include "commands.h"
 #include "flags.h"
 #include "json_output.h"
@@ -117,10 +117,11 @@ double cpu_now() {
 std::pair<double, double> time_steps(const Workload& w, const std::function<void()>& step) {
   std::vector<double> wall, cpu;
   for (int s = 0; s <= w.steps; ++s) {
-    const double start = bench::now_seconds(), cpu_start = cpu_now();
+    const bench::Stopwatch watch;
+    const double cpu_start = cpu_now();
     step();
     if (s == 0) continue;  // warm-up
-    wall.push_back(bench::now_seconds() - start);
+    wall.push_back(watch.seconds());
     cpu.push_back(cpu_now() - cpu_start);
   }
   return {bench::median(wall), bench::median(cpu)};
@@ -166,15 +167,15 @@ Timing time_gather(ShardedEmbedding& emb, const Workload& w,
   return {wall, cpu, table_bytes * (w.devices - 1)};
 }
 
-}  // namespace
-
-int run_bench_embedding(const Args& args) {
-  if (wants_help(args)) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+// The flags of bench embedding.
+struct EmbeddingFlags {
   Workload w;
   bool json = false, sharded_only = false;
+};
+
+EmbeddingFlags parse(const Args& args) {
+  EmbeddingFlags f;
+  Workload& w = f.w;
   FlagParser flags("bench embedding");
   flags.integer({"--tables"}, w.tables, 1, 1000);
   flags.integer({"--dim"}, w.dim, 1, 4096);
@@ -183,9 +184,14 @@ int run_bench_embedding(const Args& args) {
   flags.integer({"--ids"}, w.ids, 1, 1024);
   flags.integer({"--steps"}, w.steps, 1, 1000);
   flags.integer({"--rows"}, w.rows, 1, 100'000'000);
-  flags.set({"--json"}, json);
-  flags.set({"--sharded-only"}, sharded_only);
+  flags.set({"--json"}, f.json);
+  flags.set({"--sharded-only"}, f.sharded_only);
   flags.parse(args);
+  return f;
+}
+
+int embedding_benchmark(const EmbeddingFlags& f) {
+  const Workload& w = f.w;
   const double table_bytes = static_cast<double>(w.rows) * w.dim * 4 * w.tables;
   // At most: the replicated copies on every device, plus one table's dense gradients (one per
   // device) and the sharded tables, or one gathered table per device.
@@ -200,16 +206,16 @@ int run_bench_embedding(const Args& args) {
   {
     ShardedEmbedding emb(make_config(w, TablePlacement::kRowWise), mesh, rt);
     sharded = time_training(emb, w, inputs);
-    if (!sharded_only) gather = time_gather(emb, w, inputs);
+    if (!f.sharded_only) gather = time_gather(emb, w, inputs);
   }
-  if (!sharded_only) {
+  if (!f.sharded_only) {
     ShardedEmbedding emb(make_config(w, TablePlacement::kDataParallel), mesh, rt);
     replicated = time_training(emb, w, inputs);
   }
   const double ids = static_cast<double>(w.tables) * w.batch * w.ids * w.devices;
   const double best = std::min(replicated.seconds, gather.seconds);
   const double fewest = static_cast<double>(std::min(replicated.bytes, gather.bytes));
-  if (json) {
+  if (f.json) {
     Json out;
     out["sharded_s"] = json_number(sharded.seconds);
     out["replicated_s"] = json_number(replicated.seconds);
@@ -246,6 +252,12 @@ int run_bench_embedding(const Args& args) {
               best / sharded.seconds, best_cpu / sharded.cpu_seconds,
               fewest / static_cast<double>(sharded.bytes));
   return 0;
+}
+
+}  // namespace
+
+int run_bench_embedding(const Args& args) {
+  return run_command(args, kHelp, parse, embedding_benchmark);
 }
 
 }  // namespace tessel::cli

@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "bench_env.h"
+#include "bench_stats.h"
 #include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
@@ -105,12 +106,10 @@ void time_mode(bench::Team& team, const FusionConfig& c, int warmup, int iters,
   team.run([&](int rank) {
     for (int i = 0; i < warmup + iters; ++i) {
       team.sync();
-      const double t0 = bench::now_seconds();
+      const bench::Stopwatch watch;
       call(rank);
-      const double t1 = bench::now_seconds();
-      if (i >= warmup) {
-        times[static_cast<size_t>(i - warmup)][static_cast<size_t>(rank)] = (t1 - t0) * 1e6;
-      }
+      const double us = watch.microseconds();
+      if (i >= warmup) times[static_cast<size_t>(i - warmup)][static_cast<size_t>(rank)] = us;
     }
   });
   for (const auto& row : times) samples.push_back(*std::max_element(row.begin(), row.end()));
@@ -217,17 +216,7 @@ int run(const FusionConfig& c) {
 }  // namespace
 
 int run_bench_fusion(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
-  const FusionConfig c = parse(args);  // a UsageError reaches main(): exit status 2
-  try {
-    return run(c);
-  } catch (const Error& e) {
-    std::cerr << "tessel: error: bench fusion failed: " << e.what() << "\n";
-    return kExitFailure;
-  }
+  return run_command(args, kHelp, parse, run, "bench fusion");
 }
 
 }  // namespace tessel::cli

@@ -4,7 +4,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -13,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "bench_env.h"
+#include "bench_stats.h"
 #include "char_dataset.h"
 #include "commands.h"
 #include "gpt_trainer.h"
@@ -46,15 +46,12 @@ constexpr const char* kHelp =
 struct Flags {
   std::string config = "baby";
   std::string meshes = "1x1,2x2";
+  std::vector<std::pair<int64_t, int64_t>> mesh_shapes;  // --meshes read: (batch, model) each
   int64_t steps = 3, warmup = 1, sgemm_threads = 2;
   double dropout = -1;  // -1: the configuration's
   std::string data = "data/shakespeare_char/input.txt";
   bool json = false;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // FLOP/s of an n^3 sgemm on `threads` threads, best of 3 after a warm-up, the better of two ways
 // of using them: OpenBLAS's own threads, and tessel's sgemm (core/blas.h) split over the
@@ -65,9 +62,8 @@ double sgemm_peak(int n, int threads) {
   const auto best_of = [&](auto&& gemm) {
     double best = 1e300;
     for (int r = 0; r < 4; ++r) {
-      const auto start = std::chrono::steady_clock::now();
-      gemm();
-      if (r > 0) best = std::min(best, seconds_since(start));
+      const double seconds = bench::seconds_of(gemm);
+      if (r > 0) best = std::min(best, seconds);
     }
     return 2.0 * n * n * n / best;
   };
@@ -134,13 +130,7 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   return r;
 }
 
-}  // namespace
-
-int run_bench_gpt(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
+Flags parse(const Args& args) {
   FlagParser flags("bench gpt");
   Flags f;
   flags.text({"--config"}, f.config);
@@ -152,17 +142,16 @@ int run_bench_gpt(const Args& args) {
   flags.number({"--dropout"}, f.dropout);
   flags.set({"--json"}, f.json);
   flags.parse(args);
-  std::vector<std::pair<int64_t, int64_t>> meshes;
-  size_t start = 0;
-  while (start <= f.meshes.size()) {
-    const size_t comma = std::min(f.meshes.find(',', start), f.meshes.size());
-    const std::string item = f.meshes.substr(start, comma - start);
+  for (const std::string& item : split_list(f.meshes, ',')) {
     if (item.find('x') == std::string::npos) {
       flags.fail(fmt::format("--meshes takes BxM,BxM,..., got '{}'", item));
     }
-    meshes.push_back(parse_mesh_shape(flags, "--meshes", item));
-    start = comma + 1;
+    f.mesh_shapes.push_back(parse_mesh_shape(flags, "--meshes", item));
   }
+  return f;
+}
+
+int gpt_benchmark(const Flags& f) {
   gpt::GptConfig config = gpt::GptConfig::preset(f.config);
   if (f.dropout != -1) {
     config.dropout = f.dropout;
@@ -172,7 +161,9 @@ int run_bench_gpt(const Args& args) {
   const bench::CpuSample cpu_before = bench::sample_cpu();
   const double peak = sgemm_peak(2048, static_cast<int>(f.sgemm_threads));
   std::vector<MeshResult> results;
-  for (const auto& [b, m] : meshes) results.push_back(run_mesh(config, data, b, m, f.warmup, f.steps, peak));
+  for (const auto& [b, m] : f.mesh_shapes) {
+    results.push_back(run_mesh(config, data, b, m, f.warmup, f.steps, peak));
+  }
   const double others = bench::other_cpu_fraction(cpu_before, bench::sample_cpu());
   if (f.json) {
     Json rows = Json::array();
@@ -223,6 +214,12 @@ int run_bench_gpt(const Args& args) {
                "device spends inside relayout collectives per step, waiting for peers included; "
                "state: parameters, gradients and AdamW's moments the busiest device holds)\n";
   return kExitOk;
+}
+
+}  // namespace
+
+int run_bench_gpt(const Args& args) {
+  return run_command(args, kHelp, parse, gpt_benchmark);
 }
 
 }  // namespace tessel::cli

@@ -10,7 +10,6 @@
 // #wrong counts elements that differ from the exact result (inputs are small integers). tessel's
 // all_gather and reduce_scatter return new tensors, so their in-place columns time the same
 // call as out-of-place.
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -19,9 +18,11 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "bench_stats.h"
 #include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
+#include "json_output.h"
 #include "tessel/comm/nccl.h"
 #include "tessel/core/error.h"
 #include "tessel/runtime/gpu.h"
@@ -44,7 +45,11 @@ constexpr const char* kHelp =
     "  -f FACTOR   size multiplier between rows (default 2)\n"
     "  -n ITERS    timed calls per size (default 20)\n"
     "  -w WARMUP   untimed calls first (default 5)\n"
-    "  --json      one JSON object per row instead of the table\n"
+    "  --json      one line of JSON instead of the table: {\"op\", \"ranks\", \"nccl\",\n"
+    "              \"iters\", \"warmup_iters\", \"rows\": [{\"bytes\", \"count\", \"time_us\",\n"
+    "              \"algbw_gbps\", \"busbw_gbps\", \"wrong\", \"inplace_time_us\",\n"
+    "              \"inplace_busbw_gbps\", \"inplace_wrong\", \"raw_time_us\",\n"
+    "              \"raw_busbw_gbps\", \"ratio\"}]}\n"
     "\n"
     "No GPU, or built without CUDA: 'tessel: error: ...' and status 1.\n";
 
@@ -134,9 +139,9 @@ std::pair<double, int64_t> time_tessel(Ranks& ranks, Op op, Counts c, bool in_pl
     Tensor out = (in_place && op == Op::kAllReduce) ? in : gpu.allocate(Shape{c.out}, DType::kF32, false);
     fill(in);
     for (int i = 0; i < warmup; ++i) tessel_call(*ranks.comms[r], op, in, out);
-    const auto start = std::chrono::steady_clock::now();
+    const bench::Stopwatch watch;
     for (int i = 0; i < iters; ++i) tessel_call(*ranks.comms[r], op, in, out);
-    seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+    seconds[r] = watch.seconds() / iters;
     // The check: fresh inputs, one call, every element against the exact value.
     fill(in);
     if (in_place && op == Op::kAllReduce) out = in;
@@ -196,11 +201,10 @@ double time_raw(const std::vector<ncclComm_t>& comms, const std::vector<int>& or
   };
   for (int i = 0; i < warmup; ++i) launch();
   wait_all();
-  const auto start = std::chrono::steady_clock::now();
+  const bench::Stopwatch watch;
   for (int i = 0; i < iters; ++i) launch();
   wait_all();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+  const double seconds = watch.seconds() / iters;
   for (int r = 0; r < n; ++r) {
     check_cuda(cudaSetDevice(ordinals[r]), "cudaSetDevice");
     (void)cudaFree(in[r]);
@@ -209,29 +213,32 @@ double time_raw(const std::vector<ncclComm_t>& comms, const std::vector<int>& or
   return seconds;
 }
 
-}  // namespace
-
-int run_bench_nccl(const Args& args) {
-  if (wants_help(args)) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+// The flags of bench nccl.
+struct NcclFlags {
   std::string op_name = "all_reduce";
+  Op op = Op::kAllReduce;  // op_name's
   int64_t min_bytes = 8, max_bytes = int64_t{128} << 20;
   int factor = 2, iters = 20, warmup = 5;
   bool json = false;
-  FlagParser flags("bench nccl");
-  flags.text({"--op"}, op_name);
-  flags.size({"-b", "--minbytes"}, min_bytes, 4, int64_t{1} << 34);
-  flags.size({"-e", "--maxbytes"}, max_bytes, 4, int64_t{1} << 34);
-  flags.integer({"-f", "--stepfactor"}, factor, 2, 1024);
-  flags.integer({"-n", "--iters"}, iters, 1, 1000000);
-  flags.integer({"-w", "--warmup_iters"}, warmup, 0, 1000000);
-  flags.set({"--json"}, json);
-  flags.parse(args);
-  const Op op = op_from(op_name, flags);
-  if (min_bytes > max_bytes) flags.fail("-b must not exceed -e");
+};
 
+NcclFlags parse(const Args& args) {
+  NcclFlags f;
+  FlagParser flags("bench nccl");
+  flags.text({"--op"}, f.op_name);
+  flags.size({"-b", "--minbytes"}, f.min_bytes, 4, int64_t{1} << 34);
+  flags.size({"-e", "--maxbytes"}, f.max_bytes, 4, int64_t{1} << 34);
+  flags.integer({"-f", "--stepfactor"}, f.factor, 2, 1024);
+  flags.integer({"-n", "--iters"}, f.iters, 1, 1000000);
+  flags.integer({"-w", "--warmup_iters"}, f.warmup, 0, 1000000);
+  flags.set({"--json"}, f.json);
+  flags.parse(args);
+  f.op = op_from(f.op_name, flags);
+  if (f.min_bytes > f.max_bytes) flags.fail("-b must not exceed -e");
+  return f;
+}
+
+int nccl_benchmark(const NcclFlags& f) {
   Ranks ranks{Runtime(RuntimeOptions{.num_cpu_devices = 1}), {}, nullptr};
   if (ranks.runtime.gpu_devices().empty()) {
     throw Error(ErrorCode::kUnavailable, "bench nccl",
@@ -250,9 +257,9 @@ int run_bench_nccl(const Args& args) {
     check_cuda(cudaSetDevice(ordinals[r]), "cudaSetDevice");
     check_cuda(cudaStreamCreate(&streams[r]), "cudaStreamCreate");
   }
-  if (!json) {
-    std::printf("# tessel bench nccl: %s, %d rank(s), NCCL %s, %d iters (+%d warm-up)\n", op_name.c_str(), n,
-                nccl_version().c_str(), iters, warmup);
+  if (!f.json) {
+    std::printf("# tessel bench nccl: %s, %d rank(s), NCCL %s, %d iters (+%d warm-up)\n", f.op_name.c_str(), n,
+                nccl_version().c_str(), f.iters, f.warmup);
     std::printf("#                                         out-of-place                       in-place          "
                 "      raw NCCL (out-of-place)\n");
     std::printf("#       size    count  type  redop  root    time   algbw   busbw  #wrong    time   algbw   busbw  "
@@ -260,36 +267,57 @@ int run_bench_nccl(const Args& args) {
     std::printf("#        (B)  (elems)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)  "
                 "            (us)  (GB/s)\n");
   }
-  const double bus = bus_factor(op, n);
-  for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
-    const Counts c = counts_of(op, bytes, n);
+  const double bus = bus_factor(f.op, n);
+  Json rows = Json::array();
+  for (int64_t bytes = f.min_bytes; bytes <= f.max_bytes; bytes *= f.factor) {
+    const Counts c = counts_of(f.op, bytes, n);
     const int64_t row_bytes = std::max(c.in, c.out) * 4;
-    const auto [oop_s, oop_wrong] = time_tessel(ranks, op, c, false, iters, warmup);
-    const auto [ip_s, ip_wrong] = time_tessel(ranks, op, c, true, iters, warmup);
-    const double raw_s = time_raw(raw, ordinals, streams, op, c, iters, warmup);
+    const auto [oop_s, oop_wrong] = time_tessel(ranks, f.op, c, false, f.iters, f.warmup);
+    const auto [ip_s, ip_wrong] = time_tessel(ranks, f.op, c, true, f.iters, f.warmup);
+    const double raw_s = time_raw(raw, ordinals, streams, f.op, c, f.iters, f.warmup);
     const double algbw = row_bytes / oop_s / 1e9, ip_algbw = row_bytes / ip_s / 1e9;
     const double raw_algbw = row_bytes / raw_s / 1e9;
-    const char* root = op == Op::kBroadcast ? "0" : "-1";
-    if (json) {
-      std::printf("{\"op\": \"%s\", \"bytes\": %lld, \"ranks\": %d, \"time_us\": %.2f, \"algbw\": %.3f, "
-                  "\"busbw\": %.3f, \"wrong\": %lld, \"inplace_time_us\": %.2f, \"inplace_wrong\": %lld, "
-                  "\"raw_time_us\": %.2f, \"raw_busbw\": %.3f, \"ratio\": %.4f}\n",
-                  op_name.c_str(), static_cast<long long>(row_bytes), n, oop_s * 1e6, algbw, algbw * bus,
-                  static_cast<long long>(oop_wrong), ip_s * 1e6, static_cast<long long>(ip_wrong), raw_s * 1e6,
-                  raw_algbw * bus, raw_s / oop_s);
-    } else {
-      std::printf("%12lld %8lld %5s %6s %5s %7.1f %7.2f %7.2f %7lld %7.1f %7.2f %7.2f %7lld %8.1f %7.2f %10.3f\n",
-                  static_cast<long long>(row_bytes), static_cast<long long>(c.out), "float", "sum", root,
-                  oop_s * 1e6, algbw, algbw * bus, static_cast<long long>(oop_wrong), ip_s * 1e6, ip_algbw,
-                  ip_algbw * bus, static_cast<long long>(ip_wrong), raw_s * 1e6, raw_algbw * bus, raw_s / oop_s);
+    if (f.json) {
+      rows.push_back(Json{{"bytes", row_bytes},
+                          {"count", c.out},
+                          {"time_us", json_number(oop_s * 1e6)},
+                          {"algbw_gbps", json_number(algbw)},
+                          {"busbw_gbps", json_number(algbw * bus)},
+                          {"wrong", oop_wrong},
+                          {"inplace_time_us", json_number(ip_s * 1e6)},
+                          {"inplace_busbw_gbps", json_number(ip_algbw * bus)},
+                          {"inplace_wrong", ip_wrong},
+                          {"raw_time_us", json_number(raw_s * 1e6)},
+                          {"raw_busbw_gbps", json_number(raw_algbw * bus)},
+                          {"ratio", json_number(raw_s / oop_s, 4)}});
+      continue;
     }
+    const char* root = f.op == Op::kBroadcast ? "0" : "-1";
+    std::printf("%12lld %8lld %5s %6s %5s %7.1f %7.2f %7.2f %7lld %7.1f %7.2f %7.2f %7lld %8.1f %7.2f %10.3f\n",
+                static_cast<long long>(row_bytes), static_cast<long long>(c.out), "float", "sum", root,
+                oop_s * 1e6, algbw, algbw * bus, static_cast<long long>(oop_wrong), ip_s * 1e6, ip_algbw,
+                ip_algbw * bus, static_cast<long long>(ip_wrong), raw_s * 1e6, raw_algbw * bus, raw_s / oop_s);
     std::fflush(stdout);
   }
   for (int r = 0; r < n; ++r) {
     (void)cudaStreamDestroy(streams[r]);
     (void)ncclCommDestroy(raw[r]);
   }
-  return 0;
+  if (f.json) {
+    print_json(Json{{"op", f.op_name},
+                    {"ranks", n},
+                    {"nccl", nccl_version()},
+                    {"iters", f.iters},
+                    {"warmup_iters", f.warmup},
+                    {"rows", rows}});
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_bench_nccl(const Args& args) {
+  return run_command(args, kHelp, parse, nccl_benchmark);
 }
 
 }  // namespace tessel::cli

@@ -1,15 +1,15 @@
 // tessel bench matmul / tessel bench dispatch: the SPMD op layer's two benchmarks, each against a
 // baseline measured in the same run (one device; the op count).
 #include <algorithm>
-#include <chrono>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "bench_env.h"
-#include "bench_team.h"
+#include "bench_stats.h"
 #include "commands.h"
 #include "flags.h"
 #include "json_output.h"
@@ -53,13 +53,12 @@ struct DispatchFlags {
 constexpr int64_t kMaxN = 65536;
 constexpr int64_t kMaxRounds = 1000;
 
-using bench::median;  // medians of odd counts are the middle value
+using bench::median;
 
+// Microseconds one call of fn() takes.
 template <typename Fn>
 double time_us(Fn&& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  return bench::seconds_of(std::forward<Fn>(fn)) * 1e6;
 }
 
 // The dispatch benchmark's baseline: op `name`'s local kernel on each local block of `x` (as
@@ -88,13 +87,7 @@ class DirectKernel {
   LocalContext context_;  // the elementwise kernels do not read it
 };
 
-}  // namespace
-
-int run_bench_matmul(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kMatmulHelp;
-    return kExitOk;
-  }
+MatmulFlags parse_matmul(const Args& args) {
   MatmulFlags f;
   FlagParser flags("bench matmul");
   flags.integer({"--n"}, f.n, 1, kMaxN);
@@ -102,6 +95,10 @@ int run_bench_matmul(const Args& args) {
   flags.integer({"--rounds"}, f.rounds, 1, kMaxRounds);
   flags.set({"--json"}, f.json);
   flags.parse(args);
+  return f;
+}
+
+int matmul_benchmark(const MatmulFlags& f) {
   // A, B and the product, once on one device and once sharded over the mesh.
   bench::check_fits_in_memory("bench matmul",
                               6.0 * static_cast<double>(f.n) * static_cast<double>(f.n) * 4,
@@ -138,11 +135,15 @@ int run_bench_matmul(const Args& args) {
   return kExitOk;
 }
 
-int run_bench_dispatch(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kDispatchHelp;
-    return kExitOk;
-  }
+}  // namespace
+
+int run_bench_matmul(const Args& args) {
+  return run_command(args, kMatmulHelp, parse_matmul, matmul_benchmark);
+}
+
+namespace {
+
+DispatchFlags parse_dispatch(const Args& args) {
   DispatchFlags f;
   FlagParser flags("bench dispatch");
   flags.integer({"--devices"}, f.devices, 1, kMaxCpuDevices);
@@ -150,6 +151,10 @@ int run_bench_dispatch(const Args& args) {
   flags.integer({"--rounds"}, f.rounds, 1, kMaxRounds);
   flags.set({"--json"}, f.json);
   flags.parse(args);
+  return f;
+}
+
+int dispatch_benchmark(const DispatchFlags& f) {
   Runtime rt({.num_cpu_devices = static_cast<int>(f.devices)});
   const Mesh mesh = Mesh::create({{"x", f.devices}});
   const DTensor x = copy_to_mesh(Tensor::full(Shape{8}, DType::kF32, 1.0), Layout({"x"}, mesh), rt);
@@ -183,6 +188,12 @@ int run_bench_dispatch(const Args& args) {
                              f.devices, m, k, m / k, f.rounds, f.ops);
   }
   return kExitOk;
+}
+
+}  // namespace
+
+int run_bench_dispatch(const Args& args) {
+  return run_command(args, kDispatchHelp, parse_dispatch, dispatch_benchmark);
 }
 
 }  // namespace tessel::cli

@@ -32,12 +32,14 @@
 #include <vector>
 
 #include "bench_env.h"
+#include "bench_stats.h"
 #include "bench_team.h"
 #include "commands.h"
 #include "flags.h"
 #include "json_output.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/comm/mesh_groups.h"
+#include "tessel/core/byte_size.h"
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 #include "tessel/core/reduce_op.h"
@@ -103,25 +105,13 @@ struct RelayoutConfig {
   throw UsageError("bench relayout", std::move(message));
 }
 
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t end = text.find(sep, start);
-    parts.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return parts;
-}
-
 RelayoutConfig parse(const Args& args) {
   RelayoutConfig c;
   bool have_shape = false, have_mesh = false, have_from = false, have_to = false;
   FlagParser flags("bench relayout");
   flags.custom({"--shape"}, [&](const std::string& flag, const std::string& v) {
     std::vector<int64_t> dims;
-    for (const std::string& d : split(v, ',')) {
+    for (const std::string& d : split_list(v, ',')) {
       dims.push_back(flags.parse_integer(flag, d, 1, int64_t{1} << 40));
     }
     c.shape = Shape(dims);
@@ -137,11 +127,11 @@ RelayoutConfig parse(const Args& args) {
     have_mesh = true;
   });
   flags.custom({"--from"}, [&](const std::string&, const std::string& v) {
-    c.from = split(v, ',');
+    c.from = split_list(v, ',');
     have_from = true;
   });
   flags.custom({"--to"}, [&](const std::string&, const std::string& v) {
-    c.to = split(v, ',');
+    c.to = split_list(v, ',');
     have_to = true;
   });
   flags.custom({"--dtype"}, [&](const std::string&, const std::string& v) {
@@ -170,14 +160,6 @@ RelayoutConfig parse(const Args& args) {
       "--shape " + c.shape.to_string() + " (" + std::string(dtype_name(c.dtype)) + ") on " +
           std::to_string(static_cast<int64_t>(devices)) + " devices");
   return c;
-}
-
-std::string bytes_text(int64_t bytes) {
-  char buf[32];
-  if (bytes < 1024) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else if (bytes < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
 }
 
 // Elements of `a` whose bytes differ from `b`'s (all of them if the shapes or dtypes differ).
@@ -341,11 +323,7 @@ int run(const RelayoutConfig& c) {
   };
   const double needed = static_cast<double>(bytes) * (3 + replicas(from) + 3 * replicas(plan.to) +
                                                       2 * std::max(replicas(from), replicas(plan.to)));
-  const double physical = bench::physical_memory_bytes();
-  if (physical > 0 && needed > 0.75 * physical) {
-    usage("--shape " + c.shape.to_string() + " needs about " + std::to_string(static_cast<int64_t>(needed / (1 << 20))) +
-          " MiB of buffers; this machine has " + std::to_string(static_cast<int64_t>(physical / (1 << 20))) + " MiB");
-  }
+  bench::check_fits_in_memory("bench relayout", needed, "--shape " + c.shape.to_string());
 
   Runtime rt({.num_cpu_devices = n});
   const Tensor host = Tensor::random_uniform(c.shape, c.dtype, 7, 0, 100);
@@ -359,20 +337,20 @@ int run(const RelayoutConfig& c) {
   const auto time_relayout = [&](int warmup, int iters, std::vector<double>& samples) {
     DTensor held;
     for (int i = 0; i < warmup + iters; ++i) {
-      const double t0 = bench::now_seconds();
+      const bench::Stopwatch watch;
       DTensor result = relayout(source, to);
-      const double t1 = bench::now_seconds();
-      if (i >= warmup) samples.push_back((t1 - t0) * 1e6);
+      const double us = watch.microseconds();
+      if (i >= warmup) samples.push_back(us);
       held = std::move(result);  // the previous result is freed outside the timed region
     }
   };
   volatile unsigned char sink = 0;
   const auto time_memcpy = [&](int warmup, int iters, std::vector<double>& samples) {
     for (int i = 0; i < warmup + iters; ++i) {
-      const double t0 = bench::now_seconds();
+      const bench::Stopwatch watch;
       std::memcpy(buffers.dst.get(), buffers.src.get(), buffers.size);
-      const double t1 = bench::now_seconds();
-      if (i >= warmup) samples.push_back((t1 - t0) * 1e6);
+      const double us = watch.microseconds();
+      if (i >= warmup) samples.push_back(us);
       if (buffers.size > 0) sink = static_cast<unsigned char>(sink + buffers.dst[static_cast<size_t>(i) % buffers.size]);
     }
   };
@@ -385,10 +363,10 @@ int run(const RelayoutConfig& c) {
         Tensor held;
         for (int i = 0; i < warmup + iters; ++i) {
           team->sync();
-          const double t0 = bench::now_seconds();
+          const bench::Stopwatch watch;
           Tensor result = collective->call(rank);
-          const double t1 = bench::now_seconds();
-          if (i >= warmup) times[static_cast<size_t>(i - warmup)][static_cast<size_t>(rank)] = (t1 - t0) * 1e6;
+          const double us = watch.microseconds();
+          if (i >= warmup) times[static_cast<size_t>(i - warmup)][static_cast<size_t>(rank)] = us;
           held = std::move(result);
         }
       } catch (const std::exception& e) {
@@ -440,7 +418,8 @@ int run(const RelayoutConfig& c) {
   } else {
     std::printf("# tessel bench relayout: %s %s (%s), mesh %s on %d CPU devices; hardware threads %u, load "
                 "average %s; medians of %d calls in %d rounds\n",
-                c.shape.to_string().c_str(), std::string(dtype_name(c.dtype)).c_str(), bytes_text(bytes).c_str(),
+                c.shape.to_string().c_str(), std::string(dtype_name(c.dtype)).c_str(),
+                format_bytes(bytes).c_str(),
                 mesh.to_string().substr(0, mesh.to_string().find('|', 1) + 1).c_str(), n,
                 std::thread::hardware_concurrency(), bench::load_average_text().c_str(), c.iters, rounds);
     std::cout << plan.to_string();
@@ -476,17 +455,7 @@ int run(const RelayoutConfig& c) {
 }  // namespace
 
 int run_bench_relayout(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
-  const RelayoutConfig c = parse(args);  // a UsageError reaches main(): exit status 2
-  try {
-    return run(c);
-  } catch (const Error& e) {
-    std::cerr << "tessel: error: bench relayout failed: " << e.what() << "\n";
-    return kExitFailure;
-  }
+  return run_command(args, kHelp, parse, run, "bench relayout");
 }
 
 }  // namespace tessel::cli

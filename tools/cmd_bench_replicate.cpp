@@ -27,7 +27,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -36,7 +35,7 @@
 #include <fmt/format.h>
 
 #include "bench_env.h"
-#include "bench_team.h"
+#include "bench_stats.h"
 #include "commands.h"
 #include "flags.h"
 #include "json_output.h"
@@ -173,7 +172,7 @@ class KernelRunner {
   std::vector<Tensor> values_;
 };
 
-using bench::median;  // medians of odd counts are the middle value
+using bench::median;
 
 int64_t minor_faults() {
   rusage usage{};
@@ -185,10 +184,9 @@ int64_t minor_faults() {
 template <typename Fn>
 double us_per_step(int64_t steps, Fn&& fn, std::vector<double>* faults = nullptr) {
   const int64_t faults0 = minor_faults();
-  const auto t0 = std::chrono::steady_clock::now();
+  const bench::Stopwatch watch;
   for (int64_t s = 0; s < steps; ++s) fn();
-  const double us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const double us = watch.microseconds();
   if (faults) faults->push_back(static_cast<double>(minor_faults() - faults0) / steps);
   return us / static_cast<double>(steps);
 }
@@ -211,14 +209,7 @@ std::shared_ptr<const CompiledComputation> compile_or_throw(const Function& fn, 
   return r.computation();
 }
 
-}  // namespace
-
-int run_bench_replicate(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
-  const Config c = parse(args);
+int replicate_benchmark(const Config& c) {
   Runtime rt({.num_cpu_devices = static_cast<int>(c.devices)});
   const int replicas = static_cast<int>(c.replicas);
 
@@ -348,6 +339,12 @@ int run_bench_replicate(const Args& args) {
     std::cout << fmt::format("wrong results: {}\n", wrong);
   }
   return wrong == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+int run_bench_replicate(const Args& args) {
+  return run_command(args, kHelp, parse, replicate_benchmark);
 }
 
 }  // namespace tessel::cli

@@ -42,14 +42,16 @@ void show(int step, std::string_view title, std::string_view note, const Layout&
             << visualize(layout, shape) << "\n";
 }
 
-}  // namespace
+// --layouts and nothing else.
+NoOptions parse(const Args& args) {
+  bool layouts = false;
+  FlagParser flags("demo");
+  flags.set({"--layouts"}, layouts);
+  flags.parse(args);
+  return {};
+}
 
-int run_demo(const Args& args) {
-  if (std::find(args.begin(), args.end(), "--layouts") == args.end()) return run_demo_train(args);
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
+int walk_through_layouts(NoOptions) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   std::cout
       << "A 2x2 mesh of four CPU devices, ids 0..3 in row-major order (y varies fastest):\n"
@@ -82,6 +84,13 @@ int run_demo(const Args& args) {
   std::cout << "Try your own: tessel layout 'sharding_specs:x,unsharded, mesh:|x=2,y=2|*CPU' "
                "--shape 8,6\n";
   return kExitOk;
+}
+
+}  // namespace
+
+int run_demo(const Args& args) {
+  if (std::find(args.begin(), args.end(), "--layouts") == args.end()) return run_demo_train(args);
+  return run_command(args, kHelp, parse, walk_through_layouts);
 }
 
 }  // namespace tessel::cli

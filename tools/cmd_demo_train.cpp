@@ -318,12 +318,6 @@ int train(const Options& o) {
 
 }  // namespace
 
-int run_demo_train(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
-  return train(parse(args));
-}
+int run_demo_train(const Args& args) { return run_command(args, kHelp, parse, train); }
 
 }  // namespace tessel::cli

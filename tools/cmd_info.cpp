@@ -76,14 +76,12 @@ std::string mpi_info() {
   return std::string(built(true)) + " (" + version.substr(0, version.find(',')) + ")";
 }
 
-}  // namespace
-
-int run_info(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
+NoOptions parse(const Args& args) {
   FlagParser("info").parse(args);  // takes no arguments
+  return {};
+}
+
+int print_info(NoOptions) {
   std::cout << "tessel " << TESSEL_VERSION_STRING << "\n"
             << "compiler:         " << compiler() << " (C++ " << __cplusplus << ")\n"
             << "sanitizer:        " << sanitizer() << "\n"
@@ -103,5 +101,9 @@ int run_info(const Args& args) {
   for (const Device* d : runtime.devices()) std::cout << "  " << d->name() << "\n";
   return kExitOk;
 }
+
+}  // namespace
+
+int run_info(const Args& args) { return run_command(args, kHelp, parse, print_info); }
 
 }  // namespace tessel::cli

@@ -42,17 +42,9 @@ struct Options {
   std::optional<std::string> shape;   // --shape
 };
 
-// Splits "a,b,c" on commas; "" is the empty list (a rank-0 layout).
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> parts;
-  if (text.empty()) return parts;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    parts.push_back(text.substr(start, comma - start));
-    if (comma == std::string::npos) return parts;
-    start = comma + 1;
-  }
+// --specs "a,b,c" as a list; "" is the empty list (a rank-0 layout).
+std::vector<std::string> specs_list(const std::string& text) {
+  return text.empty() ? std::vector<std::string>{} : split_list(text, ',');
 }
 
 Options parse_args(const Args& args) {
@@ -125,19 +117,12 @@ void print_shards(const Layout& layout) {
   }
 }
 
-}  // namespace
-
-int run_layout(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
-  const Options opts = parse_args(args);
-
+// Prints the layout, its shards and, with --shape, the shard map.
+int show(const Options& opts) {
   // Parse first, so that tessel's own message reaches the user (main prints Error::what()).
   const Layout layout = opts.layout
                             ? Layout::from_string(*opts.layout)
-                            : Layout(split_commas(*opts.specs), parse_mesh(*opts.mesh));
+                            : Layout(specs_list(*opts.specs), parse_mesh(*opts.mesh));
   // With a shape: check its rank and draw the map before printing, so a rejected shape prints
   // only the error.
   std::optional<Shape> shape;
@@ -169,5 +154,9 @@ int run_layout(const Args& args) {
             << shard_map;
   return kExitOk;
 }
+
+}  // namespace
+
+int run_layout(const Args& args) { return run_command(args, kHelp, parse_args, show); }
 
 }  // namespace tessel::cli

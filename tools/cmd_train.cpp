@@ -302,12 +302,6 @@ int train_gpt(const Options& o) {
 
 }  // namespace
 
-int run_train(const Args& args) {
-  if (wants_help(args)) {
-    std::cout << kHelp;
-    return kExitOk;
-  }
-  return train_gpt(parse(args));
-}
+int run_train(const Args& args) { return run_command(args, kHelp, parse, train_gpt); }
 
 }  // namespace tessel::cli

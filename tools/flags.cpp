@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include "tessel/core/byte_size.h"
+
 namespace tessel::cli {
 namespace {
 
@@ -51,6 +53,17 @@ bool wants_help(const Args& args) {
     if (a == "--help" || a == "-h") return true;
   }
   return false;
+}
+
+std::vector<std::string> split_list(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find(sep, start);
+    parts.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
 }
 
 UsageError::UsageError(std::string command, std::string message)
@@ -170,24 +183,13 @@ int64_t FlagParser::parse_integer(const std::string& flag, const std::string& te
 
 int64_t FlagParser::parse_size(const std::string& flag, const std::string& text, int64_t low,
                                int64_t high) const {
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  std::string unit = text.substr(digits);
-  if (unit.size() > 1 && (unit.substr(1) == "B" || unit.substr(1) == "iB")) unit.resize(1);
-  int shift = -1;
-  if (unit.empty() || unit == "B") shift = 0;
-  if (unit == "K" || unit == "k") shift = 10;
-  if (unit == "M" || unit == "m") shift = 20;
-  if (unit == "G" || unit == "g") shift = 30;
-  const std::optional<int64_t> count = whole_integer(std::string_view(text).substr(0, digits));
-  if (!count || shift < 0) {
-    fail(flag + ": '" + text + "' is not a size (e.g. 4096, 4K, 16M, 1G)");
-  }
-  if (*count > (high >> shift) || (*count << shift) < low) {
+  const std::optional<int64_t> bytes = parse_byte_size(text);
+  if (!bytes) fail(flag + ": '" + text + "' is not a size (e.g. 4096, 4K, 16M, 1G)");
+  if (*bytes < low || *bytes > high) {
     fail(flag + " expects a size in [" + size_text(low) + ", " + size_text(high) + "], got '" +
          text + "'");
   }
-  return *count << shift;
+  return *bytes;
 }
 
 }  // namespace tessel::cli

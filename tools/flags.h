@@ -36,6 +36,9 @@ using Args = std::vector<std::string>;
 // True when any argument is "--help" or "-h".
 bool wants_help(const Args& args);
 
+// A flag value that is a list, split on every `sep`: "a,b," gives {"a", "b", ""}, "" gives {""}.
+std::vector<std::string> split_list(const std::string& text, char sep);
+
 // A bad command line: what() is "<command>: <message>".
 class UsageError : public std::runtime_error {
  public:
@@ -68,8 +71,9 @@ class FlagParser {
   void integer(Names names, int& target, int64_t low, int64_t high);
   // An integer >= 1.
   void positive(Names names, int64_t& target);
-  // A byte count in [low, high]: digits with an optional unit K, M or G (powers of 1024, either
-  // case, optionally followed by B or iB), e.g. 4096, 4K, 16MiB, 1G.
+  // A byte count in [low, high]: tessel::parse_byte_size's, digits with an optional unit K, M,
+  // G or T (powers of 1024, either case, optionally followed by B or iB), e.g. 4096, 4K, 16MiB,
+  // 1G.
   void size(Names names, int64_t& target, int64_t low, int64_t high);
   // A floating-point number.
   void number(Names names, double& target);

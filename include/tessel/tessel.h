@@ -8,6 +8,7 @@
 #include "tessel/core/allocator.h"
 #include "tessel/core/blas.h"
 #include "tessel/core/box.h"
+#include "tessel/core/byte_size.h"
 #include "tessel/core/device_name.h"
 #include "tessel/core/dlpack.h"
 #include "tessel/core/dtype.h"

@@ -1,8 +1,8 @@
 #include "tessel/comm/collective_options.h"
 
-#include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "core/errors.h"
 
 namespace tessel {
@@ -34,15 +34,10 @@ Algorithm algorithm_from_name(std::string_view name) {
 }
 
 std::chrono::milliseconds default_collective_timeout() {
-  const char* text = std::getenv("TESSEL_COLLECTIVE_TIMEOUT_S");
-  if (text == nullptr || *text == '\0') return std::chrono::seconds(300);
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !(seconds > 0) || seconds > 1e7) {
-    detail::throw_invalid("CollectiveOptions",
-                          "TESSEL_COLLECTIVE_TIMEOUT_S='{}' is not a positive number of seconds",
-                          text);
-  }
+  // At most 1e7 s (116 days): a larger value is a typo, and its milliseconds would overflow.
+  const double seconds = detail::env_number("TESSEL_COLLECTIVE_TIMEOUT_S", {0.0, 1e7},
+                                            "CollectiveOptions", "a positive number of seconds")
+                             .value_or(300.0);
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
 }
 

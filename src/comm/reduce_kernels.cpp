@@ -15,6 +15,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "core/env.h"
 #include "core/errors.h"
 #include "tessel/core/float16.h"
 
@@ -75,8 +76,8 @@ void combine_block(A* acc, const T* in, int64_t n) {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // The same loop compiled for AVX2 (twice the vector width of the SSE2 baseline), taken when
-// the CPU has it and TESSEL_NO_AVX2 is unset: 18% off a 4 MiB all-reduce over 4 devices here
-// (docs/benchmarks-history.md). Its callees are inline baseline code, which GCC and Clang
+// the CPU has it and the switch TESSEL_NO_AVX2 is not on: 18% off a 4 MiB all-reduce over 4
+// devices here (docs/benchmarks-history.md). Its callees are inline baseline code, which GCC and Clang
 // inline into it.
 #define TESSEL_HAVE_AVX2_KERNELS 1
 template <typename A, typename T, ReduceOp kOp>
@@ -87,7 +88,8 @@ __attribute__((target("avx2"))) void combine_block_avx2(A* acc, const T* in, int
 }
 
 bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && !getenv("TESSEL_NO_AVX2");
+  static const bool has =
+      __builtin_cpu_supports("avx2") && !detail::env_flag("TESSEL_NO_AVX2", false, "Reduce");
   return has;
 }
 #endif

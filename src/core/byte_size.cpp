@@ -1,16 +1,13 @@
-// Byte counts as text (byte_size.h).
+// Byte counts as text (tessel/core/byte_size.h, core/byte_size.h).
 #include "core/byte_size.h"
 
 #include <charconv>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 
 #include <fmt/format.h>
 
-#include "core/errors.h"
-
-namespace tessel::detail {
+namespace tessel {
 
 std::string format_bytes(int64_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);
@@ -22,11 +19,6 @@ std::string format_bytes(int64_t bytes) {
     ++u;
   }
   return fmt::format("{:.1f} {}", v, units[u]);
-}
-
-std::string format_request_bytes(int64_t bytes) {
-  if (bytes < 1024) return format_bytes(bytes);
-  return fmt::format("{} ({} bytes)", format_bytes(bytes), bytes);
 }
 
 std::optional<int64_t> parse_byte_size(std::string_view text) {
@@ -47,16 +39,12 @@ std::optional<int64_t> parse_byte_size(std::string_view text) {
   return count << shift;
 }
 
-std::optional<int64_t> byte_size_from_env(const char* name, int64_t min,
-                                          std::string_view component) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  const std::optional<int64_t> bytes = parse_byte_size(text);
-  if (!bytes || *bytes < min) {
-    throw_invalid(component, "{}='{}' is not a byte count of at least {} (e.g. 4096, 512M, 4G)",
-                  name, text, min);
-  }
-  return bytes;
+namespace detail {
+
+std::string format_request_bytes(int64_t bytes) {
+  if (bytes < 1024) return format_bytes(bytes);
+  return fmt::format("{} ({} bytes)", format_bytes(bytes), bytes);
 }
 
-}  // namespace tessel::detail
+}  // namespace detail
+}  // namespace tessel

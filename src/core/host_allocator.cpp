@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/byte_size.h"
+#include "core/env.h"
 #include "core/errors.h"
 
 namespace tessel {
@@ -24,7 +25,7 @@ constexpr size_t kCachedBlockBytes = size_t{1} << 16;
 constexpr size_t kDefaultCacheBytes = size_t{1} << 30;
 
 size_t cache_limit() {
-  const auto bytes = byte_size_from_env("TESSEL_HOST_CACHE_BYTES", 0, "Allocator");
+  const auto bytes = env_byte_size("TESSEL_HOST_CACHE_BYTES", 0, "Allocator");
   return bytes ? static_cast<size_t>(*bytes) : kDefaultCacheBytes;
 }
 

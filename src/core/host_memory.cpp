@@ -10,8 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/byte_size.h"
-#include "core/errors.h"
+#include "core/env.h"
 #include "core/host_allocator.h"
 #include "core/host_memory_probe.h"
 
@@ -21,6 +20,9 @@ namespace {
 
 constexpr const char* kLimitEnv = "TESSEL_HOST_MEMORY_LIMIT";
 constexpr const char* kFractionEnv = "TESSEL_PER_PROCESS_MEMORY_FRACTION";
+
+// More processes on one host than any launcher starts: a larger local size is a typo.
+constexpr int64_t kMaxLocalProcesses = 1 << 20;
 
 // cgroup limits at or above this mean "no limit" (v1 writes 2^63 rounded down to a page).
 constexpr int64_t kNoCgroupLimit = int64_t{1} << 60;
@@ -81,26 +83,18 @@ std::optional<int64_t> cgroup_headroom(const std::string& root, std::string path
   }
 }
 
-// Processes of this job on this host, as the launcher says (mpirun), else 1.
-int local_processes() {
+// Processes of this job on this host, as the launcher says (Open MPI's, then MPICH's variable),
+// else 1. A value that is not a positive integer is an error, not a silent 1.
+int64_t local_processes() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    if (const char* v = std::getenv(name)) {
-      const int n = std::atoi(v);
-      if (n >= 1) return n;
-    }
+    if (const auto n = env_int(name, {1, kMaxLocalProcesses}, "Allocator")) return *n;
   }
   return 1;
 }
 
 double per_process_fraction() {
-  const char* v = std::getenv(kFractionEnv);
-  if (v == nullptr || *v == '\0') return kDefaultPerProcessMemoryFraction;
-  char* end = nullptr;
-  const double fraction = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(fraction > 0.0 && fraction <= 1.0)) {
-    throw_invalid("Allocator", "{}='{}' is not a fraction in (0, 1]", kFractionEnv, v);
-  }
-  return fraction;
+  return env_number(kFractionEnv, {0.0, 1.0}, "Allocator", "a fraction in (0, 1]")
+      .value_or(kDefaultPerProcessMemoryFraction);
 }
 
 int64_t physical_memory() {
@@ -128,7 +122,7 @@ int64_t available_memory(const HostMemoryFiles& files) {
 }
 
 int64_t default_host_memory_limit() {
-  if (const auto bytes = byte_size_from_env(kLimitEnv, 1, "Allocator")) return *bytes;
+  if (const auto bytes = env_byte_size(kLimitEnv, 1, "Allocator")) return *bytes;
   const double fraction = per_process_fraction();
   int64_t memory = host_available_memory();
   if (memory < 0) memory = physical_memory();

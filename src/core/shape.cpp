@@ -1,10 +1,11 @@
 #include "tessel/core/shape.h"
 
-#include <charconv>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 #include "core/errors.h"
+#include "core/text.h"
 
 namespace tessel {
 namespace {
@@ -78,18 +79,14 @@ Shape Shape::parse(const std::string& text) {
   }
   std::vector<int64_t> dims;
   if (body.empty()) return Shape(dims);  // scalar
-  while (true) {
-    const size_t comma = body.find(',');
-    const std::string_view item = trim(body.substr(0, comma));
-    int64_t value = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
+  for (const std::string& piece : detail::split(body, ',')) {
+    const std::string_view item = trim(piece);
+    const std::optional<int64_t> value = detail::parse_integer(item);
+    if (!value) {
       detail::throw_invalid("Shape", "cannot parse '{}': '{}' is not an integer extent", text,
                             item);
     }
-    dims.push_back(value);
-    if (comma == std::string_view::npos) break;
-    body.remove_prefix(comma + 1);
+    dims.push_back(*value);
   }
   return Shape(std::move(dims));
 }

@@ -7,7 +7,7 @@
 //   sharding_specs:x,unsharded, partial:sum(y), mesh:..  tessel: pending reductions
 // TF rejects both extensions (a '+' names no mesh dim; three space-separated parts).
 #include "core/errors.h"
-#include "mesh/text_util.h"
+#include "core/text.h"
 #include "tessel/mesh/layout.h"
 
 namespace tessel {

@@ -4,8 +4,8 @@
 #include <numeric>
 
 #include "core/errors.h"
+#include "core/text.h"
 #include "mesh/mesh_data.h"
-#include "mesh/text_util.h"
 #include "tessel/core/device_name.h"
 
 namespace tessel {

@@ -3,7 +3,7 @@
 #include "tessel/mesh/mesh_spec.h"
 
 #include "core/errors.h"
-#include "mesh/text_util.h"
+#include "core/text.h"
 
 namespace tessel {
 namespace {
@@ -11,12 +11,12 @@ namespace {
 constexpr std::string_view kParseMesh = "parse_mesh";
 
 int64_t parse_size(std::string_view size, std::string_view text, int64_t max_devices) {
-  int64_t value = 0;
-  if (!detail::parse_int64(size, &value) || value < 1 || value > max_devices) {
+  const std::optional<int64_t> value = detail::parse_integer(size);
+  if (!value || *value < 1 || *value > max_devices) {
     detail::throw_invalid(kParseMesh, "'{}' in '{}' is not a dimension size from 1 to {}", size,
                           text, max_devices);
   }
-  return value;
+  return *value;
 }
 
 // "x=2,y=2" (named) or "2x2" (sizes, named by default_names).

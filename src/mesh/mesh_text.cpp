@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/errors.h"
+#include "core/text.h"
 #include "mesh/mesh_data.h"
-#include "mesh/text_util.h"
 
 namespace tessel {
 namespace {
@@ -17,12 +17,12 @@ std::vector<int64_t> parse_ids(const std::string& text, std::string_view what) {
   std::vector<int64_t> ids;
   if (text.empty()) return ids;
   for (const std::string& piece : detail::split(text, ',')) {
-    int64_t id = 0;
-    if (!detail::parse_int64(piece, &id)) {
+    const std::optional<int64_t> id = detail::parse_integer(piece);
+    if (!id) {
       detail::throw_invalid(kMesh, "Failed to parse {}: '{}' is not an integer (in '{}')", what,
                             piece, text);
     }
-    ids.push_back(id);
+    ids.push_back(*id);
   }
   return ids;
 }
@@ -37,13 +37,14 @@ std::vector<MeshDimension> parse_dims(const std::string& text) {
   if (text.empty()) return dims;
   for (const std::string& piece : detail::split(text, ',')) {
     const std::vector<std::string> kv = detail::split(piece, '=');
-    int64_t size = 0;
-    if (kv.size() != 2 || !detail::parse_int64(kv[1], &size)) {
+    const std::optional<int64_t> size =
+        kv.size() == 2 ? detail::parse_integer(kv[1]) : std::nullopt;
+    if (!size) {
       // TF leaves this undefined; tessel names the malformed piece.
       detail::throw_invalid(kMesh, "Failed to parse mesh dimension '{}': expected <name>=<size>",
                             piece);
     }
-    dims.push_back({kv[0], size});
+    dims.push_back({kv[0], *size});
   }
   return dims;
 }

@@ -2,11 +2,13 @@
 // Runtime::global() names its devices after this client.
 #include "tessel/runtime/clients.h"
 
-#include <charconv>
-#include <cstdlib>
+#include <limits>
 #include <numeric>
+#include <utility>
 
+#include "core/env.h"
 #include "core/errors.h"
+#include "core/text.h"
 #include "tessel/core/device_name.h"
 
 namespace tessel {
@@ -14,18 +16,14 @@ namespace {
 
 constexpr std::string_view kComponent = "clients";
 
-// The first of `names` set in the environment, as an integer.
-std::optional<int> env_int(std::initializer_list<const char*> names) {
+// The first of `names` set (and not empty) in the environment, as an int.
+std::optional<int> first_env_int(std::initializer_list<const char*> names) {
   for (const char* name : names) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    int value = 0;
-    const char* end = v + std::char_traits<char>::length(v);
-    auto [p, ec] = std::from_chars(v, end, value);
-    if (ec != std::errc() || p != end) {
-      detail::throw_invalid(kComponent, "{}='{}' is not an integer", name, v);
+    if (const auto value = detail::env_int(name, {std::numeric_limits<int>::min(),
+                                                  std::numeric_limits<int>::max()},
+                                           kComponent, "an integer")) {
+      return static_cast<int>(*value);
     }
-    return value;
   }
   return std::nullopt;
 }
@@ -33,32 +31,23 @@ std::optional<int> env_int(std::initializer_list<const char*> names) {
 }  // namespace
 
 std::vector<std::string> jobs() {
-  std::vector<std::string> out;
-  const char* v = std::getenv("DTENSOR_JOBS");
-  if (v == nullptr || *v == '\0') return out;
-  std::string s(v);
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = std::min(s.find(',', start), s.size());
-    out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
+  const std::optional<std::string> text = detail::env_string("DTENSOR_JOBS");
+  return text ? detail::split(*text, ',') : std::vector<std::string>{};
 }
 
 int num_clients() {
-  if (auto n = env_int({"TESSEL_NUM_CLIENTS", "DTENSOR_NUM_CLIENTS"})) {
+  if (auto n = first_env_int({"TESSEL_NUM_CLIENTS", "DTENSOR_NUM_CLIENTS"})) {
     if (*n < 1) detail::throw_invalid(kComponent, "the number of clients must be >= 1, got {}", *n);
     return *n;
   }
   if (const auto j = jobs(); !j.empty()) return static_cast<int>(j.size());
-  if (auto n = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})) return std::max(*n, 1);
+  if (auto n = first_env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})) return std::max(*n, 1);
   return 1;
 }
 
 int client_id() {
-  const int id = env_int({"TESSEL_CLIENT_ID", "DTENSOR_CLIENT_ID", "OMPI_COMM_WORLD_RANK",
-                          "PMI_RANK"})
+  const int id = first_env_int({"TESSEL_CLIENT_ID", "DTENSOR_CLIENT_ID",
+                                "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
                      .value_or(0);
   const int n = num_clients();
   if (id < 0 || id >= n) {
@@ -69,7 +58,7 @@ int client_id() {
 
 std::string job_name() {
   for (const char* name : {"TESSEL_JOB_NAME", "DTENSOR_JOB_NAME"}) {
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return v;
+    if (std::optional<std::string> job = detail::env_string(name)) return *std::move(job);
   }
   return num_clients() == 1 ? "localhost" : "worker";
 }

@@ -5,13 +5,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
-#include <cstdlib>
 #include <optional>
 #include <utility>
 
-#include "core/byte_size.h"
+#include "core/env.h"
 #include "core/errors.h"
+#include "core/text.h"
 #include "tessel/core/host_memory.h"
 #include "tessel/runtime/gpu.h"
 #include "tessel/runtime/gpu_event.h"
@@ -37,16 +36,8 @@ int resolve_count(int requested, const char* option, const char* env, int low, i
     }
     return requested;
   }
-  const char* value_text = std::getenv(env);
-  if (value_text == nullptr) return fallback;
-  const std::string_view text(value_text);
-  int value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < low ||
-      value > kMaxCpuDevices) {
-    detail::throw_invalid("Runtime", "{}='{}' is not {}", env, text, what);
-  }
-  return value;
+  return static_cast<int>(
+      detail::env_int(env, {low, kMaxCpuDevices}, "Runtime", what).value_or(fallback));
 }
 
 // num_cpu_devices from the options, else the environment, else the default.
@@ -86,30 +77,23 @@ std::vector<int> resolve_gpu_ordinals(const std::vector<int>& listed, int reques
     for (int i = 0; i < requested; ++i) ordinals.push_back(i);
     return ordinals;
   }
-  const char* env = std::getenv(kGpuDevicesEnv);
-  if (env == nullptr) {
+  const std::optional<std::string> text = detail::env_raw(kGpuDevicesEnv);
+  if (!text) {
     for (int i = 0; i < visible; ++i) ordinals.push_back(i);
     return ordinals;
   }
-  const std::string_view text(env);
-  if (text.empty() || text == "none") return ordinals;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string_view item = text.substr(start, comma - start);
-    int value = -1;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 0 ||
-        value >= visible) {
+  if (text->empty() || *text == "none") return ordinals;
+  for (const std::string& item : detail::split(*text, ',')) {
+    const std::optional<int64_t> value = detail::parse_integer(item);
+    if (!value || *value < 0 || *value >= visible) {
       detail::throw_invalid("Runtime", "{}='{}': '{}' is not a visible CUDA ordinal ({} visible GPUs)",
-                            kGpuDevicesEnv, text, item, visible);
+                            kGpuDevicesEnv, *text, item, visible);
     }
     if (ordinals.size() == static_cast<size_t>(kMaxCpuDevices)) {
       detail::throw_invalid("Runtime", "{}='{}' lists more than {} devices", kGpuDevicesEnv,
-                            text, kMaxCpuDevices);
+                            *text, kMaxCpuDevices);
     }
-    ordinals.push_back(value);
-    start = comma + 1;
+    ordinals.push_back(static_cast<int>(*value));
   }
   return ordinals;
 }
@@ -130,7 +114,7 @@ int64_t resolve_memory_limit(int64_t requested, int num_devices) {
     }
     return requested;
   }
-  if (const auto bytes = detail::byte_size_from_env(kDeviceMemoryLimitEnv, 1, "Runtime")) {
+  if (const auto bytes = detail::env_byte_size(kDeviceMemoryLimitEnv, 1, "Runtime")) {
     return *bytes;
   }
   return std::max<int64_t>(1, host_memory_limit() / num_devices);

@@ -51,6 +51,8 @@ TEST(Runtime, DefaultsToFourDevicesWhenTheEnvironmentIsUnset) {
   EXPECT_EQ(rt.num_devices(), 4);
   EXPECT_EQ(rt.options().num_cpu_devices, 4);
   EXPECT_EQ(rt.device(3).name(), cpu(0, 3));
+  ScopedEnv empty(kEnv, "");  // empty is unset, as for every variable (src/core/env.h)
+  EXPECT_EQ(Runtime().num_devices(), 4);
 }
 
 TEST(Runtime, ReadsTheDeviceCountFromTheEnvironment) {
@@ -69,7 +71,7 @@ TEST(Runtime, OptionsOverrideTheEnvironment) {
 }
 
 TEST(Runtime, ThrowsOnBadEnvironmentValueNamingIt) {
-  for (const char* bad : {"abc", "0", "-3", "1025", "", "4x", " 4", "+4", "99999999999"}) {
+  for (const char* bad : {"abc", "0", "-3", "1025", "4x", " 4", "+4", "99999999999"}) {
     ScopedEnv env(kEnv, bad);
     expect_error(
         [] { Runtime rt; }, ErrorCode::kInvalidArgument, "Runtime",

@@ -1,4 +1,5 @@
-#include "mesh/text_util.h"
+// The library's small text helpers (text.h).
+#include "core/text.h"
 
 #include <charconv>
 
@@ -18,11 +19,12 @@ std::vector<std::string> split(std::string_view text, char sep) {
   }
 }
 
-bool parse_int64(std::string_view text, int64_t* value) {
-  if (text.empty()) return false;
+std::optional<int64_t> parse_integer(std::string_view text) {
+  int64_t value = 0;
   const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, *value);
-  return ec == std::errc() && ptr == end;
+  const auto [at, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || at != end) return std::nullopt;
+  return value;
 }
 
 }  // namespace tessel::detail
