@@ -1,6 +1,7 @@
 // Internal: Communicator's collectives on device-memory tensors (device_collectives.h): the
 // host meeting first (signatures compared, missing ranks named), then the transport's device
 // collectives. Called by communicator.cpp after its argument checks, inside its failure guard.
+// Device memory that has no device path is staged through host copies instead (below).
 #pragma once
 
 #include <vector>

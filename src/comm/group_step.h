@@ -4,8 +4,9 @@
 // waited for by the caller (runtime/launch.h's run_on_streams).
 //
 //   auto service = GroupService::of(runtime);
-//   GroupStep step("relayout", service, service->pool(), GroupStep::Scratch::kDevice);
-//   for (...) {
+//   std::shared_ptr<CommunicatorPool> pool = service->pool();
+//   GroupStep step("relayout", service, pool, GroupStep::Scratch::kDevice);
+//   for (...) {                                       // this client's devices of the mesh
 //     Communicator* comm = &pool->get(mesh, {"x"}, offset, deadline.left());
 //     step.add(device, comm, [comm, x]() mutable { comm->all_reduce(x, x, ReduceOp::kSum); });
 //   }
