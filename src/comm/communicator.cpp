@@ -2,6 +2,8 @@
 // movement lives in the algorithm files (algorithms.h, direct_collectives.h, p2p_collectives.h):
 // the collectives other than all_reduce run their direct versions when the transport shares
 // memory and their point-to-point versions otherwise (MPI, hierarchical groups across processes).
+// A call on device memory that has no device path opens by handing its tensors to HostStaging
+// (device_path.h), which decides for the whole call; a staged call runs again on host copies.
 #include "tessel/comm/communicator.h"
 
 #include <numeric>
@@ -83,19 +85,9 @@ void Communicator::abort(const std::string& reason) { transport_->abort(reason);
 
 void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
                               const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, input, output)) {
-    Tensor in = detail::host_copy(input);
-    // The output's old bytes are never read: a fresh host tensor receives the result (a null
-    // output stays null, for the argument checks to refuse on every rank).
-    Tensor out;
-    if (output.defined()) {
-      out = output.shares_storage_with(input)
-                ? in
-                : Tensor::empty(output.shape(), output.dtype(), nullptr, /*zero_fill=*/false);
-    }
-    all_reduce(in, out, op, options);
-    output.copy_from(out);
-    return;
+  if (detail::HostStaging host{*transport_, input, &output}) {
+    all_reduce(host.input(), host.output(), op, options);
+    return host.finish();
   }
   Algorithm algo = options.algorithm;
   if (algo == Algorithm::kAuto) {
@@ -159,14 +151,9 @@ void Communicator::all_reduce(const Tensor& input, Tensor& output, ReduceOp op,
 void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int root,
                           const CollectiveOptions& options) {
   // A non-root's output is ignored: it is neither staged nor checked.
-  const Tensor no_output;
-  const Tensor& kept = rank() == root ? output : no_output;
-  if (detail::stages_through_host(*transport_, input, kept)) {
-    Tensor in = detail::host_copy(input);
-    Tensor out = detail::host_copy(kept);
-    reduce(in, out, op, root, options);
-    if (kept.defined()) output.copy_from(out);
-    return;
+  if (detail::HostStaging host{*transport_, input, rank() == root ? &output : nullptr}) {
+    reduce(host.input(), host.output(), op, root, options);
+    return host.finish();
   }
   const std::string what = fmt::format("reduce({}, {} elements, {}, root {})",
                                        input.defined() ? dtype_name(input.dtype()) : "null",
@@ -195,11 +182,9 @@ void Communicator::reduce(const Tensor& input, Tensor& output, ReduceOp op, int 
 }
 
 void Communicator::broadcast(Tensor& tensor, int root, const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, tensor)) {
-    Tensor staged = detail::host_copy(tensor);
-    broadcast(staged, root, options);
-    tensor.copy_from(staged);
-    return;
+  if (detail::HostStaging host{*transport_, tensor, &tensor}) {
+    broadcast(host.output(), root, options);
+    return host.finish();
   }
   const std::string what = fmt::format("broadcast({}, {} elements, root {})",
                                        tensor.defined() ? dtype_name(tensor.dtype()) : "null",
@@ -228,9 +213,8 @@ Tensor Communicator::gather(const Tensor& input, int root, int axis,
 
 Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int axis,
                                  const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, input, /*device_version=*/all)) {
-    const Tensor out = gather_impl(detail::host_copy(input), root, all, axis, options);
-    return detail::copy_like(out, input);
+  if (detail::HostStaging host{*transport_, input, nullptr, /*device_version=*/all}) {
+    return host.finish(gather_impl(host.input(), root, all, axis, options));
   }
   const std::string op = all ? "all_gather" : fmt::format("gather(root {})", root);
   const std::string agreed =
@@ -261,8 +245,8 @@ Tensor Communicator::gather_impl(const Tensor& input, int root, bool all, int ax
 Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
                                     const std::vector<int64_t>& counts,
                                     const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, input)) {
-    return detail::copy_like(reduce_scatter(detail::host_copy(input), op, counts, options), input);
+  if (detail::HostStaging host{*transport_, input}) {
+    return host.finish(reduce_scatter(host.input(), op, counts, options));
   }
   const std::string what = fmt::format(
       "reduce_scatter({}, {}, {}, counts [{}])", input.defined() ? dtype_name(input.dtype()) : "null",
@@ -284,8 +268,8 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op,
 
 Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>& send_counts,
                                 const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, input)) {
-    return detail::copy_like(all_to_all(detail::host_copy(input), send_counts, options), input);
+  if (detail::HostStaging host{*transport_, input}) {
+    return host.finish(all_to_all(host.input(), send_counts, options));
   }
   const std::string agreed = input.defined() ? fmt::format("all_to_all({}, {})", dtype_name(input.dtype()),
                                                            shape_without(input.shape(), 0))
@@ -321,8 +305,8 @@ Tensor Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>&
 
 Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<int64_t>& counts,
                              const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, input, /*device_version=*/false)) {
-    return detail::copy_like(scatter(detail::host_copy(input), root, counts, options), input);
+  if (detail::HostStaging host{*transport_, input, nullptr, /*device_version=*/false}) {
+    return host.finish(scatter(host.input(), root, counts, options));
   }
   const bool is_root = rank() == root;
   const std::string what = fmt::format("scatter(root {}, counts [{}])", root, fmt::join(counts, ","));
@@ -357,9 +341,7 @@ Tensor Communicator::scatter(const Tensor& input, int root, const std::vector<in
 }
 
 void Communicator::send(const Tensor& tensor, int peer, int tag, const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, tensor)) {
-    return send(detail::host_copy(tensor), peer, tag, options);
-  }
+  if (detail::HostStaging host{*transport_, tensor}) return send(host.input(), peer, tag, options);
   const std::string what = fmt::format("send({} bytes to rank {}, tag {})",
                                        tensor.defined() ? tensor.nbytes() : 0, peer, tag);
   const detail::Signature sig = make_signature(sequence_, what, what);
@@ -375,11 +357,9 @@ void Communicator::send(const Tensor& tensor, int peer, int tag, const Collectiv
 }
 
 void Communicator::recv(Tensor& tensor, int peer, int tag, const CollectiveOptions& options) {
-  if (detail::stages_through_host(*transport_, tensor)) {
-    Tensor staged = detail::host_copy(tensor);
-    recv(staged, peer, tag, options);
-    tensor.copy_from(staged);
-    return;
+  if (detail::HostStaging host{*transport_, tensor, &tensor}) {
+    recv(host.output(), peer, tag, options);
+    return host.finish();
   }
   const std::string what = fmt::format("recv({} bytes from rank {}, tag {})",
                                        tensor.defined() ? tensor.nbytes() : 0, peer, tag);

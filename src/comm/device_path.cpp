@@ -66,11 +66,6 @@ bool stages_through_host(Transport& transport, const Tensor& t, bool device_vers
          (!device_version || transport.device_collectives() == nullptr);
 }
 
-bool stages_through_host(Transport& transport, const Tensor& a, const Tensor& b) {
-  return !strided_on_device(a) && !strided_on_device(b) &&
-         (stages_through_host(transport, a) || stages_through_host(transport, b));
-}
-
 Tensor host_copy(const Tensor& t) {
   if (!t.defined()) return t;
   return t.memory_space().is_host() ? t.clone() : t.to_host();
@@ -82,6 +77,29 @@ Tensor copy_like(const Tensor& host, const Tensor& like) {
   out.copy_from(host);
   return out;
 }
+
+HostStaging::HostStaging(Transport& transport, const Tensor& input, Tensor* output,
+                         bool device_version)
+    : caller_input_(input), caller_output_(output) {
+  const Tensor none;
+  const Tensor& out = output != nullptr ? *output : none;
+  staged_ = !strided_on_device(input) && !strided_on_device(out) &&
+            (stages_through_host(transport, input, device_version) ||
+             stages_through_host(transport, out, device_version));
+  if (!staged_) return;
+  input_ = host_copy(input);
+  if (out.defined()) {
+    output_ = out.shares_storage_with(input)
+                  ? input_
+                  : Tensor::empty(out.shape(), out.dtype(), nullptr, /*zero_fill=*/false);
+  }
+}
+
+void HostStaging::finish() {
+  if (caller_output_ != nullptr && caller_output_->defined()) caller_output_->copy_from(output_);
+}
+
+Tensor HostStaging::finish(const Tensor& result) const { return copy_like(result, caller_input_); }
 
 void device_all_reduce(DeviceCollectives& dev, Transport& t, const Tensor& input, Tensor& output,
                        ReduceOp op, const Signature& sig, Deadline deadline) {

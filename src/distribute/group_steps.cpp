@@ -5,37 +5,29 @@
 #include <memory>
 #include <mutex>
 
+#include "comm/group_step.h"
 #include "core/errors.h"
 #include "distribute/kernels.h"
 #include "distribute/ops_internal.h"
-#include "runtime/launch.h"
 #include "tessel/alloc/scoped_allocator.h"
 
 namespace tessel::detail {
 namespace {
 
-// Runs fn(d) for every device d of the job on its stream, with the job's group; a failure
-// evicts the group so that the next call gets a fresh one.
+// Runs fn(d) for every device d of the job on its stream, with the job's group (group_step.h:
+// a failure aborts the group and evicts it, so that the next call gets a fresh one). The
+// collectives' scratch memory is the host's: see cross_device_ops.h.
 void run_group(const GroupJob& job, const std::string& step,
                const std::function<void(size_t, Communicator&)>& fn) {
   std::shared_ptr<CommGroup> group = job.groups->get(job.devices, job.group_size, job.deadline.at);
-  std::vector<StreamTask> tasks;
+  GroupStep group_step("CrossDeviceOps", group,
+                       [groups = job.groups, group] { groups->evict(group); },
+                       GroupStep::Scratch::kHost);
   for (size_t d = 0; d < job.devices.size(); ++d) {
     Communicator* comm = &group->at(job.devices[d]->name());
-    tasks.push_back({job.devices[d], [group, comm, fn, d] {
-                       // The group may be shared with relayout, which points the scratch at the
-                       // device; set on the stream thread, where every user of this rank runs.
-                       comm->set_scratch_allocator(nullptr);  // host: see cross_device_ops.h
-                       fn(d, *comm);
-                     }});
+    group_step.add(*job.devices[d], comm, [comm, fn, d] { fn(d, *comm); });
   }
-  try {
-    run_on_streams("CrossDeviceOps", step, std::move(tasks), job.deadline,
-                   [group](const std::string& reason) { group->abort(reason); });
-  } catch (...) {
-    job.groups->evict(group);
-    throw;
-  }
+  group_step.run(step, job.deadline);
 }
 
 // Steps recorded by the first device's task (what it issued depends on the data).

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "comm/group_service.h"
+#include "comm/group_step.h"
 #include "core/errors.h"
 #include "embedding/device_shards.h"
 #include "runtime/launch.h"
@@ -77,38 +78,25 @@ struct ShardedEmbedding::State {
     }
   }
 
-  // Runs fn(local index, shards, communicator) on every local device's stream at once.
+  // Runs fn(local index, shards, communicator) on every local device's stream at once, within
+  // options.timeout, over the group of every mesh device (group_step.h).
   void run(const std::string& step,
            std::function<void(size_t, detail::DeviceShards&, Communicator&)> fn) {
     auto service = detail::GroupService::of(runtime);
     std::shared_ptr<CommunicatorPool> pool = service->pool();
-    std::vector<detail::StreamTask> tasks;
-    std::vector<Communicator*> comms;
+    detail::GroupStep group_step(kComponent, service, pool, detail::GroupStep::Scratch::kDevice);
     // One copy of fn (and of what it captured: every device's ids) shared by the tasks.
     const auto shared_fn =
         std::make_shared<std::function<void(size_t, detail::DeviceShards&, Communicator&)>>(
             std::move(fn));
     for (size_t i = 0; i < devices.size(); ++i) {
       Communicator* comm = &pool->get(mesh, mesh.dim_names(), ranks[i], options.timeout);
-      comms.push_back(comm);
       std::shared_ptr<detail::DeviceShards> shard = shards[i];
-      Allocator* scratch = devices[i]->allocator();
-      tasks.push_back({devices[i], [i, shard, comm, scratch, pool, shared_fn] {
-                         (void)pool;  // keeps the group alive while the task may run
-                         comm->set_scratch_allocator(scratch);
-                         (*shared_fn)(i, *shard, *comm);
-                       }});
+      group_step.add(*devices[i], comm, [i, shard, comm, shared_fn] {
+        (*shared_fn)(i, *shard, *comm);
+      });
     }
-    const auto abort = [comms, pool](const std::string& reason) {
-      (void)pool;
-      for (Communicator* c : comms) c->abort(reason);
-    };
-    try {
-      detail::run_on_streams(kComponent, step, std::move(tasks), options.timeout, abort);
-    } catch (...) {
-      service->evict(pool);
-      throw;
-    }
+    group_step.run(step, detail::CallDeadline::after(options.timeout));
   }
 
   CollectiveOptions collective() const {

@@ -144,6 +144,34 @@ TEST(CollectiveErrorsOnGpuDevices, AStridedDeviceViewIsInvalidArgumentAndAbortsT
   }
 }
 
+// In place (the output is the input, or the one tensor of broadcast and recv): the staged call
+// runs on one host copy and its result comes back into the same device tensor.
+TEST(CollectivesOnGpuDevicesInPlace, TheResultComesBackIntoTheDeviceTensor) {
+  constexpr int kN = 3;
+  constexpr int kRoot = 1;
+  Runtime runtime(testing::options_with_gpu_devices(kN));
+  auto comms = make_in_process_communicators(kN);
+  CollectiveOptions options;
+  options.timeout = std::chrono::seconds(20);
+  auto errors = testing::run_ranks(kN, [&](int r) {
+    Device& gpu = *runtime.gpu_devices()[static_cast<size_t>(r)];
+    Tensor x = gpu.allocate({4}, DType::kF32);
+    x.copy_from(Tensor::full({4}, DType::kF32, r + 1));
+    const auto values = [&] {
+      EXPECT_TRUE(x.memory_space() == gpu.memory_space()) << gpu.name();
+      return x.to_host().to_vector<float>();
+    };
+    comms[r]->reduce(x, x, ReduceOp::kSum, kRoot, options);  // 1 + 2 + 3 at the root only
+    EXPECT_EQ(values(), std::vector<float>(4, r == kRoot ? 6.0f : r + 1.0f)) << "reduce, rank " << r;
+    comms[r]->all_reduce(x, x, ReduceOp::kSum, options);  // 1 + 6 + 3
+    EXPECT_EQ(values(), std::vector<float>(4, 10.0f)) << "all_reduce, rank " << r;
+    if (r == kRoot) x.copy_from(Tensor::full({4}, DType::kF32, 7.0));
+    comms[r]->broadcast(x, kRoot, options);
+    EXPECT_EQ(values(), std::vector<float>(4, 7.0f)) << "broadcast, rank " << r;
+  });
+  EXPECT_EQ(testing::first_error(errors), "");
+}
+
 std::vector<GroupKind> kinds() { return {{1, false}, {2, false}, {3, false}, {4, false}, {3, true}}; }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "comm/group_service.h"
+#include "comm/group_step.h"
 #include "core/errors.h"
 #include "dtensor/relayout/block_transfers.h"
 #include "dtensor/dtensor_internal.h"
@@ -50,37 +51,26 @@ class StepRunner {
   StepRunner(Runtime& runtime, const Shape& shape, DType dtype, const RelayoutOptions& options)
       : runtime_(runtime), shape_(shape), dtype_(dtype),
         deadline_(detail::CallDeadline::after(options.timeout)),
-        pool_(detail::GroupService::of(runtime)->pool()) {
+        service_(detail::GroupService::of(runtime)), pool_(service_->pool()) {
     collective_.deadline = deadline_.at;  // every step's collectives share the call's budget
   }
 
+  // Every step of the call uses the pool taken when the call started; the collectives' scratch
+  // memory is the devices' (their memory statistics include it).
   void run(const RelayoutStep& step, Blocks& blocks) {
-    std::vector<detail::StreamTask> tasks;
+    detail::GroupStep group_step(std::string(kComponent), service_, pool_,
+                                 detail::GroupStep::Scratch::kDevice);
     auto outputs = std::make_shared<Blocks>();
-    std::vector<Communicator*> comms;
     switch (step.kind) {
       case RelayoutStepKind::kAllGather:
       case RelayoutStepKind::kAllToAll:
       case RelayoutStepKind::kSendRecv:
-        moving_tasks(step, blocks, *outputs, tasks, comms);
+        moving_tasks(step, blocks, *outputs, group_step);
         break;
       default:
-        in_place_tasks(step, blocks, *outputs, tasks, comms);
+        in_place_tasks(step, blocks, *outputs, group_step);
     }
-    // The pool (and so every group of `comms`) stays alive while a task or this abort may
-    // still run: a task skipped after a failure calls it when its stream drops it, possibly
-    // after this step threw and the pool was evicted.
-    const auto abort = [comms, pool = pool_](const std::string& reason) {
-      (void)pool;
-      for (Communicator* c : comms) c->abort(reason);
-    };
-    try {
-      detail::run_on_streams(std::string(kComponent), step.kind_name(), std::move(tasks),
-                             deadline_, abort);
-    } catch (...) {
-      detail::GroupService::of(runtime_)->evict(pool_);
-      throw;
-    }
+    group_step.run(step.kind_name(), deadline_);
     blocks = std::move(*outputs);
   }
 
@@ -88,7 +78,7 @@ class StepRunner {
   // Steps whose devices are the mesh's and whose blocks stay put or shrink locally, or reduce.
   // Only this client's devices get tasks; their groups reach the others'.
   void in_place_tasks(const RelayoutStep& step, Blocks& blocks, Blocks& outputs,
-                      std::vector<detail::StreamTask>& tasks, std::vector<Communicator*>& comms) {
+                      detail::GroupStep& group_step) {
     const Mesh& mesh = step.from.mesh();
     const std::vector<int64_t> offsets = detail::local_offsets(mesh);
     const std::vector<Box> before = detail::blocks_of(step.from, shape_);
@@ -120,7 +110,7 @@ class StepRunner {
           break;
         }
         case RelayoutStepKind::kAllReduce: {
-          Communicator* comm = communicator(mesh, step.mesh_dims, offset, comms);
+          Communicator* comm = communicator(mesh, step.mesh_dims, offset);
           used = comm;
           fn = [=]() mutable {
             detail::timed_collective([&] { comm->all_reduce(input, output, op, copts); });
@@ -128,7 +118,7 @@ class StepRunner {
           break;
         }
         case RelayoutStepKind::kReduceScatter: {
-          Communicator* comm = communicator(mesh, step.mesh_dims, offset, comms);
+          Communicator* comm = communicator(mesh, step.mesh_dims, offset);
           used = comm;
           std::vector<Box> boxes;
           for (int64_t member : group_position(mesh, step.mesh_dims, offset).members) {
@@ -145,13 +135,13 @@ class StepRunner {
           detail::throw_error(ErrorCode::kInternal, kComponent, "step {} is not in place",
                               step.kind_name());
       }
-      tasks.push_back({device, with_scratch(used, *device, pool_, std::move(fn))});
+      group_step.add(*device, used, std::move(fn));
     }
   }
 
   // Block-moving steps: every participant of this client runs transfer_boxes in its group.
   void moving_tasks(const RelayoutStep& step, Blocks& blocks, Blocks& outputs,
-                    std::vector<detail::StreamTask>& tasks, std::vector<Communicator*>& comms) {
+                    detail::GroupStep& group_step) {
     const size_t n = step.participants.size();
     const std::vector<std::string> local = local_names(step);
     std::vector<detail::MaybeBox> before(n), after(n);
@@ -169,7 +159,7 @@ class StepRunner {
       if (std::find(local.begin(), local.end(), step.participants[p]) == local.end()) continue;
       Device* device = &runtime_.device(step.participants[p]);
       const GroupPosition pos = group_position(mesh, dims, static_cast<int64_t>(p));
-      Communicator* comm = communicator(mesh, dims, static_cast<int64_t>(p), comms);
+      Communicator* comm = communicator(mesh, dims, static_cast<int64_t>(p));
       std::vector<std::vector<int64_t>> in_origins, out_origins;
       std::map<int64_t, int> rank_of;
       for (size_t r = 0; r < pos.members.size(); ++r) {
@@ -194,12 +184,11 @@ class StepRunner {
       }
       const std::string label = step.kind_name();
       const CollectiveOptions copts = collective_;
-      tasks.push_back({device, with_scratch(comm, *device, pool_, [=]() mutable {
-                         detail::timed_collective([&] {
-                           comm->transfer_boxes(input, in_origins, output, out_origins,
-                                                transfers, label, copts);
-                         });
-                       })});
+      group_step.add(*device, comm, [=]() mutable {
+        detail::timed_collective([&] {
+          comm->transfer_boxes(input, in_origins, output, out_origins, transfers, label, copts);
+        });
+      });
     }
   }
 
@@ -227,30 +216,10 @@ class StepRunner {
     }
   }
 
-  // The communicator of the device at mesh `offset` in the group over `dims` (appended to
-  // `comms`).
+  // The communicator of the device at mesh `offset` in the group over `dims`.
   Communicator* communicator(const Mesh& mesh, const std::vector<std::string>& dims,
-                             int64_t offset, std::vector<Communicator*>& comms) {
-    Communicator& comm = pool_->get(mesh, dims, offset, deadline_.left());
-    comms.push_back(&comm);
-    return &comm;
-  }
-
-  // `fn`, first pointing the scratch memory of `comm` (null: none) at `device`, so that the
-  // device's memory statistics include the collective's temporaries. Set on the device's stream,
-  // where every user of that rank runs: the runtime's groups are shared, and CrossDeviceOps sets
-  // the host's. The task keeps `pool` (holding comm's group) alive: after a failure a task may
-  // run or be dropped once the step has thrown and the pool was evicted.
-  static std::function<void()> with_scratch(Communicator* comm, Device& device,
-                                            std::shared_ptr<CommunicatorPool> pool,
-                                            std::function<void()> fn) {
-    if (!comm) return fn;
-    Allocator* scratch = device.allocator();
-    return [comm, scratch, pool = std::move(pool), fn = std::move(fn)]() {
-      (void)pool;
-      comm->set_scratch_allocator(scratch);
-      fn();
-    };
+                             int64_t offset) {
+    return &pool_->get(mesh, dims, offset, deadline_.left());
   }
 
   Runtime& runtime_;
@@ -258,6 +227,7 @@ class StepRunner {
   DType dtype_;
   detail::CallDeadline deadline_;
   CollectiveOptions collective_;
+  std::shared_ptr<detail::GroupService> service_;
   std::shared_ptr<CommunicatorPool> pool_;
 };
 

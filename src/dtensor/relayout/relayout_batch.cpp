@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "comm/group_service.h"
+#include "comm/group_step.h"
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
 #include "runtime/launch.h"
@@ -29,11 +30,11 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
   Runtime& runtime = first.runtime();
   const std::vector<Device*> devices = detail::resolve_local_devices(mesh, runtime, "relayout");
   const std::vector<int64_t> offsets = detail::local_offsets(mesh);
-  auto pool = detail::GroupService::of(runtime)->pool();
+  auto service = detail::GroupService::of(runtime);
+  auto pool = service->pool();
+  detail::GroupStep group_step("relayout", service, pool, detail::GroupStep::Scratch::kDevice);
   // Per device: one scoped backing holding every member's component.
   auto results = std::make_shared<std::vector<std::vector<Tensor>>>(devices.size());
-  std::vector<detail::StreamTask> tasks;
-  std::vector<Communicator*> comms;
   CollectiveOptions copts;
   copts.deadline = deadline.at;
   for (size_t d = 0; d < devices.size(); ++d) {
@@ -44,33 +45,20 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
       shapes.push_back(inputs.back().shape());
     }
     Communicator* comm = &pool->get(mesh, step.mesh_dims, offsets[d], deadline.left());
-    comms.push_back(comm);
     Device* device = devices[d];
     const DType dtype = first.dtype();
-    tasks.push_back({device, [=]() {
-                       (void)pool;  // kept alive: it holds comm's group (see relayout.cpp)
-                       // On the stream: the runtime's groups are shared (see relayout.cpp).
-                       comm->set_scratch_allocator(device->allocator());
-                       ScopedAllocator scope(shapes, dtype, "relayout_batch", 0,
-                                             static_cast<int>(shapes.size()), device->allocator());
-                       const std::vector<Tensor>& fields = scope.allocate_all();
-                       for (size_t f = 0; f < fields.size(); ++f) Tensor(fields[f]).copy_from(inputs[f]);
-                       Tensor all = scope.concat(scope.backing(), fields);
-                       detail::timed_collective([&] { comm->all_reduce(all, all, op, copts); });
-                       scope.close();
-                       (*results)[d] = fields;
-                     }});
+    group_step.add(*device, comm, [=]() {
+      ScopedAllocator scope(shapes, dtype, "relayout_batch", 0, static_cast<int>(shapes.size()),
+                            device->allocator());
+      const std::vector<Tensor>& fields = scope.allocate_all();
+      for (size_t f = 0; f < fields.size(); ++f) Tensor(fields[f]).copy_from(inputs[f]);
+      Tensor all = scope.concat(scope.backing(), fields);
+      detail::timed_collective([&] { comm->all_reduce(all, all, op, copts); });
+      scope.close();
+      (*results)[d] = fields;
+    });
   }
-  try {
-    detail::run_on_streams("relayout", "fused all_reduce", std::move(tasks),
-                           deadline, [comms, pool](const std::string& reason) {
-                             (void)pool;
-                             for (Communicator* c : comms) c->abort(reason);
-                           });
-  } catch (...) {
-    detail::GroupService::of(runtime)->evict(pool);
-    throw;
-  }
+  group_step.run("fused all_reduce", deadline);
   int64_t bytes = 0;
   for (size_t m : members) bytes += plans[m].bytes_total();
   detail::count_collective(bytes);
