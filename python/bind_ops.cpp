@@ -1,6 +1,6 @@
 // Bindings of the SPMD op layer with TensorFlow's names and keyword names (ops.h): elementwise
-// (add, subtract, multiply, divide, maximum, minimum, negative, exp, log, tanh, relu, gelu, sqrt,
-// rsqrt, cast), matmul, einsum, reductions, softmax / log_softmax /
+// (add, subtract, multiply, divide, maximum, minimum, negative, exp, log, tanh, relu, gelu,
+// sigmoid, sqrt, rsqrt, cast), matmul, einsum, reductions, softmax / log_softmax /
 // sparse_softmax_cross_entropy_with_logits, shape ops, embedding_lookup and the creation ops;
 // Python operators on DTensor; and the op registry (op_registry.h): call_op, plan_op
 // (TensorSpec -> ShardingDecision), OpAttrs, the replicate fallback and the op names.
@@ -165,6 +165,7 @@ void bind_elementwise(py::module_& m) {
       },
       py::arg("features"), py::arg("approximate") = true,
       "GELU: the tanh approximation (approximate=True) or the exact erf form (False).");
+  bind_unary(m, "sigmoid", &tessel::sigmoid);
   bind_unary(m, "sqrt", &tessel::sqrt);
   bind_unary(m, "rsqrt", &tessel::rsqrt);
   m.def(

@@ -89,6 +89,10 @@ struct GeluErf {  // exact: x * Phi(x)
     return T(0.5) * x * (T(1) + erf_of(x * T(kSqrtHalf)));
   }
 };
+struct Sigmoid {  // 1 / (1 + e^-x): 0 and 1 at the far ends (e^-x overflows to inf, not NaN)
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + exp_of(-x)); }
+};
 // The host-scalar ops: x + operand, x * operand (the scalar rounded to T once, as the CPU kernel
 // of ops_unary.cpp always did).
 struct AddScalar {
@@ -165,16 +169,21 @@ struct GeluErfGrad {  // (grad, x): d x*Phi(x) = Phi(x) + x * phi(x)
     return g * (cdf + x * pdf);
   }
 };
+struct SigmoidGrad {  // (grad, y = sigmoid(x)): y (1 - y)
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T g, T y) const { return g * (y * (T(1) - y)); }
+};
+
 // ---- the GPU's tables ----------------------------------------------------------------------
 
 // A list of functor types; an op's GPU kernel is named by its functor's index in its list.
 template <typename... Ops>
 struct OpList {};
 
-using UnaryOps = OpList<Negative, Exp, Log, Sqrt, Rsqrt, Tanh, Relu, Gelu, GeluErf, AddScalar,
-                        MultiplyScalar>;
+using UnaryOps = OpList<Negative, Exp, Log, Sqrt, Rsqrt, Tanh, Relu, Gelu, GeluErf, Sigmoid,
+                        AddScalar, MultiplyScalar>;
 using BinaryOps = OpList<Add, Subtract, Multiply, Divide, Maximum, Minimum, MaskGreater,
-                         MaskGreaterEqual, ReluGrad, TanhGrad, GeluGrad, GeluErfGrad>;
+                         MaskGreaterEqual, ReluGrad, TanhGrad, GeluGrad, GeluErfGrad, SigmoidGrad>;
 
 // The index of Op in List (a compile error when it is not there).
 template <typename Op, typename List>

@@ -1,10 +1,10 @@
 // The elementwise op family, unary half: negative, exp, log, tanh, relu, gelu (tanh
-// approximation, "gelu"; exact erf form, "gelu_erf"), sqrt, rsqrt, cast, and the host-scalar
-// forms add(x, double) and multiply(x, double), registered as "add_scalar" / "multiply_scalar"
-// with the scalar in OpAttrs::operand (no rank-0 DTensor is made: the scalar travels with the
-// kernel). Beside them the derivative ops their gradients call, binary ops (grad, x) or (grad, y)
-// -> grad * f' (relu_grad, tanh_grad, gelu_grad, gelu_erf_grad), with ops_elementwise.cpp's
-// broadcasting rule (binary_def).
+// approximation, "gelu"; exact erf form, "gelu_erf"), sigmoid, sqrt, rsqrt, cast, and the
+// host-scalar forms add(x, double) and multiply(x, double), registered as "add_scalar" /
+// "multiply_scalar" with the scalar in OpAttrs::operand (no rank-0 DTensor is made: the scalar
+// travels with the kernel). Beside them the derivative ops their gradients call, binary ops
+// (grad, x) or (grad, y) -> grad * f' (relu_grad, tanh_grad, gelu_grad, gelu_erf_grad,
+// sigmoid_grad), with ops_elementwise.cpp's broadcasting rule (binary_def).
 //
 // Sharding rule: the output has the input's sharding, no communication. Partial dims stay
 // Partial where the op commutes with the pending reduction, else the input is demanded reduced:
@@ -13,8 +13,8 @@
 //    is added once), mean, max and min kept (added to every term); prod reduced.
 //  - multiply_scalar: sum and mean kept; max and min kept, swapped for a negative factor; prod
 //    reduced.
-//  - exp, log, tanh, relu, gelu, sqrt, rsqrt, cast: every Partial dim reduced (nonlinear; cast
-//    rounds).
+//  - exp, log, tanh, relu, gelu, sigmoid, sqrt, rsqrt, cast: every Partial dim reduced
+//    (nonlinear; cast rounds).
 //  - the derivative ops keep the gradient's linear Partial dims (they are linear in it).
 // Kernels: one flat loop per (dtype, op) over elementwise_math.h's functor (elementwise.h), and
 // the GPU kernel of the same functor beside it; cast between f32 and f64 is a loop, any other
@@ -210,6 +210,17 @@ void register_unary_ops(OpRegistry& registry) {
     return std::vector<DTensor>{call_op("gelu_erf_grad", {v.grad, v.inputs[0]})};
   });
   add_binary<ew::GeluErfGrad>(registry, "gelu_erf_grad", BinaryPartial::kFirst, nullptr);
+  add_unary<ew::Sigmoid>(registry, "sigmoid", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("sigmoid_grad", {v.grad, v.output})};
+  });
+  const VjpFn sigmoid_grad_vjp = [](const VjpArgs& v) {
+    // d/dg = y (1 - y); d/dy = g (1 - 2y).
+    const DTensor& y = v.inputs[1];
+    return std::vector<DTensor>{
+        call_op("sigmoid_grad", {v.grad, y}),
+        multiply(multiply(v.grad, v.inputs[0]), add(multiply(y, -2.0), 1.0))};
+  };
+  add_binary<ew::SigmoidGrad>(registry, "sigmoid_grad", BinaryPartial::kFirst, sigmoid_grad_vjp);
 
   register_scalar_ops(registry);
   register_cast(registry);
@@ -225,6 +236,7 @@ DTensor relu(const DTensor& x) { return call_op("relu", {x}); }
 DTensor gelu(const DTensor& x, bool approximate) {
   return call_op(approximate ? "gelu" : "gelu_erf", {x});
 }
+DTensor sigmoid(const DTensor& x) { return call_op("sigmoid", {x}); }
 DTensor sqrt(const DTensor& x) { return call_op("sqrt", {x}); }
 DTensor rsqrt(const DTensor& x) { return call_op("rsqrt", {x}); }
 
