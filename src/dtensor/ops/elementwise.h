@@ -10,6 +10,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dtensor/framework/op_util.h"
@@ -104,17 +107,41 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
 
 // Op `name`'s CPU kernel: the functor F on the block's dtype (f32, f64).
 template <typename F>
-OpDef::Kernel unary_cpu_kernel(const char* name) {
-  return [name](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&, const LocalContext&) {
+OpDef::Kernel unary_cpu_kernel(std::string name) {
+  return [name = std::move(name)](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                                  const LocalContext&) {
     dispatch_float(out.dtype(), name, [&]<typename T>() { unary_loop<T>(in[0], out, F{}); });
   };
 }
 template <typename F>
-OpDef::Kernel binary_cpu_kernel(const char* name) {
-  return [name](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&, const LocalContext&) {
+OpDef::Kernel binary_cpu_kernel(std::string name) {
+  return [name = std::move(name)](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                                  const LocalContext&) {
     dispatch_float(out.dtype(), name,
                    [&]<typename T>() { binary_loop<T>(in[0], in[1], out, F{}); });
   };
+}
+
+template <typename F, typename... Ops>
+constexpr bool is_one_of(elementwise::OpList<Ops...>) {
+  return (std::is_same_v<F, Ops> || ...);
+}
+
+// Registers `def` (name, arity, shape inference, sharding rule) with the functor F, one of
+// elementwise_math.h's UnaryOps or BinaryOps, as its CPU and GPU kernel, and `vjp`.
+template <typename F>
+void add_elementwise(OpRegistry& registry, OpDef def, VjpFn vjp) {
+  namespace ew = elementwise;
+  if constexpr (is_one_of<F>(ew::UnaryOps{})) {
+    def.kernel = unary_cpu_kernel<F>(def.name);
+    def.gpu_kernel = gpu_unary_kernel(def.name.c_str(), ew::index_in<F, ew::UnaryOps>);
+  } else {
+    static_assert(is_one_of<F>(ew::BinaryOps{}), "F must be in UnaryOps or BinaryOps");
+    def.kernel = binary_cpu_kernel<F>(def.name);
+    def.gpu_kernel = gpu_binary_kernel(def.name.c_str(), ew::index_in<F, ew::BinaryOps>);
+  }
+  def.vjp = std::move(vjp);
+  registry.add(std::move(def));
 }
 
 // Which inputs of a binary op may stay Partial (ops_elementwise.cpp's file comment).
@@ -124,15 +151,10 @@ enum class BinaryPartial { kNone, kBoth, kLarger, kFirst };
 // rule (ops_elementwise.cpp); the caller adds the kernels and the VJP.
 OpDef binary_def(const char* name, BinaryPartial rule);
 
-// Registers op `name`: binary_def, the functor F (elementwise_math.h's BinaryOps) as its CPU and
-// GPU kernel, and `vjp`.
+// Registers binary op `name`: binary_def and add_elementwise.
 template <typename F>
 void add_binary(OpRegistry& registry, const char* name, BinaryPartial rule, VjpFn vjp) {
-  OpDef def = binary_def(name, rule);
-  def.kernel = binary_cpu_kernel<F>(name);
-  def.gpu_kernel = gpu_binary_kernel(name, elementwise::index_in<F, elementwise::BinaryOps>);
-  def.vjp = std::move(vjp);
-  registry.add(std::move(def));
+  add_elementwise<F>(registry, binary_def(name, rule), std::move(vjp));
 }
 
 }  // namespace tessel::detail

@@ -86,14 +86,10 @@ OpDef unary_def(const char* name, PartialRule rule) {
   return def;
 }
 
-// Registers op `name`: the functor F (elementwise_math.h's UnaryOps) as its CPU and GPU kernel.
+// Registers unary op `name`: unary_def and add_elementwise.
 template <typename F>
 void add_unary(OpRegistry& registry, const char* name, PartialRule rule, VjpFn vjp) {
-  OpDef def = unary_def(name, rule);
-  def.kernel = unary_cpu_kernel<F>(name);
-  def.gpu_kernel = gpu_unary_kernel(name, ew::index_in<F, ew::UnaryOps>);
-  def.vjp = std::move(vjp);
-  registry.add(std::move(def));
+  add_elementwise<F>(registry, unary_def(name, rule), std::move(vjp));
 }
 
 void register_scalar_ops(OpRegistry& registry) {
