@@ -1,6 +1,6 @@
 // Bindings of the SPMD op layer with TensorFlow's names and keyword names (ops.h): elementwise
-// (add, subtract, multiply, divide, maximum, minimum, negative, exp, log, tanh, relu, gelu, sqrt,
-// rsqrt, cast), matmul, einsum, reductions, softmax / log_softmax /
+// (add, subtract, multiply, divide, maximum, minimum, negative, exp, log, tanh, relu, gelu,
+// sigmoid, sqrt, rsqrt, cast), matmul, einsum, reductions, softmax / log_softmax /
 // sparse_softmax_cross_entropy_with_logits, shape ops, embedding_lookup and the creation ops;
 // Python operators on DTensor; and the op registry (op_registry.h): call_op, plan_op
 // (TensorSpec -> ShardingDecision), OpAttrs, the replicate fallback and the op names.
@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -164,6 +165,7 @@ void bind_elementwise(py::module_& m) {
       },
       py::arg("features"), py::arg("approximate") = true,
       "GELU: the tanh approximation (approximate=True) or the exact erf form (False).");
+  bind_unary(m, "sigmoid", &tessel::sigmoid);
   bind_unary(m, "sqrt", &tessel::sqrt);
   bind_unary(m, "rsqrt", &tessel::rsqrt);
   m.def(
@@ -424,51 +426,25 @@ OpAttrs to_attrs(const py::kwargs& kwargs) {
 }
 
 void bind_registry(py::module_& m) {
-  py::class_<OpAttrs>(m, "OpAttrs", R"doc(
-What an op call carries besides its inputs; each op reads the fields op_registry.h names for
-it: axes (reductions), perm (transpose), axis (concat), begin / size (slice), shape (reshape,
-creation ops, reduce_sum_grad, slice_grad), vocab_size (embedding_lookup_grad), equation
-(einsum), value (fill), operand (add_scalar, multiply_scalar), low / high (random_uniform),
-mean / stddev (random_normal), scale (reduce_sum_grad), beta (ema, ema_square), learning_rate /
-epsilon (adam_apply, layer_norm), rate (dropout), dtype (cast, creation ops), keepdims
-(reductions), transpose_a /
-transpose_b (matmul), seed (random ops, dropout), layout, runtime (creation ops). The optional
-ones are
-None until set. call_op / plan_op take them as keywords.)doc")
-      .def(py::init<>())
-      .def_readwrite("axes", &OpAttrs::axes)
-      .def_readwrite("perm", &OpAttrs::perm)
-      .def_readwrite("axis", &OpAttrs::axis)
-      .def_readwrite("begin", &OpAttrs::begin)
-      .def_readwrite("size", &OpAttrs::size)
-      .def_readwrite("shape", &OpAttrs::shape)
-      .def_readwrite("vocab_size", &OpAttrs::vocab_size)
-      .def_readwrite("equation", &OpAttrs::equation)
-      .def_readwrite("value", &OpAttrs::value)
-      .def_readwrite("operand", &OpAttrs::operand)
-      .def_readwrite("low", &OpAttrs::low)
-      .def_readwrite("high", &OpAttrs::high)
-      .def_readwrite("mean", &OpAttrs::mean)
-      .def_readwrite("stddev", &OpAttrs::stddev)
-      .def_readwrite("scale", &OpAttrs::scale)
-      .def_readwrite("beta", &OpAttrs::beta)
-      .def_readwrite("learning_rate", &OpAttrs::learning_rate)
-      .def_readwrite("epsilon", &OpAttrs::epsilon)
-      .def_readwrite("rate", &OpAttrs::rate)
-      .def_readwrite("top_k", &OpAttrs::top_k)
-      .def_readwrite("dtype", &OpAttrs::dtype)
-      .def_readwrite("keepdims", &OpAttrs::keepdims)
-      .def_readwrite("transpose_a", &OpAttrs::transpose_a)
-      .def_readwrite("transpose_b", &OpAttrs::transpose_b)
-      .def_readwrite("seed", &OpAttrs::seed)
-      .def_readwrite("layout", &OpAttrs::layout)
-      .def_property(
-          "runtime", [](const OpAttrs& a) { return a.runtime; },
+  py::class_<OpAttrs> attrs(m, "OpAttrs", R"doc(
+What an op call carries besides its inputs: one field per attribute, with op_registry.h's names
+(axes, perm, axis, ..., seed, layout, runtime), each read by the ops op_registry.h names for it.
+The optional ones are None until set. call_op / plan_op take them as keywords.)doc");
+  attrs.def(py::init<>());
+  // Every field, from OpAttrs' own list; the runtime keeps the Python object set there alive.
+  OpAttrs::for_each_field([&](const char* name, auto member) {
+    if constexpr (std::is_same_v<decltype(member), Runtime* OpAttrs::*>) {
+      attrs.def_property(
+          name, [member](const OpAttrs& a) { return a.*member; },
           // keep_alive works only as an attribute of the setter's own cpp_function.
-          py::cpp_function([](OpAttrs& a, Runtime* runtime) { a.runtime = runtime; },
+          py::cpp_function([member](OpAttrs& a, Runtime* runtime) { a.*member = runtime; },
                            py::keep_alive<1, 2>()),
-          py::return_value_policy::reference)
-      .def(py::self == py::self);  // field by field (0.0 == -0.0; NaN equals nothing)
+          py::return_value_policy::reference);
+    } else {
+      attrs.def_readwrite(name, member);
+    }
+  });
+  attrs.def(py::self == py::self);  // field by field (0.0 == -0.0; NaN equals nothing)
 
   py::class_<TensorSpec>(m, "TensorSpec", R"doc(
 An input or output of an op call as the sharding rules see it: shape, dtype and layout, no

@@ -13,7 +13,7 @@ from conftest import host, put, rand
 
 
 OP_NAMES = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "negative", "exp",
-            "log", "tanh", "relu", "gelu", "sqrt", "rsqrt", "cast", "matmul", "einsum",
+            "log", "tanh", "relu", "gelu", "sigmoid", "sqrt", "rsqrt", "cast", "matmul", "einsum",
             "reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax",
             "sparse_softmax_cross_entropy_with_logits", "reshape", "transpose", "slice", "concat",
             "embedding_lookup", "zeros", "ones", "fill", "random_uniform", "random_normal",
@@ -94,7 +94,8 @@ UNARY = [("negative", np.negative, (-2, 2)), ("exp", np.exp, (-2, 2)), ("log", n
          ("tanh", np.tanh, (-2, 2)), ("relu", lambda v: np.maximum(v, 0), (-2, 2)),
          ("sqrt", np.sqrt, (0.1, 4)), ("rsqrt", lambda v: 1 / np.sqrt(v), (0.1, 4)),
          ("gelu", lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) *
-                                                   (v + 0.044715 * v ** 3))), (-3, 3))]
+                                                   (v + 0.044715 * v ** 3))), (-3, 3)),
+         ("sigmoid", lambda v: 1 / (1 + np.exp(-v)), (-6, 6))]
 
 
 @pytest.mark.parametrize("name,ref,bounds", UNARY)
@@ -115,6 +116,28 @@ def test_unary_keyword_names_follow_tensorflow(mesh):
     exact = host(tessel.gelu(d, approximate=False))
     v = host(d)
     assert_allclose(exact, 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2))), rtol=1e-14)
+
+
+def test_sigmoid_and_its_gradient_match_numpy(mesh):
+    a = rand((4, 6), 13, -6, 6)
+    w = rand((4, 6), 14)
+    d, dw = put(a, ("x", "y"), mesh), put(w, ("unsharded", "x"), mesh)
+    with tessel.GradientTape() as tape:
+        tape.watch(d)
+        loss = tessel.reduce_sum(tessel.sigmoid(d) * dw)
+    g = tape.gradient(loss, d)
+    s = 1 / (1 + np.exp(-a))
+    assert_allclose(host(loss), (s * w).sum(), rtol=1e-13)
+    assert g.layout == d.layout
+    assert_allclose(host(g), w * s * (1 - s), rtol=1e-13, atol=1e-16)
+    # Saturates without NaN in both dtypes, as numpy's float64 reference.
+    far = np.array([-1000.0, -50.0, 0.0, 50.0, 1000.0])
+    with np.errstate(over="ignore"):
+        want = 1 / (1 + np.exp(-far))
+    for dtype in (np.float64, np.float32):
+        out = host(tessel.sigmoid(put(far.astype(dtype), ("x",), mesh)))
+        assert out.dtype == dtype and not np.isnan(out).any()
+        assert_allclose(out, want.astype(dtype), rtol=1e-6, atol=0)
 
 
 def test_cast(mesh):

@@ -1,7 +1,11 @@
 // Graph: the traced nodes and their one-line-per-node text form (see graph.h).
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/errors.h"
 #include "tessel/replicate/graph.h"
@@ -9,43 +13,37 @@
 namespace tessel {
 namespace {
 
-// The attributes the call set, by name: "[axes=1, keepdims]", "[shape=4,6, low=0, high=1,
-// seed=7]" (empty if none). Optional ones print when set, whatever the value (random_uniform's
-// low=0 shows); lists when non-empty, flags when true, dtype when not f32 (the output's dtype is
-// printed beside the call anyway). layout and runtime are not printed (the output's layout is).
-std::string attrs_string(const OpAttrs& a) {
+// One attribute, if the call set it: a list when non-empty ("axes=0,1"), an optional when set,
+// whatever its value (random_uniform's "low=0" shows), the equation when non-empty, a flag by
+// its name when true, the dtype when not f32 (the output's dtype is printed beside the call
+// anyway). The layout and the runtime are not printed (the output's layout is).
+void append_attr(std::vector<std::string>& parts, std::string_view name,
+                 const std::vector<int64_t>& list) {
+  if (!list.empty()) parts.push_back(fmt::format("{}={}", name, fmt::join(list, ",")));
+}
+template <typename T>
+void append_attr(std::vector<std::string>& parts, std::string_view name,
+                 const std::optional<T>& value) {
+  if (value) parts.push_back(fmt::format("{}={}", name, *value));
+}
+void append_attr(std::vector<std::string>& parts, std::string_view name, const std::string& text) {
+  if (!text.empty()) parts.push_back(fmt::format("{}={}", name, text));
+}
+void append_attr(std::vector<std::string>& parts, std::string_view name, bool flag) {
+  if (flag) parts.emplace_back(name);
+}
+void append_attr(std::vector<std::string>& parts, std::string_view name, DType dtype) {
+  if (dtype != OpAttrs{}.dtype) parts.push_back(fmt::format("{}={}", name, dtype_name(dtype)));
+}
+void append_attr(std::vector<std::string>&, std::string_view, const std::optional<Layout>&) {}
+void append_attr(std::vector<std::string>&, std::string_view, const Runtime*) {}
+
+// The attributes the call set, by name, in OpAttrs' order: "[axes=1, keepdims]", "[shape=4,6,
+// low=0, high=1, seed=7]" (empty if none).
+std::string attrs_string(const OpAttrs& attrs) {
   std::vector<std::string> parts;
-  const auto list = [&parts](std::string_view name, const std::vector<int64_t>& v) {
-    if (!v.empty()) parts.push_back(fmt::format("{}={}", name, fmt::join(v, ",")));
-  };
-  const auto optional = [&parts](std::string_view name, const auto& v) {
-    if (v) parts.push_back(fmt::format("{}={}", name, *v));
-  };
-  list("axes", a.axes);
-  list("perm", a.perm);
-  optional("axis", a.axis);
-  list("begin", a.begin);
-  list("size", a.size);
-  list("shape", a.shape);
-  optional("vocab_size", a.vocab_size);
-  if (!a.equation.empty()) parts.push_back("equation=" + a.equation);
-  optional("value", a.value);
-  optional("operand", a.operand);
-  optional("low", a.low);
-  optional("high", a.high);
-  optional("mean", a.mean);
-  optional("stddev", a.stddev);
-  optional("scale", a.scale);
-  optional("beta", a.beta);
-  optional("learning_rate", a.learning_rate);
-  optional("epsilon", a.epsilon);
-  optional("rate", a.rate);
-  optional("top_k", a.top_k);
-  if (a.dtype != OpAttrs{}.dtype) parts.push_back(fmt::format("dtype={}", dtype_name(a.dtype)));
-  if (a.keepdims) parts.push_back("keepdims");
-  if (a.transpose_a) parts.push_back("transpose_a");
-  if (a.transpose_b) parts.push_back("transpose_b");
-  optional("seed", a.seed);
+  OpAttrs::for_each_field(
+      [&](std::string_view name, auto member) { append_attr(parts, name, attrs.*member); });
   if (parts.empty()) return "";
   return fmt::format("[{}]", fmt::join(parts, ", "));
 }

@@ -1,12 +1,19 @@
 // The dispatch cache (src/dtensor/framework/dispatch_cache.h): a repeated op call reuses its plan, and
 // anything its plan depends on (op, input shapes, dtypes and layouts, attrs, runtime) makes a
 // new one; calls that took the replicate fallback are not kept; the kernel of a cached call gets
-// the call's own attrs and data. Also: DTensor copies share their data.
+// the call's own attrs and data. OpAttrs: equality, and its field list (every field, each hashed
+// by the call key). Also: DTensor copies share their data.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstddef>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
 
+#include "dtensor/framework/dispatch_cache.h"
 #include "dtensor/framework/op_util.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
@@ -159,6 +166,77 @@ TEST(OpAttrs, EqualWhenEveryFieldIs) {
   a.operand = std::nan("");
   b.operand = std::nan("");
   EXPECT_NE(a, b);
+}
+
+// The number of fields of the aggregate T: the most initializers T{...} takes.
+struct AnyField {
+  template <typename T>
+  operator T() const;  // NOLINT(google-explicit-constructor): stands for any field's value
+};
+template <typename T, size_t... I>
+constexpr bool takes_initializers(std::index_sequence<I...>) {
+  return requires { T{(static_cast<void>(I), AnyField{})...}; };
+}
+template <typename T, size_t N = 0>
+constexpr size_t aggregate_field_count() {
+  if constexpr (takes_initializers<T>(std::make_index_sequence<N + 1>{})) {
+    return aggregate_field_count<T, N + 1>();
+  } else {
+    return N;
+  }
+}
+
+constexpr size_t listed_field_count() {
+  size_t n = 0;
+  OpAttrs::for_each_field([&](const char*, auto) { ++n; });
+  return n;
+}
+
+// The printer, the hash and the Python binding see only the fields the list names.
+static_assert(listed_field_count() == aggregate_field_count<OpAttrs>(),
+              "OpAttrs::for_each_field must list every field of OpAttrs");
+
+TEST(OpAttrs, TheFieldListNamesEachFieldOnce) {
+  std::set<std::string> names;
+  OpAttrs::for_each_field(
+      [&](const char* name, auto) { EXPECT_TRUE(names.insert(name).second) << name; });
+  EXPECT_EQ(names.size(), aggregate_field_count<OpAttrs>());
+  EXPECT_EQ(names.count("axes") + names.count("seed") + names.count("runtime"), 3u);
+}
+
+// A value other than the default, per field type.
+struct SetOther {
+  Runtime* runtime;
+  void operator()(std::vector<int64_t>& v) const { v = {3}; }
+  void operator()(std::optional<int64_t>& v) const { v = 0; }
+  void operator()(std::optional<uint64_t>& v) const { v = 0; }
+  void operator()(std::optional<double>& v) const { v = 0.0; }
+  void operator()(std::string& v) const { v = "ij->i"; }
+  void operator()(DType& v) const { v = DType::kF64; }
+  void operator()(bool& v) const { v = true; }
+  void operator()(std::optional<Layout>& v) const {
+    v = Layout({"x"}, Mesh::create({{"x", 2}}));
+  }
+  void operator()(Runtime*& v) const { v = runtime; }
+};
+
+TEST(OpAttrs, TheCallKeyHashesEveryFieldAndEqualAttrsHashEqually) {
+  Runtime rt({.num_cpu_devices = 2});
+  const DTensor x = copy_to_mesh(Tensor::full(Shape{4}, DType::kF32, 1.0),
+                                 Layout({"x"}, Mesh::create({{"x", 2}})), rt);
+  const OpDef& def = OpRegistry::global().get("negative");
+  const size_t plain = detail::call_key(def, {x}, OpAttrs{}, 0);
+  OpAttrs::for_each_field([&](const char* name, auto member) {
+    OpAttrs attrs;
+    SetOther{&rt}(attrs.*member);
+    EXPECT_NE(attrs, OpAttrs{}) << name;
+    EXPECT_NE(detail::call_key(def, {x}, attrs, 0), plain) << name;
+  });
+  OpAttrs zero, minus_zero;
+  zero.operand = 0.0;
+  minus_zero.operand = -0.0;
+  ASSERT_EQ(zero, minus_zero);
+  EXPECT_EQ(detail::call_key(def, {x}, zero, 0), detail::call_key(def, {x}, minus_zero, 0));
 }
 
 TEST(DTensor, CopiesShareTheirData) {

@@ -128,7 +128,7 @@ TEST_F(GpuOpKernels, UnaryOpsMatchTheCpuKernels) {
                         {"sqrt", Match::kExact, 0.01, 4},   {"rsqrt", Match::kExact, 0.01, 4},
                         {"exp", Match::kClose, -5, 5},      {"log", Match::kClose, 0.01, 10},
                         {"tanh", Match::kClose, -4, 4},     {"gelu", Match::kClose, -4, 4},
-                        {"gelu_erf", Match::kClose, -4, 4}};
+                        {"gelu_erf", Match::kClose, -4, 4},  {"sigmoid", Match::kClose, -6, 6}};
   for (DType dtype : kDtypes) {
     for (const Case& c : cases) {
       for (const Shape& shape : kUnaryShapes) {
@@ -166,7 +166,8 @@ TEST_F(GpuOpKernels, BinaryOpsMatchTheCpuKernelsWithBroadcasting) {
       {"maximum", Match::kExact},      {"minimum", Match::kExact},
       {"mask_greater", Match::kExact}, {"mask_greater_equal", Match::kExact},
       {"relu_grad", Match::kExact},    {"tanh_grad", Match::kClose},
-      {"gelu_grad", Match::kClose},    {"gelu_erf_grad", Match::kClose}};
+      {"gelu_grad", Match::kClose},    {"gelu_erf_grad", Match::kClose},
+      {"sigmoid_grad", Match::kClose}};
   for (DType dtype : kDtypes) {
     for (const auto& [op, match] : ops) {
       for (const auto& [a, b] : kBroadcasts) {

@@ -34,8 +34,10 @@
 // one (launched on the device's CUDA stream, LocalContext::cuda_stream). An op without one runs
 // host-staged: its input blocks are copied to the host, the CPU kernel runs, and the output is
 // copied back, so every op works on GPU meshes and gives the CPU kernel's result; each such
-// call is counted (host_staged_kernel_calls()). GPU kernels are registered by the CUDA backend
-// (register_gpu_kernels in src/dtensor/cuda/) with set_gpu_kernel.
+// call is counted (host_staged_kernel_calls()). An op's GPU kernel is its OpDef's gpu_kernel,
+// set beside its CPU kernel (the elementwise ops, whose family files ask the CUDA backend for it:
+// null without one) or later with set_gpu_kernel (the CUDA backend's register_gpu_kernels in
+// src/dtensor/ops/cuda/).
 //
 // Thread safety: the registry is filled once, then read-only; call_op from one controller
 // thread per runtime (like TF's eager context).
@@ -109,7 +111,43 @@ struct OpAttrs {
                                  // embedding_lookup_grad: the table's (required)
   Runtime* runtime = nullptr;    // creation ops: whose devices (null: Runtime::global())
 
-  // Field by field; the scalars as doubles compare (-0.0 equals 0.0, NaN equals nothing).
+  // Every field above as (name, pointer to member), in declaration order: the one list that the
+  // trace's printer (replicate/graph.h), the dispatch cache's hash and the Python binding
+  // (tessel.OpAttrs) are derived from, so a new attribute is its declaration above and its line
+  // here (a test checks that the list has every field).
+  template <typename Visit>
+  static constexpr void for_each_field(Visit&& visit) {
+    visit("axes", &OpAttrs::axes);
+    visit("perm", &OpAttrs::perm);
+    visit("axis", &OpAttrs::axis);
+    visit("begin", &OpAttrs::begin);
+    visit("size", &OpAttrs::size);
+    visit("shape", &OpAttrs::shape);
+    visit("vocab_size", &OpAttrs::vocab_size);
+    visit("equation", &OpAttrs::equation);
+    visit("value", &OpAttrs::value);
+    visit("operand", &OpAttrs::operand);
+    visit("low", &OpAttrs::low);
+    visit("high", &OpAttrs::high);
+    visit("mean", &OpAttrs::mean);
+    visit("stddev", &OpAttrs::stddev);
+    visit("scale", &OpAttrs::scale);
+    visit("beta", &OpAttrs::beta);
+    visit("learning_rate", &OpAttrs::learning_rate);
+    visit("epsilon", &OpAttrs::epsilon);
+    visit("rate", &OpAttrs::rate);
+    visit("top_k", &OpAttrs::top_k);
+    visit("dtype", &OpAttrs::dtype);
+    visit("keepdims", &OpAttrs::keepdims);
+    visit("transpose_a", &OpAttrs::transpose_a);
+    visit("transpose_b", &OpAttrs::transpose_b);
+    visit("seed", &OpAttrs::seed);
+    visit("layout", &OpAttrs::layout);
+    visit("runtime", &OpAttrs::runtime);
+  }
+
+  // Field by field (the compiler's, so it never misses one); the scalars as doubles compare
+  // (-0.0 equals 0.0, NaN equals nothing).
   friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 

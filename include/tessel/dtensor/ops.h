@@ -46,6 +46,8 @@ DTensor relu(const DTensor& x);
 // GELU: the tanh approximation (approximate = true, tessel's default, jax.nn.gelu's) or the
 // exact x * Phi(x) with erf (TF's and PyTorch's default, nanoGPT's).
 DTensor gelu(const DTensor& x, bool approximate = true);
+// The logistic function 1 / (1 + e^-x) (0 and 1 at the far ends, never NaN for a number).
+DTensor sigmoid(const DTensor& x);
 DTensor sqrt(const DTensor& x);
 DTensor rsqrt(const DTensor& x);
 DTensor cast(const DTensor& x, DType dtype);

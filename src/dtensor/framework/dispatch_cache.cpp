@@ -2,6 +2,8 @@
 #include "dtensor/framework/dispatch_cache.h"
 
 #include <functional>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -23,6 +25,26 @@ void mix_layout(size_t& seed, const Layout& layout) {
     for (const std::string& dim : spec.mesh_dims()) mix(seed, std::hash<std::string_view>()(dim));
   }
   mix(seed, layout.partial().size());
+}
+
+// One attribute into the seed, equal values (OpAttrs' ==) giving equal hashes: std::hash<double>
+// gives -0.0 and 0.0 one hash; a Layout hashes as mix_layout does.
+void mix_attr(size_t& seed, const std::vector<int64_t>& list) {
+  mix(seed, list.size());
+  for (int64_t v : list) mix(seed, static_cast<size_t>(v));
+}
+void mix_attr(size_t& seed, int64_t v) { mix(seed, static_cast<size_t>(v)); }
+void mix_attr(size_t& seed, uint64_t v) { mix(seed, static_cast<size_t>(v)); }
+void mix_attr(size_t& seed, double v) { mix(seed, std::hash<double>()(v)); }
+void mix_attr(size_t& seed, bool v) { mix(seed, v ? 1 : 0); }
+void mix_attr(size_t& seed, DType v) { mix(seed, static_cast<size_t>(v)); }
+void mix_attr(size_t& seed, const std::string& v) { mix(seed, std::hash<std::string>()(v)); }
+void mix_attr(size_t& seed, const Layout& v) { mix_layout(seed, v); }
+void mix_attr(size_t& seed, const Runtime* v) { mix(seed, std::hash<const void*>()(v)); }
+template <typename T>
+void mix_attr(size_t& seed, const std::optional<T>& v) {
+  mix(seed, v.has_value() ? 1 : 0);
+  if (v) mix_attr(seed, *v);
 }
 
 bool same_inputs(const std::vector<TensorSpec>& specs, const std::vector<DTensor>& inputs) {
@@ -47,9 +69,7 @@ size_t call_key(const OpDef& def, const std::vector<DTensor>& inputs, const OpAt
                 uint64_t runtime_id) {
   size_t seed = std::hash<const void*>()(&def);
   mix(seed, static_cast<size_t>(runtime_id));
-  mix(seed, static_cast<size_t>(attrs.dtype));
-  for (int64_t d : attrs.shape) mix(seed, static_cast<size_t>(d));
-  if (attrs.layout) mix_layout(seed, *attrs.layout);
+  OpAttrs::for_each_field([&](std::string_view, auto member) { mix_attr(seed, attrs.*member); });
   for (const DTensor& in : inputs) {
     mix(seed, static_cast<size_t>(in.dtype()));
     for (int64_t d : in.shape().dims()) mix(seed, static_cast<size_t>(d));

@@ -37,8 +37,9 @@ struct PlannedCall {
   std::shared_ptr<const LaunchPlan> launch;
 };
 
-// A hash of what a call's plan depends on (of its attrs only the dtype, shape and layout, which
-// creation ops vary; lookups compare all of them).
+// A hash of what a call's plan depends on: the op, the runtime, the inputs' shapes, dtypes and
+// layouts, and every attr (OpAttrs::for_each_field), so that calls differing in any of them
+// (reductions over other axes, slices elsewhere) tend to land in different slots.
 size_t call_key(const OpDef& def, const std::vector<DTensor>& inputs, const OpAttrs& attrs,
                 uint64_t runtime_id);
 

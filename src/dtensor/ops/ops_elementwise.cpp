@@ -1,7 +1,8 @@
 // The elementwise op family, binary half: add, subtract, multiply, divide, maximum, minimum with
-// numpy broadcasting, and the internal binary ops their and the unary ops' gradients use
-// (relu_grad, gelu_grad, gelu_erf_grad, tanh_grad: grad * f'(x); mask_greater, mask_greater_equal: 1 where
-// a > b / a >= b, else 0). The unary ops, the host-scalar forms and cast are in ops_unary.cpp.
+// numpy broadcasting, and the internal binary ops their gradients use (mask_greater,
+// mask_greater_equal: 1 where a > b / a >= b, else 0). The unary ops, their derivative ops
+// (relu_grad, ...: binary ops registered with binary_def), the host-scalar forms and cast are in
+// ops_unary.cpp; the math of both halves is elementwise_math.h's, their loops elementwise.h's.
 //
 // Sharding rule (binary_rule), for output dimension d and each input k:
 //  - d is a broadcast dim of k when k lacks it or has extent 1 where the output does not; such a
@@ -16,14 +17,14 @@
 //    input's linear Partial (the other input is reduced: product of a sum and a factor); divide
 //    and the *_grad ops keep only the first input's; maximum, minimum and the masks keep none.
 //    A Partial mesh dim that the output shards over is reduced (the planner may reduce-scatter).
-// Kernels: one tight loop per (dtype, op) for equal blocks and scalar blocks, else a strided
-// loop over coalesced dims; empty blocks return at once.
+// Kernels (elementwise.h): one tight loop per (dtype, op) for equal blocks and scalar blocks, else
+// a strided loop over coalesced dims; empty blocks return at once. GPU kernels beside them.
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 
-#include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/op_families.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
@@ -33,7 +34,7 @@ void register_unary_ops(OpRegistry& registry);  // ops_unary.cpp
 
 namespace {
 
-using VjpFn = std::function<std::vector<DTensor>(const VjpArgs&)>;
+namespace ew = elementwise;
 
 bool is_linear(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kMean; }
 
@@ -51,9 +52,6 @@ TensorSpec infer_binary(std::string_view op, const std::vector<TensorSpec>& in) 
   return out;
 }
 
-// Which inputs may stay Partial (see the file comment).
-enum class PartialRule { kNone, kBoth, kLarger, kFirst };
-
 bool uses_any(const std::vector<std::string>& used, const std::vector<std::string>& dims) {
   for (const std::string& d : dims) {
     if (std::find(used.begin(), used.end(), d) != used.end()) return true;
@@ -70,13 +68,13 @@ const PartialDim* first_linear(const Layout& layout) {
 }
 
 ShardingDecision binary_rule(const std::vector<TensorSpec>& in, const TensorSpec& out,
-                             PartialRule rule) {
+                             BinaryPartial rule) {
   const Layout& la = in[0].layout;
   const Layout& lb = in[1].layout;
   // Fast path: equal shapes and layouts, nothing to reduce.
   if (in[0].shape == in[1].shape && la == lb) {
     if (!la.is_partial()) return {{la, lb}, la};
-    if (rule == PartialRule::kBoth) {
+    if (rule == BinaryPartial::kBoth) {
       bool uniform = true;
       for (const PartialDim& p : la.partial()) uniform = uniform && p.op == la.partial()[0].op;
       if (uniform && is_linear(la.partial()[0].op)) return {{la, lb}, la};
@@ -113,7 +111,7 @@ ShardingDecision binary_rule(const std::vector<TensorSpec>& in, const TensorSpec
       if (!seen) kept.push_back(p);
     }
   };
-  if (rule == PartialRule::kBoth) {
+  if (rule == BinaryPartial::kBoth) {
     const PartialDim* first = first_linear(in[big].layout);
     if (first == nullptr) first = first_linear(in[small].layout);
     if (first != nullptr) {
@@ -131,9 +129,11 @@ ShardingDecision binary_rule(const std::vector<TensorSpec>& in, const TensorSpec
       });
       carries[0] = carries[1] = true;
     }
-  } else if (rule == PartialRule::kLarger || rule == PartialRule::kFirst) {
+  } else if (rule == BinaryPartial::kLarger || rule == BinaryPartial::kFirst) {
     int holder = 0;
-    if (rule == PartialRule::kLarger) holder = first_linear(in[big].layout) != nullptr ? big : small;
+    if (rule == BinaryPartial::kLarger) {
+      holder = first_linear(in[big].layout) != nullptr ? big : small;
+    }
     if (const PartialDim* first = first_linear(in[holder].layout)) {
       keep_from(holder, first->op);
       carries[holder] = true;
@@ -163,131 +163,6 @@ ShardingDecision binary_rule(const std::vector<TensorSpec>& in, const TensorSpec
   decision.output = Layout::create(LayoutType::kStatic, std::move(specs), mesh, std::move(kept));
   return decision;
 }
-
-// ---- kernels ---------------------------------------------------------------------------------
-
-// out = f(a, b) elementwise, a and b broadcast to out's block (contiguous blocks).
-template <typename T, typename F>
-void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
-  const int64_t n = out.num_elements();
-  if (n == 0) return;
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
-  T* po = out.data<T>();
-  const int64_t na = a.num_elements();
-  const int64_t nb = b.num_elements();
-  if (na == n && nb == n) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
-    return;
-  }
-  if (na == 1 && nb == n) {
-    const T x = pa[0];
-    for (int64_t i = 0; i < n; ++i) po[i] = f(x, pb[i]);
-    return;
-  }
-  if (nb == 1 && na == n) {
-    const T y = pb[0];
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], y);
-    return;
-  }
-  // General broadcast: the outer dims as an odometer, the innermost run as a loop.
-  const BroadcastDims loop = broadcast_dims(a, b, out.shape());
-  const std::vector<int64_t>& ext = loop.extent;
-  const std::vector<int64_t>& sa = loop.a_stride;
-  const std::vector<int64_t>& sb = loop.b_stride;
-  const size_t dims = ext.size();  // >= 1: n > 1 here
-  const int64_t inner = ext[dims - 1];
-  const int64_t ia_step = sa[dims - 1];
-  const int64_t ib_step = sb[dims - 1];
-  std::vector<int64_t> counter(dims, 0);
-  int64_t oa = 0, ob = 0;
-  for (int64_t o = 0; o < n; o += inner) {
-    T* dst = po + o;
-    const T* xa = pa + oa;
-    const T* xb = pb + ob;
-    if (ia_step == 1 && ib_step == 1) {
-      for (int64_t i = 0; i < inner; ++i) dst[i] = f(xa[i], xb[i]);
-    } else if (ia_step == 0 && ib_step == 1) {
-      for (int64_t i = 0; i < inner; ++i) dst[i] = f(xa[0], xb[i]);
-    } else if (ia_step == 1 && ib_step == 0) {
-      for (int64_t i = 0; i < inner; ++i) dst[i] = f(xa[i], xb[0]);
-    } else {
-      for (int64_t i = 0; i < inner; ++i) dst[i] = f(xa[i * ia_step], xb[i * ib_step]);
-    }
-    // Advance the outer dims (odometer).
-    for (size_t d = dims - 1; d-- > 0;) {
-      oa += sa[d];
-      ob += sb[d];
-      if (++counter[d] < ext[d]) break;
-      oa -= sa[d] * ext[d];
-      ob -= sb[d] * ext[d];
-      counter[d] = 0;
-    }
-  }
-}
-
-constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
-constexpr double kGeluK = 0.044715;
-
-struct Add {
-  template <typename T>
-  T operator()(T a, T b) const { return a + b; }
-};
-struct Subtract {
-  template <typename T>
-  T operator()(T a, T b) const { return a - b; }
-};
-struct Multiply {
-  template <typename T>
-  T operator()(T a, T b) const { return a * b; }
-};
-struct Divide {
-  template <typename T>
-  T operator()(T a, T b) const { return a / b; }
-};
-struct Maximum {  // NaN propagates; ties give a
-  template <typename T>
-  T operator()(T a, T b) const { return a >= b || a != a ? a : b; }
-};
-struct Minimum {
-  template <typename T>
-  T operator()(T a, T b) const { return a <= b || a != a ? a : b; }
-};
-struct MaskGreater {
-  template <typename T>
-  T operator()(T a, T b) const { return a > b ? T(1) : T(0); }
-};
-struct MaskGreaterEqual {
-  template <typename T>
-  T operator()(T a, T b) const { return a >= b ? T(1) : T(0); }
-};
-struct ReluGrad {  // (grad, x)
-  template <typename T>
-  T operator()(T g, T x) const { return x > T(0) ? g : T(0); }
-};
-struct TanhGrad {  // (grad, y = tanh(x))
-  template <typename T>
-  T operator()(T g, T y) const { return g * (T(1) - y * y); }
-};
-struct GeluGrad {  // (grad, x)
-  template <typename T>
-  T operator()(T g, T x) const {
-    const T x2 = x * x;
-    const T t = std::tanh(T(kGeluC) * (x + T(kGeluK) * x2 * x));
-    const T d = T(0.5) * (T(1) + t) +
-                T(0.5) * x * (T(1) - t * t) * T(kGeluC) * (T(1) + T(3 * kGeluK) * x2);
-    return g * d;
-  }
-};
-
-struct GeluErfGrad {  // (grad, x): d x*Phi(x) = Phi(x) + x * phi(x)
-  template <typename T>
-  T operator()(T g, T x) const {
-    const T cdf = T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
-    const T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);  // 1 / sqrt(2 pi)
-    return g * (cdf + x * pdf);
-  }
-};
 
 // ---- gradients -------------------------------------------------------------------------------
 
@@ -328,13 +203,15 @@ std::vector<DTensor> divide_vjp(const VjpArgs& v) {
 std::vector<DTensor> pick_vjp(const VjpArgs& v, bool max) {
   const DTensor& a = v.inputs[0];
   const DTensor& b = v.inputs[1];
-  const DTensor to_a = max ? call_op("mask_greater_equal", {a, b}) : call_op("mask_greater_equal", {b, a});
+  const DTensor to_a =
+      max ? call_op("mask_greater_equal", {a, b}) : call_op("mask_greater_equal", {b, a});
   const DTensor to_b = max ? call_op("mask_greater", {b, a}) : call_op("mask_greater", {a, b});
   return {sum_to(multiply(v.grad, to_a), a.shape()), sum_to(multiply(v.grad, to_b), b.shape())};
 }
 
-template <typename F>
-void add_binary(OpRegistry& registry, const char* name, PartialRule rule, VjpFn vjp) {
+}  // namespace
+
+OpDef binary_def(const char* name, BinaryPartial rule) {
   OpDef def;
   def.name = name;
   def.num_inputs = 2;
@@ -344,41 +221,22 @@ void add_binary(OpRegistry& registry, const char* name, PartialRule rule, VjpFn 
   def.shard = [rule](const std::vector<TensorSpec>& in, const TensorSpec& out, const OpAttrs&) {
     return binary_rule(in, out, rule);
   };
-  def.kernel = [name](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                      const LocalContext&) {
-    dispatch_float(out.dtype(), name, [&]<typename T>() { binary_loop<T>(in[0], in[1], out, F{}); });
-  };
-  def.vjp = std::move(vjp);
-  registry.add(std::move(def));
+  return def;
 }
 
-}  // namespace
-
 void register_elementwise_ops(OpRegistry& registry) {
-  add_binary<Add>(registry, "add", PartialRule::kBoth, add_vjp);
-  add_binary<Subtract>(registry, "subtract", PartialRule::kBoth, subtract_vjp);
-  add_binary<Multiply>(registry, "multiply", PartialRule::kLarger, multiply_vjp);
-  add_binary<Divide>(registry, "divide", PartialRule::kFirst, divide_vjp);
-  add_binary<Maximum>(registry, "maximum", PartialRule::kNone,
-                      [](const VjpArgs& v) { return pick_vjp(v, true); });
-  add_binary<Minimum>(registry, "minimum", PartialRule::kNone,
-                      [](const VjpArgs& v) { return pick_vjp(v, false); });
+  add_binary<ew::Add>(registry, "add", BinaryPartial::kBoth, add_vjp);
+  add_binary<ew::Subtract>(registry, "subtract", BinaryPartial::kBoth, subtract_vjp);
+  add_binary<ew::Multiply>(registry, "multiply", BinaryPartial::kLarger, multiply_vjp);
+  add_binary<ew::Divide>(registry, "divide", BinaryPartial::kFirst, divide_vjp);
+  add_binary<ew::Maximum>(registry, "maximum", BinaryPartial::kNone,
+                          [](const VjpArgs& v) { return pick_vjp(v, true); });
+  add_binary<ew::Minimum>(registry, "minimum", BinaryPartial::kNone,
+                          [](const VjpArgs& v) { return pick_vjp(v, false); });
   // Piecewise constant: zero gradients.
   const VjpFn none = [](const VjpArgs&) { return std::vector<DTensor>{DTensor(), DTensor()}; };
-  add_binary<MaskGreater>(registry, "mask_greater", PartialRule::kNone, none);
-  add_binary<MaskGreaterEqual>(registry, "mask_greater_equal", PartialRule::kNone, none);
-  // Linear in the gradient (input 0), which may stay Partial.
-  add_binary<ReluGrad>(registry, "relu_grad", PartialRule::kFirst, [](const VjpArgs& v) {
-    return std::vector<DTensor>{call_op("relu_grad", {v.grad, v.inputs[1]}), DTensor()};
-  });
-  add_binary<TanhGrad>(registry, "tanh_grad", PartialRule::kFirst, [](const VjpArgs& v) {
-    // d/dg = 1 - y^2; d/dy = -2 g y.
-    return std::vector<DTensor>{
-        call_op("tanh_grad", {v.grad, v.inputs[1]}),
-        multiply(multiply(v.grad, v.inputs[0]), multiply(v.inputs[1], -2.0))};
-  });
-  add_binary<GeluGrad>(registry, "gelu_grad", PartialRule::kFirst, nullptr);
-  add_binary<GeluErfGrad>(registry, "gelu_erf_grad", PartialRule::kFirst, nullptr);
+  add_binary<ew::MaskGreater>(registry, "mask_greater", BinaryPartial::kNone, none);
+  add_binary<ew::MaskGreaterEqual>(registry, "mask_greater_equal", BinaryPartial::kNone, none);
   register_unary_ops(registry);
 }
 

@@ -1,7 +1,10 @@
 // The elementwise op family, unary half: negative, exp, log, tanh, relu, gelu (tanh
-// approximation, "gelu"; exact erf form, "gelu_erf"), sqrt, rsqrt, cast, and the host-scalar forms add(x, double) and
-// multiply(x, double), registered as "add_scalar" / "multiply_scalar" with the scalar in
-// OpAttrs::operand (no rank-0 DTensor is made: the scalar travels with the kernel).
+// approximation, "gelu"; exact erf form, "gelu_erf"), sigmoid, sqrt, rsqrt, cast, and the
+// host-scalar forms add(x, double) and multiply(x, double), registered as "add_scalar" /
+// "multiply_scalar" with the scalar in OpAttrs::operand (no rank-0 DTensor is made: the scalar
+// travels with the kernel). Beside them the derivative ops their gradients call, binary ops
+// (grad, x) or (grad, y) -> grad * f' (relu_grad, tanh_grad, gelu_grad, gelu_erf_grad,
+// sigmoid_grad), with ops_elementwise.cpp's broadcasting rule (binary_def).
 //
 // Sharding rule: the output has the input's sharding, no communication. Partial dims stay
 // Partial where the op commutes with the pending reduction, else the input is demanded reduced:
@@ -10,23 +13,25 @@
 //    is added once), mean, max and min kept (added to every term); prod reduced.
 //  - multiply_scalar: sum and mean kept; max and min kept, swapped for a negative factor; prod
 //    reduced.
-//  - exp, log, tanh, relu, gelu, sqrt, rsqrt, cast: every Partial dim reduced (nonlinear; cast
-//    rounds).
-// Kernels: one flat loop per (dtype, op); cast between f32 and f64 is a loop, any other pair of
-// dtypes goes through Tensor::astype.
+//  - exp, log, tanh, relu, gelu, sigmoid, sqrt, rsqrt, cast: every Partial dim reduced
+//    (nonlinear; cast rounds).
+//  - the derivative ops keep the gradient's linear Partial dims (they are linear in it).
+// Kernels: one flat loop per (dtype, op) over elementwise_math.h's functor (elementwise.h), and
+// the GPU kernel of the same functor beside it; cast between f32 and f64 is a loop, any other
+// pair of dtypes goes through Tensor::astype.
 #include <algorithm>
-#include <cmath>
 #include <optional>
 
-#include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/op_families.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
 namespace detail {
 namespace {
 
-using VjpFn = std::function<std::vector<DTensor>(const VjpArgs&)>;
+namespace ew = elementwise;
 
 enum class PartialRule { kReduce, kNegate, kAddScalar, kScaleScalar };
 
@@ -64,57 +69,6 @@ ShardingDecision unary_rule(const TensorSpec& in, PartialRule rule, double opera
   return d;
 }
 
-template <typename T, typename F>
-void unary_loop(const Tensor& x, Tensor& out, F f) {
-  const int64_t n = out.num_elements();
-  if (n == 0) return;
-  const T* px = x.data<T>();
-  T* po = out.data<T>();
-  for (int64_t i = 0; i < n; ++i) po[i] = f(px[i]);
-}
-
-constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
-constexpr double kGeluK = 0.044715;
-
-struct Negative {
-  template <typename T>
-  T operator()(T x) const { return -x; }
-};
-struct Exp {
-  template <typename T>
-  T operator()(T x) const { return std::exp(x); }
-};
-struct Log {
-  template <typename T>
-  T operator()(T x) const { return std::log(x); }
-};
-struct Tanh {
-  template <typename T>
-  T operator()(T x) const { return std::tanh(x); }
-};
-struct Relu {  // NaN propagates
-  template <typename T>
-  T operator()(T x) const { return x < T(0) ? T(0) : x; }
-};
-struct Gelu {
-  template <typename T>
-  T operator()(T x) const {
-    return T(0.5) * x * (T(1) + std::tanh(T(kGeluC) * (x + T(kGeluK) * x * x * x)));
-  }
-};
-struct GeluErf {  // exact: x * Phi(x)
-  template <typename T>
-  T operator()(T x) const { return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2))); }
-};
-struct Sqrt {
-  template <typename T>
-  T operator()(T x) const { return std::sqrt(x); }
-};
-struct Rsqrt {
-  template <typename T>
-  T operator()(T x) const { return T(1) / std::sqrt(x); }
-};
-
 OpDef unary_def(const char* name, PartialRule rule) {
   OpDef def;
   def.name = name;
@@ -132,15 +86,10 @@ OpDef unary_def(const char* name, PartialRule rule) {
   return def;
 }
 
+// Registers unary op `name`: unary_def and add_elementwise.
 template <typename F>
 void add_unary(OpRegistry& registry, const char* name, PartialRule rule, VjpFn vjp) {
-  OpDef def = unary_def(name, rule);
-  def.kernel = [name](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                      const LocalContext&) {
-    dispatch_float(out.dtype(), name, [&]<typename T>() { unary_loop<T>(in[0], out, F{}); });
-  };
-  def.vjp = std::move(vjp);
-  registry.add(std::move(def));
+  add_elementwise<F>(registry, unary_def(name, rule), std::move(vjp));
 }
 
 void register_scalar_ops(OpRegistry& registry) {
@@ -153,10 +102,10 @@ void register_scalar_ops(OpRegistry& registry) {
         if (out.num_elements() > 0) std::copy_n(in[0].data<T>(), out.num_elements(), out.data<T>());
         return;
       }
-      const T s = static_cast<T>(attrs.operand.value_or(0.0));
-      unary_loop<T>(in[0], out, [s](T x) { return x + s; });
+      unary_loop<T>(in[0], out, ew::AddScalar{attrs.operand.value_or(0.0)});
     });
   };
+  add.gpu_kernel = gpu_add_scalar_kernel();
   add.vjp = [](const VjpArgs& v) { return std::vector<DTensor>{v.grad}; };
   registry.add(std::move(add));
 
@@ -164,10 +113,11 @@ void register_scalar_ops(OpRegistry& registry) {
   mul.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                   const LocalContext&) {
     dispatch_float(out.dtype(), "multiply_scalar", [&]<typename T>() {
-      const T s = static_cast<T>(attrs.operand.value_or(0.0));
-      unary_loop<T>(in[0], out, [s](T x) { return x * s; });
+      unary_loop<T>(in[0], out, ew::MultiplyScalar{attrs.operand.value_or(0.0)});
     });
   };
+  mul.gpu_kernel =
+      gpu_unary_kernel("multiply_scalar", ew::index_in<ew::MultiplyScalar, ew::UnaryOps>);
   mul.vjp = [](const VjpArgs& v) {
     return std::vector<DTensor>{multiply(v.grad, v.attrs->operand.value_or(0.0))};
   };
@@ -214,34 +164,60 @@ void register_cast(OpRegistry& registry) {
 }  // namespace
 
 void register_unary_ops(OpRegistry& registry) {
-  add_unary<Negative>(registry, "negative", PartialRule::kNegate,
-                      [](const VjpArgs& v) { return std::vector<DTensor>{negative(v.grad)}; });
-  add_unary<Exp>(registry, "exp", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Negative>(registry, "negative", PartialRule::kNegate,
+                          [](const VjpArgs& v) { return std::vector<DTensor>{negative(v.grad)}; });
+  add_unary<ew::Exp>(registry, "exp", PartialRule::kReduce, [](const VjpArgs& v) {
     return std::vector<DTensor>{multiply(v.grad, v.output)};
   });
-  add_unary<Log>(registry, "log", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Log>(registry, "log", PartialRule::kReduce, [](const VjpArgs& v) {
     return std::vector<DTensor>{divide(v.grad, v.inputs[0])};
   });
-  add_unary<Tanh>(registry, "tanh", PartialRule::kReduce, [](const VjpArgs& v) {
-    return std::vector<DTensor>{call_op("tanh_grad", {v.grad, v.output})};
-  });
-  add_unary<Relu>(registry, "relu", PartialRule::kReduce, [](const VjpArgs& v) {
-    return std::vector<DTensor>{call_op("relu_grad", {v.grad, v.inputs[0]})};
-  });
-  add_unary<Gelu>(registry, "gelu", PartialRule::kReduce, [](const VjpArgs& v) {
-    return std::vector<DTensor>{call_op("gelu_grad", {v.grad, v.inputs[0]})};
-  });
-  add_unary<GeluErf>(registry, "gelu_erf", PartialRule::kReduce, [](const VjpArgs& v) {
-    return std::vector<DTensor>{call_op("gelu_erf_grad", {v.grad, v.inputs[0]})};
-  });
-  add_unary<Sqrt>(registry, "sqrt", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Sqrt>(registry, "sqrt", PartialRule::kReduce, [](const VjpArgs& v) {
     // d sqrt(x) = 0.5 / sqrt(x).
     return std::vector<DTensor>{divide(multiply(v.grad, 0.5), v.output)};
   });
-  add_unary<Rsqrt>(registry, "rsqrt", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Rsqrt>(registry, "rsqrt", PartialRule::kReduce, [](const VjpArgs& v) {
     // d x^(-1/2) = -0.5 x^(-1/2) / x.
     return std::vector<DTensor>{multiply(v.grad, divide(multiply(v.output, -0.5), v.inputs[0]))};
   });
+
+  // Each op with a derivative op: its VJP calls it on (grad, x) or (grad, y); the derivative op
+  // is linear in the gradient (input 0), which may stay Partial.
+  add_unary<ew::Tanh>(registry, "tanh", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("tanh_grad", {v.grad, v.output})};
+  });
+  add_binary<ew::TanhGrad>(registry, "tanh_grad", BinaryPartial::kFirst, [](const VjpArgs& v) {
+    // d/dg = 1 - y^2; d/dy = -2 g y.
+    return std::vector<DTensor>{
+        call_op("tanh_grad", {v.grad, v.inputs[1]}),
+        multiply(multiply(v.grad, v.inputs[0]), multiply(v.inputs[1], -2.0))};
+  });
+  add_unary<ew::Relu>(registry, "relu", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("relu_grad", {v.grad, v.inputs[0]})};
+  });
+  add_binary<ew::ReluGrad>(registry, "relu_grad", BinaryPartial::kFirst, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("relu_grad", {v.grad, v.inputs[1]}), DTensor()};
+  });
+  add_unary<ew::Gelu>(registry, "gelu", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("gelu_grad", {v.grad, v.inputs[0]})};
+  });
+  add_binary<ew::GeluGrad>(registry, "gelu_grad", BinaryPartial::kFirst, nullptr);
+  add_unary<ew::GeluErf>(registry, "gelu_erf", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("gelu_erf_grad", {v.grad, v.inputs[0]})};
+  });
+  add_binary<ew::GeluErfGrad>(registry, "gelu_erf_grad", BinaryPartial::kFirst, nullptr);
+  add_unary<ew::Sigmoid>(registry, "sigmoid", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("sigmoid_grad", {v.grad, v.output})};
+  });
+  const VjpFn sigmoid_grad_vjp = [](const VjpArgs& v) {
+    // d/dg = y (1 - y); d/dy = g (1 - 2y).
+    const DTensor& y = v.inputs[1];
+    return std::vector<DTensor>{
+        call_op("sigmoid_grad", {v.grad, y}),
+        multiply(multiply(v.grad, v.inputs[0]), add(multiply(y, -2.0), 1.0))};
+  };
+  add_binary<ew::SigmoidGrad>(registry, "sigmoid_grad", BinaryPartial::kFirst, sigmoid_grad_vjp);
+
   register_scalar_ops(registry);
   register_cast(registry);
 }
@@ -256,6 +232,7 @@ DTensor relu(const DTensor& x) { return call_op("relu", {x}); }
 DTensor gelu(const DTensor& x, bool approximate) {
   return call_op(approximate ? "gelu" : "gelu_erf", {x});
 }
+DTensor sigmoid(const DTensor& x) { return call_op("sigmoid", {x}); }
 DTensor sqrt(const DTensor& x) { return call_op("sqrt", {x}); }
 DTensor rsqrt(const DTensor& x) { return call_op("rsqrt", {x}); }
 

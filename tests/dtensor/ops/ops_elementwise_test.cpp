@@ -102,6 +102,20 @@ TEST(ElementwiseValues, UnaryOps) {
   EXPECT_NEAR(g[4], 0.8411920, 1e-7);
 }
 
+TEST(ElementwiseValues, SigmoidIsTheLogisticFunctionAndSaturatesWithoutNan) {
+  Runtime rt({.num_cpu_devices = 4});
+  const Layout rows({"x"}, Mesh::create({{"x", 4}}));
+  const std::vector<double> in = {-2, -0.5, 0, 0.25, 1, 4};
+  const std::vector<double> s = values(sigmoid(put(in, {6}, rows, rt)));
+  for (size_t i = 0; i < in.size(); ++i) EXPECT_DOUBLE_EQ(s[i], 1 / (1 + std::exp(-in[i])));
+  EXPECT_EQ(s[2], 0.5);
+  // e^-x overflows to inf far left: 1 / inf is 0, not NaN; far right e^-x is 0.
+  const std::vector<double> far = {-1000, -800, 800, 1000};
+  EXPECT_EQ(values(sigmoid(put(far, {4}, rows, rt))), (std::vector<double>{0, 0, 1, 1}));
+  const DTensor f32 = cast(put(far, {4}, rows, rt), DType::kF32);
+  EXPECT_EQ(values(sigmoid(f32)), (std::vector<double>{0, 0, 1, 1}));
+}
+
 TEST(ElementwiseValues, ScalarForms) {
   Runtime rt({.num_cpu_devices = 4});
   const Layout rows({"x"}, Mesh::create({{"x", 4}}));
@@ -324,12 +338,13 @@ TEST(ElementwiseRule, UnaryRulesKeepTheLayout) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   const Layout l({"unsharded", "y"}, mesh);
   const Layout p = partial_sum(l, "x");
-  for (const char* op : {"exp", "log", "tanh", "relu", "gelu", "sqrt", "rsqrt", "negative"}) {
+  for (const char* op :
+       {"exp", "log", "tanh", "relu", "gelu", "sigmoid", "sqrt", "rsqrt", "negative"}) {
     const ShardingDecision d = plan_op(op, {spec({5, 3}, l)});
     EXPECT_EQ(d.output, l) << op;
     EXPECT_EQ(d.inputs[0], l) << op;
   }
-  for (const char* op : {"exp", "log", "tanh", "relu", "gelu", "sqrt", "rsqrt"}) {
+  for (const char* op : {"exp", "log", "tanh", "relu", "gelu", "sigmoid", "sqrt", "rsqrt"}) {
     const ShardingDecision d = plan_op(op, {spec({5, 3}, p)});
     EXPECT_EQ(d.output, l) << op;
     EXPECT_EQ(d.inputs[0], l) << op;
@@ -403,6 +418,7 @@ TEST(ElementwiseMatchesSingleDevice, UnaryOpsOverRandomLayouts) {
       {"tanh", [](const std::vector<DTensor>& in) { return tanh(in[0]); }},
       {"relu", [](const std::vector<DTensor>& in) { return relu(in[0]); }},
       {"gelu", [](const std::vector<DTensor>& in) { return gelu(in[0]); }},
+      {"sigmoid", [](const std::vector<DTensor>& in) { return sigmoid(in[0]); }},
       {"sqrt", [](const std::vector<DTensor>& in) { return sqrt(in[0]); }},
       {"rsqrt", [](const std::vector<DTensor>& in) { return rsqrt(in[0]); }},
       {"add_scalar", [](const std::vector<DTensor>& in) { return add(in[0], 1.5); }},
@@ -487,6 +503,7 @@ TEST(ElementwiseVjp, UnaryOpsMatchFiniteDifferences) {
       {"tanh", [](const std::vector<DTensor>& in) { return tanh(in[0]); }},
       {"relu", [](const std::vector<DTensor>& in) { return relu(in[0]); }},
       {"gelu", [](const std::vector<DTensor>& in) { return gelu(in[0]); }},
+      {"sigmoid", [](const std::vector<DTensor>& in) { return sigmoid(in[0]); }},
       {"sqrt", [](const std::vector<DTensor>& in) { return sqrt(in[0]); }},
       {"rsqrt", [](const std::vector<DTensor>& in) { return rsqrt(in[0]); }},
       {"add_scalar", [](const std::vector<DTensor>& in) { return add(in[0], 1.5); }},
@@ -528,6 +545,28 @@ TEST(ElementwiseVjp, SecondOrderThroughTanh) {
     const double t = std::tanh(in[i]);
     EXPECT_NEAR(values(g)[i], 1 - t * t, 1e-15);
     EXPECT_NEAR(second[i], -2 * t * (1 - t * t), 1e-15);
+  }
+}
+
+TEST(ElementwiseVjp, SigmoidGradientAndItsSecondOrder) {
+  Runtime rt({.num_cpu_devices = 4});
+  const Layout rows({"x"}, Mesh::create({{"x", 4}}));
+  const std::vector<double> in = {0.3, -0.7, 1.2, -3};
+  const DTensor x = put(in, {4}, rows, rt);
+  GradientTape outer;
+  outer.watch(x);
+  DTensor g;
+  {
+    GradientTape inner;
+    inner.watch(x);
+    g = inner.gradient(reduce_sum(sigmoid(x)), {x})[0];
+  }
+  EXPECT_EQ(g.layout(), rows);
+  const std::vector<double> second = values(outer.gradient(reduce_sum(g), {x})[0]);
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double s = 1 / (1 + std::exp(-in[i]));
+    EXPECT_NEAR(values(g)[i], s * (1 - s), 1e-15);
+    EXPECT_NEAR(second[i], s * (1 - s) * (1 - 2 * s), 1e-15);
   }
 }
 

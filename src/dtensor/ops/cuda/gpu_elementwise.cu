@@ -1,86 +1,20 @@
-// The elementwise ops' CUDA kernels (gpu_launch.h): one grid-stride kernel for the unary and
-// scalar ops, one for the broadcasting binary ops and one for the optimizer's fused updates, the op
-// chosen by a switch that is the same for every thread (so one kernel per dtype instead of one per
-// op and dtype: small compile time, no divergence). Each op's formula is its CPU functor's
-// (ops_unary.cpp, ops_elementwise.cpp, ops_optimizer.cpp) written out again for the device.
+// The elementwise ops' CUDA kernels (gpu_launch.h): one grid-stride kernel per functor of
+// elementwise_math.h (the math the CPU kernels run, compiled here for the device) and dtype, for
+// the unary and scalar ops and the broadcasting binary ops; the launchers pick the kernel by the
+// functor's index in UnaryOps / BinaryOps, so a functor added there has its kernel without a
+// line here. And one kernel for the optimizer's fused updates, the update chosen by a switch that
+// is the same for every thread.
+#include <array>
+#include <type_traits>
+
 #include "dtensor/ops/cuda/gpu_launch.h"
 #include "dtensor/ops/cuda/gpu_math.cuh"
+#include "dtensor/ops/elementwise_math.h"
 
 namespace tessel::detail::gpu {
 namespace {
 
-constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
-constexpr double kGeluK = 0.044715;
-constexpr double kSqrtHalf = 0.70710678118654752440;  // M_SQRT1_2
-constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1 / sqrt(2 pi)
-
-template <typename T>
-__device__ T apply_unary(UnaryOp op, T x, T operand) {
-  switch (op) {
-    case UnaryOp::kNegative:
-      return -x;
-    case UnaryOp::kExp:
-      return exp_of(x);
-    case UnaryOp::kLog:
-      return log_of(x);
-    case UnaryOp::kSqrt:
-      return sqrt_of(x);
-    case UnaryOp::kRsqrt:
-      return T(1) / sqrt_of(x);
-    case UnaryOp::kTanh:
-      return tanh_of(x);
-    case UnaryOp::kRelu:
-      return x < T(0) ? T(0) : x;  // NaN propagates
-    case UnaryOp::kGelu:
-      return T(0.5) * x * (T(1) + tanh_of(T(kGeluC) * (x + T(kGeluK) * x * x * x)));
-    case UnaryOp::kGeluErf:
-      return T(0.5) * x * (T(1) + erf_of(x * T(kSqrtHalf)));
-    case UnaryOp::kAddScalar:
-      return x + operand;
-    case UnaryOp::kMultiplyScalar:
-      return x * operand;
-  }
-  return x;
-}
-
-template <typename T>
-__device__ T apply_binary(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return a + b;
-    case BinaryOp::kSubtract:
-      return a - b;
-    case BinaryOp::kMultiply:
-      return a * b;
-    case BinaryOp::kDivide:
-      return a / b;
-    case BinaryOp::kMaximum:
-      return a >= b || a != a ? a : b;  // NaN propagates; ties give a
-    case BinaryOp::kMinimum:
-      return a <= b || a != a ? a : b;
-    case BinaryOp::kMaskGreater:
-      return a > b ? T(1) : T(0);
-    case BinaryOp::kMaskGreaterEqual:
-      return a >= b ? T(1) : T(0);
-    case BinaryOp::kReluGrad:
-      return b > T(0) ? a : T(0);  // (grad, x)
-    case BinaryOp::kTanhGrad:
-      return a * (T(1) - b * b);  // (grad, tanh(x))
-    case BinaryOp::kGeluGrad: {   // (grad, x)
-      const T x2 = b * b;
-      const T t = tanh_of(T(kGeluC) * (b + T(kGeluK) * x2 * b));
-      const T d = T(0.5) * (T(1) + t) +
-                  T(0.5) * b * (T(1) - t * t) * T(kGeluC) * (T(1) + T(3 * kGeluK) * x2);
-      return a * d;
-    }
-    case BinaryOp::kGeluErfGrad: {  // (grad, x): Phi(x) + x * phi(x)
-      const T cdf = T(0.5) * (T(1) + erf_of(b * T(kSqrtHalf)));
-      const T pdf = exp_of(T(-0.5) * b * b) * T(kInvSqrt2Pi);
-      return a * (cdf + b * pdf);
-    }
-  }
-  return a;
-}
+namespace ew = elementwise;
 
 // ops_optimizer.cpp's lambdas, each product rounded before the sum as there (no FMA).
 template <typename T>
@@ -103,19 +37,18 @@ __global__ void fused_update_kernel(FusedUpdate update, const T* a, const T* b, 
     out[i] = apply_update(update, a[i], b[i], c == nullptr ? T(0) : c[i], s0, s1);
 }
 
-template <typename T>
-__global__ void unary_kernel(UnaryOp op, const T* x, T* out, int64_t n, T operand) {
-  for (int64_t i = thread_index(); i < n; i += thread_count())
-    out[i] = apply_unary(op, x[i], operand);
+template <typename Op, typename T>
+__global__ void unary_kernel(Op op, const T* x, T* out, int64_t n) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = op(x[i]);
 }
 
-template <typename T>
-__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, int64_t n,
+template <typename Op, typename T>
+__global__ void binary_kernel(Op op, const T* a, const T* b, T* out, int64_t n,
                               BroadcastIndex index) {
   const bool same = index.dims == 1 && index.a_stride[0] == 1 && index.b_stride[0] == 1;
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     if (same) {
-      out[i] = apply_binary(op, a[i], b[i]);
+      out[i] = op(a[i], b[i]);
       continue;
     }
     int64_t rest = i, at = 0, bt = 0;
@@ -125,22 +58,60 @@ __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, int64
       at += k * index.a_stride[d];
       bt += k * index.b_stride[d];
     }
-    out[i] = apply_binary(op, a[at], b[bt]);
+    out[i] = op(a[at], b[bt]);
   }
+}
+
+// The functor Op, with the host scalar of the ops that take one (AddScalar, MultiplyScalar).
+template <typename Op, typename = void>
+struct WithOperand {
+  static Op make(double) { return Op{}; }
+};
+template <typename Op>
+struct WithOperand<Op, std::void_t<decltype(Op::operand)>> {
+  static Op make(double operand) { return Op{operand}; }
+};
+
+template <typename Op, typename T>
+cudaError_t launch_unary_with(const T* x, T* out, int64_t n, double operand, cudaStream_t stream) {
+  return launch_over(n, stream, unary_kernel<Op, T>, WithOperand<Op>::make(operand), x, out, n);
+}
+
+template <typename Op, typename T>
+cudaError_t launch_binary_with(const T* a, const T* b, T* out, int64_t n,
+                               const BroadcastIndex& index, cudaStream_t stream) {
+  return launch_over(n, stream, binary_kernel<Op, T>, Op{}, a, b, out, n, index);
+}
+
+// The launcher of each functor of a list, by its index.
+template <typename T, typename... Ops>
+constexpr auto unary_launchers(ew::OpList<Ops...>) {
+  using Launch = cudaError_t (*)(const T*, T*, int64_t, double, cudaStream_t);
+  return std::array<Launch, sizeof...(Ops)>{&launch_unary_with<Ops, T>...};
+}
+template <typename T, typename... Ops>
+constexpr auto binary_launchers(ew::OpList<Ops...>) {
+  using Launch = cudaError_t (*)(const T*, const T*, T*, int64_t, const BroadcastIndex&,
+                                 cudaStream_t);
+  return std::array<Launch, sizeof...(Ops)>{&launch_binary_with<Ops, T>...};
 }
 
 }  // namespace
 
 template <typename T>
-cudaError_t launch_unary(UnaryOp op, const T* x, T* out, int64_t n, double operand,
+cudaError_t launch_unary(int op, const T* x, T* out, int64_t n, double operand,
                          cudaStream_t stream) {
-  return launch_over(n, stream, unary_kernel<T>, op, x, out, n, static_cast<T>(operand));
+  constexpr auto kLaunchers = unary_launchers<T>(ew::UnaryOps{});
+  if (op < 0 || op >= static_cast<int>(kLaunchers.size())) return cudaErrorInvalidValue;
+  return kLaunchers[static_cast<size_t>(op)](x, out, n, operand, stream);
 }
 
 template <typename T>
-cudaError_t launch_binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n,
+cudaError_t launch_binary(int op, const T* a, const T* b, T* out, int64_t n,
                           const BroadcastIndex& index, cudaStream_t stream) {
-  return launch_over(n, stream, binary_kernel<T>, op, a, b, out, n, index);
+  constexpr auto kLaunchers = binary_launchers<T>(ew::BinaryOps{});
+  if (op < 0 || op >= static_cast<int>(kLaunchers.size())) return cudaErrorInvalidValue;
+  return kLaunchers[static_cast<size_t>(op)](a, b, out, n, index, stream);
 }
 
 template <typename T>
@@ -150,13 +121,13 @@ cudaError_t launch_fused_update(FusedUpdate update, const T* a, const T* b, cons
                      static_cast<T>(s0), static_cast<T>(s1));
 }
 
-template cudaError_t launch_unary<float>(UnaryOp, const float*, float*, int64_t, double,
+template cudaError_t launch_unary<float>(int, const float*, float*, int64_t, double,
                                          cudaStream_t);
-template cudaError_t launch_unary<double>(UnaryOp, const double*, double*, int64_t, double,
+template cudaError_t launch_unary<double>(int, const double*, double*, int64_t, double,
                                           cudaStream_t);
-template cudaError_t launch_binary<float>(BinaryOp, const float*, const float*, float*, int64_t,
+template cudaError_t launch_binary<float>(int, const float*, const float*, float*, int64_t,
                                           const BroadcastIndex&, cudaStream_t);
-template cudaError_t launch_binary<double>(BinaryOp, const double*, const double*, double*, int64_t,
+template cudaError_t launch_binary<double>(int, const double*, const double*, double*, int64_t,
                                            const BroadcastIndex&, cudaStream_t);
 
 template cudaError_t launch_fused_update<float>(FusedUpdate, const float*, const float*,

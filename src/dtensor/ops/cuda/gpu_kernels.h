@@ -1,6 +1,7 @@
 // Internal: the GPU kernels of the built-in ops, one registration function per family (one file
 // each), called by register_gpu_kernels (gpu_kernels.cpp), and the glue the CUDA-kernel families
-// share (float_gpu_kernel).
+// share (float_gpu_kernel). The elementwise ops' kernels are registered by their family files
+// instead, beside their CPU kernels (gpu_elementwise.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,7 +17,8 @@
 namespace tessel::detail {
 
 void register_gpu_matmul_kernels(OpRegistry& registry);       // gpu_matmul.cpp: cuBLAS
-void register_gpu_elementwise_kernels(OpRegistry& registry);  // gpu_elementwise.cpp
+void register_gpu_elementwise_kernels(OpRegistry& registry);  // gpu_elementwise.cpp: the
+                                                              // optimizer's fused updates
 void register_gpu_row_kernels(OpRegistry& registry);          // gpu_rows.cpp: reductions,
                                                               // softmax, layer norm
 void register_gpu_move_kernels(OpRegistry& registry);         // gpu_move.cpp: shape, creation

@@ -1,15 +1,15 @@
 // Internal: the launchers of the ops' CUDA kernels, plain C++ functions on device pointers,
-// sizes and a stream: gpu_elementwise.cu (unary, scalar and broadcasting binary ops),
-// gpu_rows.cu (reductions, softmax, causal softmax, layer norm), gpu_move.cu (fills, copies,
-// embeddings, dropout's mask, slice / slice_grad / concat's box copies) and gpu_xent.cu (the cross
-// entropy, unsharded and vocabulary-parallel). Each enqueues its kernel on
-// `stream` and returns the launch's status (the caller checks it with check_cuda); nothing waits.
-// Every function is instantiated for float and double (the byte movers of gpu_move.cu for
-// unsigned integers of 1, 2, 4 and 8 bytes, standing for any dtype of that width) and computes what
-// the op's CPU kernel in src/dtensor/ops_*.cpp computes, in the same order where the rounding
-// depends on it (the comments name the CPU kernel). Sizes are element counts; pointers are
-// contiguous blocks. The OpDef::Kernel glue (shapes, attrs, fallbacks) is in the .cpp file of
-// the same name.
+// sizes and a stream: gpu_elementwise.cu (unary, scalar and broadcasting binary ops, whose math
+// is elementwise_math.h's, shared with the CPU kernels), gpu_rows.cu (reductions, softmax,
+// causal softmax, layer norm), gpu_move.cu (fills, copies, embeddings, dropout's mask, slice /
+// slice_grad / concat's box copies) and gpu_xent.cu (the cross entropy, unsharded and
+// vocabulary-parallel). Each enqueues its kernel on `stream` and returns the launch's status (the
+// caller checks it with check_cuda); nothing waits. Every function is instantiated for float and
+// double (the byte movers of gpu_move.cu for unsigned integers of 1, 2, 4 and 8 bytes, standing
+// for any dtype of that width) and computes what the op's CPU kernel in
+// src/dtensor/ops/ops_*.cpp computes, in the same order where the rounding depends on it (the
+// comments name the CPU kernel). Sizes are element counts; pointers are contiguous blocks. The
+// OpDef::Kernel glue (shapes, attrs, fallbacks) is in the .cpp file of the same name.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,40 +20,11 @@ namespace tessel::detail::gpu {
 
 // ---- gpu_elementwise.cu --------------------------------------------------------------------
 
-// ops_unary.cpp's kernels; kAddScalar / kMultiplyScalar take the scalar as `operand`.
-enum class UnaryOp {
-  kNegative,
-  kExp,
-  kLog,
-  kSqrt,
-  kRsqrt,
-  kTanh,
-  kRelu,
-  kGelu,
-  kGeluErf,
-  kAddScalar,
-  kMultiplyScalar
-};
-
-// ops_elementwise.cpp's kernels (the *_grad ops take (grad, x), tanh_grad (grad, tanh(x))).
-enum class BinaryOp {
-  kAdd,
-  kSubtract,
-  kMultiply,
-  kDivide,
-  kMaximum,
-  kMinimum,
-  kMaskGreater,
-  kMaskGreaterEqual,
-  kReluGrad,
-  kTanhGrad,
-  kGeluGrad,
-  kGeluErfGrad
-};
-
-// out[i] = op(x[i]) for i < n.
+// out[i] = op(x[i]) for i < n, `op` the index of the op's functor in elementwise_math.h's
+// UnaryOps (AddScalar / MultiplyScalar take `operand` as their scalar; the others ignore it). An
+// index outside UnaryOps: cudaErrorInvalidValue.
 template <typename T>
-cudaError_t launch_unary(UnaryOp op, const T* x, T* out, int64_t n, double operand,
+cudaError_t launch_unary(int op, const T* x, T* out, int64_t n, double operand,
                          cudaStream_t stream);
 
 // The iteration space of a broadcasting binary op (op_util.h's BroadcastDims, at most
@@ -67,9 +38,10 @@ struct BroadcastIndex {
   int64_t b_stride[kMaxDims] = {};
 };
 
-// out[i] = op(a[...], b[...]) for the n = prod(extent) output elements.
+// out[i] = op(a[...], b[...]) for the n = prod(extent) output elements, `op` the index of the
+// op's functor in elementwise_math.h's BinaryOps (the *Grad ones take (grad, x) or (grad, y)).
 template <typename T>
-cudaError_t launch_binary(BinaryOp op, const T* a, const T* b, T* out, int64_t n,
+cudaError_t launch_binary(int op, const T* a, const T* b, T* out, int64_t n,
                           const BroadcastIndex& index, cudaStream_t stream);
 
 // ops_optimizer.cpp's fused updates, elementwise over three (ema, ema_square: two) inputs:

@@ -1,25 +1,17 @@
-// Internal, device code only: the math the ops' CUDA kernels share. Overloads for float and
-// double of the functions the CPU kernels call through <cmath> (CUDA's IEEE-accurate versions:
-// the build never uses fast math), a multiply the compiler may not fuse into an FMA (where the
-// CPU kernel rounds a product before using it), and the launch shape of grid-stride loops.
+// Internal, device code only: the math the ops' CUDA kernels share. The functions the CPU kernels
+// call through <cmath> by argument type (exp_of, log_of, sqrt_of, tanh_of, erf_of) are
+// elementwise_math.h's, which host and device share; here: a multiply the compiler may not fuse
+// into an FMA (where the CPU kernel rounds a product before using it), and the launch shape of
+// grid-stride loops.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-namespace tessel::detail::gpu {
+#include "dtensor/ops/elementwise_math.h"
 
-__device__ inline float exp_of(float x) { return expf(x); }
-__device__ inline double exp_of(double x) { return exp(x); }
-__device__ inline float log_of(float x) { return logf(x); }
-__device__ inline double log_of(double x) { return log(x); }
-__device__ inline float sqrt_of(float x) { return sqrtf(x); }
-__device__ inline double sqrt_of(double x) { return sqrt(x); }
-__device__ inline float tanh_of(float x) { return tanhf(x); }
-__device__ inline double tanh_of(double x) { return tanh(x); }
-__device__ inline float erf_of(float x) { return erff(x); }
-__device__ inline double erf_of(double x) { return erf(x); }
+namespace tessel::detail::gpu {
 
 // a * b rounded, never contracted with a following add.
 __device__ inline float mul_rounded(float a, float b) { return __fmul_rn(a, b); }
