@@ -1,15 +1,13 @@
 // tessel train gpt: trains the GPT of examples/gpt (nanoGPT's character model) on tiny
-// Shakespeare over a batch x model mesh, in one process or as one of several under mpirun.
+// Shakespeare over a batch x model mesh, in one process or as one of several under mpirun. This
+// file parses the flags and prints; train::TrainLoop (examples/train) runs the training.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -20,12 +18,12 @@
 #include "gpt_trainer.h"
 #include "json_output.h"
 #include "process_mesh.h"
-#include "tessel/checkpoint/checkpoint_manager.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/runtime/clients.h"
 #include "tessel/runtime/runtime.h"
+#include "train_loop.h"
 
 namespace tessel::cli {
 namespace {
@@ -86,10 +84,8 @@ struct Options {
   int64_t sample = 300;
   std::string metrics;
   std::string check_reference;  // a reference dump: check against it instead of training
-  std::string checkpoint_dir;   // "" : no checkpoints
-  int64_t checkpoint_every = 0;  // 0: never
-  bool async_checkpoint = false;
-  bool resume = false;
+  // The checkpoint flags; train_gpt sets the rest from the configuration and the process.
+  train::TrainOptions loop;
 };
 
 [[noreturn]] void bad(const std::string& message) {
@@ -125,12 +121,12 @@ Options parse(const Args& args) {
   flags.text({"--metrics"}, o.metrics);
   flags.set({"--json"}, o.json);
   flags.text({"--check-reference"}, o.check_reference);
-  flags.text({"--checkpoint-dir"}, o.checkpoint_dir);
-  flags.integer({"--checkpoint-every"}, o.checkpoint_every, 1, 100000000);
-  flags.set({"--resume"}, o.resume);
-  flags.set({"--async-checkpoint"}, o.async_checkpoint);
+  flags.text({"--checkpoint-dir"}, o.loop.checkpoint_dir);
+  flags.integer({"--checkpoint-every"}, o.loop.checkpoint_every, 1, 100000000);
+  flags.set({"--resume"}, o.loop.resume);
+  flags.set({"--async-checkpoint"}, o.loop.async_checkpoint);
   flags.parse(args);
-  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
+  if ((o.loop.checkpoint_every > 0 || o.loop.resume) && o.loop.checkpoint_dir.empty()) {
     flags.fail("--checkpoint-every and --resume need --checkpoint-dir");
   }
   if (!model_named) flags.fail("the model to train: `tessel train gpt [options]`");
@@ -160,15 +156,30 @@ gpt::GptConfig config_of(const Options& o) {
   return c;
 }
 
-std::string progress_line(const gpt::StepReport& r, int64_t total, double tokens_per_step,
-                          double elapsed) {
-  const int width = 24;
-  const int filled = static_cast<int>(width * (r.step + 1) / std::max<int64_t>(total, 1));
-  const double eta = elapsed / static_cast<double>(r.step + 1) * static_cast<double>(total - r.step - 1);
-  return fmt::format("[{}{}] step {:>5}/{} loss {:.4f} lr {:.2e} {:>7.0f} tok/s ETA {:>4.0f} s",
-                     std::string(static_cast<size_t>(filled), '='),
-                     std::string(static_cast<size_t>(width - filled), ' '), r.step + 1, total,
-                     r.loss, r.learning_rate, tokens_per_step / r.seconds, eta);
+// The --json object: the run's settings, then what the training loop did.
+Json run_json(const Options& o, const ClientConfig& client, const train::TrainHistory& history) {
+  Json losses = Json::array();
+  for (const train::StepReport& r : history.steps) losses.push_back(json_number(r.loss));
+  Json evals = Json::array();
+  for (const train::Evaluation& e : history.evaluations) {
+    evals.push_back(Json{{"step", e.step},
+                         {"train_loss", json_number(e.train_loss)},
+                         {"val_loss", json_number(e.val_loss)}});
+  }
+  const train::Evaluation& last = history.evaluations.back();
+  return Json{{"config", o.config},
+              {"mesh", {o.mesh_batch, o.mesh_model}},
+              {"device", o.device_type},
+              {"processes", client.num_clients},
+              {"sequence_parallel", o.sp},
+              {"steps", history.total_steps},
+              {"final_train_loss", json_number(last.train_loss)},
+              {"final_val_loss", json_number(last.val_loss)},
+              {"train_seconds", json_number(history.train_seconds)},
+              {"median_step_seconds", json_number(history.median_step_seconds())},
+              {"tokens_per_second", json_number(history.tokens_per_second())},
+              {"losses", losses},
+              {"evals", evals}};
 }
 
 int train_gpt(const Options& o) {
@@ -191,7 +202,6 @@ int train_gpt(const Options& o) {
   const gpt::GptConfig& c = trainer.config();
   const bool prints = client.client_id == 0;
   const bool progress = prints && !o.json;
-  const bool tty = redraw_progress(client);
   if (progress) {
     std::cout << fmt::format(
         "tessel train gpt: {} ({} layers, {} heads, width {}, context {}, {:.2f} M parameters), "
@@ -201,101 +211,26 @@ int train_gpt(const Options& o) {
         o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
         client.num_clients > 1 ? fmt::format(" over {} processes", client.num_clients) : "");
   }
-  std::vector<gpt::StepReport> reports;
-  struct Eval {
-    int64_t step;
-    double train, val;
-  };
-  std::vector<Eval> evals;
-  const double tokens_per_step = static_cast<double>(c.batch_size) * c.block_size;
-  const auto evaluate = [&](int64_t step) {
-    Eval e{step, trainer.estimate_loss(gpt::Split::kTrain), trainer.estimate_loss(gpt::Split::kVal)};
-    evals.push_back(e);
-    if (progress) {
-      std::cout << (tty ? "\r\033[K" : "")
-                << fmt::format("step {:>5}: train loss {:.4f}, val loss {:.4f}\n", step, e.train,
-                               e.val)
-                << std::flush;
-    }
-  };
-  std::optional<checkpoint::CheckpointManager> checkpoints;
-  if (!o.checkpoint_dir.empty()) {
-    checkpoints.emplace(o.checkpoint_dir,
-                        checkpoint::CheckpointManagerOptions{.max_to_keep = 3, .save = {}});
-  }
-  if (o.resume) {
-    if (const std::optional<int64_t> latest = checkpoints->latest_step()) {
-      trainer.restore(checkpoints->step_directory(*latest));
-      if (progress) {
-        std::cout << fmt::format("resumed from step {} ({})\n", *latest,
-                                 checkpoints->step_directory(*latest));
-      }
-    }
-  }
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t s = trainer.next_step(); s < c.max_iters; ++s) {
-    if (s % c.eval_interval == 0 && s > 0) evaluate(s);
-    reports.push_back(trainer.step());
-    if (o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) {
-      checkpoints->save(s + 1, trainer.state(), o.async_checkpoint);
-    }
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (progress && (tty || (s + 1) % 50 == 0 || s + 1 == c.max_iters)) {
-      std::cout << (tty ? "\r\033[K" : "") << progress_line(reports.back(), c.max_iters, tokens_per_step, elapsed)
-                << (tty ? "" : "\n") << std::flush;
-    }
-  }
-  if (checkpoints) checkpoints->close();  // the last asynchronous save committed (or thrown)
-  const double train_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (progress && tty) std::cout << "\n";
-  evaluate(c.max_iters);
+  train::TrainOptions loop = o.loop;
+  loop.steps = c.max_iters;
+  loop.eval_interval = c.eval_interval;
+  loop.tokens_per_step = static_cast<double>(c.batch_size) * c.block_size;
+  loop.progress = progress ? &std::cout : nullptr;
+  loop.redraw = redraw_progress(client);
+  const train::TrainHistory history = train::TrainLoop(loop).run(trainer);
   std::string sample;
   if (o.sample > 0) sample = trainer.generate("\n", static_cast<int>(o.sample), 1.0, 0, c.seed);
   if (!prints) return kExitOk;
-  std::vector<double> step_seconds;
-  for (const auto& r : reports) step_seconds.push_back(r.seconds);
-  std::sort(step_seconds.begin(), step_seconds.end());
-  const double median_step = step_seconds.empty() ? 0.0 : step_seconds[step_seconds.size() / 2];
   if (!o.metrics.empty()) {
     std::ofstream out(o.metrics);
     if (!out) bad(fmt::format("cannot write --metrics file '{}'", o.metrics));
-    out << "kind,step,loss,lr,grad_norm,step_seconds,val_loss\n";
-    for (const auto& r : reports) {
-      out << fmt::format("train,{},{:.6f},{:.6g},{:.6f},{:.6f},\n", r.step, r.loss,
-                         r.learning_rate, r.grad_norm, r.seconds);
-    }
-    for (const auto& e : evals) out << fmt::format("eval,{},{:.6f},,,,{:.6f}\n", e.step, e.train, e.val);
+    train::write_metrics_csv(out, history);
   }
   if (o.json) {
-    Json losses = Json::array();
-    for (const auto& r : reports) losses.push_back(json_number(r.loss));
-    Json ev = Json::array();
-    for (const auto& e : evals) {
-      ev.push_back(Json{{"step", e.step},
-                        {"train_loss", json_number(e.train)},
-                        {"val_loss", json_number(e.val)}});
-    }
-    print_json(Json{{"config", o.config},
-                    {"mesh", {o.mesh_batch, o.mesh_model}},
-                    {"device", o.device_type},
-                    {"processes", client.num_clients},
-                    {"sequence_parallel", o.sp},
-                    {"steps", c.max_iters},
-                    {"final_train_loss", json_number(evals.back().train)},
-                    {"final_val_loss", json_number(evals.back().val)},
-                    {"train_seconds", json_number(train_seconds)},
-                    {"median_step_seconds", json_number(median_step)},
-                    {"tokens_per_second", json_number(tokens_per_step / median_step)},
-                    {"losses", losses},
-                    {"evals", ev}});
+    print_json(run_json(o, client, history));
     return kExitOk;
   }
-  std::cout << fmt::format("trained {} steps in {:.1f} s (median step {:.1f} ms, {:.0f} tokens/s); "
-                           "final val loss {:.4f}\n",
-                           c.max_iters, train_seconds, median_step * 1e3,
-                           tokens_per_step / median_step, evals.back().val);
+  std::cout << history.summary() << "\n";
   if (!sample.empty()) std::cout << "\n--- sample ---\n" << sample << "\n--------------\n";
   return kExitOk;
 }

@@ -2,7 +2,9 @@
 #include "gpt_model.h"
 
 #include <cmath>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -10,17 +12,19 @@
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
+#include "tessel/mesh/sharding_spec.h"
 
 namespace tessel::gpt {
 namespace {
 
-constexpr const char* kUnsharded = "unsharded";
+// tessel::kUnsharded as a std::string, for the specs lists of Layout.
+const std::string kUnshardedSpec(kUnsharded);
 
 std::string dim_or_unsharded(const Mesh& mesh, const std::string& name) {
   for (const std::string& d : mesh.dim_names()) {
     if (d == name) return name;
   }
-  return kUnsharded;
+  return kUnshardedSpec;
 }
 
 }  // namespace
@@ -38,36 +42,41 @@ GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_
       model_dim_(dim_or_unsharded(mesh_, "model")) {
   config_.validate();
   const int64_t c = config_.n_embd;
-  const double std = 0.02;
+  const double init_std = 0.02;  // nanoGPT's normal(0, 0.02)
   const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
-  const auto add = [&](std::string name, Shape shape, std::vector<std::string> specs,
-                       double stddev) {
-    names_.push_back(std::move(name));
-    shapes_.push_back(std::move(shape));
-    layouts_.push_back(Layout(specs, mesh_));
-    init_stddev_.push_back(stddev);
-  };
   const std::string& m = model_dim_;
-  add("wte", Shape{config_.vocab_size, c}, {m, kUnsharded}, std);
-  add("wpe", Shape{config_.block_size, c}, {kUnsharded, kUnsharded}, std);
+  const std::string& u = kUnshardedSpec;
+  wte_ = add_parameter("wte", Shape{config_.vocab_size, c}, {m, u}, init_std);
+  wpe_ = add_parameter("wpe", Shape{config_.block_size, c}, {u, u}, init_std);
   for (int l = 0; l < config_.n_layer; ++l) {
     const std::string h = fmt::format("h.{}.", l);
-    add(h + "ln_1.weight", Shape{c}, {kUnsharded}, 0);
-    add(h + "attn.wq", Shape{c, c}, {kUnsharded, m}, std);
-    add(h + "attn.wk", Shape{c, c}, {kUnsharded, m}, std);
-    add(h + "attn.wv", Shape{c, c}, {kUnsharded, m}, std);
-    add(h + "attn.c_proj", Shape{c, c}, {m, kUnsharded}, residual_std);
-    add(h + "ln_2.weight", Shape{c}, {kUnsharded}, 0);
-    add(h + "mlp.c_fc", Shape{c, 4 * c}, {kUnsharded, m}, std);
-    add(h + "mlp.c_proj", Shape{4 * c, c}, {m, kUnsharded}, residual_std);
+    BlockParams b{};
+    b.ln_1 = add_parameter(h + "ln_1.weight", Shape{c}, {u}, 0);
+    b.attn_wq = add_parameter(h + "attn.wq", Shape{c, c}, {u, m}, init_std);
+    b.attn_wk = add_parameter(h + "attn.wk", Shape{c, c}, {u, m}, init_std);
+    b.attn_wv = add_parameter(h + "attn.wv", Shape{c, c}, {u, m}, init_std);
+    b.attn_c_proj = add_parameter(h + "attn.c_proj", Shape{c, c}, {m, u}, residual_std);
+    b.ln_2 = add_parameter(h + "ln_2.weight", Shape{c}, {u}, 0);
+    b.mlp_c_fc = add_parameter(h + "mlp.c_fc", Shape{c, 4 * c}, {u, m}, init_std);
+    b.mlp_c_proj = add_parameter(h + "mlp.c_proj", Shape{4 * c, c}, {m, u}, residual_std);
+    blocks_.push_back(b);
   }
-  add("ln_f.weight", Shape{c}, {kUnsharded}, 0);
-  if (model_dim_ != kUnsharded && config_.n_head % mesh_.dim_size(model_dim_) != 0) {
+  ln_f_ = add_parameter("ln_f.weight", Shape{c}, {u}, 0);
+  if (model_dim_ != kUnshardedSpec && config_.n_head % mesh_.dim_size(model_dim_) != 0) {
     throw Error(ErrorCode::kInvalidArgument, "gpt",
                 fmt::format("n_head {} is not a multiple of the model dimension's size {}: "
                             "heads are split whole",
                             config_.n_head, mesh_.dim_size(model_dim_)));
   }
+}
+
+size_t GptModel::add_parameter(std::string name, Shape shape, const std::vector<std::string>& specs,
+                               double init_stddev) {
+  names_.push_back(std::move(name));
+  shapes_.push_back(std::move(shape));
+  layouts_.push_back(Layout(specs, mesh_));
+  init_stddev_.push_back(init_stddev);
+  return names_.size() - 1;
 }
 
 size_t GptModel::index(const std::string& name) const {
@@ -108,11 +117,12 @@ std::vector<DTensor> GptModel::from_host(const std::vector<Tensor>& values) cons
 }
 
 Layout GptModel::activation_layout() const {
-  return Layout({batch_dim_, sequence_parallel_ ? model_dim_ : kUnsharded, kUnsharded}, mesh_);
+  return Layout({batch_dim_, sequence_parallel_ ? model_dim_ : kUnshardedSpec, kUnshardedSpec},
+                mesh_);
 }
 
 DTensor GptModel::tokens(const Tensor& ids) const {
-  return copy_to_mesh(ids, Layout({batch_dim_, kUnsharded}, mesh_), *runtime_);
+  return copy_to_mesh(ids, Layout({batch_dim_, kUnshardedSpec}, mesh_), *runtime_);
 }
 
 DTensor GptModel::maybe_dropout(const DTensor& x, const ForwardOptions& options,
@@ -121,26 +131,26 @@ DTensor GptModel::maybe_dropout(const DTensor& x, const ForwardOptions& options,
   return dropout(x, config_.dropout, options.dropout_seed * 1000003 + site);
 }
 
-DTensor GptModel::attention(const std::vector<DTensor>& p, size_t first, int layer,
+DTensor GptModel::attention(const std::vector<DTensor>& p, const BlockParams& b, int layer,
                             const DTensor& h, const ForwardOptions& options) const {
-  const int64_t b = h.shape()[0], t = h.shape()[1];
+  const int64_t batch = h.shape()[0], t = h.shape()[1];
   const int64_t heads = config_.n_head, d = config_.head_dim();
   // [B, T, C] (C over model: whole heads) -> [B, heads, T, D].
   const auto split_heads = [&](const DTensor& x) {
-    return transpose(reshape(x, Shape{b, t, heads, d}), {0, 2, 1, 3});
+    return transpose(reshape(x, Shape{batch, t, heads, d}), {0, 2, 1, 3});
   };
-  const DTensor q = split_heads(matmul(h, p[first + 1]));
-  const DTensor k = split_heads(matmul(h, p[first + 2]));
-  const DTensor v = split_heads(matmul(h, p[first + 3]));
+  const DTensor q = split_heads(matmul(h, p[b.attn_wq]));
+  const DTensor k = split_heads(matmul(h, p[b.attn_wk]));
+  const DTensor v = split_heads(matmul(h, p[b.attn_wv]));
   DTensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(double(d)));
   att = maybe_dropout(att, options, 3 * static_cast<uint64_t>(layer));
-  const DTensor y = reshape(transpose(matmul(att, v), {0, 2, 1, 3}), Shape{b, t, heads * d});
-  return matmul(y, p[first + 4]);  // row-parallel: Partial(sum) over model
+  const DTensor y = reshape(transpose(matmul(att, v), {0, 2, 1, 3}), Shape{batch, t, heads * d});
+  return matmul(y, p[b.attn_c_proj]);  // row-parallel: Partial(sum) over model
 }
 
-DTensor GptModel::block(const std::vector<DTensor>& p, size_t first, int layer, const DTensor& x,
-                        const ForwardOptions& options) const {
-  const Layout whole_sequence({batch_dim_, kUnsharded, kUnsharded}, mesh_);
+DTensor GptModel::block(const std::vector<DTensor>& p, const BlockParams& b, int layer,
+                        const DTensor& x, const ForwardOptions& options) const {
+  const Layout whole_sequence({batch_dim_, kUnshardedSpec, kUnshardedSpec}, mesh_);
   // With sequence parallelism the norms run on sequence shards; the column-parallel matmuls
   // take the whole sequence (all-gather) and the row-parallel outputs go back to sequence
   // shards (reduce-scatter) instead of being all-reduced.
@@ -151,10 +161,10 @@ DTensor GptModel::block(const std::vector<DTensor>& p, size_t first, int layer, 
     return sequence_parallel_ ? relayout(out, activation_layout()) : out;
   };
   const uint64_t site = 3 * static_cast<uint64_t>(layer);
-  DTensor a = attention(p, first, layer, to_block_input(layer_norm(x, p[first])), options);
+  DTensor a = attention(p, b, layer, to_block_input(layer_norm(x, p[b.ln_1])), options);
   DTensor r = add(x, maybe_dropout(to_residual(a), options, site + 1));
-  const DTensor h2 = to_block_input(layer_norm(r, p[first + 5]));
-  const DTensor m = matmul(gelu(matmul(h2, p[first + 6]), /*approximate=*/false), p[first + 7]);
+  const DTensor h2 = to_block_input(layer_norm(r, p[b.ln_2]));
+  const DTensor m = matmul(gelu(matmul(h2, p[b.mlp_c_fc]), /*approximate=*/false), p[b.mlp_c_proj]);
   return add(r, maybe_dropout(to_residual(m), options, site + 2));
 }
 
@@ -164,24 +174,32 @@ DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
     throw Error(ErrorCode::kInvalidArgument, "gpt",
                 fmt::format("{} parameters given, the model has {}", p.size(), names_.size()));
   }
-  const int64_t t = idx.shape()[1];
-  if (idx.rank() != 2 || t > config_.block_size) {
+  if (idx.rank() != 2) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                fmt::format("idx must be [B, T] token ids (rank 2), got {} (rank {})",
+                            idx.shape().to_string(), idx.rank()));
+  }
+  const int64_t t = idx.shape().dim(1);
+  if (t > config_.block_size) {
     throw Error(ErrorCode::kInvalidArgument, "gpt",
                 fmt::format("idx must be [B, T] with T <= block_size {}, got {}",
                             config_.block_size, idx.shape().to_string()));
   }
-  const DTensor& wte = p[0];
-  const DTensor pos = t == config_.block_size ? p[1] : slice(p[1], {0, 0}, {t, config_.n_embd});
+  const DTensor& wte = p[wte_];
+  const DTensor& wpe = p[wpe_];
+  const DTensor pos = t == config_.block_size ? wpe : slice(wpe, {0, 0}, {t, config_.n_embd});
   // Token rows: a Partial sum over model (each device looks up the rows it holds); the position
   // embedding is added once.
   DTensor x = add(embedding_lookup(wte, idx), pos);
   if (sequence_parallel_) x = relayout(x, activation_layout());
   x = maybe_dropout(x, options, 3 * static_cast<uint64_t>(config_.n_layer));
   for (int l = 0; l < config_.n_layer; ++l) {
-    x = block(p, 2 + 8 * static_cast<size_t>(l), l, x, options);
+    x = block(p, blocks_[static_cast<size_t>(l)], l, x, options);
   }
-  DTensor h = layer_norm(x, p.back());
-  if (sequence_parallel_) h = relayout(h, Layout({batch_dim_, kUnsharded, kUnsharded}, mesh_));
+  DTensor h = layer_norm(x, p[ln_f_]);
+  if (sequence_parallel_) {
+    h = relayout(h, Layout({batch_dim_, kUnshardedSpec, kUnshardedSpec}, mesh_));
+  }
   return matmul(h, wte, false, true);  // tied head: [B, T, V], V over model
 }
 

@@ -74,10 +74,18 @@ class GptModel {
                const ForwardOptions& options = {}) const;
 
  private:
-  DTensor block(const std::vector<DTensor>& p, size_t first, int layer, const DTensor& x,
+  // Where one block's parameters ("h.<layer>.<name>") are in the params vectors.
+  struct BlockParams {
+    size_t ln_1, attn_wq, attn_wk, attn_wv, attn_c_proj, ln_2, mlp_c_fc, mlp_c_proj;
+  };
+
+  // Registers a parameter; returns its index in the params vectors.
+  size_t add_parameter(std::string name, Shape shape, const std::vector<std::string>& specs,
+                       double init_stddev);
+  DTensor block(const std::vector<DTensor>& p, const BlockParams& b, int layer, const DTensor& x,
                 const ForwardOptions& options) const;
-  DTensor attention(const std::vector<DTensor>& p, size_t first, int layer, const DTensor& h,
-                    const ForwardOptions& options) const;
+  DTensor attention(const std::vector<DTensor>& p, const BlockParams& b, int layer,
+                    const DTensor& h, const ForwardOptions& options) const;
   DTensor maybe_dropout(const DTensor& x, const ForwardOptions& options, uint64_t site) const;
   // Layout of a [B, T, C] activation: rows over batch; with sequence parallelism T over model.
   Layout activation_layout() const;
@@ -91,6 +99,8 @@ class GptModel {
   std::vector<Shape> shapes_;
   std::vector<Layout> layouts_;
   std::vector<double> init_stddev_;  // 0: ones
+  size_t wte_ = 0, wpe_ = 0, ln_f_ = 0;  // indices of the parameters outside the blocks
+  std::vector<BlockParams> blocks_;      // one per layer
 };
 
 }  // namespace tessel::gpt

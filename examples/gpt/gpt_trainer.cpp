@@ -1,9 +1,6 @@
 #include "gpt_trainer.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <numeric>
 
 #include <fmt/format.h>
 
@@ -37,8 +34,9 @@ GptTrainer::GptTrainer(GptConfig config, Mesh mesh, CharDataset data, Runtime* r
       schedule_{model_.config().learning_rate, model_.config().min_lr,
                 model_.config().warmup_iters, model_.config().lr_decay_iters} {}
 
-StepReport GptTrainer::step() {
-  const auto start = std::chrono::steady_clock::now();
+StepReport GptTrainer::step() { return train::take_step(*this); }
+
+train::PendingStep GptTrainer::compute_step() {
   const GptConfig& c = model_.config();
   StepReport r;
   r.step = step_;
@@ -53,16 +51,10 @@ StepReport GptTrainer::step() {
   auto [clipped, norm] = clip_by_global_norm(grads, c.grad_clip);
   r.loss = scalar_of(loss);
   r.grad_norm = scalar_of(norm);
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-    throw Error(ErrorCode::kFailedPrecondition, "gpt",
-                fmt::format("step {}: the loss is {} and the gradient norm {} (learning rate {}); "
-                            "stopped before applying a non-finite update",
-                            step_, r.loss, r.grad_norm, r.learning_rate));
-  }
-  optimizer_.apply(params_, clipped);
-  ++step_;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return r;
+  return {r, [this, clipped = std::move(clipped)] {
+            optimizer_.apply(params_, clipped);
+            ++step_;
+          }};
 }
 
 checkpoint::State GptTrainer::state() const {
@@ -118,6 +110,10 @@ double GptTrainer::estimate_loss(Split split) {
     total += scalar_of(model_.loss(params_, model_.tokens(idx), model_.tokens(targets)));
   }
   return total / c.eval_iters;
+}
+
+train::SplitLosses GptTrainer::evaluate() {
+  return {estimate_loss(Split::kTrain), estimate_loss(Split::kVal)};
 }
 
 std::string GptTrainer::generate(const std::string& prompt, int count, double temperature,

@@ -2,9 +2,13 @@
 //
 //   Shape s{8, 6};  s.rank() == 2;  s[1] == 6;  s.num_elements() == 48;  s.to_string() == "[8,6]"
 //
+// s[axis] is for axes the caller has checked (an assert in debug builds, unchecked in release);
+// an axis that comes from input goes through dim(axis), which throws.
+//
 // Thread safety: value type.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
@@ -21,7 +25,11 @@ class Shape {
   explicit Shape(std::vector<int64_t> dims);
 
   int rank() const { return static_cast<int>(dims_.size()); }
-  int64_t operator[](int axis) const { return dims_[static_cast<size_t>(axis)]; }
+  // 0 <= axis < rank() (asserted in debug builds); an axis from input: dim().
+  int64_t operator[](int axis) const {
+    assert(axis >= 0 && axis < rank() && "Shape::operator[]: axis out of range");
+    return dims_[static_cast<size_t>(axis)];
+  }
   // Bounds-checked; negative axes count from the end. Out of range: Error kOutOfRange.
   int64_t dim(int axis) const;
   // Product of the extents (1 for rank 0).
