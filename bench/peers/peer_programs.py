@@ -176,14 +176,15 @@ def plan_run(peers: Peers, s, workload: str, peer: str):
         # and loss, the curve the PyTorch peer's is compared with (same init, batches, schedule).
         metrics = peers.args.out / f"gpt_{s.gpt_config}_tessel_metrics.csv"
         metrics.unlink(missing_ok=True)  # a failed run must not leave an older run's file
-        return [[cli, "train", "gpt", "--config", s.gpt_config, "--mesh", "2x2", "--steps", str(total),
-                 "--dropout", "0", "--eval-interval", str(total + 1), "--eval-iters", "1",
-                 "--sample", "0", "--metrics", str(metrics), "--json"]], \
+        return [[cli, "train", "gpt", "--config", s.gpt_config, "--mesh", "2x2",
+                 "--steps", str(total), "--dropout", "0", "--eval-interval", str(total + 1),
+                 "--eval-iters", "1", "--sample", "0", "--metrics", str(metrics), "--json"]], \
             lambda outs: rows_tessel_gpt(outs, metrics, s.gpt_config, s.gpt_warmup)
     if peer == "torch":
         return [[str(peers.venv_python), str(HERE / "torch_gpt.py"), "--config", s.gpt_config,
-                 "--steps", str(s.gpt_steps), "--warmup", str(s.gpt_warmup), "--schedule-steps", str(total),
-                 "--dropout", "0", "--threads", str(TORCH_GPT_THREADS), "--json"]], rows_torch_gpt
+                 "--steps", str(s.gpt_steps), "--warmup", str(s.gpt_warmup),
+                 "--schedule-steps", str(total), "--dropout", "0",
+                 "--threads", str(TORCH_GPT_THREADS), "--json"]], rows_torch_gpt
     return [[str(peers.venv_python), str(REPO / "examples" / "gpt" / "reference" / "bench_gpt_jax.py"),
              "--config", s.gpt_config, "--mesh", "2x2", "--steps", str(s.gpt_steps), "--warmup", str(s.gpt_warmup),
              "--json"]], rows_jax_gpt
@@ -236,7 +237,8 @@ def rows_tessel_gpt(outs, metrics: Path, config: str, warmup: int):
     with open(metrics, newline="") as f:
         for r in csv.DictReader(f):
             if r["kind"] == "train":
-                steps.append((int(r["step"]), float(r["loss"]), float(r["lr"]), float(r["step_seconds"])))
+                steps.append((int(r["step"]), float(r["loss"]), float(r["lr"]),
+                              float(r["step_seconds"])))
     steps.sort()
     times = [t for *_, t in steps[warmup:]]
     return [{"case": config, "time_us": statistics.median(times) * 1e6, "work": tokens, "wrong": 0,
@@ -246,16 +248,17 @@ def rows_tessel_gpt(outs, metrics: Path, config: str, warmup: int):
 
 def rows_torch_gpt(outs):
     doc = last_json(outs[0])
-    return [{"case": doc["config"], "time_us": doc["median_step_s"] * 1e6, "work": doc["tokens_per_step"],
-             "wrong": 0, "threads": doc["threads"], "step_s": doc["step_s"], "losses": doc["losses"],
-             "lrs": doc["lrs"], "ln_vocab": doc["ln_vocab"], "same_inputs_as": "tessel"}], doc["versions"]
+    return [{"case": doc["config"], "time_us": doc["median_step_s"] * 1e6,
+             "work": doc["tokens_per_step"], "wrong": 0, "threads": doc["threads"],
+             "step_s": doc["step_s"], "losses": doc["losses"], "lrs": doc["lrs"],
+             "ln_vocab": doc["ln_vocab"], "same_inputs_as": "tessel"}], doc["versions"]
 
 
 def rows_jax_gpt(outs):
     doc = last_json(outs[0])
-    return [{"case": doc["config"], "time_us": doc["median_step_s"] * 1e6, "work": doc["tokens_per_step"],
-             "wrong": 0, "mesh": "2x2", "step_s": doc["step_s"], "losses": doc["losses"]}], \
-        {"jax": doc["jax_version"]}
+    return [{"case": doc["config"], "time_us": doc["median_step_s"] * 1e6,
+             "work": doc["tokens_per_step"], "wrong": 0, "mesh": "2x2", "step_s": doc["step_s"],
+             "losses": doc["losses"]}], {"jax": doc["jax_version"]}
 
 
 def rows_peer(outs):
