@@ -310,7 +310,9 @@ def format_header(meta) -> str:
         lines.append(f"# {peer}: unavailable ({why})")
     lines.append(f"# wrong results: {meta['wrong']}")
     busy = [e["other_cpu"] for e in meta["runs"]]
-    torchrun = meta.get("torch_launch", "torchrun") == "torchrun" and "torch" in meta["versions"]
+    # torchrun starts the ranks of every torch workload but gpt (one process of its own).
+    torchrun = (meta.get("torch_launch", "torchrun") == "torchrun" and "torch" in meta["versions"]
+                and any(e.get("peer") == "torch" and e.get("workload") != "gpt" for e in meta["runs"]))
     if (torchrun and meta["machine"].get("sched_autogroup") and busy
             and sorted(busy)[len(busy) // 2] > 0.5):
         lines.append("# warning: other processes took most of the CPU, and the kernel shares it "

@@ -142,11 +142,14 @@ def test_header_names_versions_unavailable_peers_and_a_loaded_machine():
             "load_average_start": [12.0, 0, 0], "load_average_end": [14.0, 0, 0],
             "versions": {"jax": {"jax": "0.10.2"}, "torch": {"torch": "2.15.0"}},
             "unavailable": {"mpi": "no mpirun"},
-            "runs": [{"other_cpu": 0.8}, {"other_cpu": 0.9}]}
+            "runs": [{"other_cpu": 0.8, "peer": "tessel", "workload": "matmul"},
+                     {"other_cpu": 0.9, "peer": "torch", "workload": "matmul"}]}
     text = run_peers.format_header(meta)
     assert "# jax: jax 0.10.2" in text and "# mpi: unavailable (no mpirun)" in text
     assert "sched_autogroup" in text
     assert "sched_autogroup" not in run_peers.format_header({**meta, "torch_launch": "same-session"})
+    gpt_only = [{**e, "workload": "gpt"} for e in meta["runs"]]  # torch's GPT: no torchrun
+    assert "sched_autogroup" not in run_peers.format_header({**meta, "runs": gpt_only})
     meta["runs"] = [{"other_cpu": 0.1}]
     assert "sched_autogroup" not in run_peers.format_header(meta)
 
