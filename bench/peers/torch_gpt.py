@@ -20,6 +20,9 @@ to float32 rounding; the runner compares the curves (run_peers.py).
 
 Timing: each step's wall time from zero_grad to the optimizer step and the loss on the host
 (as tessel's GptTrainer::step times it); the median over --steps after --warmup untimed steps.
+PyTorch's two OpenMP threads are fragile on a shared machine: with other processes taking half
+of the 2 CPUs, a tiny step took 2.05 s here against 31 ms on the quiet machine (tessel's 2x2
+step: 222 against 166 ms), so read its row beside the runner's "other processes" line.
 Prints one JSON object with --json (else a short text report).
 """
 
