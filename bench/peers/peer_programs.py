@@ -8,10 +8,12 @@ workload itself. Standard library only.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -21,6 +23,7 @@ REPO = HERE.parents[1]
 PEERS = ("tessel", "mpi", "jax", "torch")
 WORKLOADS = ("all_reduce", "relayout", "matmul", "dispatch", "gpt")
 DEBIAN_PYTHON = "/usr/bin/python3"
+TORCH_GPT_THREADS = 2  # PyTorch eager's intra-op threads: the machine's two cores
 
 # Why a peer has no row for a workload (an operation it does not have, not a failure).
 NOT_APPLICABLE = {
@@ -29,8 +32,6 @@ NOT_APPLICABLE = {
     ("mpi", "matmul"): "MPI moves bytes; it has no tensor ops",
     ("mpi", "dispatch"): "MPI has no tensor ops to dispatch",
     ("mpi", "gpt"): "MPI is not a training framework",
-    ("torch", "gpt"): "no PyTorch port of examples/gpt in the repo (JAX has the reference "
-                      "model, examples/gpt/reference/gpt_jax.py)",
 }
 
 
@@ -169,9 +170,21 @@ def plan_run(peers: Peers, s, workload: str, peer: str):
             return [[str(peers.venv_python), str(HERE / "jax_peer.py"), "dispatch", *d]], rows_peer
         return [torchrun(peers, 4, "dispatch", *d)], rows_peer
     # gpt
+    total = s.gpt_warmup + s.gpt_steps
     if peer == "tessel":
-        return [[cli, "bench", "gpt", "--config", s.gpt_config, "--meshes", "2x2", "--steps", str(s.gpt_steps),
-                 "--warmup", str(s.gpt_warmup), "--dropout", "0", "--json"]], rows_tessel_gpt
+        # `tessel train gpt`, not `tessel bench gpt`: its --metrics file has every step's time
+        # and loss, the curve the PyTorch peer's is compared with (same init, batches, schedule).
+        metrics = peers.args.out / f"gpt_{s.gpt_config}_tessel_metrics.csv"
+        metrics.unlink(missing_ok=True)  # a failed run must not leave an older run's file
+        return [[cli, "train", "gpt", "--config", s.gpt_config, "--mesh", "2x2",
+                 "--steps", str(total), "--dropout", "0", "--eval-interval", str(total + 1),
+                 "--eval-iters", "1", "--sample", "0", "--metrics", str(metrics), "--json"]], \
+            lambda outs: rows_tessel_gpt(outs, metrics, s.gpt_config, s.gpt_warmup)
+    if peer == "torch":
+        return [[str(peers.venv_python), str(HERE / "torch_gpt.py"), "--config", s.gpt_config,
+                 "--steps", str(s.gpt_steps), "--warmup", str(s.gpt_warmup),
+                 "--schedule-steps", str(total), "--dropout", "0",
+                 "--threads", str(TORCH_GPT_THREADS), "--json"]], rows_torch_gpt
     return [[str(peers.venv_python), str(REPO / "examples" / "gpt" / "reference" / "bench_gpt_jax.py"),
              "--config", s.gpt_config, "--mesh", "2x2", "--steps", str(s.gpt_steps), "--warmup", str(s.gpt_warmup),
              "--json"]], rows_jax_gpt
@@ -216,17 +229,36 @@ def rows_tessel_matmul(outs):
              "wrong": 0, "single_device_us": doc["single_us"]}], {}
 
 
-def rows_tessel_gpt(outs):
+def rows_tessel_gpt(outs, metrics: Path, config: str, warmup: int):
+    """`tessel train gpt --metrics`: the median of the steps after the warm-up, and every loss."""
     doc = last_json(outs[0])
-    m = doc["meshes"][0]
-    return [{"case": f"{doc['config']} 2x2", "time_us": m["step_seconds"] * 1e6,
-             "work": m["tokens_per_second"] * m["step_seconds"], "wrong": 0, "mfu": m["mfu"]}], {}
+    tokens = round(doc["tokens_per_second"] * doc["median_step_seconds"])  # batch x context
+    steps = []
+    with open(metrics, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["kind"] == "train":
+                steps.append((int(r["step"]), float(r["loss"]), float(r["lr"]),
+                              float(r["step_seconds"])))
+    steps.sort()
+    times = [t for *_, t in steps[warmup:]]
+    return [{"case": config, "time_us": statistics.median(times) * 1e6, "work": tokens, "wrong": 0,
+             "mesh": "2x2", "step_s": times, "losses": [l for _, l, _, _ in steps],
+             "lrs": [lr for _, _, lr, _ in steps]}], {}
+
+
+def rows_torch_gpt(outs):
+    doc = last_json(outs[0])
+    return [{"case": doc["config"], "time_us": doc["median_step_s"] * 1e6,
+             "work": doc["tokens_per_step"], "wrong": 0, "threads": doc["threads"],
+             "step_s": doc["step_s"], "losses": doc["losses"], "lrs": doc["lrs"],
+             "ln_vocab": doc["ln_vocab"], "same_inputs_as": "tessel"}], doc["versions"]
 
 
 def rows_jax_gpt(outs):
     doc = last_json(outs[0])
-    return [{"case": f"{doc['config']} 2x2", "time_us": doc["median_step_s"] * 1e6,
-             "work": doc["tokens_per_step"], "wrong": 0}], {"jax": doc["jax_version"]}
+    return [{"case": doc["config"], "time_us": doc["median_step_s"] * 1e6,
+             "work": doc["tokens_per_step"], "wrong": 0, "mesh": "2x2", "step_s": doc["step_s"],
+             "losses": doc["losses"]}], {"jax": doc["jax_version"]}
 
 
 def rows_peer(outs):

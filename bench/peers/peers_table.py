@@ -174,3 +174,50 @@ def document_json(workloads: list[Workload], meta: dict) -> str:
     """The whole run as one JSON object: {"meta": ..., "workloads": [...]}."""
     return json.dumps(_finite({"meta": meta, "workloads": [workload_json(w) for w in workloads]}),
                       allow_nan=False)
+
+
+# ---- loss curves ---------------------------------------------------------------------------
+
+
+def compare_loss_curves(w: Workload, tolerance: float) -> list[dict]:
+    """Every run of a peer that trained from tessel's inputs (its runs say "same_inputs_as":
+    "tessel": the same initial parameters, batches and schedule) against every tessel run of the
+    same case: the largest |loss difference| over the steps both ran, the step where it is, and
+    whether it is within `tolerance`. One dict per (case, peer) that has such runs."""
+    checks = []
+    for c in w.cases:
+        references = [r["losses"] for r in c.cell(TESSEL).extra.get("runs", []) if r.get("losses")]
+        for peer in w.peers:
+            runs = [r for r in c.cell(peer).extra.get("runs", [])
+                    if r.get("same_inputs_as") == TESSEL and r.get("losses")]
+            if peer == TESSEL or not runs or not references:
+                continue
+            worst, at, steps = 0.0, 0, None
+            for run in runs:
+                for ref in references:
+                    n = min(len(run["losses"]), len(ref))
+                    steps = n if steps is None else min(steps, n)
+                    for k in range(n):
+                        d = abs(run["losses"][k] - ref[k])
+                        if not d <= worst:  # a NaN is the worst
+                            worst, at = d, k
+            checks.append({"case": c.label, "peer": peer, "steps": steps, "max_abs_diff": worst,
+                           "at_step": at, "tolerance": tolerance,
+                           "ok": math.isfinite(worst) and worst <= tolerance,
+                           "initial_loss": runs[0]["losses"][0],
+                           "tessel_initial_loss": references[0][0],
+                           "ln_vocab": runs[0].get("ln_vocab")})
+    return checks
+
+
+def format_loss_checks(checks: list[dict]) -> str:
+    lines = []
+    for k in checks:
+        ln = f"; ln V = {k['ln_vocab']:.4f}" if k.get("ln_vocab") is not None else ""
+        lines.append(
+            f"# loss curve {k['case']}, {k['peer']} vs tessel (same initial parameters, batches "
+            f"and schedule, dropout 0): max |loss difference| {k['max_abs_diff']:.2e} at step "
+            f"{k['at_step']} of {k['steps']} (tolerance {k['tolerance']:.0e}): "
+            f"{'ok' if k['ok'] else 'DIFFERENT'}; initial loss {k['initial_loss']:.4f} "
+            f"(tessel {k['tessel_initial_loss']:.4f}{ln})")
+    return "\n".join(lines)

@@ -13,23 +13,29 @@ Workloads (f32; 4 devices or ranks unless said):
   relayout    4096x4096 rows-sharded (S(0)) -> columns-sharded (S(1)), and S(0) -> replicated
   matmul      2048^3, rows of A sharded over 2 devices, B replicated
   dispatch    a tiny elementwise add on a 2x2 mesh, eager, from Python: time per op
-  gpt         the GPT training step (examples/gpt) on a 2x2 (batch x model) mesh: tokens/s
+  gpt         the GPT training step (examples/gpt, dropout 0): time per step, tokens/s, and
+              the loss curve of every peer that trains from tessel's start on tessel's batches
 Peers, each set up as its users set it up:
-  tessel  the CLI's benches (build/tools/tessel bench ... --json) and, for dispatch, the Python
-          module under Debian's /usr/bin/python3 (bench/peers/tessel_peer.py)
+  tessel  the CLI's benches (build/tools/tessel bench ... --json), for gpt its trainer (tessel
+          train gpt on a 2x2 mesh, --metrics: every step's time and loss) and, for dispatch, the
+          Python module under Debian's /usr/bin/python3 (bench/peers/tessel_peer.py)
   mpi     Open MPI's MPI_Allreduce, 4 processes (bench/mpi_allreduce.c, mpirun --oversubscribe)
   jax     one process, 4 host devices (--xla_force_host_platform_device_count=4), jit,
           NamedSharding / shard_map (bench/peers/jax_peer.py, examples/gpt/reference/
           bench_gpt_jax.py), in the peers' venv
   torch   torch.distributed over gloo and DTensor redistribute, 4 processes under torchrun
-          (bench/peers/torch_peer.py), in the peers' venv
+          (bench/peers/torch_peer.py), in the peers' venv; for gpt, the same model in PyTorch
+          eager, one process with 2 threads (bench/peers/torch_gpt.py), from tessel's initial
+          parameters on tessel's batches (bench/peers/gpt_recipe.py recomputes them)
 Every repetition runs every workload on every peer, the peers taking turns in an order that
 rotates between repetitions, so a burst of load elsewhere on the machine hits all of them.
 Each run reports its own median over its timed calls; the table shows the median of those
 over the repetitions, their spread, and the ratio peer time / tessel time (> 1: tessel is
 faster). A peer that cannot run a workload (not installed, or no such operation) gets a row
-saying why. Results are checked against exact or NumPy references; the exit status is 1 if
-any peer computed a wrong result, 2 on bad arguments or without tessel's CLI.
+saying why. Results are checked against exact or NumPy references, and PyTorch's GPT losses
+against tessel's step by step (the largest difference is printed); the exit status is 1 if any
+peer computed a wrong result or a loss curve left the tolerance, 2 on bad arguments or without
+tessel's CLI.
 
 Writes <out>/peers.json (every sample, the versions, the machine's load per run) and a PNG
 plot (busbw vs size for the all-reduce, ratio bars for the rest; needs the venv's matplotlib).
@@ -50,7 +56,8 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from peer_programs import (NOT_APPLICABLE, PEERS, WORKLOADS, Peers, last_line,  # noqa: E402
                            plan_run)
-from peers_table import TESSEL, Workload, document_json, format_table  # noqa: E402
+from peers_table import (TESSEL, Workload, compare_loss_curves, document_json,  # noqa: E402
+                         format_loss_checks, format_table)
 from processes import (cpu_sample, git_describe, machine_facts, other_cpu,  # noqa: E402
                        run_with_deadline)
 
@@ -124,10 +131,15 @@ class Settings:
         self.relayout_n, self.relayout_iters = 4096, (5 if q else 10)
         self.matmul_n, self.matmul_iters = 2048, (3 if q else 5)
         self.dispatch_ops, self.dispatch_rounds = (300, 5) if q else (1000, 7)
-        self.gpt_config, self.gpt_steps = args.gpt_config, 3  # odd: every peer's median is a step's time
-        # Untimed steps first, the same for every peer: baby's first steps on tessel are slower
-        # while the host memory settles (18, 16, 10, 8.7, 8.6 s), JAX's first compiles.
-        self.gpt_warmup = 1 if q else 3
+        # Timed steps, odd: every peer's median is a step's time. Untimed steps first, the same
+        # for every peer: baby's first steps on tessel are slower while the host memory settles
+        # (18, 16, 10, 8.7, 8.6 s), JAX's first compiles. tiny's steps take a fraction of a
+        # second: more of them, for a steadier median and a longer loss curve.
+        self.gpt_config = args.gpt_config
+        if self.gpt_config == "tiny":
+            self.gpt_steps, self.gpt_warmup = 25, 5
+        else:
+            self.gpt_steps, self.gpt_warmup = 3, (1 if q else 3)
 
 
 # ---- the run -------------------------------------------------------------------------------
@@ -137,9 +149,18 @@ TITLES = {
     "relayout": "relayout of a 4096x4096 f32 tensor over 4 devices",
     "matmul": "2048^3 f32 matmul, rows of A sharded over 2 devices, B replicated",
     "dispatch": "eager dispatch of a tiny elementwise add on a 2x2 mesh, from Python (time per op)",
-    "gpt": "GPT training step on a 2x2 (batch x model) mesh (time per step; tokens/s)",
+    "gpt": "GPT training step, dropout 0 (time per step; tokens/s): tessel and JAX on a 2x2 "
+           "(batch x model) mesh, PyTorch eager in one process with 2 threads",
 }
 RANKS = {"all_reduce": 4, "relayout": 4, "matmul": 2, "dispatch": 4, "gpt": 4}
+# The largest |loss difference| allowed at any step between tessel's GPT and a peer trained from
+# the same start on the same batches (float32, dropout 0). Measured here, PyTorch eager against
+# tessel 2x2: tiny 30 steps (the runner's) 7.8e-6, at a step whose gradient norm jumps to 19;
+# 13 steps 1.6e-5 (the same jump); 300 steps 2.4e-6, not growing along the curve; baby 6 steps
+# (the runner's) 1.0e-5, 4 steps (--quick) 5.4e-7. Wrong inputs
+# are far outside: the batches of the next step, or one matrix drawn from another seed, give
+# differences of 7e-3 to 2e-2 at step 0 and 0.6 to 0.7 at their worst step over the 30.
+LOSS_CURVE_TOLERANCE = 1e-4
 # Each run of one peer on one workload is stopped after this many seconds.
 TIMEOUT_S = {"all_reduce": 600, "relayout": 600, "matmul": 600, "dispatch": 300, "gpt": 1800}
 
@@ -167,7 +188,7 @@ def run_once(peers, settings, w: Workload, peer: str, rep: int, log: list) -> in
     if error is None:
         try:
             rows, versions = parse(outs)
-        except (ValueError, KeyError, IndexError) as e:
+        except (ValueError, KeyError, IndexError, OSError) as e:
             error = f"unreadable output ({e}): {last_line(last_stderr or (outs[-1] if outs else ''))}"
         else:
             peers.versions.setdefault(peer, {}).update(versions)
@@ -245,6 +266,9 @@ def main(argv=None):
                 wrong += run_once(peers, settings, workloads[name], peer, rep, log)
     for w in workloads.values():
         give_reasons(w, peers, args.peers, log)
+    loss_checks = {name: compare_loss_curves(w, LOSS_CURVE_TOLERANCE)
+                   for name, w in workloads.items() if name == "gpt"}
+    wrong += sum(not k["ok"] for checks in loss_checks.values() for k in checks)
 
     peers.versions.setdefault("tessel", {})["git"] = git_describe()
     meta = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -252,6 +276,7 @@ def main(argv=None):
             "torch_launch": args.torch_launch,
             "machine": machine_facts(),
             "load_average_start": load_start, "load_average_end": os.getloadavg(),
+            "loss_curves": [k for checks in loss_checks.values() for k in checks],
             "versions": peers.versions, "unavailable": peers.unavailable, "runs": log,
             "wrong": wrong}
     doc = document_json(list(workloads.values()), meta)
@@ -263,6 +288,11 @@ def main(argv=None):
         for w in workloads.values():
             print()
             print(format_table(w))
+            if loss_checks.get(w.name):
+                print(format_loss_checks(loss_checks[w.name]))
+            if w.name == "gpt" and any(c.cell("jax").samples_us for c in w.cases):
+                print("# jax trains from its own initial parameters on its own batches "
+                      "(examples/gpt/reference/bench_gpt_jax.py): its losses are not compared")
             print(f"# other processes took {median_other_cpu(log, w.name)} of the CPU time during "
                   f"this workload's runs (median)")
     plot(peers, args)
@@ -281,7 +311,9 @@ def format_header(meta) -> str:
         lines.append(f"# {peer}: unavailable ({why})")
     lines.append(f"# wrong results: {meta['wrong']}")
     busy = [e["other_cpu"] for e in meta["runs"]]
-    torchrun = meta.get("torch_launch", "torchrun") == "torchrun" and "torch" in meta["versions"]
+    # torchrun starts the ranks of every torch workload but gpt (one process of its own).
+    torchrun = (meta.get("torch_launch", "torchrun") == "torchrun" and "torch" in meta["versions"]
+                and any(e.get("peer") == "torch" and e.get("workload") != "gpt" for e in meta["runs"]))
     if (torchrun and meta["machine"].get("sched_autogroup") and busy
             and sorted(busy)[len(busy) // 2] > 0.5):
         lines.append("# warning: other processes took most of the CPU, and the kernel shares it "

@@ -1,6 +1,7 @@
 """bench/peers' own logic, without the peers' venv: the medians, spread and ratio column, the
-nccl-tests-like table, the JSON document (no NaN), the "peer unavailable" rows, and one real
-run of the runner with tessel alone and a missing venv."""
+nccl-tests-like table, the JSON document (no NaN), the "peer unavailable" rows, one real run of
+the runner with tessel alone and a missing venv, and for the gpt workload: gpt_recipe.py's
+recomputation of tessel's initial parameters, batches and schedule, and the loss-curve check."""
 
 import json
 import math
@@ -8,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import tessel
@@ -140,11 +142,14 @@ def test_header_names_versions_unavailable_peers_and_a_loaded_machine():
             "load_average_start": [12.0, 0, 0], "load_average_end": [14.0, 0, 0],
             "versions": {"jax": {"jax": "0.10.2"}, "torch": {"torch": "2.15.0"}},
             "unavailable": {"mpi": "no mpirun"},
-            "runs": [{"other_cpu": 0.8}, {"other_cpu": 0.9}]}
+            "runs": [{"other_cpu": 0.8, "peer": "tessel", "workload": "matmul"},
+                     {"other_cpu": 0.9, "peer": "torch", "workload": "matmul"}]}
     text = run_peers.format_header(meta)
     assert "# jax: jax 0.10.2" in text and "# mpi: unavailable (no mpirun)" in text
     assert "sched_autogroup" in text
     assert "sched_autogroup" not in run_peers.format_header({**meta, "torch_launch": "same-session"})
+    gpt_only = [{**e, "workload": "gpt"} for e in meta["runs"]]  # torch's GPT: no torchrun
+    assert "sched_autogroup" not in run_peers.format_header({**meta, "runs": gpt_only})
     meta["runs"] = [{"other_cpu": 0.1}]
     assert "sched_autogroup" not in run_peers.format_header(meta)
 
@@ -193,3 +198,110 @@ def test_same_session_launch_starts_every_rank_with_the_rendezvous_variables(tmp
     peers.args.torch_launch = "torchrun"
     assert torchrun(peers, 2, "matmul")[1:5] == ["-m", "torch.distributed.run",
                                                          "--standalone", "--nproc-per-node=2"]
+
+
+# ---- the gpt workload: tessel's inputs recomputed, the loss-curve check ----------------------
+
+
+def test_gpt_recipe_init_is_tessels_random_normal():
+    import gpt_recipe
+    cfg = gpt_recipe.config("tiny")
+    params = gpt_recipe.init_params(cfg)
+    specs = gpt_recipe.param_specs(cfg)
+    assert list(params) == [name for name, _, _ in specs] and len(params) == 2 + 8 * 4 + 1
+    for i, (name, shape, std) in enumerate(specs):
+        if std == 0.0:
+            assert (params[name] == 1).all(), name
+            continue
+        want = tessel.random_normal(shape, "f32", seed=cfg.seed * 1000 + i, mean=0.0,
+                                    stddev=std).numpy()
+        # float64 Box-Muller in libm and in numpy: at most one float32 rounding apart
+        np.testing.assert_allclose(params[name], want, rtol=2 ** -23, atol=0, err_msg=name)
+    assert params["h.0.attn.c_proj"].std() == pytest.approx(0.02 / math.sqrt(8), rel=0.05)
+
+
+def test_gpt_recipe_schedule_is_tessels():
+    import gpt_recipe
+    for steps in (3, 30, 5000):
+        cfg = gpt_recipe.train_schedule(gpt_recipe.config("tiny"), steps)
+        ref = tessel.WarmupCosineDecay(cfg.learning_rate, cfg.min_lr, cfg.warmup_iters,
+                                       cfg.lr_decay_iters)
+        for step in range(0, steps + 2, max(steps // 7, 1)):
+            assert gpt_recipe.learning_rate(cfg, step) == pytest.approx(ref(step), rel=1e-15)
+
+
+@pytest.mark.skipif(not (BUILD / "tools" / "tessel").exists(), reason="no tessel CLI")
+def test_tessel_trains_on_the_recipes_batches_from_its_init(tmp_path):
+    # tessel's first 3 losses against float64 numpy training (the reference's independent
+    # forward, backward and AdamW) from gpt_recipe's parameters on gpt_recipe's batches: the
+    # batches of steps 0..2, the init and the schedule are then tessel's.
+    import gpt_recipe
+    sys.path.insert(0, str(REPO / "examples" / "gpt" / "reference"))
+    import check_reference as ref
+    metrics = tmp_path / "m.csv"
+    r = subprocess.run([str(BUILD / "tools" / "tessel"), "train", "gpt", "--config", "tiny",
+                        "--mesh", "1x1", "--steps", "3", "--dropout", "0", "--eval-iters", "1",
+                        "--sample", "0", "--metrics", str(metrics), "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    got = [float(line.split(",")[2]) for line in metrics.read_text().splitlines()
+           if line.startswith("train,")]
+    text = gpt_recipe.CharText.load(REPO / "data" / "shakespeare_char" / "input.txt")
+    cfg = gpt_recipe.train_schedule(gpt_recipe.config("tiny", vocab_size=text.vocab_size), 3)
+    P = {k: v.astype(np.float64) for k, v in gpt_recipe.init_params(cfg).items()}
+    m = {k: np.zeros_like(v) for k, v in P.items()}
+    v = {k: np.zeros_like(p) for k, p in P.items()}
+    tc = {"grad_clip": cfg.grad_clip, "beta1": cfg.beta1, "beta2": cfg.beta2,
+          "weight_decay": cfg.weight_decay, "eps": cfg.eps}
+    want = []
+    for step in range(3):
+        idx, targets = text.batch(step, cfg)
+        _, loss, fwd = ref.forward(P, idx, targets, cfg.n_layer, cfg.n_head)
+        want.append(float(loss))
+        grads = ref.backward(P, idx, targets, cfg.n_layer, cfg.n_head, fwd)
+        ref.adamw_step(P, grads, m, v, step + 1, gpt_recipe.learning_rate(cfg, step), tc)
+    assert got == pytest.approx(want, abs=2e-5)  # float32 against float64, printed to 1e-6
+    assert abs(want[0] - math.log(65)) < 0.1
+
+
+def gpt_workload(tessel_runs, torch_runs, jax_runs=()):
+    w = Workload("gpt", "GPT step", 4, ["tessel", "jax", "torch"], throughput_unit="tokens/s")
+    c = w.case("tiny", work=768)
+    for peer, runs in (("tessel", tessel_runs), ("torch", torch_runs), ("jax", jax_runs)):
+        for losses in runs:
+            c.cell(peer).samples_us.append(1e5)
+            extra = {"losses": losses}
+            if peer == "torch":
+                extra.update(same_inputs_as="tessel", ln_vocab=math.log(65))
+            c.cell(peer).extra.setdefault("runs", []).append(extra)
+    return w
+
+
+def test_loss_curves_compare_every_run_with_every_tessel_run():
+    from peers_table import compare_loss_curves, format_loss_checks
+    w = gpt_workload([[4.2, 3.9, 3.7], [4.2, 3.9, 3.7001]], [[4.2, 3.90002, 3.7], [4.2, 3.9]],
+                     jax_runs=[[4.3, 4.0, 3.8]])  # jax: its own inputs, not compared
+    (check,) = compare_loss_curves(w, tolerance=1e-3)
+    assert check["peer"] == "torch" and check["steps"] == 2
+    assert check["max_abs_diff"] == pytest.approx(1e-4) and check["at_step"] == 2
+    assert check["ok"] and check["initial_loss"] == 4.2
+    text = format_loss_checks([check])
+    assert "torch vs tessel" in text and "1.00e-04 at step 2 of 2" in text and ": ok;" in text
+    (bad,) = compare_loss_curves(w, tolerance=1e-5)
+    assert not bad["ok"] and "DIFFERENT" in format_loss_checks([bad])
+    (nan,) = compare_loss_curves(gpt_workload([[4.2, 3.9]], [[4.2, float("nan")]]), 1.0)
+    assert not nan["ok"] and nan["at_step"] == 1
+    assert compare_loss_curves(gpt_workload([], [[4.2]]), 1.0) == []  # tessel failed: nothing
+
+
+def test_tessel_gpt_row_is_the_median_after_the_warmup(tmp_path):
+    from peer_programs import rows_tessel_gpt
+    metrics = tmp_path / "m.csv"
+    metrics.write_text("kind,step,loss,lr,grad_norm,step_seconds,val_loss\n"
+                       + "".join(f"train,{s},{4 - s / 10},0.001,1.0,{t},\n"
+                                 for s, t in enumerate([9.0, 0.3, 0.1, 0.2]))
+                       + "eval,4,3.5,,,,3.6\n")
+    rows, _ = rows_tessel_gpt(['{"tokens_per_second": 3840.0, "median_step_seconds": 0.2}'],
+                              metrics, "tiny", warmup=1)
+    assert rows[0]["time_us"] == pytest.approx(0.2e6) and rows[0]["work"] == 768
+    assert rows[0]["losses"] == [4.0, 3.9, 3.8, 3.7] and rows[0]["step_s"] == [0.3, 0.1, 0.2]
