@@ -9,7 +9,6 @@
 // a fresh numpy array. Calls that wait for the devices release the GIL. A DTensor keeps the Runtime
 // its devices belong to alive.
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -428,16 +427,16 @@ void bind_op_profile(py::module_& m) {
   m.def("op_profile_enabled", &op_profile_enabled);
   struct PyProfilePhase {
     std::string name;
-    std::optional<ProfilePhase> phase;
+    std::unique_ptr<ProfilePhase> phase;
   };
   py::class_<PyProfilePhase>(m, "ProfilePhase")
       .def(py::init([](const std::string& name) {
              ProfilePhase check(name);  // an empty name raises here, not at __enter__
-             return PyProfilePhase{name, std::nullopt};
+             return PyProfilePhase{name, nullptr};
            }),
            py::arg("name"))
       .def("__enter__", [](PyProfilePhase& p) -> PyProfilePhase& {
-        p.phase.emplace(p.name);
+        p.phase = std::make_unique<ProfilePhase>(p.name);
         return p;
       })
       .def("__exit__", [](PyProfilePhase& p, const py::args&) { p.phase.reset(); });

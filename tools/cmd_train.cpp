@@ -18,6 +18,7 @@
 #include "gpt_trainer.h"
 #include "json_output.h"
 #include "process_mesh.h"
+#include "tessel/dtensor/op_profile.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/dtensor/relayout.h"
@@ -54,6 +55,8 @@ constexpr const char* kHelp =
     "  --data FILE         training text (default data/shakespeare_char/input.txt)\n"
     "  --sample N          characters to generate at the end (default 300; 0: none)\n"
     "  --metrics FILE      write step,loss,lr,grad_norm,step_seconds and the evaluations as CSV\n"
+    "  --profile           time every op kernel per phase (forward, backward, optimizer, eval)\n"
+    "                      and print the table at the end (ms per step, summed over devices)\n"
     "  --json              print one JSON object at the end instead of the progress output\n"
     "                      (one line; a number that is NaN or infinite is written as null)\n"
     "  --checkpoint-dir D  keep checkpoints in D (docs/checkpoints.md; step-NNNNNNNN/, last 3)\n"
@@ -79,7 +82,7 @@ struct Options {
   std::string device_type = "CPU";  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   std::optional<double> dropout, lr;
-  bool sp = false, json = false;
+  bool sp = false, json = false, profile = false;
   std::string data = "data/shakespeare_char/input.txt";
   int64_t sample = 300;
   std::string metrics;
@@ -120,6 +123,7 @@ Options parse(const Args& args) {
   flags.integer({"--sample"}, o.sample, 0, 1000000);
   flags.text({"--metrics"}, o.metrics);
   flags.set({"--json"}, o.json);
+  flags.set({"--profile"}, o.profile);
   flags.text({"--check-reference"}, o.check_reference);
   flags.text({"--checkpoint-dir"}, o.loop.checkpoint_dir);
   flags.integer({"--checkpoint-every"}, o.loop.checkpoint_every, 1, 100000000);
@@ -217,7 +221,9 @@ int train_gpt(const Options& o) {
   loop.tokens_per_step = static_cast<double>(c.batch_size) * c.block_size;
   loop.progress = progress ? &std::cout : nullptr;
   loop.redraw = redraw_progress(client);
+  if (o.profile) start_op_profile();
   const train::TrainHistory history = train::TrainLoop(loop).run(trainer);
+  const OpProfile profile = stop_op_profile();
   std::string sample;
   if (o.sample > 0) sample = trainer.generate("\n", static_cast<int>(o.sample), 1.0, 0, c.seed);
   if (!prints) return kExitOk;
@@ -231,6 +237,10 @@ int train_gpt(const Options& o) {
     return kExitOk;
   }
   std::cout << history.summary() << "\n";
+  if (o.profile) {
+    std::cout << "\n--- profile (every step, evaluations included) ---\n"
+              << profile.table(history.total_steps);
+  }
   if (!sample.empty()) std::cout << "\n--- sample ---\n" << sample << "\n--------------\n";
   return kExitOk;
 }

@@ -176,7 +176,7 @@ def plan_run(peers: Peers, s, workload: str, peer: str):
         # and loss, the curve the PyTorch peer's is compared with (same init, batches, schedule).
         metrics = peers.args.out / f"gpt_{s.gpt_config}_tessel_metrics.csv"
         metrics.unlink(missing_ok=True)  # a failed run must not leave an older run's file
-        return [[cli, "train", "gpt", "--config", s.gpt_config, "--mesh", "2x2",
+        return [[cli, "train", "gpt", "--config", s.gpt_config, "--mesh", s.gpt_mesh,
                  "--steps", str(total), "--dropout", "0", "--eval-interval", str(total + 1),
                  "--eval-iters", "1", "--sample", "0", "--metrics", str(metrics), "--json"]], \
             lambda outs: rows_tessel_gpt(outs, metrics, s.gpt_config, s.gpt_warmup)
@@ -186,7 +186,8 @@ def plan_run(peers: Peers, s, workload: str, peer: str):
                  "--schedule-steps", str(total), "--dropout", "0",
                  "--threads", str(TORCH_GPT_THREADS), "--json"]], rows_torch_gpt
     return [[str(peers.venv_python), str(REPO / "examples" / "gpt" / "reference" / "bench_gpt_jax.py"),
-             "--config", s.gpt_config, "--mesh", "2x2", "--steps", str(s.gpt_steps), "--warmup", str(s.gpt_warmup),
+             "--config", s.gpt_config, "--mesh", s.gpt_mesh, "--steps", str(s.gpt_steps),
+             "--warmup", str(s.gpt_warmup),
              "--json"]], rows_jax_gpt
 
 

@@ -93,6 +93,10 @@ def parse_args(argv=None):
     ap.add_argument("-e", "--maxbytes", type=parse_size, default=64 << 20)
     ap.add_argument("--gpt-config", choices=("tiny", "baby"), default=None,
                     help="GPT config (default baby; quick tiny)")
+    ap.add_argument("--gpt-mesh", choices=("1x1", "2x2"), default="1x1",
+                    help="tessel's and JAX's mesh in the gpt workload (default 1x1: on a 2-core "
+                         "machine the best of each, as their users would run it; PyTorch is one "
+                         "process either way)")
     ap.add_argument("--build", type=Path, default=REPO / "build")
     ap.add_argument("--venv", type=Path, default=REPO / ".venv-peers")
     ap.add_argument("--torch-launch", choices=("torchrun", "same-session"), default="torchrun",
@@ -136,6 +140,7 @@ class Settings:
         # (18, 16, 10, 8.7, 8.6 s), JAX's first compiles. tiny's steps take a fraction of a
         # second: more of them, for a steadier median and a longer loss curve.
         self.gpt_config = args.gpt_config
+        self.gpt_mesh = args.gpt_mesh
         if self.gpt_config == "tiny":
             self.gpt_steps, self.gpt_warmup = 25, 5
         else:
@@ -149,8 +154,8 @@ TITLES = {
     "relayout": "relayout of a 4096x4096 f32 tensor over 4 devices",
     "matmul": "2048^3 f32 matmul, rows of A sharded over 2 devices, B replicated",
     "dispatch": "eager dispatch of a tiny elementwise add on a 2x2 mesh, from Python (time per op)",
-    "gpt": "GPT training step, dropout 0 (time per step; tokens/s): tessel and JAX on a 2x2 "
-           "(batch x model) mesh, PyTorch eager in one process with 2 threads",
+    "gpt": "GPT training step, dropout 0 (time per step; tokens/s): tessel and JAX on the "
+           "--gpt-mesh (batch x model) mesh, PyTorch eager in one process with 2 threads",
 }
 RANKS = {"all_reduce": 4, "relayout": 4, "matmul": 2, "dispatch": 4, "gpt": 4}
 # The largest |loss difference| allowed at any step between tessel's GPT and a peer trained from

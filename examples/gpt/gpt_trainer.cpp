@@ -1,12 +1,14 @@
 #include "gpt_trainer.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "tessel/core/error.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_profile.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel::gpt {
@@ -46,12 +48,21 @@ train::PendingStep GptTrainer::compute_step() {
   const DTensor idx = model_.tokens(idx_host);
   const DTensor targets = model_.tokens(targets_host);
   const ForwardOptions options{.training = true, .dropout_seed = c.seed * 7919 + static_cast<uint64_t>(step_)};
+  // The phases of the op profile (op_profile.h): the forward pass inside the backward one, whose
+  // ops are those value_and_grad runs after it.
+  std::optional<ProfilePhase> phase(std::in_place, "backward");
   auto [loss, grads] = value_and_grad(
-      [&](const std::vector<DTensor>& p) { return model_.loss(p, idx, targets, options); }, params_);
+      [&](const std::vector<DTensor>& p) {
+        const ProfilePhase forward("forward");
+        return model_.loss(p, idx, targets, options);
+      },
+      params_);
+  phase.emplace("optimizer");
   auto [clipped, norm] = clip_by_global_norm(grads, c.grad_clip);
   r.loss = scalar_of(loss);
   r.grad_norm = scalar_of(norm);
   return {r, [this, clipped = std::move(clipped)] {
+            const ProfilePhase optimizer("optimizer");
             optimizer_.apply(params_, clipped);
             ++step_;
           }};
@@ -103,6 +114,7 @@ void GptTrainer::restore(const std::string& directory) {
 }
 
 double GptTrainer::estimate_loss(Split split) {
+  const ProfilePhase eval("eval");
   const GptConfig& c = model_.config();
   double total = 0;
   for (int i = 0; i < c.eval_iters; ++i) {

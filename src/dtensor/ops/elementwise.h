@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "dtensor/framework/op_util.h"
+#include "dtensor/ops/cpu_vector_math.h"
 #include "dtensor/ops/cuda/gpu_elementwise.h"
 #include "dtensor/ops/elementwise_math.h"
+#include "tessel/core/parallel.h"
 #include "tessel/dtensor/op_registry.h"
 
 namespace tessel::detail {
@@ -46,12 +48,24 @@ void map_binary_scalar_b(const T* a, T b, T* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b);
 }
 
-// out = f(x) elementwise over contiguous blocks of one shape.
+// Elements one intra-op thread (core/parallel.h) takes at the least: below this a split costs
+// more than it saves.
+constexpr int64_t kElementwiseGrain = int64_t{1} << 15;
+
+// out = f(x) elementwise over contiguous blocks of one shape, split over the intra-op threads;
+// float32 GELU (exact) runs cpu_vector_math.h's vectorised loop instead of libm's scalar erf.
 template <typename T, typename F>
 void unary_loop(const Tensor& x, Tensor& out, F f) {
   const int64_t n = out.num_elements();
   if (n == 0) return;
-  map_unary(x.data<T>(), out.data<T>(), n, f);
+  const T* px = x.data<T>();
+  T* po = out.data<T>();
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<F, elementwise::GeluErf>) {
+    vec::gelu_erf(px, po, n);
+  } else {
+    tessel::parallel_for(n, kElementwiseGrain,
+                         [&](int64_t b, int64_t e) { map_unary(px + b, po + b, e - b, f); });
+  }
 }
 
 // out = f(a, b) elementwise, a and b broadcast (numpy) to out's block (contiguous blocks).
@@ -64,7 +78,14 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   T* po = out.data<T>();
   const int64_t na = a.num_elements();
   const int64_t nb = b.num_elements();
-  if (na == n && nb == n) return map_binary(pa, pb, po, n, f);
+  if (na == n && nb == n) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<F, elementwise::GeluErfGrad>) {
+      return vec::gelu_erf_grad(pa, pb, po, n);  // (grad, x), vectorised
+    }
+    return tessel::parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      map_binary(pa + b, pb + b, po + b, e - b, f);
+    });
+  }
   if (na == 1 && nb == n) return map_binary_scalar_a(pa[0], pb, po, n, f);
   if (nb == 1 && na == n) return map_binary_scalar_b(pa, pb[0], po, n, f);
   // General broadcast: the outer dims as an odometer, the innermost run as a loop.
