@@ -8,6 +8,7 @@
 //   tessel bench checkpoint ...    cmd_bench_checkpoint.cpp
 //   tessel bench embedding ...     cmd_bench_embedding.cpp
 //   tessel bench nccl ...          cmd_bench_nccl.cpp (GPUs; cmd_bench_nccl_stub.cpp without CUDA)
+#include <algorithm>
 #include <iostream>
 #include <string_view>
 
@@ -16,6 +17,19 @@
 #include "tessel/core/parallel.h"
 
 namespace tessel::cli {
+
+// Every figure depends on the BLAS kernel and the threads an op may use: a bench that ran says
+// which, on stderr after its results (stdout may be --json; a usage error or --help prints
+// nothing more).
+int with_blas_line(const Args& args, int status) {
+  if (status != 0 || std::find(args.begin(), args.end(), "--help") != args.end() ||
+      std::find(args.begin(), args.end(), "-h") != args.end()) {
+    return status;
+  }
+  std::cerr << "blas: " << blas_info().to_string() << "; intra-op threads per op: "
+            << intra_op_threads() << " of " << machine_cores() << " cores\n";
+  return status;
+}
 
 int run_bench(const Args& args) {
   struct Subcommand {
@@ -31,16 +45,14 @@ int run_bench(const Args& args) {
                                                 {"checkpoint", run_bench_checkpoint},
                                                 {"embedding", run_bench_embedding},
                                                 {"nccl", run_bench_nccl}};
-  // Every figure depends on the BLAS kernel and the threads an op may use: say which, on stderr
-  // (stdout may be --json).
-  std::cerr << "blas: " << blas_info().to_string() << "; intra-op threads per op: "
-            << intra_op_threads() << " of " << machine_cores() << " cores\n";
   if (!args.empty()) {
     for (const Subcommand& sub : kSubcommands) {
-      if (args[0] == sub.name) return sub.run(Args(args.begin() + 1, args.end()));
+      if (args[0] == sub.name) {
+        return with_blas_line(args, sub.run(Args(args.begin() + 1, args.end())));
+      }
     }
   }
-  return run_bench_collective(args);
+  return with_blas_line(args, run_bench_collective(args));
 }
 
 }  // namespace tessel::cli

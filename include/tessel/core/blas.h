@@ -44,4 +44,14 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const fl
 void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a,
            int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc);
 
+// sgemm or dgemm by the element type, for code templated on it.
+inline void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                      int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  sgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+}
+inline void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a,
+                      int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
+  dgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
 }  // namespace tessel

@@ -337,18 +337,6 @@ ShardingDecision einsum_rule(const Equation& eq, const TensorSpec& ta, const Ten
 
 // ---- local kernel ----------------------------------------------------------------------------
 
-// Row-major C = op(A) op(B) on the BLAS (core/blas.h: its kernel checked against the CPU, the
-// work split over the intra-op threads).
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float* c, int64_t ldc) {
-  sgemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-}
-
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
-          const double* b, int64_t ldb, double* c, int64_t ldc) {
-  dgemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-}
-
 // dst (contiguous, letters `dst_letters`) from src (contiguous, letters `src_letters`): a
 // permutation, summing over src letters that dst lacks (dst must then start zeroed).
 template <typename T>
@@ -564,9 +552,9 @@ void einsum_block(const Equation& eq, const Tensor& a_in, const Tensor& b_in, Te
         const T* pb = mb.p + i * mb.stride;
         T* pc = c + i * m * n;
         if (transposed) {
-          gemm(!mb.trans, !ma.trans, n, m, k, pb, mb.ld, pa, ma.ld, pc, m);
+          blas_gemm(!mb.trans, !ma.trans, n, m, k, pb, mb.ld, pa, ma.ld, pc, m);
         } else {
-          gemm(ma.trans, mb.trans, m, n, k, pa, ma.ld, pb, mb.ld, pc, n);
+          blas_gemm(ma.trans, mb.trans, m, n, k, pa, ma.ld, pb, mb.ld, pc, n);
         }
       }
     };
