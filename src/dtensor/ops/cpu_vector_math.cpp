@@ -6,7 +6,9 @@
 #include "tessel/core/parallel.h"
 
 // One clone per vector ISA; the dynamic loader resolves each call to the widest the CPU has.
-#if defined(__x86_64__) && !defined(__clang__)
+// Sanitizer builds take the plain loops: the clones' resolvers run before the sanitizer runtime.
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define TESSEL_VECTOR_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
