@@ -13,9 +13,16 @@
 // Other dtypes keep their libm loops (the kernels choose).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace tessel::detail::vec {
+
+// Rows of `row_elements` each that one intra-op thread takes at the least (about 16 K elements,
+// below which a split costs more than it saves): the grain of the row kernels' parallel_for.
+inline int64_t rows_per_range(int64_t row_elements) {
+  return row_elements > 0 ? std::max<int64_t>(1, (int64_t{1} << 14) / row_elements) : 1;
+}
 
 // y[i] = x[i] * Phi(x[i]) = 0.5 x (1 + erf(x / sqrt 2)).
 void gelu_erf(const float* x, float* y, int64_t n);

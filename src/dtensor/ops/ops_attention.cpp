@@ -64,9 +64,8 @@ void causal_softmax_kernel(const Tensor& in, Tensor& out, double scale,
   dispatch_float(out.dtype(), kCausalSoftmax, [&]<typename T>() {
     const T* x = in.data<T>();
     T* y = out.data<T>();
-    // Rows split over the intra-op threads, at least ~16 K elements each.
     const int64_t rows = matrices * local_queries;
-    parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 14) / keys), [&](int64_t b, int64_t e) {
+    parallel_for(rows, vec::rows_per_range(keys), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const int64_t i = r % local_queries;
         causal_row(x + r * keys, y + r * keys, keys, first_query + i + (keys - queries) + 1,

@@ -23,6 +23,7 @@
 
 #include "tessel/core/parallel.h"
 
+#include "dtensor/ops/cpu_vector_math.h"
 #include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
 #include "tessel/dtensor/ops.h"
@@ -62,9 +63,6 @@ Layout rows_layout(const Layout& x) {
   return make_layout(x.mesh(), specs);
 }
 
-// Rows one thread takes at the least: about 16 K elements, below which a split costs more than it
-// saves.
-int64_t rows_per_range(int64_t n) { return std::max<int64_t>(1, (int64_t{1} << 14) / n); }
 // Rows summed into one partial weight gradient.
 constexpr int64_t kWeightGradBlock = 64;
 
@@ -91,7 +89,7 @@ void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilo
     const T* w = in[1].data<T>();
     const T* b = in.size() > 2 ? in[2].data<T>() : nullptr;
     T* y = out.data<T>();
-    parallel_for(rows, rows_per_range(n), [&](int64_t first, int64_t last) {
+    parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
       for (int64_t r = first; r < last; ++r) {
         const T* xr = x + r * n;
         T* yr = y + r * n;
@@ -118,7 +116,7 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
     const T* w = in[1].data<T>();
     const T* g = in[2].data<T>();
     T* dx = out.data<T>();
-    parallel_for(rows, rows_per_range(n), [&](int64_t first, int64_t last) {
+    parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
       for (int64_t r = first; r < last; ++r) {
         const T* xr = x + r * n;
         const T* gr = g + r * n;
@@ -153,7 +151,7 @@ void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsil
     // One partial sum per block of kWeightGradBlock rows, then the blocks in order.
     const int64_t blocks = (rows + kWeightGradBlock - 1) / kWeightGradBlock;
     std::vector<double> partial(static_cast<size_t>(blocks * n), 0.0);
-    parallel_for(blocks, std::max<int64_t>(1, rows_per_range(n) / kWeightGradBlock),
+    parallel_for(blocks, std::max<int64_t>(1, vec::rows_per_range(n) / kWeightGradBlock),
                  [&](int64_t first, int64_t last) {
                    for (int64_t k = first; k < last; ++k) {
                      double* acc = partial.data() + k * n;
