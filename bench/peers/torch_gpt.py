@@ -61,6 +61,9 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=1337, help="tessel's seed (init and batches)")
     ap.add_argument("--data", type=Path, default=REPO / "data" / "shakespeare_char" / "input.txt")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--profile", action="store_true",
+                    help="run the timed steps under torch.profiler and print its table of ops "
+                         "by self CPU time (ms per step) on stderr")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.threads < 1:
         ap.error("--steps and --threads must be >= 1, --warmup >= 0")
@@ -157,6 +160,20 @@ def blas_name() -> str:
     return found.group(1) if found else "?"
 
 
+def print_profile(profiler, steps: int, rows: int = 30) -> None:
+    """torch.profiler's ops by self CPU time, in ms per step (the table docs/benchmarks.md sets
+    beside `tessel train gpt --profile`'s). The timed steps include the profiler's overhead."""
+    events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    print(f"--- torch.profiler: self CPU time, ms per step over {steps} steps ---", file=sys.stderr)
+    print(f"{'op':<44} {'calls/step':>10} {'ms/step':>9} {'share':>7}", file=sys.stderr)
+    for e in events[:rows]:
+        print(f"{e.key[:44]:<44} {e.count / steps:>10.1f} "
+              f"{e.self_cpu_time_total / 1e3 / steps:>9.3f} "
+              f"{100 * e.self_cpu_time_total / max(total, 1):>6.1f}%", file=sys.stderr)
+    print(f"{'all ops':<44} {'':>10} {total / 1e3 / steps:>9.3f}", file=sys.stderr)
+
+
 def main(argv=None):
     args = parse_args(argv)
     load_before = os.getloadavg()[0]
@@ -182,7 +199,11 @@ def main(argv=None):
                for s in range(args.warmup + args.steps)]  # made before timing, as JAX's
 
     losses, norms, lrs, times = [], [], [], []
+    profiler = None
     for step, (x, y) in enumerate(batches):
+        if args.profile and step == args.warmup:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            profiler.__enter__()
         lr = gpt_recipe.learning_rate(cfg, step)
         t0 = time.perf_counter()
         for group in optimizer.param_groups:
@@ -202,6 +223,9 @@ def main(argv=None):
         if step >= args.warmup:
             times.append(dt)
 
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        print_profile(profiler, args.steps)
     median = statistics.median(times)
     tokens = cfg.batch_size * cfg.block_size
     result = {

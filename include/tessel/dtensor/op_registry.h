@@ -201,6 +201,11 @@ struct OpDef {
   Kernel gpu_kernel;
   // Gradients of the inputs (null DTensor: not differentiable there). Empty: no gradient.
   std::function<std::vector<DTensor>(const VjpArgs& args)> vjp;
+  // The kernel only copies the first input's block whole into the output block of another
+  // shape (reshape): the launch then makes the output block a view of the input block instead
+  // (no allocation, no kernel) wherever that block is contiguous, on the same device and holds
+  // as many elements. Safe because blocks are never written after their kernel has run.
+  bool output_views_input = false;
 };
 
 class OpRegistry {

@@ -96,9 +96,10 @@ class Adam : public Optimizer {
 
  protected:
   void update(size_t index, DTensor& param, const DTensor& grad) override;
-  // The moments' update and p -= step_size * m / (sqrt(v) + epsilon), three one-pass kernels.
+  // The moments' update and p = decay * p - step_size * m / (sqrt(v) + epsilon), three
+  // one-pass kernels (decay: AdamW's 1 - lr * weight_decay, in the same pass).
   void adam_step(size_t index, DTensor& param, const DTensor& grad, double step_size,
-                 double epsilon);
+                 double epsilon, double decay = 1.0);
   double beta_1_, beta_2_, epsilon_;
   std::vector<DTensor> m_, v_;
 };

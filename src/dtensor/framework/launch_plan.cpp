@@ -1,6 +1,7 @@
 // Internal: launch plans and launch_op (see launch_plan.h).
 #include "dtensor/framework/launch_plan.h"
 
+#include <optional>
 #include <utility>
 
 #include "dtensor/framework/kernel_runner.h"
@@ -30,6 +31,20 @@ struct InlineKernel {
 };
 
 constexpr std::string_view kAllocateOutputs = "(allocate outputs)";
+
+// Device i's output block as a view of its first input block (OpDef::output_views_input), or
+// nullopt when that block cannot serve: on another device, strided, or another element count.
+std::optional<Tensor> view_of_input(const LaunchPlan& p, const std::vector<DTensor>& ready,
+                                    size_t i, const Device* device) {
+  const DTensor& in = ready.front();
+  const int index = static_cast<int>(i);
+  if (in.num_components() <= index || &in.device(index) != device) return std::nullopt;
+  const Tensor& block = in.component(index);
+  if (!block.is_contiguous() || block.num_elements() != p.out_blocks[i].num_elements()) {
+    return std::nullopt;
+  }
+  return block.reshape(p.out_blocks[i]);
+}
 
 }  // namespace
 
@@ -100,6 +115,12 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
   local.reserve(ready.size());
   for (size_t i = 0; i < n; ++i) {
     Device* device = out_place.devices[i];
+    if (p.def->output_views_input) {
+      if (std::optional<Tensor> view = view_of_input(p, ready, i, device)) {
+        outputs.push_back(std::move(*view));
+        continue;
+      }
+    }
     const double allocation = profile_clock();
     outputs.push_back(device->allocate(p.out_blocks[i], p.out.dtype, /*zero_fill=*/false));
     record_profile(phase, kAllocateOutputs, allocation);

@@ -11,13 +11,15 @@
 // Sharding rule: the key axis (last) is demanded whole; every other axis keeps its sharding
 // (batch, heads, and the query axis: a kernel finds its rows' global positions from its block's
 // offsets); a Partial input is reduced first (nonlinear). The output has the input's layout.
-// VJP: scale * s * (g - sum(g * s, -1)), as softmax's; masked entries have s = 0, so their
-// gradient is 0.
+// VJP: "causal_softmax_grad"(s, g) -> scale * s * (g - sum(g * s, -1)) in one pass (softmax's
+// gradient; masked entries have s = 0, so theirs is 0), with the same rule. float32 rows run the
+// vectorised loops of cpu_row_math.h.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
+#include "dtensor/ops/cpu_row_math.h"
 #include "dtensor/ops/cpu_vector_math.h"
 #include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
@@ -29,50 +31,119 @@ namespace detail {
 namespace {
 
 constexpr std::string_view kCausalSoftmax = "causal_softmax";
+constexpr std::string_view kCausalSoftmaxGrad = "causal_softmax_grad";
 
-// One query row: softmax over the first `visible` keys, zeros after.
+// One query row: softmax over the first `visible` keys, zeros after (the float32 rows run
+// vec::causal_softmax_row).
 template <typename T>
 void causal_row(const T* x, T* y, int64_t keys, int64_t visible, T scale) {
   visible = std::clamp<int64_t>(visible, 0, keys);
   T most = -std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < visible; ++j) most = std::max(most, scale * x[j]);
   T total = 0;
-  if constexpr (std::is_same_v<T, float>) {  // the exps in one vectorised pass
-    for (int64_t j = 0; j < visible; ++j) y[j] = scale * x[j] - most;
-    vec::exp(y, y, visible);
-    for (int64_t j = 0; j < visible; ++j) total += y[j];
-  } else {
-    for (int64_t j = 0; j < visible; ++j) {
-      y[j] = std::exp(scale * x[j] - most);
-      total += y[j];
-    }
+  for (int64_t j = 0; j < visible; ++j) {
+    y[j] = std::exp(scale * x[j] - most);
+    total += y[j];
   }
   const T inv = visible > 0 ? T(1) / total : T(0);
   for (int64_t j = 0; j < visible; ++j) y[j] *= inv;
   std::fill(y + visible, y + keys, T(0));
 }
 
-void causal_softmax_kernel(const Tensor& in, Tensor& out, double scale,
-                           const LocalContext& context) {
+// One row of the gradient: dx = scale * s * (g - sum(g * s)) over the visible keys, 0 after.
+template <typename T>
+void causal_grad_row(const T* s, const T* g, T* dx, int64_t keys, int64_t visible, T scale) {
+  visible = std::clamp<int64_t>(visible, 0, keys);
+  T inner = 0;
+  for (int64_t j = 0; j < visible; ++j) inner += g[j] * s[j];
+  for (int64_t j = 0; j < visible; ++j) dx[j] = scale * s[j] * (g[j] - inner);
+  std::fill(dx + visible, dx + keys, T(0));
+}
+
+// Calls row(r, visible) for every row r of the output block (rows of `keys`), `visible` the
+// number of keys its query sees, split over the intra-op threads.
+template <typename Row>
+void for_each_query_row(const Tensor& out, const LocalContext& context, const Row& row) {
   const int rank = out.rank();
   const int64_t keys = out.shape()[rank - 1];
   const int64_t local_queries = out.shape()[rank - 2];
   if (out.num_elements() == 0) return;
   const int64_t queries = context.output_shape[rank - 2];
   const int64_t first_query = context.output_block.offsets[static_cast<size_t>(rank - 2)];
-  const int64_t matrices = out.num_elements() / (keys * local_queries);
+  const int64_t rows = out.num_elements() / keys;
+  parallel_for(rows, vec::rows_per_range(keys), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      row(r, first_query + r % local_queries + (keys - queries) + 1);
+    }
+  });
+}
+
+void causal_softmax_kernel(const Tensor& in, Tensor& out, double scale,
+                           const LocalContext& context) {
+  const int64_t keys = out.rank() > 0 ? out.shape()[out.rank() - 1] : 0;
   dispatch_float(out.dtype(), kCausalSoftmax, [&]<typename T>() {
     const T* x = in.data<T>();
     T* y = out.data<T>();
-    const int64_t rows = matrices * local_queries;
-    parallel_for(rows, vec::rows_per_range(keys), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const int64_t i = r % local_queries;
-        causal_row(x + r * keys, y + r * keys, keys, first_query + i + (keys - queries) + 1,
-                   static_cast<T>(scale));
+    for_each_query_row(out, context, [&](int64_t r, int64_t visible) {
+      if constexpr (std::is_same_v<T, float>) {
+        vec::causal_softmax_row(x + r * keys, y + r * keys, keys, visible, static_cast<T>(scale));
+      } else {
+        causal_row(x + r * keys, y + r * keys, keys, visible, static_cast<T>(scale));
       }
     });
   });
+}
+
+void causal_softmax_grad_kernel(const Tensor& s_in, const Tensor& g_in, Tensor& out,
+                                double scale, const LocalContext& context) {
+  const int64_t keys = out.rank() > 0 ? out.shape()[out.rank() - 1] : 0;
+  dispatch_float(out.dtype(), kCausalSoftmaxGrad, [&]<typename T>() {
+    const T* s = s_in.data<T>();
+    const T* g = g_in.data<T>();
+    T* dx = out.data<T>();
+    for_each_query_row(out, context, [&](int64_t r, int64_t visible) {
+      const int64_t at = r * keys;
+      if constexpr (std::is_same_v<T, float>) {
+        vec::softmax_grad_row(s + at, g + at, dx + at, keys, static_cast<T>(scale));
+      } else {
+        causal_grad_row(s + at, g + at, dx + at, keys, visible, static_cast<T>(scale));
+      }
+    });
+  });
+}
+
+// The layout both ops demand of their inputs and give their output: x's with the key axis
+// whole and no Partial.
+Layout keys_whole(const Layout& x) {
+  SpecList specs = spec_list(x);
+  specs.back().clear();
+  return make_layout(x.mesh(), specs);
+}
+
+void register_causal_softmax_grad(OpRegistry& registry) {
+  OpDef def;
+  def.name = std::string(kCausalSoftmaxGrad);
+  def.num_inputs = 2;
+  def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    if (in[0].shape.rank() < 2 || in[1].shape != in[0].shape || in[1].dtype != in[0].dtype) {
+      throw_invalid(kCausalSoftmaxGrad,
+                    "the softmax output ({} {}) and its gradient ({} {}) must be one shape of "
+                    "rank >= 2 and one dtype",
+                    dtype_name(in[0].dtype), in[0].shape.to_string(), dtype_name(in[1].dtype),
+                    in[1].shape.to_string());
+    }
+    require_float(in[0].dtype, kCausalSoftmaxGrad, "dtype");
+    return TensorSpec{in[0].shape, in[0].dtype, {}};
+  };
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    const Layout want = keys_whole(in[0].layout);
+    return ShardingDecision{{want, want}, want};
+  };
+  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                  const LocalContext& context) {
+    causal_softmax_grad_kernel(in[0], in[1], out, attrs.scale.value_or(1.0), context);
+  };
+  registry.add(std::move(def));
 }
 
 }  // namespace
@@ -90,9 +161,7 @@ void register_attention_ops(OpRegistry& registry) {
     return TensorSpec{in[0].shape, in[0].dtype, {}};
   };
   def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-    SpecList specs = spec_list(in[0].layout);
-    specs.back().clear();
-    const Layout want = make_layout(in[0].layout.mesh(), specs);
+    const Layout want = keys_whole(in[0].layout);
     return ShardingDecision{{want}, want};
   };
   def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
@@ -100,13 +169,10 @@ void register_attention_ops(OpRegistry& registry) {
     causal_softmax_kernel(in[0], out, attrs.scale.value_or(1.0), context);
   };
   def.vjp = [](const VjpArgs& a) {
-    const DTensor& s = a.output;
-    const double scale = a.attrs->scale.value_or(1.0);
-    const DTensor inner = reduce_sum(multiply(a.grad, s), {s.rank() - 1}, /*keepdims=*/true);
-    const DTensor g = multiply(s, subtract(a.grad, inner));
-    return std::vector<DTensor>{scale == 1.0 ? g : multiply(g, scale)};
+    return std::vector<DTensor>{call_op(kCausalSoftmaxGrad, {a.output, a.grad}, *a.attrs)};
   };
   registry.add(std::move(def));
+  register_causal_softmax_grad(registry);
 }
 
 }  // namespace detail

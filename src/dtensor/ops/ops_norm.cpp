@@ -16,13 +16,17 @@
 //   layer_norm_weight_grad: x and g as above; the [C] output is replicated but Partial(sum) over
 //     every mesh dimension that shards x's rows, so the weight's gradient joins the fused
 //     gradient reduction (autodiff.h) instead of a collective of its own.
-// Kernels accumulate each row's mean and variance in double, whatever the dtype, and split their
-// rows over the intra-op threads (core/parallel.h); the weight gradient sums fixed blocks of rows
+// Kernels accumulate each row's mean and variance in double, whatever the dtype (float32 rows in
+// the vectorised loops of cpu_row_math.h), and split their rows over the intra-op threads
+// (core/parallel.h); the weight gradient sums fixed blocks of rows
 // and then the blocks in order, so that its result does not depend on the number of threads.
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "tessel/core/parallel.h"
 
+#include "dtensor/ops/cpu_row_math.h"
 #include "dtensor/ops/cpu_vector_math.h"
 #include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
@@ -90,6 +94,10 @@ void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilo
     const T* b = in.size() > 2 ? in[2].data<T>() : nullptr;
     T* y = out.data<T>();
     parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
+      if constexpr (std::is_same_v<T, float>) {
+        vec::layer_norm_rows(x + first * n, w, b, y + first * n, last - first, n, epsilon);
+        return;
+      }
       for (int64_t r = first; r < last; ++r) {
         const T* xr = x + r * n;
         T* yr = y + r * n;
@@ -117,6 +125,11 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
     const T* g = in[2].data<T>();
     T* dx = out.data<T>();
     parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
+      if constexpr (std::is_same_v<T, float>) {
+        vec::layer_norm_grad_rows(x + first * n, w, g + first * n, dx + first * n, last - first,
+                                  n, epsilon);
+        return;
+      }
       for (int64_t r = first; r < last; ++r) {
         const T* xr = x + r * n;
         const T* gr = g + r * n;
@@ -155,6 +168,13 @@ void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsil
                  [&](int64_t first, int64_t last) {
                    for (int64_t k = first; k < last; ++k) {
                      double* acc = partial.data() + k * n;
+                     const int64_t begin = k * kWeightGradBlock;
+                     const int64_t end = std::min(rows, begin + kWeightGradBlock);
+                     if constexpr (std::is_same_v<T, float>) {
+                       vec::layer_norm_weight_grad_rows(x + begin * n, g + begin * n, acc,
+                                                        end - begin, n, epsilon);
+                       continue;
+                     }
                      for (int64_t r = k * kWeightGradBlock;
                           r < std::min(rows, (k + 1) * kWeightGradBlock); ++r) {
                        const T* xr = x + r * n;

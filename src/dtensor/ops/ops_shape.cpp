@@ -536,6 +536,7 @@ void register_shape_ops(OpRegistry& registry) {
     };
     def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
                     const LocalContext&) { reshape_kernel(in, out); };
+    def.output_views_input = true;  // the kernel runs only where a view cannot serve
     def.vjp = [](const VjpArgs& a) {
       return std::vector<DTensor>{reshape(a.grad, a.inputs[0].shape())};
     };

@@ -173,7 +173,7 @@ void Adam::update(size_t index, DTensor& param, const DTensor& grad) {
 }
 
 void Adam::adam_step(size_t index, DTensor& param, const DTensor& grad, double lr_t,
-                     double epsilon) {
+                     double epsilon, double decay) {
   DTensor& m = m_[index];
   DTensor& v = v_[index];
   // Three one-pass kernels (ops_optimizer.cpp) instead of ten elementwise ops.
@@ -182,6 +182,7 @@ void Adam::adam_step(size_t index, DTensor& param, const DTensor& grad, double l
   beta2.beta = beta_2_;
   step.learning_rate = lr_t;
   step.epsilon = epsilon;
+  step.scale = decay;
   m = call_op("ema", {m, grad}, beta1);
   v = call_op("ema_square", {v, grad}, beta2);
   param = call_op("adam_apply", {param, m, v}, step);
@@ -204,13 +205,12 @@ void AdamW::update(size_t index, DTensor& param, const DTensor& grad) {
                           m_.size());
   }
   const bool decays = decays_.empty() ? param.rank() >= 2 : decays_[index];
-  if (decays && weight_decay_ > 0) param = multiply(param, 1 - learning_rate() * weight_decay_);
-  // torch's arithmetic: lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), i.e. Adam's step
-  // with epsilon scaled by sqrt(1 - b2^t).
+  // torch's arithmetic: p * (1 - lr * wd), then lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t)
+  // + eps), i.e. Adam's step with epsilon scaled by sqrt(1 - b2^t), in the same pass.
   const double t = static_cast<double>(iterations());
   const double correction2 = std::sqrt(1 - std::pow(beta_2_, t));
   adam_step(index, param, grad, learning_rate() * correction2 / (1 - std::pow(beta_1_, t)),
-            epsilon_ * correction2);
+            epsilon_ * correction2, decays ? 1 - learning_rate() * weight_decay_ : 1.0);
 }
 
 std::pair<std::vector<DTensor>, DTensor> clip_by_global_norm(const std::vector<DTensor>& grads,

@@ -378,6 +378,16 @@ bool same_blocks(const Layout& a, const Layout& b, const Shape& shape) {
   return a.mesh() == b.mesh() && detail::blocks_of(a, shape) == detail::blocks_of(b, shape);
 }
 
+// The pending reductions that combine more than one block: a Partial over a mesh dimension of
+// size 1 is a sum of one term, already reduced (a 1x1 mesh's row-parallel matmul, its gradients).
+std::vector<PartialDim> pending_across_devices(const Layout& layout) {
+  std::vector<PartialDim> pending;
+  for (const PartialDim& p : layout.partial()) {
+    if (layout.mesh().dim_size(p.mesh_dim) > 1) pending.push_back(p);
+  }
+  return pending;
+}
+
 }  // namespace
 
 Layout resolve_match(const Layout& from, const Layout& to) {
@@ -419,8 +429,9 @@ RelayoutPlan plan_relayout(const Shape& shape, const Layout& from, const Layout&
   plan.from = from;
   plan.to = resolve_match(from, to);
   const Layout& target = plan.to;
-  if (from == target || (same_blocks(from, target, shape) && from.partial() == target.partial())) {
-    return plan;  // nothing moves (at most a relabel: sharded over a size-1 dimension)
+  if (from == target || (same_blocks(from, target, shape) &&
+                         pending_across_devices(from) == pending_across_devices(target))) {
+    return plan;  // nothing moves (at most a relabel: sharded or Partial over a size-1 dimension)
   }
   Planner planner(shape, dtype);
   if (from.mesh() != target.mesh()) {

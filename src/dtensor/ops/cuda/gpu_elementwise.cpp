@@ -24,9 +24,11 @@ OpDef::Kernel fused_update_kernel(const char* name, FusedUpdate update) {
         const bool adam = update == FusedUpdate::kAdamApply;
         const double s0 = (adam ? attrs.learning_rate : attrs.beta).value_or(0.0);
         const double s1 = adam ? attrs.epsilon.value_or(0.0) : 0.0;
+        const double s2 = adam ? attrs.scale.value_or(1.0) : 0.0;  // ops_optimizer.cpp's decay
         return gpu::launch_fused_update<T>(update, device_data<T>(in[0]), device_data<T>(in[1]),
                                            adam ? device_data<T>(in[2]) : nullptr,
-                                           device_data<T>(out), out.num_elements(), s0, s1, stream);
+                                           device_data<T>(out), out.num_elements(), s0, s1, s2,
+                                           stream);
       });
 }
 

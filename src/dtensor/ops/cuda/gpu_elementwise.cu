@@ -18,23 +18,23 @@ namespace ew = elementwise;
 
 // ops_optimizer.cpp's lambdas, each product rounded before the sum as there (no FMA).
 template <typename T>
-__device__ T apply_update(FusedUpdate update, T a, T b, T c, T s0, T s1) {
+__device__ T apply_update(FusedUpdate update, T a, T b, T c, T s0, T s1, T s2) {
   switch (update) {
     case FusedUpdate::kEma:  // (m, g)
       return mul_rounded(s0, a) + mul_rounded(T(1) - s0, b);
     case FusedUpdate::kEmaSquare:  // (v, g)
       return mul_rounded(s0, a) + mul_rounded(mul_rounded(T(1) - s0, b), b);
     case FusedUpdate::kAdamApply:  // (p, m, v)
-      return a - mul_rounded(s0, b) / (sqrt_of(c) + s1);
+      return mul_rounded(s2, a) - mul_rounded(s0, b) / (sqrt_of(c) + s1);
   }
   return a;
 }
 
 template <typename T>
 __global__ void fused_update_kernel(FusedUpdate update, const T* a, const T* b, const T* c, T* out,
-                                    int64_t n, T s0, T s1) {
+                                    int64_t n, T s0, T s1, T s2) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
-    out[i] = apply_update(update, a[i], b[i], c == nullptr ? T(0) : c[i], s0, s1);
+    out[i] = apply_update(update, a[i], b[i], c == nullptr ? T(0) : c[i], s0, s1, s2);
 }
 
 template <typename Op, typename T>
@@ -116,9 +116,10 @@ cudaError_t launch_binary(int op, const T* a, const T* b, T* out, int64_t n,
 
 template <typename T>
 cudaError_t launch_fused_update(FusedUpdate update, const T* a, const T* b, const T* c, T* out,
-                                int64_t n, double s0, double s1, cudaStream_t stream) {
+                                int64_t n, double s0, double s1, double s2,
+                                cudaStream_t stream) {
   return launch_over(n, stream, fused_update_kernel<T>, update, a, b, c, out, n,
-                     static_cast<T>(s0), static_cast<T>(s1));
+                     static_cast<T>(s0), static_cast<T>(s1), static_cast<T>(s2));
 }
 
 template cudaError_t launch_unary<float>(int, const float*, float*, int64_t, double,
@@ -132,9 +133,9 @@ template cudaError_t launch_binary<double>(int, const double*, const double*, do
 
 template cudaError_t launch_fused_update<float>(FusedUpdate, const float*, const float*,
                                                 const float*, float*, int64_t, double, double,
-                                                cudaStream_t);
+                                                double, cudaStream_t);
 template cudaError_t launch_fused_update<double>(FusedUpdate, const double*, const double*,
                                                  const double*, double*, int64_t, double, double,
-                                                 cudaStream_t);
+                                                 double, cudaStream_t);
 
 }  // namespace tessel::detail::gpu

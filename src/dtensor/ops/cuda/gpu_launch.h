@@ -47,13 +47,15 @@ cudaError_t launch_binary(int op, const T* a, const T* b, T* out, int64_t n,
 // ops_optimizer.cpp's fused updates, elementwise over three (ema, ema_square: two) inputs:
 //   kEma       (m, g):    s0 * m + (1 - s0) * g         (s0 = beta)
 //   kEmaSquare (v, g):    s0 * v + (1 - s0) * g * g
-//   kAdamApply (p, m, v): p - s0 * m / (sqrt(v) + s1)  (s0 = the step's learning rate, s1 = eps)
+//   kAdamApply (p, m, v): s2 * p - s0 * m / (sqrt(v) + s1)  (s0 = the step's learning rate,
+//                         s1 = eps, s2 = the decay factor)
 enum class FusedUpdate { kEma, kEmaSquare, kAdamApply };
 
 // out[i] = update(a[i], b[i], c[i]) for i < n (c unused by the two-input updates).
 template <typename T>
 cudaError_t launch_fused_update(FusedUpdate update, const T* a, const T* b, const T* c, T* out,
-                                int64_t n, double s0, double s1, cudaStream_t stream);
+                                int64_t n, double s0, double s1, double s2,
+                                cudaStream_t stream);
 
 // ---- gpu_rows.cu ---------------------------------------------------------------------------
 
@@ -80,6 +82,13 @@ template <typename T>
 cudaError_t launch_causal_softmax(const T* x, T* out, int64_t rows, int64_t queries_in_block,
                                   int64_t keys, int64_t first_visible, T scale,
                                   cudaStream_t stream);
+
+// ops_attention.cpp's causal_grad_row: the gradient of launch_causal_softmax's rows from its
+// output s and the output's gradient g (the same rows, keys and visible counts).
+template <typename T>
+cudaError_t launch_causal_softmax_grad(const T* s, const T* g, T* dx, int64_t rows,
+                                       int64_t queries_in_block, int64_t keys,
+                                       int64_t first_visible, T scale, cudaStream_t stream);
 
 // ops_norm.cpp's layer_norm_kernel: each of `rows` rows of n channels normalised with its mean
 // and biased variance (accumulated in double), times weight, plus bias (null: none).

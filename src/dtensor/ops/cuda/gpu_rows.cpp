@@ -2,7 +2,8 @@
 //   reduce_sum / reduce_mean / reduce_max whose reduced axes are adjacent once size-1 axes are
 //     dropped (the block seen as [outer, reduced, inner]); other axis sets run host-staged;
 //   softmax and log_softmax over the last axis;
-//   causal_softmax (its rows' global query positions from the block's offset);
+//   causal_softmax and causal_softmax_grad (their rows' global query positions from the block's
+//     offset);
 //   layer_norm, layer_norm_with_bias, layer_norm_grad and layer_norm_weight_grad over the last
 //   axis.
 // The reductions' gradient ops have no GPU kernel yet.
@@ -76,20 +77,38 @@ OpDef::Kernel softmax_kernel(const char* name, bool log) {
       });
 }
 
+// The first block row's visible key count: query i of the block (global first_query + i)
+// sees keys j <= first_query + i + keys - queries.
+int64_t first_visible(const Tensor& out, const LocalContext& context) {
+  const int rank = out.rank();
+  const int64_t keys = out.shape()[rank - 1];
+  const int64_t queries = context.output_shape[rank - 2];
+  const int64_t first_query = context.output_block.offsets[static_cast<size_t>(rank - 2)];
+  return first_query + (keys - queries) + 1;
+}
+
 OpDef::Kernel causal_softmax_kernel() {
   return float_gpu_kernel(
       "causal_softmax",
       []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                      const LocalContext& context, cudaStream_t stream) -> GpuLaunch {
-        const int rank = out.rank();
         const auto [rows, keys] = rows_of(out);
-        const int64_t queries = context.output_shape[rank - 2];
-        const int64_t first_query = context.output_block.offsets[static_cast<size_t>(rank - 2)];
-        // Query i of the block (global first_query + i) sees keys j <= first_query + i + keys -
-        // queries.
         return gpu::launch_causal_softmax<T>(
-            device_data<T>(in[0]), device_data<T>(out), rows, out.shape()[rank - 2], keys,
-            first_query + (keys - queries) + 1, static_cast<T>(attrs.scale.value_or(1.0)), stream);
+            device_data<T>(in[0]), device_data<T>(out), rows, out.shape()[out.rank() - 2], keys,
+            first_visible(out, context), static_cast<T>(attrs.scale.value_or(1.0)), stream);
+      });
+}
+
+OpDef::Kernel causal_softmax_grad_kernel() {
+  return float_gpu_kernel(
+      "causal_softmax_grad",
+      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                     const LocalContext& context, cudaStream_t stream) -> GpuLaunch {
+        const auto [rows, keys] = rows_of(out);
+        return gpu::launch_causal_softmax_grad<T>(
+            device_data<T>(in[0]), device_data<T>(in[1]), device_data<T>(out), rows,
+            out.shape()[out.rank() - 2], keys, first_visible(out, context),
+            static_cast<T>(attrs.scale.value_or(1.0)), stream);
       });
 }
 
@@ -141,6 +160,7 @@ void register_gpu_row_kernels(OpRegistry& registry) {
   registry.set_gpu_kernel("softmax", softmax_kernel("softmax", false));
   registry.set_gpu_kernel("log_softmax", softmax_kernel("log_softmax", true));
   registry.set_gpu_kernel("causal_softmax", causal_softmax_kernel());
+  registry.set_gpu_kernel("causal_softmax_grad", causal_softmax_grad_kernel());
   registry.set_gpu_kernel("layer_norm", layer_norm_kernel("layer_norm"));
   registry.set_gpu_kernel("layer_norm_with_bias", layer_norm_kernel("layer_norm_with_bias"));
   registry.set_gpu_kernel("layer_norm_grad", layer_norm_grad_kernel());

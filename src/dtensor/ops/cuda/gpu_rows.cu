@@ -112,6 +112,25 @@ __global__ void causal_softmax_kernel(const T* x, T* out, int64_t rows, int64_t 
   }
 }
 
+// ops_attention.cpp's causal_grad_row: dx = scale * s * (g - sum(g * s)) over the visible keys.
+template <typename T>
+__global__ void causal_softmax_grad_kernel(const T* s, const T* g, T* dx, int64_t rows,
+                                           int64_t queries_in_block, int64_t keys,
+                                           int64_t first_visible, T scale) {
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
+    int64_t visible = first_visible + r % queries_in_block;
+    visible = visible < 0 ? 0 : (visible > keys ? keys : visible);
+    const T* sr = s + r * keys;
+    const T* gr = g + r * keys;
+    T* dr = dx + r * keys;
+    T inner = 0;
+    for (int64_t j = lane(); j < visible; j += kWarp) inner += gr[j] * sr[j];
+    inner = warp_sum(inner);
+    for (int64_t j = lane(); j < visible; j += kWarp) dr[j] = scale * sr[j] * (gr[j] - inner);
+    for (int64_t j = visible + lane(); j < keys; j += kWarp) dr[j] = T(0);
+  }
+}
+
 // ---- layer norm --------------------------------------------------------------------------
 
 struct RowStats {
@@ -259,6 +278,14 @@ cudaError_t launch_causal_softmax(const T* x, T* out, int64_t rows, int64_t quer
 }
 
 template <typename T>
+cudaError_t launch_causal_softmax_grad(const T* s, const T* g, T* dx, int64_t rows,
+                                       int64_t queries_in_block, int64_t keys,
+                                       int64_t first_visible, T scale, cudaStream_t stream) {
+  return launch_rows(causal_softmax_grad_kernel<T>, rows, keys, stream, s, g, dx, rows,
+                     queries_in_block, keys, first_visible, scale);
+}
+
+template <typename T>
 cudaError_t launch_layer_norm(const T* x, const T* weight, const T* bias, T* out, int64_t rows,
                               int64_t n, double epsilon, cudaStream_t stream) {
   return launch_rows(layer_norm_kernel<T>, rows, n, stream, x, weight, bias, out, rows, n, epsilon);
@@ -299,6 +326,8 @@ cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, T* out, int64_
   template cudaError_t launch_softmax<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);     \
   template cudaError_t launch_causal_softmax<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, \
                                                 T, cudaStream_t);                                 \
+  template cudaError_t launch_causal_softmax_grad<T>(const T*, const T*, T*, int64_t, int64_t,    \
+                                                     int64_t, int64_t, T, cudaStream_t);          \
   template cudaError_t launch_layer_norm<T>(const T*, const T*, const T*, T*, int64_t, int64_t,   \
                                             double, cudaStream_t);                                \
   template cudaError_t launch_layer_norm_grad<T>(const T*, const T*, const T*, T*, int64_t,       \

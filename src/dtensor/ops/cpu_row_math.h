@@ -1,0 +1,32 @@
+// Internal: the float32 row loops of layer norm and the softmaxes, written for the vector units.
+//
+// A row's sums (mean, variance, the gradients' dot products, the softmax's maximum and total)
+// run in float32 vector lanes (16, one AVX-512 register; compiled per vector ISA,
+// cpu_vector_approx.h), two accumulators deep, not in one chain of dependent additions; the
+// lanes are then added in a fixed order, so that a row's result depends only on the row (not on
+// the thread count or the mesh). The other dtypes' kernels keep their scalar double sums. Each
+// function handles the rows it is given on the calling thread: the kernels split rows over the
+// intra-op threads.
+#pragma once
+
+#include <cstdint>
+
+namespace tessel::detail::vec {
+
+// y = (x - mean) * rstd * w (+ b where b is not null) for each row of n.
+void layer_norm_rows(const float* x, const float* w, const float* b, float* y, int64_t rows,
+                     int64_t n, double epsilon);
+// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)) for each row of n.
+void layer_norm_grad_rows(const float* x, const float* w, const float* g, float* dx, int64_t rows,
+                          int64_t n, double epsilon);
+// acc[c] += sum over the rows of g * xhat (the weight's gradient), acc of n doubles.
+void layer_norm_weight_grad_rows(const float* x, const float* g, double* acc, int64_t rows,
+                                 int64_t n, double epsilon);
+
+// y[0, visible) = softmax(scale * x[0, visible)), y[visible, n) = 0: one row of a causal softmax.
+void causal_softmax_row(const float* x, float* y, int64_t n, int64_t visible, float scale);
+// dx = scale * s * (g - sum(g * s)): one row of a (causal) softmax's gradient from its output s
+// (a masked key has s = 0, so its gradient is 0).
+void softmax_grad_row(const float* s, const float* g, float* dx, int64_t n, float scale);
+
+}  // namespace tessel::detail::vec
