@@ -3,7 +3,7 @@
 
 Each candidate runs in a child process of its own (so that two OpenMP runtimes or two OpenBLAS
 copies never share a process), loaded with ctypes from its shared library, on float32 row-major
-C = A @ B for n^3 from 512 to 4096, on 1 and on 2 threads. The figure is the best of `--repeat`
+C = A @ B for n^3 from 512 to 4096 (or the --sizes given), on 1 and on 2 threads. The figure is the best of `--repeat`
 timed calls after one warm-up call, in GFLOP/s (2 n^3 / seconds).
 
 Candidates (each skipped, with the reason printed, when its library is absent):
@@ -14,6 +14,9 @@ Candidates (each skipped, with the reason printed, when its library is absent):
   onednn              Debian's oneDNN (dnnl_sgemm)
   scipy-openblas      PyPI's scipy-openblas32 wheel (a newer OpenBLAS), given by --scipy-openblas
   mkl                 PyPI's mkl wheel's libmkl_rt, given by --mkl (threads via GNU OpenMP)
+
+Sizes are n (an n^3 product) or MxNxK (C [M, N] = A [M, K] @ B [K, N]: a model's GEMMs, e.g.
+the tiny GPT's 768x128x128 projections and 768x512x128 MLP).
 
 Usage: blas_candidates.py [--sizes 512,1024,2048,4096] [--threads 1,2] [--repeat 3]
                           [--scipy-openblas PATH.so] [--mkl PATH/libmkl_rt.so.2] [--json OUT]
@@ -114,10 +117,11 @@ def measure(candidate, args):
     rng = np.random.default_rng(0)
     for threads in args.threads:
         set_threads(threads)
-        for n in args.sizes:
-            a = rng.standard_normal((n, n), dtype=np.float32)
-            b = rng.standard_normal((n, n), dtype=np.float32)
-            c = np.zeros((n, n), dtype=np.float32)
+        for size in args.sizes:
+            m, n, k = size
+            a = rng.standard_normal((m, k), dtype=np.float32)
+            b = rng.standard_normal((k, n), dtype=np.float32)
+            c = np.zeros((m, n), dtype=np.float32)
             sgemm(a, b, c)
             err = np.abs(c - a @ b).max() / np.abs(a @ b).max()
             assert err < 1e-4, f"{candidate}: wrong result (relative error {err})"
@@ -126,8 +130,18 @@ def measure(candidate, args):
                 start = time.perf_counter()
                 sgemm(a, b, c)
                 best = min(best, time.perf_counter() - start)
-            results.append([threads, n, 2.0 * n ** 3 / best / 1e9])
+            results.append([threads, "x".join(map(str, size)), 2.0 * m * n * k / best / 1e9])
     print(json.dumps({"candidate": candidate, "about": describe(), "results": results}))
+
+
+def parse_size(text):
+    """'2048' (a square product) or 'MxNxK' (C [M, N] = A [M, K] @ B [K, N]) as (m, n, k)."""
+    parts = [int(p) for p in text.split("x")]
+    if len(parts) == 1:
+        return parts * 3
+    if len(parts) != 3:
+        raise SystemExit(f"blas_candidates: size '{text}' is neither N nor MxNxK")
+    return parts
 
 
 def main():
@@ -141,7 +155,7 @@ def main():
     p.add_argument("--json", default="")
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
-    args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.sizes = [parse_size(s) for s in args.sizes.split(",")]
     args.threads = [int(t) for t in args.threads.split(",")]
     if args.child:
         measure(args.child, args)
@@ -164,7 +178,7 @@ def main():
         rows.append(row)
         print(f"{candidate:18s} {row['about']}")
         for threads, n, gflops in row["results"]:
-            print(f"  threads={threads} n={n:5d} {gflops:8.1f} GFLOP/s")
+            print(f"  threads={threads} {n:>15s} {gflops:8.1f} GFLOP/s")
         sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as f:

@@ -331,6 +331,8 @@ void bind_blas_and_threads(py::module_& m) {
       .def_readonly("cpu_isa", &BlasInfo::cpu_isa)
       .def_readonly("chosen_by_tessel", &BlasInfo::chosen_by_tessel)
       .def_readonly("user_forced", &BlasInfo::user_forced)
+      .def_readonly("path", &BlasInfo::path)
+      .def_readonly("not_mkl", &BlasInfo::not_mkl)
       .def("to_string", &BlasInfo::to_string)
       .def("__repr__", &BlasInfo::to_string);
   m.def("blas_info", &blas_info, py::return_value_policy::reference,

@@ -48,3 +48,39 @@ if [ ! -f "$wheelhouse/$skbuild_wheel" ]; then
          "build_routes.pip_install fails until it is in $wheelhouse" >&2
   fi
 fi
+
+# Intel MKL, the BLAS tessel prefers on an Intel CPU (include/tessel/core/blas.h: its GEMMs are
+# 1.1-1.4x OpenBLAS's at a small model's shapes here), has no package in Debian's main archive:
+# the pinned PyPI wheel is fetched once and the libraries a sequential LP64 sgemm needs are
+# unpacked into scripts/mkl-dir.sh's folder (about 460 MB). Not fatal: without it tessel runs
+# OpenBLAS, and says so (tessel info).
+mkl_version="2026.2.0"
+mkl_dir="$("$(dirname "$0")/mkl-dir.sh")"
+if [ ! -f "$mkl_dir/libmkl_rt.so.3" ] && [ "$(uname -m)" = "x86_64" ]; then
+  echo "install-deps: fetching MKL $mkl_version into $mkl_dir"
+  mkl_download="$(mktemp -d)"
+  if /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: -d "$mkl_download" \
+      "mkl==$mkl_version"; then
+    mkdir -p "$mkl_dir"
+    /usr/bin/python3 - "$mkl_download"/mkl-*.whl "$mkl_dir" <<'PY'
+import sys, zipfile, os
+wheel, target = sys.argv[1], sys.argv[2]
+keep = ("libmkl_rt.so.3", "libmkl_core.so.3", "libmkl_intel_lp64.so.3",
+        "libmkl_sequential.so.3", "libmkl_def.so.3", "libmkl_mc3.so.3", "libmkl_avx2.so.3",
+        "libmkl_avx512.so.3", "libmkl_avx10.so.3")
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        base = os.path.basename(name)
+        if base in keep and "/data/lib/" in name:
+            with z.open(name) as src, open(os.path.join(target, base + ".part"), "wb") as dst:
+                dst.write(src.read())
+# libmkl_rt last: its presence means the others are complete.
+for base in sorted(keep, key=lambda b: b == "libmkl_rt.so.3"):
+    os.replace(os.path.join(target, base + ".part"), os.path.join(target, base))
+PY
+  else
+    echo "install-deps: could not fetch mkl==$mkl_version (no PyPI access?); tessel uses" \
+         "OpenBLAS" >&2
+  fi
+  rm -rf "$mkl_download"
+fi

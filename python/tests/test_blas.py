@@ -13,7 +13,9 @@ from conftest import host, put, rand
 def test_blas_info_names_the_library_and_its_kernel():
     info = tessel.blas_info()
     assert isinstance(info, tessel.BlasInfo)
-    assert "OpenBLAS" in info.library
+    mkl = info.library.startswith("MKL ")
+    assert mkl or "OpenBLAS" in info.library
+    assert bool(info.path) == mkl and bool(info.not_mkl) == (not mkl)
     assert info.core and info.library_core and info.cpu_isa in ("sse", "avx", "avx2", "avx512")
     assert info.core in repr(info)
     if info.chosen_by_tessel:
@@ -22,6 +24,10 @@ def test_blas_info_names_the_library_and_its_kernel():
 
 def test_an_avx512_cpu_never_runs_a_generic_kernel():
     info = tessel.blas_info()
+    if info.library.startswith("MKL "):
+        if info.cpu_isa == "avx512":
+            assert info.core == "AVX-512", repr(info)
+        return
     if info.user_forced:
         pytest.skip("OPENBLAS_CORETYPE is set")
     if info.cpu_isa == "avx512":

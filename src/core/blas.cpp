@@ -1,5 +1,5 @@
-// blas.h: OpenBLAS's kernel set checked against the CPU once, and the GEMMs split over the
-// intra-op threads.
+// blas.h: the BLAS chosen once (MKL where present on an Intel CPU, else OpenBLAS with its
+// kernel set checked against the CPU), and the GEMMs split over the intra-op threads.
 #include "tessel/core/blas.h"
 
 #include <cblas.h>
@@ -15,7 +15,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/env.h"
 #include "core/errors.h"
+#include "core/mkl_library.h"
 #include "tessel/core/parallel.h"
 
 // OpenBLAS's dynamic-architecture entry points (exported by its DYNAMIC_ARCH builds, absent from
@@ -76,7 +78,9 @@ std::string current_core() {
   return name != nullptr ? name : "";
 }
 
-BlasInfo choose_kernels() {
+// OpenBLAS with its kernel set checked against the CPU (and raised when the library's own pick
+// is weaker).
+BlasInfo choose_openblas_kernels() {
   openblas_set_num_threads(1);  // one thread per call: tessel splits the work itself
   BlasInfo info;
   const char* config = openblas_get_config();
@@ -92,7 +96,7 @@ BlasInfo choose_kernels() {
   info.core = info.library_core;
   const int cpu = cpu_isa_level();
   info.cpu_isa = kIsaNames[cpu];
-  if (const char* forced = std::getenv("OPENBLAS_CORETYPE"); forced != nullptr && *forced) {
+  if (detail::env_string("OPENBLAS_CORETYPE")) {
     info.user_forced = true;
     return info;
   }
@@ -117,13 +121,83 @@ BlasInfo choose_kernels() {
   return info;
 }
 
+// The two GEMMs of the chosen library.
+struct Gemms {
+  detail::SgemmFn sgemm = nullptr;
+  detail::DgemmFn dgemm = nullptr;
+};
+Gemms g_gemms;
+
+void use_openblas() {
+  g_gemms.sgemm = [](int layout, int ta, int tb, int m, int n, int k, float alpha, const float* a,
+                     int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+    cblas_sgemm(static_cast<CBLAS_ORDER>(layout), static_cast<CBLAS_TRANSPOSE>(ta),
+                static_cast<CBLAS_TRANSPOSE>(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
+  g_gemms.dgemm = [](int layout, int ta, int tb, int m, int n, int k, double alpha,
+                     const double* a, int lda, const double* b, int ldb, double beta, double* c,
+                     int ldc) {
+    cblas_dgemm(static_cast<CBLAS_ORDER>(layout), static_cast<CBLAS_TRANSPOSE>(ta),
+                static_cast<CBLAS_TRANSPOSE>(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
+}
+
+// TESSEL_BLAS: "mkl", "openblas", or unset / "auto" (MKL when loadable on an Intel CPU).
+BlasInfo choose_blas() {
+  const std::string wanted = detail::env_string("TESSEL_BLAS").value_or("auto");
+  if (wanted != "auto" && wanted != "mkl" && wanted != "openblas") {
+    detail::throw_invalid("BLAS", "TESSEL_BLAS='{}' is not auto, mkl or openblas", wanted);
+  }
+  std::string why_not;
+  if (wanted != "openblas") {
+    __builtin_cpu_init();
+    const bool intel = __builtin_cpu_is("intel");
+    if (std::optional<detail::MklLibrary> mkl = detail::load_mkl(why_not);
+        mkl && (intel || wanted == "mkl")) {
+      BlasInfo info;
+      info.library = mkl->version;
+      info.config = mkl->config;
+      info.core = mkl->isa;
+      info.library_core = mkl->isa;
+      info.cpu_isa = kIsaNames[cpu_isa_level()];
+      info.path = mkl->path;
+      g_gemms.sgemm = mkl->sgemm;
+      g_gemms.dgemm = mkl->dgemm;
+      return info;
+    } else if (mkl) {
+      why_not = "MKL is there, but the CPU is not an Intel one (OpenBLAS picks kernels for it)";
+    }
+    if (wanted == "mkl") {
+      detail::throw_error(ErrorCode::kFailedPrecondition, "BLAS",
+                          "TESSEL_BLAS=mkl, but {} (scripts/install-deps.sh fetches MKL; "
+                          "TESSEL_MKL_DIR names another folder)",
+                          why_not);
+    }
+  } else {
+    why_not = "TESSEL_BLAS=openblas";
+  }
+  BlasInfo info = choose_openblas_kernels();
+  info.not_mkl = why_not;
+  use_openblas();
+  return info;
+}
+
 // Checked at load (before any thread of the program can call a GEMM) and again, through the same
 // once, by every entry point.
 const BlasInfo& checked_blas() {
-  static const BlasInfo info = choose_kernels();
+  static const BlasInfo info = choose_blas();
   return info;
 }
-[[maybe_unused]] const BlasInfo& g_checked_at_load = checked_blas();
+// At load an error (a bad TESSEL_BLAS) is left for the first call to raise: the static above is
+// initialised again then, and throws where the caller can catch it.
+[[maybe_unused]] const bool g_checked_at_load = [] {
+  try {
+    checked_blas();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}();
 
 int blas_int(int64_t v, std::string_view what) {
   if (v > INT_MAX) {
@@ -141,9 +215,9 @@ template <typename T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda,
           const T* b, int ldb, T* c, int ldc) {
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    g_gemms.sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+    g_gemms.dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
   }
 }
 
@@ -174,7 +248,9 @@ void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, i
 
 std::string BlasInfo::to_string() const {
   std::string text = library + ", kernel " + core;
-  if (chosen_by_tessel) {
+  if (!path.empty()) {
+    text += " (sequential, split over tessel's intra-op threads; CPU " + cpu_isa + ")";
+  } else if (chosen_by_tessel) {
     text += " (chosen by tessel; the library chose " + library_core + "; CPU " + cpu_isa + ")";
   } else if (user_forced) {
     text += " (OPENBLAS_CORETYPE; CPU " + cpu_isa + ")";

@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <random>
 #include <vector>
 
+#include "core/mkl_library.h"
 #include "tessel/core/parallel.h"
 
 namespace tessel {
@@ -77,9 +80,14 @@ TEST(Blas, DgemmMatchesAReferenceForEveryTransposeAndSplit) {
   check_gemm<double>(dgemm, 1e-11);
 }
 
+bool runs_mkl(const BlasInfo& info) { return info.library.rfind("MKL ", 0) == 0; }
+
 TEST(Blas, SaysWhichLibraryAndKernelItRuns) {
   const BlasInfo& info = blas_info();
-  EXPECT_NE(info.library.find("OpenBLAS"), std::string::npos) << info.to_string();
+  EXPECT_TRUE(runs_mkl(info) || info.library.find("OpenBLAS") != std::string::npos)
+      << info.to_string();
+  EXPECT_EQ(runs_mkl(info), !info.path.empty()) << info.to_string();
+  EXPECT_EQ(runs_mkl(info), info.not_mkl.empty()) << info.to_string();
   EXPECT_FALSE(info.core.empty());
   EXPECT_FALSE(info.library_core.empty());
   EXPECT_NE(info.to_string().find(info.core), std::string::npos);
@@ -92,6 +100,11 @@ TEST(Blas, SaysWhichLibraryAndKernelItRuns) {
 // the GEMMs run one, whatever the library picked at load, with no variable set by the user.
 TEST(Blas, RunsTheWidestKernelTheLibraryHasForThisCpu) {
   const BlasInfo& info = blas_info();
+  if (runs_mkl(info)) {
+    if (info.cpu_isa == "avx512") EXPECT_EQ(info.core, "AVX-512") << info.to_string();
+    if (info.cpu_isa == "avx2") EXPECT_EQ(info.core, "AVX2") << info.to_string();
+    return;
+  }
   if (info.user_forced) GTEST_SKIP() << "OPENBLAS_CORETYPE is set: the user's choice is kept";
   if (info.cpu_isa == "avx512" && dlsym(RTLD_DEFAULT, "gotoblas_SKYLAKEX") != nullptr) {
     EXPECT_TRUE(info.core == "SkylakeX" || info.core == "Cooperlake" ||
@@ -100,6 +113,27 @@ TEST(Blas, RunsTheWidestKernelTheLibraryHasForThisCpu) {
   }
   if (info.cpu_isa == "avx2" && dlsym(RTLD_DEFAULT, "gotoblas_HASWELL") != nullptr) {
     EXPECT_NE(info.core, "Prescott") << info.to_string();
+  }
+}
+
+// MKL where it is present, on an Intel CPU, unless TESSEL_BLAS says otherwise; OpenBLAS says why
+// not MKL. (The other choices, TESSEL_BLAS=openblas|mkl|bogus, are CLI tests: the choice is made
+// once per process.)
+TEST(Blas, PrefersMklWhereItIsPresentOnAnIntelCpu) {
+  const BlasInfo& info = blas_info();
+  __builtin_cpu_init();
+  const std::string dir = detail::mkl_directory();
+  void* present = dlopen((dir + "/libmkl_rt.so.3").c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  const char* wanted = std::getenv("TESSEL_BLAS");
+  if (wanted != nullptr && *wanted) GTEST_SKIP() << "TESSEL_BLAS=" << wanted << " decides";
+  if (runs_mkl(info)) {
+    EXPECT_NE(present, nullptr) << "MKL runs but is not loaded from " << dir;
+    EXPECT_EQ(info.path, dir + "/libmkl_rt.so.3");
+  } else {
+    EXPECT_FALSE(info.not_mkl.empty());
+    if (__builtin_cpu_is("intel")) {
+      EXPECT_NE(info.not_mkl.find("no MKL at " + dir), std::string::npos) << info.not_mkl;
+    }
   }
 }
 

@@ -1,4 +1,11 @@
-// The BLAS under tessel's matmuls (OpenBLAS), and the kernel set it runs on this CPU.
+// The BLAS under tessel's matmuls, and the kernel set it runs on this CPU.
+//
+// Which library: Intel MKL where it is present and the CPU is an Intel one, else OpenBLAS.
+// MKL's GEMMs are 1.1-1.4x OpenBLAS's per thread at a small model's shapes here (768x128x128 to
+// 16384x384x1536; docs/benchmarks.md), but tessel does not link it: it is loaded at run time
+// from TESSEL_MKL_DIR or the cache folder scripts/install-deps.sh unpacks PyPI's `mkl` wheel into
+// (src/core/mkl_library.h). TESSEL_BLAS=openblas or =mkl overrides the choice (mkl absent: a
+// kFailedPrecondition naming the folder).
 //
 // A dynamic-architecture OpenBLAS picks its kernels by the CPU's model number at load, and one
 // older than the CPU falls back to a generic kernel without a word: Debian 12's OpenBLAS 0.3.21
@@ -11,11 +18,12 @@
 //
 // sgemm / dgemm: row-major C = op(A) op(B) (alpha 1, beta 0), on up to intra_op_threads()
 // threads (parallel.h): the rows (or, for a wide C, the columns) of C are split between them and
-// each part is one single-threaded BLAS call, so that several devices calling at once never
+// each part is one single-threaded BLAS call (either library), so that several devices calling at once never
 // oversubscribe the machine. Sizes past the BLAS's int range: kUnimplemented naming the value.
 //
 //   const tessel::BlasInfo& b = tessel::blas_info();
-//   b.core == "SkylakeX"; b.library_core == "Prescott"; b.chosen_by_tessel == true
+//   b.library == "MKL 2026.0.2"; b.core == "AVX-512"          (MKL)
+//   b.core == "SkylakeX"; b.library_core == "Prescott"; b.chosen_by_tessel == true  (OpenBLAS)
 #pragma once
 
 #include <cstdint>
@@ -24,13 +32,15 @@
 namespace tessel {
 
 struct BlasInfo {
-  std::string library;       // "OpenBLAS 0.3.21"
-  std::string config;        // the library's build line (openblas_get_config)
-  std::string core;          // the kernel set in use: "SkylakeX"
+  std::string library;       // "OpenBLAS 0.3.21", "MKL 2026.0.2"
+  std::string config;        // the library's build line (openblas_get_config; MKL's version)
+  std::string core;          // the kernel set in use: "SkylakeX"; MKL's code path: "AVX-512"
   std::string library_core;  // the kernel set the library chose on its own at load
   std::string cpu_isa;       // the widest vector ISA the CPU reports: "avx512", "avx2", "avx", "sse"
-  bool chosen_by_tessel = false;  // tessel replaced library_core with core
+  bool chosen_by_tessel = false;  // tessel replaced library_core with core (OpenBLAS)
   bool user_forced = false;       // OPENBLAS_CORETYPE was set: the user's choice is kept
+  std::string path;               // MKL: the libmkl_rt loaded; empty for OpenBLAS
+  std::string not_mkl;            // OpenBLAS: why not MKL ("no MKL at ...", "TESSEL_BLAS=...")
   // "OpenBLAS 0.3.21, kernel SkylakeX (the library chose Prescott; CPU avx512)".
   std::string to_string() const;
 };

@@ -86,8 +86,16 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
       map_binary(pa + b, pb + b, po + b, e - b, f);
     });
   }
-  if (na == 1 && nb == n) return map_binary_scalar_a(pa[0], pb, po, n, f);
-  if (nb == 1 && na == n) return map_binary_scalar_b(pa, pb[0], po, n, f);
+  if (na == 1 && nb == n) {
+    return tessel::parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      map_binary_scalar_a(pa[0], pb + b, po + b, e - b, f);
+    });
+  }
+  if (nb == 1 && na == n) {
+    return tessel::parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      map_binary_scalar_b(pa + b, pb[0], po + b, e - b, f);
+    });
+  }
   // General broadcast: the outer dims as an odometer, the innermost run as a loop.
   const BroadcastDims loop = broadcast_dims(a, b, out.shape());
   const std::vector<int64_t>& ext = loop.extent;

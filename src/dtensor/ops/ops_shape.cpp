@@ -35,6 +35,7 @@
 #include "core/errors.h"
 #include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
+#include "tessel/core/parallel.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
@@ -287,6 +288,9 @@ ShardingDecision shard_transpose(const std::vector<TensorSpec>& in, const OpAttr
   return {{layout}, make_layout(layout.mesh(), out, layout.partial())};
 }
 
+// Output rows (runs of the output's last dimension) one intra-op thread copies at the least.
+constexpr int64_t kTransposeGrainElements = int64_t{1} << 14;
+
 template <typename E>
 void transpose_block(const E* src, const std::vector<int64_t>& in_shape, E* dst,
                      const std::vector<int64_t>& perm) {
@@ -300,24 +304,38 @@ void transpose_block(const E* src, const std::vector<int64_t>& in_shape, E* dst,
   }
   const int64_t inner = ext[rank - 1];
   const int64_t inner_stride = stride[rank - 1];
-  std::vector<int64_t> index(rank, 0);
-  int64_t s = 0;
-  while (true) {
-    for (int64_t j = 0; j < inner; ++j) *dst++ = src[s + j * inner_stride];
-    size_t d = rank - 1;
-    bool done = true;
-    while (d > 0) {
-      --d;
-      if (++index[d] < ext[d]) {
-        s += stride[d];
-        done = false;
-        break;
-      }
-      s -= (ext[d] - 1) * stride[d];
-      index[d] = 0;
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < rank; ++d) rows *= ext[d];
+  // Output rows [first, last): the source offset of the first from its index, then an odometer
+  // over the outer dimensions; a row whose elements are adjacent in the source (the last
+  // dimension stays last: attention's head split) is one memcpy.
+  const auto copy_rows = [&](int64_t first, int64_t last) {
+    std::vector<int64_t> index(rank, 0);
+    int64_t s = 0;
+    for (size_t d = rank - 1, left = static_cast<size_t>(first); d-- > 0;) {
+      index[d] = static_cast<int64_t>(left) % ext[d];
+      left /= static_cast<size_t>(ext[d]);
+      s += index[d] * stride[d];
     }
-    if (done) return;
-  }
+    E* out = dst + first * inner;
+    for (int64_t row = first; row < last; ++row, out += inner) {
+      if (inner_stride == 1) {
+        std::memcpy(out, src + s, static_cast<size_t>(inner) * sizeof(E));
+      } else {
+        for (int64_t j = 0; j < inner; ++j) out[j] = src[s + j * inner_stride];
+      }
+      for (size_t d = rank - 1; d-- > 0;) {
+        if (++index[d] < ext[d]) {
+          s += stride[d];
+          break;
+        }
+        s -= (ext[d] - 1) * stride[d];
+        index[d] = 0;
+      }
+    }
+  };
+  parallel_for(rows, std::max<int64_t>(1, kTransposeGrainElements / std::max<int64_t>(inner, 1)),
+               copy_rows);
 }
 
 void transpose_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs) {
