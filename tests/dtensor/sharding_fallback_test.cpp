@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "tessel/dtensor/optimizers.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/dtensor/sharding_fallback.h"
+#include "tessel/replicate/compile.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
 
@@ -284,6 +286,29 @@ TEST_F(ShardingFallback, CallsFromManyThreadsAreAllCounted) {
   const std::vector<FallbackRecord> records = sharding_fallbacks();
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].count, kThreads * kCalls);
+}
+
+TEST_F(ShardingFallback, ACompiledFunctionCountsItsFallbackOnceWhenTraced) {
+  static Runtime* rt = new Runtime({.num_cpu_devices = 4});  // outlives its streams' tasks
+  CompileOptions options;
+  options.replicate.metadata.num_replicas = 1;
+  options.replicate.metadata.num_cores_per_replica = 2;
+  options.replicate.metadata.use_spmd_for_xla_partitioning = true;
+  options.replicate.runtime = rt;
+  options.replicate.timeout = std::chrono::seconds(60);
+  const auto body = [](ReplicaContext&, const std::vector<DTensor>& in) {
+    return std::vector<DTensor>{call_op(kCumsum, {in[0]})};
+  };
+  const CompilationResult r = compile(Function("cumsum", body),
+                                      {{Shape{4, 2}, DType::kF32, {"core", "unsharded"}}}, options);
+  ASSERT_TRUE(r.ok()) << r.status_string();
+  ASSERT_EQ(sharding_fallbacks().size(), 1u);
+  EXPECT_EQ(sharding_fallbacks()[0].count, 1);
+  const Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}, Shape{4, 2});
+  for (int run = 0; run < 2; ++run) {
+    EXPECT_EQ(values(r.computation()->run({{a}})[0][0]), host_cumsum(a));
+  }
+  EXPECT_EQ(sharding_fallbacks()[0].count, 1);  // the replays repeat what the trace counted
 }
 
 TEST_F(ShardingFallback, OpsWithRulesNeverFallBack) {
