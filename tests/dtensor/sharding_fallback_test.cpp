@@ -5,8 +5,8 @@
 // ops with rules never count.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <string>
 #include <thread>
@@ -63,7 +63,9 @@ void register_test_ops() {
     either.num_inputs = 2;
     either.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) { return in[0]; };
     either.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-      const auto whole = [](const Layout& l) { return l.sharded_mesh_dims().empty() && !l.is_partial(); };
+      const auto whole = [](const Layout& l) {
+        return l.sharded_mesh_dims().empty() && !l.is_partial();
+      };
       if (!whole(in[0].layout) && !whole(in[1].layout)) detail::no_rule("neither input whole");
       return ShardingDecision{{in[0].layout, in[1].layout}, in[0].layout};
     };
@@ -150,18 +152,16 @@ TEST_F(ShardingFallback, TheCheaperInputIsGatheredWhenEitherWouldDo) {
   EXPECT_EQ(values(out), big.to_doubles());
   const std::vector<FallbackRecord> records = sharding_fallbacks();
   ASSERT_EQ(records.size(), 1u);
-  EXPECT_EQ(records[0].bytes,
-            plan_relayout(Shape{4, 4}, sharded, Layout::replicated(mesh, 2), DType::kF32)
-                .bytes_total());
+  EXPECT_EQ(
+      records[0].bytes,
+      plan_relayout(Shape{4, 4}, sharded, Layout::replicated(mesh, 2), DType::kF32).bytes_total());
 }
 
 TEST_F(ShardingFallback, GradientsComeBackInTheInputsLayouts) {
   Runtime rt({.num_cpu_devices = 4});
   std::mt19937 rng(6);
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
-  const auto fn = [](const std::vector<DTensor>& in) {
-    return call_op(kCumsum, {tanh(in[0])});
-  };
+  const auto fn = [](const std::vector<DTensor>& in) { return call_op(kCumsum, {tanh(in[0])}); };
   const Tensor host = random_host(Shape{5, 3}, DType::kF64, 7);
   for (const Layout& layout : {Layout({"x", "y"}, mesh), Layout({"y", "unsharded"}, mesh),
                                Layout({"x+y", "unsharded"}, mesh)}) {
@@ -190,7 +190,8 @@ TEST_F(ShardingFallback, EachPairIsCountedWithItsBytesAndWarnedAboutOnce) {
   const RelayoutStats after = relayout_stats();
   const auto occurrences = [&](const std::string& text) {
     size_t n = 0;
-    for (size_t at = warned.find(text); at != std::string::npos; at = warned.find(text, at + 1)) ++n;
+    for (size_t at = warned.find(text); at != std::string::npos; at = warned.find(text, at + 1))
+      ++n;
     return n;
   };
   EXPECT_EQ(occurrences("tessel: warning: op 'testing.cumsum_rows'"), 2u) << warned;
@@ -206,8 +207,8 @@ TEST_F(ShardingFallback, EachPairIsCountedWithItsBytesAndWarnedAboutOnce) {
     EXPECT_TRUE(is_rows || r.layouts[0] == both);
     EXPECT_EQ(r.count, is_rows ? 3 : 2);
     const int64_t per_call =
-        plan_relayout(Shape{8, 4}, r.layouts[0], Layout({"unsharded", is_rows ? "unsharded" : "y"}, mesh),
-                      DType::kF32)
+        plan_relayout(Shape{8, 4}, r.layouts[0],
+                      Layout({"unsharded", is_rows ? "unsharded" : "y"}, mesh), DType::kF32)
             .bytes_total();
     EXPECT_GT(per_call, 0);
     EXPECT_EQ(r.bytes, r.count * per_call);
@@ -255,7 +256,8 @@ TEST_F(ShardingFallback, GenuineErrorsStillRaiseAndCountNothing) {
   EXPECT_TESSEL_ERROR(call_op(kNoLayout, {x}), ErrorCode::kUnimplemented,
                       "not even for replicated inputs");
   EXPECT_TESSEL_ERROR(call_op(kBadRule, {x}), ErrorCode::kInvalidArgument, "the rule's own error");
-  const DTensor scalar = copy_to_mesh(Tensor::full(Shape{}, DType::kF32, 1), Layout::replicated(mesh, 0), rt);
+  const DTensor scalar =
+      copy_to_mesh(Tensor::full(Shape{}, DType::kF32, 1), Layout::replicated(mesh, 0), rt);
   EXPECT_TESSEL_ERROR(call_op(kCumsum, {scalar}), ErrorCode::kInvalidArgument, "needs rank >= 1");
   // plan_op moves nothing, so it counts nothing.
   EXPECT_EQ(plan_op(kCumsum, {{Shape{4}, DType::kF32, Layout({"x"}, mesh)}}).output,
@@ -319,16 +321,21 @@ TEST_F(ShardingFallback, OpsWithRulesNeverFallBack) {
   const int64_t vocab = 8, width = 8, tokens = 4, batch = 2;
   const Layout rep1 = Layout::replicated(mesh, 1);
   std::vector<DTensor> params = {
-      random_normal(Shape{vocab, width}, Layout({"model", "unsharded"}, mesh), 1, 0, 0.1, DType::kF32, &rt),
+      random_normal(Shape{vocab, width}, Layout({"model", "unsharded"}, mesh), 1, 0, 0.1,
+                    DType::kF32, &rt),
       ones(Shape{width}, rep1, DType::kF32, &rt),
-      random_normal(Shape{width, 2 * width}, Layout({"unsharded", "model"}, mesh), 2, 0, 0.1, DType::kF32, &rt),
-      random_normal(Shape{2 * width, width}, Layout({"model", "unsharded"}, mesh), 3, 0, 0.1, DType::kF32, &rt),
-      random_normal(Shape{width, vocab}, Layout({"unsharded", "model"}, mesh), 4, 0, 0.1, DType::kF32, &rt)};
-  const Tensor ids_host = Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 0}, Shape{batch, tokens});
+      random_normal(Shape{width, 2 * width}, Layout({"unsharded", "model"}, mesh), 2, 0, 0.1,
+                    DType::kF32, &rt),
+      random_normal(Shape{2 * width, width}, Layout({"model", "unsharded"}, mesh), 3, 0, 0.1,
+                    DType::kF32, &rt),
+      random_normal(Shape{width, vocab}, Layout({"unsharded", "model"}, mesh), 4, 0, 0.1,
+                    DType::kF32, &rt)};
+  const Tensor ids_host =
+      Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 0}, Shape{batch, tokens});
   const DTensor ids = copy_to_mesh(ids_host, Layout({"batch", "unsharded"}, mesh), rt);
   const DTensor labels = copy_to_mesh(ids_host, Layout({"batch", "unsharded"}, mesh), rt);
   const auto loss = [&](const std::vector<DTensor>& p) {
-    DTensor h = embedding_lookup(p[0], ids);                          // [b, t, w]
+    DTensor h = embedding_lookup(p[0], ids);  // [b, t, w]
     h = layer_norm(h, p[1]);
     const DTensor scores = causal_softmax(matmul(h, h, false, true), 0.5);  // [b, t, t]
     h = add(h, matmul(scores, h));

@@ -46,10 +46,10 @@ namespace tessel {
 
 // One (op, input layouts) pair that fell back since the last reset.
 struct FallbackRecord {
-  std::string op;              // the op's registered name
+  std::string op;               // the op's registered name
   std::vector<Layout> layouts;  // its inputs' layouts, as the caller passed them
-  int64_t count = 0;           // calls that fell back
-  int64_t bytes = 0;           // bytes the fallback relayouts of those calls sent between devices
+  int64_t count = 0;            // calls that fell back
+  int64_t bytes = 0;            // bytes the fallback relayouts of those calls sent between devices
 };
 
 // Every pair that fell back since the last reset, ordered by op name, then by layouts (text).

@@ -37,7 +37,7 @@ struct PlannedCall {
   std::vector<TensorSpec> inputs;     // the call's inputs, as given
   std::vector<Layout> input_layouts;  // the layouts the sharding rule asks of them
   std::shared_ptr<const LaunchPlan> launch;
-  Fallback fallback;                  // what a run counts when the rule had no answer
+  Fallback fallback;  // what a run counts when the rule had no answer
 };
 
 // A hash of what a call's plan depends on: the op, the runtime, the inputs' shapes, dtypes and

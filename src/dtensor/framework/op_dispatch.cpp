@@ -103,8 +103,7 @@ DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs,
   const size_t key = detail::call_key(def, inputs, attrs, runtime_id);
   std::shared_ptr<const detail::PlannedCall> planned =
       detail::find_planned_call(key, def, inputs, attrs, runtime_id);
-  if (planned != nullptr &&
-      (!planned->fallback.happened() || !sharding_fallback_strict())) {
+  if (planned != nullptr && (!planned->fallback.happened() || !sharding_fallback_strict())) {
     ready = &relaid_out(inputs, planned->input_layouts, ready_storage);
     DTensor out = detail::launch_op(planned->launch, *ready, call_attrs, runtime_of(inputs, attrs));
     if (planned->fallback.happened()) detail::count_fallback(planned->fallback);

@@ -92,9 +92,9 @@ std::vector<Layout> layouts_of(const std::vector<TensorSpec>& inputs) {
 std::string specs_text(const std::vector<TensorSpec>& inputs) {
   std::string text;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    text += fmt::format("{}input {}: {} {} in {}", i == 0 ? "" : "; ", i,
-                        inputs[i].shape.to_string(), dtype_name(inputs[i].dtype),
-                        short_layout(inputs[i].layout));
+    text +=
+        fmt::format("{}input {}: {} {} in {}", i == 0 ? "" : "; ", i, inputs[i].shape.to_string(),
+                    dtype_name(inputs[i].dtype), short_layout(inputs[i].layout));
   }
   return text + mesh_text(layouts_of(inputs));
 }
@@ -134,17 +134,17 @@ int64_t bytes_moved(const std::vector<TensorSpec>& inputs, const std::vector<Lay
   int64_t bytes = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].layout == layouts[i]) continue;
-    bytes += plan_relayout(inputs[i].shape, inputs[i].layout, layouts[i], inputs[i].dtype)
-                 .bytes_total();
+    bytes +=
+        plan_relayout(inputs[i].shape, inputs[i].layout, layouts[i], inputs[i].dtype).bytes_total();
   }
   return bytes;
 }
 
-// `inputs` with each input's layout replaced by `layout_of(i, layout)`.
+// `inputs` with each input's layout replaced by `layout_of(its layout)`.
 template <typename LayoutOf>
 std::vector<TensorSpec> with_layouts(const std::vector<TensorSpec>& inputs, LayoutOf layout_of) {
   std::vector<TensorSpec> out = inputs;
-  for (size_t i = 0; i < out.size(); ++i) out[i].layout = layout_of(i, inputs[i].layout);
+  for (TensorSpec& in : out) in.layout = layout_of(in.layout);
   return out;
 }
 
@@ -155,7 +155,7 @@ std::optional<ShardingDecision> nearest_accepted(const OpDef& def,
                                                  const TensorSpec& output, const OpAttrs& attrs) {
   // 1. Partials reduced, shardings kept.
   const std::vector<TensorSpec> reduced =
-      with_layouts(inputs, [](size_t, const Layout& l) { return l.without_partial(); });
+      with_layouts(inputs, [](const Layout& l) { return l.without_partial(); });
   bool any_partial = false;
   for (const TensorSpec& in : inputs) any_partial = any_partial || in.layout.is_partial();
   if (any_partial) {
@@ -183,10 +183,8 @@ std::optional<ShardingDecision> nearest_accepted(const OpDef& def,
   }
   if (best) return best;
   // 3. Everything replicated.
-  return ask_rule(def, with_layouts(inputs, [](size_t, const Layout& l) {
-                    return Layout::replicated(l.mesh(), l.rank());
-                  }),
-                  output, attrs);
+  const auto replicated = [](const Layout& l) { return Layout::replicated(l.mesh(), l.rank()); };
+  return ask_rule(def, with_layouts(inputs, replicated), output, attrs);
 }
 
 }  // namespace
@@ -256,8 +254,8 @@ void reset_sharding_fallbacks() {
 std::string sharding_fallbacks_text() {
   std::string text;
   for (const FallbackRecord& r : sharding_fallbacks()) {
-    text += fmt::format("{} ({}): {} call{}, {} bytes moved\n", r.op, detail::layouts_text(r.layouts),
-                        r.count, r.count == 1 ? "" : "s", r.bytes);
+    text += fmt::format("{} ({}): {} call{}, {} bytes moved\n", r.op,
+                        detail::layouts_text(r.layouts), r.count, r.count == 1 ? "" : "s", r.bytes);
   }
   return text;
 }
