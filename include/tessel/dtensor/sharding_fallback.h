@@ -18,9 +18,12 @@
 // devices (as relayout_stats() counts them), and the first of each pair prints one warning on
 // stderr:
 //
-//   tessel: warning: op 'cumsum' has no sharding rule for input 0: [8,4] f32 in
-//   sharding_specs:x,unsharded, mesh:...; relaying its inputs out to sharding_specs:unsharded,
-//   unsharded, ... (256 bytes moved per call); tessel::sharding_fallbacks() lists every fallback
+//   tessel: warning: op 'cumsum' has no sharding rule for input 0: [4,4] f32 in
+//   sharding_specs:x,y on mesh x=2,y=2 (<the rule's reason>); relaying its inputs out to input 0:
+//   sharding_specs:unsharded,y on mesh x=2,y=2 (64 bytes moved per call); sharding_fallbacks()
+//   lists every fallback, set_sharding_fallback_strict(true) makes them errors
+//
+// (in one line). The layouts are printed without their mesh, which is named once.
 //
 //   for (const tessel::FallbackRecord& r : tessel::sharding_fallbacks())
 //     std::cout << r.op << " x" << r.count << ": " << r.bytes << " bytes\n";
@@ -52,7 +55,8 @@ struct FallbackRecord {
   int64_t bytes = 0;            // bytes the fallback relayouts of those calls sent between devices
 };
 
-// Every pair that fell back since the last reset, ordered by op name, then by layouts (text).
+// Every pair that fell back since the last reset, ordered by op name, then by layouts (their
+// to_string()).
 std::vector<FallbackRecord> sharding_fallbacks();
 
 // Forgets every record; the next fallback of each pair warns again.
