@@ -16,6 +16,7 @@ void bind_dtensor(py::module_& m);     // bind_dtensor.cpp
 void bind_system(py::module_& m);      // bind_system.cpp
 void bind_ops(py::module_& m);         // bind_ops.cpp (after bind_dtensor: adds DTensor operators)
 void bind_autodiff(py::module_& m);    // bind_autodiff.cpp
+void bind_sharding_fallback(py::module_& m);  // bind_sharding_fallback.cpp
 void bind_replicate(py::module_& m);   // bind_replicate.cpp (after bind_system: uses Topology)
 void bind_compile(py::module_& m);     // bind_compile.cpp (after bind_replicate)
 void bind_checkpoint(py::module_& m);  // bind_checkpoint.cpp (tessel.checkpoint)
@@ -38,6 +39,7 @@ PYBIND11_MODULE(_tessel, m) {
   tessel::python::bind_system(m);
   tessel::python::bind_ops(m);
   tessel::python::bind_autodiff(m);
+  tessel::python::bind_sharding_fallback(m);
   tessel::python::bind_replicate(m);
   tessel::python::bind_compile(m);  // after bind_replicate: ReplicaContext, ReplicateOptions
   tessel::python::bind_checkpoint(m);

@@ -10,17 +10,20 @@
 //   tessel bench nccl ...          cmd_bench_nccl.cpp (GPUs; cmd_bench_nccl_stub.cpp without CUDA)
 #include <algorithm>
 #include <iostream>
+#include <string>
 #include <string_view>
 
 #include "commands.h"
 #include "tessel/core/blas.h"
 #include "tessel/core/parallel.h"
+#include "tessel/dtensor/sharding_fallback.h"
 
 namespace tessel::cli {
 
 // Every figure depends on the BLAS kernel and the threads an op may use: a bench that ran says
 // which, on stderr after its results (stdout may be --json; a usage error or --help prints
-// nothing more).
+// nothing more), and lists the ops that had no sharding rule for their inputs' layouts and fell
+// back (sharding_fallback.h), whose relayouts the figures include.
 int with_blas_line(const Args& args, int status) {
   if (status != 0 || std::find(args.begin(), args.end(), "--help") != args.end() ||
       std::find(args.begin(), args.end(), "-h") != args.end()) {
@@ -28,6 +31,10 @@ int with_blas_line(const Args& args, int status) {
   }
   std::cerr << "blas: " << blas_info().to_string() << "; intra-op threads per op: "
             << intra_op_threads() << " of " << machine_cores() << " cores\n";
+  if (const std::string fallbacks = sharding_fallbacks_text(); !fallbacks.empty()) {
+    std::cerr << "sharding fallbacks (ops without a sharding rule for their inputs' layouts):\n"
+              << fallbacks;
+  }
   return status;
 }
 

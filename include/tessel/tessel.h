@@ -72,6 +72,7 @@
 #include "tessel/dtensor/optimizers.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/dtensor/relayout_plan.h"
+#include "tessel/dtensor/sharding_fallback.h"
 
 // replicate
 #include "tessel/replicate/compile.h"

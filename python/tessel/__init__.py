@@ -216,6 +216,17 @@ from tessel import _tessel as _native
 globals().update((_name, getattr(_native, _name)) for _name in op_names()
                  if hasattr(_native, _name))
 
+# Ops without a sharding rule for their inputs' layouts: the fallback's records and strict mode
+# (bind_sharding_fallback.cpp).
+from tessel._tessel import (
+    FallbackRecord,
+    reset_sharding_fallbacks,
+    set_sharding_fallback_strict,
+    sharding_fallback_strict,
+    sharding_fallbacks,
+    sharding_fallbacks_text,
+)
+
 # Gradients, optimizers, batched relayout (bind_autodiff.cpp).
 from tessel._tessel import (
     Adam,

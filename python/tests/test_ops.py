@@ -499,13 +499,14 @@ def test_plan_op_shows_the_relayouts(mesh):
 
 
 def test_replicate_fallback_flag():
-    assert tessel.replicate_fallback() is False
-    tessel.set_replicate_fallback(True)
+    # Deprecated: the negation of strict mode (test_sharding_fallback.py); the fallback is on.
+    assert tessel.replicate_fallback() is True
+    tessel.set_replicate_fallback(False)
     try:
-        assert tessel.replicate_fallback() is True
+        assert tessel.sharding_fallback_strict() is True
     finally:
-        tessel.set_replicate_fallback(False)
-    assert tessel.replicate_fallback() is False
+        tessel.set_replicate_fallback(True)
+    assert tessel.replicate_fallback() is True
 
 
 # ---- errors ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // The dispatch cache (src/dtensor/framework/dispatch_cache.h): a repeated op call reuses its plan, and
 // anything its plan depends on (op, input shapes, dtypes and layouts, attrs, runtime) makes a
-// new one; calls that took the replicate fallback are not kept; the kernel of a cached call gets
+// new one; calls that took the sharding fallback are kept and counted per call; the kernel of a cached call gets
 // the call's own attrs and data. OpAttrs: equality, and its field list (every field, each hashed
 // by the call key). Also: DTensor copies share their data.
 #include <gtest/gtest.h>
@@ -18,6 +18,7 @@
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/sharding_fallback.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
 
@@ -106,20 +107,32 @@ TEST(DispatchCache, ARepeatedCallRunsTheRuleOnceAndAnyDifferenceRunsItAgain) {
   EXPECT_EQ(values(y), host.to_doubles());
 }
 
-TEST(DispatchCache, AFallbackCallIsNotKeptSoSwitchingTheFallbackOffMakesItFailAgain) {
+TEST(DispatchCache, AFallbackCallIsKeptAndCountedPerCallAndStrictModeMakesItFailAgain) {
   register_picky_op();
   Runtime rt({.num_cpu_devices = 4});
   const Mesh mesh = Mesh::create({{"x", 4}});
   const Tensor host = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}, Shape{8});
   const DTensor sharded = copy_to_mesh(host, Layout({"x"}, mesh), rt);
-  set_replicate_fallback(true);
+  reset_sharding_fallbacks();
   DTensor out;
-  for (int i = 0; i < 2; ++i) out = call_op(kPicky, {sharded});
-  set_replicate_fallback(false);
+  for (int i = 0; i < 3; ++i) out = call_op(kPicky, {sharded});
   EXPECT_TRUE(out.layout().is_fully_replicated());
   EXPECT_EQ(values(out), host.to_doubles());
+  // The second and third calls came from the cache and were counted all the same.
+  std::vector<FallbackRecord> records = sharding_fallbacks();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].count, 3);
+  // An all-gather of 8 floats over 4 devices: each device sends its 2 to the 3 others.
+  EXPECT_EQ(records[0].bytes, 3 * (4 * 3 * 2 * 4));
+  set_sharding_fallback_strict(true);
   EXPECT_TESSEL_ERROR(call_op(kPicky, {sharded}), ErrorCode::kUnimplemented,
-                      "no sharding rule for input 0: [8] f32 in sharding_specs:x,");
+                      "no sharding rule for input 0: [8] f32 in sharding_specs:x on mesh x=4");
+  set_sharding_fallback_strict(false);
+  EXPECT_EQ(values(call_op(kPicky, {sharded})), host.to_doubles());
+  records = sharding_fallbacks();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].count, 4);  // the strict call did not count
+  reset_sharding_fallbacks();
 }
 
 TEST(DispatchCache, ACachedCallsKernelGetsTheCallsOwnAttrs) {

@@ -1,4 +1,4 @@
-// The op registry, dispatch (errors, the replicate fallback), gradient tapes, fused gradient
+// The op registry, dispatch (errors, the sharding fallback), gradient tapes, fused gradient
 // reductions and the optimizers.
 #include <gtest/gtest.h>
 
@@ -11,6 +11,7 @@
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/optimizers.h"
 #include "tessel/dtensor/relayout.h"
+#include "tessel/dtensor/sharding_fallback.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
 
@@ -60,19 +61,23 @@ TEST(OpRegistry, DuplicateAndUnknownNames) {
   }
 }
 
-TEST(OpDispatch, NoRuleIsAnErrorNamingTheOpAndLayoutsUnlessTheFallbackIsOn) {
+TEST(OpDispatch, NoRuleFallsBackToReplicatedUnlessStrict) {
   register_picky_op();
   Runtime rt({.num_cpu_devices = 4});
   const Mesh mesh = Mesh::create({{"x", 4}});
   const Tensor host = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}, Shape{8});
   const DTensor sharded = copy_to_mesh(host, Layout({"x"}, mesh), rt);
-  EXPECT_TESSEL_ERROR(call_op("test_picky_identity", {sharded}), ErrorCode::kUnimplemented,
-                      "no sharding rule for input 0: [8] f32 in sharding_specs:x,");
-  set_replicate_fallback(true);
   const DTensor out = call_op("test_picky_identity", {sharded});
-  set_replicate_fallback(false);
   EXPECT_TRUE(out.layout().is_fully_replicated());
   EXPECT_EQ(values(out), host.to_doubles());
+  set_sharding_fallback_strict(true);
+  EXPECT_TESSEL_ERROR(call_op("test_picky_identity", {sharded}), ErrorCode::kUnimplemented,
+                      "no sharding rule for input 0: [8] f32 in sharding_specs:x on mesh x=4");
+  // The deprecated switch is strict mode's negation.
+  EXPECT_FALSE(replicate_fallback());
+  set_replicate_fallback(true);
+  EXPECT_FALSE(sharding_fallback_strict());
+  reset_sharding_fallbacks();
 }
 
 TEST(OpDispatch, BadCallsNameTheOp) {

@@ -21,11 +21,10 @@
 // controller thread keeps it for its most recent calls (1024 of them) and a call that repeats
 // one goes straight to the relayouts and kernels; infer and shard must therefore be pure.
 //
-// A sharding rule that has no answer for the input layouts throws kUnimplemented; call_op then
-// raises kUnimplemented naming the op and the layouts, unless the replicate fallback is on
-// (set_replicate_fallback): then every input is relaid out to replicated (Partial reduced), the
-// kernel runs on whole tensors, and a warning naming the op and the bytes moved is printed once
-// per op.
+// A sharding rule that has no answer for the input layouts throws kUnimplemented (its other errors
+// are the call's); call_op then relays the inputs out to the nearest layouts the rule accepts
+// (replicated at worst), counts the fallback and warns once per op and layouts, or in strict
+// mode raises kUnimplemented naming the op and the layouts (sharding_fallback.h).
 //
 // Families register from explicit functions (register_elementwise_ops, ...), called once when
 // the global registry is first used.
@@ -237,7 +236,8 @@ ShardingDecision plan_op(std::string_view name, const std::vector<TensorSpec>& i
 // How many blocks of each op ran host-staged on GPU devices (no gpu_kernel) in this process.
 std::map<std::string, int64_t> host_staged_kernel_calls();
 
-// Opt-in: ops without a rule for their input layouts replicate their inputs (default off).
+// Deprecated (the fallback is now on by default): set_replicate_fallback(e) is
+// set_sharding_fallback_strict(!e), replicate_fallback() is !sharding_fallback_strict().
 void set_replicate_fallback(bool enabled);
 bool replicate_fallback();
 

@@ -8,11 +8,12 @@
 //   if (auto hit = find_planned_call(key, def, inputs, attrs, runtime_id)) ...   // reuse it
 //   else remember_planned_call(key, std::make_shared<const PlannedCall>(...));
 //
-// Calls that took the replicate fallback are not remembered (the fallback can be switched off,
-// after which the same call must fail), nor are calls that failed. Attrs match by ==: -0.0
-// equals 0.0 there, which no shape inference or sharding rule tells apart (the kernel gets the
-// call's own attrs). Bounded: 1024 slots per thread, a call's key picking its slot and a new
-// call replacing the one in it.
+// Calls that took the sharding fallback are remembered with what their fallback counts
+// (sharding_fallback.h), so that each run of one is counted; call_op plans such a call again when
+// strict mode has come on since (which fails it). Calls that failed are not remembered. Attrs
+// match by ==: -0.0 equals 0.0 there, which no shape inference or sharding rule tells apart (the
+// kernel gets the call's own attrs). Bounded: 1024 slots per thread, a call's key picking its
+// slot and a new call replacing the one in it.
 //
 // Thread safety: one cache per thread (call_op runs on each controller thread).
 #pragma once
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "dtensor/framework/launch_plan.h"
+#include "dtensor/framework/sharding_fallback.h"
 #include "tessel/dtensor/dtensor.h"
 #include "tessel/dtensor/op_registry.h"
 
@@ -35,6 +37,7 @@ struct PlannedCall {
   std::vector<TensorSpec> inputs;     // the call's inputs, as given
   std::vector<Layout> input_layouts;  // the layouts the sharding rule asks of them
   std::shared_ptr<const LaunchPlan> launch;
+  Fallback fallback;  // what a run counts when the rule had no answer
 };
 
 // A hash of what a call's plan depends on: the op, the runtime, the inputs' shapes, dtypes and

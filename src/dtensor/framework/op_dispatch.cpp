@@ -1,104 +1,29 @@
 // call_op: infer, shard, relayout the inputs, enqueue the kernels, record on the tape (see
 // op_registry.h).
-#include <atomic>
-#include <iostream>
 #include <memory>
-#include <mutex>
-#include <set>
 
 #include "core/errors.h"
 #include "dtensor/framework/dispatch_cache.h"
 #include "dtensor/dtensor_internal.h"
 #include "dtensor/framework/launch_plan.h"
+#include "dtensor/framework/sharding_fallback.h"
 #include "dtensor/framework/trace_hooks.h"  // tracing hook: record calls instead of running them
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/relayout.h"
+#include "tessel/dtensor/sharding_fallback.h"
 #include "tessel/mesh/shard_map.h"
 
 namespace tessel {
-namespace {
 
-std::atomic<bool> g_replicate_fallback{false};
-
-std::string layouts_text(const std::vector<TensorSpec>& inputs) {
-  std::string text;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    text += fmt::format("{}input {}: {} {} in {}", i == 0 ? "" : "; ", i,
-                        inputs[i].shape.to_string(), dtype_name(inputs[i].dtype),
-                        inputs[i].layout.to_string());
-  }
-  return text;
-}
-
-// Every input replicated (Partial reduced), the output replicated.
-ShardingDecision replicate_everything(const std::vector<TensorSpec>& inputs,
-                                      const TensorSpec& output, const Mesh& mesh) {
-  ShardingDecision d;
-  for (const TensorSpec& in : inputs) d.inputs.push_back(Layout::replicated(mesh, in.shape.rank()));
-  d.output = Layout::replicated(mesh, output.shape.rank());
-  return d;
-}
-
-void warn_fallback_once(const std::string& op, const std::vector<TensorSpec>& inputs) {
-  static std::mutex mu;
-  static std::set<std::string> warned;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!warned.insert(op).second) return;
-  int64_t bytes = 0;
-  for (const TensorSpec& in : inputs) {
-    bytes += plan_relayout(in.shape, in.layout, Layout::replicated(in.layout.mesh(), in.shape.rank()),
-                           in.dtype)
-                 .bytes_total();
-  }
-  std::cerr << fmt::format(
-      "tessel: warning: op '{}' has no sharding rule for {}; replicating its inputs ({} bytes "
-      "moved this call)\n",
-      op, layouts_text(inputs), bytes);
-}
-
-const Mesh& mesh_of(const std::vector<TensorSpec>& inputs, const OpAttrs& attrs,
-                    std::string_view op) {
-  if (!inputs.empty()) return inputs[0].layout.mesh();
-  if (!attrs.layout) detail::throw_invalid(op, "a creation op needs a layout");
-  return attrs.layout->mesh();
-}
-
-// The rule's decision, or (kUnimplemented with the fallback on) replicate_everything, which sets
-// *fallback when given.
-ShardingDecision decide(const OpDef& def, const std::vector<TensorSpec>& inputs,
-                        const TensorSpec& output, const OpAttrs& attrs, bool* fallback = nullptr) {
-  try {
-    ShardingDecision d = def.shard(inputs, output, attrs);
-    if (d.inputs.size() != inputs.size()) {
-      detail::throw_error(ErrorCode::kInternal, def.name,
-                          "sharding rule returned {} input layouts for {} inputs", d.inputs.size(),
-                          inputs.size());
-    }
-    return d;
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kUnimplemented) throw;
-    if (!replicate_fallback()) {
-      detail::throw_error(ErrorCode::kUnimplemented, def.name,
-                          "no sharding rule for {} ({}); set_replicate_fallback(true) replicates "
-                          "the inputs instead",
-                          layouts_text(inputs), e.message());
-    }
-    warn_fallback_once(def.name, inputs);
-    if (fallback != nullptr) *fallback = true;
-    return replicate_everything(inputs, output, mesh_of(inputs, attrs, def.name));
-  }
-}
-
-}  // namespace
-
-void set_replicate_fallback(bool enabled) { g_replicate_fallback = enabled; }
-bool replicate_fallback() { return g_replicate_fallback; }
+// Deprecated: the fallback is on unless strict mode is (sharding_fallback.h).
+void set_replicate_fallback(bool enabled) { set_sharding_fallback_strict(!enabled); }
+bool replicate_fallback() { return !sharding_fallback_strict(); }
 
 ShardingDecision plan_op(std::string_view name, const std::vector<TensorSpec>& inputs,
                          const OpAttrs& attrs) {
   const OpDef& def = OpRegistry::global().get(name);
-  return decide(def, inputs, def.infer(inputs, attrs), attrs);
+  return detail::decide_sharding(def, inputs, def.infer(inputs, attrs), attrs);
 }
 
 namespace {
@@ -166,9 +91,10 @@ Runtime& runtime_of(const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
 }
 
 // Runs a call eagerly: its plan from this thread's cache (dispatch_cache.h), else inferred,
-// sharded and planned here (and kept unless it took the replicate fallback); the inputs relaid
-// out as the plan asks; the kernels launched. `ready` receives the inputs as the kernels read
-// them.
+// sharded and planned here, and kept; the inputs relaid out as the plan asks; the kernels
+// launched. A call that takes the sharding fallback counts it each time it runs, from the cache
+// too, unless strict mode has come on since it was planned: then it is planned again, which
+// raises. `ready` receives the inputs as the kernels read them.
 DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs,
                     const detail::CallAttrs& call_attrs,
                     std::vector<DTensor>& ready_storage, const std::vector<DTensor>*& ready) {
@@ -177,17 +103,18 @@ DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs,
   const size_t key = detail::call_key(def, inputs, attrs, runtime_id);
   std::shared_ptr<const detail::PlannedCall> planned =
       detail::find_planned_call(key, def, inputs, attrs, runtime_id);
-  if (planned != nullptr) {
+  if (planned != nullptr && (!planned->fallback.happened() || !sharding_fallback_strict())) {
     ready = &relaid_out(inputs, planned->input_layouts, ready_storage);
-    return detail::launch_op(planned->launch, *ready, call_attrs, runtime_of(inputs, attrs));
+    DTensor out = detail::launch_op(planned->launch, *ready, call_attrs, runtime_of(inputs, attrs));
+    if (planned->fallback.happened()) detail::count_fallback(planned->fallback);
+    return out;
   }
   std::vector<TensorSpec> specs = specs_of(inputs);
   const TensorSpec out = def.infer(specs, attrs);
-  bool fallback = false;
-  ShardingDecision decision = decide(def, specs, out, attrs, &fallback);
+  auto call = std::make_shared<detail::PlannedCall>();
+  ShardingDecision decision = detail::decide_sharding(def, specs, out, attrs, &call->fallback);
   ready = &relaid_out(inputs, decision.inputs, ready_storage);
   Runtime& runtime = runtime_of(inputs, attrs);
-  auto call = std::make_shared<detail::PlannedCall>();
   call->launch = detail::make_launch_plan(def, {out.shape, out.dtype, decision.output},
                                           specs_of(*ready), runtime, def.name);
   call->def = &def;
@@ -195,8 +122,10 @@ DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs,
   call->attrs = attrs;
   call->inputs = std::move(specs);
   call->input_layouts = std::move(decision.inputs);
-  if (!fallback) detail::remember_planned_call(key, call);
-  return detail::launch_op(call->launch, *ready, call_attrs, runtime);
+  detail::remember_planned_call(key, call);
+  DTensor result = detail::launch_op(call->launch, *ready, call_attrs, runtime);
+  if (call->fallback.happened()) detail::count_fallback(call->fallback);
+  return result;
 }
 
 }  // namespace
@@ -213,8 +142,10 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
     // Tracing hook: record the call (and the relayouts it needs) instead of running it.
     const std::vector<TensorSpec> specs = specs_of(inputs);
     const TensorSpec out = def.infer(specs, attrs);
-    const ShardingDecision decision = decide(def, specs, out, attrs);
+    detail::Fallback fallback;
+    const ShardingDecision decision = detail::decide_sharding(def, specs, out, attrs, &fallback);
     detail::TracedCall traced = tracer->record_op(def, inputs, out, decision, call_attrs.shared());
+    if (fallback.happened()) detail::count_fallback(fallback);  // once, when traced
     ready_storage = std::move(traced.ready);
     result = std::move(traced.result);
   } else {
