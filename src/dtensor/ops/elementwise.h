@@ -34,17 +34,18 @@ void map_unary(const T* x, T* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(x[i]);
 }
 
-// out[i] = f(a[i], b[i]) for i < n; a or b of stride 0 repeat their first element.
-template <typename T, typename F>
-void map_binary(const T* a, const T* b, T* out, int64_t n, F f) {
+// out[i] = f(a[i], b[i]) for i < n; a or b of stride 0 repeat their first element. R, the
+// result's type, is T's but for the comparisons' bool.
+template <typename T, typename R, typename F>
+void map_binary(const T* a, const T* b, R* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
 }
-template <typename T, typename F>
-void map_binary_scalar_a(T a, const T* b, T* out, int64_t n, F f) {
+template <typename T, typename R, typename F>
+void map_binary_scalar_a(T a, const T* b, R* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(a, b[i]);
 }
-template <typename T, typename F>
-void map_binary_scalar_b(const T* a, T b, T* out, int64_t n, F f) {
+template <typename T, typename R, typename F>
+void map_binary_scalar_b(const T* a, T b, R* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b);
 }
 
@@ -68,14 +69,15 @@ void unary_loop(const Tensor& x, Tensor& out, F f) {
   }
 }
 
-// out = f(a, b) elementwise, a and b broadcast (numpy) to out's block (contiguous blocks).
-template <typename T, typename F>
+// out = f(a, b) elementwise, a and b broadcast (numpy) to out's block (contiguous blocks); out's
+// elements are R (T, or bool for a comparison).
+template <typename T, typename R = T, typename F>
 void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   const int64_t n = out.num_elements();
   if (n == 0) return;
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
-  T* po = out.data<T>();
+  R* po = out.data<R>();
   const int64_t na = a.num_elements();
   const int64_t nb = b.num_elements();
   if (na == n && nb == n) {
@@ -100,7 +102,7 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   std::vector<int64_t> counter(dims, 0);
   int64_t oa = 0, ob = 0;
   for (int64_t o = 0; o < n; o += inner) {
-    T* dst = po + o;
+    R* dst = po + o;
     const T* xa = pa + oa;
     const T* xb = pb + ob;
     if (ia_step == 1 && ib_step == 1) {
@@ -171,6 +173,14 @@ enum class BinaryPartial { kNone, kBoth, kLarger, kFirst };
 // A binary op's name, arity, shape inference (numpy broadcasting, one float dtype) and sharding
 // rule (ops_elementwise.cpp); the caller adds the kernels and the VJP.
 OpDef binary_def(const char* name, BinaryPartial rule);
+
+// `g` (a binary op's output shape) summed over the dims an input of shape `shape` was broadcast
+// along, to `shape` (the gradient of a broadcast input).
+DTensor sum_to(const DTensor& g, const Shape& shape);
+
+// A host scalar as a replicated rank-0 DTensor of `like`'s dtype on its mesh and runtime (a
+// broadcast operand).
+DTensor scalar_like(double value, const DTensor& like);
 
 // Registers binary op `name`: binary_def and add_elementwise.
 template <typename F>
