@@ -178,6 +178,12 @@ OpDef binary_def(const char* name, BinaryPartial rule);
 // along, to `shape` (the gradient of a broadcast input).
 DTensor sum_to(const DTensor& g, const Shape& shape);
 
+// The layout a binary or ternary op demands of an operand of shape `operand` for an output of
+// shape `out` sharded as `out_specs`: the output's spec on each dim it does not broadcast (numpy
+// alignment: trailing dims), unsharded on those it does (a size-1 dim), Partial over `partial`.
+Layout operand_layout(const std::vector<ShardingSpec>& out_specs, const Shape& operand,
+                      const Shape& out, const Mesh& mesh, std::vector<PartialDim> partial = {});
+
 // A host scalar as a replicated rank-0 DTensor of `like`'s dtype on its mesh and runtime (a
 // broadcast operand).
 DTensor scalar_like(double value, const DTensor& like);

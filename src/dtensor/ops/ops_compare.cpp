@@ -109,12 +109,7 @@ ShardingDecision where_rule(const std::vector<TensorSpec>& in, const TensorSpec&
   const Mesh& mesh = in[0].layout.mesh();
   ShardingDecision decision;
   for (int k = 0; k < 3; ++k) {
-    std::vector<ShardingSpec> mine(static_cast<size_t>(in[k].shape.rank()));
-    for (int i = 0; i < in[k].shape.rank(); ++i) {
-      const int d = i + (rank - in[k].shape.rank());
-      if (!broadcasts(k, d)) mine[static_cast<size_t>(i)] = specs[static_cast<size_t>(d)];
-    }
-    decision.inputs.push_back(Layout::create(LayoutType::kStatic, std::move(mine), mesh, {}));
+    decision.inputs.push_back(operand_layout(specs, in[k].shape, out.shape, mesh));
   }
   decision.output = Layout::create(LayoutType::kStatic, std::move(specs), mesh, {});
   return decision;

@@ -155,12 +155,7 @@ ShardingDecision binary_rule(const std::vector<TensorSpec>& in, const TensorSpec
   const Mesh& mesh = la.mesh();
   ShardingDecision decision;
   for (int k = 0; k < 2; ++k) {
-    std::vector<ShardingSpec> mine(static_cast<size_t>(in[k].shape.rank()));
-    for (int i = 0; i < in[k].shape.rank(); ++i) {
-      const int d = i + (rank - in[k].shape.rank());
-      if (!broadcasts(k, d)) mine[static_cast<size_t>(i)] = specs[static_cast<size_t>(d)];
-    }
-    decision.inputs.push_back(Layout::create(LayoutType::kStatic, std::move(mine), mesh,
+    decision.inputs.push_back(operand_layout(specs, in[k].shape, out.shape, mesh,
                                              carries[k] ? kept : std::vector<PartialDim>{}));
   }
   decision.output = Layout::create(LayoutType::kStatic, std::move(specs), mesh, std::move(kept));
@@ -206,6 +201,18 @@ std::vector<DTensor> pow_vjp(const VjpArgs& v) {
 }
 
 }  // namespace
+
+Layout operand_layout(const std::vector<ShardingSpec>& out_specs, const Shape& operand,
+                      const Shape& out, const Mesh& mesh, std::vector<PartialDim> partial) {
+  const int lead = out.rank() - operand.rank();
+  std::vector<ShardingSpec> specs(static_cast<size_t>(operand.rank()));
+  for (int i = 0; i < operand.rank(); ++i) {
+    if (operand[i] != 1 || out[lead + i] == 1) {
+      specs[static_cast<size_t>(i)] = out_specs[static_cast<size_t>(lead + i)];
+    }
+  }
+  return Layout::create(LayoutType::kStatic, std::move(specs), mesh, std::move(partial));
+}
 
 DTensor scalar_like(double value, const DTensor& like) {
   return fill(Shape(std::vector<int64_t>{}), value, Layout::replicated(like.layout().mesh(), 0),

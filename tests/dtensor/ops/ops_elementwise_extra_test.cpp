@@ -19,7 +19,6 @@
 namespace tessel {
 namespace {
 
-using testing::distribute;
 using testing::expect_matches_single_device;
 using testing::expect_vjp_matches_finite_differences;
 using testing::OpFn;
@@ -50,6 +49,18 @@ const std::vector<std::pair<Shape, Shape>>& shape_pairs() {
 // A bool host tensor of `shape`, true with probability 1/2.
 Tensor random_mask(const Shape& shape, uint64_t seed) {
   return Tensor::random_uniform(shape, DType::kBool, seed);
+}
+
+// The unary ops, pow with a scalar exponent on |x| (real for any x).
+std::vector<std::pair<const char*, OpFn>> unary_ops() {
+  return {
+      {"square", [](const Inputs& in) { return square(in[0]); }},
+      {"abs", [](const Inputs& in) { return abs(in[0]); }},
+      {"sin", [](const Inputs& in) { return sin(in[0]); }},
+      {"cos", [](const Inputs& in) { return cos(in[0]); }},
+      {"silu", [](const Inputs& in) { return silu(in[0]); }},
+      {"pow_scalar", [](const Inputs& in) { return pow(abs(in[0]), 2.5); }},
+  };
 }
 
 // ---- exact values ------------------------------------------------------------------------------
@@ -206,16 +217,8 @@ TEST(ElementwiseExtraRule, WhereTakesTheLargestInputsShardingAndBroadcastsTheRes
 TEST(ElementwiseExtraMatchesSingleDevice, UnaryOpsOverRandomLayouts) {
   Runtime rt({.num_cpu_devices = 4});
   std::mt19937 rng(31);
-  const std::vector<std::pair<const char*, OpFn>> ops = {
-      {"square", [](const Inputs& in) { return square(in[0]); }},
-      {"abs", [](const Inputs& in) { return abs(in[0]); }},
-      {"sin", [](const Inputs& in) { return sin(in[0]); }},
-      {"cos", [](const Inputs& in) { return cos(in[0]); }},
-      {"silu", [](const Inputs& in) { return silu(in[0]); }},
-      {"pow_scalar", [](const Inputs& in) { return pow(abs(in[0]), 1.5); }},
-  };
   const std::vector<Shape> shapes = {{5, 3}, {7}, {2, 3, 5}, {}, {1, 4}, {9, 2}};
-  for (const auto& [name, fn] : ops) {
+  for (const auto& [name, fn] : unary_ops()) {
     SCOPED_TRACE(name);
     for (const Mesh& mesh : meshes()) {
       for (const Shape& shape : shapes) {
@@ -274,6 +277,24 @@ TEST(ElementwiseExtraMatchesSingleDevice, EqualOverRandomLayoutsWithTies) {
   }
 }
 
+const OpFn where_fn = [](const Inputs& in) { return where(in[0], in[1], in[2]); };
+
+// where's inputs of shapes s (cond, x, y): a random mask, random values, random layouts (x and y
+// possibly Partial).
+struct WhereCase {
+  std::vector<Tensor> hosts;
+  std::vector<Layout> layouts;
+};
+WhereCase where_case(const std::vector<Shape>& s, const Mesh& mesh, std::mt19937& rng) {
+  WhereCase c;
+  c.hosts = {random_mask(s[0], rng()), random_host(s[1], DType::kF64, rng()),
+             random_host(s[2], DType::kF64, rng())};
+  c.layouts = {random_op_layout(mesh, s[0].rank(), rng),
+               random_op_layout(mesh, s[1].rank(), rng, true),
+               random_op_layout(mesh, s[2].rank(), rng, true)};
+  return c;
+}
+
 TEST(ElementwiseExtraMatchesSingleDevice, WhereOverRandomLayouts) {
   Runtime rt({.num_cpu_devices = 4});
   std::mt19937 rng(34);
@@ -281,17 +302,10 @@ TEST(ElementwiseExtraMatchesSingleDevice, WhereOverRandomLayouts) {
       {{5, 3}, {5, 3}, {5, 3}}, {{5, 3}, {3}, {}},       {{5, 1}, {1, 3}, {5, 3}},
       {{3}, {7, 3}, {7, 1}},    {{}, {4, 5}, {5}},       {{2, 5, 3}, {5, 1}, {1, 3}},
       {{6}, {6}, {6}}};
-  const OpFn fn = [](const Inputs& in) { return where(in[0], in[1], in[2]); };
   for (const Mesh& mesh : meshes()) {
     for (const std::vector<Shape>& s : triples) {
-      expect_matches_single_device(
-          fn,
-          {random_mask(s[0], rng()), random_host(s[1], DType::kF64, rng()),
-           random_host(s[2], DType::kF64, rng())},
-          {random_op_layout(mesh, s[0].rank(), rng),
-           random_op_layout(mesh, s[1].rank(), rng, true),
-           random_op_layout(mesh, s[2].rank(), rng, true)},
-          rt, rng, 1e-12);
+      const WhereCase c = where_case(s, mesh, rng);
+      expect_matches_single_device(where_fn, c.hosts, c.layouts, rt, rng, 1e-12);
     }
   }
 }
@@ -301,23 +315,16 @@ TEST(ElementwiseExtraMatchesSingleDevice, WhereOverRandomLayouts) {
 TEST(ElementwiseExtraVjp, UnaryOpsMatchFiniteDifferences) {
   Runtime rt({.num_cpu_devices = 4});
   std::mt19937 rng(41);
-  const std::vector<std::pair<const char*, OpFn>> ops = {
-      {"square", [](const Inputs& in) { return square(in[0]); }},
-      {"abs", [](const Inputs& in) { return abs(in[0]); }},
-      {"sin", [](const Inputs& in) { return sin(in[0]); }},
-      {"cos", [](const Inputs& in) { return cos(in[0]); }},
-      {"silu", [](const Inputs& in) { return silu(in[0]); }},
-      {"pow_scalar", [](const Inputs& in) { return pow(in[0], 2.5); }},
-      {"pow_scalar_0", [](const Inputs& in) { return pow(in[0], 0.0); }},
-      // A chain: sin's VJP through cos's value.
-      {"sin_twice", [](const Inputs& in) { return sin(sin(in[0])); }},
-  };
+  std::vector<std::pair<const char*, OpFn>> ops = unary_ops();
+  ops.emplace_back("pow_scalar_0", [](const Inputs& in) { return pow(in[0], 0.0); });
+  // A chain: sin's VJP through cos's value.
+  ops.emplace_back("sin_twice", [](const Inputs& in) { return sin(sin(in[0])); });
   const std::vector<Shape> shapes = {{3, 2}, {5}, {}};
   for (const auto& [name, fn] : ops) {
     SCOPED_TRACE(name);
     for (size_t t = 0; t < meshes().size(); ++t) {
       const Mesh mesh = meshes()[t];
-      // Away from 0: abs has a kink there, pow(x, 2.5) is real for x > 0 only.
+      // Away from 0: abs has a kink there.
       const Tensor x = random_host(shapes[t], DType::kF64, rng(), 0.3, 2.0);
       expect_vjp_matches_finite_differences(
           fn, {x}, {random_op_layout(mesh, shapes[t].rank(), rng, true)}, rt, rng, 1e-6);
@@ -362,20 +369,13 @@ TEST(ElementwiseExtraVjp, PowExponentGradientAtAZeroBaseIsZero) {
 TEST(ElementwiseExtraVjp, WhereIntoXAndYNotCond) {
   Runtime rt({.num_cpu_devices = 4});
   std::mt19937 rng(43);
-  const OpFn fn = [](const Inputs& in) { return where(in[0], in[1], in[2]); };
   const std::vector<std::vector<Shape>> triples = {
       {{3, 2}, {3, 2}, {3, 2}}, {{3, 2}, {2}, {}}, {{3, 1}, {1, 2}, {3, 2}}, {{2}, {3, 2}, {3, 1}}};
   for (size_t t = 0; t < triples.size(); ++t) {
     const Mesh mesh = meshes()[t % 3];
     const std::vector<Shape>& s = triples[t];
-    expect_vjp_matches_finite_differences(
-        fn,
-        {random_mask(s[0], rng()), random_host(s[1], DType::kF64, rng()),
-         random_host(s[2], DType::kF64, rng())},
-        {random_op_layout(mesh, s[0].rank(), rng),
-         random_op_layout(mesh, s[1].rank(), rng, true),
-         random_op_layout(mesh, s[2].rank(), rng, true)},
-        rt, rng, 1e-6);
+    const WhereCase c = where_case(s, mesh, rng);
+    expect_vjp_matches_finite_differences(where_fn, c.hosts, c.layouts, rt, rng, 1e-6);
   }
 }
 
