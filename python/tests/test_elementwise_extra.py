@@ -112,6 +112,15 @@ def test_comparison_of_a_partial_sum_compares_the_sum(mesh):
     assert_array_equal(host(tessel.greater(d, put(np.zeros(6), ("unsharded",), mesh))), a > 0)
 
 
+def test_integer_comparisons_count_correct_predictions(mesh):
+    logits = rand((8, 5), 27)
+    labels = np.random.default_rng(28).integers(0, 5, 8)
+    guess = tessel.argmax(put(logits, ("x", "y"), mesh), axis=-1)
+    hits = tessel.equal(guess, put(labels, ("x",), mesh))
+    assert hits.dtype == "bool"
+    assert_array_equal(host(hits), logits.argmax(-1) == labels)
+
+
 def test_pow_with_a_scalar_exponent(mesh):
     a = rand((4, 6), 5, 0.5, 2.0)
     d = put(a, ("x", "y"), mesh)

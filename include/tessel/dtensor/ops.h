@@ -62,8 +62,8 @@ DTensor silu(const DTensor& x);  // x * sigmoid(x) (swish)
 // operands; the exponent's, x^y log x, takes log 1 where x == 0 (as JAX).
 DTensor pow(const DTensor& x, const DTensor& y);
 DTensor pow(const DTensor& x, double exponent);
-// Comparisons of two float tensors of one dtype: a bool DTensor. No gradient flows through them.
-// A Partial input is reduced first (a comparison is not linear).
+// Comparisons of two tensors of one dtype (f32, f64, i32, i64): a bool DTensor. No gradient
+// flows through them. A Partial input is reduced first (a comparison is not linear).
 DTensor less(const DTensor& a, const DTensor& b);
 DTensor less_equal(const DTensor& a, const DTensor& b);
 DTensor greater(const DTensor& a, const DTensor& b);

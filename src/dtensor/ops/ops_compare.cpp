@@ -1,6 +1,6 @@
 // The elementwise op family, comparisons and selection (issue 34): less, less_equal, greater,
-// greater_equal, equal, not_equal (two float inputs of one dtype, numpy broadcasting, a bool
-// output), and where(cond, x, y) (numpy.where: cond bool, x and y of one dtype, the three
+// greater_equal, equal, not_equal (two inputs of one dtype, f32, f64, i32 or i64, numpy
+// broadcasting, a bool output), and where(cond, x, y) (numpy.where: cond bool, x and y of one dtype, the three
 // broadcast together).
 //
 // Sharding rules:
@@ -19,7 +19,7 @@
 // host-staged on GPU devices.
 #include <algorithm>
 #include <array>
-#include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "dtensor/framework/op_util.h"
@@ -35,19 +35,38 @@ namespace ew = elementwise;
 
 // ---- comparisons -------------------------------------------------------------------------------
 
+TensorSpec infer_comparison(std::string_view op, const std::vector<TensorSpec>& in) {
+  if (in[0].dtype != in[1].dtype) {
+    throw_invalid(op, "inputs have different dtypes {} and {} (shapes {} and {})",
+                  dtype_name(in[0].dtype), dtype_name(in[1].dtype), in[0].shape.to_string(),
+                  in[1].shape.to_string());
+  }
+  const DType dtype = in[0].dtype;
+  if (dtype != DType::kF32 && dtype != DType::kF64 && dtype != DType::kI32 &&
+      dtype != DType::kI64) {
+    throw_error(ErrorCode::kUnimplemented, op, "no kernel for dtype {} (f32, f64, i32, i64)",
+                dtype_name(dtype));
+  }
+  TensorSpec out;
+  out.dtype = DType::kBool;
+  out.shape = broadcast_shapes(in[0].shape, in[1].shape, op);
+  return out;
+}
+
 template <typename F>
 void add_comparison(OpRegistry& registry, const char* name) {
   OpDef def = binary_def(name, BinaryPartial::kNone);
-  def.infer = [float_infer = std::move(def.infer)](const std::vector<TensorSpec>& in,
-                                                  const OpAttrs& attrs) {
-    TensorSpec out = float_infer(in, attrs);
-    out.dtype = DType::kBool;
-    return out;
+  def.infer = [name](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    return infer_comparison(name, in);
   };
   def.kernel = [name](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
                       const LocalContext&) {
-    dispatch_float(in[0].dtype(), name,
-                   [&]<typename T>() { binary_loop<T, bool>(in[0], in[1], out, F{}); });
+    const auto loop = [&]<typename T>() { binary_loop<T, bool>(in[0], in[1], out, F{}); };
+    if (is_floating(in[0].dtype())) {
+      dispatch_float(in[0].dtype(), name, loop);
+    } else {
+      dispatch_index(in[0].dtype(), name, loop);
+    }
   };
   def.vjp = [](const VjpArgs&) { return std::vector<DTensor>{DTensor(), DTensor()}; };
   registry.add(std::move(def));

@@ -111,6 +111,13 @@ TEST(ElementwiseExtraValues, ComparisonsAreBoolAndBroadcast) {
   EXPECT_EQ(values(greater_equal(a, b)), (std::vector<double>{0, 1, 0, 1, 1, 0}));
   EXPECT_EQ(values(equal(a, b)), (std::vector<double>{0, 1, 0, 0, 0, 0}));
   EXPECT_EQ(values(not_equal(a, b)), (std::vector<double>{1, 0, 1, 1, 1, 1}));
+  // Integers: i64 labels against an argmax, say.
+  const DTensor labels = copy_to_mesh(Tensor::from_vector<int64_t>({2, 0, 1}, {3}),
+                                      Layout({"x"}, mesh), rt);
+  const DTensor guess = copy_to_mesh(Tensor::from_vector<int64_t>({2, 1, 1}, {3}),
+                                     Layout::replicated(mesh, 1), rt);
+  EXPECT_EQ(values(equal(labels, guess)), (std::vector<double>{1, 0, 1}));
+  EXPECT_EQ(values(less(labels, guess)), (std::vector<double>{0, 1, 0}));
   // NaN: unequal to everything, itself included; no order.
   EXPECT_EQ(values(not_equal(nan, nan)), (std::vector<double>{1}));
   EXPECT_EQ(values(equal(nan, nan)), (std::vector<double>{0}));
@@ -409,6 +416,9 @@ TEST(ElementwiseExtraErrors, BadDtypesAndShapesNameTheOp) {
   const DTensor ints =
       copy_to_mesh(Tensor::from_vector<int64_t>({1, 2}, {2}), Layout::replicated(mesh, 1), rt);
   EXPECT_TESSEL_ERROR(square(ints), ErrorCode::kUnimplemented, "square");
+  const DTensor mask = less(f, f);
+  EXPECT_TESSEL_ERROR(equal(mask, mask), ErrorCode::kUnimplemented,
+                      "no kernel for dtype bool (f32, f64, i32, i64)");
   EXPECT_TESSEL_ERROR(pow(ints, ints), ErrorCode::kUnimplemented, "pow");
 }
 
