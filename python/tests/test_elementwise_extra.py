@@ -44,7 +44,8 @@ def any_mesh(request):
 
 
 def test_names_are_exported_and_star_import_keeps_abs_and_pow():
-    for name in ["square", "abs", "sin", "cos", "silu", "pow", "where"] + [n for n, _ in COMPARISONS]:
+    names = ["square", "abs", "sin", "cos", "silu", "pow", "where"] + [n for n, _ in COMPARISONS]
+    for name in names:
         assert hasattr(tessel, name), name
         assert name in tessel.op_names()
     scope = {}
@@ -82,7 +83,8 @@ def test_binary_ops_broadcast_like_numpy_over_random_layouts(any_mesh, name, fn)
             want = fn(a, b)
         # A reduced Partial is exact only to ~1 ulp: no Partial where ties are the point.
         partial = name not in ("equal", "not_equal")
-        la, lb = random_layout(sa, any_mesh, rng, partial), random_layout(sb, any_mesh, rng, partial)
+        la = random_layout(sa, any_mesh, rng, partial)
+        lb = random_layout(sb, any_mesh, rng, partial)
         out = host(getattr(tessel, name)(distribute(a, la), distribute(b, lb)))
         assert out.shape == want.shape
         if name == "pow":

@@ -1,6 +1,7 @@
-// Internal: what the elementwise family's two files share (ops_elementwise.cpp: the binary ops;
-// ops_unary.cpp: the unary ops and their derivative ops): the CPU loops every elementwise kernel
-// runs, and the registration of an op with its CPU kernel and, beside it, its GPU kernel.
+// Internal: what the elementwise family's files share (ops_elementwise.cpp: the binary ops;
+// ops_unary.cpp: the unary ops and their derivative ops; ops_compare.cpp: the comparisons and
+// where): the CPU loops every elementwise kernel runs, the registration of an op with its CPU
+// kernel and, beside it, its GPU kernel, and the broadcasting helpers of the rules and VJPs.
 //
 // The loops are plain loops over contiguous arrays calling one functor of elementwise_math.h,
 // the functor chosen outside the loop (a template argument), so that the compiler inlines it and

@@ -8,9 +8,10 @@
 // binary op's maps (a, b); the derivative ops (*Grad) map (grad, v) to grad * f'(...), where v is
 // the op's input x or, where the derivative is cheaper from it, its output y (the functor says
 // which); the comparisons (Less, ...) map (a, b) to bool, outside the GPU's tables (their ops
-// run host-staged on GPU devices). The kernels are loops over contiguous arrays calling one functor, chosen outside the
-// loop: the CPU's are elementwise_loops.h's, the GPU's gpu_elementwise.cu's (one kernel per
-// functor and dtype, picked by the functor's index in UnaryOps / BinaryOps).
+// run host-staged on GPU devices). The kernels are loops over contiguous arrays calling one
+// functor, chosen outside the loop: the CPU's are elementwise_loops.h's, the GPU's
+// gpu_elementwise.cu's (one kernel per functor and dtype, picked by the functor's index in
+// UnaryOps / BinaryOps).
 //
 // A new elementwise op: its functor here, in UnaryOps or BinaryOps (the GPU then has its kernel),
 // and its registration in its family file (docs/architecture.md, "Where things go").

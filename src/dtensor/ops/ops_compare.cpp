@@ -1,7 +1,7 @@
 // The elementwise op family, comparisons and selection (issue 34): less, less_equal, greater,
 // greater_equal, equal, not_equal (two inputs of one dtype, f32, f64, i32 or i64, numpy
-// broadcasting, a bool output), and where(cond, x, y) (numpy.where: cond bool, x and y of one dtype, the three
-// broadcast together).
+// broadcasting, a bool output), and where(cond, x, y) (numpy.where: cond bool, x and y of one
+// dtype, the three broadcast together).
 //
 // Sharding rules:
 //  - the comparisons: binary_def's (ops_elementwise.cpp) with no Partial kept: a comparison is
