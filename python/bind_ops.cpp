@@ -413,7 +413,7 @@ void bind_operators(py::module_& m) {
 
 // ---- more elementwise ops and operators (issue 34) ----------------------------------------
 // square, abs, sin, cos, silu, pow, the comparisons (less, ..., not_equal: bool results) and
-// where, under numpy's names; and the DTensor operators ** < <= > >= == != abs() (a Python
+// where (x or y may be a Python scalar), under numpy's names; and the DTensor operators ** < <= > >= == != abs() (a Python
 // scalar on either side becomes scalar_like's rank-0 DTensor; pow(x, 2.0) and x ** 2.0 use
 // the host-scalar pow), truth value (one element only, as numpy), and indexing with ints and
 // slices of step 1 (x[1:3, :, -2:] is slice; an int index drops its dim by reshape).
@@ -517,6 +517,18 @@ void bind_more_elementwise(py::module_& m) {
       },
       py::arg("condition"), py::arg("x"), py::arg("y"),
       "x where condition (bool) is true, else y; the three broadcast together.");
+  m.def(
+      "where",
+      [](const DTensor& condition, const DTensor& x, double y) {
+        return run([&] { return where(condition, x, scalar_like(y, x)); });
+      },
+      py::arg("condition"), py::arg("x"), py::arg("y"));
+  m.def(
+      "where",
+      [](const DTensor& condition, double x, const DTensor& y) {
+        return run([&] { return where(condition, scalar_like(x, y), y); });
+      },
+      py::arg("condition"), py::arg("x"), py::arg("y"));
 
   auto cls = py::reinterpret_borrow<py::class_<DTensor>>(m.attr("DTensor"));
   const auto op = py::is_operator();

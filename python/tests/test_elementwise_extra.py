@@ -108,6 +108,15 @@ def test_where_broadcasts_three_inputs_over_random_layouts(any_mesh):
                         err_msg=f"{lc} {lx} {ly}")
 
 
+def test_where_with_a_python_scalar(mesh):
+    a = rand((4, 6), 29)
+    d = put(a, ("x", "y"), mesh)
+    assert_array_equal(host(tessel.where(d > 0, d, 0.0)), np.where(a > 0, a, 0.0))
+    masked = tessel.where(d < 1, -1e9, d)
+    assert masked.layout == d.layout
+    assert_array_equal(host(masked), np.where(a < 1, -1e9, a))
+
+
 def test_comparison_of_a_partial_sum_compares_the_sum(mesh):
     a = rand((4, 6), 4)
     d = put(a, ("x", "unsharded"), mesh, partial=[("y", "sum")])
