@@ -413,10 +413,11 @@ void bind_operators(py::module_& m) {
 
 // ---- more elementwise ops and operators (issue 34) ----------------------------------------
 // square, abs, sin, cos, silu, pow, the comparisons (less, ..., not_equal: bool results) and
-// where (x or y may be a Python scalar), under numpy's names; and the DTensor operators ** < <= > >= == != abs() (a Python
-// scalar on either side becomes scalar_like's rank-0 DTensor; pow(x, 2.0) and x ** 2.0 use
-// the host-scalar pow), truth value (one element only, as numpy), and indexing with ints and
-// slices of step 1 (x[1:3, :, -2:] is slice; an int index drops its dim by reshape).
+// where (x or y may be a Python scalar), under numpy's names; and the DTensor operators ** < <=
+// > >= == != abs() (a Python scalar on either side becomes scalar_like's rank-0 DTensor;
+// pow(x, 2.0) and x ** 2.0 use the host-scalar pow), truth value (one element only, as numpy),
+// and indexing with ints and slices of step 1 (x[1:3, :, -2:] is slice; an int index drops its
+// dim by reshape).
 
 // numpy's basic indexing of `x` as slice's begin and size, and the shape after int indices.
 struct Indexing {
