@@ -88,8 +88,8 @@ TensorSpec infer_where(const std::vector<TensorSpec>& in) {
   }
   TensorSpec out;
   out.dtype = in[1].dtype;
-  out.shape = broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape, kWhere), in[2].shape,
-                               kWhere);
+  out.shape =
+      broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape, kWhere), in[2].shape, kWhere);
   return out;
 }
 
@@ -194,8 +194,7 @@ struct Bytes16 {
   uint64_t low, high;
 };
 
-void where_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                  const LocalContext&) {
+void where_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs&, const LocalContext&) {
   switch (dtype_size(out.dtype())) {
     case 1: return where_loop<uint8_t>(in[0], in[1], in[2], out);
     case 2: return where_loop<uint16_t>(in[0], in[1], in[2], out);

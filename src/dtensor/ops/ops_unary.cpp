@@ -150,7 +150,7 @@ void register_more_unary_ops(OpRegistry& registry) {
 
   OpDef power = unary_def("pow_scalar", PartialRule::kReduce);
   power.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                  const LocalContext&) {
+                    const LocalContext&) {
     dispatch_float(out.dtype(), "pow_scalar", [&]<typename T>() {
       unary_loop<T>(in[0], out, ew::PowScalar{attrs.operand.value_or(0.0)});
     });

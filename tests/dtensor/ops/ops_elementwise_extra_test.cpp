@@ -33,8 +33,7 @@ DTensor put(const std::vector<double>& v, const Shape& shape, const Layout& layo
 }
 
 std::vector<Mesh> meshes() {
-  return {Mesh::create({{"x", 1}}), Mesh::create({{"x", 2}}),
-          Mesh::create({{"x", 2}, {"y", 2}})};
+  return {Mesh::create({{"x", 1}}), Mesh::create({{"x", 2}}), Mesh::create({{"x", 2}, {"y", 2}})};
 }
 
 // Shape pairs that broadcast (odd sizes: uneven shards).
@@ -112,10 +111,10 @@ TEST(ElementwiseExtraValues, ComparisonsAreBoolAndBroadcast) {
   EXPECT_EQ(values(equal(a, b)), (std::vector<double>{0, 1, 0, 0, 0, 0}));
   EXPECT_EQ(values(not_equal(a, b)), (std::vector<double>{1, 0, 1, 1, 1, 1}));
   // Integers: i64 labels against an argmax, say.
-  const DTensor labels = copy_to_mesh(Tensor::from_vector<int64_t>({2, 0, 1}, {3}),
-                                      Layout({"x"}, mesh), rt);
-  const DTensor guess = copy_to_mesh(Tensor::from_vector<int64_t>({2, 1, 1}, {3}),
-                                     Layout::replicated(mesh, 1), rt);
+  const DTensor labels =
+      copy_to_mesh(Tensor::from_vector<int64_t>({2, 0, 1}, {3}), Layout({"x"}, mesh), rt);
+  const DTensor guess =
+      copy_to_mesh(Tensor::from_vector<int64_t>({2, 1, 1}, {3}), Layout::replicated(mesh, 1), rt);
   EXPECT_EQ(values(equal(labels, guess)), (std::vector<double>{1, 0, 1}));
   EXPECT_EQ(values(less(labels, guess)), (std::vector<double>{0, 1, 0}));
   // NaN: unequal to everything, itself included; no order.
@@ -127,8 +126,8 @@ TEST(ElementwiseExtraValues, ComparisonsAreBoolAndBroadcast) {
 TEST(ElementwiseExtraValues, WhereBroadcastsItsThreeInputs) {
   Runtime rt({.num_cpu_devices = 4});
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
-  const DTensor cond = copy_to_mesh(Tensor::from_vector<bool>({true, false, true}, {3}),
-                                    Layout({"y"}, mesh), rt);
+  const DTensor cond =
+      copy_to_mesh(Tensor::from_vector<bool>({true, false, true}, {3}), Layout({"y"}, mesh), rt);
   const DTensor x = put({1, 2, 3, 4, 5, 6}, {2, 3}, Layout({"x", "unsharded"}, mesh), rt);
   const DTensor y = put({-1, -2}, {2, 1}, Layout::replicated(mesh, 2), rt);
   const DTensor w = where(cond, x, y);
@@ -137,10 +136,10 @@ TEST(ElementwiseExtraValues, WhereBroadcastsItsThreeInputs) {
   EXPECT_EQ(values(where(cond, put({7}, {}, Layout::replicated(mesh, 0), rt), y)),
             (std::vector<double>{7, -1, 7, 7, -2, 7}));
   // Any dtype of x and y: i64 values are copied whole.
-  const DTensor i = copy_to_mesh(Tensor::from_vector<int64_t>({1LL << 40, 2, 3}, {3}),
-                                 Layout({"x"}, mesh), rt);
-  const DTensor j = copy_to_mesh(Tensor::from_vector<int64_t>({-1}, {1}),
-                                 Layout::replicated(mesh, 1), rt);
+  const DTensor i =
+      copy_to_mesh(Tensor::from_vector<int64_t>({1LL << 40, 2, 3}, {3}), Layout({"x"}, mesh), rt);
+  const DTensor j =
+      copy_to_mesh(Tensor::from_vector<int64_t>({-1}, {1}), Layout::replicated(mesh, 1), rt);
   const Tensor got = to_host(where(cond, i, j));
   EXPECT_EQ(got.dtype(), DType::kI64);
   EXPECT_EQ(got.data<int64_t>()[0], 1LL << 40);
@@ -153,15 +152,15 @@ TEST(ElementwiseExtraValues, ComparisonOfAPartialSumComparesTheSum) {
   const Mesh mesh = Mesh::create({{"x", 2}});
   const Layout partial = Layout::replicated(mesh, 1).with_partial({{"x", ReduceOp::kSum}});
   // Terms {1, 2} and {2, -1}: the sums are 3 and 1; each term alone would compare otherwise.
-  const DTensor p = pack({Tensor::from_vector<double>({1, 2}, {2}),
-                          Tensor::from_vector<double>({2, -1}, {2})},
-                         partial, rt);
+  const DTensor p =
+      pack({Tensor::from_vector<double>({1, 2}, {2}), Tensor::from_vector<double>({2, -1}, {2})},
+           partial, rt);
   const DTensor two = put({2}, {}, Layout::replicated(mesh, 0), rt);
   EXPECT_EQ(values(greater(p, two)), (std::vector<double>{1, 0}));
   EXPECT_EQ(values(equal(p, put({3, 1}, {2}, Layout::replicated(mesh, 1), rt))),
             (std::vector<double>{1, 1}));
-  const DTensor t = copy_to_mesh(Tensor::from_vector<bool>({true, false}, {2}),
-                                 Layout::replicated(mesh, 1), rt);
+  const DTensor t =
+      copy_to_mesh(Tensor::from_vector<bool>({true, false}, {2}), Layout::replicated(mesh, 1), rt);
   EXPECT_EQ(values(where(t, p, two)), (std::vector<double>{3, 2}));
   EXPECT_EQ(values(abs(negative(p))), (std::vector<double>{3, 1}));
 }
@@ -201,9 +200,9 @@ TEST(ElementwiseExtraRule, ComparisonsAndPowDemandPartialInputsReduced) {
 TEST(ElementwiseExtraRule, WhereTakesTheLargestInputsShardingAndBroadcastsTheRest) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   // cond [8, 6] on (x, y), x [6] on y, y [] : cond is the largest, everything follows it.
-  ShardingDecision d = plan_op("where", {spec({8, 6}, Layout({"x", "y"}, mesh), DType::kBool),
-                                         spec({6}, Layout({"y"}, mesh)),
-                                         spec({}, Layout::replicated(mesh, 0))});
+  ShardingDecision d =
+      plan_op("where", {spec({8, 6}, Layout({"x", "y"}, mesh), DType::kBool),
+                        spec({6}, Layout({"y"}, mesh)), spec({}, Layout::replicated(mesh, 0))});
   EXPECT_EQ(d.output, Layout({"x", "y"}, mesh));
   EXPECT_EQ(d.inputs[0], Layout({"x", "y"}, mesh));
   EXPECT_EQ(d.inputs[1], Layout({"y"}, mesh));
@@ -278,8 +277,8 @@ TEST(ElementwiseExtraMatchesSingleDevice, EqualOverRandomLayoutsWithTies) {
     for (const auto& [sa, sb] : shape_pairs()) {
       expect_matches_single_device(
           fn, {ints(sa), ints(sb)},
-          {random_op_layout(mesh, sa.rank(), rng), random_op_layout(mesh, sb.rank(), rng)}, rt,
-          rng, 0);
+          {random_op_layout(mesh, sa.rank(), rng), random_op_layout(mesh, sb.rank(), rng)}, rt, rng,
+          0);
     }
   }
 }
@@ -306,8 +305,8 @@ TEST(ElementwiseExtraMatchesSingleDevice, WhereOverRandomLayouts) {
   Runtime rt({.num_cpu_devices = 4});
   std::mt19937 rng(34);
   const std::vector<std::vector<Shape>> triples = {
-      {{5, 3}, {5, 3}, {5, 3}}, {{5, 3}, {3}, {}},       {{5, 1}, {1, 3}, {5, 3}},
-      {{3}, {7, 3}, {7, 1}},    {{}, {4, 5}, {5}},       {{2, 5, 3}, {5, 1}, {1, 3}},
+      {{5, 3}, {5, 3}, {5, 3}}, {{5, 3}, {3}, {}}, {{5, 1}, {1, 3}, {5, 3}},
+      {{3}, {7, 3}, {7, 1}},    {{}, {4, 5}, {5}}, {{2, 5, 3}, {5, 1}, {1, 3}},
       {{6}, {6}, {6}}};
   for (const Mesh& mesh : meshes()) {
     for (const std::vector<Shape>& s : triples) {
