@@ -14,6 +14,7 @@
 // tessel.zeros / random_uniform / random_normal keep their host forms (tessel.Tensor, from
 // bind_core.cpp's Tensor.zeros / ...) as second overloads: a call without a Layout is the host
 // form, so the package's existing host-tensor API is unchanged.
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -419,6 +420,20 @@ void bind_operators(py::module_& m) {
 // and indexing with ints and slices of step 1 (x[1:3, :, -2:] is slice; an int index drops its
 // dim by reshape).
 
+// Checks that an integer `dtype` holds a Python scalar exactly before scalar_like makes it an
+// operand of the comparisons or where: 2.5 against an i64 tensor is refused, not truncated.
+// With the GIL held (the message formats the value with Python's str).
+void require_exact_scalar(double value, DType dtype, const char* op) {
+  if (is_floating(dtype)) return;
+  const double widest = dtype == DType::kI32 ? 2147483647.0 : 9223372036854775807.0;
+  if (value != std::trunc(value) || std::abs(value) > widest) {
+    throw Error(ErrorCode::kInvalidArgument, op,
+                "the scalar " + std::string(py::str(py::float_(value))) + " is not a value of " +
+                    "the " + std::string(dtype_name(dtype)) +
+                    " operand (cast the operand to a float dtype first)");
+  }
+}
+
 // numpy's basic indexing of `x` as slice's begin and size, and the shape after int indices.
 struct Indexing {
   std::vector<int64_t> begin, size;
@@ -521,12 +536,14 @@ void bind_more_elementwise(py::module_& m) {
   m.def(
       "where",
       [](const DTensor& condition, const DTensor& x, double y) {
+        require_exact_scalar(y, x.dtype(), "where");
         return run([&] { return where(condition, x, scalar_like(y, x)); });
       },
       py::arg("condition"), py::arg("x"), py::arg("y"));
   m.def(
       "where",
       [](const DTensor& condition, double x, const DTensor& y) {
+        require_exact_scalar(x, y.dtype(), "where");
         return run([&] { return where(condition, scalar_like(x, y), y); });
       },
       py::arg("condition"), py::arg("x"), py::arg("y"));
@@ -535,24 +552,25 @@ void bind_more_elementwise(py::module_& m) {
   const auto op = py::is_operator();
   // A comparison operator with a DTensor or a Python scalar on the right (Python turns a scalar
   // on the left, 2 < x, into x > 2).
-  const auto bind_pair = [&](const char* name, Binary fn) {
+  const auto bind_pair = [&](const char* name, Binary fn, const char* op_name) {
     cls.def(
            name,
            [fn](const DTensor& x, const DTensor& y) { return run([&] { return fn(x, y); }); },
            op)
         .def(
             name,
-            [fn](const DTensor& x, double y) {
+            [fn, op_name](const DTensor& x, double y) {
+              require_exact_scalar(y, x.dtype(), op_name);
               return run([&] { return fn(x, scalar_like(y, x)); });
             },
             op);
   };
-  bind_pair("__lt__", &tessel::less);
-  bind_pair("__le__", &tessel::less_equal);
-  bind_pair("__gt__", &tessel::greater);
-  bind_pair("__ge__", &tessel::greater_equal);
-  bind_pair("__eq__", &tessel::equal);
-  bind_pair("__ne__", &tessel::not_equal);
+  bind_pair("__lt__", &tessel::less, "less");
+  bind_pair("__le__", &tessel::less_equal, "less_equal");
+  bind_pair("__gt__", &tessel::greater, "greater");
+  bind_pair("__ge__", &tessel::greater_equal, "greater_equal");
+  bind_pair("__eq__", &tessel::equal, "equal");
+  bind_pair("__ne__", &tessel::not_equal, "not_equal");
   // Elementwise == leaves DTensor hashable by identity, as a torch.Tensor (a dict key, a set).
   cls.attr("__hash__") = py::module_::import("builtins").attr("object").attr("__hash__");
   cls.def(

@@ -132,6 +132,19 @@ def test_integer_comparisons_count_correct_predictions(mesh):
     assert_array_equal(host(hits), logits.argmax(-1) == labels)
 
 
+def test_integer_tensors_against_python_scalars(mesh):
+    labels = np.array([1, 2, 3, 2], dtype=np.int64)
+    d = put(labels, ("x",), mesh)
+    assert_array_equal(host(d == 2), labels == 2)
+    assert_array_equal(host(d >= 2.0), labels >= 2)
+    assert_array_equal(host(tessel.where(d > 1, d, 0)), np.where(labels > 1, labels, 0))
+    # A scalar the integer dtype cannot hold is refused, not truncated.
+    with pytest.raises(ValueError, match="less: the scalar 2.5 is not a value of the i64"):
+        d < 2.5
+    with pytest.raises(ValueError, match="where: the scalar 0.5"):
+        tessel.where(d > 1, d, 0.5)
+
+
 def test_pow_with_a_scalar_exponent(mesh):
     a = rand((4, 6), 5, 0.5, 2.0)
     d = put(a, ("x", "y"), mesh)
