@@ -14,6 +14,7 @@
 // tessel.zeros / random_uniform / random_normal keep their host forms (tessel.Tensor, from
 // bind_core.cpp's Tensor.zeros / ...) as second overloads: a call without a Layout is the host
 // form, so the package's existing host-tensor API is unchanged.
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,6 +29,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/tensor.h"
 #include "tessel/dtensor/dtensor.h"
+#include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/runtime/runtime.h"
@@ -410,6 +412,202 @@ void bind_operators(py::module_& m) {
   cls.attr("__array_ufunc__") = py::none();
 }
 
+// ---- more elementwise ops and operators (issue 34) ----------------------------------------
+// square, abs, sin, cos, silu, pow, the comparisons (less, ..., not_equal: bool results) and
+// where (x or y may be a Python scalar), under numpy's names; and the DTensor operators ** < <=
+// > >= == != abs() (a Python scalar on either side becomes scalar_like's rank-0 DTensor;
+// pow(x, 2.0) and x ** 2.0 use the host-scalar pow), truth value (one element only, as numpy),
+// and indexing with ints and slices of step 1 (x[1:3, :, -2:] is slice; an int index drops its
+// dim by reshape).
+
+// Checks that an integer `dtype` holds a Python scalar exactly before scalar_like makes it an
+// operand of the comparisons or where: 2.5 against an i64 tensor is refused, not truncated.
+// With the GIL held (the message formats the value with Python's str).
+void require_exact_scalar(double value, DType dtype, const char* op) {
+  if (is_floating(dtype)) return;
+  const double widest = dtype == DType::kI32 ? 2147483647.0 : 9223372036854775807.0;
+  if (value != std::trunc(value) || std::abs(value) > widest) {
+    throw Error(ErrorCode::kInvalidArgument, op,
+                "the scalar " + std::string(py::str(py::float_(value))) + " is not a value of " +
+                    "the " + std::string(dtype_name(dtype)) +
+                    " operand (cast the operand to a float dtype first)");
+  }
+}
+
+// numpy's basic indexing of `x` as slice's begin and size, and the shape after int indices.
+struct Indexing {
+  std::vector<int64_t> begin, size;
+  std::vector<int64_t> shape;  // without the int-indexed dims
+  bool drops = false;          // some int index: reshape to `shape`
+};
+
+Indexing to_indexing(const DTensor& x, py::handle key) {
+  constexpr const char* kOp = "DTensor indexing";
+  py::tuple items = py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key)
+                                                   : py::make_tuple(key);
+  int ellipses = 0, consumed = 0;
+  for (py::handle item : items) {
+    if (item.is(py::ellipsis())) {
+      ++ellipses;
+    } else {
+      ++consumed;
+    }
+  }
+  if (ellipses > 1) throw Error(ErrorCode::kInvalidArgument, kOp, "more than one '...'");
+  if (consumed > x.rank()) {
+    throw Error(ErrorCode::kOutOfRange, kOp,
+                "too many indices: " + std::to_string(consumed) + " for shape " +
+                    x.shape().to_string());
+  }
+  Indexing out;
+  int dim = 0;
+  const auto keep_whole = [&](int count) {
+    for (int i = 0; i < count; ++i, ++dim) {
+      out.begin.push_back(0);
+      out.size.push_back(x.shape()[dim]);
+      out.shape.push_back(x.shape()[dim]);
+    }
+  };
+  for (py::handle item : items) {
+    if (item.is(py::ellipsis())) {
+      keep_whole(x.rank() - consumed);
+      continue;
+    }
+    const int64_t extent = x.shape()[dim];
+    if (py::isinstance<py::slice>(item)) {
+      size_t start = 0, stop = 0, step = 0, length = 0;
+      if (!py::reinterpret_borrow<py::slice>(item).compute(static_cast<size_t>(extent), &start,
+                                                             &stop, &step, &length)) {
+        throw py::error_already_set();
+      }
+      if (static_cast<py::ssize_t>(step) != 1) {
+        throw Error(ErrorCode::kInvalidArgument, kOp,
+                    "step " + std::to_string(static_cast<py::ssize_t>(step)) + " in dim " +
+                        std::to_string(dim) + " (only steps of 1 are supported)");
+      }
+      out.begin.push_back(static_cast<int64_t>(start));
+      out.size.push_back(static_cast<int64_t>(length));
+      out.shape.push_back(static_cast<int64_t>(length));
+    } else if (py::isinstance<py::int_>(item) || py::hasattr(item, "__index__")) {
+      int64_t i = py::reinterpret_borrow<py::object>(item).attr("__index__")().cast<int64_t>();
+      if (i < -extent || i >= extent) {
+        throw Error(ErrorCode::kOutOfRange, kOp,
+                    "index " + std::to_string(i) + " is out of range for dim " +
+                        std::to_string(dim) + " of extent " + std::to_string(extent));
+      }
+      out.begin.push_back(i < 0 ? i + extent : i);
+      out.size.push_back(1);
+      out.drops = true;
+    } else {
+      throw py::type_error(std::string(kOp) + ": indices must be ints, slices or '...', got " +
+                           std::string(py::str(py::type::of(item).attr("__name__"))));
+    }
+    ++dim;
+  }
+  keep_whole(x.rank() - dim);
+  return out;
+}
+
+void bind_more_elementwise(py::module_& m) {
+  bind_unary(m, "square", &tessel::square);
+  bind_unary(m, "abs", &tessel::abs);
+  bind_unary(m, "sin", &tessel::sin);
+  bind_unary(m, "cos", &tessel::cos);
+  bind_unary(m, "silu", &tessel::silu, "features");
+  bind_binary(m, "pow", static_cast<Binary>(&tessel::pow));
+  m.def(
+      "pow",
+      [](const DTensor& x, double y) {
+        return run([&] { return tessel::pow(x, y); });
+      },
+      py::arg("x"), py::arg("y"), "x ** a host scalar.");
+  const std::pair<const char*, Binary> comparisons[] = {
+      {"less", &tessel::less},       {"less_equal", &tessel::less_equal},
+      {"greater", &tessel::greater}, {"greater_equal", &tessel::greater_equal},
+      {"equal", &tessel::equal},     {"not_equal", &tessel::not_equal}};
+  for (const auto& [name, fn] : comparisons) bind_binary(m, name, fn);
+  m.def(
+      "where",
+      [](const DTensor& condition, const DTensor& x, const DTensor& y) {
+        return run([&] { return where(condition, x, y); });
+      },
+      py::arg("condition"), py::arg("x"), py::arg("y"),
+      "x where condition (bool) is true, else y; the three broadcast together.");
+  m.def(
+      "where",
+      [](const DTensor& condition, const DTensor& x, double y) {
+        require_exact_scalar(y, x.dtype(), "where");
+        return run([&] { return where(condition, x, scalar_like(y, x)); });
+      },
+      py::arg("condition"), py::arg("x"), py::arg("y"));
+  m.def(
+      "where",
+      [](const DTensor& condition, double x, const DTensor& y) {
+        require_exact_scalar(x, y.dtype(), "where");
+        return run([&] { return where(condition, scalar_like(x, y), y); });
+      },
+      py::arg("condition"), py::arg("x"), py::arg("y"));
+
+  auto cls = py::reinterpret_borrow<py::class_<DTensor>>(m.attr("DTensor"));
+  const auto op = py::is_operator();
+  // A comparison operator with a DTensor or a Python scalar on the right (Python turns a scalar
+  // on the left, 2 < x, into x > 2).
+  const auto bind_pair = [&](const char* name, Binary fn, const char* op_name) {
+    cls.def(
+           name,
+           [fn](const DTensor& x, const DTensor& y) { return run([&] { return fn(x, y); }); },
+           op)
+        .def(
+            name,
+            [fn, op_name](const DTensor& x, double y) {
+              require_exact_scalar(y, x.dtype(), op_name);
+              return run([&] { return fn(x, scalar_like(y, x)); });
+            },
+            op);
+  };
+  bind_pair("__lt__", &tessel::less, "less");
+  bind_pair("__le__", &tessel::less_equal, "less_equal");
+  bind_pair("__gt__", &tessel::greater, "greater");
+  bind_pair("__ge__", &tessel::greater_equal, "greater_equal");
+  bind_pair("__eq__", &tessel::equal, "equal");
+  bind_pair("__ne__", &tessel::not_equal, "not_equal");
+  // Elementwise == leaves DTensor hashable by identity, as a torch.Tensor (a dict key, a set).
+  cls.attr("__hash__") = py::module_::import("builtins").attr("object").attr("__hash__");
+  cls.def(
+         "__pow__",
+         [](const DTensor& x, const DTensor& y) {
+           return run([&] { return tessel::pow(x, y); });
+         },
+         op)
+      .def(
+          "__pow__",
+          [](const DTensor& x, double y) { return run([&] { return tessel::pow(x, y); }); }, op)
+      .def(
+          "__rpow__",
+          [](const DTensor& x, double y) {
+            return run([&] { return tessel::pow(scalar_like(y, x), x); });
+          },
+          op)
+      .def("__abs__", [](const DTensor& x) { return run([&] { return tessel::abs(x); }); })
+      .def("__bool__",
+           [](const DTensor& x) {
+             if (x.shape().num_elements() != 1) {
+               throw Error(ErrorCode::kInvalidArgument, "DTensor",
+                           "the truth value of a DTensor of shape " + x.shape().to_string() +
+                               " is ambiguous (one element only)");
+             }
+             py::gil_scoped_release release;
+             return to_host(x).to_doubles()[0] != 0.0;
+           })
+      .def("__getitem__", [](const DTensor& x, py::handle key) {
+        const Indexing index = to_indexing(x, key);
+        return run([&] {
+          const DTensor part = slice(x, index.begin, index.size);
+          return index.drops ? reshape(part, Shape(index.shape)) : part;
+        });
+      });
+}
+
 // ---- op_registry.h ------------------------------------------------------------------------
 
 // OpAttrs from call_op's / plan_op's keyword arguments (each names an OpAttrs field).
@@ -523,6 +721,7 @@ void bind_ops(py::module_& m) {
   bind_shape_ops(m);
   bind_creation(m);
   bind_operators(m);
+  bind_more_elementwise(m);
   bind_registry(m);
   // Last, once every overload is defined: the direct entry points of the binary ops.
   const std::pair<const char*, Binary> binary_ops[] = {

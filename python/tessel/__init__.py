@@ -192,7 +192,8 @@ from tessel._tessel import (
 )
 
 # SPMD ops with TF's names (bind_ops.cpp): elementwise, matmul/einsum, reductions, nn, shape,
-# embedding_lookup, creation; DTensor gets the operators + - * / @ and unary -. zeros,
+# embedding_lookup, creation; DTensor gets the operators + - * / @ ** < <= > >= == != unary -,
+# abs() and indexing with slices. zeros,
 # random_uniform and random_normal without a Layout are the host forms (tessel.Tensor).
 # Every registered op that bind_ops.cpp binds under the op's own name (add, exp, matmul, zeros,
 # ...) is exported by that name below, so that a new op needs no line here; the list is the rest.
@@ -419,6 +420,8 @@ from tessel._tessel import (  # noqa: E402
     table_placement_name,
 )
 
-# `from tessel import *` leaves Python's builtins alone: tessel.compile and tessel.slice are
-# reached through the module (as numpy leaves out its `sum`-like names).
-__all__ = [name for name in dir() if not name.startswith("_") and name not in ("compile", "slice")]
+# `from tessel import *` leaves Python's builtins alone: tessel.compile, tessel.slice,
+# tessel.abs and tessel.pow are reached through the module (as numpy leaves out its `sum`-like
+# names).
+__all__ = [name for name in dir()
+           if not name.startswith("_") and name not in ("compile", "slice", "abs", "pow")]

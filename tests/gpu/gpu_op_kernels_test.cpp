@@ -128,7 +128,10 @@ TEST_F(GpuOpKernels, UnaryOpsMatchTheCpuKernels) {
                         {"sqrt", Match::kExact, 0.01, 4},   {"rsqrt", Match::kExact, 0.01, 4},
                         {"exp", Match::kClose, -5, 5},      {"log", Match::kClose, 0.01, 10},
                         {"tanh", Match::kClose, -4, 4},     {"gelu", Match::kClose, -4, 4},
-                        {"gelu_erf", Match::kClose, -4, 4},  {"sigmoid", Match::kClose, -6, 6}};
+                        {"gelu_erf", Match::kClose, -4, 4},  {"sigmoid", Match::kClose, -6, 6},
+                        {"square", Match::kExact, -2, 2},    {"abs", Match::kExact, -2, 2},
+                        {"sin", Match::kClose, -4, 4},       {"cos", Match::kClose, -4, 4},
+                        {"silu", Match::kClose, -6, 6}};
   for (DType dtype : kDtypes) {
     for (const Case& c : cases) {
       for (const Shape& shape : kUnaryShapes) {
@@ -145,6 +148,8 @@ TEST_F(GpuOpKernels, ScalarOpsMatchTheCpuKernels) {
       attrs.operand = -0.37;
       expect_matches_cpu("add_scalar", {uniform(shape, dtype, 2)}, attrs, Match::kExact);
       expect_matches_cpu("multiply_scalar", {uniform(shape, dtype, 3)}, attrs, Match::kExact);
+      // A positive base: the power is real.
+      expect_matches_cpu("pow_scalar", {uniform(shape, dtype, 3, 0.1, 4)}, attrs, Match::kClose);
     }
   }
 }
@@ -167,13 +172,19 @@ TEST_F(GpuOpKernels, BinaryOpsMatchTheCpuKernelsWithBroadcasting) {
       {"mask_greater", Match::kExact}, {"mask_greater_equal", Match::kExact},
       {"relu_grad", Match::kExact},    {"tanh_grad", Match::kClose},
       {"gelu_grad", Match::kClose},    {"gelu_erf_grad", Match::kClose},
-      {"sigmoid_grad", Match::kClose}};
+      {"sigmoid_grad", Match::kClose}, {"abs_grad", Match::kExact},
+      {"silu_grad", Match::kClose}};
   for (DType dtype : kDtypes) {
     for (const auto& [op, match] : ops) {
       for (const auto& [a, b] : kBroadcasts) {
         expect_matches_cpu(op, {uniform(a, dtype, 4), uniform(b, dtype, 5)}, {}, match);
         expect_matches_cpu(op, {uniform(b, dtype, 6), uniform(a, dtype, 7)}, {}, match);
       }
+    }
+    // pow with a positive base: the power is real.
+    for (const auto& [a, b] : kBroadcasts) {
+      expect_matches_cpu("pow", {uniform(a, dtype, 4, 0.1, 4), uniform(b, dtype, 5)}, {},
+                         Match::kClose);
     }
   }
 }

@@ -52,6 +52,28 @@ DTensor sqrt(const DTensor& x);
 DTensor rsqrt(const DTensor& x);
 DTensor cast(const DTensor& x, DType dtype);
 
+// More elementwise ops (issue 34), with numpy's names and broadcasting. Unary, float dtypes:
+DTensor square(const DTensor& x);
+DTensor abs(const DTensor& x);  // gradient sign(x), 0 at 0
+DTensor sin(const DTensor& x);
+DTensor cos(const DTensor& x);
+DTensor silu(const DTensor& x);  // x * sigmoid(x) (swish)
+// x ** y (C's pow: NaN for a negative base and a non-integer exponent). Gradients flow into both
+// operands; the exponent's, x^y log x, takes log 1 where x == 0 (as JAX).
+DTensor pow(const DTensor& x, const DTensor& y);
+DTensor pow(const DTensor& x, double exponent);
+// Comparisons of two tensors of one dtype (f32, f64, i32, i64): a bool DTensor. No gradient
+// flows through them. A Partial input is reduced first (a comparison is not linear).
+DTensor less(const DTensor& a, const DTensor& b);
+DTensor less_equal(const DTensor& a, const DTensor& b);
+DTensor greater(const DTensor& a, const DTensor& b);
+DTensor greater_equal(const DTensor& a, const DTensor& b);
+DTensor equal(const DTensor& a, const DTensor& b);
+DTensor not_equal(const DTensor& a, const DTensor& b);
+// x where cond is true, else y (numpy.where, TF's where_v2): cond bool, x and y of one dtype, the
+// three broadcast together. Gradients flow into x and y (zero where the other was taken).
+DTensor where(const DTensor& cond, const DTensor& x, const DTensor& y);
+
 // Linear algebra.
 DTensor matmul(const DTensor& a, const DTensor& b, bool transpose_a = false,
                bool transpose_b = false);  // [..., m, k] x [..., k, n]

@@ -1,6 +1,7 @@
-// Internal: what the elementwise family's two files share (ops_elementwise.cpp: the binary ops;
-// ops_unary.cpp: the unary ops and their derivative ops): the CPU loops every elementwise kernel
-// runs, and the registration of an op with its CPU kernel and, beside it, its GPU kernel.
+// Internal: what the elementwise family's files share (ops_elementwise.cpp: the binary ops;
+// ops_unary.cpp: the unary ops and their derivative ops; ops_compare.cpp: the comparisons and
+// where): the CPU loops every elementwise kernel runs, the registration of an op with its CPU
+// kernel and, beside it, its GPU kernel, and the broadcasting helpers of the rules and VJPs.
 //
 // The loops are plain loops over contiguous arrays calling one functor of elementwise_math.h,
 // the functor chosen outside the loop (a template argument), so that the compiler inlines it and
@@ -34,17 +35,18 @@ void map_unary(const T* x, T* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(x[i]);
 }
 
-// out[i] = f(a[i], b[i]) for i < n; a or b of stride 0 repeat their first element.
-template <typename T, typename F>
-void map_binary(const T* a, const T* b, T* out, int64_t n, F f) {
+// out[i] = f(a[i], b[i]) for i < n; a or b of stride 0 repeat their first element. R, the
+// result's type, is T's but for the comparisons' bool.
+template <typename T, typename R, typename F>
+void map_binary(const T* a, const T* b, R* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
 }
-template <typename T, typename F>
-void map_binary_scalar_a(T a, const T* b, T* out, int64_t n, F f) {
+template <typename T, typename R, typename F>
+void map_binary_scalar_a(T a, const T* b, R* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(a, b[i]);
 }
-template <typename T, typename F>
-void map_binary_scalar_b(const T* a, T b, T* out, int64_t n, F f) {
+template <typename T, typename R, typename F>
+void map_binary_scalar_b(const T* a, T b, R* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b);
 }
 
@@ -68,14 +70,15 @@ void unary_loop(const Tensor& x, Tensor& out, F f) {
   }
 }
 
-// out = f(a, b) elementwise, a and b broadcast (numpy) to out's block (contiguous blocks).
-template <typename T, typename F>
+// out = f(a, b) elementwise, a and b broadcast (numpy) to out's block (contiguous blocks); out's
+// elements are R (T, or bool for a comparison).
+template <typename T, typename R = T, typename F>
 void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   const int64_t n = out.num_elements();
   if (n == 0) return;
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
-  T* po = out.data<T>();
+  R* po = out.data<R>();
   const int64_t na = a.num_elements();
   const int64_t nb = b.num_elements();
   if (na == n && nb == n) {
@@ -108,7 +111,7 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   std::vector<int64_t> counter(dims, 0);
   int64_t oa = 0, ob = 0;
   for (int64_t o = 0; o < n; o += inner) {
-    T* dst = po + o;
+    R* dst = po + o;
     const T* xa = pa + oa;
     const T* xb = pb + ob;
     if (ia_step == 1 && ib_step == 1) {
@@ -179,6 +182,20 @@ enum class BinaryPartial { kNone, kBoth, kLarger, kFirst };
 // A binary op's name, arity, shape inference (numpy broadcasting, one float dtype) and sharding
 // rule (ops_elementwise.cpp); the caller adds the kernels and the VJP.
 OpDef binary_def(const char* name, BinaryPartial rule);
+
+// `g` (a binary op's output shape) summed over the dims an input of shape `shape` was broadcast
+// along, to `shape` (the gradient of a broadcast input).
+DTensor sum_to(const DTensor& g, const Shape& shape);
+
+// The layout a binary or ternary op demands of an operand of shape `operand` for an output of
+// shape `out` sharded as `out_specs`: the output's spec on each dim it does not broadcast (numpy
+// alignment: trailing dims), unsharded on those it does (a size-1 dim), Partial over `partial`.
+Layout operand_layout(const std::vector<ShardingSpec>& out_specs, const Shape& operand,
+                      const Shape& out, const Mesh& mesh, std::vector<PartialDim> partial = {});
+
+// A host scalar as a replicated rank-0 DTensor of `like`'s dtype on its mesh and runtime (a
+// broadcast operand).
+DTensor scalar_like(double value, const DTensor& like);
 
 // Registers binary op `name`: binary_def and add_elementwise.
 template <typename F>

@@ -7,9 +7,11 @@
 // One functor per op, templated on the element type (float, double): a unary op's maps x, a
 // binary op's maps (a, b); the derivative ops (*Grad) map (grad, v) to grad * f'(...), where v is
 // the op's input x or, where the derivative is cheaper from it, its output y (the functor says
-// which). The kernels are loops over contiguous arrays calling one functor, chosen outside the
-// loop: the CPU's are elementwise_loops.h's, the GPU's gpu_elementwise.cu's (one kernel per
-// functor and dtype, picked by the functor's index in UnaryOps / BinaryOps).
+// which); the comparisons (Less, ...) map (a, b) to bool, outside the GPU's tables (their ops
+// run host-staged on GPU devices). The kernels are loops over contiguous arrays calling one
+// functor, chosen outside the loop: the CPU's are elementwise_loops.h's, the GPU's
+// gpu_elementwise.cu's (one kernel per functor and dtype, picked by the functor's index in
+// UnaryOps / BinaryOps).
 //
 // A new elementwise op: its functor here, in UnaryOps or BinaryOps (the GPU then has its kernel),
 // and its registration in its family file (docs/architecture.md, "Where things go").
@@ -39,6 +41,14 @@ TESSEL_HOST_DEVICE inline float tanh_of(float x) { return ::tanhf(x); }
 TESSEL_HOST_DEVICE inline double tanh_of(double x) { return ::tanh(x); }
 TESSEL_HOST_DEVICE inline float erf_of(float x) { return ::erff(x); }
 TESSEL_HOST_DEVICE inline double erf_of(double x) { return ::erf(x); }
+TESSEL_HOST_DEVICE inline float abs_of(float x) { return ::fabsf(x); }
+TESSEL_HOST_DEVICE inline double abs_of(double x) { return ::fabs(x); }
+TESSEL_HOST_DEVICE inline float sin_of(float x) { return ::sinf(x); }
+TESSEL_HOST_DEVICE inline double sin_of(double x) { return ::sin(x); }
+TESSEL_HOST_DEVICE inline float cos_of(float x) { return ::cosf(x); }
+TESSEL_HOST_DEVICE inline double cos_of(double x) { return ::cos(x); }
+TESSEL_HOST_DEVICE inline float pow_of(float x, float y) { return ::powf(x, y); }
+TESSEL_HOST_DEVICE inline double pow_of(double x, double y) { return ::pow(x, y); }
 
 namespace elementwise {
 
@@ -93,6 +103,26 @@ struct Sigmoid {  // 1 / (1 + e^-x): 0 and 1 at the far ends (e^-x overflows to 
   template <typename T>
   TESSEL_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + exp_of(-x)); }
 };
+struct Square {
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T x) const { return x * x; }
+};
+struct Abs {
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T x) const { return abs_of(x); }
+};
+struct Sin {
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T x) const { return sin_of(x); }
+};
+struct Cos {
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T x) const { return cos_of(x); }
+};
+struct Silu {  // x * sigmoid(x) = x / (1 + e^-x)
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T x) const { return x / (T(1) + exp_of(-x)); }
+};
 // The host-scalar ops: x + operand, x * operand (the scalar rounded to T once, as the CPU kernel
 // of ops_unary.cpp always did).
 struct AddScalar {
@@ -104,6 +134,11 @@ struct MultiplyScalar {
   double operand = 0;
   template <typename T>
   TESSEL_HOST_DEVICE T operator()(T x) const { return x * static_cast<T>(operand); }
+};
+struct PowScalar {  // x ** operand
+  double operand = 0;
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T x) const { return pow_of(x, static_cast<T>(operand)); }
 };
 
 // ---- binary ops --------------------------------------------------------------------------------
@@ -131,6 +166,10 @@ struct Maximum {  // NaN propagates; ties give a
 struct Minimum {
   template <typename T>
   TESSEL_HOST_DEVICE T operator()(T a, T b) const { return a <= b || a != a ? a : b; }
+};
+struct Pow {  // C's pow: NaN for a negative base and a non-integer exponent, as numpy's
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return pow_of(a, b); }
 };
 struct MaskGreater {
   template <typename T>
@@ -174,6 +213,47 @@ struct SigmoidGrad {  // (grad, y = sigmoid(x)): y (1 - y)
   TESSEL_HOST_DEVICE T operator()(T g, T y) const { return g * (y * (T(1) - y)); }
 };
 
+struct AbsGrad {  // (grad, x): sign(x), 0 at 0 (as numpy's sign and JAX's abs gradient)
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T g, T x) const {
+    return x > T(0) ? g : (x < T(0) ? -g : T(0));
+  }
+};
+struct SiluGrad {  // (grad, x): s (1 + x (1 - s)) with s = sigmoid(x)
+  template <typename T>
+  TESSEL_HOST_DEVICE T operator()(T g, T x) const {
+    const T s = T(1) / (T(1) + exp_of(-x));
+    return g * (s * (T(1) + x * (T(1) - s)));
+  }
+};
+
+// ---- comparisons: (a, b) -> bool (CPU only: the GPU tables map T to T) ---------------------
+
+struct Less {
+  template <typename T>
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a < b; }
+};
+struct LessEqual {
+  template <typename T>
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a <= b; }
+};
+struct Greater {
+  template <typename T>
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a > b; }
+};
+struct GreaterEqual {
+  template <typename T>
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a >= b; }
+};
+struct Equal {
+  template <typename T>
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a == b; }
+};
+struct NotEqual {  // true for NaN against anything, as IEEE and numpy
+  template <typename T>
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a != b; }
+};
+
 // ---- the GPU's tables ----------------------------------------------------------------------
 
 // A list of functor types; an op's GPU kernel is named by its functor's index in its list.
@@ -181,9 +261,10 @@ template <typename... Ops>
 struct OpList {};
 
 using UnaryOps = OpList<Negative, Exp, Log, Sqrt, Rsqrt, Tanh, Relu, Gelu, GeluErf, Sigmoid,
-                        AddScalar, MultiplyScalar>;
+                        AddScalar, MultiplyScalar, Square, Abs, Sin, Cos, Silu, PowScalar>;
 using BinaryOps = OpList<Add, Subtract, Multiply, Divide, Maximum, Minimum, MaskGreater,
-                         MaskGreaterEqual, ReluGrad, TanhGrad, GeluGrad, GeluErfGrad, SigmoidGrad>;
+                         MaskGreaterEqual, ReluGrad, TanhGrad, GeluGrad, GeluErfGrad, SigmoidGrad,
+                         Pow, AbsGrad, SiluGrad>;
 
 // The index of Op in List (a compile error when it is not there).
 template <typename Op, typename List>

@@ -1,8 +1,9 @@
-// The elementwise op family, binary half: add, subtract, multiply, divide, maximum, minimum with
-// numpy broadcasting, and the internal binary ops their gradients use (mask_greater,
+// The elementwise op family, binary half: add, subtract, multiply, divide, maximum, minimum, pow
+// with numpy broadcasting, and the internal binary ops their gradients use (mask_greater,
 // mask_greater_equal: 1 where a > b / a >= b, else 0). The unary ops, their derivative ops
 // (relu_grad, ...: binary ops registered with binary_def), the host-scalar forms and cast are in
-// ops_unary.cpp; the math of both halves is elementwise_math.h's, their loops elementwise.h's.
+// ops_unary.cpp, the comparisons and where in ops_compare.cpp; the math of both halves is
+// elementwise_math.h's, their loops elementwise.h's.
 //
 // Sharding rule (binary_rule), for output dimension d and each input k:
 //  - d is a broadcast dim of k when k lacks it or has extent 1 where the output does not; such a
@@ -15,7 +16,8 @@
 //    demand BOTH inputs Partial over them (a non-Partial one becomes Partial by a local step that
 //    keeps its value on one device per group: it is added once). multiply keeps the larger
 //    input's linear Partial (the other input is reduced: product of a sum and a factor); divide
-//    and the *_grad ops keep only the first input's; maximum, minimum and the masks keep none.
+//    and the *_grad ops keep only the first input's; maximum, minimum, pow and the masks keep
+//    none.
 //    A Partial mesh dim that the output shards over is reduced (the planner may reduce-scatter).
 // Kernels (elementwise.h): one tight loop per (dtype, op) for equal blocks and scalar blocks, else
 // a strided loop over coalesced dims; empty blocks return at once. GPU kernels beside them.
@@ -30,7 +32,8 @@
 namespace tessel {
 namespace detail {
 
-void register_unary_ops(OpRegistry& registry);  // ops_unary.cpp
+void register_unary_ops(OpRegistry& registry);    // ops_unary.cpp
+void register_compare_ops(OpRegistry& registry);  // ops_compare.cpp
 
 namespace {
 
@@ -152,12 +155,7 @@ ShardingDecision binary_rule(const std::vector<TensorSpec>& in, const TensorSpec
   const Mesh& mesh = la.mesh();
   ShardingDecision decision;
   for (int k = 0; k < 2; ++k) {
-    std::vector<ShardingSpec> mine(static_cast<size_t>(in[k].shape.rank()));
-    for (int i = 0; i < in[k].shape.rank(); ++i) {
-      const int d = i + (rank - in[k].shape.rank());
-      if (!broadcasts(k, d)) mine[static_cast<size_t>(i)] = specs[static_cast<size_t>(d)];
-    }
-    decision.inputs.push_back(Layout::create(LayoutType::kStatic, std::move(mine), mesh,
+    decision.inputs.push_back(operand_layout(specs, in[k].shape, out.shape, mesh,
                                              carries[k] ? kept : std::vector<PartialDim>{}));
   }
   decision.output = Layout::create(LayoutType::kStatic, std::move(specs), mesh, std::move(kept));
@@ -165,24 +163,6 @@ ShardingDecision binary_rule(const std::vector<TensorSpec>& in, const TensorSpec
 }
 
 // ---- gradients -------------------------------------------------------------------------------
-
-// `g` (the output's shape) summed over the dims `shape` was broadcast along, to `shape`.
-DTensor sum_to(const DTensor& g, const Shape& shape) {
-  if (g.shape() == shape) return g;
-  const int lead = g.rank() - shape.rank();
-  std::vector<int64_t> ones;
-  for (int i = 0; i < shape.rank(); ++i) {
-    if (shape[i] == 1 && g.shape()[lead + i] != 1) ones.push_back(lead + i);
-  }
-  DTensor out = g;
-  if (!ones.empty()) out = reduce_sum(out, ones, /*keepdims=*/true);
-  if (lead > 0) {
-    std::vector<int64_t> leading(static_cast<size_t>(lead));
-    std::iota(leading.begin(), leading.end(), 0);
-    out = reduce_sum(out, leading, /*keepdims=*/false);
-  }
-  return out;
-}
 
 std::vector<DTensor> add_vjp(const VjpArgs& v) {
   return {sum_to(v.grad, v.inputs[0].shape()), sum_to(v.grad, v.inputs[1].shape())};
@@ -209,7 +189,52 @@ std::vector<DTensor> pick_vjp(const VjpArgs& v, bool max) {
   return {sum_to(multiply(v.grad, to_a), a.shape()), sum_to(multiply(v.grad, to_b), b.shape())};
 }
 
+// d x^y / dx = y x^(y-1); d x^y / dy = x^y log x, with log 1 where x == 0 (JAX's choice: the
+// exponent's gradient at a zero base is 0 rather than NaN).
+std::vector<DTensor> pow_vjp(const VjpArgs& v) {
+  const DTensor& x = v.inputs[0];
+  const DTensor& y = v.inputs[1];
+  const DTensor zero = scalar_like(0.0, x);
+  const DTensor log_x = log(where(equal(x, zero), scalar_like(1.0, x), x));
+  return {sum_to(multiply(v.grad, multiply(y, pow(x, add(y, -1.0)))), x.shape()),
+          sum_to(multiply(v.grad, multiply(v.output, log_x)), y.shape())};
+}
+
 }  // namespace
+
+Layout operand_layout(const std::vector<ShardingSpec>& out_specs, const Shape& operand,
+                      const Shape& out, const Mesh& mesh, std::vector<PartialDim> partial) {
+  const int lead = out.rank() - operand.rank();
+  std::vector<ShardingSpec> specs(static_cast<size_t>(operand.rank()));
+  for (int i = 0; i < operand.rank(); ++i) {
+    if (operand[i] != 1 || out[lead + i] == 1) {
+      specs[static_cast<size_t>(i)] = out_specs[static_cast<size_t>(lead + i)];
+    }
+  }
+  return Layout::create(LayoutType::kStatic, std::move(specs), mesh, std::move(partial));
+}
+
+DTensor scalar_like(double value, const DTensor& like) {
+  return fill(Shape(std::vector<int64_t>{}), value, Layout::replicated(like.layout().mesh(), 0),
+              like.dtype(), &like.runtime());
+}
+
+DTensor sum_to(const DTensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const int lead = g.rank() - shape.rank();
+  std::vector<int64_t> ones;
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (shape[i] == 1 && g.shape()[lead + i] != 1) ones.push_back(lead + i);
+  }
+  DTensor out = g;
+  if (!ones.empty()) out = reduce_sum(out, ones, /*keepdims=*/true);
+  if (lead > 0) {
+    std::vector<int64_t> leading(static_cast<size_t>(lead));
+    std::iota(leading.begin(), leading.end(), 0);
+    out = reduce_sum(out, leading, /*keepdims=*/false);
+  }
+  return out;
+}
 
 OpDef binary_def(const char* name, BinaryPartial rule) {
   OpDef def;
@@ -233,11 +258,13 @@ void register_elementwise_ops(OpRegistry& registry) {
                           [](const VjpArgs& v) { return pick_vjp(v, true); });
   add_binary<ew::Minimum>(registry, "minimum", BinaryPartial::kNone,
                           [](const VjpArgs& v) { return pick_vjp(v, false); });
+  add_binary<ew::Pow>(registry, "pow", BinaryPartial::kNone, pow_vjp);
   // Piecewise constant: zero gradients.
   const VjpFn none = [](const VjpArgs&) { return std::vector<DTensor>{DTensor(), DTensor()}; };
   add_binary<ew::MaskGreater>(registry, "mask_greater", BinaryPartial::kNone, none);
   add_binary<ew::MaskGreaterEqual>(registry, "mask_greater_equal", BinaryPartial::kNone, none);
   register_unary_ops(registry);
+  register_compare_ops(registry);
 }
 
 }  // namespace detail
@@ -248,5 +275,6 @@ DTensor multiply(const DTensor& a, const DTensor& b) { return call_op("multiply"
 DTensor divide(const DTensor& a, const DTensor& b) { return call_op("divide", {a, b}); }
 DTensor maximum(const DTensor& a, const DTensor& b) { return call_op("maximum", {a, b}); }
 DTensor minimum(const DTensor& a, const DTensor& b) { return call_op("minimum", {a, b}); }
+DTensor pow(const DTensor& x, const DTensor& y) { return call_op("pow", {x, y}); }
 
 }  // namespace tessel

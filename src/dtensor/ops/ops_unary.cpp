@@ -1,10 +1,11 @@
-// The elementwise op family, unary half: negative, exp, log, tanh, relu, gelu (tanh
-// approximation, "gelu"; exact erf form, "gelu_erf"), sigmoid, sqrt, rsqrt, cast, and the
-// host-scalar forms add(x, double) and multiply(x, double), registered as "add_scalar" /
-// "multiply_scalar" with the scalar in OpAttrs::operand (no rank-0 DTensor is made: the scalar
-// travels with the kernel). Beside them the derivative ops their gradients call, binary ops
-// (grad, x) or (grad, y) -> grad * f' (relu_grad, tanh_grad, gelu_grad, gelu_erf_grad,
-// sigmoid_grad), with ops_elementwise.cpp's broadcasting rule (binary_def).
+// The elementwise op family, unary half: negative, exp, log, tanh, relu, gelu (tanh approximation,
+// "gelu"; exact erf form, "gelu_erf"), sigmoid, sqrt, rsqrt, square, abs, sin, cos, silu, cast, and
+// the host-scalar forms add(x, double), multiply(x, double) and pow(x, double), registered as
+// "add_scalar" / "multiply_scalar" / "pow_scalar" with the scalar in OpAttrs::operand (no rank-0
+// DTensor is made: the scalar travels with the kernel). Beside them the derivative ops their
+// gradients call, binary ops (grad, x) or (grad, y) -> grad * f' (relu_grad, tanh_grad, gelu_grad,
+// gelu_erf_grad, sigmoid_grad, abs_grad, silu_grad), with ops_elementwise.cpp's broadcasting rule
+// (binary_def).
 //
 // Sharding rule: the output has the input's sharding, no communication. Partial dims stay
 // Partial where the op commutes with the pending reduction, else the input is demanded reduced:
@@ -13,8 +14,8 @@
 //    is added once), mean, max and min kept (added to every term); prod reduced.
 //  - multiply_scalar: sum and mean kept; max and min kept, swapped for a negative factor; prod
 //    reduced.
-//  - exp, log, tanh, relu, gelu, sigmoid, sqrt, rsqrt, cast: every Partial dim reduced
-//    (nonlinear; cast rounds).
+//  - exp, log, tanh, relu, gelu, sigmoid, sqrt, rsqrt, square, abs, sin, cos, silu, pow_scalar,
+//    cast: every Partial dim reduced (nonlinear; cast rounds).
 //  - the derivative ops keep the gradient's linear Partial dims (they are linear in it).
 // Kernels: one flat loop per (dtype, op) over elementwise_math.h's functor (elementwise.h), and
 // the GPU kernel of the same functor beside it; cast between f32 and f64 is a loop, any other
@@ -124,6 +125,48 @@ void register_scalar_ops(OpRegistry& registry) {
   registry.add(std::move(mul));
 }
 
+// Issue 34's unary ops and pow with a host-scalar exponent.
+void register_more_unary_ops(OpRegistry& registry) {
+  add_unary<ew::Square>(registry, "square", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{multiply(multiply(v.grad, v.inputs[0]), 2.0)};
+  });
+  add_unary<ew::Abs>(registry, "abs", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("abs_grad", {v.grad, v.inputs[0]})};
+  });
+  add_binary<ew::AbsGrad>(registry, "abs_grad", BinaryPartial::kFirst, [](const VjpArgs& v) {
+    // Linear in the gradient; piecewise constant in x.
+    return std::vector<DTensor>{call_op("abs_grad", {v.grad, v.inputs[1]}), DTensor()};
+  });
+  add_unary<ew::Sin>(registry, "sin", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{multiply(v.grad, cos(v.inputs[0]))};
+  });
+  add_unary<ew::Cos>(registry, "cos", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{negative(multiply(v.grad, sin(v.inputs[0])))};
+  });
+  add_unary<ew::Silu>(registry, "silu", PartialRule::kReduce, [](const VjpArgs& v) {
+    return std::vector<DTensor>{call_op("silu_grad", {v.grad, v.inputs[0]})};
+  });
+  add_binary<ew::SiluGrad>(registry, "silu_grad", BinaryPartial::kFirst, nullptr);
+
+  OpDef power = unary_def("pow_scalar", PartialRule::kReduce);
+  power.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                    const LocalContext&) {
+    dispatch_float(out.dtype(), "pow_scalar", [&]<typename T>() {
+      unary_loop<T>(in[0], out, ew::PowScalar{attrs.operand.value_or(0.0)});
+    });
+  };
+  power.gpu_kernel = gpu_unary_kernel("pow_scalar", ew::index_in<ew::PowScalar, ew::UnaryOps>);
+  power.vjp = [](const VjpArgs& v) {
+    // d x^e = e x^(e-1); e == 0: a constant (x^-1 would make 0 * inf = NaN at x == 0).
+    const double e = v.attrs->operand.value_or(0.0);
+    if (e == 0.0) return std::vector<DTensor>{DTensor()};
+    const DTensor d =
+        e == 1.0 ? v.grad : multiply(v.grad, multiply(pow(v.inputs[0], e - 1.0), e));
+    return std::vector<DTensor>{d};
+  };
+  registry.add(std::move(power));
+}
+
 void register_cast(OpRegistry& registry) {
   OpDef def;
   def.name = "cast";
@@ -218,6 +261,7 @@ void register_unary_ops(OpRegistry& registry) {
   };
   add_binary<ew::SigmoidGrad>(registry, "sigmoid_grad", BinaryPartial::kFirst, sigmoid_grad_vjp);
 
+  register_more_unary_ops(registry);
   register_scalar_ops(registry);
   register_cast(registry);
 }
@@ -235,6 +279,18 @@ DTensor gelu(const DTensor& x, bool approximate) {
 DTensor sigmoid(const DTensor& x) { return call_op("sigmoid", {x}); }
 DTensor sqrt(const DTensor& x) { return call_op("sqrt", {x}); }
 DTensor rsqrt(const DTensor& x) { return call_op("rsqrt", {x}); }
+
+DTensor square(const DTensor& x) { return call_op("square", {x}); }
+DTensor abs(const DTensor& x) { return call_op("abs", {x}); }
+DTensor sin(const DTensor& x) { return call_op("sin", {x}); }
+DTensor cos(const DTensor& x) { return call_op("cos", {x}); }
+DTensor silu(const DTensor& x) { return call_op("silu", {x}); }
+
+DTensor pow(const DTensor& x, double exponent) {
+  OpAttrs attrs;
+  attrs.operand = exponent;
+  return call_op("pow_scalar", {x}, attrs);
+}
 
 DTensor cast(const DTensor& x, DType dtype) {
   OpAttrs attrs;
