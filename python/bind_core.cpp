@@ -13,6 +13,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
 #include "tessel/core/host_memory.h"
+#include "tessel/core/median.h"
 #include "tessel/core/parallel.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/tensor.h"
@@ -302,6 +303,15 @@ void bind_byte_size(py::module_& m) {
         "(powers of 1024); None for anything else.");
 }
 
+// ---- the median (median.h) ------------------------------------------------------------------
+
+void bind_median(py::module_& m) {
+  m.def("median", &median, py::arg("values"),
+        "The median of a sample: the middle value of an odd count, the mean of the two middle "
+        "values of an even one (numpy.median's); NaN when any value is NaN; no values raise "
+        "ValueError.");
+}
+
 // ---- host memory (host_memory.h) ------------------------------------------------------------
 
 void bind_host_memory(py::module_& m) {
@@ -376,6 +386,7 @@ void bind_core(py::module_& m) {
   bind_device_name(m);
   bind_reduce_op(m);
   bind_byte_size(m);
+  bind_median(m);
   bind_host_memory(m);
   bind_blas_and_threads(m);
   bind_crc32c(m);

@@ -12,6 +12,7 @@
 #include "gpt_trainer.h"
 #include "tessel/checkpoint/async_checkpointer.h"
 #include "tessel/checkpoint/checkpoint_manager.h"
+#include "tessel/core/median.h"
 
 namespace tessel::cli::bench {
 

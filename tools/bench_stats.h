@@ -1,18 +1,18 @@
-// Internal to `tessel bench`: the one home of a benchmark's timing and statistics.
+// Internal to `tessel bench`: the one home of a benchmark's timing.
 //
 //   bench::Stopwatch watch;                       // starts now, on the steady clock
 //   call();
 //   samples.push_back(watch.microseconds());
 //   const double seconds = bench::seconds_of([&] { call(); });
-//   const double typical = bench::median(samples);
+//   const double typical = median(samples);
 //
-// "Median" has one meaning in every bench: the middle value of an odd count, the mean of the two
-// middle values of an even one (nccl-tests' and numpy's).
+// The medians are tessel::median's (tessel/core/median.h), the one median of tessel: the middle
+// value of an odd count, the mean of the two middle values of an even one (nccl-tests' and
+// numpy's).
 #pragma once
 
 #include <chrono>
 #include <utility>
-#include <vector>
 
 namespace tessel::cli::bench {
 
@@ -39,8 +39,5 @@ double seconds_of(Fn&& fn) {
   std::forward<Fn>(fn)();
   return watch.seconds();
 }
-
-// Median of `values` (not empty); the mean of the middle two for an even count.
-double median(std::vector<double> values);
 
 }  // namespace tessel::cli::bench

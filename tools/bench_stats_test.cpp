@@ -1,22 +1,14 @@
-// The benchmarks' statistics and timer (bench_stats.h).
+// The benchmarks' timer (bench_stats.h); their median is tessel::median
+// (tests/core/median_test.cpp).
 #include "bench_stats.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <stdexcept>
 #include <thread>
 
 namespace tessel::cli::bench {
 namespace {
-
-TEST(BenchStats, MedianIsTheMiddleValueOrTheMeanOfTheMiddleTwo) {
-  EXPECT_EQ(median({7.0}), 7.0);
-  EXPECT_EQ(median({3.0, 1.0, 2.0}), 2.0);
-  EXPECT_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
-  EXPECT_EQ(median({5.0, 5.0, 1.0, 9.0}), 5.0);
-  EXPECT_THROW(median({}), std::logic_error);
-}
 
 TEST(BenchStats, StopwatchMeasuresTheTimeSinceItStarted) {
   const Stopwatch watch;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "bench_stats.h"
+#include "tessel/core/median.h"
 
 namespace tessel::cli::bench {
 namespace {

@@ -30,6 +30,7 @@
 #include "process_mesh.h"
 #include "tessel/checkpoint/checkpoint.h"
 #include "tessel/core/error.h"
+#include "tessel/core/median.h"
 #include "tessel/dtensor/dtensor_api.h"
 
 namespace tessel::cli {
@@ -148,7 +149,7 @@ constexpr SavePhase kSavePhases[] = {
 double median_of(const std::vector<checkpoint::SaveStats>& runs, const SavePhase& phase) {
   std::vector<double> seconds;
   for (const checkpoint::SaveStats& s : runs) seconds.push_back(s.*phase.seconds);
-  return bench::median(seconds);
+  return median(seconds);
 }
 
 double read_ratio(const checkpoint::RestoreStats& s) {
@@ -253,9 +254,8 @@ int checkpoint_benchmark(const CheckpointFlags& f) {
   fs::remove_all(root_text);
 
   const double gb = static_cast<double>(bytes) / 1e9;
-  const double w = gb / bench::median(dd_w), s = gb / bench::median(save_s),
-               r = gb / bench::median(dd_r), rs = gb / bench::median(restore_s),
-               rr = gb / bench::median(reshard_s);
+  const double w = gb / median(dd_w), s = gb / median(save_s), r = gb / median(dd_r),
+               rs = gb / median(restore_s), rr = gb / median(reshard_s);
   if (f.json) {
     Json out;
     out["bytes"] = bytes;
@@ -297,7 +297,7 @@ int checkpoint_benchmark(const CheckpointFlags& f) {
     std::printf("%-28s %8s %8s\n", "save phases (medians)", "ms", "x dd");
     for (const SavePhase& p : kSavePhases) {
       const double phase = median_of(phases, p);
-      std::printf("%-28s %8.2f %8.2f\n", p.label, phase * 1e3, phase / bench::median(dd_w));
+      std::printf("%-28s %8.2f %8.2f\n", p.label, phase * 1e3, phase / median(dd_w));
     }
     std::printf("%-28s %8s %8s\n", "bytes read by a restore", "MiB", "x needed");
     const std::pair<const char*, const checkpoint::RestoreStats*> reads[] = {

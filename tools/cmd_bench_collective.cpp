@@ -38,6 +38,7 @@
 #include "tessel/comm/communicator.h"
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
+#include "tessel/core/median.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/tensor.h"
 
@@ -243,7 +244,7 @@ Row measure(const Config& c, Collective& coll, Team& team, std::vector<std::uniq
     }
     Mode& mode = row.mode[m];
     mode.measured = true;
-    const double t = bench::median(slowest);
+    const double t = median(slowest);
     mode.time_us = t * 1e6;
     mode.algbw = static_cast<double>(row.bytes) / t / 1e9;
     mode.busbw = mode.algbw * coll.bus_factor();

@@ -26,6 +26,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "json_output.h"
+#include "tessel/core/median.h"
 #include "tessel/embedding/sharded_embedding.h"
 #include "tessel/mesh/mesh.h"
 #include "tessel/runtime/runtime.h"
@@ -124,7 +125,7 @@ std::pair<double, double> time_steps(const Workload& w, const std::function<void
     wall.push_back(watch.seconds());
     cpu.push_back(cpu_now() - cpu_start);
   }
-  return {bench::median(wall), bench::median(cpu)};
+  return {median(wall), median(cpu)};
 }
 
 // Median step of lookup + apply_gradients.

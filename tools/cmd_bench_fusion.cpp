@@ -36,6 +36,7 @@
 #include "tessel/comm/collective_options.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/core/error.h"
+#include "tessel/core/median.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/tensor.h"
 
@@ -163,10 +164,10 @@ int run(const FusionConfig& c) {
       time_mode(team, c, round == 0 ? c.warmup : 1, iters, modes[m], samples[m]);
     }
   }
-  const double fused_us = bench::median(samples[0]);
-  const double fused_copy_us = bench::median(samples[1]);
-  const double unfused_us = bench::median(samples[2]);
-  const double single_us = bench::median(samples[3]);
+  const double fused_us = median(samples[0]);
+  const double fused_copy_us = median(samples[1]);
+  const double unfused_us = median(samples[2]);
+  const double single_us = median(samples[3]);
   // Check one fused call: rank r's tensors hold r + 1, so every result is N(N+1)/2.
   std::vector<int64_t> wrong(static_cast<size_t>(c.devices), 0);
   team.run([&](int r) {

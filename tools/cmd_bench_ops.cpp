@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "json_output.h"
+#include "tessel/core/median.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
@@ -52,8 +53,6 @@ struct DispatchFlags {
 // The largest --n (a 65536^2 f32 matrix is 16 GiB) and --rounds.
 constexpr int64_t kMaxN = 65536;
 constexpr int64_t kMaxRounds = 1000;
-
-using bench::median;
 
 // Microseconds one call of fn() takes.
 template <typename Fn>

@@ -42,6 +42,7 @@
 #include "tessel/core/byte_size.h"
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
+#include "tessel/core/median.h"
 #include "tessel/core/reduce_op.h"
 #include "tessel/core/shape.h"
 #include "tessel/core/tensor.h"
@@ -386,10 +387,10 @@ int run(const RelayoutConfig& c) {
     time_memcpy(warmup, iters, memcpy_samples);
     if (collective) time_collective(warmup, iters, collective_samples);
   }
-  const double relayout_us = bench::median(relayout_samples);
-  const double memcpy_us = bench::median(memcpy_samples);
+  const double relayout_us = median(relayout_samples);
+  const double memcpy_us = median(memcpy_samples);
   // NaN without a collective step (printed as null / n/a).
-  const double collective_us = collective ? bench::median(collective_samples) : std::nan("");
+  const double collective_us = collective ? median(collective_samples) : std::nan("");
 
   // Check one result against the layout's blocks cut from the host tensor.
   int64_t wrong = 0;

@@ -40,6 +40,7 @@
 #include "flags.h"
 #include "json_output.h"
 #include "tessel/core/error.h"
+#include "tessel/core/median.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
@@ -171,8 +172,6 @@ class KernelRunner {
   const Graph& graph_;
   std::vector<Tensor> values_;
 };
-
-using bench::median;
 
 int64_t minor_faults() {
   rusage usage{};

@@ -20,6 +20,7 @@
 #include "process_mesh.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
+#include "tessel/core/median.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
@@ -180,12 +181,6 @@ void write_losses(const std::string& path, const std::vector<double>& losses) {
   std::fclose(f);
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 std::string bar(int64_t done, int64_t total) {
   const int width = 30;
   const int filled = static_cast<int>(width * done / std::max<int64_t>(total, 1));
@@ -277,7 +272,7 @@ int train(const Options& o) {
   }
   const double accuracy = model.accuracy(make_batch(o, teacher, 7));
   const double mesh_us = median(step_us);
-  const double one_us = median(single_us);
+  const double one_us = single ? median(single_us) : 0.0;  // no single-device run: not shown
   if (!pm.prints()) return kExitOk;
   if (!o.losses_path.empty()) write_losses(o.losses_path, losses);
   const bool parity = !single || max_rel <= kParityTolerance;  // false for NaN

@@ -30,7 +30,6 @@
 // lost process (scripts/mpi_kill_test.py kills a rank at a random moment and checks this).
 #include <mpi.h>
 
-#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -46,6 +45,7 @@
 #include "tessel/comm/communicator.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
+#include "tessel/core/median.h"
 
 namespace {
 
@@ -159,12 +159,6 @@ Config parse_args(int argc, char** argv) {
   }
   if (c.interleave && c.local != 1) throw UsageError{"--interleave-mpi needs 1 device per process"};
   return c;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 float input_value(int rank, int64_t j) { return static_cast<float>(1 + (j + 3 * rank) % 8); }

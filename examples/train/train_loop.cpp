@@ -9,6 +9,7 @@
 
 #include "tessel/checkpoint/checkpoint_manager.h"
 #include "tessel/core/error.h"
+#include "tessel/core/median.h"
 
 namespace tessel::train {
 namespace {
@@ -44,8 +45,7 @@ double TrainHistory::median_step_seconds() const {
   if (steps.empty()) return 0.0;
   std::vector<double> seconds;
   for (const StepReport& r : steps) seconds.push_back(r.seconds);
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  return median(std::move(seconds));
 }
 
 double TrainHistory::tokens_per_second() const { return tokens_per_step / median_step_seconds(); }

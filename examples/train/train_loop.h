@@ -65,7 +65,8 @@ struct TrainHistory {
   std::vector<Evaluation> evaluations = {};  // in order; the last one after the last step
   double train_seconds = 0;  // the steps, evaluations and checkpoints, not the final evaluation
 
-  // The median step's wall time (the upper median); 0 when no step ran.
+  // The median step's wall time (tessel::median: the mean of the middle two of an even count);
+  // 0 when no step ran.
   double median_step_seconds() const;
   // tokens_per_step / median_step_seconds() (infinite when no step ran).
   double tokens_per_second() const;

@@ -15,6 +15,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
 #include "tessel/core/host_memory.h"
+#include "tessel/core/median.h"
 #include "tessel/core/memory_space.h"
 #include "tessel/core/parallel.h"
 #include "tessel/core/partial_shape.h"

@@ -92,6 +92,7 @@ from tessel._tessel import (
     is_floating,
     machine_cores,
     make_in_process_communicators,
+    median,
     make_nccl_communicators,
     nccl_available,
     nccl_version,
