@@ -11,6 +11,9 @@
 namespace tessel::cli::bench {
 namespace {
 
+// Other libraries' variables, read as text and compared with "1" before this process sets them:
+// std::getenv, not the library's typed reader (src/core/env.h, internal to the library; the CLI
+// is a client of the public headers), which reads tessel's own settings.
 constexpr const char* kPinned[] = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"};
 // Set in the re-executed process, so that it never loops when exec keeps the old environment.
 constexpr const char* kMarker = "TESSEL_BENCH_THREADS_PINNED";

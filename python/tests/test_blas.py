@@ -2,6 +2,10 @@
 reports, the kernel it runs on this CPU, and matmuls against numpy with ops split over 1 to 3
 threads."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -61,3 +65,31 @@ def test_the_cores_and_a_bad_thread_count(threads):
     assert tessel.intra_op_threads() >= 1
     with pytest.raises(ValueError, match="-1"):
         tessel.set_intra_op_threads(-1)
+
+
+@pytest.mark.parametrize("value, fixed", [("3", 3), ("0", None), ("", None)])
+def test_tessel_intra_op_threads_fixes_the_count(value, fixed):
+    # Read once per process: a fresh interpreter for each value. 0 and empty: the automatic share.
+    code = "import tessel; print(tessel.intra_op_threads(), tessel.machine_cores())"
+    out = subprocess.run([sys.executable, "-c", code],
+                         env={**os.environ, "TESSEL_INTRA_OP_THREADS": value},
+                         capture_output=True, text=True, timeout=120, check=True)
+    threads, cores = map(int, out.stdout.split())
+    if fixed is not None:
+        assert threads == fixed
+    else:
+        assert 1 <= threads <= cores
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1", "4097", "2 "])
+def test_a_bad_tessel_intra_op_threads_names_the_variable_and_the_value(bad):
+    code = ("import tessel\n"
+            "try:\n"
+            "    tessel.intra_op_threads()\n"
+            "except ValueError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code],
+                         env={**os.environ, "TESSEL_INTRA_OP_THREADS": bad},
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert (f"parallel_for: TESSEL_INTRA_OP_THREADS='{bad}' is not a thread count from 0 to 4096"
+            in out.stdout), out.stdout + out.stderr

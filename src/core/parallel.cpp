@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -15,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.h"
 #include "core/errors.h"
 
 namespace tessel {
@@ -29,17 +29,9 @@ std::atomic<int> g_fixed_threads{-1};  // -1: not read from the environment yet;
 int fixed_threads() {
   int fixed = g_fixed_threads.load(std::memory_order_relaxed);
   if (fixed >= 0) return fixed;
-  fixed = 0;
-  if (const char* text = std::getenv("TESSEL_INTRA_OP_THREADS"); text != nullptr && *text) {
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    if (*end != '\0' || value < 0 || value > 4096) {
-      detail::throw_error(ErrorCode::kInvalidArgument, "parallel_for",
-                          "TESSEL_INTRA_OP_THREADS='{}' is not a thread count from 0 to 4096",
-                          text);
-    }
-    fixed = static_cast<int>(value);
-  }
+  fixed = static_cast<int>(detail::env_int("TESSEL_INTRA_OP_THREADS", {0, 4096}, "parallel_for",
+                                           "a thread count from 0 to 4096")
+                               .value_or(0));
   int expected = -1;
   g_fixed_threads.compare_exchange_strong(expected, fixed);
   return g_fixed_threads.load(std::memory_order_relaxed);
