@@ -4,19 +4,19 @@
 // Every bound is measured on each rank's own call.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <functional>
 #include <optional>
-#include <thread>
-#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tessel/comm/communicator.h"
 #include "testing/expect_error.h"
 #include "testing/fault_transport.h"
 #include "testing/run_ranks.h"
+#include "testing/scoped_env.h"
 
 namespace tessel {
 namespace {
@@ -504,32 +504,11 @@ TEST(CollectiveFaults, DroppedMessageTimesOutTheReceiverNamingTheSender) {
 
 // ---- (6) the default deadline from TESSEL_COLLECTIVE_TIMEOUT_S --------------------------------
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 TEST(CollectiveFaults, DefaultTimeoutComesFromTesselCollectiveTimeoutS) {
   {
-    ScopedEnv env("TESSEL_COLLECTIVE_TIMEOUT_S", nullptr);
+    ScopedEnv env("TESSEL_COLLECTIVE_TIMEOUT_S", std::nullopt);
     EXPECT_EQ(default_collective_timeout(), std::chrono::seconds(300));
   }
   {

@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
-#include "runtime/runtime_test_util.h"
 #include "testing/expect_error.h"
+#include "testing/scoped_env.h"
 
 namespace tessel::detail {
 namespace {

@@ -14,9 +14,9 @@
 #include "core/byte_size.h"
 #include "core/host_allocator.h"
 #include "core/host_memory_probe.h"
-#include "runtime/runtime_test_util.h"
 #include "tessel/core/tensor.h"
 #include "testing/expect_error.h"
+#include "testing/scoped_env.h"
 
 namespace tessel {
 namespace {

@@ -1,41 +1,39 @@
 // Multi-client configuration from the environment (TF's config.py rules).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tessel/runtime/clients.h"
 #include "testing/expect_error.h"
+#include "testing/scoped_env.h"
 
 namespace tessel {
 namespace {
 
-// Sets environment variables for one test and restores them.
+// The variables that say which client this process is: every test starts with none of them set.
+constexpr const char* kClientVariables[] = {
+    "TESSEL_NUM_CLIENTS", "DTENSOR_NUM_CLIENTS", "DTENSOR_JOBS",      "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",           "TESSEL_CLIENT_ID",    "DTENSOR_CLIENT_ID", "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",           "TESSEL_JOB_NAME",     "DTENSOR_JOB_NAME"};
+
+// Sets `vars` for one test, every other client variable unset, and restores them all.
 class Env {
  public:
-  Env(std::initializer_list<std::pair<const char*, const char*>> vars) {
-    for (const char* name : kNames) {
-      const char* v = std::getenv(name);
-      saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
-      unsetenv(name);
-    }
-    for (const auto& [name, value] : vars) setenv(name, value, 1);
-  }
-  ~Env() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        setenv(name, value->c_str(), 1);
-      } else {
-        unsetenv(name);
-      }
-    }
-  }
+  Env(std::initializer_list<std::pair<const char*, const char*>> vars) : scoped_(settings(vars)) {}
 
  private:
-  static constexpr const char* kNames[] = {
-      "TESSEL_NUM_CLIENTS", "DTENSOR_NUM_CLIENTS", "DTENSOR_JOBS", "OMPI_COMM_WORLD_SIZE",
-      "PMI_SIZE", "TESSEL_CLIENT_ID", "DTENSOR_CLIENT_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
-      "TESSEL_JOB_NAME", "DTENSOR_JOB_NAME"};
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+  static std::vector<std::pair<std::string, testing::ScopedEnv::Value>> settings(
+      std::initializer_list<std::pair<const char*, const char*>> vars) {
+    std::vector<std::pair<std::string, testing::ScopedEnv::Value>> out;
+    for (const char* name : kClientVariables) out.emplace_back(name, std::nullopt);
+    for (const auto& [name, value] : vars) out.emplace_back(name, value);
+    return out;
+  }
+
+  testing::ScopedEnv scoped_;
 };
 
 TEST(Clients, DefaultsAreOneLocalClient) {

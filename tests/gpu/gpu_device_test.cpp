@@ -1,5 +1,5 @@
 // GPU devices: names, memory accounting, copies between host and device, events, selection.
-#include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -11,12 +11,14 @@
 #include "tessel/core/box.h"
 #include "tessel/core/error.h"
 #include "tessel/runtime/gpu_event.h"
+#include "testing/scoped_env.h"
 
 namespace tessel {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::GpuTest;
+using ::testing::HasSubstr;
+using testing::ScopedEnv;
 
 template <typename F>
 void expect_error(F&& f, ErrorCode code, const std::string& fragment) {
@@ -115,16 +117,24 @@ TEST_F(GpuTest, AnEventOrdersWorkAndWaitsWithADeadline) {
 }
 
 TEST_F(GpuTest, TesselGpuDevicesChoosesTheGpus) {
-  ::setenv("TESSEL_GPU_DEVICES", "none", 1);
-  EXPECT_TRUE(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().empty());
-  ::setenv("TESSEL_GPU_DEVICES", "0", 1);
-  EXPECT_EQ(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().size(), 1u);
-  ::setenv("TESSEL_GPU_DEVICES", "0,0", 1);  // two devices sharing GPU 0
-  EXPECT_EQ(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().size(), 2u);
-  ::setenv("TESSEL_GPU_DEVICES", "999", 1);
-  expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1}); }, ErrorCode::kInvalidArgument,
-               "'999' is not a visible CUDA ordinal");
-  ::unsetenv("TESSEL_GPU_DEVICES");
+  {
+    ScopedEnv none("TESSEL_GPU_DEVICES", "none");
+    EXPECT_TRUE(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().empty());
+  }
+  {
+    ScopedEnv first("TESSEL_GPU_DEVICES", "0");
+    EXPECT_EQ(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().size(), 1u);
+  }
+  {
+    ScopedEnv shared("TESSEL_GPU_DEVICES", "0,0");  // two devices sharing GPU 0
+    EXPECT_EQ(Runtime(RuntimeOptions{.num_cpu_devices = 1}).gpu_devices().size(), 2u);
+  }
+  {
+    ScopedEnv missing("TESSEL_GPU_DEVICES", "999");
+    expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1}); },
+                 ErrorCode::kInvalidArgument, "'999' is not a visible CUDA ordinal");
+  }
+  ScopedEnv unset("TESSEL_GPU_DEVICES", std::nullopt);
   EXPECT_TRUE(Runtime(RuntimeOptions{.num_cpu_devices = 1, .num_gpu_devices = 0}).gpu_devices().empty());
   expect_error([] { Runtime r(RuntimeOptions{.num_cpu_devices = 1, .num_gpu_devices = 999}); },
                ErrorCode::kInvalidArgument, "num_gpu_devices");

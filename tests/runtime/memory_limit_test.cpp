@@ -11,6 +11,7 @@
 #include "tessel/core/host_memory.h"
 #include "tessel/runtime/runtime.h"
 #include "testing/expect_error.h"
+#include "testing/scoped_env.h"
 
 namespace tessel {
 namespace {

@@ -14,6 +14,7 @@
 #include "core/tensor_test_util.h"
 #include "runtime/runtime_test_util.h"
 #include "tessel/runtime/gpu.h"
+#include "testing/scoped_env.h"
 
 namespace tessel {
 namespace {

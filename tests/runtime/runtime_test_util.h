@@ -1,11 +1,9 @@
-// Helpers for the runtime tests: bounded waits and a scoped environment variable.
+// Helpers for the runtime tests: bounded waits (a scoped environment variable:
+// testing/scoped_env.h).
 #pragma once
 
 #include <chrono>
-#include <cstdlib>
 #include <future>
-#include <optional>
-#include <string>
 
 namespace tessel::testing {
 
@@ -25,33 +23,6 @@ class Gate {
  private:
   std::promise<void> promise_;
   std::shared_future<void> future_;
-};
-
-// Sets (or with nullopt unsets) an environment variable for one scope, then restores it.
-// Use only from the test's main thread while no other thread reads the environment.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value->c_str(), 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
 };
 
 }  // namespace tessel::testing

@@ -9,6 +9,7 @@
 #include "tessel/comm/mpi.h"
 #include "tessel/runtime/runtime.h"
 #include "tessel/system/accelerator_system.h"
+#include "testing/scoped_env.h"
 
 namespace tessel {
 namespace {
@@ -229,8 +230,7 @@ TEST_F(SystemAccelerator, FailedInitializeLeavesTheProcessUninitialized) {
 
 TEST_F(SystemAccelerator, UnderMpirunWithoutMpiIsAClearFailedPrecondition) {
   // What mpirun -np 2 exports, in a process that has not initialised MPI.
-  testing::ScopedEnv size("OMPI_COMM_WORLD_SIZE", "2");
-  testing::ScopedEnv rank("OMPI_COMM_WORLD_RANK", "1");
+  testing::ScopedEnv mpirun({{"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "1"}});
   if (mpi_available()) {
     EXPECT_TESSEL_ERROR(initialize_accelerator_system(), ErrorCode::kFailedPrecondition,
                         "initialize_accelerator_system: this process is client 1 of 2 (mpirun), "
