@@ -22,8 +22,9 @@
 #include <limits>
 
 #include "core/errors.h"
-#include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
+#include "dtensor/ops/op_families.h"
+#include "dtensor/ops/xent_names.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
@@ -32,8 +33,6 @@ namespace {
 
 constexpr std::string_view kSoftmax = "softmax";
 constexpr std::string_view kLogSoftmax = "log_softmax";
-constexpr std::string_view kXent = "sparse_softmax_cross_entropy_with_logits";
-constexpr std::string_view kXentGrad = "sparse_softmax_cross_entropy_grad";
 
 // The logits' specs with the class axis unsharded and no Partial.
 SpecList class_axis_whole(const Layout& layout) {

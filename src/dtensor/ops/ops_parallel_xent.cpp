@@ -22,19 +22,14 @@
 // point with TF's message, as the unsharded op's does.
 #include <cmath>
 
-#include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
+#include "dtensor/ops/op_families.h"
+#include "dtensor/ops/xent_names.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
 namespace detail {
 namespace {
-
-constexpr std::string_view kParts = "xent_parts";
-constexpr std::string_view kPartsGrad = "xent_parts_grad";
-// The public op's last stage: a kernel error (a bad label) names the op the user called.
-constexpr std::string_view kFinish = "sparse_softmax_cross_entropy_with_logits.vocab_parallel";
-constexpr std::string_view kFinishGrad = "xent_finish_grad";
 
 // The logits' specs without the class axis, no Partial.
 SpecList batch_specs(const Layout& logits) {
@@ -79,8 +74,8 @@ ClassBlock class_block(const Tensor& logits, const LocalContext& context) {
 void parts_kernel(const std::vector<Tensor>& in, Tensor& out, const LocalContext& context) {
   const ClassBlock b = class_block(in[1], context);
   const int64_t rows = out.num_elements() / 2;
-  dispatch_float(out.dtype(), kParts, [&]<typename T>() {
-    dispatch_index(in[0].dtype(), kParts, [&]<typename L>() {
+  dispatch_float(out.dtype(), kXentParts, [&]<typename T>() {
+    dispatch_index(in[0].dtype(), kXentParts, [&]<typename L>() {
       const L* labels = in[0].data<L>();
       const T* x = in[1].data<T>();
       const T* m = in[2].data<T>();
@@ -101,8 +96,8 @@ void parts_kernel(const std::vector<Tensor>& in, Tensor& out, const LocalContext
 // d logits = g_sum * exp(x - m) + g_pick * onehot(label), per row.
 void parts_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const LocalContext& context) {
   const ClassBlock b = class_block(in[1], context);
-  dispatch_float(out.dtype(), kPartsGrad, [&]<typename T>() {
-    dispatch_index(in[0].dtype(), kPartsGrad, [&]<typename L>() {
+  dispatch_float(out.dtype(), kXentPartsGrad, [&]<typename T>() {
+    dispatch_index(in[0].dtype(), kXentPartsGrad, [&]<typename L>() {
       const L* labels = in[0].data<L>();
       const T* x = in[1].data<T>();
       const T* m = in[2].data<T>();
@@ -138,10 +133,10 @@ TensorSpec infer_parts(const std::vector<TensorSpec>& in, std::string_view op) {
 
 void register_parts(OpRegistry& registry) {
   OpDef parts;
-  parts.name = std::string(kParts);
+  parts.name = std::string(kXentParts);
   parts.num_inputs = 3;
   parts.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
-    TensorSpec batch = infer_parts(in, kParts);
+    TensorSpec batch = infer_parts(in, kXentParts);
     return TensorSpec{with_pair(batch.shape), batch.dtype, {}};
   };
   parts.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
@@ -157,19 +152,19 @@ void register_parts(OpRegistry& registry) {
   parts.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
                     const LocalContext& context) { parts_kernel(in, out, context); };
   parts.vjp = [](const VjpArgs& a) {
-    return std::vector<DTensor>{DTensor(),
-                                call_op(kPartsGrad, {a.inputs[0], a.inputs[1], a.inputs[2], a.grad}),
-                                DTensor()};
+    return std::vector<DTensor>{
+        DTensor(), call_op(kXentPartsGrad, {a.inputs[0], a.inputs[1], a.inputs[2], a.grad}),
+        DTensor()};
   };
   registry.add(std::move(parts));
 
   OpDef grad;
-  grad.name = std::string(kPartsGrad);
+  grad.name = std::string(kXentPartsGrad);
   grad.num_inputs = 4;
   grad.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
-    const TensorSpec batch = infer_parts(in, kPartsGrad);
+    const TensorSpec batch = infer_parts(in, kXentPartsGrad);
     if (in[3].shape != with_pair(batch.shape) || in[3].dtype != batch.dtype) {
-      throw_invalid(kPartsGrad, "the gradient is {}, the parts are {}", in[3].shape.to_string(),
+      throw_invalid(kXentPartsGrad, "the gradient is {}, the parts are {}", in[3].shape.to_string(),
                     with_pair(batch.shape).to_string());
     }
     return TensorSpec{in[1].shape, in[1].dtype, {}};
@@ -200,15 +195,15 @@ void register_finish(OpRegistry& registry) {
     return make_layout(l.mesh(), specs);
   };
   OpDef finish;
-  finish.name = std::string(kFinish);
+  finish.name = std::string(kXentFinish);
   finish.num_inputs = 2;  // parts, labels
   finish.infer = [check](const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
-    const Shape batch = check(in[0], kFinish);
+    const Shape batch = check(in[0], kXentFinish);
     if (in[1].shape != batch || (in[1].dtype != DType::kI32 && in[1].dtype != DType::kI64)) {
-      throw_invalid(kFinish, "labels must be i32 or i64 {}, got {} {}", batch.to_string(),
+      throw_invalid(kXentFinish, "labels must be i32 or i64 {}, got {} {}", batch.to_string(),
                     dtype_name(in[1].dtype), in[1].shape.to_string());
     }
-    if (!attrs.vocab_size) throw_invalid(kFinish, "needs the class count in attrs.vocab_size");
+    if (!attrs.vocab_size) throw_invalid(kXentFinish, "needs the class count in attrs.vocab_size");
     return TensorSpec{batch, in[0].dtype, {}};
   };
   finish.shard = [pair_layout](const std::vector<TensorSpec>& in, const TensorSpec&,
@@ -222,31 +217,31 @@ void register_finish(OpRegistry& registry) {
   finish.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                      const LocalContext&) {
     const int64_t classes = attrs.vocab_size.value_or(0);
-    dispatch_float(out.dtype(), kFinish, [&]<typename T>() {
-      dispatch_index(in[1].dtype(), kFinish, [&]<typename L>() {
+    dispatch_float(out.dtype(), kXentFinish, [&]<typename T>() {
+      dispatch_index(in[1].dtype(), kXentFinish, [&]<typename L>() {
         const T* p = in[0].data<T>();
         const L* labels = in[1].data<L>();
         T* o = out.data<T>();
         const int64_t rows = out.num_elements();
         for (int64_t r = 0; r < rows; ++r) {
-          check_label(static_cast<int64_t>(labels[r]), classes, kFinish);
+          check_label(static_cast<int64_t>(labels[r]), classes, kXentFinish);
           o[r] = std::log(p[2 * r]) - p[2 * r + 1];
         }
       });
     });
   };
   finish.vjp = [](const VjpArgs& a) {
-    return std::vector<DTensor>{call_op(kFinishGrad, {a.inputs[0], a.grad}), DTensor()};
+    return std::vector<DTensor>{call_op(kXentFinishGrad, {a.inputs[0], a.grad}), DTensor()};
   };
   registry.add(std::move(finish));
 
   OpDef grad;
-  grad.name = std::string(kFinishGrad);
+  grad.name = std::string(kXentFinishGrad);
   grad.num_inputs = 2;
   grad.infer = [check](const std::vector<TensorSpec>& in, const OpAttrs&) {
-    if (in[1].shape != check(in[0], kFinishGrad) || in[1].dtype != in[0].dtype) {
-      throw_invalid(kFinishGrad, "the gradient is {}, the loss is {}", in[1].shape.to_string(),
-                    check(in[0], kFinishGrad).to_string());
+    if (in[1].shape != check(in[0], kXentFinishGrad) || in[1].dtype != in[0].dtype) {
+      throw_invalid(kXentFinishGrad, "the gradient is {}, the loss is {}", in[1].shape.to_string(),
+                    check(in[0], kXentFinishGrad).to_string());
     }
     return TensorSpec{in[0].shape, in[0].dtype, {}};
   };
@@ -259,7 +254,7 @@ void register_finish(OpRegistry& registry) {
   };
   grad.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
                    const LocalContext&) {
-    dispatch_float(out.dtype(), kFinishGrad, [&]<typename T>() {
+    dispatch_float(out.dtype(), kXentFinishGrad, [&]<typename T>() {
       const T* p = in[0].data<T>();
       const T* g = in[1].data<T>();
       T* o = out.data<T>();
@@ -284,7 +279,7 @@ DTensor vocab_parallel_cross_entropy(const DTensor& labels, const DTensor& logit
   const DTensor most = stop_gradient(reduce_max(logits, {logits.rank() - 1}));
   OpAttrs attrs;
   attrs.vocab_size = logits.shape()[logits.rank() - 1];
-  return call_op(kFinish, {call_op(kParts, {labels, logits, most}), labels}, attrs);
+  return call_op(kXentFinish, {call_op(kXentParts, {labels, logits, most}), labels}, attrs);
 }
 
 }  // namespace detail

@@ -12,20 +12,14 @@
 #include <functional>
 
 #include "core/errors.h"
+#include "dtensor/framework/op_util.h"
 #include "dtensor/ops/cuda/gpu_kernels.h"
 #include "dtensor/ops/cuda/gpu_launch.h"
-#include "dtensor/framework/op_util.h"
+#include "dtensor/ops/xent_names.h"
 #include "runtime/cuda/cuda_check.h"
 
 namespace tessel::detail {
 namespace {
-
-constexpr std::string_view kParts = "xent_parts";
-constexpr std::string_view kPartsGrad = "xent_parts_grad";
-constexpr std::string_view kFinish = "sparse_softmax_cross_entropy_with_logits.vocab_parallel";
-constexpr std::string_view kFinishGrad = "xent_finish_grad";
-constexpr std::string_view kXent = "sparse_softmax_cross_entropy_with_logits";
-constexpr std::string_view kXentGrad = "sparse_softmax_cross_entropy_grad";
 
 // The logits block (input 1) as rows of `local` classes, the first of them global class `offset`.
 struct ClassBlock {
@@ -52,7 +46,8 @@ bool covered(const std::vector<Tensor>& in, const Tensor& out, size_t labels) {
 void parts_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                   const LocalContext& context) {
   run_gpu_kernel(
-      std::string(kParts), covered(in, out, 0), in, out, attrs, context, [&](cudaStream_t stream) {
+      std::string(kXentParts), covered(in, out, 0), in, out, attrs, context,
+      [&](cudaStream_t stream) {
         const ClassBlock b = class_block(in[1], context);
         const int64_t rows = out.num_elements() / 2;
         return by_value_and_index(
@@ -67,7 +62,7 @@ void parts_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& att
 // xent_parts_grad(labels, logits, m, g) -> the logits' block.
 void parts_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                        const LocalContext& context) {
-  run_gpu_kernel(std::string(kPartsGrad), covered(in, out, 0), in, out, attrs, context,
+  run_gpu_kernel(std::string(kXentPartsGrad), covered(in, out, 0), in, out, attrs, context,
                  [&](cudaStream_t stream) {
                    const ClassBlock b = class_block(in[1], context);
                    return by_value_and_index(
@@ -125,7 +120,7 @@ void finish_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& at
                    const LocalContext& context) {
   const int64_t classes = attrs.vocab_size.value_or(0);
   run_with_label_check(
-      kFinish, 1, classes, in, out, attrs, context,
+      kXentFinish, 1, classes, in, out, attrs, context,
       [&]<typename T, typename L>(const L* labels, gpu::BadLabel* bad, cudaStream_t stream) {
         return gpu::launch_xent_finish<T, L>(device_data<T>(in[0]), labels, device_data<T>(out),
                                              out.num_elements(), classes, bad, stream);
@@ -134,7 +129,7 @@ void finish_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& at
 
 // xent_finish_grad(parts, g) -> [rows, 2].
 OpDef::Kernel finish_grad_kernel() {
-  return float_gpu_kernel(std::string(kFinishGrad),
+  return float_gpu_kernel(std::string(kXentFinishGrad),
                           []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
                                          const LocalContext&, cudaStream_t stream) -> GpuLaunch {
                             return gpu::launch_xent_finish_grad<T>(
@@ -172,10 +167,10 @@ void xent_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs&
 }  // namespace
 
 void register_gpu_xent_kernels(OpRegistry& registry) {
-  registry.set_gpu_kernel(kParts, parts_kernel);
-  registry.set_gpu_kernel(kPartsGrad, parts_grad_kernel);
-  registry.set_gpu_kernel(kFinish, finish_kernel);
-  registry.set_gpu_kernel(kFinishGrad, finish_grad_kernel());
+  registry.set_gpu_kernel(kXentParts, parts_kernel);
+  registry.set_gpu_kernel(kXentPartsGrad, parts_grad_kernel);
+  registry.set_gpu_kernel(kXentFinish, finish_kernel);
+  registry.set_gpu_kernel(kXentFinishGrad, finish_grad_kernel());
   registry.set_gpu_kernel(kXent, xent_kernel);
   registry.set_gpu_kernel(kXentGrad, xent_grad_kernel);
 }
