@@ -2,30 +2,32 @@
 
 #include <string>
 
+#include "core/enum_names.h"
 #include "core/env.h"
 #include "core/errors.h"
 
 namespace tessel {
 
+namespace {
+
+constexpr detail::EnumName<Algorithm> kAlgorithmNames[] = {
+    {Algorithm::kAuto, "auto"},
+    {Algorithm::kDirect, "direct"},
+    {Algorithm::kRing, "ring"},
+    {Algorithm::kHalvingDoubling, "halving_doubling"},
+    {Algorithm::kReduceToOne, "reduce_to_one"},
+    {Algorithm::kHierarchical, "hierarchical"},
+    {Algorithm::kMpi, "mpi"},
+};
+
+}  // namespace
+
 std::string_view algorithm_name(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kHalvingDoubling: return "halving_doubling";
-    case Algorithm::kReduceToOne: return "reduce_to_one";
-    case Algorithm::kHierarchical: return "hierarchical";
-    case Algorithm::kMpi: return "mpi";
-  }
-  return "unknown";
+  return detail::name_of(kAlgorithmNames, algorithm, "Algorithm");
 }
 
 Algorithm algorithm_from_name(std::string_view name) {
-  for (Algorithm a : {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kRing,
-                      Algorithm::kHalvingDoubling, Algorithm::kReduceToOne,
-                      Algorithm::kHierarchical, Algorithm::kMpi}) {
-    if (algorithm_name(a) == name) return a;
-  }
+  if (const std::optional<Algorithm> a = detail::value_named(kAlgorithmNames, name)) return *a;
   if (name == "tree") return Algorithm::kHalvingDoubling;
   detail::throw_invalid("CollectiveOptions",
                         "unknown algorithm '{}' (expected auto, direct, ring, halving_doubling, "

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "core/enum_names.h"
 #include "core/errors.h"
 
 namespace tessel {
@@ -11,26 +12,23 @@ namespace {
 
 constexpr std::string_view kComponent = "CommunicationOptions";
 
+constexpr detail::EnumName<CommunicationImplementation> kImplementationNames[] = {
+    {CommunicationImplementation::kAuto, "AUTO"},
+    {CommunicationImplementation::kRing, "RING"},
+    {CommunicationImplementation::kNccl, "NCCL"},
+};
+
 }  // namespace
 
 std::string_view communication_implementation_name(CommunicationImplementation implementation) {
-  switch (implementation) {
-    case CommunicationImplementation::kAuto:
-      return "AUTO";
-    case CommunicationImplementation::kRing:
-      return "RING";
-    case CommunicationImplementation::kNccl:
-      return "NCCL";
-  }
-  return "AUTO";
+  return detail::name_of(kImplementationNames, implementation, kComponent);
 }
 
 CommunicationImplementation communication_implementation_from_name(std::string_view name) {
   std::string upper(name);
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  for (auto impl : {CommunicationImplementation::kAuto, CommunicationImplementation::kRing,
-                    CommunicationImplementation::kNccl}) {
-    if (upper == communication_implementation_name(impl)) return impl;
+  if (const auto implementation = detail::value_named(kImplementationNames, upper)) {
+    return *implementation;
   }
   detail::throw_invalid(kComponent,
                         "implementation should be a "
