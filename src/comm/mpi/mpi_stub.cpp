@@ -1,17 +1,14 @@
 // The MPI API of a tessel built without MPI (TESSEL_WITH_MPI=OFF): mpi_available() is false and
 // every call that would need MPI throws kUnavailable, so that callers need no #ifdefs.
 #include "comm/algorithms.h"
-#include "core/errors.h"
+#include "core/built_without.h"
 #include "tessel/comm/mpi.h"
 
 namespace tessel {
 namespace {
 
 [[noreturn]] void unavailable(std::string_view what) {
-  detail::throw_error(ErrorCode::kUnavailable, "MPI",
-                      "{}: tessel was built without MPI (configure with -DTESSEL_WITH_MPI=ON and "
-                      "an MPI installed, e.g. libopenmpi-dev)",
-                      what);
+  detail::throw_built_without(detail::Backend::kMpi, "MPI", what);
 }
 
 }  // namespace

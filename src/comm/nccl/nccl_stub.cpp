@@ -1,14 +1,11 @@
 // The NCCL communicator's stub (built without CUDA): every factory throws kUnavailable.
-#include "core/errors.h"
+#include "core/built_without.h"
 #include "tessel/comm/nccl.h"
 
 namespace tessel {
 namespace {
 [[noreturn]] void unavailable(const char* what) {
-  detail::throw_error(ErrorCode::kUnavailable, "NCCL",
-                      "{}: tessel was built without CUDA and NCCL (configure with "
-                      "-DTESSEL_WITH_CUDA=ON on a machine with the CUDA toolkit and NCCL)",
-                      what);
+  detail::throw_built_without(detail::Backend::kCuda, "NCCL", what);
 }
 }  // namespace
 

@@ -1,6 +1,6 @@
 // The CUDA backend's stub (built without CUDA): no GPU is visible, and what needs one throws
 // kUnavailable.
-#include "core/errors.h"
+#include "core/built_without.h"
 #include "tessel/runtime/device.h"
 #include "tessel/runtime/gpu.h"
 #include "tessel/runtime/gpu_event.h"
@@ -8,10 +8,7 @@
 namespace tessel {
 namespace {
 [[noreturn]] void unavailable(const char* component, const char* what) {
-  detail::throw_error(ErrorCode::kUnavailable, component,
-                      "{}: tessel was built without CUDA (configure with -DTESSEL_WITH_CUDA=ON on "
-                      "a machine with the CUDA toolkit and NCCL)",
-                      what);
+  detail::throw_built_without(detail::Backend::kCuda, component, what);
 }
 }  // namespace
 
