@@ -104,8 +104,10 @@ void add_creation(OpRegistry& registry, const char* name, Kind kind) {
   registry.add(std::move(def));
 }
 
-OpAttrs creation_attrs(const Shape& shape, const Layout& layout, DType dtype, Runtime* runtime) {
-  OpAttrs attrs;
+// `attrs` (the op's own values) with what every creation op takes: the output's shape, layout
+// and dtype, and the runtime whose devices hold it.
+OpAttrs creation_attrs(const Shape& shape, const Layout& layout, DType dtype, Runtime* runtime,
+                       OpAttrs attrs = {}) {
   attrs.shape = shape.dims();
   attrs.layout = layout;
   attrs.dtype = dtype;
@@ -135,27 +137,22 @@ DTensor ones(const Shape& shape, const Layout& layout, DType dtype, Runtime* run
 
 DTensor fill(const Shape& shape, double value, const Layout& layout, DType dtype,
              Runtime* runtime) {
-  OpAttrs attrs = detail::creation_attrs(shape, layout, dtype, runtime);
-  attrs.value = value;
-  return call_op("fill", {}, attrs);
+  return call_op("fill", {},
+                 detail::creation_attrs(shape, layout, dtype, runtime, {.value = value}));
 }
 
 DTensor random_uniform(const Shape& shape, const Layout& layout, uint64_t seed, double low,
                        double high, DType dtype, Runtime* runtime) {
-  OpAttrs attrs = detail::creation_attrs(shape, layout, dtype, runtime);
-  attrs.seed = seed;
-  attrs.low = low;
-  attrs.high = high;
-  return call_op("random_uniform", {}, attrs);
+  return call_op("random_uniform", {},
+                 detail::creation_attrs(shape, layout, dtype, runtime,
+                                        {.low = low, .high = high, .seed = seed}));
 }
 
 DTensor random_normal(const Shape& shape, const Layout& layout, uint64_t seed, double mean,
                       double stddev, DType dtype, Runtime* runtime) {
-  OpAttrs attrs = detail::creation_attrs(shape, layout, dtype, runtime);
-  attrs.seed = seed;
-  attrs.mean = mean;
-  attrs.stddev = stddev;
-  return call_op("random_normal", {}, attrs);
+  return call_op("random_normal", {},
+                 detail::creation_attrs(shape, layout, dtype, runtime,
+                                        {.mean = mean, .stddev = stddev, .seed = seed}));
 }
 
 DTensor zeros_like(const DTensor& x) {

@@ -287,27 +287,15 @@ DTensor cos(const DTensor& x) { return call_op("cos", {x}); }
 DTensor silu(const DTensor& x) { return call_op("silu", {x}); }
 
 DTensor pow(const DTensor& x, double exponent) {
-  OpAttrs attrs;
-  attrs.operand = exponent;
-  return call_op("pow_scalar", {x}, attrs);
+  return call_op("pow_scalar", {x}, {.operand = exponent});
 }
 
-DTensor cast(const DTensor& x, DType dtype) {
-  OpAttrs attrs;
-  attrs.dtype = dtype;
-  return call_op("cast", {x}, attrs);
-}
+DTensor cast(const DTensor& x, DType dtype) { return call_op("cast", {x}, {.dtype = dtype}); }
 
-DTensor add(const DTensor& a, double b) {
-  OpAttrs attrs;
-  attrs.operand = b;
-  return call_op("add_scalar", {a}, attrs);
-}
+DTensor add(const DTensor& a, double b) { return call_op("add_scalar", {a}, {.operand = b}); }
 
 DTensor multiply(const DTensor& a, double b) {
-  OpAttrs attrs;
-  attrs.operand = b;
-  return call_op("multiply_scalar", {a}, attrs);
+  return call_op("multiply_scalar", {a}, {.operand = b});
 }
 
 }  // namespace tessel
