@@ -394,6 +394,21 @@ ShardingDecision max_helper_rule(const std::vector<TensorSpec>& inputs, const Op
   return d;
 }
 
+// reduce_max_ties or reduce_max_grad without its VJP: the inference and the rule above.
+OpDef max_helper_def(std::string_view name, int num_inputs, OpDef::Kernel kernel) {
+  OpDef def;
+  def.name = std::string(name);
+  def.num_inputs = num_inputs;
+  def.infer = [name](const std::vector<TensorSpec>& in, const OpAttrs& a) {
+    return max_helper_infer(name, in, a);
+  };
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs& a) {
+    return max_helper_rule(in, a);
+  };
+  def.kernel = std::move(kernel);
+  return def;
+}
+
 void max_ties_kernel(const std::vector<Tensor>& inputs, Tensor& output, const OpAttrs& attrs,
                      const LocalContext& context) {
   const std::vector<bool> mask = reduced_mask(attrs.axes, context.output_shape, kMaxTies);
@@ -513,32 +528,14 @@ void register_reduction_ops(OpRegistry& registry) {
   };
   registry.add(std::move(sum_grad));
 
-  OpDef ties;
-  ties.name = std::string(kMaxTies);
-  ties.num_inputs = 2;
-  ties.infer = [](const std::vector<TensorSpec>& in, const OpAttrs& a) {
-    return max_helper_infer(kMaxTies, in, a);
-  };
-  ties.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs& a) {
-    return max_helper_rule(in, a);
-  };
-  ties.kernel = max_ties_kernel;
+  OpDef ties = max_helper_def(kMaxTies, 2, max_ties_kernel);
   // A step function: zero gradient almost everywhere.
   ties.vjp = [](const VjpArgs& args) {
     return std::vector<DTensor>{zeros_like(args.inputs[0]), zeros_like(args.inputs[1])};
   };
   registry.add(std::move(ties));
 
-  OpDef max_grad;
-  max_grad.name = std::string(kMaxGrad);
-  max_grad.num_inputs = 3;
-  max_grad.infer = [](const std::vector<TensorSpec>& in, const OpAttrs& a) {
-    return max_helper_infer(kMaxGrad, in, a);
-  };
-  max_grad.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs& a) {
-    return max_helper_rule(in, a);
-  };
-  max_grad.kernel = max_grad_kernel;
+  OpDef max_grad = max_helper_def(kMaxGrad, 3, max_grad_kernel);
   // Linear in g: d/dg = ties / count summed back over the reduced axes; ties and count are
   // piecewise constant (zero gradient).
   max_grad.vjp = [](const VjpArgs& args) {
@@ -558,10 +555,7 @@ namespace {
 
 DTensor reduce(std::string_view op, const DTensor& x, const std::vector<int64_t>& axes,
                bool keepdims) {
-  OpAttrs attrs;
-  attrs.axes = axes;
-  attrs.keepdims = keepdims;
-  return call_op(op, {x}, attrs);
+  return call_op(op, {x}, {.axes = axes, .keepdims = keepdims});
 }
 
 }  // namespace
