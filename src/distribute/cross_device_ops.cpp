@@ -146,6 +146,17 @@ detail::CallDeadline CrossDeviceOps::call_deadline(const CommunicationOptions& o
   return detail::CallDeadline{call_started_ + timeout, timeout};
 }
 
+std::optional<Mirrored> CrossDeviceOps::single_replica_copy(const DistributedValues& value,
+                                                            const std::vector<Device*>& devices,
+                                                            const std::vector<Device*>& dests,
+                                                            const CommunicationOptions& options) {
+  if (num_workers_ != 1 || value.size() != 1 || !detail::same_devices(devices, dests)) {
+    return std::nullopt;
+  }
+  plan_.path = "single_replica_shortcut";
+  return detail::copy_to_devices(value.value(0), devices, call_deadline(options), plan_);
+}
+
 void CrossDeviceOps::finish() {
   std::lock_guard<std::mutex> lock(plan_mu_);
   num_collectives_ += plan_.num_collectives();
@@ -208,11 +219,7 @@ Mirrored CrossDeviceOps::reduce(ReduceOp reduce_op, const DistributedValues& per
   const std::vector<Device*> dests = destinations_of(destinations);
   const std::vector<Device*> devices = devices_of(per_replica_value);
   scope.validated = true;
-  if (num_workers_ == 1 && per_replica_value.size() == 1 && detail::same_devices(devices, dests)) {
-    plan_.path = "single_replica_shortcut";
-    return detail::copy_to_devices(per_replica_value.value(0), devices,
-                                   call_deadline(options), plan_);
-  }
+  if (auto copy = single_replica_copy(per_replica_value, devices, dests, options)) return *copy;
   const DistributedValues value = checked_for_reduce(reduce_op, per_replica_value, "reduce");
   return reduce_implementation(reduce_op, value, destinations, options);
 }
@@ -271,11 +278,7 @@ Mirrored CrossDeviceOps::gather(const DistributedValues& per_replica_value,
   const std::vector<Device*> dests = destinations_of(destinations);
   const std::vector<Device*> devices = devices_of(per_replica_value);
   scope.validated = true;
-  if (num_workers_ == 1 && per_replica_value.size() == 1 && detail::same_devices(devices, dests)) {
-    plan_.path = "single_replica_shortcut";
-    return detail::copy_to_devices(per_replica_value.value(0), devices,
-                                   call_deadline(options), plan_);
-  }
+  if (auto copy = single_replica_copy(per_replica_value, devices, dests, options)) return *copy;
   if (per_replica_value.empty())
     detail::throw_invalid(kOps, "`per_replica_value` must be non-empty");
   check_components(per_replica_value, "gather", /*shapes_must_match=*/false);

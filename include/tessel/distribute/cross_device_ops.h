@@ -62,6 +62,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -174,6 +175,13 @@ class CrossDeviceOps {
  private:
   void begin(const char* method);
   void finish();
+  // TF's shortcut of reduce and gather: with one worker and a single replica already on the
+  // destinations there is nothing to combine, and the value is copied to them; nullopt when the
+  // call has more to do.
+  std::optional<Mirrored> single_replica_copy(const DistributedValues& value,
+                                              const std::vector<Device*>& devices,
+                                              const std::vector<Device*>& dests,
+                                              const CommunicationOptions& options);
 
   Runtime* runtime_;
   int num_workers_ = 1;
