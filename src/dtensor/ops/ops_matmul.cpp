@@ -424,7 +424,9 @@ struct Matrices {
 };
 
 // The operand with `letters` as [batch, rows, cols] (letters bl + rl + cl), in place when its
-// letters are in that order or in batch + cols + rows order, else rearranged into a copy.
+// letters are in that order or in batch + cols + rows order, else rearranged into a copy. A
+// letter in neither the other operand nor the output (summed out) is in none of bl, rl and cl,
+// so such an operand is always copied, and the rearrangement sums it out.
 template <typename T>
 void as_matrices(const T* data, const std::string& letters, const std::string& bl,
                  const std::string& rl, const std::string& cl, int64_t rows, int64_t cols,
@@ -511,26 +513,9 @@ void einsum_block(const Equation& eq, const Tensor& a_in, const Tensor& b_in, Te
   const Tensor a_c = a_in.contiguous();
   const Tensor b_c = b_in.contiguous();
   T* o = out.data<T>();
-  // Summed letters (in one operand only) are summed out while rearranging.
   Matrices<T> ma, mb;
-  if (sums_out(eq, eq.a, eq.b)) {
-    ma.copy.assign(static_cast<size_t>(batch * m * k), T(0));
-    rearrange(a_c.data<T>(), eq.a, ma.copy.data(), bl + ml + kl, size);
-    ma.p = ma.copy.data();
-    ma.ld = k;
-    ma.stride = m * k;
-  } else {
-    as_matrices(a_c.data<T>(), eq.a, bl, ml, kl, m, k, size, ma);
-  }
-  if (sums_out(eq, eq.b, eq.a)) {
-    mb.copy.assign(static_cast<size_t>(batch * k * n), T(0));
-    rearrange(b_c.data<T>(), eq.b, mb.copy.data(), bl + kl + nl, size);
-    mb.p = mb.copy.data();
-    mb.ld = n;
-    mb.stride = k * n;
-  } else {
-    as_matrices(b_c.data<T>(), eq.b, bl, kl, nl, k, n, size, mb);
-  }
+  as_matrices(a_c.data<T>(), eq.a, bl, ml, kl, m, k, size, ma);
+  as_matrices(b_c.data<T>(), eq.b, bl, kl, nl, k, n, size, mb);
   // The output in place when its letters are batch + m + n (or batch + n + m: computed as the
   // transposed product), else through a buffer.
   const bool direct = eq.out == bl + ml + nl;
