@@ -57,19 +57,34 @@ ShardingDecision shard_softmax(const std::vector<TensorSpec>& in) {
   return {{want}, want};
 }
 
+// A row's largest value and the sum of e^(x - largest) over it: the start of softmax,
+// log_softmax, the cross entropy and its gradient (subtracting the largest keeps every exponent
+// at most 0). Each e^(x - largest) is also stored in `e` unless it is null.
+template <typename T>
+struct ExpSum {
+  T most;
+  T total;
+};
+
+template <typename T>
+ExpSum<T> exp_sum(const T* x, int64_t classes, T* e = nullptr) {
+  T most = -std::numeric_limits<T>::infinity();
+  for (int64_t c = 0; c < classes; ++c) most = std::max(most, x[c]);
+  T total = 0;
+  for (int64_t c = 0; c < classes; ++c) {
+    const T v = std::exp(x[c] - most);
+    total += v;
+    if (e != nullptr) e[c] = v;
+  }
+  return {most, total};
+}
+
 template <typename T, bool kLog>
 void softmax_rows(const T* x, T* y, int64_t rows, int64_t classes) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * classes;
     T* yr = y + r * classes;
-    T most = -std::numeric_limits<T>::infinity();
-    for (int64_t c = 0; c < classes; ++c) most = std::max(most, xr[c]);
-    T total = 0;
-    for (int64_t c = 0; c < classes; ++c) {
-      const T e = std::exp(xr[c] - most);
-      total += e;
-      if constexpr (!kLog) yr[c] = e;
-    }
+    const auto [most, total] = exp_sum(xr, classes, kLog ? nullptr : yr);
     if constexpr (kLog) {
       // (x - max) - log(total): subtracting max + log(total) at once loses digits for large x.
       const T lse = std::log(total);
@@ -142,10 +157,7 @@ void xent_rows(const L* labels, const T* x, T* loss, int64_t rows, int64_t class
     const L label = labels[r];
     if (label < 0 || static_cast<int64_t>(label) >= classes) bad_label(label, classes, op);
     const T* xr = x + r * classes;
-    T most = -std::numeric_limits<T>::infinity();
-    for (int64_t c = 0; c < classes; ++c) most = std::max(most, xr[c]);
-    T total = 0;
-    for (int64_t c = 0; c < classes; ++c) total += std::exp(xr[c] - most);
+    const auto [most, total] = exp_sum(xr, classes);
     loss[r] = std::log(total) - (xr[label] - most);
   }
 }
@@ -198,15 +210,7 @@ void xent_grad_rows(const L* labels, const T* x, const T* g, T* dx, int64_t rows
     if (label < 0 || static_cast<int64_t>(label) >= classes) bad_label(label, classes, op);
     const T* xr = x + r * classes;
     T* dr = dx + r * classes;
-    T most = -std::numeric_limits<T>::infinity();
-    for (int64_t c = 0; c < classes; ++c) most = std::max(most, xr[c]);
-    T total = 0;
-    for (int64_t c = 0; c < classes; ++c) {
-      const T e = std::exp(xr[c] - most);
-      total += e;
-      dr[c] = e;
-    }
-    const T scale = g[r] / total;
+    const T scale = g[r] / exp_sum(xr, classes, dr).total;
     for (int64_t c = 0; c < classes; ++c) dr[c] *= scale;
     dr[label] -= g[r];
   }
