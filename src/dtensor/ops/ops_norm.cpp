@@ -41,6 +41,15 @@ constexpr std::string_view kLayerNormBias = "layer_norm_with_bias";
 constexpr std::string_view kLayerNormGrad = "layer_norm_grad";
 constexpr std::string_view kWeightGrad = "layer_norm_weight_grad";
 
+// The gradient input in[index] must have x's (in[0]'s) shape and dtype.
+void check_gradient_like_x(const std::vector<TensorSpec>& in, size_t index, std::string_view op) {
+  const TensorSpec& g = in[index];
+  if (g.shape != in[0].shape || g.dtype != in[0].dtype) {
+    throw_invalid(op, "the gradient is {} {}, x is {} {}", dtype_name(g.dtype), g.shape.to_string(),
+                  dtype_name(in[0].dtype), in[0].shape.to_string());
+  }
+}
+
 // x must be at least 1-D with a non-empty last axis; `vectors` ([C] each) match its last axis.
 void check_norm_inputs(const std::vector<TensorSpec>& in, size_t first_vector, size_t count,
                        std::string_view op) {
@@ -236,10 +245,7 @@ void register_layer_norm_grads(OpRegistry& registry) {
   grad.num_inputs = 3;
   grad.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
     check_norm_inputs(in, 1, 1, kLayerNormGrad);
-    if (in[2].shape != in[0].shape || in[2].dtype != in[0].dtype) {
-      throw_invalid(kLayerNormGrad, "the gradient is {} {}, x is {} {}", dtype_name(in[2].dtype),
-                    in[2].shape.to_string(), dtype_name(in[0].dtype), in[0].shape.to_string());
-    }
+    check_gradient_like_x(in, 2, kLayerNormGrad);
     return TensorSpec{in[0].shape, in[0].dtype, {}};
   };
   grad.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
@@ -255,10 +261,7 @@ void register_layer_norm_grads(OpRegistry& registry) {
   weight.num_inputs = 2;
   weight.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
     check_norm_inputs(in, 0, 0, kWeightGrad);
-    if (in[1].shape != in[0].shape || in[1].dtype != in[0].dtype) {
-      throw_invalid(kWeightGrad, "the gradient is {} {}, x is {} {}", dtype_name(in[1].dtype),
-                    in[1].shape.to_string(), dtype_name(in[0].dtype), in[0].shape.to_string());
-    }
+    check_gradient_like_x(in, 1, kWeightGrad);
     return TensorSpec{Shape({in[0].shape[in[0].shape.rank() - 1]}), in[0].dtype, {}};
   };
   weight.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
