@@ -47,6 +47,20 @@ void check_timeout(std::chrono::milliseconds timeout, const char* call) {
   }
 }
 
+// Input i of a lifecycle step: an integer scalar (rank 0: a device count) or vector (rank 1:
+// device ids), `what` naming its values in the error.
+void check_integer_input(const Tensor& t, size_t i, int rank, std::string_view what) {
+  if (!t.defined()) detail::throw_invalid(kComponent, "Input {} is a null tensor", i);
+  if (t.rank() != rank) {
+    detail::throw_invalid(kComponent, "Input {} should be a {} but has {} dimensions", i,
+                          rank == 0 ? "scalar" : "vector", t.rank());
+  }
+  if (t.dtype() != DType::kI32 && t.dtype() != DType::kI64) {
+    detail::throw_invalid(kComponent, "Input {} has dtype {}; {} are integers", i,
+                          dtype_name(t.dtype()), what);
+  }
+}
+
 }  // namespace
 
 SystemCoordinator::SystemCoordinator(const Host& host)
@@ -253,15 +267,7 @@ HostConfiguration SystemCoordinator::configure_distributed_system(
   std::vector<int> counts;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    if (!t.defined()) detail::throw_invalid(kComponent, "Input {} is a null tensor", i);
-    if (t.rank() != 0) {
-      detail::throw_invalid(kComponent, "Input {} should be a scalar but has {} dimensions", i,
-                            t.rank());
-    }
-    if (t.dtype() != DType::kI32 && t.dtype() != DType::kI64) {
-      detail::throw_invalid(kComponent, "Input {} has dtype {}; device counts are integers", i,
-                            dtype_name(t.dtype()));
-    }
+    check_integer_input(t, i, 0, "device counts");
     counts.push_back(static_cast<int>(t.at({})));
   }
   return configure_distributed_system(counts, options);
@@ -376,15 +382,7 @@ Topology SystemCoordinator::wait_for_distributed_system(const std::vector<Tensor
   std::vector<std::vector<int64_t>> ids;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    if (!t.defined()) detail::throw_invalid(kComponent, "Input {} is a null tensor", i);
-    if (t.rank() != 1) {
-      detail::throw_invalid(kComponent, "Input {} should be a vector but has {} dimensions", i,
-                            t.rank());
-    }
-    if (t.dtype() != DType::kI32 && t.dtype() != DType::kI64) {
-      detail::throw_invalid(kComponent, "Input {} has dtype {}; device ids are integers", i,
-                            dtype_name(t.dtype()));
-    }
+    check_integer_input(t, i, 1, "device ids");
     std::vector<int64_t> host_ids;
     for (double v : t.to_doubles()) host_ids.push_back(static_cast<int64_t>(v));
     ids.push_back(std::move(host_ids));
