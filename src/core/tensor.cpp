@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <utility>
 
 #include "core/tensor_impl.h"
 #include "tessel/core/allocator.h"
@@ -157,25 +158,20 @@ MemorySpace Tensor::memory_space() const {
   return storage_->space;
 }
 
-void* Tensor::data() {
-  check_host("data");
-  return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
-}
-
-const void* Tensor::data() const {
-  check_host("data");
-  return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
-}
-
-void* Tensor::data_ptr() {
-  check_defined("data_ptr");
-  return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
-}
-
 const void* Tensor::data_ptr() const {
   check_defined("data_ptr");
   return base() + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
+
+// The mutable forms: the same address (a Tensor's constness is not its storage's).
+void* Tensor::data_ptr() { return const_cast<void*>(std::as_const(*this).data_ptr()); }
+
+const void* Tensor::data() const {
+  check_host("data");
+  return data_ptr();
+}
+
+void* Tensor::data() { return const_cast<void*>(std::as_const(*this).data()); }
 
 Tensor Tensor::slice(int axis, int64_t start, int64_t stop) const {
   check_defined("slice");
