@@ -1,7 +1,8 @@
 // Bindings of the SPMD op layer with TensorFlow's names and keyword names (ops.h): elementwise
 // (add, subtract, multiply, divide, maximum, minimum, negative, exp, log, tanh, relu, gelu,
 // sigmoid, sqrt, rsqrt, cast), matmul, einsum, reductions, softmax / log_softmax /
-// sparse_softmax_cross_entropy_with_logits, shape ops, embedding_lookup and the creation ops;
+// sparse_softmax_cross_entropy_with_logits, shape ops, embedding_lookup, the creation ops and the
+// indexing and structural ops (gather, take_along_axis, scatter_add, pad, cumsum, one_hot, top_k);
 // Python operators on DTensor; and the op registry (op_registry.h): call_op, plan_op
 // (TensorSpec -> ShardingDecision), OpAttrs, the replicate fallback and the op names.
 //
@@ -608,6 +609,79 @@ void bind_more_elementwise(py::module_& m) {
       });
 }
 
+// ---- indexing and structural ops (issue 34) -----------------------------------------------
+// gather, take_along_axis, scatter_add, pad, cumsum, one_hot and top_k with TF's keywords
+// (numpy's for take_along_axis); top_k returns the namedtuple TopK(values, indices), as TF's.
+
+void bind_indexing_ops(py::module_& m) {
+  m.def(
+      "gather",
+      [](const DTensor& params, const DTensor& indices, int64_t axis) {
+        return run([&] { return gather(params, indices, axis); });
+      },
+      py::arg("params"), py::arg("indices"), py::arg("axis") = 0,
+      "Slices of params at indices (i32/i64, negative from the end) along axis (tf.gather, "
+      "numpy.take): params.shape[:axis] + indices.shape + params.shape[axis+1:].");
+  m.def(
+      "take_along_axis",
+      [](const DTensor& arr, const DTensor& indices, int64_t axis) {
+        return run([&] { return take_along_axis(arr, indices, axis); });
+      },
+      py::arg("arr"), py::arg("indices"), py::arg("axis"),
+      "numpy.take_along_axis: indices has arr's shape except along axis (no broadcasting).");
+  m.def(
+      "scatter_add",
+      [](const DTensor& base, const DTensor& indices, const DTensor& updates, int64_t axis) {
+        return run([&] { return scatter_add(base, indices, updates, axis); });
+      },
+      py::arg("base"), py::arg("indices"), py::arg("updates"), py::arg("axis") = 0,
+      "base with updates (gather(base, indices, axis)'s shape) added at indices along axis; "
+      "repeated indices add up (numpy.add.at).");
+  m.def(
+      "pad",
+      [](const DTensor& tensor, const std::vector<std::pair<int64_t, int64_t>>& paddings,
+         double constant_values) {
+        return run([&] { return pad(tensor, paddings, constant_values); });
+      },
+      py::arg("tensor"), py::arg("paddings"), py::arg("constant_values") = 0.0,
+      "tensor with constant_values around it: paddings, one (before, after) pair per dim "
+      "(tf.pad, numpy.pad's pad_width).");
+  m.def(
+      "cumsum",
+      [](const DTensor& x, int64_t axis, bool exclusive, bool reverse) {
+        return run([&] { return cumsum(x, axis, exclusive, reverse); });
+      },
+      py::arg("x"), py::arg("axis") = 0, py::arg("exclusive") = false, py::arg("reverse") = false,
+      "Running sum along axis (tf.math.cumsum).");
+  m.def(
+      "one_hot",
+      [](const DTensor& indices, int64_t depth, double on_value, double off_value, int64_t axis,
+         DType dtype) {
+        return run([&] { return one_hot(indices, depth, on_value, off_value, axis, dtype); });
+      },
+      py::arg("indices"), py::arg("depth"), py::arg("on_value") = 1.0, py::arg("off_value") = 0.0,
+      py::arg("axis") = -1, py::arg("dtype") = DType::kF32,
+      "tf.one_hot: a new axis of depth classes; an index outside [0, depth) gives off_value.");
+  py::object top_k_type = py::module_::import("collections")
+                              .attr("namedtuple")("TopK", py::make_tuple("values", "indices"),
+                                                  py::arg("module") = "tessel");
+  m.attr("TopK") = top_k_type;
+  m.def(
+      "top_k",
+      [top_k_type](const DTensor& input, int64_t k, bool /*sorted*/) {
+        TopK result;
+        {
+          py::gil_scoped_release release;
+          result = top_k(input, k);
+        }
+        return top_k_type(wrap_dtensor(std::move(result.values)),
+                          wrap_dtensor(std::move(result.indices)));
+      },
+      py::arg("input"), py::arg("k") = 1, py::arg("sorted") = true,
+      "tf.math.top_k: TopK(values, indices) of the k largest along the last axis, largest "
+      "first (always sorted), i64 indices.");
+}
+
 // ---- op_registry.h ------------------------------------------------------------------------
 
 // OpAttrs from call_op's / plan_op's keyword arguments (each names an OpAttrs field).
@@ -722,6 +796,7 @@ void bind_ops(py::module_& m) {
   bind_creation(m);
   bind_operators(m);
   bind_more_elementwise(m);
+  bind_indexing_ops(m);
   bind_registry(m);
   // Last, once every overload is defined: the direct entry points of the binary ops.
   const std::pair<const char*, Binary> binary_ops[] = {

@@ -5,12 +5,6 @@
 #include "casters.h"
 #include "tessel/dtensor/sharding_fallback.h"
 
-namespace tessel::detail {
-// The library's testing ops (src/dtensor/framework/testing_ops.h, internal: the module sees only
-// the public headers).
-void register_testing_ops();
-}  // namespace tessel::detail
-
 namespace tessel::python {
 
 void bind_sharding_fallback(py::module_& m) {
@@ -42,9 +36,6 @@ void bind_sharding_fallback(py::module_& m) {
         "NotImplementedError instead of falling back.");
   m.def("sharding_fallback_strict", &sharding_fallback_strict,
         "Whether strict mode is on (default: TESSEL_STRICT_SHARDING, else off).");
-  // For the tests only: registers the ops testing.cumsum_rows and testing.reverse_cumsum_rows,
-  // whose rule has no answer for a sharded dim 0 (run them with call_op).
-  m.def("_register_testing_ops", &detail::register_testing_ops);
 }
 
 }  // namespace tessel::python

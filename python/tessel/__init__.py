@@ -193,9 +193,10 @@ from tessel._tessel import (
 )
 
 # SPMD ops with TF's names (bind_ops.cpp): elementwise, matmul/einsum, reductions, nn, shape,
-# embedding_lookup, creation; DTensor gets the operators + - * / @ ** < <= > >= == != unary -,
-# abs() and indexing with slices. zeros,
-# random_uniform and random_normal without a Layout are the host forms (tessel.Tensor).
+# embedding_lookup, creation, gather / take_along_axis / scatter_add / pad / cumsum / one_hot /
+# top_k (which returns the namedtuple TopK); DTensor gets the operators + - * / @ ** < <= > >=
+# == != unary -, abs() and indexing with slices. zeros, random_uniform and random_normal without
+# a Layout are the host forms (tessel.Tensor).
 # Every registered op that bind_ops.cpp binds under the op's own name (add, exp, matmul, zeros,
 # ...) is exported by that name below, so that a new op needs no line here; the list is the rest.
 from tessel._tessel import (
@@ -203,6 +204,7 @@ from tessel._tessel import (
     OpRegistry,
     ShardingDecision,
     TensorSpec,
+    TopK,
     call_op,
     concat,
     host_staged_kernel_calls,

@@ -44,3 +44,63 @@ def host(d):
 
 def rand(shape, seed, low=-2.0, high=2.0, dtype=np.float64):
     return np.random.default_rng(seed).uniform(low, high, shape).astype(dtype)
+
+
+# ---- op tests over random layouts (meshes of 1, 2 and 2x2 devices) --------------------------
+
+MESHES = [[("x", 1)], [("x", 2)], [("x", 2), ("y", 2)]]
+
+
+@pytest.fixture(params=range(len(MESHES)), ids=["1", "2", "2x2"])
+def any_mesh(request):
+    return tessel.create_mesh(MESHES[request.param])
+
+
+@pytest.fixture
+def fresh_fallbacks():
+    """Out of strict mode and no sharding-fallback records, before the test and after it."""
+    tessel.set_sharding_fallback_strict(False)
+    tessel.reset_sharding_fallbacks()
+    yield
+    tessel.set_sharding_fallback_strict(False)
+    tessel.reset_sharding_fallbacks()
+
+
+def random_layout(shape, mesh, rng, partial=True):
+    """Each dim unsharded or sharded over a free mesh dim; a free mesh dim left may be Partial."""
+    free = [name for name in mesh.dim_names]
+    rng.shuffle(free)
+    specs = []
+    for _ in shape:
+        specs.append(free.pop() if free and rng.random() < 0.6 else "unsharded")
+    layout = tessel.Layout(specs, mesh)
+    if partial and free and rng.random() < 0.5:
+        layout = layout.with_partial([(free.pop(), "sum")])
+    return layout
+
+
+def distribute(array, layout):
+    return tessel.copy_to_mesh(np.asarray(array), layout)
+
+
+def finite_differences(fn, arrays, w, h=1e-6):
+    """d sum(fn(*arrays) * w) / d arrays[i], by central differences."""
+    grads = []
+    for i, a in enumerate(arrays):
+        g = np.zeros_like(a)
+        for j in np.ndindex(a.shape):
+            plus = [x.copy() for x in arrays]
+            minus = [x.copy() for x in arrays]
+            plus[i][j] += h
+            minus[i][j] -= h
+            g[j] = ((fn(*plus) * w).sum() - (fn(*minus) * w).sum()) / (2 * h)
+        grads.append(g)
+    return grads
+
+
+def tape_gradients(fn, dtensors, w):
+    with tessel.GradientTape() as tape:
+        for d in dtensors:
+            tape.watch(d)
+        loss = tessel.reduce_sum(fn(*dtensors) * w)
+    return [host(g) for g in tape.gradient(loss, list(dtensors))]

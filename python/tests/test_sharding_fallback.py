@@ -2,8 +2,8 @@
 inputs' layouts runs on the nearest layouts the rule accepts and matches the replicated
 computation (values and gradients) on meshes 2 and 2x2; each (op, layouts) pair is counted with
 its bytes and warned about once; strict mode (and TESSEL_STRICT_SHARDING=1) raises naming the op
-and the layouts; ops with rules never count. The op without a rule for a sharded dim 0 is the
-library's testing op testing.cumsum_rows (a running sum down dim 0)."""
+and the layouts; ops with rules never count. The op without a rule for a sharded dim 0 is cumsum
+along axis 0 (a running sum down dim 0), called through call_op as "cumsum"."""
 
 import os
 import subprocess
@@ -16,19 +16,11 @@ from numpy.testing import assert_allclose, assert_array_equal
 import tessel
 from conftest import host, put, rand
 
-CUMSUM = "testing.cumsum_rows"
+CUMSUM = "cumsum"
 NAMES = ["FallbackRecord", "sharding_fallbacks", "reset_sharding_fallbacks",
          "sharding_fallbacks_text", "set_sharding_fallback_strict", "sharding_fallback_strict"]
 
-
-@pytest.fixture(autouse=True)
-def fresh_records():
-    tessel._tessel._register_testing_ops()
-    tessel.set_sharding_fallback_strict(False)
-    tessel.reset_sharding_fallbacks()
-    yield
-    tessel.set_sharding_fallback_strict(False)
-    tessel.reset_sharding_fallbacks()
+pytestmark = pytest.mark.usefixtures("fresh_fallbacks")
 
 
 def test_names_are_exported():
@@ -57,7 +49,7 @@ def test_result_equals_the_replicated_computation(capfd, dims, specs, kept):
     assert op == CUMSUM and count == 1
     assert layouts == [tessel.Layout(list(specs), mesh)]
     assert nbytes == after.bytes - before.bytes > 0
-    assert capfd.readouterr().err.count("tessel: warning: op 'testing.cumsum_rows'") == 1
+    assert capfd.readouterr().err.count("tessel: warning: op 'cumsum'") == 1
 
 
 def test_each_pair_is_warned_about_once_and_counted_per_call(capfd, mesh):
@@ -80,7 +72,7 @@ def test_each_pair_is_warned_about_once_and_counted_per_call(capfd, mesh):
     }
     assert counts == {str(rows.layout): (3, 3 * per_call[str(rows.layout)].bytes_total),
                       str(both.layout): (2, 2 * per_call[str(both.layout)].bytes_total)}
-    assert "testing.cumsum_rows (input 0: sharding_specs:x,y on mesh x=2,y=2): 2 calls" in \
+    assert "cumsum (input 0: sharding_specs:x,y on mesh x=2,y=2): 2 calls" in \
         tessel.sharding_fallbacks_text()
     tessel.reset_sharding_fallbacks()
     assert tessel.sharding_fallbacks() == [] and tessel.sharding_fallbacks_text() == ""
@@ -106,27 +98,27 @@ def test_strict_mode_raises_naming_the_op_and_layouts(mesh):
     tessel.set_sharding_fallback_strict(True)
     assert tessel.sharding_fallback_strict() is True
     with pytest.raises(NotImplementedError,
-                       match=r"testing\.cumsum_rows: no sharding rule for input 0: \[4,4\] f64 in "
+                       match=r"cumsum: no sharding rule for input 0: \[4,4\] f64 in "
                              r"sharding_specs:x,y on mesh x=2,y=2.*strict sharding is on"):
         tessel.call_op(CUMSUM, [d])
     assert [r.count for r in tessel.sharding_fallbacks()] == [1]
 
 
 def test_strict_mode_from_the_environment():
-    code = ("import tessel; tessel._tessel._register_testing_ops()\n"
+    code = ("import tessel\n"
             "assert tessel.sharding_fallback_strict()\n"
             "m = tessel.create_mesh([('x', 2)])\n"
             "d = tessel.copy_to_mesh(tessel.tensor([[1.0], [2.0]]),\n"
             "                        tessel.Layout(['x', 'unsharded'], m))\n"
             "try:\n"
-            "    tessel.call_op('testing.cumsum_rows', [d])\n"
+            "    tessel.cumsum(d)\n"
             "except NotImplementedError as e:\n"
             "    print('raised:', e)\n")
     env = dict(os.environ, TESSEL_STRICT_SHARDING="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "raised: testing.cumsum_rows: no sharding rule" in out.stdout
+    assert "raised: cumsum: no sharding rule" in out.stdout
     env["TESSEL_STRICT_SHARDING"] = "sometimes"
     out = subprocess.run([sys.executable, "-c", "import tessel; tessel.sharding_fallback_strict()"],
                          env=env, capture_output=True, text=True, timeout=120)

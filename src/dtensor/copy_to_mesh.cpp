@@ -61,8 +61,12 @@ std::vector<Tensor> partial_terms(const DTensor& tensor, const std::vector<int64
   return terms;
 }
 
-// Combines the terms one partial dim at a time, first dim first (mean divides by its size).
+// Combines the terms one partial dim at a time, first dim first (mean divides by its size), on
+// the host (the terms of GPU devices are copied there first).
 Tensor combine_terms(std::vector<Tensor> terms, const Layout& layout) {
+  if (layout.is_partial()) {
+    for (Tensor& t : terms) t = t.to_host();
+  }
   for (const PartialDim& p : layout.partial()) {
     const int64_t n = layout.mesh().dim_size(p.mesh_dim);
     const size_t inner = terms.size() / static_cast<size_t>(n);

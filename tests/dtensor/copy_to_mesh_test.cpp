@@ -9,6 +9,7 @@
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/mesh/shard_map.h"
 #include "testing/expect_error.h"
+#include "testing/gpu_devices.h"
 
 namespace tessel {
 namespace {
@@ -294,6 +295,16 @@ TEST(ToHost, PartialTermsFromPackAreReduced) {
   EXPECT_EQ(reduce(ReduceOp::kMax), 6.0f);
   EXPECT_EQ(reduce(ReduceOp::kMin), 1.0f);
   EXPECT_EQ(reduce(ReduceOp::kProd), 36.0f);
+}
+
+// The terms of a Partial on GPU devices are reduced on host copies.
+TEST(ToHost, PartialTermsOnGpuDevicesAreReduced) {
+  Runtime rt(testing::options_with_gpu_devices(2));
+  const Mesh mesh = Mesh::create({{"x", 2}}, "GPU");
+  const std::vector<Tensor> terms = {Tensor::from_vector<double>({1, 2}, {2}),
+                                     Tensor::from_vector<double>({3, -5}, {2})};
+  const DTensor p = pack(terms, partial_layout(mesh, {"unsharded"}, {{"x", ReduceOp::kSum}}), rt);
+  EXPECT_EQ(to_host(p).to_vector<double>(), (std::vector<double>{4, -3}));
 }
 
 TEST(ToHost, FullTensorIsToHost) {

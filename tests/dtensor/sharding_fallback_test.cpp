@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "dtensor/framework/op_util.h"
-#include "dtensor/framework/testing_ops.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
@@ -31,7 +30,8 @@ namespace {
 using testing::random_host;
 using testing::values;
 
-constexpr const char* kCumsum = "testing.cumsum_rows";
+// cumsum along axis 0 (attrs.axis unset): its rule has no answer for a sharded dim 0.
+constexpr const char* kCumsum = "cumsum";
 
 // The running sum down dim 0 of a host tensor [rows, cols] in f64, computed here.
 std::vector<double> host_cumsum(const Tensor& x) {
@@ -50,12 +50,13 @@ std::vector<double> host_cumsum(const Tensor& x) {
 // Registers (once) a two-input op returning input 0 whose rule accepts the inputs only when one
 // of them is entirely unsharded (output: input 0's layout); the fallback must gather the cheaper.
 constexpr const char* kEitherWhole = "test_fallback_either_whole";
-// And one whose rule has no answer for anything, and one whose rule reports a genuine error.
+// And one whose rule has no answer for anything, one whose rule reports a genuine error, and an
+// identity whose rule has no answer for a Partial input (keeping any sharding).
 constexpr const char* kNoLayout = "test_fallback_no_layout";
 constexpr const char* kBadRule = "test_fallback_bad_rule";
+constexpr const char* kNoPartial = "test_fallback_no_partial";
 void register_test_ops() {
   static const bool done = [] {
-    detail::register_testing_ops();
     const auto identity_kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
                                     const LocalContext&) { out.copy_from(in[0]); };
     OpDef either;
@@ -84,21 +85,23 @@ void register_test_ops() {
       detail::throw_invalid(kBadRule, "the rule's own error");
     };
     OpRegistry::global().add(bad);
+    OpDef whole_sums = none;
+    whole_sums.name = kNoPartial;
+    whole_sums.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+      if (in[0].layout.is_partial()) detail::no_rule("a Partial input");
+      return ShardingDecision{{in[0].layout}, in[0].layout};
+    };
+    OpRegistry::global().add(whole_sums);
     return true;
   }();
   (void)done;
 }
 
-class ShardingFallback : public ::testing::Test {
+class ShardingFallback : public testing::FallbackScopedTest {
  protected:
   void SetUp() override {
     register_test_ops();
-    set_sharding_fallback_strict(false);
-    reset_sharding_fallbacks();
-  }
-  void TearDown() override {
-    set_sharding_fallback_strict(false);
-    reset_sharding_fallbacks();
+    FallbackScopedTest::SetUp();
   }
 };
 
@@ -133,9 +136,9 @@ TEST_F(ShardingFallback, APartialInputIsReducedAndKeepsItsSharding) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   const Tensor host = random_host(Shape{5, 4}, DType::kF64, 3);
   const Layout partial = Layout({"unsharded", "y"}, mesh).with_partial({{"x", ReduceOp::kSum}});
-  const DTensor got = call_op(kCumsum, {testing::distribute(host, partial, rt, rng)});
+  const DTensor got = call_op(kNoPartial, {testing::distribute(host, partial, rt, rng)});
   EXPECT_EQ(got.layout(), Layout({"unsharded", "y"}, mesh));
-  const std::vector<double> want = host_cumsum(host);
+  const std::vector<double> want = host.to_doubles();
   const std::vector<double> have = values(got);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(have[i], want[i], 1e-12) << i;
 }
@@ -194,7 +197,7 @@ TEST_F(ShardingFallback, EachPairIsCountedWithItsBytesAndWarnedAboutOnce) {
       ++n;
     return n;
   };
-  EXPECT_EQ(occurrences("tessel: warning: op 'testing.cumsum_rows'"), 2u) << warned;
+  EXPECT_EQ(occurrences("tessel: warning: op 'cumsum'"), 2u) << warned;
   EXPECT_EQ(occurrences("[8,4] f32 in sharding_specs:x,unsharded on mesh x=2,y=2"), 1u) << warned;
   EXPECT_EQ(occurrences("[8,4] f32 in sharding_specs:x,y on mesh x=2,y=2"), 1u) << warned;
   const std::vector<FallbackRecord> records = sharding_fallbacks();
@@ -215,7 +218,7 @@ TEST_F(ShardingFallback, EachPairIsCountedWithItsBytesAndWarnedAboutOnce) {
     bytes += r.bytes;
   }
   EXPECT_EQ(bytes, after.bytes - before.bytes);  // what the relayouts themselves counted
-  EXPECT_NE(sharding_fallbacks_text().find("testing.cumsum_rows (input 0: "), std::string::npos);
+  EXPECT_NE(sharding_fallbacks_text().find("cumsum (input 0: "), std::string::npos);
   // After a reset the list is empty and the next fallback warns again.
   reset_sharding_fallbacks();
   EXPECT_TRUE(sharding_fallbacks().empty());
@@ -235,7 +238,7 @@ TEST_F(ShardingFallback, StrictModeRaisesNamingTheOpAndLayouts) {
   set_sharding_fallback_strict(true);
   EXPECT_TRUE(sharding_fallback_strict());
   const std::string expected =
-      "testing.cumsum_rows: no sharding rule for input 0: [4,4] f32 in sharding_specs:x,y on mesh "
+      "cumsum: no sharding rule for input 0: [4,4] f32 in sharding_specs:x,y on mesh "
       "x=2,y=2";
   EXPECT_TESSEL_ERROR(call_op(kCumsum, {x}), ErrorCode::kUnimplemented, expected);
   EXPECT_TESSEL_ERROR(call_op(kCumsum, {x}), ErrorCode::kUnimplemented, "strict sharding is on");
@@ -258,7 +261,8 @@ TEST_F(ShardingFallback, GenuineErrorsStillRaiseAndCountNothing) {
   EXPECT_TESSEL_ERROR(call_op(kBadRule, {x}), ErrorCode::kInvalidArgument, "the rule's own error");
   const DTensor scalar =
       copy_to_mesh(Tensor::full(Shape{}, DType::kF32, 1), Layout::replicated(mesh, 0), rt);
-  EXPECT_TESSEL_ERROR(call_op(kCumsum, {scalar}), ErrorCode::kInvalidArgument, "needs rank >= 1");
+  EXPECT_TESSEL_ERROR(call_op(kCumsum, {scalar}), ErrorCode::kInvalidArgument,
+                      "axis 0 is out of range for rank 0");
   // plan_op moves nothing, so it counts nothing.
   EXPECT_EQ(plan_op(kCumsum, {{Shape{4}, DType::kF32, Layout({"x"}, mesh)}}).output,
             Layout::replicated(mesh, 1));

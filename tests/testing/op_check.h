@@ -25,7 +25,9 @@
 
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/sharding_fallback.h"
 #include "tessel/mesh/shard_map.h"
 
 namespace tessel::testing {
@@ -34,6 +36,37 @@ using OpFn = std::function<DTensor(const std::vector<DTensor>&)>;
 
 // A DTensor's global value as doubles, row-major (for EXPECT_EQ against literals).
 inline std::vector<double> values(const DTensor& t) { return to_host(t).to_doubles(); }
+
+// The meshes the op tests run on: 1, 2 and 2x2 devices.
+inline std::vector<Mesh> small_meshes() {
+  return {Mesh::create({{"x", 1}}), Mesh::create({{"x", 2}}), Mesh::create({{"x", 2}, {"y", 2}})};
+}
+
+// Host values laid out as `layout` (f64 or i64).
+inline DTensor put(const std::vector<double>& v, const Shape& shape, const Layout& layout,
+                   Runtime& rt) {
+  return copy_to_mesh(Tensor::from_vector<double>(v, shape), layout, rt);
+}
+inline DTensor put_ints(const std::vector<int64_t>& v, const Shape& shape, const Layout& layout,
+                        Runtime& rt) {
+  return copy_to_mesh(Tensor::from_vector<int64_t>(v, shape), layout, rt);
+}
+
+// What plan_op takes for an input.
+inline TensorSpec spec(const Shape& shape, const Layout& layout, DType dtype = DType::kF32) {
+  return TensorSpec{shape, dtype, layout};
+}
+
+// A test whose ops may fall back (sharding_fallback.h): it starts out of strict mode and leaves
+// no records behind.
+class FallbackScopedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    set_sharding_fallback_strict(false);
+    reset_sharding_fallbacks();
+  }
+  void TearDown() override { SetUp(); }
+};
 
 inline Tensor random_host(const Shape& shape, DType dtype, uint64_t seed, double low = -2.0,
                           double high = 2.0) {

@@ -71,19 +71,27 @@ struct OpAttrs {
   std::vector<int64_t> perm;          // transpose: output dim k is input dim perm[k] (empty:
                                       // the dims reversed)
   std::optional<int64_t> axis;        // concat: the axis the inputs are joined along (required);
-                                      // argmax: the axis reduced (unset: the last)
-  std::vector<int64_t> begin;         // slice, slice_grad: where the slice starts
+                                      // argmax: the axis reduced (unset: the last); gather,
+                                      // scatter_add, cumsum: the axis they work along (unset:
+                                      // 0); take_along_axis, scatter_add_along_axis: the same
+                                      // (required); one_hot: where the new axis goes (unset: -1,
+                                      // the last)
+  std::vector<int64_t> begin;         // slice, slice_grad: where the slice starts; pad: the
+                                      // padding before each dim
   std::vector<int64_t> size;          // slice: its extent per dim (-1: to the end)
   std::vector<int64_t> shape;         // reshape: the target (one -1 is inferred); creation ops:
                                       // the output's; reduce_sum_grad (also matmul's VJP
                                       // broadcasting back): the reduced input's; slice_grad:
-                                      // the sliced input's
+                                      // the sliced input's; pad: the padded output's
   std::optional<int64_t> vocab_size;  // embedding_lookup_grad: the table's rows (required);
                                       // sparse_softmax_cross_entropy_with_logits.vocab_parallel:
                                       // the class count (required)
+  std::optional<int64_t> depth;       // one_hot: the classes (required)
   std::string equation;               // einsum
   // Host scalars.
-  std::optional<double> value;          // fill
+  std::optional<double> value;          // fill; pad: the constant (unset: 0)
+  std::optional<double> on_value;       // one_hot: the value at the index (unset: 1)
+  std::optional<double> off_value;      // one_hot: the value elsewhere (unset: 0)
   std::optional<double> operand;        // add_scalar: the addend; multiply_scalar: the factor
   std::optional<double> low;            // random_uniform: values in [low, high)
   std::optional<double> high;           // random_uniform
@@ -96,12 +104,15 @@ struct OpAttrs {
   std::optional<double> learning_rate;  // adam_apply: the step's (bias-corrected) learning rate
   std::optional<double> epsilon;        // adam_apply; layer_norm: added to the variance
   std::optional<double> rate;           // dropout: the fraction of elements dropped
-  std::optional<int64_t> top_k;         // sample_categorical: draw among the k largest
+  std::optional<int64_t> top_k;         // sample_categorical: draw among the k largest;
+                                        // top_k: how many (required)
   // The rest.
   DType dtype = DType::kF32;     // cast: the target; creation ops: the output's
   bool keepdims = false;         // the reductions and their gradient ops
   bool transpose_a = false;      // matmul
   bool transpose_b = false;      // matmul
+  bool exclusive = false;        // cumsum: each sum leaves its own element out
+  bool reverse = false;          // cumsum: summed from the end of the axis
   std::optional<uint64_t> seed;  // random_uniform, random_normal, dropout, sample_categorical
                                  // (unset: 0)
   std::optional<Layout> layout;  // creation ops: the output's layout (required);
@@ -123,8 +134,11 @@ struct OpAttrs {
     visit("size", &OpAttrs::size);
     visit("shape", &OpAttrs::shape);
     visit("vocab_size", &OpAttrs::vocab_size);
+    visit("depth", &OpAttrs::depth);
     visit("equation", &OpAttrs::equation);
     visit("value", &OpAttrs::value);
+    visit("on_value", &OpAttrs::on_value);
+    visit("off_value", &OpAttrs::off_value);
     visit("operand", &OpAttrs::operand);
     visit("low", &OpAttrs::low);
     visit("high", &OpAttrs::high);
@@ -140,6 +154,8 @@ struct OpAttrs {
     visit("keepdims", &OpAttrs::keepdims);
     visit("transpose_a", &OpAttrs::transpose_a);
     visit("transpose_b", &OpAttrs::transpose_b);
+    visit("exclusive", &OpAttrs::exclusive);
+    visit("reverse", &OpAttrs::reverse);
     visit("seed", &OpAttrs::seed);
     visit("layout", &OpAttrs::layout);
     visit("runtime", &OpAttrs::runtime);

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessel/core/shape.h"
@@ -130,6 +131,50 @@ DTensor concat(const std::vector<DTensor>& values, int64_t axis);
 // Rows `ids` of `table` ([vocab, dim]); a row-sharded table does a masked local lookup and
 // returns a Partial(sum) over the table's row mesh dims.
 DTensor embedding_lookup(const DTensor& table, const DTensor& ids);
+
+// Indexing and structural ops (issue 34), with numpy's and TF's names. Indices are i32 or i64; an
+// index of an axis of n elements is in [-n, n) (negative: from the end, as numpy), else
+// kInvalidArgument naming the op, the index and the bound, raised at the next sync point (kernels
+// run asynchronously). The axis an op works along must be unsharded: a call with it sharded runs
+// on the nearest layout the op's rule accepts (sharding_fallback.h); the other axes keep their
+// sharding.
+
+// Slices of params at `indices` along `axis` (tf.gather, numpy.take with an axis): shape
+// params.shape[:axis] + indices.shape + params.shape[axis+1:]. Any dtype. The output has params'
+// sharding around the indices' (theirs kept over the mesh dims params does not use). Gradient:
+// scatter_add.
+DTensor gather(const DTensor& params, const DTensor& indices, int64_t axis = 0);
+// numpy.take_along_axis: out[..., j, ...] = arr[..., indices[..., j, ...], ...] along `axis`;
+// indices has arr's rank and its shape on every other axis (no broadcasting); the output has
+// indices' shape. Gradient: the updates scattered back along the axis.
+DTensor take_along_axis(const DTensor& arr, const DTensor& indices, int64_t axis);
+// base with `updates` added at `indices` along `axis` (gather's gradient; numpy's
+// np.add.at(base, (:, ..., indices), updates)): updates has gather(base, indices, axis)'s shape,
+// repeated indices add up. f32, f64, i32, i64. Where the indices are sharded, each device adds
+// its own and the result is Partial(sum) over their mesh dims.
+DTensor scatter_add(const DTensor& base, const DTensor& indices, const DTensor& updates,
+                    int64_t axis = 0);
+// x with `constant_value` around it: paddings[d] = (before, after) elements on each side of dim d
+// (numpy.pad's pad_width, tf.pad's paddings), one pair per dim, none negative. Any dtype.
+DTensor pad(const DTensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings,
+            double constant_value = 0.0);
+// Running sum along `axis` (tf.math.cumsum): exclusive, each sum leaves its own element out (the
+// first is 0); reverse, summed from the end. f32, f64, i32, i64. A Partial(sum) stays Partial.
+DTensor cumsum(const DTensor& x, int64_t axis = 0, bool exclusive = false, bool reverse = false);
+// tf.one_hot: a new axis of `depth` at `axis` (-1: last) holding on_value at each index and
+// off_value elsewhere; an index outside [0, depth) gives off_value everywhere (TF's rule: -1
+// marks an ignored label). dtype f32, f64, i32, i64 or bool. Not differentiable.
+DTensor one_hot(const DTensor& indices, int64_t depth, double on_value = 1.0,
+                double off_value = 0.0, int64_t axis = -1, DType dtype = DType::kF32);
+// tf.math.top_k: the k largest values along the last axis, largest first, and their i64 indices
+// (the lower index first on ties; NaN counts as the largest, as argmax). 0 <= k <= the last axis's
+// size, else kInvalidArgument. The last axis is gathered first if sharded (one relayout for both
+// outputs). Gradients flow into x at the values' positions.
+struct TopK {
+  DTensor values;
+  DTensor indices;
+};
+TopK top_k(const DTensor& x, int64_t k = 1);
 
 // Creation with a layout (runtime: whose devices; null: Runtime::global()). Random values are
 // keyed by global element index: the same for every layout and device count.

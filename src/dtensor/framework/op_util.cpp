@@ -25,6 +25,20 @@ bool shards_over(const Layout& layout, const std::string& mesh_dim) {
   return false;
 }
 
+bool uses_mesh_dim(const Layout& layout, const std::string& mesh_dim) {
+  if (shards_over(layout, mesh_dim)) return true;
+  for (const PartialDim& p : layout.partial()) {
+    if (p.mesh_dim == mesh_dim) return true;
+  }
+  return false;
+}
+
+void require_index(DType dtype, std::string_view op, std::string_view what) {
+  if (dtype != DType::kI32 && dtype != DType::kI64) {
+    throw_invalid(op, "{} must be i32 or i64, got {}", what, dtype_name(dtype));
+  }
+}
+
 int64_t normalize_axis(int64_t axis, int rank, std::string_view op) {
   if (axis < -rank || axis >= rank) {
     throw_invalid(op, "axis {} is out of range for rank {}", axis, rank);
@@ -116,8 +130,22 @@ bool first_in_sum_groups(const Layout& layout, int64_t offset) {
   return true;
 }
 
+AxisExtents axis_extents(const Shape& shape, int64_t axis) {
+  AxisExtents e;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (d < axis) e.outer *= shape[d];
+    if (d == axis) e.n = shape[d];
+    if (d > axis) e.inner *= shape[d];
+  }
+  return e;
+}
+
 void no_rule(std::string_view why) {
   throw Error(ErrorCode::kUnimplemented, "sharding rule", std::string(why));
+}
+
+void working_axis_sharded(int64_t axis, std::string_view input) {
+  no_rule(fmt::format("axis {} of {}, which the op works along, is sharded", axis, input));
 }
 
 }  // namespace tessel::detail

@@ -189,22 +189,9 @@ void where_loop(const Tensor& cond, const Tensor& x, const Tensor& y, Tensor& ou
   }
 }
 
-// An element of 16 bytes (c128), copied whole.
-struct Bytes16 {
-  uint64_t low, high;
-};
-
 void where_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs&, const LocalContext&) {
-  switch (dtype_size(out.dtype())) {
-    case 1: return where_loop<uint8_t>(in[0], in[1], in[2], out);
-    case 2: return where_loop<uint16_t>(in[0], in[1], in[2], out);
-    case 4: return where_loop<uint32_t>(in[0], in[1], in[2], out);
-    case 8: return where_loop<uint64_t>(in[0], in[1], in[2], out);
-    case 16: return where_loop<Bytes16>(in[0], in[1], in[2], out);
-    default:
-      throw_error(ErrorCode::kUnimplemented, kWhere, "no kernel for dtype {}",
-                  dtype_name(out.dtype()));
-  }
+  dispatch_bytes(out.dtype(), kWhere,
+                 [&]<typename E>() { where_loop<E>(in[0], in[1], in[2], out); });
 }
 
 std::vector<DTensor> where_vjp(const VjpArgs& v) {

@@ -34,29 +34,15 @@ namespace {
 constexpr std::string_view kLookup = "embedding_lookup";
 constexpr std::string_view kLookupGrad = "embedding_lookup_grad";
 
-bool uses(const Layout& layout, const std::string& mesh_dim) {
-  if (shards_over(layout, mesh_dim)) return true;
-  for (const PartialDim& p : layout.partial()) {
-    if (p.mesh_dim == mesh_dim) return true;
-  }
-  return false;
-}
-
 // The ids' specs without the mesh dims that `table` uses.
 SpecList ids_specs(const Layout& ids, const Layout& table) {
   SpecList specs = spec_list(ids);
   for (auto& dims : specs) {
     dims.erase(std::remove_if(dims.begin(), dims.end(),
-                              [&](const std::string& m) { return uses(table, m); }),
+                              [&](const std::string& m) { return uses_mesh_dim(table, m); }),
                dims.end());
   }
   return specs;
-}
-
-void check_ids(DType dtype, std::string_view op) {
-  if (dtype != DType::kI32 && dtype != DType::kI64) {
-    throw_invalid(op, "ids must be i32 or i64, got {}", dtype_name(dtype));
-  }
 }
 
 void check_table(const TensorSpec& table, std::string_view op) {
@@ -75,7 +61,7 @@ void check_table(const TensorSpec& table, std::string_view op) {
 
 TensorSpec infer_lookup(const std::vector<TensorSpec>& in) {
   check_table(in[0], kLookup);
-  check_ids(in[1].dtype, kLookup);
+  require_index(in[1].dtype, kLookup, "ids");
   std::vector<int64_t> dims = in[1].shape.dims();
   dims.push_back(in[0].shape[1]);
   return {Shape(dims), in[0].dtype, {}};
@@ -133,7 +119,7 @@ void lookup_kernel(const std::vector<Tensor>& in, Tensor& out, const LocalContex
 // ---- embedding_lookup_grad(ids, g) --------------------------------------------------------
 
 TensorSpec infer_lookup_grad(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
-  check_ids(in[0].dtype, kLookupGrad);
+  require_index(in[0].dtype, kLookupGrad, "ids");
   if (!attrs.vocab_size || *attrs.vocab_size < 0 || !attrs.layout || attrs.layout->rank() != 2) {
     throw_invalid(kLookupGrad,
                   "needs the vocabulary size in attrs.vocab_size and the table's layout");
@@ -164,7 +150,8 @@ ShardingDecision shard_lookup_grad(const std::vector<TensorSpec>& in, const OpAt
     for (const std::string& m : dims) out_partial.push_back({m, ReduceOp::kSum});
   }
   for (const PartialDim& p : in[1].layout.partial()) {
-    if (p.op == ReduceOp::kSum && !uses(table, p.mesh_dim) && !uses(ids, p.mesh_dim)) {
+    if (p.op == ReduceOp::kSum && !uses_mesh_dim(table, p.mesh_dim) &&
+        !uses_mesh_dim(ids, p.mesh_dim)) {
       pending.push_back(p);
       out_partial.push_back(p);
     }

@@ -22,19 +22,15 @@ namespace {
 using testing::expect_matches_single_device;
 using testing::expect_vjp_matches_finite_differences;
 using testing::OpFn;
+using testing::put;
 using testing::random_host;
 using testing::random_op_layout;
+using testing::spec;
 using testing::values;
 
 using Inputs = std::vector<DTensor>;
 
-DTensor put(const std::vector<double>& v, const Shape& shape, const Layout& layout, Runtime& rt) {
-  return copy_to_mesh(Tensor::from_vector<double>(v, shape), layout, rt);
-}
-
-std::vector<Mesh> meshes() {
-  return {Mesh::create({{"x", 1}}), Mesh::create({{"x", 2}}), Mesh::create({{"x", 2}, {"y", 2}})};
-}
+std::vector<Mesh> meshes() { return testing::small_meshes(); }
 
 // Shape pairs that broadcast (odd sizes: uneven shards).
 const std::vector<std::pair<Shape, Shape>>& shape_pairs() {
@@ -166,10 +162,6 @@ TEST(ElementwiseExtraValues, ComparisonOfAPartialSumComparesTheSum) {
 }
 
 // ---- sharding rules (plan_op) -----------------------------------------------------------------
-
-TensorSpec spec(const Shape& shape, const Layout& layout, DType dtype = DType::kF32) {
-  return TensorSpec{shape, dtype, layout};
-}
 
 TEST(ElementwiseExtraRule, UnaryOpsKeepShardsAndReduceAPartial) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
