@@ -191,8 +191,8 @@ from tessel._tessel import (
     unpack,
 )
 
-# SPMD ops with TF's names (bind_ops.cpp): elementwise, matmul/einsum, reductions, nn, shape,
-# embedding_lookup, creation; DTensor gets the operators + - * / @ ** < <= > >= == != unary -,
+# SPMD ops with TF's names (bind_ops.cpp): elementwise, matmul/einsum, reductions, nn (conv2d,
+# max_pool2d and avg_pool2d among them), shape, embedding_lookup, creation; DTensor gets the operators + - * / @ ** < <= > >= == != unary -,
 # abs() and indexing with slices. zeros,
 # random_uniform and random_normal without a Layout are the host forms (tessel.Tensor).
 # Every registered op that bind_ops.cpp binds under the op's own name (add, exp, matmul, zeros,
