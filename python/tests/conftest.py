@@ -44,3 +44,29 @@ def host(d):
 
 def rand(shape, seed, low=-2.0, high=2.0, dtype=np.float64):
     return np.random.default_rng(seed).uniform(low, high, shape).astype(dtype)
+
+
+# Meshes of 1, 2 and 2x2 devices: the `any_mesh` fixture runs a test on each.
+MESHES = [[("x", 1)], [("x", 2)], [("x", 2), ("y", 2)]]
+
+
+@pytest.fixture(params=range(len(MESHES)), ids=["1", "2", "2x2"])
+def any_mesh(request):
+    return tessel.create_mesh(MESHES[request.param])
+
+
+def random_layout(shape, mesh, rng, partial=True):
+    """Each dim unsharded or sharded over a free mesh dim; a free mesh dim left may be Partial."""
+    free = [name for name in mesh.dim_names]
+    rng.shuffle(free)
+    specs = []
+    for _ in shape:
+        specs.append(free.pop() if free and rng.random() < 0.6 else "unsharded")
+    layout = tessel.Layout(specs, mesh)
+    if partial and free and rng.random() < 0.5:
+        layout = layout.with_partial([(free.pop(), "sum")])
+    return layout
+
+
+def distribute(array, layout):
+    return tessel.copy_to_mesh(np.asarray(array), layout)

@@ -8,9 +8,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 import tessel
-from conftest import host, put, rand
-
-MESHES = [[("x", 1)], [("x", 2)], [("x", 2), ("y", 2)]]
+from conftest import distribute, host, put, rand, random_layout
 
 UNARY = [("square", np.square), ("abs", np.abs), ("sin", np.sin), ("cos", np.cos),
          ("silu", lambda v: v / (1 + np.exp(-v)))]
@@ -19,28 +17,6 @@ COMPARISONS = [("less", np.less), ("less_equal", np.less_equal), ("greater", np.
                ("not_equal", np.not_equal)]
 SHAPE_PAIRS = [((5, 3), (5, 3)), ((5, 3), (3,)), ((5, 1), (1, 3)), ((7,), ()),
                ((2, 5, 3), (5, 1)), ((3,), (4, 3))]
-
-
-def random_layout(shape, mesh, rng, partial=True):
-    """Each dim unsharded or sharded over a free mesh dim; a free mesh dim left may be Partial."""
-    free = [name for name in mesh.dim_names]
-    rng.shuffle(free)
-    specs = []
-    for _ in shape:
-        specs.append(free.pop() if free and rng.random() < 0.6 else "unsharded")
-    layout = tessel.Layout(specs, mesh)
-    if partial and free and rng.random() < 0.5:
-        layout = layout.with_partial([(free.pop(), "sum")])
-    return layout
-
-
-def distribute(array, layout):
-    return tessel.copy_to_mesh(np.asarray(array), layout)
-
-
-@pytest.fixture(params=range(len(MESHES)), ids=["1", "2", "2x2"])
-def any_mesh(request):
-    return tessel.create_mesh(MESHES[request.param])
 
 
 def test_names_are_exported_and_star_import_keeps_abs_and_pow():

@@ -35,6 +35,11 @@ using OpFn = std::function<DTensor(const std::vector<DTensor>&)>;
 // A DTensor's global value as doubles, row-major (for EXPECT_EQ against literals).
 inline std::vector<double> values(const DTensor& t) { return to_host(t).to_doubles(); }
 
+// Meshes of 1, 2 and 2x2 devices ("x", "y"): the ones op tests run every sharding on.
+inline std::vector<Mesh> small_meshes() {
+  return {Mesh::create({{"x", 1}}), Mesh::create({{"x", 2}}), Mesh::create({{"x", 2}, {"y", 2}})};
+}
+
 inline Tensor random_host(const Shape& shape, DType dtype, uint64_t seed, double low = -2.0,
                           double high = 2.0) {
   return Tensor::random_uniform(shape, dtype, seed, low, high);
