@@ -324,3 +324,37 @@ def test_errors_name_the_op_and_the_value(mesh):
         tessel.max_pool2d(x, [2, 2, 2], 1, "SAME")
     with pytest.raises(ValueError, match=r"avg_pool2d: .*must be smaller than the window"):
         tessel.avg_pool2d(x, 2, 1, [[0, 0], [2, 0], [0, 0], [0, 0]])
+
+
+# ---- GPU meshes -------------------------------------------------------------------------------
+
+
+def test_on_a_simulated_gpu_mesh_the_ops_run_host_staged(mesh):
+    """No GPU kernels yet (docs/gpu.md): every block runs its CPU kernel on host copies, with
+    the CPU mesh's values and gradients."""
+    rt = tessel.Runtime(num_cpu_devices=1, num_simulated_gpu_devices=2)
+    gpus = tessel.Mesh.create_on_devices([("x", 2)], [g.name for g in rt.gpu_devices()])
+    x, w = rand((4, 6, 5, 3), 1), rand((3, 3, 3, 2), 2)
+    u = "unsharded"
+
+    def run(m, runtime):
+        dx = tessel.copy_to_mesh(x, tessel.Layout(["x", u, u, u], m), runtime=runtime)
+        dw = tessel.copy_to_mesh(w, tessel.Layout.replicated(m, 4), runtime=runtime)
+
+        def f(p):
+            h = tessel.max_pool2d(tessel.conv2d(p[0], p[1], 1, "SAME"), 2, 1, "SAME")
+            return tessel.reduce_sum(tessel.avg_pool2d(h, 2, 2, "SAME"))
+
+        value, grads = tessel.value_and_grad(f, [dx, dw])
+        # (to_host of a Partial DTensor on a GPU mesh reads device memory: reduced first.)
+        value = tessel.relayout(value, tessel.Layout.replicated(m, 0))
+        return [host(value)] + [host(g) for g in grads]
+
+    before = tessel.host_staged_kernel_calls()
+    on_gpus = run(gpus, rt)
+    after = tessel.host_staged_kernel_calls()
+    for op in ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "max_pool2d",
+               "max_pool2d_grad", "avg_pool2d", "avg_pool2d_grad"):
+        assert after.get(op, 0) >= before.get(op, 0) + 2, op  # one block per device
+    for got, want in zip(on_gpus, run(mesh, None)):
+        assert_allclose(got, want, rtol=1e-12, atol=1e-12)
