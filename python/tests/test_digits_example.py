@@ -34,3 +34,18 @@ def test_the_split_holds_out_a_fifth_of_every_class():
     for c in range(10):
         share = (y_test == c).sum() / ((y_test == c).sum() + (y_train == c).sum())
         assert 0.18 < share < 0.22, c
+
+
+def test_a_data_parallel_step_runs_one_collective():
+    """Images sharded over `batch`, parameters replicated: the forward and backward ops need no
+    communication, and the parameters' Partial gradients are all-reduced in one fused bucket."""
+    x_train, y_train, _, _ = train_digits.load_split(seed=0)
+    mesh = tessel.create_mesh([("batch", 4)])
+    u = train_digits.U
+    params = train_digits.init(mesh, seed=0)
+    x = tessel.copy_to_mesh(x_train[:64], tessel.Layout(["batch", u, u, u], mesh))
+    y = tessel.copy_to_mesh(y_train[:64], tessel.Layout(["batch"], mesh))
+    before = tessel.relayout_stats().collectives
+    _, grads = tessel.value_and_grad(lambda p: train_digits.loss(p, x, y), params)
+    assert tessel.relayout_stats().collectives == before + 1
+    assert [g.layout for g in grads] == [p.layout for p in params]
