@@ -1,8 +1,9 @@
 // Bindings of the SPMD op layer with TensorFlow's names and keyword names (ops.h): elementwise
 // (add, subtract, multiply, divide, maximum, minimum, negative, exp, log, tanh, relu, gelu,
 // sigmoid, sqrt, rsqrt, cast), matmul, einsum, reductions, softmax / log_softmax /
-// sparse_softmax_cross_entropy_with_logits, shape ops, embedding_lookup, the creation ops and the
-// indexing and structural ops (gather, take_along_axis, scatter_add, pad, cumsum, one_hot, top_k);
+// sparse_softmax_cross_entropy_with_logits, conv2d / max_pool2d / avg_pool2d, shape ops,
+// embedding_lookup, the creation ops and the indexing and structural ops (gather,
+// take_along_axis, scatter_add, pad, cumsum, one_hot, top_k);
 // Python operators on DTensor; and the op registry (op_registry.h): call_op, plan_op
 // (TensorSpec -> ShardingDecision), OpAttrs, the replicate fallback and the op names.
 //
@@ -682,6 +683,96 @@ void bind_indexing_ops(py::module_& m) {
       "first (always sorted), i64 indices.");
 }
 
+// ---- convolution and pooling (TF's tf.nn.conv2d, max_pool2d, avg_pool2d) -------------------
+
+// TF's strides / ksize / dilations: an int (both spatial dims) or a list of 1, 2 or 4 ints (C++
+// checks the count and values); None: empty (dilations' default).
+std::vector<int64_t> to_window_ints(py::handle value, const char* op, const char* what) {
+  if (value.is_none()) return {};
+  if (py::isinstance<py::int_>(value) || py::hasattr(value, "__index__")) {
+    return {value.cast<int64_t>()};
+  }
+  if (!py::detail::is_plain_sequence(value)) {
+    throw py::type_error(std::string(op) + ": " + what + " must be an int or a list of ints");
+  }
+  return value.cast<std::vector<int64_t>>();
+}
+
+// TF's padding: "SAME", "VALID", or explicit pads as (before, after) pairs per NHWC dim,
+// [[0, 0], [top, bottom], [left, right], [0, 0]] -> ("EXPLICIT", the 8 ints flattened).
+struct WindowPadding {
+  std::string padding;
+  std::vector<int64_t> explicit_paddings;
+};
+
+WindowPadding to_padding(py::handle value, const char* op) {
+  if (py::isinstance<py::str>(value)) return {value.cast<std::string>(), {}};
+  if (!py::detail::is_plain_sequence(value)) {
+    throw py::type_error(std::string(op) +
+                         ": padding must be \"SAME\", \"VALID\" or a list of (before, after) "
+                         "pairs per NHWC dimension");
+  }
+  WindowPadding out{"EXPLICIT", {}};
+  for (py::handle pair : py::reinterpret_borrow<py::sequence>(value)) {
+    if (!py::detail::is_plain_sequence(pair) || py::len(pair) != 2) {
+      throw Error(
+          ErrorCode::kInvalidArgument, op,
+          "explicit padding must be (before, after) pairs, got " + std::string(py::repr(value)));
+    }
+    for (py::handle pad : py::reinterpret_borrow<py::sequence>(pair)) {
+      out.explicit_paddings.push_back(pad.cast<int64_t>());
+    }
+  }
+  return out;
+}
+
+void require_nhwc(const std::string& data_format, const char* op) {
+  if (data_format != "NHWC") {
+    throw Error(ErrorCode::kUnimplemented, op,
+                "data_format \"" + data_format + "\" is not supported (NHWC only)");
+  }
+}
+
+void bind_conv(py::module_& m) {
+  m.def(
+      "conv2d",
+      [](const DTensor& input, const DTensor& filters, py::handle strides, py::handle padding,
+         const std::string& data_format, py::handle dilations) {
+        require_nhwc(data_format, "conv2d");
+        const std::vector<int64_t> s = to_window_ints(strides, "conv2d", "strides");
+        const std::vector<int64_t> d = to_window_ints(dilations, "conv2d", "dilations");
+        const WindowPadding p = to_padding(padding, "conv2d");
+        return run([&] { return conv2d(input, filters, s, p.padding, d, p.explicit_paddings); });
+      },
+      py::arg("input"), py::arg("filters"), py::arg("strides"), py::arg("padding"),
+      py::arg("data_format") = "NHWC", py::arg("dilations") = py::none(),
+      "2-D convolution of NHWC images with HWIO filters (tf.nn.conv2d): strides / dilations an "
+      "int or 1, 2 or 4 ints; padding \"SAME\", \"VALID\" or [[0, 0], [top, bottom], [left, "
+      "right], [0, 0]].");
+  using Pool = DTensor (*)(const DTensor&, const std::vector<int64_t>&, const std::vector<int64_t>&,
+                           const std::string&, const std::vector<int64_t>&);
+  const auto bind_pool = [&m](const char* name, Pool fn, const char* doc) {
+    m.def(
+        name,
+        [fn, name](const DTensor& input, py::handle ksize, py::handle strides, py::handle padding,
+                   const std::string& data_format) {
+          require_nhwc(data_format, name);
+          const std::vector<int64_t> k = to_window_ints(ksize, name, "ksize");
+          const std::vector<int64_t> s = to_window_ints(strides, name, "strides");
+          const WindowPadding p = to_padding(padding, name);
+          return run([&] { return fn(input, k, s, p.padding, p.explicit_paddings); });
+        },
+        py::arg("input"), py::arg("ksize"), py::arg("strides"), py::arg("padding"),
+        py::arg("data_format") = "NHWC", doc);
+  };
+  bind_pool("max_pool2d", &tessel::max_pool2d,
+            "The largest value of each ksize window per channel of NHWC images "
+            "(tf.nn.max_pool2d); ksize / strides an int or 1, 2 or 4 ints.");
+  bind_pool("avg_pool2d", &tessel::avg_pool2d,
+            "The mean of each ksize window per channel of NHWC images over its cells inside the "
+            "input (tf.nn.avg_pool2d); ksize / strides an int or 1, 2 or 4 ints.");
+}
+
 // ---- op_registry.h ------------------------------------------------------------------------
 
 // OpAttrs from call_op's / plan_op's keyword arguments (each names an OpAttrs field).
@@ -797,6 +888,7 @@ void bind_ops(py::module_& m) {
   bind_operators(m);
   bind_more_elementwise(m);
   bind_indexing_ops(m);
+  bind_conv(m);
   bind_registry(m);
   // Last, once every overload is defined: the direct entry points of the binary ops.
   const std::pair<const char*, Binary> binary_ops[] = {

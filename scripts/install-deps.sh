@@ -9,6 +9,7 @@ packages=(
   libfmt-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev
   libopenblas-dev
   pybind11-dev python3-dev python3-numpy python3-pytest python3-matplotlib
+  python3-sklearn
   openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev
   ccache libdlpack-dev

@@ -192,7 +192,8 @@ from tessel._tessel import (
     unpack,
 )
 
-# SPMD ops with TF's names (bind_ops.cpp): elementwise, matmul/einsum, reductions, nn, shape,
+# SPMD ops with TF's names (bind_ops.cpp): elementwise, matmul/einsum, reductions, nn (conv2d,
+# max_pool2d and avg_pool2d among them), shape,
 # embedding_lookup, creation, gather / take_along_axis / scatter_add / pad / cumsum / one_hot /
 # top_k (which returns the namedtuple TopK); DTensor gets the operators + - * / @ ** < <= > >=
 # == != unary -, abs() and indexing with slices. zeros, random_uniform and random_normal without

@@ -82,12 +82,24 @@ struct OpAttrs {
   std::vector<int64_t> shape;         // reshape: the target (one -1 is inferred); creation ops:
                                       // the output's; reduce_sum_grad (also matmul's VJP
                                       // broadcasting back): the reduced input's; slice_grad:
-                                      // the sliced input's; pad: the padded output's
+                                      // the sliced input's; pad: the padded output's;
+                                      // conv2d_backprop_input and
+                                      // avg_pool2d_grad: the input's (NHWC);
+                                      // conv2d_backprop_filter: the filter's (HWIO)
   std::optional<int64_t> vocab_size;  // embedding_lookup_grad: the table's rows (required);
                                       // sparse_softmax_cross_entropy_with_logits.vocab_parallel:
                                       // the class count (required)
   std::optional<int64_t> depth;       // one_hot: the classes (required)
   std::string equation;               // einsum
+  // Convolution and pooling over NHWC images (conv2d, max_pool2d, avg_pool2d and their gradient
+  // ops), TF's attributes: strides, dilations and ksize are 1, 2 or 4 ints (4: one per NHWC
+  // dimension, the N and C ones 1).
+  std::vector<int64_t> strides;            // the window's step (required)
+  std::vector<int64_t> dilations;          // conv2d: the filter taps' spacing (empty: 1)
+  std::vector<int64_t> ksize;              // the pools: the window's extent (required)
+  std::string padding;                     // "SAME", "VALID" or "EXPLICIT" (required)
+  std::vector<int64_t> explicit_paddings;  // padding "EXPLICIT": 8 ints, (before, after) per
+                                           // NHWC dimension, the N and C ones 0
   // Host scalars.
   std::optional<double> value;          // fill; pad: the constant (unset: 0)
   std::optional<double> on_value;       // one_hot: the value at the index (unset: 1)
@@ -136,6 +148,11 @@ struct OpAttrs {
     visit("vocab_size", &OpAttrs::vocab_size);
     visit("depth", &OpAttrs::depth);
     visit("equation", &OpAttrs::equation);
+    visit("strides", &OpAttrs::strides);
+    visit("dilations", &OpAttrs::dilations);
+    visit("ksize", &OpAttrs::ksize);
+    visit("padding", &OpAttrs::padding);
+    visit("explicit_paddings", &OpAttrs::explicit_paddings);
     visit("value", &OpAttrs::value);
     visit("on_value", &OpAttrs::on_value);
     visit("off_value", &OpAttrs::off_value);

@@ -94,6 +94,32 @@ DTensor log_softmax(const DTensor& logits);
 // (vocabulary-parallel cross-entropy, uneven shards included).
 DTensor sparse_softmax_cross_entropy_with_logits(const DTensor& labels, const DTensor& logits);
 
+// Convolution and pooling over NHWC images (TF's tf.nn.conv2d, max_pool2d and avg_pool2d):
+// input [batch, height, width, channels]; strides, dilations and ksize are 1, 2 or 4 ints (one
+// for both spatial dims, (height, width), or one per NHWC dim with the N and C ones 1); padding
+// "SAME" (output ceil(in / stride), TF's split of the padding: the extra one after), "VALID" (no
+// padding) or "EXPLICIT" with explicit_paddings, 8 ints: (before, after) per NHWC dim, the N and
+// C pairs 0. Sharding: the batch and channel dims keep their sharding (a batch-sharded input
+// needs no communication; filters sharded over their output channels shard the output's
+// channels; input channels sharded like the filters' input channels give a Partial(sum) output);
+// sharded height or width dims are gathered by the sharding fallback (sharding_fallback.h).
+// filters: [filter_height, filter_width, in_channels, out_channels] (HWIO); output [batch,
+// out_height, out_width, out_channels]. Gradients into the input and the filters.
+DTensor conv2d(const DTensor& input, const DTensor& filters, const std::vector<int64_t>& strides,
+               const std::string& padding, const std::vector<int64_t>& dilations = {1},
+               const std::vector<int64_t>& explicit_paddings = {});
+// The largest value of each ksize window per channel (NaN if the window holds one); padded
+// cells never win. Its gradient goes to the window's largest input, the first in row-major
+// window order on ties.
+DTensor max_pool2d(const DTensor& input, const std::vector<int64_t>& ksize,
+                   const std::vector<int64_t>& strides, const std::string& padding,
+                   const std::vector<int64_t>& explicit_paddings = {});
+// The mean of each ksize window per channel over the cells inside the input (TF's "SAME"
+// average: padded cells are not counted); its gradient spreads evenly over those cells.
+DTensor avg_pool2d(const DTensor& input, const std::vector<int64_t>& ksize,
+                   const std::vector<int64_t>& strides, const std::string& padding,
+                   const std::vector<int64_t>& explicit_paddings = {});
+
 // Layer normalisation over the last axis (biased variance): (x - mean) / sqrt(var + epsilon) *
 // weight + bias; weight and bias are [C], bias may be null. The last axis is gathered if sharded;
 // the other axes keep their sharding. Weight's gradient is Partial over the row mesh dims.

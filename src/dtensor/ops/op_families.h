@@ -23,6 +23,8 @@ void register_parallel_xent_ops(OpRegistry& registry);  // ops_parallel_xent.cpp
 void register_sampling_ops(OpRegistry& registry);     // ops_sampling.cpp
 void register_gather_ops(OpRegistry& registry);       // ops_gather.cpp
 void register_structural_ops(OpRegistry& registry);   // ops_structural.cpp
+void register_conv_ops(OpRegistry& registry);         // ops_conv.cpp
+void register_pool_ops(OpRegistry& registry);         // ops_pool.cpp
 
 // concat's ops of fixed arity, "concat2" .. "concat8" (OpDef has a fixed arity; ops_shape.cpp):
 // the most inputs one of them takes, and the name of the one that takes `arity`.
@@ -53,6 +55,8 @@ inline void register_builtin_ops(OpRegistry& registry) {
   register_sampling_ops(registry);
   register_gather_ops(registry);
   register_structural_ops(registry);
+  register_conv_ops(registry);
+  register_pool_ops(registry);
 }
 
 }  // namespace tessel::detail

@@ -34,6 +34,7 @@
 
 #include "core/errors.h"
 #include "dtensor/ops/einsum_gemm.h"
+#include "dtensor/ops/einsum_rule.h"
 #include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
 #include "tessel/core/blas.h"
@@ -590,6 +591,12 @@ std::optional<EinsumGemm> einsum_gemm(std::string_view op, const Tensor& a, cons
     return std::nullopt;
   }
   return gemm;
+}
+
+ShardingDecision einsum_sharding(const std::string& a_letters, const std::string& b_letters,
+                                 const std::string& out_letters, const TensorSpec& a,
+                                 const TensorSpec& b) {
+  return einsum_rule({a_letters, b_letters, out_letters}, a, b);
 }
 
 namespace {

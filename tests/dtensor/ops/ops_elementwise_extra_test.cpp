@@ -26,11 +26,12 @@ using testing::put;
 using testing::random_host;
 using testing::random_op_layout;
 using testing::spec;
+using testing::small_meshes;
 using testing::values;
 
 using Inputs = std::vector<DTensor>;
 
-std::vector<Mesh> meshes() { return testing::small_meshes(); }
+
 
 // Shape pairs that broadcast (odd sizes: uneven shards).
 const std::vector<std::pair<Shape, Shape>>& shape_pairs() {
@@ -218,7 +219,7 @@ TEST(ElementwiseExtraMatchesSingleDevice, UnaryOpsOverRandomLayouts) {
   const std::vector<Shape> shapes = {{5, 3}, {7}, {2, 3, 5}, {}, {1, 4}, {9, 2}};
   for (const auto& [name, fn] : unary_ops()) {
     SCOPED_TRACE(name);
-    for (const Mesh& mesh : meshes()) {
+    for (const Mesh& mesh : small_meshes()) {
       for (const Shape& shape : shapes) {
         expect_matches_single_device(fn, {random_host(shape, DType::kF64, rng())},
                                      {random_op_layout(mesh, shape.rank(), rng, true)}, rt, rng,
@@ -242,7 +243,7 @@ TEST(ElementwiseExtraMatchesSingleDevice, BinaryOpsOverRandomLayouts) {
   };
   for (const auto& [name, fn] : ops) {
     SCOPED_TRACE(name);
-    for (const Mesh& mesh : meshes()) {
+    for (const Mesh& mesh : small_meshes()) {
       for (const auto& [sa, sb] : shape_pairs()) {
         expect_matches_single_device(
             fn, {random_host(sa, DType::kF64, rng()), random_host(sb, DType::kF64, rng())},
@@ -265,7 +266,7 @@ TEST(ElementwiseExtraMatchesSingleDevice, EqualOverRandomLayoutsWithTies) {
     return t;
   };
   const OpFn fn = [](const Inputs& in) { return equal(in[0], in[1]); };
-  for (const Mesh& mesh : meshes()) {
+  for (const Mesh& mesh : small_meshes()) {
     for (const auto& [sa, sb] : shape_pairs()) {
       expect_matches_single_device(
           fn, {ints(sa), ints(sb)},
@@ -300,7 +301,7 @@ TEST(ElementwiseExtraMatchesSingleDevice, WhereOverRandomLayouts) {
       {{5, 3}, {5, 3}, {5, 3}}, {{5, 3}, {3}, {}}, {{5, 1}, {1, 3}, {5, 3}},
       {{3}, {7, 3}, {7, 1}},    {{}, {4, 5}, {5}}, {{2, 5, 3}, {5, 1}, {1, 3}},
       {{6}, {6}, {6}}};
-  for (const Mesh& mesh : meshes()) {
+  for (const Mesh& mesh : small_meshes()) {
     for (const std::vector<Shape>& s : triples) {
       const WhereCase c = where_case(s, mesh, rng);
       expect_matches_single_device(where_fn, c.hosts, c.layouts, rt, rng, 1e-12);
@@ -320,8 +321,8 @@ TEST(ElementwiseExtraVjp, UnaryOpsMatchFiniteDifferences) {
   const std::vector<Shape> shapes = {{3, 2}, {5}, {}};
   for (const auto& [name, fn] : ops) {
     SCOPED_TRACE(name);
-    for (size_t t = 0; t < meshes().size(); ++t) {
-      const Mesh mesh = meshes()[t];
+    for (size_t t = 0; t < small_meshes().size(); ++t) {
+      const Mesh mesh = small_meshes()[t];
       // Away from 0: abs has a kink there.
       const Tensor x = random_host(shapes[t], DType::kF64, rng(), 0.3, 2.0);
       expect_vjp_matches_finite_differences(
@@ -342,7 +343,7 @@ TEST(ElementwiseExtraVjp, PowIntoBothOperandsWithBroadcasting) {
   const std::vector<std::pair<Shape, Shape>> pairs = {
       {{3, 2}, {3, 2}}, {{3, 2}, {2}}, {{3, 1}, {1, 2}}, {{3}, {}}, {{1, 2}, {3, 2}}};
   for (size_t t = 0; t < pairs.size(); ++t) {
-    const Mesh mesh = meshes()[t % 3];
+    const Mesh mesh = small_meshes()[t % 3];
     const auto& [sa, sb] = pairs[t];
     expect_vjp_matches_finite_differences(
         fn, {random_host(sa, DType::kF64, rng(), 0.5, 2.0), random_host(sb, DType::kF64, rng())},
@@ -370,7 +371,7 @@ TEST(ElementwiseExtraVjp, WhereIntoXAndYNotCond) {
   const std::vector<std::vector<Shape>> triples = {
       {{3, 2}, {3, 2}, {3, 2}}, {{3, 2}, {2}, {}}, {{3, 1}, {1, 2}, {3, 2}}, {{2}, {3, 2}, {3, 1}}};
   for (size_t t = 0; t < triples.size(); ++t) {
-    const Mesh mesh = meshes()[t % 3];
+    const Mesh mesh = small_meshes()[t % 3];
     const std::vector<Shape>& s = triples[t];
     const WhereCase c = where_case(s, mesh, rng);
     expect_vjp_matches_finite_differences(where_fn, c.hosts, c.layouts, rt, rng, 1e-6);
