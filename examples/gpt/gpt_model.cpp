@@ -8,11 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "tessel/core/error.h"
-#include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
-#include "tessel/mesh/sharding_spec.h"
 
 namespace tessel::gpt {
 
@@ -42,12 +39,7 @@ GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_
     blocks_.push_back(b);
   }
   ln_f_ = add_parameter("ln_f.weight", Shape{c}, {u}, 0);
-  if (config_.n_head % model_size() != 0) {
-    throw Error(ErrorCode::kInvalidArgument, "gpt",
-                fmt::format("n_head {} is not a multiple of the model dimension's size {}: "
-                            "heads are split whole",
-                            config_.n_head, model_size()));
-  }
+  require_whole_heads(config_.n_head);
 }
 
 Layout GptModel::activation_layout() const {

@@ -44,6 +44,15 @@ int64_t LanguageModel::model_size() const {
   return model_dim_ == unsharded() ? 1 : mesh_.dim_size(model_dim_);
 }
 
+void LanguageModel::require_whole_heads(int n_head) const {
+  if (n_head % model_size() != 0) {
+    throw Error(ErrorCode::kInvalidArgument, component_,
+                fmt::format("n_head {} is not a multiple of the model dimension's size {}: "
+                            "heads are split whole",
+                            n_head, model_size()));
+  }
+}
+
 size_t LanguageModel::add_parameter(std::string name, Shape shape,
                                     const std::vector<std::string>& specs, double init_stddev) {
   names_.push_back(std::move(name));

@@ -81,6 +81,9 @@ class LanguageModel {
   static const std::string& unsharded();
   // The size of the `model` dimension (1 without one).
   int64_t model_size() const;
+  // kInvalidArgument naming both unless n_head is a multiple of the model size (heads are
+  // split whole over `model`).
+  void require_whole_heads(int n_head) const;
   // kInvalidArgument unless params holds every parameter and idx is [B, T] with T <=
   // block_size(); returns T.
   int64_t check_inputs(const std::vector<DTensor>& params, const DTensor& idx) const;

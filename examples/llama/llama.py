@@ -12,8 +12,6 @@ import math
 import os
 import sys
 
-import numpy as np
-
 import tessel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpt"))
@@ -77,26 +75,6 @@ def init(config, mesh, seed):
     return gpt.init(config, mesh, seed, parameter_specs(config, mesh))
 
 
-def rms_norm(x, weight, eps):
-    return x * tessel.rsqrt(tessel.reduce_mean(tessel.square(x), -1, keepdims=True) + eps) * weight
-
-
-def rotation_tables(config, t, mesh, dtype):
-    """cos and sin of the angles t * theta^(-2j/D), as [t, 1, D/2] replicated constants."""
-    d = config.n_embd // config.n_head
-    angle = np.outer(np.arange(t), config.rope_theta ** (-np.arange(d // 2) * 2.0 / d))
-    layout = tessel.Layout.replicated(mesh, 3)
-    return [tessel.copy_to_mesh(f(angle)[:, None, :].astype(dtype), layout) for f in (np.cos, np.sin)]
-
-
-def rope(x, cos, sin):
-    """x [B, T, heads, D]: the pairs (j, j + D/2) of each head rotated by the position's angle."""
-    b, t, h, d = x.shape
-    x1 = tessel.slice(x, [0, 0, 0, 0], [b, t, h, d // 2])
-    x2 = tessel.slice(x, [0, 0, 0, d // 2], [b, t, h, d // 2])
-    return tessel.concat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], 3)
-
-
 def repeat_kv(x, groups):
     """[B, K, T, D] -> [B, K * groups, T, D]: kv head k serves query heads k g .. k g + g - 1."""
     if groups == 1:
@@ -110,9 +88,8 @@ def forward(params, idx, config):
     """Logits [B, T, V] (the vocabulary sharded over `model`)."""
     b, t = idx.shape
     heads, kv_heads, d = config.n_head, config.n_kv_head, config.n_embd // config.n_head
+    theta = config.rope_theta
     mesh = tessel.fetch_layout(idx).mesh
-    dtype = np.float64 if params["norm.weight"].dtype == "f64" else np.float32
-    cos, sin = rotation_tables(config, t, mesh, dtype)
     whole = tessel.Layout(["batch" if "batch" in mesh.dim_names else U, U, U], mesh)
 
     def heads_first(y):
@@ -125,18 +102,18 @@ def forward(params, idx, config):
     for i in range(config.n_layer):
         p = lambda n: params[f"layers.{i}.{n}"]
         x = tessel.relayout(x, whole)  # the Partial residual reduced once, for norm and add
-        h = rms_norm(x, p("attention_norm.weight"), config.norm_eps)
-        q = heads_first(rope(project(h, p("attention.wq"), heads), cos, sin))
-        k = repeat_kv(heads_first(rope(project(h, p("attention.wk"), kv_heads), cos, sin)),
-                      heads // kv_heads)
+        h = tessel.rms_norm(x, p("attention_norm.weight"), config.norm_eps)
+        q = heads_first(tessel.rotary_embedding(project(h, p("attention.wq"), heads), theta))
+        k = repeat_kv(heads_first(tessel.rotary_embedding(project(h, p("attention.wk"), kv_heads),
+                                                          theta)), heads // kv_heads)
         v = repeat_kv(heads_first(project(h, p("attention.wv"), kv_heads)), heads // kv_heads)
         att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d))
         y = tessel.reshape(heads_first(tessel.matmul(att, v)), (b, t, heads * d))
         x = tessel.relayout(x + tessel.matmul(y, p("attention.wo")), whole)
-        h = rms_norm(x, p("ffn_norm.weight"), config.norm_eps)
+        h = tessel.rms_norm(x, p("ffn_norm.weight"), config.norm_eps)
         gate = tessel.silu(tessel.matmul(h, p("feed_forward.w1")))
         x = x + tessel.matmul(gate * tessel.matmul(h, p("feed_forward.w3")), p("feed_forward.w2"))
-    h = rms_norm(tessel.relayout(x, whole), params["norm.weight"], config.norm_eps)
+    h = tessel.rms_norm(tessel.relayout(x, whole), params["norm.weight"], config.norm_eps)
     head = params["tok_embeddings"] if config.tie_embeddings else params["output"]
     return tessel.matmul(h, head, transpose_b=True)
 

@@ -10,14 +10,12 @@
 // The model (B batch, T time, C width, H heads, K kv heads, D = C / H, F the SwiGLU's width):
 //   x = tok_embeddings[idx]; per layer x += attention(rms_norm(x)), x += ffn(rms_norm(x));
 //   logits = rms_norm(x) @ W^T, W = tok_embeddings (tied) or output.
-//   rms_norm(x) = x * rsqrt(mean(x^2) + eps) * weight (composed: square, reduce_mean, rsqrt,
-//   multiply). ffn(h) = (silu(h @ w1) * (h @ w3)) @ w2. Attention: q = rope(h @ wq) [B, T, H, D],
-//   k = rope(h @ wk), v = h @ wv [B, T, K, D]; query head j attends with kv head j / (H / K),
-//   the kv heads repeated to the query heads (Llama's repeat_kv: a concat of H / K copies);
-//   causal_softmax(q k^T / sqrt(D)) v, merged and projected by wo.
-//   rope rotates the pairs (j, j + D/2) of each head at position t by t * theta^(-2j/D)
-//   ("rotate_half", as Hugging Face's Llama): two slices, four multiplies and a concat, with
-//   cos/sin tables [block_size, 1, D/2] computed once (replicated constants).
+//   rms_norm(x) = x * rsqrt(mean(x^2) + eps) * weight (the rms_norm op). ffn(h) = (silu(h @ w1)
+//   * (h @ w3)) @ w2. Attention: q = rope(h @ wq) [B, T, H, D], k = rope(h @ wk), v = h @ wv
+//   [B, T, K, D]; query head j attends with kv head j / (H / K), the kv heads repeated to the
+//   query heads (Llama's repeat_kv: a concat of H / K copies); causal_softmax(q k^T / sqrt(D)) v,
+//   merged and projected by wo. rope (the rotary_embedding op) rotates the pairs (j, j + D/2) of
+//   each head at position t by t * theta^(-2j/D) ("rotate_half", as Hugging Face's Llama).
 //
 // Layouts (docs/llama.md):
 // - tok_embeddings [V, C] and output [V, C]: rows over `model` (vocabulary-parallel lookup and
@@ -31,9 +29,9 @@
 // - The norms: replicated. Activations: rows over `batch` (data parallel). The residual
 //   stream is reduced once before each norm (an all-reduce of the Partial sum, two per layer as
 //   Megatron's), so the norm and the residual add use the same whole value.
-// n_head must be a multiple of the model dimension's size (kInvalidArgument); the batch size of a
-// call must be a multiple of the batch dimension's. Mesh dimensions and the parameter registry
-// (init, from_host, tokens, loss) as LanguageModel's (examples/gpt/language_model.h).
+// n_head must be a multiple of the model dimension's size (kInvalidArgument). Mesh dimensions and
+// the parameter registry (init, from_host, tokens, loss) as LanguageModel's
+// (examples/gpt/language_model.h).
 #pragma once
 
 #include <cstdint>
@@ -76,9 +74,6 @@ class LlamaModel : public gpt::LanguageModel {
 
   DTensor layer(const std::vector<DTensor>& p, const LayerParams& l, const DTensor& x) const;
   DTensor attention(const std::vector<DTensor>& p, const LayerParams& l, const DTensor& h) const;
-  DTensor rms_norm(const DTensor& x, const DTensor& weight) const;
-  // x [B, T, heads, D] rotated by position.
-  DTensor rope(const DTensor& x) const;
   // [B, K, T, D] -> [B, H, T, D]: kv head k serves query heads k g .. k g + g - 1.
   DTensor repeat_kv(const DTensor& x) const;
   // The residual stream [B, T, C]: rows over batch, whole (not Partial) over model.
@@ -88,8 +83,6 @@ class LlamaModel : public gpt::LanguageModel {
   bool kv_heads_sharded_;
   size_t tok_embeddings_ = 0, norm_ = 0, output_ = 0;  // output_: untied only
   std::vector<LayerParams> layers_;
-  // cos and sin of the rotation angles, [block_size, 1, D/2], replicated, in f32 and f64.
-  DTensor cos_f32_, sin_f32_, cos_f64_, sin_f64_;
 };
 
 }  // namespace tessel::llama

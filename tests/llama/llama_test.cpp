@@ -132,7 +132,7 @@ TEST(Llama, TrainingLowersTheLossAndGenerates) {
   }
   EXPECT_NEAR(first, std::log(65.0), 0.3);  // uniform predictions at the start
   EXPECT_LT(last, first - 0.5);
-  // Generation runs the model on contexts shorter than the block (the rotation tables sliced).
+  // Generation runs the model on contexts shorter than the block, a batch of one row.
   EXPECT_EQ(trainer.generate("\n", 20).size(), 20u);
   EXPECT_EQ(trainer.name(), "llama");
 }

@@ -182,20 +182,6 @@ def backward(P, idx, targets, cfg, fwd):
     return G
 
 
-def init_params(names, shapes, n_layer, seed):
-    """The documented init rule, re-implemented from its description."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name in names:
-        if name.endswith(".weight"):
-            out[name] = np.ones(shapes[name])
-        elif name.endswith("attention.wo") or name.endswith("feed_forward.w2"):
-            out[name] = rng.standard_normal(shapes[name]) * (0.02 / math.sqrt(2 * n_layer))
-        else:
-            out[name] = rng.standard_normal(shapes[name]) * 0.02
-    return out
-
-
 # --------------------------------------------------------------------------------------------
 
 
@@ -205,45 +191,23 @@ def main():
     cfg = json.loads(meta["config"])
     tc = json.loads(meta["train"])
     names = json.loads(meta["param_order"])
-    close = GPT.close
     idx, targets = t["idx"].astype(np.int64), t["targets"].astype(np.int64)
     P0 = {n: t["param." + n] for n in names}
     worst = {}
 
-    regen = init_params(names, {n: P0[n].shape for n in names}, cfg["n_layer"], int(meta["seed"]))
+    regen = GPT.init_params(names, {n: P0[n].shape for n in names}, cfg["n_layer"],
+                            int(meta["seed"]), residual=("attention.wo", "feed_forward.w2"))
     for n in names:
         if not np.array_equal(regen[n], P0[n]):
             raise AssertionError(f"param.{n} does not follow the documented init rule")
 
-    logits, loss, fwd = forward(P0, idx, targets, cfg)
-    worst["logits"] = close("logits", logits, t["logits"], 1e-10)
-    worst["loss"] = close("loss", loss, t["loss"], 1e-12)
-    G = backward(P0, idx, targets, cfg, fwd)
-    worst["grad"] = max(close("grad." + n, G[n], t["grad." + n], 1e-10) for n in names)
-    norm = math.sqrt(sum(float((g * g).sum()) for g in G.values()))
-    worst["grad_norm"] = close("grad_norm", norm, t["grad_norm"], 1e-12)
-
-    P = {n: p.copy() for n, p in P0.items()}
-    m = {n: np.zeros_like(p) for n, p in P.items()}
-    v = {n: np.zeros_like(p) for n, p in P.items()}
-    losses, norms = [], []
-    for it in range(len(t["step_losses"])):
-        _, step_loss, f = forward(P, idx, targets, cfg)
-        losses.append(step_loss)
-        norms.append(GPT.adamw_step(P, backward(P, idx, targets, cfg, f), m, v, it + 1,
-                                    GPT.get_lr(it, tc), tc))
-    worst["step_losses"] = close("step_losses", losses, t["step_losses"], 1e-10)
-    worst["step_grad_norms"] = close("step_grad_norms", norms, t["step_grad_norms"], 1e-10)
-    worst["final"] = max(close("final." + n, P[n], t["final." + n], 1e-9) for n in names)
-
+    worst.update(GPT.check_model(t, P0, lambda P: forward(P, idx, targets, cfg),
+                                 lambda P, fwd: backward(P, idx, targets, cfg, fwd), tc))
     tied = dict(cfg, tie_embeddings=True)
-    P_tied = {n: p for n, p in P0.items() if n != "output"}
-    logits, loss, fwd = forward(P_tied, idx, targets, tied)
-    worst["tied.logits"] = close("tied.logits", logits, t["tied.logits"], 1e-10)
-    worst["tied.loss"] = close("tied.loss", loss, t["tied.loss"], 1e-12)
-    G = backward(P_tied, idx, targets, tied, fwd)
-    worst["tied.grad"] = max(close("tied.grad." + n, G[n], t["tied.grad." + n], 1e-10)
-                             for n in P_tied)
+    worst.update(GPT.check_model(t, {n: p for n, p in P0.items() if n != "output"},
+                                 lambda P: forward(P, idx, targets, tied),
+                                 lambda P, fwd: backward(P, idx, targets, tied, fwd), tc,
+                                 prefix="tied.", steps=False))
 
     print(f"checked {path}: {len(t)} tensors, config {cfg}")
     print("  worst relative errors: " + ", ".join(f"{k} {e:.1e}" for k, e in worst.items()))

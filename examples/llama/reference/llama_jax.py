@@ -10,9 +10,9 @@ imported from there.
 Why: tessel builds the same model from its ops on distributed tensors (examples/llama/).
 ``make_reference.py`` dumps this model's logits, loss, gradients and 10 AdamW-step losses in
 float64; tessel must reproduce them (llm.c's method). No tessel code is used here, and the
-formulation differs on purpose where tessel composes ops: the rotation is a complex product
-(tessel: slices and a concat), the query groups attend through a grouped einsum (tessel:
-the kv heads repeated to the query heads).
+formulation differs on purpose from tessel's: the rotation is a complex product (tessel: its
+rotary_embedding op), the query groups attend through a grouped einsum (tessel: the kv heads
+repeated to the query heads).
 
 Model (B batch, T time, C = n_embd, H = n_head, K = n_kv_head, g = H / K, D = C / H,
 F = ffn_hidden, V = vocab_size = 65)::
@@ -64,8 +64,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpt" / "reference"))
 
 # The training rule is the GPT reference's: nanoGPT's schedule, torch's clipping and AdamW.
-from gpt_jax import (TrainConfig, adamw_init, adamw_update, clip_by_global_norm,  # noqa: E402,F401
-                     cross_entropy, get_lr, global_norm)
+from gpt_jax import (TrainConfig, adamw_init, cross_entropy, get_lr,  # noqa: E402,F401
+                     global_norm, train_step_of)
 
 Params = Dict[str, jax.Array]
 
@@ -212,13 +212,9 @@ def loss_fn(params: Params, idx, targets, cfg: LlamaConfig):
     return cross_entropy(forward(params, idx, cfg), targets)
 
 
-def train_step(params: Params, opt_state, idx, targets, lr, cfg: LlamaConfig, tc: TrainConfig):
-    """Loss and gradients on one batch, clip, AdamW (as gpt_jax.train_step). Returns (params,
-    optimizer state, loss before the update, gradient norm before clipping)."""
-    loss, grads = jax.value_and_grad(loss_fn)(params, idx, targets, cfg)
-    grads, norm = clip_by_global_norm(grads, tc.grad_clip)
-    params, opt_state = adamw_update(params, grads, opt_state, lr, tc)
-    return params, opt_state, loss, norm
+# Loss and gradients on one batch, clip, AdamW (as gpt_jax.train_step): returns (params,
+# optimizer state, loss before the update, gradient norm before clipping).
+train_step = train_step_of(loss_fn)
 
 
 jit_train_step = jax.jit(train_step, static_argnames=("cfg", "tc"))

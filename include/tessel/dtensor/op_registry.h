@@ -83,7 +83,7 @@ struct OpAttrs {
                                       // the class count (required)
   std::string equation;               // einsum
   // Host scalars.
-  std::optional<double> value;          // fill
+  std::optional<double> value;          // fill; rotary_embedding: theta
   std::optional<double> operand;        // add_scalar: the addend; multiply_scalar: the factor
   std::optional<double> low;            // random_uniform: values in [low, high)
   std::optional<double> high;           // random_uniform
@@ -91,10 +91,12 @@ struct OpAttrs {
   std::optional<double> stddev;         // random_normal
   std::optional<double> scale;          // reduce_sum_grad: the factor on the broadcast gradient;
                                         // causal_softmax: the factor on the scores;
-                                        // sample_categorical: 1 / temperature
+                                        // sample_categorical: 1 / temperature;
+                                        // rotary_embedding: 1, or -1 to rotate back
   std::optional<double> beta;           // ema, ema_square: the decay
   std::optional<double> learning_rate;  // adam_apply: the step's (bias-corrected) learning rate
-  std::optional<double> epsilon;        // adam_apply; layer_norm: added to the variance
+  std::optional<double> epsilon;        // adam_apply; layer_norm: added to the variance;
+                                        // rms_norm: added to the mean square
   std::optional<double> rate;           // dropout: the fraction of elements dropped
   std::optional<int64_t> top_k;         // sample_categorical: draw among the k largest
   // The rest.
