@@ -229,6 +229,19 @@ void bind_nn(py::module_& m) {
       py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("epsilon") = 1e-5,
       "(x - mean) / sqrt(var + epsilon) * weight + bias over the last axis.");
   m.def(
+      "rms_norm",
+      [](const DTensor& x, const DTensor& weight, double epsilon) {
+        return run([&] { return rms_norm(x, weight, epsilon); });
+      },
+      py::arg("x"), py::arg("weight"), py::arg("epsilon") = 1e-6,
+      "x / sqrt(mean(x**2) + epsilon) * weight over the last axis (RMSNorm).");
+  m.def(
+      "rotary_embedding",
+      [](const DTensor& x, double theta) { return run([&] { return rotary_embedding(x, theta); }); },
+      py::arg("x"), py::arg("theta") = 10000.0,
+      "x [..., positions, heads, head_dim]: each head's pairs (j, j + head_dim/2) at position t "
+      "rotated by t * theta**(-2j/head_dim) (RoPE, 'rotate_half').");
+  m.def(
       "argmax",
       [](const DTensor& input, int64_t axis) { return run([&] { return argmax(input, axis); }); },
       py::arg("input"), py::arg("axis") = -1, "i64 index of the largest value along axis.");

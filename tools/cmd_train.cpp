@@ -1,10 +1,12 @@
-// tessel train gpt: trains the GPT of examples/gpt (nanoGPT's character model) on tiny
-// Shakespeare over a batch x model mesh, in one process or as one of several under mpirun. This
-// file parses the flags and prints; train::TrainLoop (examples/train) runs the training.
+// tessel train gpt|llama: trains the GPT of examples/gpt (nanoGPT's character model) or the
+// Llama of examples/llama on tiny Shakespeare over a batch x model mesh, in one process or as one
+// of several under mpirun. This file parses the flags and prints; train::TrainLoop
+// (examples/train) runs the training.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -17,6 +19,8 @@
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
 #include "json_output.h"
+#include "llama_reference.h"
+#include "llama_trainer.h"
 #include "process_mesh.h"
 #include "tessel/dtensor/op_profile.h"
 #include "tessel/comm/mpi.h"
@@ -30,16 +34,18 @@ namespace tessel::cli {
 namespace {
 
 constexpr const char* kHelp =
-    "usage: tessel train gpt [options]\n"
+    "usage: tessel train gpt|llama [options]\n"
     "\n"
-    "Trains nanoGPT's character-level GPT on tiny Shakespeare over a batch x model mesh:\n"
-    "data parallel over batch, Megatron tensor parallel over model (heads, MLP columns and the\n"
-    "vocabulary sharded), AdamW with warm-up and cosine decay, gradient clipping at norm 1.\n"
+    "Trains a character-level model on tiny Shakespeare over a batch x model mesh: gpt is\n"
+    "nanoGPT's GPT (docs/gpt.md), llama a Llama-style model (RMSNorm, rotary embeddings, SwiGLU,\n"
+    "grouped-query attention; docs/llama.md). Data parallel over batch, Megatron tensor parallel\n"
+    "over model (heads, MLP columns and the vocabulary sharded), AdamW with warm-up and cosine\n"
+    "decay, gradient clipping at norm 1.\n"
     "\n"
-    "  --config NAME       tiny (4 layers, width 128, context 64, batch 12: nanoGPT's CPU "
-    "recipe),\n"
-    "                      baby (6 layers, width 384, context 256, batch 64) or test (default "
-    "tiny)\n"
+    "  --config NAME       gpt: tiny (4 layers, width 128, context 64, batch 12: nanoGPT's CPU\n"
+    "                      recipe), baby (6 layers, width 384, context 256, batch 64) or test;\n"
+    "                      llama: tiny (4 layers, 4 heads / 2 kv heads, width 128, SwiGLU 384:\n"
+    "                      the gpt tiny's parameter count and recipe) or test (default tiny)\n"
     "  --mesh BxM          batch x model mesh, also batch=B,model=M (default 2x2)\n"
     "  --device cpu|gpu    the mesh's devices: virtual CPU devices (default) or GPU devices\n"
     "                      (one per GPU, or as TESSEL_GPU_DEVICES lists them: \"0,0,0,0\"\n"
@@ -48,8 +54,8 @@ constexpr const char* kHelp =
     "  --steps N           training steps (default: the config's, 2000 for tiny)\n"
     "  --eval-interval N   validation loss every N steps and at the end (default: the config's)\n"
     "  --eval-iters N      batches per validation estimate (default: the config's)\n"
-    "  --sp                sequence parallelism: norms and dropout on sequence shards\n"
-    "  --dropout X         dropout rate (default: the config's)\n"
+    "  --sp                gpt: sequence parallelism, norms and dropout on sequence shards\n"
+    "  --dropout X         gpt: dropout rate (default: the config's)\n"
     "  --lr X              peak learning rate (default: the config's)\n"
     "  --seed N            initialisation, data and dropout seed (default 1337)\n"
     "  --data FILE         training text (default data/shakespeare_char/input.txt)\n"
@@ -66,17 +72,18 @@ constexpr const char* kHelp =
     "  --resume            continue from the newest checkpoint in --checkpoint-dir, on any mesh\n"
     "                      (bit for bit on the same mesh); none there: start afresh\n"
     "  --check-reference FILE  instead of training, check the `test` model on this mesh against\n"
-    "                      the JAX reference dump FILE (examples/gpt/reference/): logits,\n"
+    "                      the JAX reference dump FILE (examples/<model>/reference/): logits,\n"
     "                      gradients and 10 AdamW steps in f32; exit 1 when out of tolerance\n"
     "\n"
     "A non-finite loss or gradient norm stops training before the update, with an error naming\n"
     "the step and the values (exit status 1).\n"
     "\n"
-    "Several processes: `mpirun -np P tessel train gpt` makes each process a client holding\n"
+    "Several processes: `mpirun -np P tessel train gpt|llama` makes each process a client holding\n"
     "B*M/P devices of the mesh; only process 0 prints.\n";
 
 // Options left unset keep the configuration's values.
 struct Options {
+  std::string model;  // gpt or llama
   std::string config = "tiny";
   int64_t mesh_batch = 2, mesh_model = 2;
   std::string device_type = "CPU";  // --device: the mesh's devices
@@ -101,7 +108,10 @@ Options parse(const Args& args) {
   bool model_named = false;
   double dropout = -1, lr = -1;
   flags.positional([&](const std::string& a) {
-    if (model_named || a != "gpt") flags.fail(fmt::format("the model to train is 'gpt', got '{}'", a));
+    if (model_named || (a != "gpt" && a != "llama")) {
+      flags.fail(fmt::format("the model to train is 'gpt' or 'llama', got '{}'", a));
+    }
+    o.model = a;
     model_named = true;
   });
   flags.text({"--config"}, o.config);
@@ -133,7 +143,13 @@ Options parse(const Args& args) {
   if ((o.loop.checkpoint_every > 0 || o.loop.resume) && o.loop.checkpoint_dir.empty()) {
     flags.fail("--checkpoint-every and --resume need --checkpoint-dir");
   }
-  if (!model_named) flags.fail("the model to train: `tessel train gpt [options]`");
+  if (!model_named) flags.fail("the model to train: `tessel train gpt|llama [options]`");
+  if (o.model == "llama" && o.sp) {
+    flags.fail("--sp is gpt's: the llama has no sequence parallel path");
+  }
+  if (o.model == "llama" && dropout != -1) {
+    flags.fail("--dropout is gpt's: the llama has no dropout");
+  }
   if (dropout != -1) {
     if (!(dropout >= 0 && dropout < 1)) flags.fail(fmt::format("--dropout must be in [0, 1), got {}", dropout));
     o.dropout = dropout;
@@ -145,8 +161,8 @@ Options parse(const Args& args) {
   return o;
 }
 
-gpt::GptConfig config_of(const Options& o) {
-  gpt::GptConfig c = gpt::GptConfig::preset(o.config);
+// The flags that set the training hyper-parameters, on a model's configuration.
+void apply_training_flags(const Options& o, train::TrainingConfig& c) {
   if (o.steps > 0) {
     c.max_iters = static_cast<int>(o.steps);
     c.lr_decay_iters = c.max_iters;
@@ -155,9 +171,34 @@ gpt::GptConfig config_of(const Options& o) {
   if (o.eval_interval > 0) c.eval_interval = static_cast<int>(o.eval_interval);
   if (o.eval_iters > 0) c.eval_iters = static_cast<int>(o.eval_iters);
   if (o.seed >= 0) c.seed = static_cast<uint64_t>(o.seed);
-  if (o.dropout) c.dropout = *o.dropout;
   if (o.lr) c.learning_rate = *o.lr;
+}
+
+gpt::GptConfig gpt_config_of(const Options& o) {
+  gpt::GptConfig c = gpt::GptConfig::preset(o.config);
+  apply_training_flags(o, c);
+  if (o.dropout) c.dropout = *o.dropout;
   return c;
+}
+
+llama::LlamaConfig llama_config_of(const Options& o) {
+  llama::LlamaConfig c = llama::LlamaConfig::preset(o.config);
+  apply_training_flags(o, c);
+  return c;
+}
+
+// The model's shape for the first progress line, e.g. "4 layers, 4 heads, width 128, context 64".
+std::string shape_of(const gpt::GptConfig& c) {
+  return fmt::format("{} layers, {} heads, width {}, context {}, {:.2f} M parameters", c.n_layer,
+                     c.n_head, c.n_embd, c.block_size, c.num_parameters() / 1e6);
+}
+
+std::string shape_of(const llama::LlamaConfig& c) {
+  return fmt::format(
+      "{} layers, {} heads / {} kv heads, width {}, SwiGLU {}, context {}, {} embeddings, "
+      "{:.2f} M parameters",
+      c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.ffn_hidden, c.block_size,
+      c.tie_embeddings ? "tied" : "untied", c.num_parameters() / 1e6);
 }
 
 // The --json object: the run's settings, then what the training loop did.
@@ -175,6 +216,7 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"mesh", {o.mesh_batch, o.mesh_model}},
               {"device", o.device_type},
               {"processes", client.num_clients},
+              {"model", o.model},
               {"sequence_parallel", o.sp},
               {"steps", history.total_steps},
               {"final_train_loss", json_number(last.train_loss)},
@@ -186,46 +228,65 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"evals", evals}};
 }
 
-int train_gpt(const Options& o) {
-  const gpt::GptConfig config = config_of(o);  // a bad configuration fails before anything starts
+int train_model(const Options& o) {
+  // A bad configuration fails before anything starts.
+  std::optional<gpt::GptConfig> gpt_config;
+  std::optional<llama::LlamaConfig> llama_config;
+  if (o.model == "gpt") {
+    gpt_config = gpt_config_of(o);
+  } else {
+    llama_config = llama_config_of(o);
+  }
   const ProcessMesh pm("train", o.mesh_batch, o.mesh_model, o.device_type);
   const ClientConfig& client = pm.client();
   Runtime& rt = pm.runtime();
   const Mesh& mesh = pm.mesh();
   if (!o.check_reference.empty()) {
-    const gpt::ReferenceErrors e = gpt::check_reference(o.check_reference, mesh, DType::kF32, &rt);
+    const gpt::ReferenceErrors e =
+        gpt_config ? gpt::check_reference(o.check_reference, mesh, DType::kF32, &rt)
+                   : llama::check_reference(o.check_reference, mesh, DType::kF32, &rt);
     if (client.client_id == 0) {
-      std::cout << fmt::format("reference check on mesh batch={} model={} ({} process{}): {} -> {}\n",
-                               o.mesh_batch, o.mesh_model, client.num_clients,
-                               client.num_clients > 1 ? "es" : "", e.to_string(),
-                               e.passes() ? "PASS" : "FAIL");
+      std::cout << fmt::format(
+          "{} reference check on mesh batch={} model={} ({} process{}): {} -> {}\n", o.model,
+          o.mesh_batch, o.mesh_model, client.num_clients, client.num_clients > 1 ? "es" : "",
+          e.to_string(), e.passes() ? "PASS" : "FAIL");
     }
     return e.passes() ? kExitOk : kExitFailure;
   }
-  gpt::GptTrainer trainer(config, mesh, gpt::CharDataset::load(o.data), &rt, o.sp);
-  const gpt::GptConfig& c = trainer.config();
+  gpt::CharDataset data = gpt::CharDataset::load(o.data);
+  std::unique_ptr<gpt::LanguageModelTrainer> trainer;
+  std::string shape;
+  if (gpt_config) {
+    auto t = std::make_unique<gpt::GptTrainer>(*gpt_config, mesh, std::move(data), &rt, o.sp);
+    shape = shape_of(t->config());
+    trainer = std::move(t);
+  } else {
+    auto t = std::make_unique<llama::LlamaTrainer>(*llama_config, mesh, std::move(data), &rt);
+    shape = shape_of(t->config());
+    trainer = std::move(t);
+  }
+  const train::TrainingConfig& c = trainer->training();
+  const int block_size = trainer->language_model().block_size();
   const bool prints = client.client_id == 0;
   const bool progress = prints && !o.json;
   if (progress) {
     std::cout << fmt::format(
-        "tessel train gpt: {} ({} layers, {} heads, width {}, context {}, {:.2f} M parameters), "
-        "batch {}, {} steps, mesh batch={} model={}{}{}{}\n",
-        o.config, c.n_layer, c.n_head, c.n_embd, c.block_size, c.num_parameters() / 1e6,
-        c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
+        "tessel train {}: {} ({}), batch {}, {} steps, mesh batch={} model={}{}{}{}\n", o.model,
+        o.config, shape, c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
         o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
         client.num_clients > 1 ? fmt::format(" over {} processes", client.num_clients) : "");
   }
   train::TrainOptions loop = o.loop;
   loop.steps = c.max_iters;
   loop.eval_interval = c.eval_interval;
-  loop.tokens_per_step = static_cast<double>(c.batch_size) * c.block_size;
+  loop.tokens_per_step = static_cast<double>(c.batch_size) * block_size;
   loop.progress = progress ? &std::cout : nullptr;
   loop.redraw = redraw_progress(client);
   if (o.profile) start_op_profile();
-  const train::TrainHistory history = train::TrainLoop(loop).run(trainer);
+  const train::TrainHistory history = train::TrainLoop(loop).run(*trainer);
   const OpProfile profile = stop_op_profile();
   std::string sample;
-  if (o.sample > 0) sample = trainer.generate("\n", static_cast<int>(o.sample), 1.0, 0, c.seed);
+  if (o.sample > 0) sample = trainer->generate("\n", static_cast<int>(o.sample), 1.0, 0, c.seed);
   if (!prints) return kExitOk;
   if (!o.metrics.empty()) {
     std::ofstream out(o.metrics);
@@ -247,6 +308,6 @@ int train_gpt(const Options& o) {
 
 }  // namespace
 
-int run_train(const Args& args) { return run_command(args, kHelp, parse, train_gpt); }
+int run_train(const Args& args) { return run_command(args, kHelp, parse, train_model); }
 
 }  // namespace tessel::cli

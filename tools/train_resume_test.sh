@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# train_resume_test.sh: `tessel train gpt --checkpoint-dir D --checkpoint-every N --resume`.
+# train_resume_test.sh: `tessel train <model> --checkpoint-dir D --checkpoint-every N --resume`.
 #
-#   tools/train_resume_test.sh <tessel> <training text>
+#   tools/train_resume_test.sh <tessel> <training text> [gpt|llama]   (default gpt)
 #
 # Trains the test model 4 steps straight with an asynchronous checkpoint every 2 steps, removes
 # the step-4 checkpoint (as if the run had been killed after step 3), then resumes from step 2
@@ -12,9 +12,10 @@
 set -uo pipefail
 tessel="$1"
 text="$2"
+model="${3:-gpt}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-common=(train gpt --config test --eval-iters 1 --sample 0 --data "$text" --json)
+common=(train "$model" --config test --eval-iters 1 --sample 0 --data "$text" --json)
 run() { timeout -k 5 120 "$tessel" "${common[@]}" "$@" >/dev/null || { echo "FAIL: $*"; exit 1; }; }
 losses() { grep '^train,' "$1" | cut -d, -f2,3; }
 run --mesh 2x2 --steps 4 --metrics "$dir/straight.csv" --checkpoint-dir "$dir/ckpt" --checkpoint-every 2 \
@@ -37,4 +38,4 @@ assert len(want) == len(got) == 2, (want, got)
 for w, g in zip(want, got):
     assert abs(w - g) <= 1e-5 * abs(w) + 1e-6, ("losses on another mesh", want, got)
 PY
-echo "train_resume_test: PASS (steps 3-4: $(echo $got | tr '\n' ' '))"
+echo "train_resume_test: PASS ($model, steps 3-4: $(echo $got | tr '\n' ' '))"

@@ -21,19 +21,22 @@ U = tessel.UNSHARDED
 
 
 class Config:
-    """The "test", "tiny" and "baby" configurations of examples/gpt/gpt_config.h."""
+    """The "test", "tiny" and "baby" configurations of examples/gpt/gpt_config.h, with the
+    training hyper-parameters of examples/train/training_config.h."""
+
+    MODEL = "gpt"
+    PRESETS = {
+        "tiny": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12),
+        "test": dict(n_layer=2, n_head=4, n_embd=32, block_size=16, batch_size=4),
+        "baby": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, dropout=0.2),
+    }
 
     def __init__(self, name="tiny"):
-        presets = {
-            "tiny": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12),
-            "test": dict(n_layer=2, n_head=4, n_embd=32, block_size=16, batch_size=4),
-            "baby": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64,
-                         dropout=0.2),
-        }
-        if name not in presets:
-            raise ValueError(f"gpt: unknown configuration '{name}': one of {sorted(presets)}")
+        if name not in self.PRESETS:
+            raise ValueError(f"{self.MODEL}: unknown configuration '{name}': one of "
+                             f"{sorted(self.PRESETS)}")
         self.dropout = 0.0
-        self.__dict__.update(presets[name])
+        self.__dict__.update(self.PRESETS[name])
         self.vocab_size = 65
         self.learning_rate, self.min_lr = 1e-3, 1e-4
         self.warmup_iters, self.lr_decay_iters = 100, 2000
@@ -61,17 +64,20 @@ def parameter_specs(config, mesh_dims):
     return specs
 
 
-def place(values, config, mesh):
-    """A dict name -> numpy array laid out on `mesh` as the model wants."""
-    return {name: tessel.copy_to_mesh(np.asarray(values[name]), tessel.Layout(specs, mesh))
-            for name, _, specs, _ in parameter_specs(config, mesh.dim_names)}
+def place(values, config, mesh, specs=None):
+    """A dict name -> numpy array laid out on `mesh` as the model wants (specs: the model's
+    parameter_specs, this module's by default)."""
+    specs = specs if specs is not None else parameter_specs(config, mesh.dim_names)
+    return {name: tessel.copy_to_mesh(np.asarray(values[name]), tessel.Layout(s, mesh))
+            for name, _, s, _ in specs}
 
 
-def init(config, mesh, seed):
+def init(config, mesh, seed, specs=None):
     """nanoGPT's initialisation, keyed by (seed, parameter index): the same on every mesh."""
     params = {}
-    for i, (name, shape, specs, std) in enumerate(parameter_specs(config, mesh.dim_names)):
-        layout = tessel.Layout(specs, mesh)
+    specs = specs if specs is not None else parameter_specs(config, mesh.dim_names)
+    for i, (name, shape, s, std) in enumerate(specs):
+        layout = tessel.Layout(s, mesh)
         params[name] = (tessel.ones(shape, layout) if std == 0 else
                         tessel.random_normal(shape, layout, seed * 1000 + i, 0.0, std))
     return params
@@ -117,12 +123,14 @@ def loss(params, idx, targets, config, dropout_seed=None):
 
 
 class Trainer:
-    """AdamW (decay on matrices), warm-up + cosine learning rate, clipping at global norm 1."""
+    """AdamW (decay on matrices), warm-up + cosine learning rate, clipping at global norm 1, on
+    loss_fn(params, idx, targets, config, dropout_seed) (this module's loss by default)."""
 
-    def __init__(self, params, config):
+    def __init__(self, params, config, loss_fn=None):
         self.names = list(params)
         self.params = [params[n] for n in self.names]
         self.config = config
+        self.loss_fn = loss_fn or loss
         self.optimizer = tessel.AdamW(config.learning_rate, 0.9, 0.99, 1e-8, config.weight_decay)
         self.schedule = tessel.WarmupCosineDecay(config.learning_rate, config.min_lr,
                                                  config.warmup_iters, config.lr_decay_iters)
@@ -133,22 +141,25 @@ class Trainer:
         as_dict = lambda ps: dict(zip(self.names, ps))
         seed = 7919 + self.step_count  # a new dropout mask every step
         value, grads = tessel.value_and_grad(
-            lambda ps: loss(as_dict(ps), idx, targets, self.config, seed), self.params)
+            lambda ps: self.loss_fn(as_dict(ps), idx, targets, self.config, seed), self.params)
         clipped, _ = tessel.clip_by_global_norm(grads, self.config.grad_clip)
         self.params = self.optimizer.apply(self.params, clipped)
         self.step_count += 1
         return float(np.asarray(tessel.to_host(value)))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(model=None):
+    """Trains `model` (a module with Config, init and loss: this one by default) on tiny
+    Shakespeare."""
+    model = model or sys.modules[__name__]
+    parser = argparse.ArgumentParser(description=model.__doc__.split("\n")[0])
     parser.add_argument("--config", default="tiny")
     parser.add_argument("--mesh", default="2x2", help="batch x model")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                        "data", "shakespeare_char", "input.txt"))
     args = parser.parse_args()
-    config = Config(args.config)
+    config = model.Config(args.config)
     config.lr_decay_iters = args.steps
     config.warmup_iters = min(config.warmup_iters, args.steps // 10)
     batch_dim, model_dim = (int(v) for v in args.mesh.split("x"))
@@ -157,7 +168,7 @@ def main():
     chars = sorted(set(text))
     ids = np.array([chars.index(ch) for ch in text[: int(len(text) * 0.9)]], dtype=np.int32)
     rng = np.random.default_rng(1337)
-    trainer = Trainer(init(config, mesh, 1337), config)
+    trainer = Trainer(model.init(config, mesh, 1337), config, model.loss)
     rows = tessel.Layout(["batch", U], mesh)
     start = time.time()
     for s in range(args.steps):

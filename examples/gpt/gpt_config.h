@@ -8,30 +8,19 @@
 #include <cstdint>
 #include <string>
 
+#include "training_config.h"
+
 namespace tessel::gpt {
 
-struct GptConfig {
-  // Model.
+// The model's shape; the training hyper-parameters are train::TrainingConfig's (nanoGPT's
+// train.py and config/train_shakespeare_char.py).
+struct GptConfig : train::TrainingConfig {
   int n_layer = 4;
   int n_head = 4;
   int n_embd = 128;
   int block_size = 64;   // context length T
   int vocab_size = 65;   // tiny Shakespeare's characters
   double dropout = 0.0;  // on attention probabilities and on each block's two outputs
-  // Training (nanoGPT's train.py and config/train_shakespeare_char.py).
-  int batch_size = 12;  // global batch B, split over the mesh's batch dimension
-  int max_iters = 2000;
-  double learning_rate = 1e-3;
-  double min_lr = 1e-4;
-  int warmup_iters = 100;
-  int lr_decay_iters = 2000;
-  double beta1 = 0.9;
-  double beta2 = 0.99;
-  double weight_decay = 0.1;
-  double grad_clip = 1.0;
-  int eval_interval = 250;
-  int eval_iters = 20;  // batches per validation estimate
-  uint64_t seed = 1337;
 
   // "tiny": nanoGPT's CPU recipe (published validation loss about 1.88 after 2000 steps).
   // "baby": the 6-layer, 6-head, width-384 model of config/train_shakespeare_char.py (10.65 M

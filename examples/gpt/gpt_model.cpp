@@ -8,44 +8,21 @@
 
 #include <fmt/format.h>
 
-#include "tessel/core/error.h"
-#include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
-#include "tessel/mesh/sharding_spec.h"
 
 namespace tessel::gpt {
-namespace {
-
-// tessel::kUnsharded as a std::string, for the specs lists of Layout.
-const std::string kUnshardedSpec(kUnsharded);
-
-std::string dim_or_unsharded(const Mesh& mesh, const std::string& name) {
-  for (const std::string& d : mesh.dim_names()) {
-    if (d == name) return name;
-  }
-  return kUnshardedSpec;
-}
-
-}  // namespace
-
-Tensor host_value(const DTensor& t) {
-  return to_host(relayout(t, Layout::replicated(t.layout().mesh(), t.rank())));
-}
 
 GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_parallel)
-    : config_(std::move(config)),
-      mesh_(std::move(mesh)),
-      runtime_(runtime != nullptr ? runtime : &Runtime::global()),
-      sequence_parallel_(sequence_parallel),
-      batch_dim_(dim_or_unsharded(mesh_, "batch")),
-      model_dim_(dim_or_unsharded(mesh_, "model")) {
+    : LanguageModel("gpt", std::move(mesh), runtime),
+      config_(std::move(config)),
+      sequence_parallel_(sequence_parallel) {
   config_.validate();
   const int64_t c = config_.n_embd;
   const double init_std = 0.02;  // nanoGPT's normal(0, 0.02)
   const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
-  const std::string& m = model_dim_;
-  const std::string& u = kUnshardedSpec;
+  const std::string& m = model_dim();
+  const std::string& u = unsharded();
   wte_ = add_parameter("wte", Shape{config_.vocab_size, c}, {m, u}, init_std);
   wpe_ = add_parameter("wpe", Shape{config_.block_size, c}, {u, u}, init_std);
   for (int l = 0; l < config_.n_layer; ++l) {
@@ -62,67 +39,11 @@ GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_
     blocks_.push_back(b);
   }
   ln_f_ = add_parameter("ln_f.weight", Shape{c}, {u}, 0);
-  if (model_dim_ != kUnshardedSpec && config_.n_head % mesh_.dim_size(model_dim_) != 0) {
-    throw Error(ErrorCode::kInvalidArgument, "gpt",
-                fmt::format("n_head {} is not a multiple of the model dimension's size {}: "
-                            "heads are split whole",
-                            config_.n_head, mesh_.dim_size(model_dim_)));
-  }
-}
-
-size_t GptModel::add_parameter(std::string name, Shape shape, const std::vector<std::string>& specs,
-                               double init_stddev) {
-  names_.push_back(std::move(name));
-  shapes_.push_back(std::move(shape));
-  layouts_.push_back(Layout(specs, mesh_));
-  init_stddev_.push_back(init_stddev);
-  return names_.size() - 1;
-}
-
-size_t GptModel::index(const std::string& name) const {
-  for (size_t i = 0; i < names_.size(); ++i) {
-    if (names_[i] == name) return i;
-  }
-  throw Error(ErrorCode::kNotFound, "gpt", "no parameter named '" + name + "'");
-}
-
-std::vector<DTensor> GptModel::init(uint64_t seed) const {
-  std::vector<DTensor> params;
-  for (size_t i = 0; i < names_.size(); ++i) {
-    if (init_stddev_[i] == 0) {
-      params.push_back(ones(shapes_[i], layouts_[i], DType::kF32, runtime_));
-    } else {
-      params.push_back(random_normal(shapes_[i], layouts_[i], seed * 1000 + i, 0.0,
-                                     init_stddev_[i], DType::kF32, runtime_));
-    }
-  }
-  return params;
-}
-
-std::vector<DTensor> GptModel::from_host(const std::vector<Tensor>& values) const {
-  if (values.size() != names_.size()) {
-    throw Error(ErrorCode::kInvalidArgument, "gpt",
-                fmt::format("{} values for {} parameters", values.size(), names_.size()));
-  }
-  std::vector<DTensor> params;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (values[i].shape() != shapes_[i]) {
-      throw Error(ErrorCode::kInvalidArgument, "gpt",
-                  fmt::format("{} is {}, expected {}", names_[i], values[i].shape().to_string(),
-                              shapes_[i].to_string()));
-    }
-    params.push_back(copy_to_mesh(values[i], layouts_[i], *runtime_));
-  }
-  return params;
+  require_whole_heads(config_.n_head);
 }
 
 Layout GptModel::activation_layout() const {
-  return Layout({batch_dim_, sequence_parallel_ ? model_dim_ : kUnshardedSpec, kUnshardedSpec},
-                mesh_);
-}
-
-DTensor GptModel::tokens(const Tensor& ids) const {
-  return copy_to_mesh(ids, Layout({batch_dim_, kUnshardedSpec}, mesh_), *runtime_);
+  return Layout({batch_dim(), sequence_parallel_ ? model_dim() : unsharded(), unsharded()}, mesh());
 }
 
 DTensor GptModel::maybe_dropout(const DTensor& x, const ForwardOptions& options,
@@ -150,7 +71,7 @@ DTensor GptModel::attention(const std::vector<DTensor>& p, const BlockParams& b,
 
 DTensor GptModel::block(const std::vector<DTensor>& p, const BlockParams& b, int layer,
                         const DTensor& x, const ForwardOptions& options) const {
-  const Layout whole_sequence({batch_dim_, kUnshardedSpec, kUnshardedSpec}, mesh_);
+  const Layout whole_sequence({batch_dim(), unsharded(), unsharded()}, mesh());
   // With sequence parallelism the norms run on sequence shards; the column-parallel matmuls
   // take the whole sequence (all-gather) and the row-parallel outputs go back to sequence
   // shards (reduce-scatter) instead of being all-reduced.
@@ -170,21 +91,7 @@ DTensor GptModel::block(const std::vector<DTensor>& p, const BlockParams& b, int
 
 DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
                          const ForwardOptions& options) const {
-  if (p.size() != names_.size()) {
-    throw Error(ErrorCode::kInvalidArgument, "gpt",
-                fmt::format("{} parameters given, the model has {}", p.size(), names_.size()));
-  }
-  if (idx.rank() != 2) {
-    throw Error(ErrorCode::kInvalidArgument, "gpt",
-                fmt::format("idx must be [B, T] token ids (rank 2), got {} (rank {})",
-                            idx.shape().to_string(), idx.rank()));
-  }
-  const int64_t t = idx.shape().dim(1);
-  if (t > config_.block_size) {
-    throw Error(ErrorCode::kInvalidArgument, "gpt",
-                fmt::format("idx must be [B, T] with T <= block_size {}, got {}",
-                            config_.block_size, idx.shape().to_string()));
-  }
+  const int64_t t = check_inputs(p, idx);
   const DTensor& wte = p[wte_];
   const DTensor& wpe = p[wpe_];
   const DTensor pos = t == config_.block_size ? wpe : slice(wpe, {0, 0}, {t, config_.n_embd});
@@ -198,14 +105,9 @@ DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
   }
   DTensor h = layer_norm(x, p[ln_f_]);
   if (sequence_parallel_) {
-    h = relayout(h, Layout({batch_dim_, kUnshardedSpec, kUnshardedSpec}, mesh_));
+    h = relayout(h, Layout({batch_dim(), unsharded(), unsharded()}, mesh()));
   }
   return matmul(h, wte, false, true);  // tied head: [B, T, V], V over model
-}
-
-DTensor GptModel::loss(const std::vector<DTensor>& params, const DTensor& idx,
-                       const DTensor& targets, const ForwardOptions& options) const {
-  return reduce_mean(sparse_softmax_cross_entropy_with_logits(targets, logits(params, idx, options)));
 }
 
 }  // namespace tessel::gpt

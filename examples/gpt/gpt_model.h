@@ -19,6 +19,8 @@
 // With sequence_parallel, the layer norms and dropouts run on sequence shards over `model`
 // ([B, T/m, C]) instead of redundantly on every model device.
 // Mesh dimensions: `batch` and `model` are looked up by name; a missing one counts as size 1.
+// The parameter registry (names, shapes, layouts, init, from_host), tokens() and loss() are
+// LanguageModel's (language_model.h).
 // n_head must be a multiple of the model dimension's size; the batch size of a call must be a
 // multiple of the batch dimension's (else kInvalidArgument from the layouts).
 #pragma once
@@ -28,50 +30,26 @@
 #include <vector>
 
 #include "gpt_config.h"
+#include "language_model.h"
 #include "tessel/dtensor/dtensor.h"
 #include "tessel/mesh/layout.h"
 #include "tessel/runtime/runtime.h"
 
 namespace tessel::gpt {
 
-struct ForwardOptions {
-  bool training = false;       // dropout on (config().dropout > 0)
-  uint64_t dropout_seed = 0;   // a new one per step: masks keyed by (seed, layer, global index)
-};
-
-// The global value of `t` on the host of every process: gathered first (a replicated relayout)
-// when the mesh spans several processes, whose to_host sees only local blocks.
-Tensor host_value(const DTensor& t);
-
-class GptModel {
+class GptModel : public LanguageModel {
  public:
   GptModel(GptConfig config, Mesh mesh, Runtime* runtime = nullptr, bool sequence_parallel = false);
 
+  // Parameters (names(), shapes(), layouts()) in nanoGPT's order: "wte", "wpe",
+  // "h.0.ln_1.weight", "h.0.attn.wq", ..., "ln_f.weight". init() is nanoGPT's: normal(0, 0.02),
+  // the residual projections normal(0, 0.02 / sqrt(2 n_layer)), layer norm weights 1.
   const GptConfig& config() const { return config_; }
-  const Mesh& mesh() const { return mesh_; }
-  // Parameter names in nanoGPT's order ("wte", "wpe", "h.0.ln_1.weight", "h.0.attn.wq", ...,
-  // "ln_f.weight"), their global shapes and their layouts; params vectors follow this order.
-  const std::vector<std::string>& names() const { return names_; }
-  const std::vector<Shape>& shapes() const { return shapes_; }
-  const std::vector<Layout>& layouts() const { return layouts_; }
-  // Index of a parameter by name (kNotFound naming it).
-  size_t index(const std::string& name) const;
-
-  // nanoGPT's initialisation: normal(0, 0.02), the residual projections normal(0, 0.02 /
-  // sqrt(2 n_layer)), layer norm weights 1; random values keyed by (seed, parameter index,
-  // global element index): the same on every mesh.
-  std::vector<DTensor> init(uint64_t seed) const;
-  // Host arrays (f32 or f64) laid out as the parameters (for loading a reference or checkpoint).
-  std::vector<DTensor> from_host(const std::vector<Tensor>& values) const;
-
-  // Token ids [B, T] (host, i32) as the activations' layout: rows over `batch`.
-  DTensor tokens(const Tensor& ids) const;
+  int block_size() const override { return config_.block_size; }
+  int vocab_size() const override { return config_.vocab_size; }
   // Logits [B, T, V] (vocabulary sharded over `model`).
   DTensor logits(const std::vector<DTensor>& params, const DTensor& idx,
-                 const ForwardOptions& options = {}) const;
-  // Mean cross-entropy of next-token prediction over every position.
-  DTensor loss(const std::vector<DTensor>& params, const DTensor& idx, const DTensor& targets,
-               const ForwardOptions& options = {}) const;
+                 const ForwardOptions& options = {}) const override;
 
  private:
   // Where one block's parameters ("h.<layer>.<name>") are in the params vectors.
@@ -79,9 +57,6 @@ class GptModel {
     size_t ln_1, attn_wq, attn_wk, attn_wv, attn_c_proj, ln_2, mlp_c_fc, mlp_c_proj;
   };
 
-  // Registers a parameter; returns its index in the params vectors.
-  size_t add_parameter(std::string name, Shape shape, const std::vector<std::string>& specs,
-                       double init_stddev);
   DTensor block(const std::vector<DTensor>& p, const BlockParams& b, int layer, const DTensor& x,
                 const ForwardOptions& options) const;
   DTensor attention(const std::vector<DTensor>& p, const BlockParams& b, int layer,
@@ -91,14 +66,7 @@ class GptModel {
   Layout activation_layout() const;
 
   GptConfig config_;
-  Mesh mesh_;
-  Runtime* runtime_;
   bool sequence_parallel_;
-  std::string batch_dim_, model_dim_;  // "unsharded" when the mesh lacks the dimension
-  std::vector<std::string> names_;
-  std::vector<Shape> shapes_;
-  std::vector<Layout> layouts_;
-  std::vector<double> init_stddev_;  // 0: ones
   size_t wte_ = 0, wpe_ = 0, ln_f_ = 0;  // indices of the parameters outside the blocks
   std::vector<BlockParams> blocks_;      // one per layer
 };

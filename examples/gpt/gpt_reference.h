@@ -12,6 +12,8 @@
 
 #include <string>
 
+#include "language_model.h"
+#include "tessel/checkpoint/safetensors.h"
 #include "tessel/core/dtype.h"
 #include "tessel/core/tensor.h"
 #include "tessel/mesh/mesh.h"
@@ -29,6 +31,8 @@ struct ReferenceErrors {
   // The tolerances: 1e-5 (logits, gradients; f32) and 1e-4 (step losses).
   bool passes(double relative = 1e-5, double steps = 1e-4) const;
   std::string to_string() const;
+  // Each error the worse of this and `other`'s (`other`'s worst gradient named with `label`).
+  void include(const ReferenceErrors& other, const std::string& label);
 };
 
 // max |got - want| / max |want| (the reference's scale); infinite when the sizes differ or any
@@ -37,5 +41,14 @@ double relative_error(const Tensor& got, const Tensor& want);
 
 ReferenceErrors check_reference(const std::string& path, const Mesh& mesh, DType dtype,
                                 Runtime* runtime = nullptr);
+
+// The check itself, for any model built on the dump's configuration: the parameters
+// "param.<name>" (the model's names) loaded in `dtype`, the batch "idx" and "targets", then the
+// logits, loss and every gradient against "<prefix>logits", "<prefix>loss" and
+// "<prefix>grad.<name>" and, with `steps`, the losses of 10 AdamW steps on that batch against
+// "step_losses" (lr 1e-3 warmed up over 3 steps and decayed to 1e-4 at 10, betas 0.9/0.99, weight
+// decay 0.1, clipping at norm 1: the dumps' training). A missing tensor: kNotFound.
+ReferenceErrors check_model(const LanguageModel& model, const SafetensorsFile& ref, DType dtype,
+                            const std::string& prefix = "", bool steps = true);
 
 }  // namespace tessel::gpt

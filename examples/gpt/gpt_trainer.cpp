@@ -1,155 +1,18 @@
 #include "gpt_trainer.h"
 
-#include <algorithm>
-#include <optional>
-
-#include <fmt/format.h>
-
-#include "tessel/core/error.h"
-#include "tessel/dtensor/autodiff.h"
-#include "tessel/dtensor/dtensor_api.h"
-#include "tessel/dtensor/op_profile.h"
-#include "tessel/dtensor/ops.h"
+#include <memory>
+#include <utility>
 
 namespace tessel::gpt {
-namespace {
-
-double scalar_of(const DTensor& t) { return host_value(t).to_doubles().at(0); }
-
-// The configuration with the dataset's vocabulary.
-GptConfig with_vocabulary(GptConfig config, const CharDataset& data) {
-  config.vocab_size = data.vocab_size();
-  return config;
-}
-
-}  // namespace
 
 GptTrainer::GptTrainer(GptConfig config, Mesh mesh, CharDataset data, Runtime* runtime,
                        bool sequence_parallel)
-    : model_(with_vocabulary(std::move(config), data), std::move(mesh), runtime,
-             sequence_parallel),
-      data_(std::move(data)),
-      runtime_(runtime != nullptr ? runtime : &Runtime::global()),
-      params_(model_.init(model_.config().seed)),
-      optimizer_(model_.config().learning_rate, model_.config().beta1, model_.config().beta2,
-                 1e-8, model_.config().weight_decay),
-      schedule_{model_.config().learning_rate, model_.config().min_lr,
-                model_.config().warmup_iters, model_.config().lr_decay_iters} {}
-
-StepReport GptTrainer::step() { return train::take_step(*this); }
-
-train::PendingStep GptTrainer::compute_step() {
-  const GptConfig& c = model_.config();
-  StepReport r;
-  r.step = step_;
-  r.learning_rate = schedule_(step_);
-  optimizer_.set_learning_rate(r.learning_rate);
-  auto [idx_host, targets_host] = data_.batch(Split::kTrain, step_, c.batch_size, c.block_size, c.seed);
-  const DTensor idx = model_.tokens(idx_host);
-  const DTensor targets = model_.tokens(targets_host);
-  const ForwardOptions options{.training = true, .dropout_seed = c.seed * 7919 + static_cast<uint64_t>(step_)};
-  // The phases of the op profile (op_profile.h): the forward pass inside the backward one, whose
-  // ops are those value_and_grad runs after it.
-  std::optional<ProfilePhase> phase(std::in_place, "backward");
-  auto [loss, grads] = value_and_grad(
-      [&](const std::vector<DTensor>& p) {
-        const ProfilePhase forward("forward");
-        return model_.loss(p, idx, targets, options);
-      },
-      params_);
-  phase.emplace("optimizer");
-  auto [clipped, norm] = clip_by_global_norm(grads, c.grad_clip);
-  r.loss = scalar_of(loss);
-  r.grad_norm = scalar_of(norm);
-  return {r, [this, clipped = std::move(clipped)] {
-            const ProfilePhase optimizer("optimizer");
-            optimizer_.apply(params_, clipped);
-            ++step_;
-          }};
-}
-
-checkpoint::State GptTrainer::state() const {
-  const std::vector<std::string>& names = model_.names();
-  checkpoint::State state{{"step", step_},
-                          {"seed", static_cast<int64_t>(model_.config().seed)},
-                          {"optimizer/iterations", optimizer_.iterations()}};
-  for (size_t i = 0; i < names.size(); ++i) state["model/" + names[i]] = params_[i];
-  for (const auto& [slot, tensors] : optimizer_.slots()) {
-    for (size_t i = 0; i < names.size(); ++i)
-      state["optimizer/" + slot + "/" + names[i]] = tensors[i];
-  }
-  return state;
-}
-
-void GptTrainer::restore(const std::string& directory) {
-  const std::vector<std::string>& names = model_.names();
-  const checkpoint::CheckpointInfo info = checkpoint::metadata(directory);
-  checkpoint::Target target;
-  for (size_t i = 0; i < names.size(); ++i) {
-    for (const std::string prefix : {"model/", "optimizer/m/", "optimizer/v/"}) {
-      if (prefix == "model/" || info.tensors.count(prefix + names[i]) != 0) {
-        target[prefix + names[i]] = params_[i].layout();
-      }
-    }
-  }
-  const checkpoint::State saved = checkpoint::restore(directory, target, {.runtime = runtime_});
-  const int64_t seed = std::get<int64_t>(saved.at("seed"));
-  if (seed != static_cast<int64_t>(model_.config().seed)) {
-    throw Error(ErrorCode::kInvalidArgument, "gpt",
-                fmt::format("checkpoint '{}' was trained with seed {}; this run has seed {}",
-                            directory, seed, model_.config().seed));
-  }
-  std::vector<DTensor> params;
-  std::map<std::string, std::vector<DTensor>> slots;
-  for (const std::string& name : names) {
-    params.push_back(std::get<DTensor>(saved.at("model/" + name)));
-    for (const std::string slot : {"m", "v"}) {
-      auto it = saved.find("optimizer/" + slot + "/" + name);
-      if (it != saved.end()) slots[slot].push_back(std::get<DTensor>(it->second));
-    }
-  }
-  optimizer_.restore(std::get<int64_t>(saved.at("optimizer/iterations")), params, slots);
-  params_ = std::move(params);
-  step_ = std::get<int64_t>(saved.at("step"));
-}
-
-double GptTrainer::estimate_loss(Split split) {
-  const ProfilePhase eval("eval");
-  const GptConfig& c = model_.config();
-  double total = 0;
-  for (int i = 0; i < c.eval_iters; ++i) {
-    auto [idx, targets] = data_.batch(split, -1 - i, c.batch_size, c.block_size, c.seed);
-    total += scalar_of(model_.loss(params_, model_.tokens(idx), model_.tokens(targets)));
-  }
-  return total / c.eval_iters;
-}
-
-train::SplitLosses GptTrainer::evaluate() {
-  return {estimate_loss(Split::kTrain), estimate_loss(Split::kVal)};
-}
-
-std::string GptTrainer::generate(const std::string& prompt, int count, double temperature,
-                                 int top_k, uint64_t seed) {
-  if (!(temperature > 0)) {
-    throw Error(ErrorCode::kInvalidArgument, "gpt",
-                fmt::format("temperature must be > 0, got {}", temperature));
-  }
-  const GptConfig& c = model_.config();
-  std::vector<int32_t> ids = data_.encode(prompt.empty() ? std::string("\n") : prompt);
-  std::string out;
-  for (int n = 0; n < count; ++n) {
-    const int64_t t = std::min<int64_t>(static_cast<int64_t>(ids.size()), c.block_size);
-    const std::vector<int32_t> window(ids.end() - t, ids.end());
-    const DTensor logits =
-        model_.logits(params_, model_.tokens(Tensor::from_vector<int32_t>(window, Shape{1, t})));
-    // The last position's logits, sampled where they live: only the drawn id reaches the host.
-    const DTensor last = slice(logits, {0, t - 1, 0}, {1, 1, c.vocab_size});
-    const DTensor next = sample_categorical(last, seed * 1000003 + static_cast<uint64_t>(n),
-                                            temperature, top_k);
-    ids.push_back(static_cast<int32_t>(host_value(next).to_doubles().at(0)));
-    out += data_.decode({ids.back()});
-  }
-  return out;
-}
+    : LanguageModelTrainer(
+          "gpt", std::move(data), config,
+          [&](int vocab_size) {
+            config.vocab_size = vocab_size;
+            return std::make_unique<GptModel>(config, mesh, runtime, sequence_parallel);
+          },
+          runtime) {}
 
 }  // namespace tessel::gpt

@@ -46,8 +46,10 @@ def strict_json(text):
      "--classes", "2", "--steps", "2", "--rounds", "1", "--json"],
     ["train", "gpt", "--config", "test", "--mesh", "1x2", "--steps", "2", "--eval-iters", "1",
      "--sample", "0", "--data", str(SOURCE / "data/shakespeare_char/input.txt"), "--json"],
+    ["train", "llama", "--config", "test", "--mesh", "1x4", "--steps", "2", "--eval-iters", "1",
+     "--sample", "0", "--data", str(SOURCE / "data/shakespeare_char/input.txt"), "--json"],
 ], ids=["demo", "demo --no-check", "bench all_reduce", "bench fusion", "bench relayout",
-        "bench matmul", "bench dispatch", "bench replicate", "train gpt"])
+        "bench matmul", "bench dispatch", "bench replicate", "train gpt", "train llama"])
 def test_json_output_is_valid_json(args):
     r = run(*args)
     assert r.returncode == 0, r.stderr

@@ -1,4 +1,5 @@
-"""The transformer ops and training pieces against numpy: layer_norm, causal_softmax, exact gelu,
+"""The transformer ops and training pieces against numpy: layer_norm, rms_norm,
+rotary_embedding, causal_softmax, exact gelu,
 dropout, stop_gradient, the vocabulary-parallel cross-entropy, AdamW, clip_by_global_norm and
 WarmupCosineDecay, on sharded layouts of the 2x2 mesh."""
 import math
@@ -36,6 +37,46 @@ def test_layer_norm_and_its_gradients(mesh, specs):
     assert_allclose(host(grads[0]), want_dx, rtol=1e-10, atol=1e-12)
     assert_allclose(host(grads[1]), (g * xhat).sum((0, 1)), rtol=1e-10)
     assert_allclose(host(grads[2]), g.sum((0, 1)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("specs", [("x", "y", tessel.UNSHARDED), ("x", tessel.UNSHARDED, "y")])
+def test_rms_norm_and_its_gradients(mesh, specs):
+    x, w, g = rand((4, 6, 8), 11), rand((8,), 12), rand((4, 6, 8), 13)
+    dx, dw = put(x, specs, mesh), put(w, [tessel.UNSHARDED], mesh)
+    rstd = 1 / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5)
+    assert_allclose(host(tessel.rms_norm(dx, dw, 1e-5)), x * rstd * w, rtol=1e-12, atol=1e-12)
+    assert_allclose(host(tessel.rms_norm(dx, dw)), x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w,
+                    rtol=1e-12)  # epsilon 1e-6 by default, as Keras' RMSNormalization
+    dg = put(g, [tessel.UNSHARDED] * 3, mesh)
+    _, grads = tessel.value_and_grad(
+        lambda p: tessel.reduce_sum(tessel.rms_norm(p[0], p[1], 1e-5) * dg), [dx, dw])
+    xhat, gw = x * rstd, g * w  # numpy: the backward pass written out
+    assert_allclose(host(grads[0]), rstd * (gw - xhat * (gw * xhat).mean(-1, keepdims=True)),
+                    rtol=1e-10, atol=1e-12)
+    assert_allclose(host(grads[1]), (g * xhat).sum((0, 1)), rtol=1e-10)
+    with pytest.raises(ValueError, match="epsilon must be a finite number >= 0"):
+        tessel.rms_norm(dx, dw, -1.0)
+
+
+@pytest.mark.parametrize("specs", [("x", "y", tessel.UNSHARDED, tessel.UNSHARDED),
+                                   (tessel.UNSHARDED, "x", "y", tessel.UNSHARDED)])
+def test_rotary_embedding_and_its_gradient(mesh, specs):
+    x, g = rand((2, 5, 2, 6), 14), rand((2, 5, 2, 6), 15)
+    dx = put(x, specs, mesh)
+    angle = np.arange(5)[:, None] * 500.0 ** (-np.arange(3) * 2 / 6)  # [T, D/2]
+    cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+    x1, x2 = x[..., :3], x[..., 3:]
+    want = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    assert_allclose(host(tessel.rotary_embedding(dx, 500.0)), want, rtol=1e-13, atol=1e-14)
+    _, (grad,) = tessel.value_and_grad(
+        lambda p: tessel.reduce_sum(tessel.rotary_embedding(p[0], theta=500.0) *
+                                    put(g, [tessel.UNSHARDED] * 4, mesh)), [dx])
+    g1, g2 = g[..., :3], g[..., 3:]  # the rotation's transpose: by the negative angle
+    assert_allclose(host(grad), np.concatenate([g1 * cos + g2 * sin, g2 * cos - g1 * sin], -1),
+                    rtol=1e-13, atol=1e-14)
+    assert tessel.fetch_layout(grad) == tessel.fetch_layout(dx)
+    with pytest.raises(ValueError, match="even head_dim, got \\[2,5,3\\]"):
+        tessel.rotary_embedding(put(rand((2, 5, 3), 16), ("x", "y", tessel.UNSHARDED), mesh))
 
 
 def test_causal_softmax_masks_the_future(mesh):

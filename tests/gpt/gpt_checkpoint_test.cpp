@@ -13,6 +13,7 @@
 #include "gpt_trainer.h"
 #include "tessel/checkpoint/checkpoint_manager.h"
 #include "tessel/dtensor/dtensor_api.h"
+#include "testing/batch_model_mesh.h"
 #include "testing/expect_error.h"
 
 namespace tessel::gpt {
@@ -20,12 +21,7 @@ namespace {
 
 const std::string kText = std::string(TESSEL_SOURCE_DIR) + "/data/shakespeare_char/input.txt";
 
-Mesh mesh_of(int64_t batch, int64_t model, const Runtime& rt) {
-  std::vector<std::string> names;
-  for (int64_t i = 0; i < batch * model; ++i)
-    names.push_back(rt.device(static_cast<int>(i)).name());
-  return Mesh::create_on_devices({{"batch", batch}, {"model", model}}, names);
-}
+using testing::batch_model_mesh;
 
 GptConfig config() {
   GptConfig c = GptConfig::preset("test");
@@ -55,7 +51,7 @@ TEST(GptCheckpoint, ResumesBitForBitOnTheSameMeshAndWithin1e5OnAnother) {
   const std::string dir = temp_dir();
   checkpoint::CheckpointManager manager(dir);
 
-  GptTrainer straight(config(), mesh_of(2, 2, rt), data, &rt);
+  GptTrainer straight(config(), batch_model_mesh(2, 2, rt), data, &rt);
   std::vector<double> losses;
   for (int s = 0; s < 4; ++s) {
     losses.push_back(straight.step().loss);
@@ -63,7 +59,7 @@ TEST(GptCheckpoint, ResumesBitForBitOnTheSameMeshAndWithin1e5OnAnother) {
   }
 
   for (auto [batch, model] : {std::pair{2, 2}, std::pair{1, 4}}) {
-    GptTrainer resumed(config(), mesh_of(batch, model, rt), data, &rt);
+    GptTrainer resumed(config(), batch_model_mesh(batch, model, rt), data, &rt);
     resumed.restore(manager.step_directory(*manager.latest_step()));
     EXPECT_EQ(resumed.next_step(), 2);
     const bool same_mesh = batch == 2;
@@ -89,7 +85,7 @@ TEST(GptCheckpoint, ResumesBitForBitOnTheSameMeshAndWithin1e5OnAnother) {
 
   GptConfig other = config();
   other.seed = 7;
-  GptTrainer wrong_seed(other, mesh_of(2, 2, rt), data, &rt);
+  GptTrainer wrong_seed(other, batch_model_mesh(2, 2, rt), data, &rt);
   EXPECT_TESSEL_ERROR(wrong_seed.restore(manager.step_directory(2)), ErrorCode::kInvalidArgument,
                       "seed");
   std::filesystem::remove_all(dir);

@@ -10,6 +10,7 @@
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
 #include "tessel/core/error.h"
+#include "testing/batch_model_mesh.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 
@@ -20,25 +21,21 @@ const std::string kReference =
     std::string(TESSEL_SOURCE_DIR) + "/examples/gpt/reference/gpt_small_reference.safetensors";
 const std::string kText = std::string(TESSEL_SOURCE_DIR) + "/data/shakespeare_char/input.txt";
 
-Mesh mesh_of(int64_t batch, int64_t model, const Runtime& rt) {
-  std::vector<std::string> names;
-  for (int64_t i = 0; i < batch * model; ++i) names.push_back(rt.device(static_cast<int>(i)).name());
-  return Mesh::create_on_devices({{"batch", batch}, {"model", model}}, names);
-}
+using testing::batch_model_mesh;
 
 class GptReference : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(GptReference, MatchesTheJaxReferenceInF32) {
   Runtime rt({.num_cpu_devices = 4});
   const auto [b, m] = GetParam();
-  const ReferenceErrors e = check_reference(kReference, mesh_of(b, m, rt), DType::kF32, &rt);
+  const ReferenceErrors e = check_reference(kReference, batch_model_mesh(b, m, rt), DType::kF32, &rt);
   EXPECT_TRUE(e.passes()) << b << "x" << m << ": " << e.to_string();
 }
 
 TEST_P(GptReference, MatchesTheJaxReferenceInF64) {
   Runtime rt({.num_cpu_devices = 4});
   const auto [b, m] = GetParam();
-  const ReferenceErrors e = check_reference(kReference, mesh_of(b, m, rt), DType::kF64, &rt);
+  const ReferenceErrors e = check_reference(kReference, batch_model_mesh(b, m, rt), DType::kF64, &rt);
   // The step losses differ by ~2e-9: the reference clips as PyTorch does (max_norm / (norm + 1e-6)),
   // tessel as TF does (clip_norm / max(norm, clip_norm)).
   EXPECT_TRUE(e.passes(1e-10, 1e-8)) << b << "x" << m << ": " << e.to_string();
@@ -54,7 +51,7 @@ INSTANTIATE_TEST_SUITE_P(EveryMesh, GptReference,
 
 TEST(Gpt, SequenceParallelGivesTheSameLossAndGradients) {
   Runtime rt({.num_cpu_devices = 4});
-  const Mesh mesh = mesh_of(2, 2, rt);
+  const Mesh mesh = batch_model_mesh(2, 2, rt);
   GptConfig c = GptConfig::preset("test");
   GptModel plain(c, mesh, &rt), sp(c, mesh, &rt, /*sequence_parallel=*/true);
   const std::vector<DTensor> params = plain.init(3);
@@ -82,8 +79,8 @@ TEST(Gpt, SequenceParallelGivesTheSameLossAndGradients) {
 TEST(Gpt, InitialisationIsTheSameOnEveryMesh) {
   Runtime rt({.num_cpu_devices = 4});
   const GptConfig c = GptConfig::preset("test");
-  const std::vector<DTensor> a = GptModel(c, mesh_of(1, 1, rt), &rt).init(9);
-  const std::vector<DTensor> b = GptModel(c, mesh_of(2, 2, rt), &rt).init(9);
+  const std::vector<DTensor> a = GptModel(c, batch_model_mesh(1, 1, rt), &rt).init(9);
+  const std::vector<DTensor> b = GptModel(c, batch_model_mesh(2, 2, rt), &rt).init(9);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(to_host(a[i]).to_doubles(), to_host(b[i]).to_doubles()) << i;
 }
 
@@ -114,7 +111,7 @@ TEST(Gpt, ConfigurationErrorsNameTheField) {
   GptConfig three = GptConfig::preset("test");
   three.n_head = 3;
   three.n_embd = 30;
-  EXPECT_THROW(GptModel(three, mesh_of(1, 2, rt), &rt), Error);  // heads split whole
+  EXPECT_THROW(GptModel(three, batch_model_mesh(1, 2, rt), &rt), Error);  // heads split whole
 }
 
 TEST(Gpt, TrainingLowersTheLoss) {
@@ -124,7 +121,7 @@ TEST(Gpt, TrainingLowersTheLoss) {
   c.lr_decay_iters = 30;
   c.learning_rate = 3e-3;
   c.eval_iters = 2;
-  GptTrainer trainer(c, mesh_of(2, 2, rt), CharDataset::load(kText), &rt);
+  GptTrainer trainer(c, batch_model_mesh(2, 2, rt), CharDataset::load(kText), &rt);
   double first = 0, last = 0;
   for (int s = 0; s < 30; ++s) {
     const StepReport r = trainer.step();

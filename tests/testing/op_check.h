@@ -68,6 +68,11 @@ class FallbackScopedTest : public ::testing::Test {
   void TearDown() override { SetUp(); }
 };
 
+// The meshes the op tests run on: 4 devices in a line, 2x2, and 3 (uneven shards).
+inline std::vector<Mesh> op_test_meshes() {
+  return {Mesh::create({{"x", 4}}), Mesh::create({{"x", 2}, {"y", 2}}), Mesh::create({{"x", 3}})};
+}
+
 inline Tensor random_host(const Shape& shape, DType dtype, uint64_t seed, double low = -2.0,
                           double high = 2.0) {
   return Tensor::random_uniform(shape, dtype, seed, low, high);

@@ -211,14 +211,15 @@ def backward(P, idx, targets, n_layer, n_head, fwd):
 # --------------------------------------------------------------------------------------------
 
 
-def init_params(names, shapes, n_layer, seed):
-    """The documented init rule, re-implemented from its description."""
+def init_params(names, shapes, n_layer, seed, residual=("attn.c_proj", "mlp.c_proj")):
+    """The documented init rule, re-implemented from its description (`residual`: the endings of
+    the residual projections' names)."""
     rng = np.random.default_rng(seed)
     out = {}
     for name in names:
         if name.endswith(".weight"):
             out[name] = np.ones(shapes[name])
-        elif name.endswith("attn.c_proj") or name.endswith("mlp.c_proj"):
+        elif name.endswith(residual):
             out[name] = rng.standard_normal(shapes[name]) * (0.02 / math.sqrt(2 * n_layer))
         else:
             out[name] = rng.standard_normal(shapes[name]) * 0.02
@@ -265,6 +266,38 @@ def close(name, got, want, rtol):
     return err
 
 
+def check_model(t, P0, forward_fn, backward_fn, tc, prefix="", steps=True):
+    """Checks a model against the dump's tensors `t`, its parameters P0: forward_fn(P) -> (logits,
+    loss, cache) against "<prefix>logits" and "<prefix>loss", backward_fn(P, cache) -> gradients
+    against "<prefix>grad.<name>" (and the global norm against "grad_norm" when there is no
+    prefix); with `steps`, the 10 clipped AdamW steps against "step_losses", "step_grad_norms" and
+    "final.<name>". Returns the worst relative errors by name."""
+    worst = {}
+    logits, loss, fwd = forward_fn(P0)
+    worst[prefix + "logits"] = close(prefix + "logits", logits, t[prefix + "logits"], 1e-10)
+    worst[prefix + "loss"] = close(prefix + "loss", loss, t[prefix + "loss"], 1e-12)
+    G = backward_fn(P0, fwd)
+    worst[prefix + "grad"] = max(close(prefix + "grad." + n, G[n], t[prefix + "grad." + n], 1e-10)
+                                 for n in P0)
+    if not prefix:
+        norm = math.sqrt(sum(float((g * g).sum()) for g in G.values()))
+        worst["grad_norm"] = close("grad_norm", norm, t["grad_norm"], 1e-12)
+    if not steps:
+        return worst
+    P = {n: p.copy() for n, p in P0.items()}
+    m = {n: np.zeros_like(p) for n, p in P.items()}
+    v = {n: np.zeros_like(p) for n, p in P.items()}
+    losses, norms = [], []
+    for it in range(len(t["step_losses"])):
+        _, step_loss, f = forward_fn(P)
+        losses.append(step_loss)
+        norms.append(adamw_step(P, backward_fn(P, f), m, v, it + 1, get_lr(it, tc), tc))
+    worst["step_losses"] = close("step_losses", losses, t["step_losses"], 1e-10)
+    worst["step_grad_norms"] = close("step_grad_norms", norms, t["step_grad_norms"], 1e-10)
+    worst["final"] = max(close("final." + n, P[n], t["final." + n], 1e-9) for n in P0)
+    return worst
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else DEFAULT
     t, meta = read_safetensors(path)
@@ -283,34 +316,14 @@ def main():
         if not np.array_equal(regen[n], P0[n]):
             raise AssertionError(f"param.{n} does not follow the documented init rule")
 
-    # 2. forward
-    logits, loss, fwd = forward(P0, idx, targets, L, H)
-    worst["logits"] = close("logits", logits, t["logits"], 1e-10)
-    worst["loss"] = close("loss", loss, t["loss"], 1e-12)
+    # 2.-4. forward, backward, ten clipped AdamW steps on the same batch
+    worst.update(check_model(
+        t, P0, lambda P: forward(P, idx, targets, L, H),
+        lambda P, fwd: backward(P, idx, targets, L, H, fwd), tc))
     if t["loss"].shape != ():
         raise AssertionError("loss should be a 0-d tensor")
-
-    # 3. backward
-    G = backward(P0, idx, targets, L, H, fwd)
-    worst["grad"] = max(close("grad." + n, G[n], t["grad." + n], 1e-10) for n in names)
-    norm = math.sqrt(sum(float((g * g).sum()) for g in G.values()))
-    worst["grad_norm"] = close("grad_norm", norm, t["grad_norm"], 1e-12)
-
-    # 4. ten clipped AdamW steps on the same batch
-    P = {n: p.copy() for n, p in P0.items()}
-    m = {n: np.zeros_like(p) for n, p in P.items()}
-    v = {n: np.zeros_like(p) for n, p in P.items()}
-    losses, norms = [], []
-    for it in range(len(t["step_losses"])):
-        _, l, f = forward(P, idx, targets, L, H)
-        losses.append(l)
-        norms.append(adamw_step(P, backward(P, idx, targets, L, H, f), m, v, it + 1,
-                                get_lr(it, tc), tc))
-    worst["step_losses"] = close("step_losses", losses, t["step_losses"], 1e-10)
-    worst["step_grad_norms"] = close("step_grad_norms", norms, t["step_grad_norms"], 1e-10)
-    worst["step_lrs"] = close("step_lrs", [get_lr(i, tc) for i in range(len(losses))],
+    worst["step_lrs"] = close("step_lrs", [get_lr(i, tc) for i in range(len(t["step_lrs"]))],
                               t["step_lrs"], 1e-15)
-    worst["final"] = max(close("final." + n, P[n], t["final." + n], 1e-9) for n in names)
     if float(t["step_losses"][0]) != float(t["loss"]):
         raise AssertionError("step_losses[0] != loss")
 

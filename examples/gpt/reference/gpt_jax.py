@@ -307,20 +307,26 @@ def adamw_update(params: Params, grads: Params, state, lr, tc: TrainConfig):
     return new_p, {"step": t, "m": new_m, "v": new_v}
 
 
-def train_step(params: Params, opt_state, idx, targets, lr, cfg: GPTConfig, tc: TrainConfig):
-    """Loss and gradients on one batch, clip, AdamW update.
+def train_step_of(loss):
+    """The training step of a model whose loss is ``loss(params, idx, targets, cfg)``:
+    ``train_step`` below for this GPT, the Llama reference's for its model."""
 
-    ``lr`` is an argument (not taken from the schedule inside) so that one compiled step
-    serves every iteration: call ``get_lr(it, tc)`` on the host. ``cfg`` and ``tc`` must be
-    static under jit: use ``jit_train_step`` or ``jax.jit(..., static_argnames=("cfg", "tc"))``.
+    def step(params: Params, opt_state, idx, targets, lr, cfg, tc: TrainConfig):
+        value, grads = jax.value_and_grad(loss)(params, idx, targets, cfg)
+        grads, norm = clip_by_global_norm(grads, tc.grad_clip)
+        params, opt_state = adamw_update(params, grads, opt_state, lr, tc)
+        return params, opt_state, value, norm
 
-    Returns (new params, new optimizer state, loss before the update, grad norm before
-    clipping).
-    """
-    loss, grads = jax.value_and_grad(loss_fn)(params, idx, targets, cfg)
-    grads, norm = clip_by_global_norm(grads, tc.grad_clip)
-    params, opt_state = adamw_update(params, grads, opt_state, lr, tc)
-    return params, opt_state, loss, norm
+    return step
+
+
+# Loss and gradients on one batch, clip, AdamW update: train_step(params, opt_state, idx,
+# targets, lr, cfg, tc). ``lr`` is an argument (not taken from the schedule inside) so that one
+# compiled step serves every iteration: call ``get_lr(it, tc)`` on the host. ``cfg`` and ``tc``
+# must be static under jit: use ``jit_train_step`` or ``jax.jit(..., static_argnames=("cfg",
+# "tc"))``. Returns (new params, new optimizer state, loss before the update, grad norm before
+# clipping).
+train_step = train_step_of(loss_fn)
 
 
 jit_train_step = jax.jit(train_step, static_argnames=("cfg", "tc"))

@@ -101,7 +101,8 @@ struct OpAttrs {
   std::vector<int64_t> explicit_paddings;  // padding "EXPLICIT": 8 ints, (before, after) per
                                            // NHWC dimension, the N and C ones 0
   // Host scalars.
-  std::optional<double> value;          // fill; pad: the constant (unset: 0)
+  std::optional<double> value;          // fill; pad: the constant (unset: 0);
+                                        // rotary_embedding: theta
   std::optional<double> on_value;       // one_hot: the value at the index (unset: 1)
   std::optional<double> off_value;      // one_hot: the value elsewhere (unset: 0)
   std::optional<double> operand;        // add_scalar: the addend; multiply_scalar: the factor
@@ -111,10 +112,12 @@ struct OpAttrs {
   std::optional<double> stddev;         // random_normal
   std::optional<double> scale;          // reduce_sum_grad: the factor on the broadcast gradient;
                                         // causal_softmax: the factor on the scores;
-                                        // sample_categorical: 1 / temperature
+                                        // sample_categorical: 1 / temperature;
+                                        // rotary_embedding: 1, or -1 to rotate back
   std::optional<double> beta;           // ema, ema_square: the decay
   std::optional<double> learning_rate;  // adam_apply: the step's (bias-corrected) learning rate
-  std::optional<double> epsilon;        // adam_apply; layer_norm: added to the variance
+  std::optional<double> epsilon;        // adam_apply; layer_norm: added to the variance;
+                                        // rms_norm: added to the mean square
   std::optional<double> rate;           // dropout: the fraction of elements dropped
   std::optional<int64_t> top_k;         // sample_categorical: draw among the k largest;
                                         // top_k: how many (required)

@@ -125,6 +125,17 @@ DTensor avg_pool2d(const DTensor& input, const std::vector<int64_t>& ksize,
 // the other axes keep their sharding. Weight's gradient is Partial over the row mesh dims.
 DTensor layer_norm(const DTensor& x, const DTensor& weight, const DTensor& bias = DTensor(),
                    double epsilon = 1e-5);
+// RMS normalisation over the last axis (Llama's RMSNorm, Keras' RMSNormalization): x /
+// sqrt(mean(x^2) + epsilon) * weight, weight [C]; epsilon >= 0 (else kInvalidArgument). The last
+// axis is gathered if sharded; the other axes keep their sharding. Weight's gradient is Partial
+// over the row mesh dims (as layer_norm's).
+DTensor rms_norm(const DTensor& x, const DTensor& weight, double epsilon = 1e-6);
+// Rotary position embedding (RoPE) of x [..., positions, heads, head_dim]: in each head the pairs
+// (x_j, x_{j + D/2}), j < D/2 (D = head_dim, even), at position t (the index on axis -3) are
+// rotated by the angle t * theta^(-2j/D) ("rotate_half", as Hugging Face's Llama). head_dim is
+// gathered if sharded; the other axes keep their sharding (positions included). Rank < 3, an odd
+// head_dim or theta <= 0: kInvalidArgument.
+DTensor rotary_embedding(const DTensor& x, double theta = 10000.0);
 // Softmax of scale * scores over the last axis of scores [..., queries, keys] where key j is
 // visible to query i when j <= i + keys - queries (causal self-attention: the mask is implied,
 // never built; the scale, attention's 1 / sqrt(head_dim), costs no pass of its own).

@@ -56,12 +56,16 @@ TESSEL_INLINE float lane_sum(int64_t n, const F& f, const Fs& fs) {
   return total(a + b) + tail;
 }
 
-// A row's mean and 1 / sqrt(variance + epsilon) (biased variance, two passes).
-TESSEL_INLINE void moments(const float* __restrict x, int64_t n, double epsilon, float& mean,
-                           float& rstd) {
-  const float sum = lane_sum(
-      n, [&](int64_t c) { return load(x + c); }, [&](int64_t c) { return x[c]; });
-  mean = sum / static_cast<float>(n);
+// A row's mean and 1 / sqrt(variance + epsilon) (biased variance, two passes); not centered (RMS
+// normalisation): mean 0 and 1 / sqrt(mean(x^2) + epsilon).
+TESSEL_INLINE void moments(const float* __restrict x, int64_t n, double epsilon, bool centered,
+                           float& mean, float& rstd) {
+  mean = 0.0f;
+  if (centered) {
+    const float sum = lane_sum(
+        n, [&](int64_t c) { return load(x + c); }, [&](int64_t c) { return x[c]; });
+    mean = sum / static_cast<float>(n);
+  }
   const Lanes m = splat(mean);
   const float squares = lane_sum(
       n,
@@ -86,11 +90,11 @@ TESSEL_INLINE float larger(float most, float v) { return most < v ? v : most; }
 
 TESSEL_VECTOR_CLONES void layer_norm_range(const float* __restrict x, const float* __restrict w,
                                            const float* __restrict b, float* __restrict y,
-                                           int64_t rows, int64_t n, double epsilon) {
+                                           int64_t rows, int64_t n, double epsilon, bool centered) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float mean, rstd;
-    moments(xr, n, epsilon, mean, rstd);
+    moments(xr, n, epsilon, centered, mean, rstd);
     const Lanes m = splat(mean), s = splat(rstd);
     if (b != nullptr) {
       lane_map(
@@ -108,16 +112,19 @@ TESSEL_VECTOR_CLONES void layer_norm_range(const float* __restrict x, const floa
 TESSEL_VECTOR_CLONES void layer_norm_grad_range(const float* __restrict x,
                                                 const float* __restrict w,
                                                 const float* __restrict g, float* __restrict dx,
-                                                int64_t rows, int64_t n, double epsilon) {
+                                                int64_t rows, int64_t n, double epsilon,
+                                                bool centered) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     const float* gr = g + r * n;
     float mean, rstd;
-    moments(xr, n, epsilon, mean, rstd);
+    moments(xr, n, epsilon, centered, mean, rstd);
     const Lanes m = splat(mean);
-    const float gw = lane_sum(
-        n, [&](int64_t c) { return load(gr + c) * load(w + c); },
-        [&](int64_t c) { return gr[c] * w[c]; });
+    // The mean's share of the gradient (none when the mean is not subtracted).
+    const float gw = !centered ? 0.0f
+                               : lane_sum(
+                                     n, [&](int64_t c) { return load(gr + c) * load(w + c); },
+                                     [&](int64_t c) { return gr[c] * w[c]; });
     const float gwx = lane_sum(
         n, [&](int64_t c) { return load(gr + c) * load(w + c) * (load(xr + c) - m); },
         [&](int64_t c) { return gr[c] * w[c] * (xr[c] - mean); });
@@ -140,12 +147,12 @@ TESSEL_VECTOR_CLONES void layer_norm_grad_range(const float* __restrict x,
 TESSEL_VECTOR_CLONES void layer_norm_weight_grad_range(const float* __restrict x,
                                                        const float* __restrict g,
                                                        double* __restrict acc, int64_t rows,
-                                                       int64_t n, double epsilon) {
+                                                       int64_t n, double epsilon, bool centered) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     const float* gr = g + r * n;
     float mean, rstd;
-    moments(xr, n, epsilon, mean, rstd);
+    moments(xr, n, epsilon, centered, mean, rstd);
     for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(gr[c] * ((xr[c] - mean) * rstd));
   }
 }
@@ -201,18 +208,18 @@ TESSEL_VECTOR_CLONES void softmax_grad_range(const float* __restrict s, const fl
 }  // namespace
 
 void layer_norm_rows(const float* x, const float* w, const float* b, float* y, int64_t rows,
-                     int64_t n, double epsilon) {
-  layer_norm_range(x, w, b, y, rows, n, epsilon);
+                     int64_t n, double epsilon, bool centered) {
+  layer_norm_range(x, w, b, y, rows, n, epsilon, centered);
 }
 
 void layer_norm_grad_rows(const float* x, const float* w, const float* g, float* dx, int64_t rows,
-                          int64_t n, double epsilon) {
-  layer_norm_grad_range(x, w, g, dx, rows, n, epsilon);
+                          int64_t n, double epsilon, bool centered) {
+  layer_norm_grad_range(x, w, g, dx, rows, n, epsilon, centered);
 }
 
 void layer_norm_weight_grad_rows(const float* x, const float* g, double* acc, int64_t rows,
-                                 int64_t n, double epsilon) {
-  layer_norm_weight_grad_range(x, g, acc, rows, n, epsilon);
+                                 int64_t n, double epsilon, bool centered) {
+  layer_norm_weight_grad_range(x, g, acc, rows, n, epsilon, centered);
 }
 
 void causal_softmax_row(const float* x, float* y, int64_t n, int64_t visible, float scale) {

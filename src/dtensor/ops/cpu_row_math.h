@@ -1,4 +1,5 @@
-// Internal: the float32 row loops of layer norm and the softmaxes, written for the vector units.
+// Internal: the float32 row loops of layer norm (and RMS norm) and the softmaxes, written for the
+// vector units.
 //
 // A row's sums (mean, variance, the gradients' dot products, the softmax's maximum and total)
 // run in float32 vector lanes (16, one AVX-512 register; compiled per vector ISA,
@@ -13,15 +14,18 @@
 
 namespace tessel::detail::vec {
 
+// The layer norm's loops; with centered false, RMS normalisation's: the mean is taken as 0 (rstd
+// = 1 / sqrt(mean(x^2) + epsilon), xhat = x * rstd) and drops out of the gradient.
 // y = (x - mean) * rstd * w (+ b where b is not null) for each row of n.
 void layer_norm_rows(const float* x, const float* w, const float* b, float* y, int64_t rows,
-                     int64_t n, double epsilon);
-// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)) for each row of n.
+                     int64_t n, double epsilon, bool centered = true);
+// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)) for each row of n (not centered:
+// without the mean(g*w) term).
 void layer_norm_grad_rows(const float* x, const float* w, const float* g, float* dx, int64_t rows,
-                          int64_t n, double epsilon);
+                          int64_t n, double epsilon, bool centered = true);
 // acc[c] += sum over the rows of g * xhat (the weight's gradient), acc of n doubles.
 void layer_norm_weight_grad_rows(const float* x, const float* g, double* acc, int64_t rows,
-                                 int64_t n, double epsilon);
+                                 int64_t n, double epsilon, bool centered = true);
 
 // y[0, visible) = softmax(scale * x[0, visible)), y[visible, n) = 0: one row of a causal softmax.
 void causal_softmax_row(const float* x, float* y, int64_t n, int64_t visible, float scale);

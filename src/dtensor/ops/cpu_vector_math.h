@@ -9,7 +9,8 @@
 //   exp: relative error <= 1e-7 for x in [-87, 88] (range reduction by ln 2, degree-7 Taylor
 //        polynomial); 0 below -87 (where float32 turns subnormal), exp(88) above 88 (the
 //        kernels call it on x - max <= 0); NaN stays NaN;
-//   gelu (exact form x * Phi(x)) and its derivative follow from the two.
+//   gelu (exact form x * Phi(x)), silu (x * sigmoid(x)) and their derivatives follow from the
+//   two (silu of x < -88: x * 0, so -inf gives NaN as libm's x / (1 + exp(-x)) does).
 // Other dtypes keep their libm loops (the kernels choose).
 #pragma once
 
@@ -28,6 +29,10 @@ inline int64_t rows_per_range(int64_t row_elements) {
 void gelu_erf(const float* x, float* y, int64_t n);
 // dx[i] = dy[i] * (Phi(x) + x phi(x)): gelu_erf's derivative times the incoming gradient.
 void gelu_erf_grad(const float* dy, const float* x, float* dx, int64_t n);
+// y[i] = x[i] * sigmoid(x[i]) = x[i] / (1 + exp(-x[i])).
+void silu(const float* x, float* y, int64_t n);
+// dx[i] = dy[i] * s (1 + x (1 - s)), s = sigmoid(x[i]): silu's derivative times the gradient.
+void silu_grad(const float* dy, const float* x, float* dx, int64_t n);
 // y[i] = exp(x[i]).
 void exp(const float* x, float* y, int64_t n);
 // y[i] = erf(x[i]).

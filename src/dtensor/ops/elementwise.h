@@ -55,7 +55,8 @@ void map_binary_scalar_b(const T* a, T b, R* out, int64_t n, F f) {
 constexpr int64_t kElementwiseGrain = int64_t{1} << 15;
 
 // out = f(x) elementwise over contiguous blocks of one shape, split over the intra-op threads;
-// float32 GELU (exact) runs cpu_vector_math.h's vectorised loop instead of libm's scalar erf.
+// float32 GELU (exact) and SiLU run cpu_vector_math.h's vectorised loops instead of libm's scalar
+// erf and exp.
 template <typename T, typename F>
 void unary_loop(const Tensor& x, Tensor& out, F f) {
   const int64_t n = out.num_elements();
@@ -64,6 +65,8 @@ void unary_loop(const Tensor& x, Tensor& out, F f) {
   T* po = out.data<T>();
   if constexpr (std::is_same_v<T, float> && std::is_same_v<F, elementwise::GeluErf>) {
     vec::gelu_erf(px, po, n);
+  } else if constexpr (std::is_same_v<T, float> && std::is_same_v<F, elementwise::Silu>) {
+    vec::silu(px, po, n);
   } else {
     tessel::parallel_for(n, kElementwiseGrain,
                          [&](int64_t b, int64_t e) { map_unary(px + b, po + b, e - b, f); });
@@ -84,6 +87,9 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   if (na == n && nb == n) {
     if constexpr (std::is_same_v<T, float> && std::is_same_v<F, elementwise::GeluErfGrad>) {
       return vec::gelu_erf_grad(pa, pb, po, n);  // (grad, x), vectorised
+    }
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<F, elementwise::SiluGrad>) {
+      return vec::silu_grad(pa, pb, po, n);  // (grad, x), vectorised
     }
     return tessel::parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
       map_binary(pa + b, pb + b, po + b, e - b, f);

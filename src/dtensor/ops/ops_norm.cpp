@@ -1,15 +1,21 @@
-// The normalisation op family (registered by register_norm_ops): layer_norm over the last axis,
-// one pass forward and one pass backward instead of the eight ops a composition from
-// reduce_mean / rsqrt takes (each a pass over memory and an allocation).
+// The normalisation op family (registered by register_norm_ops): layer_norm and rms_norm over
+// the last axis, one pass forward and one pass backward instead of the eight (six) ops a
+// composition from reduce_mean / rsqrt takes (each a pass over memory and an allocation, and
+// the composition's backward computes gradients of the broadcast statistics too).
 //   "layer_norm"(x, weight), "layer_norm_with_bias"(x, weight, bias)
 //                                    -> (x - mean) / sqrt(var + epsilon) * weight (+ bias)
 //                                       (biased variance, as TF, PyTorch and nanoGPT; epsilon in
 //                                       OpAttrs::epsilon)
 //   "layer_norm_grad"(x, weight, g)   -> dx
 //   "layer_norm_weight_grad"(x, g)    -> [C]: the sum over every row of g * (x - mean) * rstd
+//   "rms_norm"(x, weight)             -> x / sqrt(mean(x^2) + epsilon) * weight (Llama's, Keras'
+//                                       RMSNormalization), and "rms_norm_grad",
+//                                       "rms_norm_weight_grad" as the layer norm's with the
+//                                       mean taken as 0 (one set of kernels, `centered` or not)
 //
 // Sharding rules (one line each):
-//   layer_norm / layer_norm_grad: the last (normalised) axis is demanded whole, every other axis
+//   layer_norm / layer_norm_grad (and the rms_norm ops alike): the last (normalised) axis is
+//   demanded whole, every other axis
 //     keeps x's sharding (batch, and the sequence under sequence parallelism), Partial inputs are
 //     reduced first (nonlinear); weight and bias are demanded replicated; the output is laid out
 //     as x.
@@ -26,10 +32,10 @@
 
 #include "tessel/core/parallel.h"
 
+#include "dtensor/framework/op_util.h"
 #include "dtensor/ops/cpu_row_math.h"
 #include "dtensor/ops/cpu_vector_math.h"
 #include "dtensor/ops/op_families.h"
-#include "dtensor/framework/op_util.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
@@ -40,6 +46,18 @@ constexpr std::string_view kLayerNorm = "layer_norm";
 constexpr std::string_view kLayerNormBias = "layer_norm_with_bias";
 constexpr std::string_view kLayerNormGrad = "layer_norm_grad";
 constexpr std::string_view kWeightGrad = "layer_norm_weight_grad";
+constexpr std::string_view kRmsNorm = "rms_norm";
+constexpr std::string_view kRmsNormGrad = "rms_norm_grad";
+constexpr std::string_view kRmsWeightGrad = "rms_norm_weight_grad";
+
+// One normalisation's three ops: the forward's name, its gradients' and whether the mean is
+// subtracted (layer norm) or taken as 0 (RMS norm).
+struct NormOps {
+  std::string_view grad, weight_grad;
+  bool centered;
+};
+constexpr NormOps kLayerNormOps{kLayerNormGrad, kWeightGrad, true};
+constexpr NormOps kRmsNormOps{kRmsNormGrad, kRmsWeightGrad, false};
 
 // The gradient input in[index] must have x's (in[0]'s) shape and dtype.
 void check_gradient_like_x(const std::vector<TensorSpec>& in, size_t index, std::string_view op) {
@@ -79,11 +97,13 @@ Layout rows_layout(const Layout& x) {
 // Rows summed into one partial weight gradient.
 constexpr int64_t kWeightGradBlock = 64;
 
-// One row's statistics.
+// One row's statistics (not centered: mean 0, rstd from the mean square).
 template <typename T>
-void row_stats(const T* x, int64_t n, double epsilon, double& mean, double& rstd) {
+void row_stats(const T* x, int64_t n, double epsilon, bool centered, double& mean, double& rstd) {
   double sum = 0;
-  for (int64_t c = 0; c < n; ++c) sum += x[c];
+  if (centered) {
+    for (int64_t c = 0; c < n; ++c) sum += x[c];
+  }
   mean = sum / static_cast<double>(n);
   double squares = 0;
   for (int64_t c = 0; c < n; ++c) {
@@ -93,7 +113,7 @@ void row_stats(const T* x, int64_t n, double epsilon, double& mean, double& rstd
   rstd = 1.0 / std::sqrt(squares / static_cast<double>(n) + epsilon);
 }
 
-void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon) {
+void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon, bool centered) {
   const int64_t n = out.shape()[out.rank() - 1];
   if (n == 0 || out.num_elements() == 0) return;
   const int64_t rows = out.num_elements() / n;
@@ -104,14 +124,15 @@ void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilo
     T* y = out.data<T>();
     parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
       if constexpr (std::is_same_v<T, float>) {
-        vec::layer_norm_rows(x + first * n, w, b, y + first * n, last - first, n, epsilon);
+        vec::layer_norm_rows(x + first * n, w, b, y + first * n, last - first, n, epsilon,
+                             centered);
         return;
       }
       for (int64_t r = first; r < last; ++r) {
         const T* xr = x + r * n;
         T* yr = y + r * n;
         double mean, rstd;
-        row_stats(xr, n, epsilon, mean, rstd);
+        row_stats(xr, n, epsilon, centered, mean, rstd);
         const T m = static_cast<T>(mean), s = static_cast<T>(rstd);
         if (b != nullptr) {
           for (int64_t c = 0; c < n; ++c) yr[c] = (xr[c] - m) * s * w[c] + b[c];
@@ -123,8 +144,10 @@ void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilo
   });
 }
 
-// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)), per row.
-void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon) {
+// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)), per row (not centered: without the
+// mean(g*w) term).
+void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon,
+                            bool centered) {
   const int64_t n = out.shape()[out.rank() - 1];
   if (n == 0 || out.num_elements() == 0) return;
   const int64_t rows = out.num_elements() / n;
@@ -135,8 +158,8 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
     T* dx = out.data<T>();
     parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
       if constexpr (std::is_same_v<T, float>) {
-        vec::layer_norm_grad_rows(x + first * n, w, g + first * n, dx + first * n, last - first,
-                                  n, epsilon);
+        vec::layer_norm_grad_rows(x + first * n, w, g + first * n, dx + first * n, last - first, n,
+                                  epsilon, centered);
         return;
       }
       for (int64_t r = first; r < last; ++r) {
@@ -144,14 +167,14 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
         const T* gr = g + r * n;
         T* dr = dx + r * n;
         double mean, rstd;
-        row_stats(xr, n, epsilon, mean, rstd);
+        row_stats(xr, n, epsilon, centered, mean, rstd);
         double sum_gw = 0, sum_gw_xhat = 0;
         for (int64_t c = 0; c < n; ++c) {
           const double gw = static_cast<double>(gr[c]) * w[c];
           sum_gw += gw;
           sum_gw_xhat += gw * (xr[c] - mean) * rstd;
         }
-        const double a = sum_gw / static_cast<double>(n);
+        const double a = centered ? sum_gw / static_cast<double>(n) : 0.0;
         const double b = sum_gw_xhat / static_cast<double>(n);
         for (int64_t c = 0; c < n; ++c) {
           const double xhat = (xr[c] - mean) * rstd;
@@ -163,7 +186,7 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
 }
 
 // out[c] = sum over local rows of g * xhat.
-void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon) {
+void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon, bool centered) {
   const int64_t n = out.num_elements();
   if (n == 0) return;
   const int64_t rows = in[0].num_elements() / n;
@@ -181,7 +204,7 @@ void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsil
                      const int64_t end = std::min(rows, begin + kWeightGradBlock);
                      if constexpr (std::is_same_v<T, float>) {
                        vec::layer_norm_weight_grad_rows(x + begin * n, g + begin * n, acc,
-                                                        end - begin, n, epsilon);
+                                                        end - begin, n, epsilon, centered);
                        continue;
                      }
                      for (int64_t r = k * kWeightGradBlock;
@@ -189,7 +212,7 @@ void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsil
                        const T* xr = x + r * n;
                        const T* gr = g + r * n;
                        double mean, rstd;
-                       row_stats(xr, n, epsilon, mean, rstd);
+                       row_stats(xr, n, epsilon, centered, mean, rstd);
                        for (int64_t c = 0; c < n; ++c) {
                          acc[c] += static_cast<double>(gr[c]) * (xr[c] - mean) * rstd;
                        }
@@ -205,14 +228,18 @@ void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsil
   });
 }
 
-// "layer_norm" (x, weight) or, with `with_bias`, "layer_norm_with_bias" (x, weight, bias).
-void register_layer_norm(OpRegistry& registry, bool with_bias) {
-  const std::string_view name = with_bias ? kLayerNormBias : kLayerNorm;
+// The forward op `name`: (x, weight) or, with `with_bias`, (x, weight, bias); its VJP calls
+// `ops`' gradients.
+void register_norm(OpRegistry& registry, std::string_view name, bool with_bias, NormOps ops) {
   OpDef def;
   def.name = std::string(name);
   def.num_inputs = with_bias ? 3 : 2;
-  def.infer = [name](const std::vector<TensorSpec>& in, const OpAttrs&) {
+  def.infer = [name](const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
     check_norm_inputs(in, 1, in.size() - 1, name);
+    const double epsilon = attrs.epsilon.value_or(0.0);
+    if (!(epsilon >= 0) || !std::isfinite(epsilon)) {
+      throw_invalid(name, "epsilon must be a finite number >= 0, got {}", epsilon);
+    }
     return TensorSpec{in[0].shape, in[0].dtype, {}};
   };
   def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
@@ -221,14 +248,16 @@ void register_layer_norm(OpRegistry& registry, bool with_bias) {
     for (size_t i = 1; i < in.size(); ++i) inputs.push_back(Layout::replicated(rows.mesh(), 1));
     return ShardingDecision{inputs, rows};
   };
-  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                  const LocalContext&) { layer_norm_kernel(in, out, attrs.epsilon.value_or(0.0)); };
-  def.vjp = [](const VjpArgs& a) {
+  def.kernel = [ops](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                     const LocalContext&) {
+    layer_norm_kernel(in, out, attrs.epsilon.value_or(0.0), ops.centered);
+  };
+  def.vjp = [ops](const VjpArgs& a) {
     OpAttrs attrs;
     attrs.epsilon = a.attrs->epsilon;
     const DTensor& x = a.inputs[0];
-    std::vector<DTensor> grads{call_op(kLayerNormGrad, {x, a.inputs[1], a.grad}, attrs),
-                               call_op(kWeightGrad, {x, a.grad}, attrs)};
+    std::vector<DTensor> grads{call_op(ops.grad, {x, a.inputs[1], a.grad}, attrs),
+                               call_op(ops.weight_grad, {x, a.grad}, attrs)};
     if (a.inputs.size() > 2) {
       std::vector<int64_t> rows(static_cast<size_t>(x.rank() - 1));
       for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
@@ -239,29 +268,32 @@ void register_layer_norm(OpRegistry& registry, bool with_bias) {
   registry.add(std::move(def));
 }
 
-void register_layer_norm_grads(OpRegistry& registry) {
+void register_norm_grads(OpRegistry& registry, NormOps ops) {
+  const std::string_view grad_name = ops.grad, weight_name = ops.weight_grad;
   OpDef grad;
-  grad.name = std::string(kLayerNormGrad);
+  grad.name = std::string(grad_name);
   grad.num_inputs = 3;
-  grad.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
-    check_norm_inputs(in, 1, 1, kLayerNormGrad);
-    check_gradient_like_x(in, 2, kLayerNormGrad);
+  grad.infer = [grad_name](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    check_norm_inputs(in, 1, 1, grad_name);
+    check_gradient_like_x(in, 2, grad_name);
     return TensorSpec{in[0].shape, in[0].dtype, {}};
   };
   grad.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
     const Layout rows = rows_layout(in[0].layout);
     return ShardingDecision{{rows, Layout::replicated(rows.mesh(), 1), rows}, rows};
   };
-  grad.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                   const LocalContext&) { layer_norm_grad_kernel(in, out, attrs.epsilon.value_or(0.0)); };
+  grad.kernel = [ops](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                      const LocalContext&) {
+    layer_norm_grad_kernel(in, out, attrs.epsilon.value_or(0.0), ops.centered);
+  };
   registry.add(std::move(grad));
 
   OpDef weight;
-  weight.name = std::string(kWeightGrad);
+  weight.name = std::string(weight_name);
   weight.num_inputs = 2;
-  weight.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
-    check_norm_inputs(in, 0, 0, kWeightGrad);
-    check_gradient_like_x(in, 1, kWeightGrad);
+  weight.infer = [weight_name](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    check_norm_inputs(in, 0, 0, weight_name);
+    check_gradient_like_x(in, 1, weight_name);
     return TensorSpec{Shape({in[0].shape[in[0].shape.rank() - 1]}), in[0].dtype, {}};
   };
   weight.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
@@ -273,17 +305,21 @@ void register_layer_norm_grads(OpRegistry& registry) {
     return ShardingDecision{{rows, rows},
                             Layout::replicated(rows.mesh(), 1).with_partial(std::move(partial))};
   };
-  weight.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                     const LocalContext&) { weight_grad_kernel(in, out, attrs.epsilon.value_or(0.0)); };
+  weight.kernel = [ops](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                        const LocalContext&) {
+    weight_grad_kernel(in, out, attrs.epsilon.value_or(0.0), ops.centered);
+  };
   registry.add(std::move(weight));
 }
 
 }  // namespace
 
 void register_norm_ops(OpRegistry& registry) {
-  register_layer_norm(registry, /*with_bias=*/false);
-  register_layer_norm(registry, /*with_bias=*/true);
-  register_layer_norm_grads(registry);
+  register_norm(registry, kLayerNorm, /*with_bias=*/false, kLayerNormOps);
+  register_norm(registry, kLayerNormBias, /*with_bias=*/true, kLayerNormOps);
+  register_norm_grads(registry, kLayerNormOps);
+  register_norm(registry, kRmsNorm, /*with_bias=*/false, kRmsNormOps);
+  register_norm_grads(registry, kRmsNormOps);
 }
 
 }  // namespace detail
@@ -293,6 +329,12 @@ DTensor layer_norm(const DTensor& x, const DTensor& weight, const DTensor& bias,
   attrs.epsilon = epsilon;
   if (!bias.defined()) return call_op(detail::kLayerNorm, {x, weight}, attrs);
   return call_op(detail::kLayerNormBias, {x, weight, bias}, attrs);
+}
+
+DTensor rms_norm(const DTensor& x, const DTensor& weight, double epsilon) {
+  OpAttrs attrs;
+  attrs.epsilon = epsilon;
+  return call_op(detail::kRmsNorm, {x, weight}, attrs);
 }
 
 }  // namespace tessel

@@ -66,5 +66,28 @@ TEST(CpuVectorMath, ExpWithinItsBoundAndAtTheEdges) {
   EXPECT_TRUE(std::isnan(gout[2]));
 }
 
+TEST(CpuVectorMath, SiluAndItsGradientWithinTheirBounds) {
+  for (int threads : {1, 2}) {
+    set_intra_op_threads(threads);
+    const auto x = grid(-100, 100, 200001);
+    std::vector<float> y(x.size()), dy(x.size()), ones(x.size(), 1.0f);
+    vec::silu(x.data(), y.data(), static_cast<int64_t>(x.size()));
+    vec::silu_grad(ones.data(), x.data(), dy.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double v = x[i], s = 1 / (1 + std::exp(-v));
+      ASSERT_NEAR(y[i], v * s, 4e-7 * std::max(1.0, std::fabs(v))) << "silu(" << v << ")";
+      ASSERT_NEAR(dy[i], s * (1 + v * (1 - s)), 1e-6) << "silu'(" << v << ")";
+    }
+  }
+  set_intra_op_threads(0);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> edge = {inf, -inf, std::nanf(""), 0.0f}, out(4);
+  vec::silu(edge.data(), out.data(), 4);
+  EXPECT_EQ(out[0], inf);
+  EXPECT_TRUE(std::isnan(out[1]));  // -inf * sigmoid(-inf) = -inf * 0, as libm's
+  EXPECT_TRUE(std::isnan(out[2]));
+  EXPECT_EQ(out[3], 0.0f);
+}
+
 }  // namespace
 }  // namespace tessel::detail

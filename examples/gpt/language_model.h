@@ -1,0 +1,103 @@
+// LanguageModel: what the example models share on a (batch, model) mesh: the registry of their
+// parameters (names, global shapes, layouts, initialisation), the token ids' layout and the
+// mean next-token cross-entropy. A model derives from it, registers its parameters in its
+// constructor and writes logits(); GptModel (gpt_model.h) and llama::LlamaModel
+// (examples/llama/llama_model.h) are two. LanguageModelTrainer (language_model_trainer.h)
+// trains any of them.
+//
+//   class MyModel : public LanguageModel {
+//    public:
+//     MyModel(Mesh mesh) : LanguageModel("my_model", std::move(mesh), nullptr) {
+//       w_ = add_parameter("w", Shape{65, 32}, {model_dim(), unsharded()}, 0.02);
+//     }
+//     DTensor logits(...) const override;
+//   };
+//
+// Mesh dimensions: `batch` and `model` are looked up by name; a missing one counts as size 1
+// (its spec is tessel::kUnsharded). Token ids are laid out with their rows over `batch`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/mesh/layout.h"
+#include "tessel/runtime/runtime.h"
+
+namespace tessel::gpt {
+
+struct ForwardOptions {
+  bool training = false;      // dropout on (for models that have it)
+  uint64_t dropout_seed = 0;  // a new one per step: masks keyed by (seed, site, global index)
+};
+
+// The global value of `t` on the host of every process: gathered first (a replicated relayout)
+// when the mesh spans several processes, whose to_host sees only local blocks.
+Tensor host_value(const DTensor& t);
+
+class LanguageModel {
+ public:
+  // `component` names the model in errors ("gpt"); runtime null: Runtime::global().
+  LanguageModel(std::string component, Mesh mesh, Runtime* runtime);
+  virtual ~LanguageModel() = default;
+
+  const Mesh& mesh() const { return mesh_; }
+  Runtime* runtime() const { return runtime_; }
+  // Parameter names in registration order, their global shapes and their layouts; params
+  // vectors follow this order.
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<Shape>& shapes() const { return shapes_; }
+  const std::vector<Layout>& layouts() const { return layouts_; }
+  // Index of a parameter by name (kNotFound naming it).
+  size_t index(const std::string& name) const;
+
+  // Every parameter normal(0, its init stddev), or ones where that is 0; the random values are
+  // keyed by (seed, parameter index, global element index): the same on every mesh.
+  std::vector<DTensor> init(uint64_t seed) const;
+  // Host arrays (f32 or f64) laid out as the parameters (for loading a reference or checkpoint);
+  // a wrong count or shape: kInvalidArgument naming the parameter.
+  std::vector<DTensor> from_host(const std::vector<Tensor>& values) const;
+
+  // The context length and vocabulary size of the model.
+  virtual int block_size() const = 0;
+  virtual int vocab_size() const = 0;
+  // Token ids [B, T] (host, i32) as the activations' layout: rows over `batch`.
+  DTensor tokens(const Tensor& ids) const;
+  // Logits [B, T, V] for token ids [B, T] (on the mesh, as tokens() lays them out).
+  virtual DTensor logits(const std::vector<DTensor>& params, const DTensor& idx,
+                         const ForwardOptions& options = {}) const = 0;
+  // Mean cross-entropy of next-token prediction over every position.
+  DTensor loss(const std::vector<DTensor>& params, const DTensor& idx, const DTensor& targets,
+               const ForwardOptions& options = {}) const;
+
+ protected:
+  // Registers a parameter (init_stddev 0: ones); returns its index in the params vectors.
+  size_t add_parameter(std::string name, Shape shape, const std::vector<std::string>& specs,
+                       double init_stddev);
+  // The mesh dimension's name, or tessel::kUnsharded when the mesh lacks it.
+  const std::string& batch_dim() const { return batch_dim_; }
+  const std::string& model_dim() const { return model_dim_; }
+  static const std::string& unsharded();
+  // The size of the `model` dimension (1 without one).
+  int64_t model_size() const;
+  // kInvalidArgument naming both unless n_head is a multiple of the model size (heads are
+  // split whole over `model`).
+  void require_whole_heads(int n_head) const;
+  // kInvalidArgument unless params holds every parameter and idx is [B, T] with T <=
+  // block_size(); returns T.
+  int64_t check_inputs(const std::vector<DTensor>& params, const DTensor& idx) const;
+  const std::string& component() const { return component_; }
+
+ private:
+  std::string component_;
+  Mesh mesh_;
+  Runtime* runtime_;
+  std::string batch_dim_, model_dim_;
+  std::vector<std::string> names_;
+  std::vector<Shape> shapes_;
+  std::vector<Layout> layouts_;
+  std::vector<double> init_stddev_;  // 0: ones
+};
+
+}  // namespace tessel::gpt

@@ -1,0 +1,106 @@
+// LlamaModel: parameters, their layouts and the forward pass (llama_model.h).
+#include "llama_model.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/relayout.h"
+
+namespace tessel::llama {
+
+LlamaModel::LlamaModel(LlamaConfig config, Mesh mesh, Runtime* runtime)
+    : LanguageModel("llama", std::move(mesh), runtime), config_(std::move(config)) {
+  config_.validate();
+  require_whole_heads(config_.n_head);
+  kv_heads_sharded_ = config_.n_kv_head % model_size() == 0;
+  const int64_t c = config_.n_embd, f = config_.ffn_hidden;
+  const int64_t q_width = int64_t{config_.n_head} * config_.head_dim();
+  const int64_t kv_width = int64_t{config_.n_kv_head} * config_.head_dim();
+  const double init_std = 0.02;
+  const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
+  const std::string& m = model_dim();
+  const std::string& u = unsharded();
+  const std::string& kv = kv_heads_sharded_ ? m : u;
+  tok_embeddings_ = add_parameter("tok_embeddings", Shape{config_.vocab_size, c}, {m, u}, init_std);
+  for (int i = 0; i < config_.n_layer; ++i) {
+    const std::string prefix = fmt::format("layers.{}.", i);
+    LayerParams l{};
+    l.attention_norm = add_parameter(prefix + "attention_norm.weight", Shape{c}, {u}, 0);
+    l.wq = add_parameter(prefix + "attention.wq", Shape{c, q_width}, {u, m}, init_std);
+    l.wk = add_parameter(prefix + "attention.wk", Shape{c, kv_width}, {u, kv}, init_std);
+    l.wv = add_parameter(prefix + "attention.wv", Shape{c, kv_width}, {u, kv}, init_std);
+    l.wo = add_parameter(prefix + "attention.wo", Shape{q_width, c}, {m, u}, residual_std);
+    l.ffn_norm = add_parameter(prefix + "ffn_norm.weight", Shape{c}, {u}, 0);
+    l.w1 = add_parameter(prefix + "feed_forward.w1", Shape{c, f}, {u, m}, init_std);
+    l.w2 = add_parameter(prefix + "feed_forward.w2", Shape{f, c}, {m, u}, residual_std);
+    l.w3 = add_parameter(prefix + "feed_forward.w3", Shape{c, f}, {u, m}, init_std);
+    layers_.push_back(l);
+  }
+  norm_ = add_parameter("norm.weight", Shape{c}, {u}, 0);
+  if (!config_.tie_embeddings) {
+    output_ = add_parameter("output", Shape{config_.vocab_size, c}, {m, u}, init_std);
+  }
+}
+
+Layout LlamaModel::residual_layout() const {
+  return Layout({batch_dim(), unsharded(), unsharded()}, mesh());
+}
+
+DTensor LlamaModel::repeat_kv(const DTensor& x) const {
+  const int64_t groups = config_.n_head / config_.n_kv_head;
+  if (groups == 1) return x;
+  const Shape& s = x.shape();
+  const DTensor one = reshape(x, Shape{s[0], s[1], 1, s[2], s[3]});
+  return reshape(concat(std::vector<DTensor>(static_cast<size_t>(groups), one), 2),
+                 Shape{s[0], s[1] * groups, s[2], s[3]});
+}
+
+DTensor LlamaModel::attention(const std::vector<DTensor>& p, const LayerParams& l,
+                              const DTensor& h) const {
+  const int64_t batch = h.shape()[0], t = h.shape()[1];
+  const int64_t heads = config_.n_head, d = config_.head_dim();
+  // [B, T, n D] (columns over model: whole heads, or replicated kv heads) -> [B, T, n, D].
+  const auto project = [&](size_t w, int64_t n) {
+    return reshape(matmul(h, p[w]), Shape{batch, t, n, d});
+  };
+  const auto heads_first = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
+  const DTensor q = heads_first(rotary_embedding(project(l.wq, heads), config_.rope_theta));
+  const DTensor k = repeat_kv(
+      heads_first(rotary_embedding(project(l.wk, config_.n_kv_head), config_.rope_theta)));
+  const DTensor v = repeat_kv(heads_first(project(l.wv, config_.n_kv_head)));
+  // With replicated kv heads, the matmuls take each device's query heads' share of k and v (a
+  // local slice): no communication.
+  const DTensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(double(d)));
+  const DTensor y = reshape(heads_first(matmul(att, v)), Shape{batch, t, heads * d});
+  return matmul(y, p[l.wo]);  // row-parallel: Partial(sum) over model
+}
+
+DTensor LlamaModel::layer(const std::vector<DTensor>& p, const LayerParams& l,
+                          const DTensor& x) const {
+  // Each Partial residual is reduced once, here, for both the norm and the residual add.
+  const DTensor r = relayout(x, residual_layout());
+  const DTensor a =
+      relayout(add(r, attention(p, l, rms_norm(r, p[l.attention_norm], config_.norm_eps))),
+               residual_layout());
+  const DTensor h = rms_norm(a, p[l.ffn_norm], config_.norm_eps);
+  const DTensor ffn = matmul(multiply(silu(matmul(h, p[l.w1])), matmul(h, p[l.w3])), p[l.w2]);
+  return add(a, ffn);  // Partial(sum) over model
+}
+
+DTensor LlamaModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
+                           const ForwardOptions& /*options*/) const {
+  check_inputs(p, idx);
+  // Token rows: a Partial sum over model (each device looks up the rows it holds).
+  DTensor x = embedding_lookup(p[tok_embeddings_], idx);
+  for (const LayerParams& l : layers_) x = layer(p, l, x);
+  const DTensor h = rms_norm(relayout(x, residual_layout()), p[norm_], config_.norm_eps);
+  const DTensor& head = p[config_.tie_embeddings ? tok_embeddings_ : output_];
+  return matmul(h, head, false, true);  // [B, T, V], V over model
+}
+
+}  // namespace tessel::llama

@@ -1,0 +1,29 @@
+// The training hyper-parameters every example model shares (nanoGPT's train.py with
+// config/train_shakespeare_char.py's values as defaults); a model's configuration derives from
+// it and adds its own shape (gpt::GptConfig, llama::LlamaConfig).
+//
+//   struct GptConfig : train::TrainingConfig { int n_layer = 4; ... };
+//   c.batch_size = 32;   // the fields are the configuration's own
+#pragma once
+
+#include <cstdint>
+
+namespace tessel::train {
+
+struct TrainingConfig {
+  int batch_size = 12;  // global batch B, split over the mesh's batch dimension
+  int max_iters = 2000;
+  double learning_rate = 1e-3;
+  double min_lr = 1e-4;
+  int warmup_iters = 100;
+  int lr_decay_iters = 2000;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double weight_decay = 0.1;  // AdamW's, on the 2-D parameters only
+  double grad_clip = 1.0;     // global gradient norm
+  int eval_interval = 250;
+  int eval_iters = 20;  // batches per validation estimate
+  uint64_t seed = 1337;
+};
+
+}  // namespace tessel::train
