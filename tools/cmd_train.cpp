@@ -14,6 +14,7 @@
 #include "char_dataset.h"
 #include "commands.h"
 #include "flags.h"
+#include "gpt_memory.h"
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
 #include "json_output.h"
@@ -49,6 +50,9 @@ constexpr const char* kHelp =
     "  --eval-interval N   validation loss every N steps and at the end (default: the config's)\n"
     "  --eval-iters N      batches per validation estimate (default: the config's)\n"
     "  --sp                sequence parallelism: norms and dropout on sequence shards\n"
+    "  --recompute WHAT    what the backward pass computes again instead of keeping: none\n"
+    "                      (default), selective (attention's [B,H,T,T] maps) or full (each\n"
+    "                      transformer block from its input); the same losses bit for bit\n"
     "  --dropout X         dropout rate (default: the config's)\n"
     "  --lr X              peak learning rate (default: the config's)\n"
     "  --seed N            initialisation, data and dropout seed (default 1337)\n"
@@ -82,6 +86,7 @@ struct Options {
   std::string device_type = "CPU";  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   std::optional<double> dropout, lr;
+  std::string recompute = "none";
   bool sp = false, json = false, profile = false;
   std::string data = "data/shakespeare_char/input.txt";
   int64_t sample = 300;
@@ -115,6 +120,12 @@ Options parse(const Args& args) {
   flags.number({"--dropout"}, dropout);
   flags.number({"--lr"}, lr);
   flags.set({"--sp"}, o.sp);
+  flags.custom({"--recompute"}, [&](const std::string& flag, const std::string& v) {
+    if (v != "none" && v != "selective" && v != "full") {
+      flags.fail(fmt::format("{} expects none, selective or full, got '{}'", flag, v));
+    }
+    o.recompute = v;
+  });
   flags.custom({"--device"}, [&](const std::string& flag, const std::string& v) {
     if (v != "cpu" && v != "gpu") flags.fail(fmt::format("{} expects cpu or gpu, got '{}'", flag, v));
     o.device_type = v == "gpu" ? "GPU" : "CPU";
@@ -157,11 +168,47 @@ gpt::GptConfig config_of(const Options& o) {
   if (o.seed >= 0) c.seed = static_cast<uint64_t>(o.seed);
   if (o.dropout) c.dropout = *o.dropout;
   if (o.lr) c.learning_rate = *o.lr;
+  c.recompute = gpt::parse_recompute(o.recompute);
   return c;
 }
 
+// Each local device's peak memory over the run, split (gpt_memory.h), with Korthikanti's count.
+Json memory_json(const gpt::GptTrainer& trainer, const Options& o) {
+  Json devices = Json::array();
+  for (const gpt::DeviceMemory& d : gpt::memory_report(trainer)) {
+    devices.push_back(Json{{"device", d.device},
+                           {"peak_bytes", d.peak_bytes},
+                           {"parameter_bytes", d.parameter_bytes},
+                           {"gradient_bytes", d.gradient_bytes},
+                           {"optimizer_bytes", d.optimizer_bytes},
+                           {"activation_bytes", d.activation_bytes},
+                           {"saved_activation_bytes", d.saved_bytes}});
+  }
+  return Json{{"devices", devices},
+              {"korthikanti_bytes_per_device",
+               json_number(gpt::korthikanti_activation_bytes(trainer.config(), o.mesh_batch,
+                                                             o.mesh_model, o.sp),
+                           15)}};
+}
+
+// The busiest local device's peak, split, in a line.
+std::string memory_line(const gpt::GptTrainer& trainer, const Options& o) {
+  gpt::DeviceMemory m;
+  for (const gpt::DeviceMemory& d : gpt::memory_report(trainer)) {
+    if (d.peak_bytes >= m.peak_bytes) m = d;
+  }
+  const auto mib = [](double bytes) { return bytes / (1 << 20); };
+  return fmt::format(
+      "memory: peak {:.1f} MiB on {}: parameters {:.1f}, gradients {:.1f}, AdamW {:.1f}, "
+      "activations {:.1f} (tapes kept {:.1f} at most; Korthikanti's fp32 count {:.1f})",
+      mib(m.peak_bytes), m.device, mib(m.parameter_bytes), mib(m.gradient_bytes),
+      mib(m.optimizer_bytes), mib(m.activation_bytes), mib(m.saved_bytes),
+      mib(gpt::korthikanti_activation_bytes(trainer.config(), o.mesh_batch, o.mesh_model, o.sp)));
+}
+
 // The --json object: the run's settings, then what the training loop did.
-Json run_json(const Options& o, const ClientConfig& client, const train::TrainHistory& history) {
+Json run_json(const Options& o, const ClientConfig& client, const train::TrainHistory& history,
+              const gpt::GptTrainer& trainer) {
   Json losses = Json::array();
   for (const train::StepReport& r : history.steps) losses.push_back(json_number(r.loss));
   Json evals = Json::array();
@@ -176,6 +223,7 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"device", o.device_type},
               {"processes", client.num_clients},
               {"sequence_parallel", o.sp},
+              {"recompute", o.recompute},
               {"steps", history.total_steps},
               {"final_train_loss", json_number(last.train_loss)},
               {"final_val_loss", json_number(last.val_loss)},
@@ -183,7 +231,8 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"median_step_seconds", json_number(history.median_step_seconds())},
               {"tokens_per_second", json_number(history.tokens_per_second())},
               {"losses", losses},
-              {"evals", evals}};
+              {"evals", evals},
+              {"memory", memory_json(trainer, o)}};
 }
 
 int train_gpt(const Options& o) {
@@ -209,10 +258,11 @@ int train_gpt(const Options& o) {
   if (progress) {
     std::cout << fmt::format(
         "tessel train gpt: {} ({} layers, {} heads, width {}, context {}, {:.2f} M parameters), "
-        "batch {}, {} steps, mesh batch={} model={}{}{}{}\n",
+        "batch {}, {} steps, mesh batch={} model={}{}{}{}{}\n",
         o.config, c.n_layer, c.n_head, c.n_embd, c.block_size, c.num_parameters() / 1e6,
         c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
         o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
+        o.recompute != "none" ? ", recompute " + o.recompute : "",
         client.num_clients > 1 ? fmt::format(" over {} processes", client.num_clients) : "");
   }
   train::TrainOptions loop = o.loop;
@@ -233,10 +283,10 @@ int train_gpt(const Options& o) {
     train::write_metrics_csv(out, history);
   }
   if (o.json) {
-    print_json(run_json(o, client, history));
+    print_json(run_json(o, client, history, trainer));
     return kExitOk;
   }
-  std::cout << history.summary() << "\n";
+  std::cout << history.summary() << "\n" << memory_line(trainer, o) << "\n";
   if (o.profile) {
     std::cout << "\n--- profile (every step, evaluations included) ---\n"
               << profile.table(history.total_steps);

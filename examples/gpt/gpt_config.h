@@ -7,8 +7,19 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace tessel::gpt {
+
+// What the backward pass computes again instead of keeping from the forward pass
+// (recompute_grad.h): nothing; attention's [B, H, T, T] part, from the queries, keys and values
+// (Korthikanti et al.'s "selective activation recomputation"); each transformer block, from its
+// input. Every choice gives bit for bit the same losses and gradients.
+enum class Recompute { kNone, kSelective, kFull };
+
+// "none", "selective" or "full"; another name: kInvalidArgument listing them.
+Recompute parse_recompute(std::string_view name);
+std::string_view recompute_name(Recompute recompute);
 
 struct GptConfig {
   // Model.
@@ -18,6 +29,7 @@ struct GptConfig {
   int block_size = 64;   // context length T
   int vocab_size = 65;   // tiny Shakespeare's characters
   double dropout = 0.0;  // on attention probabilities and on each block's two outputs
+  Recompute recompute = Recompute::kNone;  // what the training step recomputes (memory)
   // Training (nanoGPT's train.py and config/train_shakespeare_char.py).
   int batch_size = 12;  // global batch B, split over the mesh's batch dimension
   int max_iters = 2000;

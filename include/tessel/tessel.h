@@ -70,9 +70,11 @@
 #include "tessel/dtensor/op_profile.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/optimizers.h"
+#include "tessel/dtensor/recompute_grad.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/dtensor/relayout_plan.h"
 #include "tessel/dtensor/sharding_fallback.h"
+#include "tessel/dtensor/tape_memory.h"
 
 // replicate
 #include "tessel/replicate/compile.h"

@@ -5,19 +5,27 @@
 //                                    -> (x - mean) / sqrt(var + epsilon) * weight (+ bias)
 //                                       (biased variance, as TF, PyTorch and nanoGPT; epsilon in
 //                                       OpAttrs::epsilon)
-//   "layer_norm_grad"(x, weight, g)   -> dx
-//   "layer_norm_weight_grad"(x, g)    -> [C]: the sum over every row of g * (x - mean) * rstd
+//   "layer_norm_stats"(x)             -> f64 [..., 2]: each row's mean and rstd =
+//                                       1 / sqrt(var + epsilon), as the forward kernel computes
+//                                       them. What a tape keeps of a layer_norm call besides x and
+//                                       weight (OpDef::save), so that the backward pass reads the
+//                                       statistics instead of computing them in both its ops.
+//   "layer_norm_grad"(x, weight, g, stats) -> dx
+//   "layer_norm_weight_grad"(x, g, stats)  -> [C]: the sum over every row of g * (x - mean) * rstd
 //
 // Sharding rules (one line each):
 //   layer_norm / layer_norm_grad: the last (normalised) axis is demanded whole, every other axis
 //     keeps x's sharding (batch, and the sequence under sequence parallelism), Partial inputs are
 //     reduced first (nonlinear); weight and bias are demanded replicated; the output is laid out
 //     as x.
+//   layer_norm_stats, and the stats input of the gradient ops: laid out as x's rows (the pair
+//     axis whole).
 //   layer_norm_weight_grad: x and g as above; the [C] output is replicated but Partial(sum) over
 //     every mesh dimension that shards x's rows, so the weight's gradient joins the fused
 //     gradient reduction (autodiff.h) instead of a collective of its own.
-// Kernels accumulate each row's mean and variance in double, whatever the dtype (float32 rows in
-// the vectorised loops of cpu_row_math.h), and split their rows over the intra-op threads
+// Kernels accumulate each row's mean and variance in double (float32 rows: in float32 lanes, the
+// vectorised loops of cpu_row_math.h; their statistics, kept in f64, are exactly the float32
+// values the forward pass used), and split their rows over the intra-op threads
 // (core/parallel.h); the weight gradient sums fixed blocks of rows
 // and then the blocks in order, so that its result does not depend on the number of threads.
 #include <algorithm>
@@ -38,6 +46,7 @@ namespace {
 
 constexpr std::string_view kLayerNorm = "layer_norm";
 constexpr std::string_view kLayerNormBias = "layer_norm_with_bias";
+constexpr std::string_view kLayerNormStats = "layer_norm_stats";
 constexpr std::string_view kLayerNormGrad = "layer_norm_grad";
 constexpr std::string_view kWeightGrad = "layer_norm_weight_grad";
 
@@ -65,6 +74,22 @@ Layout rows_layout(const Layout& x) {
   SpecList specs = spec_list(x);
   specs.back().clear();
   return make_layout(x.mesh(), specs);
+}
+
+// The shape of x's statistics: x's rows, a (mean, rstd) pair each.
+Shape stats_shape(const Shape& x) {
+  std::vector<int64_t> dims = x.dims();
+  dims.back() = 2;
+  return Shape(std::move(dims));
+}
+
+// Input `k` must be the f64 statistics of x (input 0).
+void check_stats(const std::vector<TensorSpec>& in, size_t k, std::string_view op) {
+  if (in[k].shape != stats_shape(in[0].shape) || in[k].dtype != DType::kF64) {
+    throw_invalid(op, "input {} must be x's statistics, f64 {}, got {} {}", k,
+                  stats_shape(in[0].shape).to_string(), dtype_name(in[k].dtype),
+                  in[k].shape.to_string());
+  }
 }
 
 // Rows summed into one partial weight gradient.
@@ -114,11 +139,32 @@ void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilo
   });
 }
 
+// stats[2r], stats[2r + 1] = row r's mean and rstd.
+void layer_norm_stats_kernel(const Tensor& in, Tensor& out, double epsilon) {
+  const int64_t n = in.shape()[in.rank() - 1];
+  if (n == 0 || in.num_elements() == 0) return;
+  const int64_t rows = in.num_elements() / n;
+  double* stats = out.data<double>();
+  dispatch_float(in.dtype(), kLayerNormStats, [&]<typename T>() {
+    const T* x = in.data<T>();
+    parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
+      if constexpr (std::is_same_v<T, float>) {
+        vec::layer_norm_stats_rows(x + first * n, stats + 2 * first, last - first, n, epsilon);
+        return;
+      }
+      for (int64_t r = first; r < last; ++r) {
+        row_stats(x + r * n, n, epsilon, stats[2 * r], stats[2 * r + 1]);
+      }
+    });
+  });
+}
+
 // dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)), per row.
-void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon) {
+void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out) {
   const int64_t n = out.shape()[out.rank() - 1];
   if (n == 0 || out.num_elements() == 0) return;
   const int64_t rows = out.num_elements() / n;
+  const double* stats = in[3].data<double>();
   dispatch_float(out.dtype(), kLayerNormGrad, [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* w = in[1].data<T>();
@@ -126,16 +172,15 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
     T* dx = out.data<T>();
     parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
       if constexpr (std::is_same_v<T, float>) {
-        vec::layer_norm_grad_rows(x + first * n, w, g + first * n, dx + first * n, last - first,
-                                  n, epsilon);
+        vec::layer_norm_grad_rows(x + first * n, w, g + first * n, stats + 2 * first,
+                                  dx + first * n, last - first, n);
         return;
       }
       for (int64_t r = first; r < last; ++r) {
         const T* xr = x + r * n;
         const T* gr = g + r * n;
         T* dr = dx + r * n;
-        double mean, rstd;
-        row_stats(xr, n, epsilon, mean, rstd);
+        const double mean = stats[2 * r], rstd = stats[2 * r + 1];
         double sum_gw = 0, sum_gw_xhat = 0;
         for (int64_t c = 0; c < n; ++c) {
           const double gw = static_cast<double>(gr[c]) * w[c];
@@ -154,10 +199,11 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
 }
 
 // out[c] = sum over local rows of g * xhat.
-void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon) {
+void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out) {
   const int64_t n = out.num_elements();
   if (n == 0) return;
   const int64_t rows = in[0].num_elements() / n;
+  const double* stats = in[2].data<double>();
   dispatch_float(out.dtype(), kWeightGrad, [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* g = in[1].data<T>();
@@ -171,16 +217,15 @@ void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsil
                      const int64_t begin = k * kWeightGradBlock;
                      const int64_t end = std::min(rows, begin + kWeightGradBlock);
                      if constexpr (std::is_same_v<T, float>) {
-                       vec::layer_norm_weight_grad_rows(x + begin * n, g + begin * n, acc,
-                                                        end - begin, n, epsilon);
+                       vec::layer_norm_weight_grad_rows(x + begin * n, g + begin * n,
+                                                        stats + 2 * begin, acc, end - begin, n);
                        continue;
                      }
                      for (int64_t r = k * kWeightGradBlock;
                           r < std::min(rows, (k + 1) * kWeightGradBlock); ++r) {
                        const T* xr = x + r * n;
                        const T* gr = g + r * n;
-                       double mean, rstd;
-                       row_stats(xr, n, epsilon, mean, rstd);
+                       const double mean = stats[2 * r], rstd = stats[2 * r + 1];
                        for (int64_t c = 0; c < n; ++c) {
                          acc[c] += static_cast<double>(gr[c]) * (xr[c] - mean) * rstd;
                        }
@@ -214,12 +259,19 @@ void register_layer_norm(OpRegistry& registry, bool with_bias) {
   };
   def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                   const LocalContext&) { layer_norm_kernel(in, out, attrs.epsilon.value_or(0.0)); };
+  // The backward pass reads x, weight and the statistics the tape computed (the bias's gradient
+  // needs g only).
+  def.saves = VjpSaves::of_inputs({0, 1});
+  def.save = [](const std::vector<DTensor>& in, const DTensor&, const OpAttrs& attrs) {
+    OpAttrs stats;
+    stats.epsilon = attrs.epsilon;
+    return std::vector<DTensor>{call_op(kLayerNormStats, {in[0]}, stats)};
+  };
   def.vjp = [](const VjpArgs& a) {
-    OpAttrs attrs;
-    attrs.epsilon = a.attrs->epsilon;
     const DTensor& x = a.inputs[0];
-    std::vector<DTensor> grads{call_op(kLayerNormGrad, {x, a.inputs[1], a.grad}, attrs),
-                               call_op(kWeightGrad, {x, a.grad}, attrs)};
+    const DTensor& stats = a.saved.at(0);
+    std::vector<DTensor> grads{call_op(kLayerNormGrad, {x, a.inputs[1], a.grad, stats}),
+                               call_op(kWeightGrad, {x, a.grad, stats})};
     if (a.inputs.size() > 2) {
       std::vector<int64_t> rows(static_cast<size_t>(x.rank() - 1));
       for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
@@ -230,35 +282,58 @@ void register_layer_norm(OpRegistry& registry, bool with_bias) {
   registry.add(std::move(def));
 }
 
+void register_layer_norm_stats(OpRegistry& registry) {
+  OpDef def;
+  def.name = std::string(kLayerNormStats);
+  def.num_inputs = 1;
+  def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    check_norm_inputs(in, 1, 0, kLayerNormStats);
+    return TensorSpec{stats_shape(in[0].shape), DType::kF64, {}};
+  };
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    const Layout rows = rows_layout(in[0].layout);
+    return ShardingDecision{{rows}, rows};
+  };
+  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                  const LocalContext&) {
+    layer_norm_stats_kernel(in[0], out, attrs.epsilon.value_or(0.0));
+  };
+  registry.add(std::move(def));
+}
+
+// The gradient g (input `k`) must be x's shape and dtype.
+void check_gradient(const std::vector<TensorSpec>& in, size_t k, std::string_view op) {
+  if (in[k].shape != in[0].shape || in[k].dtype != in[0].dtype) {
+    throw_invalid(op, "the gradient is {} {}, x is {} {}", dtype_name(in[k].dtype),
+                  in[k].shape.to_string(), dtype_name(in[0].dtype), in[0].shape.to_string());
+  }
+}
+
 void register_layer_norm_grads(OpRegistry& registry) {
   OpDef grad;
   grad.name = std::string(kLayerNormGrad);
-  grad.num_inputs = 3;
+  grad.num_inputs = 4;
   grad.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
     check_norm_inputs(in, 1, 1, kLayerNormGrad);
-    if (in[2].shape != in[0].shape || in[2].dtype != in[0].dtype) {
-      throw_invalid(kLayerNormGrad, "the gradient is {} {}, x is {} {}", dtype_name(in[2].dtype),
-                    in[2].shape.to_string(), dtype_name(in[0].dtype), in[0].shape.to_string());
-    }
+    check_gradient(in, 2, kLayerNormGrad);
+    check_stats(in, 3, kLayerNormGrad);
     return TensorSpec{in[0].shape, in[0].dtype, {}};
   };
   grad.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
     const Layout rows = rows_layout(in[0].layout);
-    return ShardingDecision{{rows, Layout::replicated(rows.mesh(), 1), rows}, rows};
+    return ShardingDecision{{rows, Layout::replicated(rows.mesh(), 1), rows, rows}, rows};
   };
-  grad.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                   const LocalContext&) { layer_norm_grad_kernel(in, out, attrs.epsilon.value_or(0.0)); };
+  grad.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                   const LocalContext&) { layer_norm_grad_kernel(in, out); };
   registry.add(std::move(grad));
 
   OpDef weight;
   weight.name = std::string(kWeightGrad);
-  weight.num_inputs = 2;
+  weight.num_inputs = 3;
   weight.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
     check_norm_inputs(in, 0, 0, kWeightGrad);
-    if (in[1].shape != in[0].shape || in[1].dtype != in[0].dtype) {
-      throw_invalid(kWeightGrad, "the gradient is {} {}, x is {} {}", dtype_name(in[1].dtype),
-                    in[1].shape.to_string(), dtype_name(in[0].dtype), in[0].shape.to_string());
-    }
+    check_gradient(in, 1, kWeightGrad);
+    check_stats(in, 2, kWeightGrad);
     return TensorSpec{Shape({in[0].shape[in[0].shape.rank() - 1]}), in[0].dtype, {}};
   };
   weight.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
@@ -267,11 +342,11 @@ void register_layer_norm_grads(OpRegistry& registry) {
     for (const auto& dims : spec_list(rows)) {
       for (const std::string& d : dims) partial.push_back({d, ReduceOp::kSum});
     }
-    return ShardingDecision{{rows, rows},
+    return ShardingDecision{{rows, rows, rows},
                             Layout::replicated(rows.mesh(), 1).with_partial(std::move(partial))};
   };
-  weight.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                     const LocalContext&) { weight_grad_kernel(in, out, attrs.epsilon.value_or(0.0)); };
+  weight.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                     const LocalContext&) { weight_grad_kernel(in, out); };
   registry.add(std::move(weight));
 }
 
@@ -280,6 +355,7 @@ void register_layer_norm_grads(OpRegistry& registry) {
 void register_norm_ops(OpRegistry& registry) {
   register_layer_norm(registry, /*with_bias=*/false);
   register_layer_norm(registry, /*with_bias=*/true);
+  register_layer_norm_stats(registry);
   register_layer_norm_grads(registry);
 }
 

@@ -161,6 +161,7 @@ void register_parts(OpRegistry& registry) {
                                 call_op(kPartsGrad, {a.inputs[0], a.inputs[1], a.inputs[2], a.grad}),
                                 DTensor()};
   };
+  parts.saves = VjpSaves::of_inputs({0, 1, 2});
   registry.add(std::move(parts));
 
   OpDef grad;
@@ -238,6 +239,7 @@ void register_finish(OpRegistry& registry) {
   finish.vjp = [](const VjpArgs& a) {
     return std::vector<DTensor>{call_op(kFinishGrad, {a.inputs[0], a.grad}), DTensor()};
   };
+  finish.saves = VjpSaves::of_inputs({0});
   registry.add(std::move(finish));
 
   OpDef grad;

@@ -483,8 +483,10 @@ void add_reduction(OpRegistry& registry, Kind kind) {
                       const LocalContext& c) { reduce_kernel(kind, in, out, a, c); };
   if (kind == Kind::kMax) {
     def.vjp = max_vjp;
+    def.saves = VjpSaves::of_inputs({0}, /*with_output=*/true);
   } else {
     def.vjp = [kind](const VjpArgs& args) { return sum_or_mean_vjp(kind, args); };
+    def.saves = VjpSaves::nothing();
   }
   registry.add(std::move(def));
 }
@@ -511,6 +513,7 @@ void register_reduction_ops(OpRegistry& registry) {
     const double scale = a.scale.value_or(0.0);
     return std::vector<DTensor>{scale == 1.0 ? r : multiply(r, scale)};
   };
+  sum_grad.saves = VjpSaves::nothing();
   registry.add(std::move(sum_grad));
 
   OpDef ties;
@@ -527,6 +530,7 @@ void register_reduction_ops(OpRegistry& registry) {
   ties.vjp = [](const VjpArgs& args) {
     return std::vector<DTensor>{zeros_like(args.inputs[0]), zeros_like(args.inputs[1])};
   };
+  ties.saves = VjpSaves::nothing();
   registry.add(std::move(ties));
 
   OpDef max_grad;
@@ -549,6 +553,7 @@ void register_reduction_ops(OpRegistry& registry) {
                                 reduce_sum(multiply(dg, args.grad), a.axes, a.keepdims),
                                 zeros_like(args.inputs[2])};
   };
+  max_grad.saves = VjpSaves::of_inputs({0, 2});
   registry.add(std::move(max_grad));
 }
 

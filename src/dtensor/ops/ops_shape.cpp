@@ -558,6 +558,7 @@ void register_shape_ops(OpRegistry& registry) {
     def.vjp = [](const VjpArgs& a) {
       return std::vector<DTensor>{reshape(a.grad, a.inputs[0].shape())};
     };
+    def.saves = VjpSaves::nothing();
     registry.add(std::move(def));
   }
   {
@@ -576,6 +577,7 @@ void register_shape_ops(OpRegistry& registry) {
         inverse[static_cast<size_t>(perm[k])] = static_cast<int64_t>(k);
       return std::vector<DTensor>{transpose(a.grad, inverse)};
     };
+    def.saves = VjpSaves::nothing();
     registry.add(std::move(def));
   }
   {
@@ -590,6 +592,7 @@ void register_shape_ops(OpRegistry& registry) {
       return std::vector<DTensor>{call_op(
           kSliceGrad, {a.grad}, slice_grad_attrs(a.attrs->begin, a.inputs[0].shape().dims()))};
     };
+    def.saves = VjpSaves::nothing();
     registry.add(std::move(def));
   }
   {
@@ -603,6 +606,7 @@ void register_shape_ops(OpRegistry& registry) {
     def.vjp = [](const VjpArgs& a) {
       return std::vector<DTensor>{slice(a.grad, a.attrs->begin, a.inputs[0].shape().dims())};
     };
+    def.saves = VjpSaves::nothing();
     registry.add(std::move(def));
   }
   for (int arity = 2; arity <= kMaxConcatArity; ++arity) {
@@ -630,6 +634,7 @@ void register_shape_ops(OpRegistry& registry) {
       }
       return grads;
     };
+    def.saves = VjpSaves::nothing();
     registry.add(std::move(def));
   }
 }

@@ -79,7 +79,8 @@ TEST(TransformerOps, LayerNormWeightGradientIsPartialOverTheRowDims) {
   const ShardingDecision d = plan_op(
       "layer_norm_weight_grad",
       {{Shape{4, 6, 8}, DType::kF32, Layout({"batch", "seq", "unsharded"}, mesh)},
-       {Shape{4, 6, 8}, DType::kF32, Layout({"batch", "seq", "unsharded"}, mesh)}});
+       {Shape{4, 6, 8}, DType::kF32, Layout({"batch", "seq", "unsharded"}, mesh)},
+       {Shape{4, 6, 2}, DType::kF64, Layout({"batch", "seq", "unsharded"}, mesh)}});
   EXPECT_EQ(d.output.partial().size(), 2u);
   EXPECT_EQ(d.output.sharding_spec_strings(), std::vector<std::string>{"unsharded"});
 }
