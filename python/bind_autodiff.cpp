@@ -202,8 +202,9 @@ watches must be one of its arguments (ValueError otherwise).
       .def_readonly("live_bytes", &TapeMemoryStats::live_bytes)
       .def_readonly("peak_bytes", &TapeMemoryStats::peak_bytes)
       .def("__repr__", [](const TapeMemoryStats& s) {
-        return "TapeMemoryStats(device='" + s.device + "', live_bytes=" +
-               std::to_string(s.live_bytes) + ", peak_bytes=" + std::to_string(s.peak_bytes) + ")";
+        return "TapeMemoryStats(device='" + s.device +
+               "', live_bytes=" + std::to_string(s.live_bytes) +
+               ", peak_bytes=" + std::to_string(s.peak_bytes) + ")";
       });
   m.def("tape_memory_stats", &tape_memory_stats,
         "Per device: the bytes gradient tapes keep for their backward passes (activations), now "

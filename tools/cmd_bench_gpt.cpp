@@ -45,7 +45,8 @@ constexpr const char* kHelp =
     "stats) and the peak bytes of a device against the parameters + gradients + AdamW state it\n"
     "holds. --config defaults to baby (6 layers, width 384, context 256, batch 64, dropout 0.2;\n"
     "--dropout 0 for the work of a model without dropout, as the JAX peer's).\n"
-    "Memory (the busiest device, over the timed steps): its peak split into parameters, gradients,\n"
+    "Memory (the busiest device, over the timed steps): its peak split into parameters, "
+    "gradients,\n"
     "AdamW's moments and activations (the rest of the peak), the most the gradient tapes kept\n"
     "(saved: activations proper) and Korthikanti et al.'s activation count in fp32 for the mesh\n"
     "(K: layers * 2 s b h (10 + 24/t + 5 a s / (h t)); s context, b batch per device, h width,\n"
@@ -148,16 +149,18 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
 
 Json memory_json(const MeshResult& r) {
   const gpt::DeviceMemory& m = r.memory;
-  return Json{{"device", m.device},
-              {"peak_bytes", m.peak_bytes},
-              {"parameter_bytes", m.parameter_bytes},
-              {"gradient_bytes", m.gradient_bytes},
-              {"optimizer_bytes", m.optimizer_bytes},
-              {"activation_bytes", m.activation_bytes},
-              {"saved_activation_bytes", m.saved_bytes},
-              {"korthikanti_bytes", json_number(r.korthikanti_bytes, 15)},
-              {"activation_ratio", json_number(static_cast<double>(m.activation_bytes) / r.korthikanti_bytes, 4)},
-              {"saved_ratio", json_number(static_cast<double>(m.saved_bytes) / r.korthikanti_bytes, 4)}};
+  return Json{
+      {"device", m.device},
+      {"peak_bytes", m.peak_bytes},
+      {"parameter_bytes", m.parameter_bytes},
+      {"gradient_bytes", m.gradient_bytes},
+      {"optimizer_bytes", m.optimizer_bytes},
+      {"activation_bytes", m.activation_bytes},
+      {"saved_activation_bytes", m.saved_bytes},
+      {"korthikanti_bytes", json_number(r.korthikanti_bytes, 15)},
+      {"activation_ratio",
+       json_number(static_cast<double>(m.activation_bytes) / r.korthikanti_bytes, 4)},
+      {"saved_ratio", json_number(static_cast<double>(m.saved_bytes) / r.korthikanti_bytes, 4)}};
 }
 
 Flags parse(const Args& args) {
@@ -227,12 +230,13 @@ int gpt_benchmark(const Flags& f) {
     return kExitOk;
   }
   std::cout << fmt::format(
-      "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token, dropout {}, recompute {}), "
+      "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token, dropout {}, recompute "
+      "{}), "
       "{} timed steps after {} warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} "
       "GFLOP/s; load {}, other processes took {:.0f}% of the CPUs\n\n",
       f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout,
-      f.recompute, f.steps,
-      f.warmup, f.sgemm_threads, peak / 1e9, bench::load_average_text(), others * 100);
+      f.recompute, f.steps, f.warmup, f.sgemm_threads, peak / 1e9, bench::load_average_text(),
+      others * 100);
   std::cout << fmt::format("{:>6} {:>10} {:>9} {:>7} {:>9} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
                            "mesh", "step (s)", "tokens/s", "MFU", "vs first", "collectives",
                            "MiB moved", "coll. s", "peak MiB", "state MiB");
@@ -249,8 +253,8 @@ int gpt_benchmark(const Flags& f) {
                "device spends inside relayout collectives per step, waiting for peers included; "
                "state: parameters, gradients and AdamW's moments the busiest device holds)\n\n";
   std::cout << fmt::format("{:>6} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>7} {:>8}\n",
-                           "mesh", "peak MiB", "params", "grads", "AdamW", "act MiB",
-                           "saved MiB", "K MiB", "act/K", "saved/K");
+                           "mesh", "peak MiB", "params", "grads", "AdamW", "act MiB", "saved MiB",
+                           "K MiB", "act/K", "saved/K");
   for (const MeshResult& r : results) {
     const gpt::DeviceMemory& m = r.memory;
     const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
@@ -258,8 +262,8 @@ int gpt_benchmark(const Flags& f) {
         "{:>6} {:>10.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>7.3f} "
         "{:>8.3f}\n",
         fmt::format("{}x{}", r.batch, r.model), mib(m.peak_bytes), mib(m.parameter_bytes),
-        mib(m.gradient_bytes), mib(m.optimizer_bytes), mib(m.activation_bytes),
-        mib(m.saved_bytes), r.korthikanti_bytes / (1 << 20),
+        mib(m.gradient_bytes), mib(m.optimizer_bytes), mib(m.activation_bytes), mib(m.saved_bytes),
+        r.korthikanti_bytes / (1 << 20),
         static_cast<double>(m.activation_bytes) / r.korthikanti_bytes,
         static_cast<double>(m.saved_bytes) / r.korthikanti_bytes);
   }

@@ -25,7 +25,7 @@ namespace tessel::gpt {
 
 struct DeviceMemory {
   std::string device;
-  int64_t peak_bytes = 0;        // memory_stats().peak_bytes since the last reset
+  int64_t peak_bytes = 0;  // memory_stats().peak_bytes since the last reset
   int64_t parameter_bytes = 0;
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;   // 0 before the first update

@@ -28,6 +28,13 @@ std::string dim_or_unsharded(const Mesh& mesh, const std::string& name) {
   return kUnshardedSpec;
 }
 
+// fn(inputs), computed again in the backward pass instead of kept when `recompute`
+// (recompute_grad.h).
+DTensor call_maybe_recomputed(bool recompute, const DTensorFunction& fn,
+                              const std::vector<DTensor>& inputs) {
+  return recompute ? recompute_grad(fn)(inputs) : fn(inputs);
+}
+
 }  // namespace
 
 Tensor host_value(const DTensor& t) {
@@ -150,15 +157,13 @@ DTensor GptModel::attention(const std::vector<DTensor>& in, int layer, const DTe
   };
   const std::vector<DTensor> qkv{split_heads(matmul(h, in[kWq])), split_heads(matmul(h, in[kWk])),
                                  split_heads(matmul(h, in[kWv]))};
-  DTensor out;
-  if (config_.recompute == Recompute::kSelective) {
-    // The backward pass computes the [B, H, T, T] maps again from q, k and v.
-    out = recompute_grad([this, layer, options](const std::vector<DTensor>& again) {
-      return attention_core(again, layer, options);
-    })(qkv);
-  } else {
-    out = attention_core(qkv, layer, options);
-  }
+  // Selective recomputation: the backward pass computes the [B, H, T, T] maps again from q, k, v.
+  const DTensor out = call_maybe_recomputed(
+      config_.recompute == Recompute::kSelective,
+      [this, layer, options](const std::vector<DTensor>& in) {
+        return attention_core(in, layer, options);
+      },
+      qkv);
   const DTensor y = reshape(transpose(out, {0, 2, 1, 3}), Shape{batch, t, heads * d});
   return matmul(y, in[kAttnProj]);  // row-parallel: Partial(sum) over model
 }
@@ -211,16 +216,14 @@ DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
   x = maybe_dropout(x, options, 3 * static_cast<uint64_t>(config_.n_layer));
   for (int l = 0; l < config_.n_layer; ++l) {
     const BlockParams& b = blocks_[static_cast<size_t>(l)];
-    const std::vector<DTensor> in{x,          p[b.ln_1], p[b.attn_wq],  p[b.attn_wk],   p[b.attn_wv],
-                                  p[b.attn_c_proj], p[b.ln_2], p[b.mlp_c_fc], p[b.mlp_c_proj]};
-    if (config_.recompute == Recompute::kFull) {
-      // The backward pass runs the block again from its input (and parameters).
-      x = recompute_grad([this, l, options](const std::vector<DTensor>& again) {
-        return block(again, l, options);
-      })(in);
-    } else {
-      x = block(in, l, options);
-    }
+    const std::vector<DTensor> in{
+        x,         p[b.ln_1],     p[b.attn_wq],   p[b.attn_wk], p[b.attn_wv], p[b.attn_c_proj],
+        p[b.ln_2], p[b.mlp_c_fc], p[b.mlp_c_proj]};
+    // Full recomputation: the backward pass runs the block again from its input (and weights).
+    x = call_maybe_recomputed(
+        config_.recompute == Recompute::kFull,
+        [this, l, options](const std::vector<DTensor>& again) { return block(again, l, options); },
+        in);
   }
   DTensor h = layer_norm(x, p[ln_f_]);
   if (sequence_parallel_) {

@@ -102,7 +102,7 @@ def test_bad_arguments_and_results_are_type_errors(mesh):
 
 def test_without_a_tape_it_calls_the_function(mesh):
     x = put(rand((4, 2), 9), ("x", "unsharded"), mesh)
-    assert_array_equal(host(tessel.recompute_grad(tessel.exp)(x)), np.exp(host(x)))
+    assert_array_equal(host(tessel.recompute_grad(tessel.exp)(x)), host(tessel.exp(x)))
 
 
 def test_tapes_let_go_of_what_they_kept_after_the_gradient(mesh):

@@ -6,20 +6,15 @@
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/recompute_grad.h"
-#include "tessel/dtensor/tape_memory.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
+#include "testing/tape_memory_checks.h"
 
 namespace tessel {
 namespace {
 
+using testing::kept_bytes;
 using testing::values;
-
-int64_t kept_bytes() {
-  int64_t total = 0;
-  for (const TapeMemoryStats& s : tape_memory_stats()) total += s.live_bytes;
-  return total;
-}
 
 // A residual MLP block with layer norm and dropout: {x [B, C], ln, w1 [C, 4C], w2 [4C, C]}.
 DTensor mlp_block(const std::vector<DTensor>& in) {
@@ -44,8 +39,8 @@ TEST_P(RecomputeGrad, GivesTheLossAndGradientsOfThePlainRunBitForBit) {
   const Mesh mesh =
       Mesh::create_on_devices({{"batch", shape.batch}, {"model", shape.model}}, devices);
   const int64_t c = 8;
-  const DTensor x = random_normal(Shape{6, c}, Layout({"batch", "unsharded"}, mesh), 1, 0, 1,
-                                  DType::kF32, &rt);
+  const DTensor x =
+      random_normal(Shape{6, c}, Layout({"batch", "unsharded"}, mesh), 1, 0, 1, DType::kF32, &rt);
   const std::vector<DTensor> params = {
       ones(Shape{c}, Layout::replicated(mesh, 1), DType::kF32, &rt),
       random_normal(Shape{c, 4 * c}, Layout({"unsharded", "model"}, mesh), 2, 0, 0.3, DType::kF32,
@@ -85,16 +80,7 @@ INSTANTIATE_TEST_SUITE_P(EveryMesh, RecomputeGrad,
                                   std::to_string(info.param.model);
                          });
 
-class RecomputeGradOnOneDevice : public ::testing::Test {
- protected:
-  RecomputeGradOnOneDevice() : rt_({.num_cpu_devices = 1}), mesh_(Mesh::create({{"x", 1}})) {}
-  DTensor random(const Shape& shape, uint64_t seed) {
-    return random_normal(shape, Layout::replicated(mesh_, shape.rank()), seed, 0, 1, DType::kF64,
-                         &rt_);
-  }
-  Runtime rt_;
-  Mesh mesh_;
-};
+class RecomputeGradOnOneDevice : public testing::OneDeviceTest {};
 
 TEST_F(RecomputeGradOnOneDevice, TheTapeKeepsOnlyTheInputs) {
   const DTensor x = random(Shape{32, 16}, 1), w = random(Shape{16, 16}, 2);
@@ -151,16 +137,16 @@ TEST_F(RecomputeGradOnOneDevice, AWatchedTensorTheFunctionCapturesIsAnError) {
   EXPECT_TESSEL_ERROR(f({x}), ErrorCode::kInvalidArgument,
                       "recompute_grad: the function reads DTensor #" + std::to_string(w.id()));
   // A captured constant is fine.
-  const DTensorFunction g = recompute_grad([&x](const std::vector<DTensor>& in) {
-    return multiply(in[0], x);
-  });
+  const DTensorFunction g =
+      recompute_grad([&x](const std::vector<DTensor>& in) { return multiply(in[0], x); });
   const DTensor y = reduce_sum(g({w}));
   EXPECT_EQ(values(tape.gradient(y, {w})[0]), values(x));
 }
 
 TEST_F(RecomputeGradOnOneDevice, BadFunctionsAreErrors) {
   EXPECT_TESSEL_ERROR(recompute_grad(nullptr), ErrorCode::kInvalidArgument, "null one");
-  const DTensorFunction null_out = recompute_grad([](const std::vector<DTensor>&) { return DTensor(); });
+  const DTensorFunction null_out =
+      recompute_grad([](const std::vector<DTensor>&) { return DTensor(); });
   EXPECT_TESSEL_ERROR(null_out({random(Shape{2}, 7)}), ErrorCode::kInvalidArgument,
                       "returned a null DTensor");
   const DTensorFunction id = recompute_grad([](const std::vector<DTensor>& in) { return in[0]; });

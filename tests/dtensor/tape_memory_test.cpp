@@ -3,27 +3,25 @@
 // right after its VJP, each gradient after its last use; the stand-ins of what is not kept.
 #include <gtest/gtest.h>
 
-#include <numeric>
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
 
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
-#include "tessel/dtensor/tape_memory.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
+#include "testing/tape_memory_checks.h"
 
 namespace tessel {
 namespace {
 
+using testing::identity_op;
+using testing::kept_bytes;
 using testing::values;
-
-// The bytes tapes keep now, over every device.
-int64_t kept_bytes() {
-  int64_t total = 0;
-  for (const TapeMemoryStats& s : tape_memory_stats()) total += s.live_bytes;
-  return total;
-}
 
 // What "test_probe" saw at each of its VJP calls, in the order they ran.
 struct ProbeLog {
@@ -39,14 +37,7 @@ ProbeLog& probe_log() {
 // moment of the backward pass, and passes the gradient on.
 DTensor probe(const DTensor& x) {
   static const bool registered = [] {
-    OpDef def;
-    def.name = "test_probe";
-    def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) { return in[0]; };
-    def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-      return ShardingDecision{{in[0].layout}, in[0].layout};
-    };
-    def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                    const LocalContext&) { out.copy_from(in[0]); };
+    OpDef def = identity_op("test_probe");
     def.saves = VjpSaves::nothing();
     def.vjp = [](const VjpArgs& a) {
       probe_log().kept.push_back(kept_bytes());
@@ -62,18 +53,9 @@ DTensor probe(const DTensor& x) {
   return call_op("test_probe", {x});
 }
 
-class TapeMemory : public ::testing::Test {
+class TapeMemory : public testing::OneDeviceTest {
  protected:
-  TapeMemory() : rt_({.num_cpu_devices = 1}), mesh_(Mesh::create({{"x", 1}})) {
-    probe_log() = {};
-  }
-  DTensor random(const Shape& shape, uint64_t seed) {
-    return random_normal(shape, Layout::replicated(mesh_, shape.rank()), seed, 0, 1, DType::kF64,
-                         &rt_);
-  }
-
-  Runtime rt_;
-  Mesh mesh_;
+  TapeMemory() { probe_log() = {}; }
 };
 
 TEST_F(TapeMemory, EachOpKeepsOnlyWhatItsVjpReads) {
@@ -82,10 +64,10 @@ TEST_F(TapeMemory, EachOpKeepsOnlyWhatItsVjpReads) {
   GradientTape tape;
   tape.watch(x);
   tape.watch(w);
-  const DTensor h = matmul(x, w);    // keeps x and w: sources, not activations
-  const DTensor e = exp(h);          // keeps its output e, not h
-  const DTensor s = add(e, c);       // keeps nothing (shapes only)
-  const DTensor r = reshape(s, Shape{128});  // keeps nothing
+  const DTensor h = matmul(x, w);                // keeps x and w: sources, not activations
+  const DTensor e = exp(h);                      // keeps its output e, not h
+  const DTensor s = add(e, c);                   // keeps nothing (shapes only)
+  const DTensor r = reshape(s, Shape{128});      // keeps nothing
   const DTensor y = reduce_sum(multiply(r, r));  // multiply keeps r; reduce_sum nothing
   // e and r (a reshape of s, its own storage) each once.
   EXPECT_EQ(kept_bytes() - before, e.nbytes() + r.nbytes());
@@ -119,7 +101,8 @@ TEST_F(TapeMemory, EachRecordIsLetGoRightAfterItsVjp) {
   for (int k = 0; k < layers; ++k) {
     EXPECT_EQ(log.kept[static_cast<size_t>(k)] - before, (layers - k) * n) << k;
     if (k > 0) {
-      EXPECT_EQ(log.device_live[static_cast<size_t>(k - 1)] - log.device_live[static_cast<size_t>(k)], n)
+      EXPECT_EQ(
+          log.device_live[static_cast<size_t>(k - 1)] - log.device_live[static_cast<size_t>(k)], n)
           << "the device freed one layer's output and nothing else between probes " << k - 1
           << " and " << k;
     }
@@ -166,14 +149,7 @@ TEST_F(TapeMemory, LayerNormKeepsItsStatisticsFromTheForwardPass) {
 
 TEST_F(TapeMemory, AVjpReadingWhatItDidNotDeclareGetsAClearError) {
   static const bool registered = [] {
-    OpDef def;
-    def.name = "test_undeclared_read";
-    def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) { return in[0]; };
-    def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-      return ShardingDecision{{in[0].layout}, in[0].layout};
-    };
-    def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                    const LocalContext&) { out.copy_from(in[0]); };
+    OpDef def = identity_op("test_undeclared_read");
     def.saves = VjpSaves::nothing();  // wrong: the VJP reads its input
     def.vjp = [](const VjpArgs& a) { return std::vector<DTensor>{multiply(a.grad, a.inputs[0])}; };
     OpRegistry::global().add(std::move(def));
@@ -186,6 +162,30 @@ TEST_F(TapeMemory, AVjpReadingWhatItDidNotDeclareGetsAClearError) {
   const DTensor y = reduce_sum(call_op("test_undeclared_read", {x}));
   EXPECT_TESSEL_ERROR(tape.gradient(y, {x}), ErrorCode::kFailedPrecondition,
                       "stand-in for a tensor it did not keep");
+}
+
+TEST_F(TapeMemory, DispatchRunsAtMostFourKernelsAheadOfADevice) {
+  // Queued kernels hold their tensors: dispatch waits for room instead of running further ahead.
+  const DTensor x = random(Shape{256, 256}, 13);  // not tiny: its kernels are enqueued
+  Stream& stream = x.device(0).stream();
+  std::promise<void> release;
+  std::shared_future<void> opened = release.get_future().share();
+  stream.enqueue("test_gate", [opened] { opened.wait(); });
+  std::atomic<int> launched{0};
+  std::thread caller([&] {
+    DTensor y = x;
+    for (int i = 0; i < 6; ++i) {
+      y = exp(y);
+      ++launched;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(launched.load(), 3);  // the gate and three kernels fill the stream
+  EXPECT_EQ(stream.pending(), 4u);
+  release.set_value();
+  caller.join();
+  EXPECT_EQ(launched.load(), 6);
+  stream.synchronize();
 }
 
 TEST_F(TapeMemory, TheOutputGradientWeightsTheTarget) {

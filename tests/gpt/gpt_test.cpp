@@ -29,6 +29,12 @@ Mesh mesh_of(int64_t batch, int64_t model, const Runtime& rt) {
   return Mesh::create_on_devices({{"batch", batch}, {"model", model}}, names);
 }
 
+// (batch, model) mesh shapes, named "BxM" in the tests' names.
+const std::vector<std::pair<int, int>> kMeshShapes{{1, 1}, {2, 1}, {1, 2}, {2, 2}};
+std::string mesh_name(const ::testing::TestParamInfo<std::pair<int, int>>& info) {
+  return std::to_string(info.param.first) + "x" + std::to_string(info.param.second);
+}
+
 class GptReference : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(GptReference, MatchesTheJaxReferenceInF32) {
@@ -47,13 +53,7 @@ TEST_P(GptReference, MatchesTheJaxReferenceInF64) {
   EXPECT_TRUE(e.passes(1e-10, 1e-8)) << b << "x" << m << ": " << e.to_string();
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryMesh, GptReference,
-                         ::testing::Values(std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2},
-                                           std::pair{2, 2}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.first) + "x" +
-                                  std::to_string(info.param.second);
-                         });
+INSTANTIATE_TEST_SUITE_P(EveryMesh, GptReference, ::testing::ValuesIn(kMeshShapes), mesh_name);
 
 // The loss and gradients of one training-mode step (dropout on) of the `test` model with
 // `recompute`, as host values.
@@ -86,13 +86,7 @@ TEST_P(GptRecompute, GivesTheLossAndGradientsOfThePlainRunBitForBit) {
   EXPECT_EQ(step_values(mesh, rt, Recompute::kFull), plain) << "full";
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryMesh, GptRecompute,
-                         ::testing::Values(std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2},
-                                           std::pair{2, 2}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.first) + "x" +
-                                  std::to_string(info.param.second);
-                         });
+INSTANTIATE_TEST_SUITE_P(EveryMesh, GptRecompute, ::testing::ValuesIn(kMeshShapes), mesh_name);
 
 TEST(Gpt, RecomputationKeepsLessForTheBackwardPass) {
   Runtime rt({.num_cpu_devices = 1});

@@ -205,7 +205,7 @@ struct VjpArgs {
   DTensor output;               // a stand-in unless OpDef::saves keeps it
   DTensor grad;                 // d loss / d output, in the output's layout
   const OpAttrs* attrs = nullptr;
-  std::vector<DTensor> saved;   // what OpDef::save computed when the call was recorded
+  std::vector<DTensor> saved;  // what OpDef::save computed when the call was recorded
 };
 
 struct OpDef {

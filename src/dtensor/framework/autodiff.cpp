@@ -26,7 +26,7 @@ struct GradientTape::Record {
   std::vector<DTensor> inputs;  // as the kernel saw them (after relayouts), or stand-ins
   DTensor output;               // or a stand-in (another id: output_id is the output's)
   uint64_t output_id = 0;
-  std::vector<DTensor> saved;   // OpDef::save's
+  std::vector<DTensor> saved;  // OpDef::save's
   std::shared_ptr<const OpAttrs> attrs;
   std::vector<DTensor> counted;  // what tape_memory counts for this record
 };
@@ -257,8 +257,8 @@ std::vector<DTensor> GradientTape::backward(const DTensor& target,
                         "gradient() was already called on this non-persistent tape");
   }
   if (!target.defined()) detail::throw_invalid(kComponent, "the target is a null DTensor");
-  if (output_gradient.defined() && (output_gradient.shape() != target.shape() ||
-                                    output_gradient.dtype() != target.dtype())) {
+  if (output_gradient.defined() &&
+      (output_gradient.shape() != target.shape() || output_gradient.dtype() != target.dtype())) {
     detail::throw_invalid(kComponent,
                           "the output gradient is {} {}, the target {} {}: they must match",
                           dtype_name(output_gradient.dtype()), output_gradient.shape().to_string(),
@@ -276,14 +276,14 @@ std::vector<DTensor> GradientTape::backward(const DTensor& target,
   std::unordered_map<uint64_t, DTensor> grads;
   if (output_gradient.defined()) {
     const Layout want = keep_pending(output_gradient.layout(), target.layout().without_partial());
-    grads[target.id()] = output_gradient.layout() == want ? output_gradient
-                                                          : relayout(output_gradient, want);
+    grads[target.id()] =
+        output_gradient.layout() == want ? output_gradient : relayout(output_gradient, want);
   } else {
-    grads[target.id()] = ones_like(target.layout().is_partial()
-                                       ? DTensor(target.layout().without_partial(), target.shape(),
-                                                 target.dtype(), target.components(),
-                                                 target.runtime())
-                                       : target);
+    grads[target.id()] =
+        ones_like(target.layout().is_partial()
+                      ? DTensor(target.layout().without_partial(), target.shape(), target.dtype(),
+                                target.components(), target.runtime())
+                      : target);
   }
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     Record& r = *it;

@@ -106,8 +106,8 @@ TESSEL_VECTOR_CLONES void layer_norm_range(const float* __restrict x, const floa
 }
 
 TESSEL_VECTOR_CLONES void layer_norm_stats_range(const float* __restrict x,
-                                                 double* __restrict stats, int64_t rows,
-                                                 int64_t n, double epsilon) {
+                                                 double* __restrict stats, int64_t rows, int64_t n,
+                                                 double epsilon) {
   for (int64_t r = 0; r < rows; ++r) {
     float mean, rstd;
     moments(x + r * n, n, epsilon, mean, rstd);
@@ -218,8 +218,7 @@ void layer_norm_rows(const float* x, const float* w, const float* b, float* y, i
   layer_norm_range(x, w, b, y, rows, n, epsilon);
 }
 
-void layer_norm_stats_rows(const float* x, double* stats, int64_t rows, int64_t n,
-                           double epsilon) {
+void layer_norm_stats_rows(const float* x, double* stats, int64_t rows, int64_t n, double epsilon) {
   layer_norm_stats_range(x, stats, rows, n, epsilon);
 }
 

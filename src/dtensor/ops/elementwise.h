@@ -163,7 +163,7 @@ constexpr bool is_one_of(elementwise::OpList<Ops...>) {
 // elementwise_math.h's UnaryOps or BinaryOps, as its CPU and GPU kernel, and `vjp`, which reads
 // `saves` of a call (OpDef::saves).
 template <typename F>
-void add_elementwise(OpRegistry& registry, OpDef def, VjpFn vjp, VjpSaves saves) {
+void add_elementwise(OpRegistry& registry, OpDef def, VjpSaves saves, VjpFn vjp) {
   namespace ew = elementwise;
   if constexpr (is_one_of<F>(ew::UnaryOps{})) {
     def.kernel = unary_cpu_kernel<F>(def.name);
@@ -201,9 +201,9 @@ DTensor scalar_like(double value, const DTensor& like);
 
 // Registers binary op `name`: binary_def and add_elementwise.
 template <typename F>
-void add_binary(OpRegistry& registry, const char* name, BinaryPartial rule, VjpFn vjp,
-                VjpSaves saves) {
-  add_elementwise<F>(registry, binary_def(name, rule), std::move(vjp), saves);
+void add_binary(OpRegistry& registry, const char* name, BinaryPartial rule, VjpSaves saves,
+                VjpFn vjp) {
+  add_elementwise<F>(registry, binary_def(name, rule), saves, std::move(vjp));
 }
 
 }  // namespace tessel::detail

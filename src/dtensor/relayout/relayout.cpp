@@ -315,7 +315,8 @@ const OpDef& relayout_op() {
 DTensor relayout(const DTensor& tensor, const Layout& layout, const RelayoutOptions& options) {
   DTensor out = detail::relayout_untracked(tensor, layout, options);
   if (out.id() != tensor.id()) {
-    if (GradientTape::any()) GradientTape::record_call(relayout_op(), {tensor}, {tensor}, out, nullptr);
+    if (GradientTape::any())
+      GradientTape::record_call(relayout_op(), {tensor}, {tensor}, out, nullptr);
   }
   return out;
 }

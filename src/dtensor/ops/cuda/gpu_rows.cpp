@@ -137,27 +137,26 @@ bool norm_blocks_covered(const std::vector<Tensor>& values, const Tensor& stats)
 // layer_norm_stats (x) -> [rows, 2] f64, T being x's element type.
 void layer_norm_stats_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                              const LocalContext& context) {
-  run_gpu_kernel("layer_norm_stats", norm_blocks_covered({in[0]}, out), in, out,
-                 attrs, context, [&](cudaStream_t stream) -> GpuLaunch {
-                   const int64_t n = in[0].shape()[in[0].rank() - 1];
-                   const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
-                   const double epsilon = attrs.epsilon.value_or(0.0);
-                   if (in[0].dtype() == DType::kF64) {
-                     return gpu::launch_layer_norm_stats<double>(device_data<double>(in[0]),
-                                                                 device_data<double>(out), rows, n,
-                                                                 epsilon, stream);
-                   }
-                   return gpu::launch_layer_norm_stats<float>(device_data<float>(in[0]),
-                                                              device_data<double>(out), rows, n,
-                                                              epsilon, stream);
-                 });
+  run_gpu_kernel(
+      "layer_norm_stats", norm_blocks_covered({in[0]}, out), in, out, attrs, context,
+      [&](cudaStream_t stream) -> GpuLaunch {
+        const int64_t n = in[0].shape()[in[0].rank() - 1];
+        const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
+        const double epsilon = attrs.epsilon.value_or(0.0);
+        if (in[0].dtype() == DType::kF64) {
+          return gpu::launch_layer_norm_stats<double>(
+              device_data<double>(in[0]), device_data<double>(out), rows, n, epsilon, stream);
+        }
+        return gpu::launch_layer_norm_stats<float>(
+            device_data<float>(in[0]), device_data<double>(out), rows, n, epsilon, stream);
+      });
 }
 
 // layer_norm_grad (x, weight, g, stats): T is the output's.
 void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                             const LocalContext& context) {
-  run_gpu_kernel("layer_norm_grad", norm_blocks_covered({in[0], in[1], in[2], out}, in[3]), in,
-                 out, attrs, context, [&](cudaStream_t stream) -> GpuLaunch {
+  run_gpu_kernel("layer_norm_grad", norm_blocks_covered({in[0], in[1], in[2], out}, in[3]), in, out,
+                 attrs, context, [&](cudaStream_t stream) -> GpuLaunch {
                    const auto [rows, n] = rows_of(out);
                    const auto launch = [&]<typename T>() {
                      return gpu::launch_layer_norm_grad<T>(
@@ -170,10 +169,10 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const Op
 }
 
 // layer_norm_weight_grad (x, g, stats): T is the output's.
-void layer_norm_weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out,
-                                   const OpAttrs& attrs, const LocalContext& context) {
-  run_gpu_kernel("layer_norm_weight_grad", norm_blocks_covered({in[0], in[1], out}, in[2]), in,
-                 out, attrs, context, [&](cudaStream_t stream) -> GpuLaunch {
+void layer_norm_weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                                   const LocalContext& context) {
+  run_gpu_kernel("layer_norm_weight_grad", norm_blocks_covered({in[0], in[1], out}, in[2]), in, out,
+                 attrs, context, [&](cudaStream_t stream) -> GpuLaunch {
                    const int64_t n = out.num_elements();
                    const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
                    const auto launch = [&]<typename T>() {
