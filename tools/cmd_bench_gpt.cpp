@@ -30,7 +30,7 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
-    "                        [--warmup N] [--sgemm-threads T] [--dropout X]\n"
+    "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--batch B]\n"
     "                        [--recompute none|selective|full] [--data FILE] [--json]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
@@ -44,14 +44,16 @@ constexpr const char* kHelp =
     "step time for the others' ratio. Per mesh also: collectives and bytes per step (relayout\n"
     "stats) and the peak bytes of a device against the parameters + gradients + AdamW state it\n"
     "holds. --config defaults to baby (6 layers, width 384, context 256, batch 64, dropout 0.2;\n"
-    "--dropout 0 for the work of a model without dropout, as the JAX peer's).\n"
+    "--dropout 0 for the work of a model without dropout, as the JAX peer's; --batch B for\n"
+    "another global batch).\n"
     "Memory (the busiest device, over the timed steps): its peak split into parameters, "
     "gradients,\n"
     "AdamW's moments and activations (the rest of the peak), the most the gradient tapes kept\n"
     "(saved: activations proper) and Korthikanti et al.'s activation count in fp32 for the mesh\n"
     "(K: layers * 2 s b h (10 + 24/t + 5 a s / (h t)); s context, b batch per device, h width,\n"
     "a heads, t model shards), with the ratios act/K and saved/K. --recompute: what the backward\n"
-    "pass computes again (none, attention's [B,H,T,T] part: selective, each block: full).\n";
+    "pass computes again (none, attention's [B,H,T,T] part: selective, each block: full; the\n"
+    "same losses bit for bit: --json lists each mesh's step losses, warm-up included).\n";
 
 struct Flags {
   std::string config = "baby";
@@ -59,6 +61,7 @@ struct Flags {
   std::vector<std::pair<int64_t, int64_t>> mesh_shapes;  // --meshes read: (batch, model) each
   int64_t steps = 3, warmup = 1, sgemm_threads = 2;
   double dropout = -1;  // -1: the configuration's
+  int64_t batch = 0;    // 0: the configuration's
   std::string recompute = "none";
   std::string data = "data/shakespeare_char/input.txt";
   bool json = false;
@@ -173,6 +176,7 @@ Flags parse(const Args& args) {
   flags.integer({"--sgemm-threads"}, f.sgemm_threads, 1, 1024);
   flags.text({"--data"}, f.data);
   flags.number({"--dropout"}, f.dropout);
+  flags.integer({"--batch"}, f.batch, 1, 1 << 20);
   flags.text({"--recompute"}, f.recompute);
   flags.set({"--json"}, f.json);
   flags.parse(args);
@@ -192,6 +196,7 @@ int gpt_benchmark(const Flags& f) {
     config.validate();
   }
   config.recompute = gpt::parse_recompute(f.recompute);
+  if (f.batch > 0) config.batch_size = static_cast<int>(f.batch);
   const gpt::CharDataset data = gpt::CharDataset::load(f.data);
   const bench::CpuSample cpu_before = bench::sample_cpu();
   const double peak = sgemm_peak(2048, static_cast<int>(f.sgemm_threads));
@@ -214,12 +219,14 @@ int gpt_benchmark(const Flags& f) {
                {"collective_seconds_per_step", json_number(r.collective_seconds)},
                {"peak_bytes_per_device", json_number(r.peak_bytes, 15)},
                {"state_bytes_per_device", json_number(r.state_bytes, 15)},
-               {"memory", memory_json(r)}});
+               {"memory", memory_json(r)},
+               {"losses", r.losses}});
     }
     print_json(Json{{"config", f.config},
                     {"warmup_steps", f.warmup},
                     {"dropout", json_number(config.dropout)},
                     {"recompute", f.recompute},
+                    {"batch", config.batch_size},
                     {"parameters", config.num_parameters()},
                     {"flops_per_token", json_number(config.flops_per_token(), 15)},
                     {"sgemm_peak_flops", json_number(peak, 4)},

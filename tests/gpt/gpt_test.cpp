@@ -107,6 +107,42 @@ TEST(Gpt, RecomputationKeepsLessForTheBackwardPass) {
   EXPECT_GT(kept[2], 0);
 }
 
+// The most the tape keeps in a training step of the `test` model with `layers` layers on 1x1.
+int64_t tape_peak(int layers, Recompute recompute) {
+  Runtime rt({.num_cpu_devices = 1});
+  const Mesh mesh = mesh_of(1, 1, rt);
+  GptConfig c = GptConfig::preset("test");
+  c.n_layer = layers;
+  c.dropout = 0.1;
+  c.recompute = recompute;
+  const GptModel model(c, mesh, &rt);
+  auto [x, y] = CharDataset::load(kText).batch(Split::kTrain, 0, c.batch_size, c.block_size, 5);
+  reset_tape_memory_peak();
+  value_and_grad(
+      [&](const std::vector<DTensor>& p) {
+        return model.loss(p, model.tokens(x), model.tokens(y), {.training = true});
+      },
+      model.init(3));
+  for (const TapeMemoryStats& s : tape_memory_stats()) {
+    if (s.device == rt.device(0).name()) return s.peak_bytes;
+  }
+  return 0;
+}
+
+TEST(Gpt, EachLayerKeepsExactlyWhatItsBackwardPassReads) {
+  // test: batch 4, context 16, width 32, 4 heads; f32 activations, f64 layer norm statistics.
+  const int64_t btc = 4 * 16 * 32 * 4, maps = 4 * 4 * 16 * 16 * 4, stats = 4 * 16 * 2 * 8;
+  // A layer: its input, the two norms' outputs, q, k, v, the attention output, the residual,
+  // the MLP's two [B, T, 4C] activations (16 [B, T, C] in all), the two norms' statistics, and
+  // the attention probabilities with their dropped-out copy (the scores are not kept).
+  EXPECT_EQ(tape_peak(3, Recompute::kNone) - tape_peak(2, Recompute::kNone),
+            16 * btc + 2 * stats + 2 * maps);
+  // Selective recomputation keeps no [B, H, T, T] map; full keeps the block's input only.
+  EXPECT_EQ(tape_peak(3, Recompute::kSelective) - tape_peak(2, Recompute::kSelective),
+            16 * btc + 2 * stats);
+  EXPECT_EQ(tape_peak(3, Recompute::kFull) - tape_peak(2, Recompute::kFull), btc);
+}
+
 TEST(Gpt, TrainingWithRecomputationFollowsThePlainRun) {
   Runtime rt({.num_cpu_devices = 4});
   GptConfig c = GptConfig::preset("test");
