@@ -1,5 +1,6 @@
-// Bindings of autodiff.h (GradientTape, value_and_grad, relayout_batch), optimizers.h (SGD, Adam)
-// and relayout.h's relayout_stats, with TensorFlow's names.
+// Bindings of autodiff.h (GradientTape, value_and_grad, relayout_batch), recompute_grad.h,
+// tape_memory.h, optimizers.h (SGD, Adam) and relayout.h's relayout_stats, with TensorFlow's
+// names.
 //
 // GradientTape: TF's `with tessel.GradientTape() as tape: tape.watch(x); y = f(x)` then
 // `tape.gradient(y, x)` (after the block, as in TF). The Python object makes the C++ tape on the
@@ -9,6 +10,7 @@
 // Conversions only; calls that run on the devices release the GIL; value_and_grad's Python
 // function runs with the GIL re-acquired.
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -19,7 +21,9 @@
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor.h"
 #include "tessel/dtensor/optimizers.h"
+#include "tessel/dtensor/recompute_grad.h"
 #include "tessel/dtensor/relayout.h"
+#include "tessel/dtensor/tape_memory.h"
 
 namespace tessel::python {
 
@@ -132,25 +136,81 @@ several gradient() calls. A source the target does not depend on gets zeros (TF:
           py::arg("tensor"), "Watches a DTensor or each of a list of DTensors.")
       .def(
           "gradient",
-          [](Tape& self, const DTensor& target, py::handle sources) -> py::object {
+          [](Tape& self, const DTensor& target, py::handle sources,
+             const std::optional<DTensor>& output_gradients) -> py::object {
             GradientTape& tape = self.tape("gradient");
             auto [list, single] = to_dtensors(sources, "gradient: sources");
             std::vector<DTensor> grads;
             {
               py::gil_scoped_release release;
-              grads = tape.gradient(target, list);
+              grads = tape.gradient(target, list, output_gradients.value_or(DTensor()));
             }
             if (single) return wrap_dtensor(std::move(grads.at(0)));
             return wrap_dtensors(std::move(grads));
           },
-          py::arg("target"), py::arg("sources"),
-          "d sum(target) / d source in each source's layout: a DTensor for a DTensor, a list "
-          "for a list.")
+          py::arg("target"), py::arg("sources"), py::arg("output_gradients") = py::none(),
+          "d sum(target * output_gradients) / d source in each source's layout (None: "
+          "d sum(target)): a DTensor for a DTensor, a list for a list.")
       .def("reset", &Tape::reset,
            "Forgets what was recorded and watched (inside a `with`: records afresh).");
 }
 
+// recompute_grad(f): f is called (again, in the backward pass) with the GIL taken; its last
+// reference may go on a thread without the GIL (a tape released in gradient()): the deleter
+// takes it.
+py::object recompute(py::function f) {
+  std::shared_ptr<py::function> held(new py::function(std::move(f)), [](py::function* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  DTensorFunction recomputed = recompute_grad([held](const std::vector<DTensor>& in) {
+    py::gil_scoped_acquire gil;
+    py::object out = (*held)(*wrap_dtensors(in));
+    if (!py::isinstance<DTensor>(out)) {
+      throw py::type_error("recompute_grad: f must return a DTensor, got " +
+                           std::string(py::str(py::type::of(out))));
+    }
+    return out.cast<DTensor>();
+  });
+  return py::cpp_function([recomputed](py::args args) {
+    std::vector<DTensor> in;
+    for (py::handle a : args) {
+      if (!py::isinstance<DTensor>(a)) {
+        throw py::type_error("recompute_grad: the arguments must be DTensors, got " +
+                             std::string(py::str(py::type::of(a))));
+      }
+      in.push_back(a.cast<DTensor>());
+    }
+    return wrap_dtensor(recomputed(in));
+  });
+}
+
 void bind_functions(py::module_& m) {
+  m.def("recompute_grad", &recompute, py::arg("f"), R"doc(
+TF's tf.recompute_grad (JAX's jax.checkpoint, PyTorch's torch.utils.checkpoint): f(*args) whose
+forward pass keeps only its arguments on the gradient tapes; the backward pass runs f again and
+differentiates it. Bit for bit the gradients of f itself. Every DTensor f reads that a tape
+watches must be one of its arguments (ValueError otherwise).
+
+    block = tessel.recompute_grad(lambda x, w: tessel.relu(tessel.matmul(x, w)))
+    with tessel.GradientTape() as tape:
+        tape.watch(w)
+        loss = tessel.reduce_sum(block(x, w)))doc");
+  py::class_<TapeMemoryStats>(m, "TapeMemoryStats",
+                              "What gradient tapes keep on one device for their backward passes.")
+      .def_readonly("device", &TapeMemoryStats::device)
+      .def_readonly("live_bytes", &TapeMemoryStats::live_bytes)
+      .def_readonly("peak_bytes", &TapeMemoryStats::peak_bytes)
+      .def("__repr__", [](const TapeMemoryStats& s) {
+        return "TapeMemoryStats(device='" + s.device +
+               "', live_bytes=" + std::to_string(s.live_bytes) +
+               ", peak_bytes=" + std::to_string(s.peak_bytes) + ")";
+      });
+  m.def("tape_memory_stats", &tape_memory_stats,
+        "Per device: the bytes gradient tapes keep for their backward passes (activations), now "
+        "and at most since the last reset_tape_memory_peak().");
+  m.def("reset_tape_memory_peak", &reset_tape_memory_peak,
+        "Sets each device's tape_memory_stats() peak_bytes to its live_bytes.");
   m.def(
       "value_and_grad",
       [](py::function fn, const std::vector<DTensor>& params) {

@@ -15,6 +15,7 @@
 #include "bench_stats.h"
 #include "char_dataset.h"
 #include "commands.h"
+#include "gpt_memory.h"
 #include "gpt_trainer.h"
 #include "json_output.h"
 #include "process_mesh.h"
@@ -29,7 +30,8 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
-    "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--data FILE] [--json]\n"
+    "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--batch B]\n"
+    "                        [--recompute none|selective|full] [--data FILE] [--json]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
     "virtual devices in this process, after --warmup untimed steps (default 1); medians of\n"
@@ -42,7 +44,16 @@ constexpr const char* kHelp =
     "step time for the others' ratio. Per mesh also: collectives and bytes per step (relayout\n"
     "stats) and the peak bytes of a device against the parameters + gradients + AdamW state it\n"
     "holds. --config defaults to baby (6 layers, width 384, context 256, batch 64, dropout 0.2;\n"
-    "--dropout 0 for the work of a model without dropout, as the JAX peer's).\n";
+    "--dropout 0 for the work of a model without dropout, as the JAX peer's; --batch B for\n"
+    "another global batch).\n"
+    "Memory (the busiest device, over the timed steps): its peak split into parameters, "
+    "gradients,\n"
+    "AdamW's moments and activations (the rest of the peak), the most the gradient tapes kept\n"
+    "(saved: activations proper) and Korthikanti et al.'s activation count in fp32 for the mesh\n"
+    "(K: layers * 2 s b h (10 + 24/t + 5 a s / (h t)); s context, b batch per device, h width,\n"
+    "a heads, t model shards), with the ratios act/K and saved/K. --recompute: what the backward\n"
+    "pass computes again (none, attention's [B,H,T,T] part: selective, each block: full; the\n"
+    "same losses bit for bit: --json lists each mesh's step losses, warm-up included).\n";
 
 struct Flags {
   std::string config = "baby";
@@ -50,6 +61,8 @@ struct Flags {
   std::vector<std::pair<int64_t, int64_t>> mesh_shapes;  // --meshes read: (batch, model) each
   int64_t steps = 3, warmup = 1, sgemm_threads = 2;
   double dropout = -1;  // -1: the configuration's
+  int64_t batch = 0;    // 0: the configuration's
+  std::string recompute = "none";
   std::string data = "data/shakespeare_char/input.txt";
   bool json = false;
 };
@@ -84,6 +97,8 @@ struct MeshResult {
   double step_seconds = 0, tokens_per_second = 0, mfu = 0;
   double collectives = 0, bytes = 0, collective_seconds = 0;  // per step; seconds per device
   double peak_bytes = 0, state_bytes = 0;  // the busiest device; parameters + grads + 2 moments
+  gpt::DeviceMemory memory;                // the busiest device's peak, split
+  double korthikanti_bytes = 0;            // per device, fp32
   std::vector<double> losses;
 };
 
@@ -99,7 +114,7 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   gpt::GptTrainer trainer(config, mesh, data, &rt);
   // Warm-up: first allocations, the op registry, the host memory settling.
   for (int64_t s = 0; s < warmup; ++s) r.losses.push_back(trainer.step().loss);
-  for (Device* d : rt.devices()) d->reset_peak_memory();
+  gpt::reset_memory_peaks(trainer);
   std::vector<double> times;
   const RelayoutStats before = relayout_stats();
   for (int64_t s = 0; s < steps; ++s) {
@@ -116,9 +131,13 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   r.collectives = static_cast<double>(after.collectives - before.collectives) / steps;
   r.bytes = static_cast<double>(after.bytes - before.bytes) / steps;
   r.collective_seconds = (after.seconds - before.seconds) / steps / static_cast<double>(batch * model);
-  for (const Device* d : rt.devices()) {
-    r.peak_bytes = std::max(r.peak_bytes, static_cast<double>(d->memory_stats().peak_bytes));
+  for (const gpt::DeviceMemory& d : gpt::memory_report(trainer)) {
+    if (static_cast<double>(d.peak_bytes) >= r.peak_bytes) {
+      r.peak_bytes = static_cast<double>(d.peak_bytes);
+      r.memory = d;
+    }
   }
+  r.korthikanti_bytes = gpt::korthikanti_activation_bytes(trainer.config(), batch, model, false);
   // Parameters, gradients and AdamW's two moments: four copies of what a device holds of each.
   const std::vector<DTensor>& params = trainer.params();
   std::vector<double> held(rt.devices().size(), 0.0);
@@ -131,6 +150,22 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   return r;
 }
 
+Json memory_json(const MeshResult& r) {
+  const gpt::DeviceMemory& m = r.memory;
+  return Json{
+      {"device", m.device},
+      {"peak_bytes", m.peak_bytes},
+      {"parameter_bytes", m.parameter_bytes},
+      {"gradient_bytes", m.gradient_bytes},
+      {"optimizer_bytes", m.optimizer_bytes},
+      {"activation_bytes", m.activation_bytes},
+      {"saved_activation_bytes", m.saved_bytes},
+      {"korthikanti_bytes", json_number(r.korthikanti_bytes, 15)},
+      {"activation_ratio",
+       json_number(static_cast<double>(m.activation_bytes) / r.korthikanti_bytes, 4)},
+      {"saved_ratio", json_number(static_cast<double>(m.saved_bytes) / r.korthikanti_bytes, 4)}};
+}
+
 Flags parse(const Args& args) {
   FlagParser flags("bench gpt");
   Flags f;
@@ -141,6 +176,8 @@ Flags parse(const Args& args) {
   flags.integer({"--sgemm-threads"}, f.sgemm_threads, 1, 1024);
   flags.text({"--data"}, f.data);
   flags.number({"--dropout"}, f.dropout);
+  flags.integer({"--batch"}, f.batch, 1, 1 << 20);
+  flags.text({"--recompute"}, f.recompute);
   flags.set({"--json"}, f.json);
   flags.parse(args);
   for (const std::string& item : split_list(f.meshes, ',')) {
@@ -158,6 +195,8 @@ int gpt_benchmark(const Flags& f) {
     config.dropout = f.dropout;
     config.validate();
   }
+  config.recompute = gpt::parse_recompute(f.recompute);
+  if (f.batch > 0) config.batch_size = static_cast<int>(f.batch);
   const gpt::CharDataset data = gpt::CharDataset::load(f.data);
   const bench::CpuSample cpu_before = bench::sample_cpu();
   const double peak = sgemm_peak(2048, static_cast<int>(f.sgemm_threads));
@@ -179,11 +218,15 @@ int gpt_benchmark(const Flags& f) {
                {"bytes_per_step", json_number(r.bytes, 15)},
                {"collective_seconds_per_step", json_number(r.collective_seconds)},
                {"peak_bytes_per_device", json_number(r.peak_bytes, 15)},
-               {"state_bytes_per_device", json_number(r.state_bytes, 15)}});
+               {"state_bytes_per_device", json_number(r.state_bytes, 15)},
+               {"memory", memory_json(r)},
+               {"losses", r.losses}});
     }
     print_json(Json{{"config", f.config},
                     {"warmup_steps", f.warmup},
                     {"dropout", json_number(config.dropout)},
+                    {"recompute", f.recompute},
+                    {"batch", config.batch_size},
                     {"parameters", config.num_parameters()},
                     {"flops_per_token", json_number(config.flops_per_token(), 15)},
                     {"sgemm_peak_flops", json_number(peak, 4)},
@@ -194,11 +237,13 @@ int gpt_benchmark(const Flags& f) {
     return kExitOk;
   }
   std::cout << fmt::format(
-      "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token, dropout {}), {} timed steps "
-      "after {} warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} GFLOP/s; load {}, other "
-      "processes took {:.0f}% of the CPUs\n\n",
-      f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout, f.steps,
-      f.warmup, f.sgemm_threads, peak / 1e9, bench::load_average_text(), others * 100);
+      "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token, dropout {}, recompute "
+      "{}), "
+      "{} timed steps after {} warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} "
+      "GFLOP/s; load {}, other processes took {:.0f}% of the CPUs\n\n",
+      f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout,
+      f.recompute, f.steps, f.warmup, f.sgemm_threads, peak / 1e9, bench::load_average_text(),
+      others * 100);
   std::cout << fmt::format("{:>6} {:>10} {:>9} {:>7} {:>9} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
                            "mesh", "step (s)", "tokens/s", "MFU", "vs first", "collectives",
                            "MiB moved", "coll. s", "peak MiB", "state MiB");
@@ -213,7 +258,25 @@ int gpt_benchmark(const Flags& f) {
   }
   std::cout << "\n(vs first: step time / the first mesh's, same global batch; coll. s: seconds a "
                "device spends inside relayout collectives per step, waiting for peers included; "
-               "state: parameters, gradients and AdamW's moments the busiest device holds)\n";
+               "state: parameters, gradients and AdamW's moments the busiest device holds)\n\n";
+  std::cout << fmt::format("{:>6} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>7} {:>8}\n",
+                           "mesh", "peak MiB", "params", "grads", "AdamW", "act MiB", "saved MiB",
+                           "K MiB", "act/K", "saved/K");
+  for (const MeshResult& r : results) {
+    const gpt::DeviceMemory& m = r.memory;
+    const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+    std::cout << fmt::format(
+        "{:>6} {:>10.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>7.3f} "
+        "{:>8.3f}\n",
+        fmt::format("{}x{}", r.batch, r.model), mib(m.peak_bytes), mib(m.parameter_bytes),
+        mib(m.gradient_bytes), mib(m.optimizer_bytes), mib(m.activation_bytes), mib(m.saved_bytes),
+        r.korthikanti_bytes / (1 << 20),
+        static_cast<double>(m.activation_bytes) / r.korthikanti_bytes,
+        static_cast<double>(m.saved_bytes) / r.korthikanti_bytes);
+  }
+  std::cout << "\n(the busiest device's peak: act = peak - parameters - gradients - AdamW, what "
+               "the step keeps for its backward pass and its temporaries; saved: the most the "
+               "gradient tapes kept; K: Korthikanti et al.'s activation count in fp32)\n";
   return kExitOk;
 }
 

@@ -16,15 +16,16 @@
 #include "char_dataset.h"
 #include "commands.h"
 #include "flags.h"
+#include "gpt_memory.h"
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
 #include "json_output.h"
 #include "llama_reference.h"
 #include "llama_trainer.h"
 #include "process_mesh.h"
-#include "tessel/dtensor/op_profile.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
+#include "tessel/dtensor/op_profile.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/runtime/clients.h"
 #include "tessel/runtime/runtime.h"
@@ -55,6 +56,9 @@ constexpr const char* kHelp =
     "  --eval-interval N   validation loss every N steps and at the end (default: the config's)\n"
     "  --eval-iters N      batches per validation estimate (default: the config's)\n"
     "  --sp                gpt: sequence parallelism, norms and dropout on sequence shards\n"
+    "  --recompute WHAT    gpt: what the backward pass computes again instead of keeping: none\n"
+    "                      (default), selective (attention's [B,H,T,T] maps) or full (each\n"
+    "                      transformer block from its input); the same losses bit for bit\n"
     "  --dropout X         gpt: dropout rate (default: the config's)\n"
     "  --lr X              peak learning rate (default: the config's)\n"
     "  --seed N            initialisation, data and dropout seed (default 1337)\n"
@@ -89,6 +93,7 @@ struct Options {
   std::string device_type = "CPU";  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   std::optional<double> dropout, lr;
+  std::string recompute = "none";
   bool sp = false, json = false, profile = false;
   std::string data = "data/shakespeare_char/input.txt";
   int64_t sample = 300;
@@ -125,6 +130,12 @@ Options parse(const Args& args) {
   flags.number({"--dropout"}, dropout);
   flags.number({"--lr"}, lr);
   flags.set({"--sp"}, o.sp);
+  flags.custom({"--recompute"}, [&](const std::string& flag, const std::string& v) {
+    if (v != "none" && v != "selective" && v != "full") {
+      flags.fail(fmt::format("{} expects none, selective or full, got '{}'", flag, v));
+    }
+    o.recompute = v;
+  });
   flags.custom({"--device"}, [&](const std::string& flag, const std::string& v) {
     if (v != "cpu" && v != "gpu") flags.fail(fmt::format("{} expects cpu or gpu, got '{}'", flag, v));
     o.device_type = v == "gpu" ? "GPU" : "CPU";
@@ -146,6 +157,9 @@ Options parse(const Args& args) {
   if (!model_named) flags.fail("the model to train: `tessel train gpt|llama [options]`");
   if (o.model == "llama" && o.sp) {
     flags.fail("--sp is gpt's: the llama has no sequence parallel path");
+  }
+  if (o.model == "llama" && o.recompute != "none") {
+    flags.fail("--recompute is gpt's: the llama has no recomputation path");
   }
   if (o.model == "llama" && dropout != -1) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
@@ -178,6 +192,7 @@ gpt::GptConfig gpt_config_of(const Options& o) {
   gpt::GptConfig c = gpt::GptConfig::preset(o.config);
   apply_training_flags(o, c);
   if (o.dropout) c.dropout = *o.dropout;
+  c.recompute = gpt::parse_recompute(o.recompute);
   return c;
 }
 
@@ -201,8 +216,42 @@ std::string shape_of(const llama::LlamaConfig& c) {
       c.tie_embeddings ? "tied" : "untied", c.num_parameters() / 1e6);
 }
 
+// Each local device's peak memory over the run, split (gpt_memory.h), with Korthikanti's count.
+Json memory_json(const gpt::LanguageModelTrainer& trainer, std::optional<double> korthikanti) {
+  Json devices = Json::array();
+  for (const gpt::DeviceMemory& d : gpt::memory_report(trainer)) {
+    devices.push_back(Json{{"device", d.device},
+                           {"peak_bytes", d.peak_bytes},
+                           {"parameter_bytes", d.parameter_bytes},
+                           {"gradient_bytes", d.gradient_bytes},
+                           {"optimizer_bytes", d.optimizer_bytes},
+                           {"activation_bytes", d.activation_bytes},
+                           {"saved_activation_bytes", d.saved_bytes}});
+  }
+  Json out{{"devices", devices}};
+  if (korthikanti) out["korthikanti_bytes_per_device"] = json_number(*korthikanti, 15);
+  return out;
+}
+
+// The busiest local device's peak, split, in a line.
+std::string memory_line(const gpt::LanguageModelTrainer& trainer,
+                        std::optional<double> korthikanti) {
+  gpt::DeviceMemory m;
+  for (const gpt::DeviceMemory& d : gpt::memory_report(trainer)) {
+    if (d.peak_bytes >= m.peak_bytes) m = d;
+  }
+  const auto mib = [](double bytes) { return bytes / (1 << 20); };
+  return fmt::format(
+      "memory: peak {:.1f} MiB on {}: parameters {:.1f}, gradients {:.1f}, AdamW {:.1f}, "
+      "activations {:.1f} (tapes kept {:.1f} at most{})",
+      mib(m.peak_bytes), m.device, mib(m.parameter_bytes), mib(m.gradient_bytes),
+      mib(m.optimizer_bytes), mib(m.activation_bytes), mib(m.saved_bytes),
+      korthikanti ? fmt::format("; Korthikanti's fp32 count {:.1f}", mib(*korthikanti)) : "");
+}
+
 // The --json object: the run's settings, then what the training loop did.
-Json run_json(const Options& o, const ClientConfig& client, const train::TrainHistory& history) {
+Json run_json(const Options& o, const ClientConfig& client, const train::TrainHistory& history,
+              const Json& memory) {
   Json losses = Json::array();
   for (const train::StepReport& r : history.steps) losses.push_back(json_number(r.loss));
   Json evals = Json::array();
@@ -218,6 +267,7 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"processes", client.num_clients},
               {"model", o.model},
               {"sequence_parallel", o.sp},
+              {"recompute", o.recompute},
               {"steps", history.total_steps},
               {"final_train_loss", json_number(last.train_loss)},
               {"final_val_loss", json_number(last.val_loss)},
@@ -225,7 +275,8 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"median_step_seconds", json_number(history.median_step_seconds())},
               {"tokens_per_second", json_number(history.tokens_per_second())},
               {"losses", losses},
-              {"evals", evals}};
+              {"evals", evals},
+              {"memory", memory}};
 }
 
 int train_model(const Options& o) {
@@ -266,6 +317,12 @@ int train_model(const Options& o) {
     trainer = std::move(t);
   }
   const train::TrainingConfig& c = trainer->training();
+  // Korthikanti et al.'s activation count to compare the peak with (the GPT's; gpt_memory.h).
+  std::optional<double> korthikanti;
+  if (gpt_config) {
+    korthikanti =
+        gpt::korthikanti_activation_bytes(*gpt_config, o.mesh_batch, o.mesh_model, o.sp);
+  }
   const int block_size = trainer->language_model().block_size();
   const bool prints = client.client_id == 0;
   const bool progress = prints && !o.json;
@@ -274,6 +331,7 @@ int train_model(const Options& o) {
         "tessel train {}: {} ({}), batch {}, {} steps, mesh batch={} model={}{}{}{}\n", o.model,
         o.config, shape, c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
         o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
+        o.recompute != "none" ? ", recompute " + o.recompute : "",
         client.num_clients > 1 ? fmt::format(" over {} processes", client.num_clients) : "");
   }
   train::TrainOptions loop = o.loop;
@@ -294,10 +352,10 @@ int train_model(const Options& o) {
     train::write_metrics_csv(out, history);
   }
   if (o.json) {
-    print_json(run_json(o, client, history));
+    print_json(run_json(o, client, history, memory_json(*trainer, korthikanti)));
     return kExitOk;
   }
-  std::cout << history.summary() << "\n";
+  std::cout << history.summary() << "\n" << memory_line(*trainer, korthikanti) << "\n";
   if (o.profile) {
     std::cout << "\n--- profile (every step, evaluations included) ---\n"
               << profile.table(history.total_steps);

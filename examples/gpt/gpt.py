@@ -8,6 +8,7 @@ function, so `tessel.value_and_grad` differentiates it and every gradient comes 
 parameter's layout.
 """
 import argparse
+import functools
 import math
 import os
 import sys
@@ -36,6 +37,9 @@ class Config:
             raise ValueError(f"{self.MODEL}: unknown configuration '{name}': one of "
                              f"{sorted(self.PRESETS)}")
         self.dropout = 0.0
+        # What the backward pass computes again instead of keeping (tessel.recompute_grad):
+        # "none", "selective" (attention's [B, H, T, T] part) or "full" (each block).
+        self.recompute = "none"
         self.__dict__.update(self.PRESETS[name])
         self.vocab_size = 65
         self.learning_rate, self.min_lr = 1e-3, 1e-4
@@ -83,36 +87,51 @@ def init(config, mesh, seed, specs=None):
     return params
 
 
+# A block's parameters in the order block() takes them.
+BLOCK_PARAMS = ("ln_1.weight", "attn.wq", "attn.wk", "attn.wv", "attn.c_proj", "ln_2.weight",
+                "mlp.c_fc", "mlp.c_proj")
+
+
 def forward(params, idx, config, dropout_seed=None):
     """Logits [B, T, V] (the vocabulary sharded over `model`). With a dropout_seed (training),
-    config.dropout applies to the embeddings, the attention probabilities and each block's
-    outputs; the masks are keyed by (seed, site, global element index): the same on every mesh."""
-    site = [0]
+    config.dropout applies to the embeddings (site 1), the attention probabilities and each
+    block's outputs (sites 3i + 2, 3i + 3, 3i + 4 in block i); the masks are keyed by (seed, site,
+    global element index): the same on every mesh, and in a recomputation."""
 
-    def drop(y):
+    def drop(y, site):
         if dropout_seed is None or config.dropout == 0:
             return y
-        site[0] += 1
-        return tessel.dropout(y, config.dropout, dropout_seed * 1000003 + site[0])
+        return tessel.dropout(y, config.dropout, dropout_seed * 1000003 + site)
 
     b, t = idx.shape
     heads, d = config.n_head, config.n_embd // config.n_head
     pos = params["wpe"] if t == config.block_size else tessel.slice(params["wpe"], [0, 0], [t, -1])
-    x = drop(tessel.embedding_lookup(params["wte"], idx) + pos)  # Partial over model, pos once
+    x = drop(tessel.embedding_lookup(params["wte"], idx) + pos, 1)  # Partial over model, pos once
 
     def split_heads(y):
         return tessel.transpose(tessel.reshape(y, (b, t, heads, d)), [0, 2, 1, 3])
 
+    def attention(q, k, v, i):  # the [B, H, T, T] part
+        att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d))
+        return tessel.matmul(drop(att, 3 * i + 2), v)
+
+    def block(i, x, ln_1, wq, wk, wv, c_proj, ln_2, c_fc, mlp_proj):
+        h = tessel.layer_norm(x, ln_1)
+        q, k, v = (split_heads(tessel.matmul(h, w)) for w in (wq, wk, wv))
+        core = functools.partial(attention, i=i)
+        if config.recompute == "selective":
+            core = tessel.recompute_grad(core)
+        y = tessel.reshape(tessel.transpose(core(q, k, v), [0, 2, 1, 3]), (b, t, heads * d))
+        x = x + drop(tessel.matmul(y, c_proj), 3 * i + 3)
+        h = tessel.layer_norm(x, ln_2)
+        return x + drop(tessel.matmul(tessel.gelu(tessel.matmul(h, c_fc), approximate=False),
+                                      mlp_proj), 3 * i + 4)
+
     for i in range(config.n_layer):
-        p = lambda n: params[f"h.{i}.{n}"]
-        h = tessel.layer_norm(x, p("ln_1.weight"))
-        q, k, v = (split_heads(tessel.matmul(h, p(n))) for n in ("attn.wq", "attn.wk", "attn.wv"))
-        att = drop(tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d)))
-        y = tessel.reshape(tessel.transpose(tessel.matmul(att, v), [0, 2, 1, 3]), (b, t, heads * d))
-        x = x + drop(tessel.matmul(y, p("attn.c_proj")))
-        h = tessel.layer_norm(x, p("ln_2.weight"))
-        x = x + drop(tessel.matmul(tessel.gelu(tessel.matmul(h, p("mlp.c_fc")), approximate=False),
-                                   p("mlp.c_proj")))
+        run = functools.partial(block, i)
+        if config.recompute == "full":
+            run = tessel.recompute_grad(run)
+        x = run(x, *(params[f"h.{i}.{n}"] for n in BLOCK_PARAMS))
     h = tessel.layer_norm(x, params["ln_f.weight"])
     return tessel.matmul(h, params["wte"], transpose_b=True)  # tied output head
 
@@ -156,10 +175,12 @@ def main(model=None):
     parser.add_argument("--config", default="tiny")
     parser.add_argument("--mesh", default="2x2", help="batch x model")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                        "data", "shakespeare_char", "input.txt"))
     args = parser.parse_args()
     config = model.Config(args.config)
+    config.recompute = args.recompute
     config.lr_decay_iters = args.steps
     config.warmup_iters = min(config.warmup_iters, args.steps // 10)
     batch_dim, model_dim = (int(v) for v in args.mesh.split("x"))

@@ -4,6 +4,26 @@
 
 namespace tessel::gpt {
 
+Recompute parse_recompute(std::string_view name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  throw Error(ErrorCode::kInvalidArgument, "gpt",
+              "unknown recomputation '" + std::string(name) + "': one of none, selective, full");
+}
+
+std::string_view recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "none";
+}
+
 GptConfig GptConfig::preset(const std::string& name) {
   GptConfig c;
   if (name == "tiny") return c;

@@ -7,10 +7,21 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "training_config.h"
 
 namespace tessel::gpt {
+
+// What the backward pass computes again instead of keeping from the forward pass
+// (recompute_grad.h): nothing; attention's [B, H, T, T] part, from the queries, keys and values
+// (Korthikanti et al.'s "selective activation recomputation"); each transformer block, from its
+// input. Every choice gives bit for bit the same losses and gradients.
+enum class Recompute { kNone, kSelective, kFull };
+
+// "none", "selective" or "full"; another name: kInvalidArgument listing them.
+Recompute parse_recompute(std::string_view name);
+std::string_view recompute_name(Recompute recompute);
 
 // The model's shape; the training hyper-parameters are train::TrainingConfig's (nanoGPT's
 // train.py and config/train_shakespeare_char.py).
@@ -21,6 +32,7 @@ struct GptConfig : train::TrainingConfig {
   int block_size = 64;   // context length T
   int vocab_size = 65;   // tiny Shakespeare's characters
   double dropout = 0.0;  // on attention probabilities and on each block's two outputs
+  Recompute recompute = Recompute::kNone;  // what the training step recomputes (memory)
 
   // "tiny": nanoGPT's CPU recipe (published validation loss about 1.88 after 2000 steps).
   // "baby": the 6-layer, 6-head, width-384 model of config/train_shakespeare_char.py (10.65 M

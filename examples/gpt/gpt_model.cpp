@@ -9,9 +9,20 @@
 #include <fmt/format.h>
 
 #include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/recompute_grad.h"
 #include "tessel/dtensor/relayout.h"
 
 namespace tessel::gpt {
+namespace {
+
+// fn(inputs), computed again in the backward pass instead of kept when `recompute`
+// (recompute_grad.h).
+DTensor call_maybe_recomputed(bool recompute, const DTensorFunction& fn,
+                              const std::vector<DTensor>& inputs) {
+  return recompute ? recompute_grad(fn)(inputs) : fn(inputs);
+}
+
+}  // namespace
 
 GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_parallel)
     : LanguageModel("gpt", std::move(mesh), runtime),
@@ -52,25 +63,38 @@ DTensor GptModel::maybe_dropout(const DTensor& x, const ForwardOptions& options,
   return dropout(x, config_.dropout, options.dropout_seed * 1000003 + site);
 }
 
-DTensor GptModel::attention(const std::vector<DTensor>& p, const BlockParams& b, int layer,
-                            const DTensor& h, const ForwardOptions& options) const {
+DTensor GptModel::attention_core(const std::vector<DTensor>& qkv, int layer,
+                                 const ForwardOptions& options) const {
+  const double scale = 1.0 / std::sqrt(double(config_.head_dim()));
+  DTensor att = causal_softmax(matmul(qkv[0], qkv[1], false, true), scale);
+  att = maybe_dropout(att, options, 3 * static_cast<uint64_t>(layer));
+  return matmul(att, qkv[2]);
+}
+
+DTensor GptModel::attention(const std::vector<DTensor>& in, int layer, const DTensor& h,
+                            const ForwardOptions& options) const {
   const int64_t batch = h.shape()[0], t = h.shape()[1];
   const int64_t heads = config_.n_head, d = config_.head_dim();
   // [B, T, C] (C over model: whole heads) -> [B, heads, T, D].
   const auto split_heads = [&](const DTensor& x) {
     return transpose(reshape(x, Shape{batch, t, heads, d}), {0, 2, 1, 3});
   };
-  const DTensor q = split_heads(matmul(h, p[b.attn_wq]));
-  const DTensor k = split_heads(matmul(h, p[b.attn_wk]));
-  const DTensor v = split_heads(matmul(h, p[b.attn_wv]));
-  DTensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(double(d)));
-  att = maybe_dropout(att, options, 3 * static_cast<uint64_t>(layer));
-  const DTensor y = reshape(transpose(matmul(att, v), {0, 2, 1, 3}), Shape{batch, t, heads * d});
-  return matmul(y, p[b.attn_c_proj]);  // row-parallel: Partial(sum) over model
+  const std::vector<DTensor> qkv{split_heads(matmul(h, in[kWq])), split_heads(matmul(h, in[kWk])),
+                                 split_heads(matmul(h, in[kWv]))};
+  // Selective recomputation: the backward pass computes the [B, H, T, T] maps again from q, k, v.
+  const DTensor out = call_maybe_recomputed(
+      config_.recompute == Recompute::kSelective,
+      [this, layer, options](const std::vector<DTensor>& in) {
+        return attention_core(in, layer, options);
+      },
+      qkv);
+  const DTensor y = reshape(transpose(out, {0, 2, 1, 3}), Shape{batch, t, heads * d});
+  return matmul(y, in[kAttnProj]);  // row-parallel: Partial(sum) over model
 }
 
-DTensor GptModel::block(const std::vector<DTensor>& p, const BlockParams& b, int layer,
-                        const DTensor& x, const ForwardOptions& options) const {
+DTensor GptModel::block(const std::vector<DTensor>& in, int layer,
+                        const ForwardOptions& options) const {
+  const DTensor& x = in[kX];
   const Layout whole_sequence({batch_dim(), unsharded(), unsharded()}, mesh());
   // With sequence parallelism the norms run on sequence shards; the column-parallel matmuls
   // take the whole sequence (all-gather) and the row-parallel outputs go back to sequence
@@ -82,10 +106,10 @@ DTensor GptModel::block(const std::vector<DTensor>& p, const BlockParams& b, int
     return sequence_parallel_ ? relayout(out, activation_layout()) : out;
   };
   const uint64_t site = 3 * static_cast<uint64_t>(layer);
-  DTensor a = attention(p, b, layer, to_block_input(layer_norm(x, p[b.ln_1])), options);
+  DTensor a = attention(in, layer, to_block_input(layer_norm(x, in[kLn1])), options);
   DTensor r = add(x, maybe_dropout(to_residual(a), options, site + 1));
-  const DTensor h2 = to_block_input(layer_norm(r, p[b.ln_2]));
-  const DTensor m = matmul(gelu(matmul(h2, p[b.mlp_c_fc]), /*approximate=*/false), p[b.mlp_c_proj]);
+  const DTensor h2 = to_block_input(layer_norm(r, in[kLn2]));
+  const DTensor m = matmul(gelu(matmul(h2, in[kFc]), /*approximate=*/false), in[kMlpProj]);
   return add(r, maybe_dropout(to_residual(m), options, site + 2));
 }
 
@@ -101,7 +125,15 @@ DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
   if (sequence_parallel_) x = relayout(x, activation_layout());
   x = maybe_dropout(x, options, 3 * static_cast<uint64_t>(config_.n_layer));
   for (int l = 0; l < config_.n_layer; ++l) {
-    x = block(p, blocks_[static_cast<size_t>(l)], l, x, options);
+    const BlockParams& b = blocks_[static_cast<size_t>(l)];
+    const std::vector<DTensor> in{
+        x,         p[b.ln_1],     p[b.attn_wq],   p[b.attn_wk], p[b.attn_wv], p[b.attn_c_proj],
+        p[b.ln_2], p[b.mlp_c_fc], p[b.mlp_c_proj]};
+    // Full recomputation: the backward pass runs the block again from its input (and weights).
+    x = call_maybe_recomputed(
+        config_.recompute == Recompute::kFull,
+        [this, l, options](const std::vector<DTensor>& again) { return block(again, l, options); },
+        in);
   }
   DTensor h = layer_norm(x, p[ln_f_]);
   if (sequence_parallel_) {

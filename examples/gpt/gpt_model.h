@@ -18,6 +18,9 @@
 //   parameter's layout, the data-parallel sums reduced in fused buckets.
 // With sequence_parallel, the layer norms and dropouts run on sequence shards over `model`
 // ([B, T/m, C]) instead of redundantly on every model device.
+// config().recompute chooses what a training step recomputes in its backward pass instead of
+// keeping (recompute_grad.h): attention's [B, H, T, T] part, or whole blocks. The backward pass
+// then calls this model again, so the model must outlive the gradient computation.
 // Mesh dimensions: `batch` and `model` are looked up by name; a missing one counts as size 1.
 // The parameter registry (names, shapes, layouts, init, from_host), tokens() and loss() are
 // LanguageModel's (language_model.h).
@@ -57,10 +60,18 @@ class GptModel : public LanguageModel {
     size_t ln_1, attn_wq, attn_wk, attn_wv, attn_c_proj, ln_2, mlp_c_fc, mlp_c_proj;
   };
 
-  DTensor block(const std::vector<DTensor>& p, const BlockParams& b, int layer, const DTensor& x,
-                const ForwardOptions& options) const;
-  DTensor attention(const std::vector<DTensor>& p, const BlockParams& b, int layer,
-                    const DTensor& h, const ForwardOptions& options) const;
+  // A block's inputs as block() takes them (and recompute_grad passes them): x, then the
+  // block's parameters.
+  enum BlockInput { kX, kLn1, kWq, kWk, kWv, kAttnProj, kLn2, kFc, kMlpProj, kBlockInputs };
+
+  // Block `layer` on its inputs (BlockInput order).
+  DTensor block(const std::vector<DTensor>& in, int layer, const ForwardOptions& options) const;
+  DTensor attention(const std::vector<DTensor>& in, int layer, const DTensor& h,
+                    const ForwardOptions& options) const;
+  // softmax(q k^T / sqrt(D)) (causal, dropped out) times v: attention's [B, H, T, T] part, from
+  // {q, k, v}, each [B, heads, T, D].
+  DTensor attention_core(const std::vector<DTensor>& qkv, int layer,
+                         const ForwardOptions& options) const;
   DTensor maybe_dropout(const DTensor& x, const ForwardOptions& options, uint64_t site) const;
   // Layout of a [B, T, C] activation: rows over batch; with sequence parallelism T over model.
   Layout activation_layout() const;

@@ -50,6 +50,8 @@ class LanguageModelTrainer : public train::Trainable {
   const LanguageModel& language_model() const { return *model_; }
   const CharDataset& data() const { return data_; }
   std::vector<DTensor>& params() { return params_; }
+  const std::vector<DTensor>& params() const { return params_; }
+  const AdamW& optimizer() const { return optimizer_; }
 
   std::string_view name() const override { return name_; }
   int64_t next_step() const override { return step_; }

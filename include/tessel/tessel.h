@@ -67,13 +67,15 @@
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor.h"
 #include "tessel/dtensor/dtensor_api.h"
-#include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/op_profile.h"
+#include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/optimizers.h"
+#include "tessel/dtensor/recompute_grad.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/dtensor/relayout_plan.h"
 #include "tessel/dtensor/sharding_fallback.h"
+#include "tessel/dtensor/tape_memory.h"
 
 // replicate
 #include "tessel/replicate/compile.h"

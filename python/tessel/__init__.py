@@ -243,13 +243,17 @@ from tessel._tessel import (
     ProfilePhase,
     RelayoutStats,
     SGD,
+    TapeMemoryStats,
     WarmupCosineDecay,
     clip_by_global_norm,
     op_profile_enabled,
+    recompute_grad,
     relayout_batch,
     relayout_stats,
+    reset_tape_memory_peak,
     start_op_profile,
     stop_op_profile,
+    tape_memory_stats,
     value_and_grad,
 )
 

@@ -81,6 +81,49 @@ def test_bench_gpt_takes_its_warmup_steps():
     assert bad.returncode == 2 and "--warmup" in bad.stderr
 
 
+def test_bench_gpt_splits_the_peak_and_compares_with_korthikanti():
+    docs = {}
+    for recompute in ["none", "full"]:
+        r = run("bench", "gpt", "--config", "test", "--meshes", "1x1", "--steps", "1", "--warmup",
+                "1", "--sgemm-threads", "1", "--dropout", "0.1", "--recompute", recompute,
+                "--batch", "8", "--data", str(SOURCE / "data/shakespeare_char/input.txt"), "--json")
+        assert r.returncode == 0, r.stderr
+        docs[recompute] = strict_json(r.stdout)
+    none, full = docs["none"], docs["full"]
+    assert none["recompute"] == "none" and none["batch"] == 8
+    m = none["meshes"][0]["memory"]
+    assert m["peak_bytes"] == none["meshes"][0]["peak_bytes_per_device"]
+    assert m["gradient_bytes"] == m["parameter_bytes"] > 0
+    assert m["optimizer_bytes"] == 2 * m["parameter_bytes"]
+    assert m["activation_bytes"] == (m["peak_bytes"] - m["parameter_bytes"] - m["gradient_bytes"]
+                                     - m["optimizer_bytes"])
+    assert 0 < m["saved_activation_bytes"] and 0 < m["korthikanti_bytes"]
+    assert math.isclose(m["saved_ratio"], m["saved_activation_bytes"] / m["korthikanti_bytes"],
+                        rel_tol=1e-3)
+    # Each block recomputed: the tape keeps less, the losses are the same bit for bit.
+    assert full["meshes"][0]["memory"]["saved_activation_bytes"] < m["saved_activation_bytes"]
+    assert full["meshes"][0]["losses"] == none["meshes"][0]["losses"]
+    bad = run("bench", "gpt", "--recompute", "some")
+    assert bad.returncode == 2 and "unknown recomputation 'some'" in bad.stderr
+
+
+def test_train_gpt_reports_memory_and_takes_recompute():
+    args = ["train", "gpt", "--config", "test", "--mesh", "2x1", "--steps", "2", "--eval-iters",
+            "1", "--sample", "0", "--dropout", "0.1", "--data",
+            str(SOURCE / "data/shakespeare_char/input.txt")]
+    plain = strict_json(run(*args, "--json").stdout)
+    selective = strict_json(run(*args, "--recompute", "selective", "--json").stdout)
+    assert selective["recompute"] == "selective" and selective["losses"] == plain["losses"]
+    devices = plain["memory"]["devices"]
+    assert len(devices) == 2 and all(d["peak_bytes"] > d["parameter_bytes"] > 0 for d in devices)
+    assert plain["memory"]["korthikanti_bytes_per_device"] > 0
+    text = run(*args, "--recompute", "full")
+    assert text.returncode == 0, text.stderr
+    assert "recompute full" in text.stdout and "memory: peak " in text.stdout
+    bad = run("train", "gpt", "--recompute", "all")
+    assert bad.returncode == 2 and "--recompute expects none, selective or full" in bad.stderr
+
+
 def test_demo_without_check_writes_null_not_nan():
     doc = strict_json(run("demo", *TINY_DEMO, "--no-check", "--json").stdout)
     assert doc["max_rel_loss_diff"] is None and doc["single_device_step_us"] is None

@@ -133,8 +133,9 @@ DTensor DTensor::abstract(Layout layout, Shape global_shape, DType dtype, Runtim
 
 void DTensor::throw_abstract(std::string_view call) const {
   detail::throw_error(ErrorCode::kFailedPrecondition, kDTensor,
-                      "{} of abstract DTensor #{} ({} {}, a value traced by compile()): it has no "
-                      "data, and reading data (to_host, unpack, relayout, components) is "
+                      "{} of abstract DTensor #{} ({} {}, a value traced by compile(), or a "
+                      "stand-in for a tensor a gradient tape did not keep: OpDef::saves): it has "
+                      "no data, and reading data (to_host, unpack, relayout, components) is "
                       "eager-only; run the compiled computation instead",
                       call, id_, shape().to_string(), dtype_name(dtype()));
 }

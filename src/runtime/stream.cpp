@@ -176,6 +176,13 @@ size_t Stream::pending() const {
   return static_cast<size_t>(enqueued_ - completed_);
 }
 
+bool Stream::wait_until_pending_below(size_t limit,
+                                      std::chrono::steady_clock::time_point deadline) {
+  if (on_worker_thread()) return true;
+  std::unique_lock<std::mutex> lock(mu_);
+  return done_.wait_until(lock, deadline, [&] { return enqueued_ - completed_ < limit; });
+}
+
 std::string Stream::current_op() const {
   std::lock_guard<std::mutex> lock(mu_);
   return current_;

@@ -1,11 +1,13 @@
 // The GPT example (examples/gpt): against the float64 JAX reference on every mesh shape (logits,
-// loss, every gradient, 10 AdamW steps), sequence parallelism, the data pipeline's determinism,
-// and training that lowers the loss.
+// loss, every gradient, 10 AdamW steps), sequence parallelism, recomputation (bit for bit the
+// plain run's losses and gradients, less kept for the backward pass), the memory report, the
+// data pipeline's determinism, and training that lowers the loss.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "char_dataset.h"
+#include "gpt_memory.h"
 #include "gpt_model.h"
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
@@ -13,6 +15,7 @@
 #include "testing/batch_model_mesh.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/tape_memory.h"
 
 namespace tessel::gpt {
 namespace {
@@ -22,6 +25,12 @@ const std::string kReference =
 const std::string kText = std::string(TESSEL_SOURCE_DIR) + "/data/shakespeare_char/input.txt";
 
 using testing::batch_model_mesh;
+
+// (batch, model) mesh shapes, named "BxM" in the tests' names.
+const std::vector<std::pair<int, int>> kMeshShapes{{1, 1}, {2, 1}, {1, 2}, {2, 2}};
+std::string mesh_name(const ::testing::TestParamInfo<std::pair<int, int>>& info) {
+  return std::to_string(info.param.first) + "x" + std::to_string(info.param.second);
+}
 
 class GptReference : public ::testing::TestWithParam<std::pair<int, int>> {};
 
@@ -41,13 +50,135 @@ TEST_P(GptReference, MatchesTheJaxReferenceInF64) {
   EXPECT_TRUE(e.passes(1e-10, 1e-8)) << b << "x" << m << ": " << e.to_string();
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryMesh, GptReference,
-                         ::testing::Values(std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2},
-                                           std::pair{2, 2}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.first) + "x" +
-                                  std::to_string(info.param.second);
-                         });
+INSTANTIATE_TEST_SUITE_P(EveryMesh, GptReference, ::testing::ValuesIn(kMeshShapes), mesh_name);
+
+// The loss and gradients of one training-mode step (dropout on) of the `test` model with
+// `recompute`, as host values.
+std::vector<std::vector<double>> step_values(const Mesh& mesh, Runtime& rt, Recompute recompute) {
+  GptConfig c = GptConfig::preset("test");
+  c.dropout = 0.1;
+  c.recompute = recompute;
+  const GptModel model(c, mesh, &rt);
+  const std::vector<DTensor> params = model.init(3);
+  auto [x, y] = CharDataset::load(kText).batch(Split::kTrain, 0, c.batch_size, c.block_size, 5);
+  const ForwardOptions training{.training = true, .dropout_seed = 11};
+  auto [loss, grads] = value_and_grad(
+      [&](const std::vector<DTensor>& p) {
+        return model.loss(p, model.tokens(x), model.tokens(y), training);
+      },
+      params);
+  std::vector<std::vector<double>> out{to_host(loss).to_doubles()};
+  for (const DTensor& g : grads) out.push_back(host_value(g).to_doubles());
+  return out;
+}
+
+class GptRecompute : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(GptRecompute, GivesTheLossAndGradientsOfThePlainRunBitForBit) {
+  Runtime rt({.num_cpu_devices = 4});
+  const auto [b, m] = GetParam();
+  const Mesh mesh = batch_model_mesh(b, m, rt);
+  const std::vector<std::vector<double>> plain = step_values(mesh, rt, Recompute::kNone);
+  EXPECT_EQ(step_values(mesh, rt, Recompute::kSelective), plain) << "selective";
+  EXPECT_EQ(step_values(mesh, rt, Recompute::kFull), plain) << "full";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryMesh, GptRecompute, ::testing::ValuesIn(kMeshShapes), mesh_name);
+
+TEST(Gpt, RecomputationKeepsLessForTheBackwardPass) {
+  Runtime rt({.num_cpu_devices = 1});
+  const Mesh mesh = batch_model_mesh(1, 1, rt);
+  std::vector<int64_t> kept;
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    reset_tape_memory_peak();
+    step_values(mesh, rt, r);
+    int64_t peak = 0;
+    for (const TapeMemoryStats& s : tape_memory_stats()) {
+      if (s.device == rt.device(0).name()) peak = s.peak_bytes;
+    }
+    kept.push_back(peak);
+  }
+  // test: 2 layers, batch 4, 4 heads, context 16: the attention maps are 4 KiB each.
+  EXPECT_LT(kept[1], kept[0]);
+  EXPECT_LT(kept[2], kept[1]);
+  EXPECT_GT(kept[2], 0);
+}
+
+// The most the tape keeps in a training step of the `test` model with `layers` layers on 1x1.
+int64_t tape_peak(int layers, Recompute recompute) {
+  Runtime rt({.num_cpu_devices = 1});
+  const Mesh mesh = batch_model_mesh(1, 1, rt);
+  GptConfig c = GptConfig::preset("test");
+  c.n_layer = layers;
+  c.dropout = 0.1;
+  c.recompute = recompute;
+  const GptModel model(c, mesh, &rt);
+  auto [x, y] = CharDataset::load(kText).batch(Split::kTrain, 0, c.batch_size, c.block_size, 5);
+  reset_tape_memory_peak();
+  value_and_grad(
+      [&](const std::vector<DTensor>& p) {
+        return model.loss(p, model.tokens(x), model.tokens(y), {.training = true});
+      },
+      model.init(3));
+  for (const TapeMemoryStats& s : tape_memory_stats()) {
+    if (s.device == rt.device(0).name()) return s.peak_bytes;
+  }
+  return 0;
+}
+
+TEST(Gpt, EachLayerKeepsExactlyWhatItsBackwardPassReads) {
+  // test: batch 4, context 16, width 32, 4 heads; f32 activations, f64 layer norm statistics.
+  const int64_t btc = 4 * 16 * 32 * 4, maps = 4 * 4 * 16 * 16 * 4, stats = 4 * 16 * 2 * 8;
+  // A layer: its input, the two norms' outputs, q, k, v, the attention output, the residual,
+  // the MLP's two [B, T, 4C] activations (16 [B, T, C] in all), the two norms' statistics, and
+  // the attention probabilities with their dropped-out copy (the scores are not kept).
+  EXPECT_EQ(tape_peak(3, Recompute::kNone) - tape_peak(2, Recompute::kNone),
+            16 * btc + 2 * stats + 2 * maps);
+  // Selective recomputation keeps no [B, H, T, T] map; full keeps the block's input only.
+  EXPECT_EQ(tape_peak(3, Recompute::kSelective) - tape_peak(2, Recompute::kSelective),
+            16 * btc + 2 * stats);
+  EXPECT_EQ(tape_peak(3, Recompute::kFull) - tape_peak(2, Recompute::kFull), btc);
+}
+
+TEST(Gpt, TrainingWithRecomputationFollowsThePlainRun) {
+  Runtime rt({.num_cpu_devices = 4});
+  GptConfig c = GptConfig::preset("test");
+  c.dropout = 0.1;
+  c.eval_iters = 1;
+  const CharDataset data = CharDataset::load(kText);
+  std::vector<std::vector<double>> losses;
+  for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+    c.recompute = r;
+    GptTrainer trainer(c, batch_model_mesh(2, 2, rt), data, &rt);
+    losses.emplace_back();
+    for (int s = 0; s < 3; ++s) losses.back().push_back(trainer.step().loss);
+    const std::vector<DeviceMemory> memory = memory_report(trainer);
+    ASSERT_EQ(memory.size(), 4u);
+    for (const DeviceMemory& d : memory) {
+      EXPECT_GT(d.parameter_bytes, 0);
+      EXPECT_EQ(d.gradient_bytes, d.parameter_bytes);
+      EXPECT_EQ(d.optimizer_bytes, 2 * d.parameter_bytes);
+      EXPECT_EQ(d.activation_bytes,
+                d.peak_bytes - d.parameter_bytes - d.gradient_bytes - d.optimizer_bytes);
+      EXPECT_GT(d.saved_bytes, 0);
+    }
+  }
+  EXPECT_EQ(losses[1], losses[0]);
+}
+
+TEST(Gpt, KorthikantisCountFollowsTheFormula) {
+  const GptConfig baby = GptConfig::preset("baby");
+  // 6 layers * 2 bytes * s b h (34 + 5 a s / h), s = 256, b = 64, h = 384, a = 6.
+  EXPECT_DOUBLE_EQ(korthikanti_activation_bytes(baby, 1, 1, false),
+                   6.0 * 2 * 256 * 64 * 384 * (34 + 5.0 * 6 * 256 / 384));
+  // Tensor parallel over 2: 10 + 24/2 + (5 a s / h)/2; data parallel over 2: half the batch.
+  EXPECT_DOUBLE_EQ(korthikanti_activation_bytes(baby, 2, 2, false),
+                   6.0 * 2 * 256 * 32 * 384 * (10 + 12 + 5.0 * 6 * 256 / 384 / 2));
+  EXPECT_DOUBLE_EQ(korthikanti_activation_bytes(baby, 1, 2, true),
+                   korthikanti_activation_bytes(baby, 1, 1, false) / 2);
+  EXPECT_EQ(parse_recompute("selective"), Recompute::kSelective);
+  EXPECT_THROW(parse_recompute("some"), Error);
+}
 
 TEST(Gpt, SequenceParallelGivesTheSameLossAndGradients) {
   Runtime rt({.num_cpu_devices = 4});

@@ -46,6 +46,11 @@ class GpuOpKernels : public GpuTest {
         op, inputs, [&](const Mesh&) { return attrs; }, match, staged);
   }
 
+  // Op `op` on `inputs` on the CPU mesh, on the host (an input computed by another op).
+  Tensor cpu_value(const std::string& op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
+    return to_host(call_op(op, place(inputs, cpu_mesh(), runtime()), attrs));
+  }
+
   // The same for ops whose attrs name a layout of the mesh they run on (creation ops,
   // embedding_lookup_grad): `attrs_for(mesh)`.
   void expect_matches_cpu_on_meshes(const std::string& op, const std::vector<Tensor>& inputs,
@@ -308,8 +313,12 @@ TEST_F(GpuOpKernels, LayerNormAndItsGradientMatchTheCpuKernels) {
       const Tensor g = uniform(shape, dtype, 20);
       expect_matches_cpu("layer_norm", {x, w}, attrs, Match::kClose);
       expect_matches_cpu("layer_norm_with_bias", {x, w, b}, attrs, Match::kClose);
-      expect_matches_cpu("layer_norm_grad", {x, w, g}, attrs, Match::kClose);
-      expect_matches_cpu("layer_norm_weight_grad", {x, g}, attrs, Match::kClose);
+      // f32 rows: the GPU's statistics are doubles, the CPU's float32 ones (as each forward
+      // kernel uses them); the gradients below read the same given statistics.
+      if (dtype == DType::kF64) expect_matches_cpu("layer_norm_stats", {x}, attrs, Match::kClose);
+      const Tensor stats = cpu_value("layer_norm_stats", {x}, attrs);
+      expect_matches_cpu("layer_norm_grad", {x, w, g, stats}, attrs, Match::kClose);
+      expect_matches_cpu("layer_norm_weight_grad", {x, g, stats}, attrs, Match::kClose);
     }
   }
 }
@@ -712,8 +721,10 @@ TEST_F(GpuOpKernels, TheGptsOpsMatchTheCpuKernelsAtTrainingSizes) {
   const Tensor x = uniform(rows, f, 70, -3, 3), g = uniform(rows, f, 71);
   const Tensor w = uniform(Shape({384}), f, 72, 0.5, 1.5);
   expect_matches_cpu("layer_norm", {x, w}, ln, Match::kClose);
-  expect_matches_cpu("layer_norm_grad", {x, w, g}, ln, Match::kClose);
-  expect_matches_cpu("layer_norm_weight_grad", {x, g}, ln, Match::kClose);
+  expect_matches_cpu("layer_norm_stats", {x}, ln, Match::kClose);
+  const Tensor stats = cpu_value("layer_norm_stats", {x}, ln);
+  expect_matches_cpu("layer_norm_grad", {x, w, g, stats}, ln, Match::kClose);
+  expect_matches_cpu("layer_norm_weight_grad", {x, g, stats}, ln, Match::kClose);
   expect_matches_cpu("reduce_sum", {uniform(rows, f, 73, 0.5, 1.5)}, first, Match::kClose);
   expect_matches_cpu("reduce_sum", {uniform(Shape({384, 1536}), f, 74, 0.5, 1.5)}, all,
                      Match::kClose);

@@ -64,6 +64,28 @@ TEST(Stream, EnqueueReturnsWithoutWaitingForTheWork) {
   EXPECT_EQ(s.next_op(), "");
 }
 
+TEST(Stream, WaitUntilPendingBelowWaitsForRoomOrItsDeadline) {
+  Stream s(kLabel);
+  Gate release;
+  for (int i = 0; i < 3; ++i) s.enqueue("blocked", [&] { release.wait(); });
+  EXPECT_TRUE(s.wait_until_pending_below(4, std::chrono::steady_clock::now()));
+  EXPECT_FALSE(s.wait_until_pending_below(3, std::chrono::steady_clock::now() + 20ms));
+  std::atomic<bool> room{false};
+  std::thread waiter(
+      [&] { room = s.wait_until_pending_below(1, std::chrono::steady_clock::now() + kWaitLimit); });
+  release.open();
+  waiter.join();
+  EXPECT_TRUE(room.load());
+  EXPECT_EQ(s.pending(), 0u);
+  // From a task of the stream itself: at once (it would wait for itself).
+  std::atomic<bool> inside{false};
+  s.enqueue("self", [&] {
+    inside = s.wait_until_pending_below(1, std::chrono::steady_clock::now() + kWaitLimit);
+  });
+  sync(s);
+  EXPECT_TRUE(inside.load());
+}
+
 TEST(Stream, ErrorSurfacesAtSynchronizeNamingOpAndDevice) {
   Stream s(kLabel);
   std::atomic<int> ran{0};

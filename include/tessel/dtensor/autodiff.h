@@ -7,15 +7,25 @@
 //   // all-reduced together, in fused buckets, one collective per bucket).
 //
 // While a GradientTape lives on a thread, every op (ops.h) whose inputs depend on a watched
-// tensor is recorded with its inputs and output. gradient() walks the records backwards calling
-// each op's VJP (themselves ops, so distributed like the forward pass), summing the gradients
-// of tensors used more than once. Each input's gradient is relaid out to the layout that input
-// had (TF: the gradient of relayout is relayout_like to the forward input), Partial terms kept
-// until the end; the sources' gradients are then reduced in one fused batch per group of mesh
-// dimensions and dtype (relayout_batch).
+// tensor is recorded with what its VJP reads (OpDef::saves: some of its inputs, as the kernel
+// read them, and its output; OpDef::save: anything else the VJP needs, such as layer norm's
+// statistics). gradient() walks the records backwards calling each op's VJP (themselves ops, so
+// distributed like the forward pass), summing the gradients of tensors used more than once.
+// Each input's gradient is relaid out to the layout that input had (TF: the gradient of
+// relayout is relayout_like to the forward input), Partial terms kept until the end; the
+// sources' gradients are then reduced in one fused batch per group of mesh dimensions and dtype
+// (relayout_batch).
 //
-// Errors: a non-scalar target is summed first (TF); an op without a VJP on the path:
-// kUnimplemented naming it; gradient() twice on a non-persistent tape: kFailedPrecondition.
+// Activation memory: a tape keeps nothing a VJP does not read, and a non-persistent tape lets go
+// of each record's tensors as soon as its VJP has run, and of each gradient as soon as the VJP it
+// feeds has run, so a tensor's memory returns to its device at its last use in the backward pass
+// (tape_memory.h counts what tapes keep). recompute_grad.h keeps even less: a function's inputs,
+// its inside recomputed in the backward pass.
+//
+// Errors: a non-scalar target is summed first (TF), or weighted by output_gradient; an op
+// without a VJP on the path: kUnimplemented naming it; gradient() twice on a non-persistent
+// tape: kFailedPrecondition; an output_gradient of another shape or dtype than the target:
+// kInvalidArgument naming both.
 //
 // Thread safety: a tape records the ops of the thread that made it; nested tapes record
 // independently (higher-order gradients). A tape may be destroyed on any thread.
@@ -34,6 +44,9 @@ namespace tessel {
 
 struct OpDef;
 struct OpAttrs;
+namespace detail {
+class TapeSuspension;  // src/dtensor/framework/tape_suspension.h
+}  // namespace detail
 
 class GradientTape {
  public:
@@ -45,24 +58,47 @@ class GradientTape {
   void watch(const DTensor& tensor);
   // Stops recording for good (TF: leaving the `with` block); gradient() still works.
   void stop_recording();
-  // d sum(target) / d source for each source, in the source's layout; a source the target does
-  // not depend on gets zeros.
-  std::vector<DTensor> gradient(const DTensor& target, const std::vector<DTensor>& sources);
+  // d sum(target * output_gradient) / d source for each source, in the source's layout
+  // (output_gradient null: ones, d sum(target) / d source; TF's output_gradients); a source the
+  // target does not depend on gets zeros.
+  std::vector<DTensor> gradient(const DTensor& target, const std::vector<DTensor>& sources,
+                                const DTensor& output_gradient = DTensor());
 
-  // ---- internal: called by call_op ------------------------------------------------------
+  // ---- internal: called by call_op, relayout and recompute_grad --------------------------
   struct Record;
-  void record(const OpDef& def, const std::vector<DTensor>& original_inputs,
-              const std::vector<DTensor>& inputs, const DTensor& output,
-              std::shared_ptr<const OpAttrs> attrs);
-  // The tapes recording on this thread, innermost last (empty fast when no tape exists).
-  static std::vector<GradientTape*> active();
+  // Whether any tape exists in the process (a relaxed read: call_op's fast path).
+  static bool any();
+  // Records a call on each tape recording on this thread that watches something `original_inputs`
+  // depend on (inputs: as the kernel read them). `def` is kept by pointer unless `owned_def`
+  // holds it (recompute_grad's, made per call). While recompute_grad's function runs its
+  // forward pass, the call is not recorded but checked (recompute_grad.h).
+  static void record_call(const OpDef& def, const std::vector<DTensor>& original_inputs,
+                          const std::vector<DTensor>& inputs, const DTensor& output,
+                          std::shared_ptr<const OpAttrs> attrs,
+                          std::shared_ptr<const OpDef> owned_def = nullptr);
+  // gradient() without the final reduction: each source's gradient in its layout with the
+  // Partial terms still pending (a null DTensor where the target does not depend on it), for a
+  // gradient inside another tape's backward pass (recompute_grad), whose tape reduces them with
+  // the rest at its end.
+  std::vector<DTensor> gradient_with_pending(const DTensor& target,
+                                             const std::vector<DTensor>& sources,
+                                             const DTensor& output_gradient);
 
  private:
+  friend class detail::TapeSuspension;
+  // The tapes recording on this thread, innermost last (empty fast when no tape exists).
+  static std::vector<GradientTape*> active();
   bool depends(uint64_t id) const;
+  bool records(const std::vector<DTensor>& original_inputs) const;
+  void add_record(Record record);
+  void release(Record& record);
+  std::vector<DTensor> backward(const DTensor& target, const std::vector<DTensor>& sources,
+                                const DTensor& output_gradient, bool reduce);
   bool persistent_;
   bool used_ = false;
   bool recording_ = true;
-  std::vector<uint64_t> watched_;  // ids, sorted
+  std::vector<uint64_t> watched_;  // ids, sorted: the watched tensors and what depends on them
+  std::vector<uint64_t> sources_;  // ids, sorted: the tensors watch() was given
   std::vector<Record> records_;
 };
 

@@ -21,7 +21,8 @@
 // Abstract DTensors (tracing, compile.h): while compile() traces a computation, ops return
 // abstract DTensors — layout, shape, dtype and an id, no data. Reading their data
 // (num_components, component, components, device; hence to_host, unpack, relayout to another
-// layout) throws kFailedPrecondition: data exists only in eager mode.
+// layout) throws kFailedPrecondition: data exists only in eager mode. A gradient tape hands a
+// VJP such a stand-in for an input or output that the VJP does not read (OpDef::saves).
 //
 // Thread safety: an immutable value (components share storage like Tensor handles). Copies
 // share one block of data (layout, shape, components, ...), so copying a DTensor costs a

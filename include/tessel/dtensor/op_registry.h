@@ -44,6 +44,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -210,11 +211,37 @@ struct LocalContext {
                                    // on it); null on CPU devices
 };
 
+// What an op's VJP reads of a call besides the output's gradient (OpDef::saves), so that a
+// gradient tape keeps only that for the backward pass and no more activation memory: the inputs
+// whose data it reads (bit k: input k) and whether it reads the output's. The tape hands the VJP
+// a stand-in for the rest: an abstract DTensor (dtensor.h) of the same shape, dtype, layout and
+// runtime, which reading data refuses (kFailedPrecondition). The default keeps everything.
+struct VjpSaves {
+  static constexpr uint32_t kAllInputs = ~uint32_t{0};
+  uint32_t inputs = kAllInputs;
+  bool output = true;
+
+  // Nothing but shapes, dtypes and layouts (add, reshape, dropout).
+  static constexpr VjpSaves nothing() { return {0, false}; }
+  // The output only (exp, causal_softmax).
+  static constexpr VjpSaves output_only() { return {0, true}; }
+  // The listed inputs, and the output when `with_output` (matmul: {0, 1}).
+  static constexpr VjpSaves of_inputs(std::initializer_list<int> which, bool with_output = false) {
+    VjpSaves s{0, with_output};
+    for (int k : which) s.inputs |= uint32_t{1} << k;
+    return s;
+  }
+  constexpr bool keeps_input(size_t k) const {
+    return inputs == kAllInputs || (k < 32 && ((inputs >> k) & 1u) != 0);
+  }
+};
+
 struct VjpArgs {
-  std::vector<DTensor> inputs;
-  DTensor output;
-  DTensor grad;  // d loss / d output, in the output's layout
+  std::vector<DTensor> inputs;  // as the kernel read them; stand-ins where OpDef::saves drops them
+  DTensor output;               // a stand-in unless OpDef::saves keeps it
+  DTensor grad;                 // d loss / d output, in the output's layout
   const OpAttrs* attrs = nullptr;
+  std::vector<DTensor> saved;  // what OpDef::save computed when the call was recorded
 };
 
 struct OpDef {
@@ -236,6 +263,15 @@ struct OpDef {
   Kernel gpu_kernel;
   // Gradients of the inputs (null DTensor: not differentiable there). Empty: no gradient.
   std::function<std::vector<DTensor>(const VjpArgs& args)> vjp;
+  // What the VJP reads of the call (the tape keeps only that; see VjpSaves).
+  VjpSaves saves;
+  // Tensors the VJP reads that the call does not return, computed from the inputs (as the kernel
+  // read them) and the output when a tape records the call, outside the tape (layer_norm: each
+  // row's mean and 1 / std, so that its backward pass does not compute them again); the VJP finds
+  // them in VjpArgs::saved. Null: none. Runs only under a tape, so an inference pays nothing.
+  std::function<std::vector<DTensor>(const std::vector<DTensor>& inputs, const DTensor& output,
+                                     const OpAttrs& attrs)>
+      save;
   // The kernel only copies the first input's block whole into the output block of another
   // shape (reshape): the launch then makes the output block a view of the input block instead
   // (no allocation, no kernel) wherever that block is contiguous, on the same device and holds

@@ -72,6 +72,10 @@ class Stream {
 
   // Tasks enqueued and not yet finished (queued plus running).
   size_t pending() const;
+  // Waits until fewer than `limit` tasks are pending, or until `deadline`: true when they are.
+  // Reports no error (synchronize() does). From a task of this stream: true at once (it would
+  // wait for itself). For callers that bound how far they run ahead of the stream.
+  bool wait_until_pending_below(size_t limit, std::chrono::steady_clock::time_point deadline);
   // The name of the task running now; "" when none is.
   std::string current_op() const;
   // The name of the next queued task; "" when the queue is empty.

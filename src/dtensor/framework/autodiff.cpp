@@ -1,5 +1,5 @@
 // GradientTape and value_and_grad: records of op calls, walked backwards through each op's VJP
-// (see autodiff.h).
+// (see autodiff.h); the suspensions of recompute_grad and OpDef::save (tape_suspension.h).
 #include "tessel/dtensor/autodiff.h"
 
 #include <algorithm>
@@ -10,6 +10,8 @@
 #include <unordered_set>
 
 #include "core/errors.h"
+#include "dtensor/framework/tape_memory_counter.h"
+#include "dtensor/framework/tape_suspension.h"
 #include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
@@ -18,11 +20,15 @@ namespace tessel {
 
 struct GradientTape::Record {
   const OpDef* def = nullptr;
+  std::shared_ptr<const OpDef> owned_def;  // recompute_grad's: made per call
   std::vector<uint64_t> original_ids;     // the inputs as the caller passed them
   std::vector<Layout> original_layouts;
-  std::vector<DTensor> inputs;            // as the kernel saw them (after relayouts)
-  DTensor output;
+  std::vector<DTensor> inputs;  // as the kernel saw them (after relayouts), or stand-ins
+  DTensor output;               // or a stand-in (another id: output_id is the output's)
+  uint64_t output_id = 0;
+  std::vector<DTensor> saved;  // OpDef::save's
   std::shared_ptr<const OpAttrs> attrs;
+  std::vector<DTensor> counted;  // what tape_memory counts for this record
 };
 
 namespace {
@@ -54,6 +60,9 @@ void unregister(GradientTape* tape) {
   }
 }
 
+// This thread's suspensions, innermost last.
+thread_local std::vector<detail::TapeSuspension*> suspensions;
+
 // `grad`'s layout changed to `like`'s sharding; its pending reductions over mesh dims that
 // `like` does not shard on stay pending (they are reduced once, at the end, in fused buckets).
 Layout keep_pending(const Layout& grad, const Layout& like) {
@@ -66,7 +75,56 @@ Layout keep_pending(const Layout& grad, const Layout& like) {
   return Layout::create(like.type(), like.sharding_specs(), like.mesh(), std::move(partial));
 }
 
+// What a VJP that does not read `t` gets instead: its shape, dtype and layout, no data.
+DTensor stand_in(const DTensor& t) {
+  if (t.is_abstract()) return t;
+  return DTensor::abstract(t.layout(), t.shape(), t.dtype(), t.runtime());
+}
+
+void insert_sorted(std::vector<uint64_t>& ids, uint64_t id) {
+  auto at = std::lower_bound(ids.begin(), ids.end(), id);
+  if (at == ids.end() || *at != id) ids.insert(at, id);
+}
+
 }  // namespace
+
+namespace detail {
+
+TapeSuspension::TapeSuspension(const std::vector<DTensor>* function_inputs)
+    : tapes_(GradientTape::active()), checked_(function_inputs != nullptr) {
+  if (checked_) {
+    for (const DTensor& in : *function_inputs) known_.insert(in.id());
+  }
+  suspensions.push_back(this);
+}
+
+TapeSuspension::~TapeSuspension() {
+  auto at = std::find(suspensions.begin(), suspensions.end(), this);
+  if (at != suspensions.end()) suspensions.erase(at);
+}
+
+bool TapeSuspension::suspends(const GradientTape* tape) const {
+  return std::find(tapes_.begin(), tapes_.end(), tape) != tapes_.end();
+}
+
+void TapeSuspension::observe(const std::vector<DTensor>& inputs, const DTensor& output) {
+  if (!checked_) return;
+  for (const DTensor& in : inputs) {
+    if (known_.count(in.id()) != 0) continue;
+    for (const GradientTape* tape : tapes_) {
+      if (tape->recording_ && tape->depends(in.id())) {
+        throw_invalid("recompute_grad",
+                      "the function reads DTensor #{} ({} {}), which a gradient tape watches or "
+                      "computed from what it watches, without taking it as an input: its "
+                      "gradient would be lost; pass it among the function's inputs",
+                      in.id(), dtype_name(in.dtype()), in.shape().to_string());
+      }
+    }
+  }
+  known_.insert(output.id());
+}
+
+}  // namespace detail
 
 GradientTape::GradientTape(bool persistent) : persistent_(persistent) {
   Tapes& t = tapes();
@@ -75,9 +133,14 @@ GradientTape::GradientTape(bool persistent) : persistent_(persistent) {
   t.count.fetch_add(1);
 }
 
-GradientTape::~GradientTape() { unregister(this); }
+GradientTape::~GradientTape() {
+  unregister(this);
+  for (Record& r : records_) release(r);
+}
 
 void GradientTape::stop_recording() { unregister(this); }
+
+bool GradientTape::any() { return tapes().count.load(std::memory_order_relaxed) != 0; }
 
 std::vector<GradientTape*> GradientTape::active() {
   Tapes& t = tapes();
@@ -93,66 +156,159 @@ std::vector<GradientTape*> GradientTape::active() {
 
 void GradientTape::watch(const DTensor& tensor) {
   if (!tensor.defined()) detail::throw_invalid(kComponent, "cannot watch a null DTensor");
-  watched_.insert(std::upper_bound(watched_.begin(), watched_.end(), tensor.id()), tensor.id());
+  insert_sorted(watched_, tensor.id());
+  insert_sorted(sources_, tensor.id());
 }
 
 bool GradientTape::depends(uint64_t id) const {
   return std::binary_search(watched_.begin(), watched_.end(), id);
 }
 
-void GradientTape::record(const OpDef& def, const std::vector<DTensor>& original_inputs,
-                          const std::vector<DTensor>& inputs, const DTensor& output,
-                          std::shared_ptr<const OpAttrs> attrs) {
-  if (!recording_) return;
-  bool connected = false;
-  for (const DTensor& in : original_inputs) connected = connected || depends(in.id());
-  if (!connected) return;
+bool GradientTape::records(const std::vector<DTensor>& original_inputs) const {
+  if (!recording_) return false;
+  for (const DTensor& in : original_inputs) {
+    if (depends(in.id())) return true;
+  }
+  return false;
+}
+
+void GradientTape::record_call(const OpDef& def, const std::vector<DTensor>& original_inputs,
+                               const std::vector<DTensor>& inputs, const DTensor& output,
+                               std::shared_ptr<const OpAttrs> attrs,
+                               std::shared_ptr<const OpDef> owned_def) {
+  if (!any()) return;
+  const std::vector<GradientTape*> here = active();
+  if (here.empty()) return;
+  detail::TapeSuspension* suspension = suspensions.empty() ? nullptr : suspensions.back();
+  if (suspension != nullptr) suspension->observe(original_inputs, output);
+  std::vector<GradientTape*> recording;
+  for (GradientTape* tape : here) {
+    if (suspension != nullptr && suspension->suspends(tape)) continue;
+    if (tape->records(original_inputs)) recording.push_back(tape);
+  }
+  if (recording.empty()) return;
+
   Record r;
   r.def = &def;
+  r.owned_def = std::move(owned_def);
   for (const DTensor& in : original_inputs) {
     r.original_ids.push_back(in.id());
     r.original_layouts.push_back(in.layout());
   }
-  r.inputs = inputs;
-  r.output = output;
+  // An op without a VJP reads nothing: gradient() stops at it with an error.
+  const VjpSaves saves = def.vjp ? def.saves : VjpSaves::nothing();
+  r.inputs.reserve(inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    r.inputs.push_back(saves.keeps_input(k) ? inputs[k] : stand_in(inputs[k]));
+  }
+  r.output = saves.output ? output : stand_in(output);
+  r.output_id = output.id();
+  if (def.save && def.vjp) {
+    const detail::TapeSuspension outside_the_tapes;  // the saved values are not differentiated
+    r.saved = def.save(inputs, output, attrs != nullptr ? *attrs : OpAttrs{});
+  }
   r.attrs = std::move(attrs);
-  records_.push_back(std::move(r));
+  for (size_t i = 0; i + 1 < recording.size(); ++i) recording[i]->add_record(r);
+  recording.back()->add_record(std::move(r));
+}
+
+void GradientTape::add_record(Record record) {
+  const auto count = [&](const DTensor& t) {
+    if (!t.defined() || t.is_abstract()) return;
+    if (std::binary_search(sources_.begin(), sources_.end(), t.id())) return;  // not activations
+    detail::tape_memory_keep(t);
+    record.counted.push_back(t);
+  };
+  for (const DTensor& in : record.inputs) count(in);
+  count(record.output);
+  for (const DTensor& s : record.saved) count(s);
   // The output depends on the watched tensors too.
-  watched_.insert(std::upper_bound(watched_.begin(), watched_.end(), output.id()), output.id());
+  insert_sorted(watched_, record.output_id);
+  records_.push_back(std::move(record));
+}
+
+void GradientTape::release(Record& r) {
+  for (const DTensor& t : r.counted) detail::tape_memory_release(t);
+  r.counted.clear();
+  r.inputs.clear();
+  r.output = DTensor();
+  r.saved.clear();
+  r.owned_def.reset();
+  r.attrs.reset();
 }
 
 std::vector<DTensor> GradientTape::gradient(const DTensor& target,
-                                            const std::vector<DTensor>& sources) {
+                                            const std::vector<DTensor>& sources,
+                                            const DTensor& output_gradient) {
+  return backward(target, sources, output_gradient, /*reduce=*/true);
+}
+
+std::vector<DTensor> GradientTape::gradient_with_pending(const DTensor& target,
+                                                         const std::vector<DTensor>& sources,
+                                                         const DTensor& output_gradient) {
+  return backward(target, sources, output_gradient, /*reduce=*/false);
+}
+
+std::vector<DTensor> GradientTape::backward(const DTensor& target,
+                                            const std::vector<DTensor>& sources,
+                                            const DTensor& output_gradient, bool reduce) {
   if (used_ && !persistent_) {
     detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
                         "gradient() was already called on this non-persistent tape");
   }
-  used_ = true;
   if (!target.defined()) detail::throw_invalid(kComponent, "the target is a null DTensor");
+  if (output_gradient.defined() &&
+      (output_gradient.shape() != target.shape() || output_gradient.dtype() != target.dtype())) {
+    detail::throw_invalid(kComponent,
+                          "the output gradient is {} {}, the target {} {}: they must match",
+                          dtype_name(output_gradient.dtype()), output_gradient.shape().to_string(),
+                          dtype_name(target.dtype()), target.shape().to_string());
+  }
+  used_ = true;
   recording_ = false;  // the VJPs' ops are not part of this tape (outer tapes still record them)
   struct Resume {
     bool& flag;
     ~Resume() { flag = true; }
   } resume{recording_};
 
+  std::unordered_set<uint64_t> source_ids;
+  for (const DTensor& s : sources) source_ids.insert(s.id());
   std::unordered_map<uint64_t, DTensor> grads;
-  grads[target.id()] = ones_like(target.layout().is_partial()
-                                     ? DTensor(target.layout().without_partial(), target.shape(),
-                                               target.dtype(), target.components(),
-                                               target.runtime())
-                                     : target);
+  if (output_gradient.defined()) {
+    const Layout want = keep_pending(output_gradient.layout(), target.layout().without_partial());
+    grads[target.id()] =
+        output_gradient.layout() == want ? output_gradient : relayout(output_gradient, want);
+  } else {
+    grads[target.id()] =
+        ones_like(target.layout().is_partial()
+                      ? DTensor(target.layout().without_partial(), target.shape(), target.dtype(),
+                                target.components(), target.runtime())
+                      : target);
+  }
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
-    const Record& r = *it;
-    auto g = grads.find(r.output.id());
-    if (g == grads.end()) continue;
+    Record& r = *it;
+    auto g = grads.find(r.output_id);
+    if (g == grads.end()) {
+      if (!persistent_) release(r);
+      continue;
+    }
     if (!r.def->vjp) {
       detail::throw_error(ErrorCode::kUnimplemented, kComponent,
                           "op '{}' has no gradient (VJP) and lies on the path to the target",
                           r.def->name);
     }
-    const std::vector<DTensor> input_grads =
-        r.def->vjp(VjpArgs{r.inputs, r.output, g->second, r.attrs.get()});
-    for (size_t k = 0; k < input_grads.size() && k < r.inputs.size(); ++k) {
+    // The VJP's arguments are all that is left of the record once it is let go (its op, when
+    // the record owns it, and the attrs the arguments point to are kept until the VJP returns).
+    const std::shared_ptr<const OpDef> owned_def = r.owned_def;
+    const std::shared_ptr<const OpAttrs> attrs = r.attrs;
+    const OpDef& def = *r.def;
+    VjpArgs args{r.inputs, r.output, g->second, attrs.get(), r.saved};
+    // The output's gradient has no other use once its VJP has it (a source's is returned).
+    if (source_ids.count(r.output_id) == 0) grads.erase(g);
+    if (!persistent_) release(r);
+    const std::vector<DTensor> input_grads = def.vjp(args);
+    args = VjpArgs{};
+    for (size_t k = 0; k < input_grads.size() && k < r.original_ids.size(); ++k) {
       DTensor gk = input_grads[k];
       if (!gk.defined() || !depends(r.original_ids[k])) continue;
       const Layout want = keep_pending(gk.layout(), r.original_layouts[k]);
@@ -161,13 +317,19 @@ std::vector<DTensor> GradientTape::gradient(const DTensor& target,
       if (!fresh) slot->second = add(slot->second, gk);
     }
   }
+  if (!persistent_) records_.clear();
   std::vector<DTensor> out;
   std::vector<Layout> layouts;
   for (const DTensor& s : sources) {
     auto g = grads.find(s.id());
+    if (!reduce) {
+      out.push_back(g != grads.end() ? g->second : DTensor());
+      continue;
+    }
     out.push_back(g != grads.end() ? g->second : zeros_like(s));
     layouts.push_back(s.layout());
   }
+  if (!reduce) return out;
   return relayout_batch(out, layouts);
 }
 

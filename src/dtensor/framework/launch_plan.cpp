@@ -1,6 +1,7 @@
 // Internal: launch plans and launch_op (see launch_plan.h).
 #include "dtensor/framework/launch_plan.h"
 
+#include <chrono>
 #include <optional>
 #include <utility>
 
@@ -31,6 +32,15 @@ struct InlineKernel {
 };
 
 constexpr std::string_view kAllocateOutputs = "(allocate outputs)";
+
+// A device's stream holds at most this many op kernels not yet finished: a launch waits for room
+// before it enqueues another. A queued kernel holds its input and output blocks, so a controller
+// running ahead of a busy device would otherwise keep alive every tensor the program has let go
+// of since (a whole forward pass's intermediates: a training step's memory would be its queue's,
+// not its activations'). Four keep a device fed: one kernel running, three waiting. Past
+// kQueueWait the launch enqueues anyway: the bound is for memory, never for correctness.
+constexpr size_t kMaxQueuedKernels = 4;
+constexpr std::chrono::seconds kQueueWait{60};
 
 // Device i's output block as a view of its first input block (OpDef::output_views_input), or
 // nullopt when that block cannot serve: on another device, strided, or another element count.
@@ -121,6 +131,10 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
         continue;
       }
     }
+    // Room on the stream first, so that the tensors its kernels held are free before the output
+    // is allocated.
+    device->stream().wait_until_pending_below(kMaxQueuedKernels,
+                                              std::chrono::steady_clock::now() + kQueueWait);
     const double allocation = profile_clock();
     outputs.push_back(device->allocate(p.out_blocks[i], p.out.dtype, /*zero_fill=*/false));
     record_profile(phase, kAllocateOutputs, allocation);

@@ -61,7 +61,10 @@ std::shared_ptr<const LaunchPlan> make_launch_plan(const OpDef& def, TensorSpec 
                                                    const std::vector<TensorSpec>& inputs,
                                                    Runtime& runtime, std::string_view component);
 
-// Allocates the output blocks on their devices and runs the plan's kernel on every local device:
+// Allocates the output blocks on their devices and runs the plan's kernel on every local device
+// (waiting, before each, until the device's stream holds fewer than 4 kernels not yet finished:
+// queued kernels hold their tensors, so running further ahead would hold memory the program has
+// let go of):
 // on the calling thread when the device's stream is idle and the plan is tiny (or
 // `inline_when_idle`: a one-device replay, whose caller would only wait for the worker), else
 // enqueued on the stream (the task keeps the plan and `attrs.shared()`). `ready` are the inputs,

@@ -23,6 +23,9 @@ bool replicate_fallback() { return !sharding_fallback_strict(); }
 ShardingDecision plan_op(std::string_view name, const std::vector<TensorSpec>& inputs,
                          const OpAttrs& attrs) {
   const OpDef& def = OpRegistry::global().get(name);
+  if (static_cast<int>(inputs.size()) != def.num_inputs) {
+    detail::throw_invalid(def.name, "takes {} inputs, got {}", def.num_inputs, inputs.size());
+  }
   return detail::decide_sharding(def, inputs, def.infer(inputs, attrs), attrs);
 }
 
@@ -59,7 +62,8 @@ void check_inputs(const OpDef& def, const std::vector<DTensor>& inputs, bool tra
     if (inputs[i].is_abstract() && !tracing) {
       detail::throw_error(ErrorCode::kFailedPrecondition, def.name,
                           "input {} is an abstract DTensor (a value traced by compile()) used "
-                          "outside its trace: it has no data",
+                          "outside its trace: it has no data (so is a gradient tape's stand-in "
+                          "for a tensor it did not keep: OpDef::saves)",
                           i);
     }
   }
@@ -151,8 +155,8 @@ DTensor call_op(std::string_view name, const std::vector<DTensor>& inputs, const
   } else {
     result = run_eagerly(def, inputs, call_attrs, ready_storage, ready);
   }
-  for (GradientTape* tape : GradientTape::active()) {
-    tape->record(def, inputs, *ready, result, call_attrs.shared());
+  if (GradientTape::any()) {
+    GradientTape::record_call(def, inputs, *ready, result, call_attrs.shared());
   }
   return result;
 }

@@ -109,16 +109,28 @@ TESSEL_VECTOR_CLONES void layer_norm_range(const float* __restrict x, const floa
   }
 }
 
+TESSEL_VECTOR_CLONES void layer_norm_stats_range(const float* __restrict x,
+                                                 double* __restrict stats, int64_t rows, int64_t n,
+                                                 double epsilon, bool centered) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float mean, rstd;
+    moments(x + r * n, n, epsilon, centered, mean, rstd);
+    stats[2 * r] = mean;
+    stats[2 * r + 1] = rstd;
+  }
+}
+
 TESSEL_VECTOR_CLONES void layer_norm_grad_range(const float* __restrict x,
                                                 const float* __restrict w,
-                                                const float* __restrict g, float* __restrict dx,
-                                                int64_t rows, int64_t n, double epsilon,
+                                                const float* __restrict g,
+                                                const double* __restrict stats,
+                                                float* __restrict dx, int64_t rows, int64_t n,
                                                 bool centered) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     const float* gr = g + r * n;
-    float mean, rstd;
-    moments(xr, n, epsilon, centered, mean, rstd);
+    const float mean = static_cast<float>(stats[2 * r]);
+    const float rstd = static_cast<float>(stats[2 * r + 1]);
     const Lanes m = splat(mean);
     // The mean's share of the gradient (none when the mean is not subtracted).
     const float gw = !centered ? 0.0f
@@ -146,13 +158,14 @@ TESSEL_VECTOR_CLONES void layer_norm_grad_range(const float* __restrict x,
 
 TESSEL_VECTOR_CLONES void layer_norm_weight_grad_range(const float* __restrict x,
                                                        const float* __restrict g,
+                                                       const double* __restrict stats,
                                                        double* __restrict acc, int64_t rows,
-                                                       int64_t n, double epsilon, bool centered) {
+                                                       int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     const float* gr = g + r * n;
-    float mean, rstd;
-    moments(xr, n, epsilon, centered, mean, rstd);
+    const float mean = static_cast<float>(stats[2 * r]);
+    const float rstd = static_cast<float>(stats[2 * r + 1]);
     for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(gr[c] * ((xr[c] - mean) * rstd));
   }
 }
@@ -212,14 +225,19 @@ void layer_norm_rows(const float* x, const float* w, const float* b, float* y, i
   layer_norm_range(x, w, b, y, rows, n, epsilon, centered);
 }
 
-void layer_norm_grad_rows(const float* x, const float* w, const float* g, float* dx, int64_t rows,
-                          int64_t n, double epsilon, bool centered) {
-  layer_norm_grad_range(x, w, g, dx, rows, n, epsilon, centered);
+void layer_norm_stats_rows(const float* x, double* stats, int64_t rows, int64_t n, double epsilon,
+                          bool centered) {
+  layer_norm_stats_range(x, stats, rows, n, epsilon, centered);
 }
 
-void layer_norm_weight_grad_rows(const float* x, const float* g, double* acc, int64_t rows,
-                                 int64_t n, double epsilon, bool centered) {
-  layer_norm_weight_grad_range(x, g, acc, rows, n, epsilon, centered);
+void layer_norm_grad_rows(const float* x, const float* w, const float* g, const double* stats,
+                          float* dx, int64_t rows, int64_t n, bool centered) {
+  layer_norm_grad_range(x, w, g, stats, dx, rows, n, centered);
+}
+
+void layer_norm_weight_grad_rows(const float* x, const float* g, const double* stats, double* acc,
+                                 int64_t rows, int64_t n) {
+  layer_norm_weight_grad_range(x, g, stats, acc, rows, n);
 }
 
 void causal_softmax_row(const float* x, float* y, int64_t n, int64_t visible, float scale) {

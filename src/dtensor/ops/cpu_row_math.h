@@ -19,13 +19,17 @@ namespace tessel::detail::vec {
 // y = (x - mean) * rstd * w (+ b where b is not null) for each row of n.
 void layer_norm_rows(const float* x, const float* w, const float* b, float* y, int64_t rows,
                      int64_t n, double epsilon, bool centered = true);
-// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)) for each row of n (not centered:
-// without the mean(g*w) term).
-void layer_norm_grad_rows(const float* x, const float* w, const float* g, float* dx, int64_t rows,
-                          int64_t n, double epsilon, bool centered = true);
+// stats[2r], stats[2r + 1] = row r's mean and rstd, exactly as layer_norm_rows computes them
+// (in float32: the backward loops below read them back as the forward pass used them).
+void layer_norm_stats_rows(const float* x, double* stats, int64_t rows, int64_t n, double epsilon,
+                          bool centered = true);
+// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)) for each row of n, with each row's
+// mean and rstd from layer_norm_stats_rows (not centered: without the mean(g*w) term).
+void layer_norm_grad_rows(const float* x, const float* w, const float* g, const double* stats,
+                          float* dx, int64_t rows, int64_t n, bool centered = true);
 // acc[c] += sum over the rows of g * xhat (the weight's gradient), acc of n doubles.
-void layer_norm_weight_grad_rows(const float* x, const float* g, double* acc, int64_t rows,
-                                 int64_t n, double epsilon, bool centered = true);
+void layer_norm_weight_grad_rows(const float* x, const float* g, const double* stats, double* acc,
+                                 int64_t rows, int64_t n);
 
 // y[0, visible) = softmax(scale * x[0, visible)), y[visible, n) = 0: one row of a causal softmax.
 void causal_softmax_row(const float* x, float* y, int64_t n, int64_t visible, float scale);

@@ -166,9 +166,10 @@ constexpr bool is_one_of(elementwise::OpList<Ops...>) {
 }
 
 // Registers `def` (name, arity, shape inference, sharding rule) with the functor F, one of
-// elementwise_math.h's UnaryOps or BinaryOps, as its CPU and GPU kernel, and `vjp`.
+// elementwise_math.h's UnaryOps or BinaryOps, as its CPU and GPU kernel, and `vjp`, which reads
+// `saves` of a call (OpDef::saves).
 template <typename F>
-void add_elementwise(OpRegistry& registry, OpDef def, VjpFn vjp) {
+void add_elementwise(OpRegistry& registry, OpDef def, VjpSaves saves, VjpFn vjp) {
   namespace ew = elementwise;
   if constexpr (is_one_of<F>(ew::UnaryOps{})) {
     def.kernel = unary_cpu_kernel<F>(def.name);
@@ -179,6 +180,7 @@ void add_elementwise(OpRegistry& registry, OpDef def, VjpFn vjp) {
     def.gpu_kernel = gpu_binary_kernel(def.name.c_str(), ew::index_in<F, ew::BinaryOps>);
   }
   def.vjp = std::move(vjp);
+  def.saves = saves;
   registry.add(std::move(def));
 }
 
@@ -205,8 +207,9 @@ DTensor scalar_like(double value, const DTensor& like);
 
 // Registers binary op `name`: binary_def and add_elementwise.
 template <typename F>
-void add_binary(OpRegistry& registry, const char* name, BinaryPartial rule, VjpFn vjp) {
-  add_elementwise<F>(registry, binary_def(name, rule), std::move(vjp));
+void add_binary(OpRegistry& registry, const char* name, BinaryPartial rule, VjpSaves saves,
+                VjpFn vjp) {
+  add_elementwise<F>(registry, binary_def(name, rule), saves, std::move(vjp));
 }
 
 }  // namespace tessel::detail

@@ -269,6 +269,7 @@ void register_attention_ops(OpRegistry& registry) {
   def.vjp = [](const VjpArgs& a) {
     return std::vector<DTensor>{call_op(kCausalSoftmaxGrad, {a.output, a.grad}, *a.attrs)};
   };
+  def.saves = VjpSaves::output_only();  // the probabilities; the scores are not kept
   registry.add(std::move(def));
   register_causal_softmax_grad(registry);
   register_rotary_embedding(registry);

@@ -69,6 +69,7 @@ void add_comparison(OpRegistry& registry, const char* name) {
     }
   };
   def.vjp = [](const VjpArgs&) { return std::vector<DTensor>{DTensor(), DTensor()}; };
+  def.saves = VjpSaves::nothing();
   registry.add(std::move(def));
 }
 
@@ -211,6 +212,7 @@ void register_where(OpRegistry& registry) {
   };
   def.kernel = where_kernel;
   def.vjp = where_vjp;
+  def.saves = VjpSaves::of_inputs({0});  // the condition; the branches' shapes only
   registry.add(std::move(def));
 }
 

@@ -71,6 +71,7 @@ void register_dropout_ops(OpRegistry& registry) {
   dropout.vjp = [](const VjpArgs& a) {
     return std::vector<DTensor>{call_op(kDropout, {a.grad}, *a.attrs)};
   };
+  dropout.saves = VjpSaves::nothing();  // the mask is made again from the seed
   registry.add(std::move(dropout));
 
   OpDef stop;
@@ -87,6 +88,7 @@ void register_dropout_ops(OpRegistry& registry) {
     if (out.num_elements() > 0) out.copy_from(in[0]);
   };
   stop.vjp = [](const VjpArgs&) { return std::vector<DTensor>{DTensor()}; };
+  stop.saves = VjpSaves::nothing();
   registry.add(std::move(stop));
 }
 

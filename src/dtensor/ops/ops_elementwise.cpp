@@ -250,19 +250,25 @@ OpDef binary_def(const char* name, BinaryPartial rule) {
 }
 
 void register_elementwise_ops(OpRegistry& registry) {
-  add_binary<ew::Add>(registry, "add", BinaryPartial::kBoth, add_vjp);
-  add_binary<ew::Subtract>(registry, "subtract", BinaryPartial::kBoth, subtract_vjp);
-  add_binary<ew::Multiply>(registry, "multiply", BinaryPartial::kLarger, multiply_vjp);
-  add_binary<ew::Divide>(registry, "divide", BinaryPartial::kFirst, divide_vjp);
-  add_binary<ew::Maximum>(registry, "maximum", BinaryPartial::kNone,
+  const VjpSaves both = VjpSaves::of_inputs({0, 1});
+  add_binary<ew::Add>(registry, "add", BinaryPartial::kBoth, VjpSaves::nothing(), add_vjp);
+  add_binary<ew::Subtract>(registry, "subtract", BinaryPartial::kBoth, VjpSaves::nothing(),
+                           subtract_vjp);
+  add_binary<ew::Multiply>(registry, "multiply", BinaryPartial::kLarger, both, multiply_vjp);
+  add_binary<ew::Divide>(registry, "divide", BinaryPartial::kFirst,
+                         VjpSaves::of_inputs({1}, /*with_output=*/true), divide_vjp);
+  add_binary<ew::Maximum>(registry, "maximum", BinaryPartial::kNone, both,
                           [](const VjpArgs& v) { return pick_vjp(v, true); });
-  add_binary<ew::Minimum>(registry, "minimum", BinaryPartial::kNone,
+  add_binary<ew::Minimum>(registry, "minimum", BinaryPartial::kNone, both,
                           [](const VjpArgs& v) { return pick_vjp(v, false); });
-  add_binary<ew::Pow>(registry, "pow", BinaryPartial::kNone, pow_vjp);
+  add_binary<ew::Pow>(registry, "pow", BinaryPartial::kNone,
+                      VjpSaves::of_inputs({0, 1}, /*with_output=*/true), pow_vjp);
   // Piecewise constant: zero gradients.
   const VjpFn none = [](const VjpArgs&) { return std::vector<DTensor>{DTensor(), DTensor()}; };
-  add_binary<ew::MaskGreater>(registry, "mask_greater", BinaryPartial::kNone, none);
-  add_binary<ew::MaskGreaterEqual>(registry, "mask_greater_equal", BinaryPartial::kNone, none);
+  add_binary<ew::MaskGreater>(registry, "mask_greater", BinaryPartial::kNone, VjpSaves::nothing(),
+                              none);
+  add_binary<ew::MaskGreaterEqual>(registry, "mask_greater_equal", BinaryPartial::kNone,
+                                   VjpSaves::nothing(), none);
   register_unary_ops(registry);
   register_compare_ops(registry);
 }

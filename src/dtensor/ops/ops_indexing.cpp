@@ -207,6 +207,7 @@ void register_indexing_ops(OpRegistry& registry) {
       attrs.layout = a.inputs[0].layout().without_partial();
       return std::vector<DTensor>{call_op(kLookupGrad, {a.inputs[1], a.grad}, attrs), DTensor()};
     };
+    def.saves = VjpSaves::of_inputs({1});  // the ids; of the table its shape and layout only
     registry.add(std::move(def));
   }
   {
@@ -223,6 +224,7 @@ void register_indexing_ops(OpRegistry& registry) {
     def.vjp = [](const VjpArgs& a) {
       return std::vector<DTensor>{DTensor(), embedding_lookup(a.grad, a.inputs[0])};
     };
+    def.saves = VjpSaves::of_inputs({0});
     registry.add(std::move(def));
   }
 }

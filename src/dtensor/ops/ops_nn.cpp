@@ -246,6 +246,7 @@ void add_softmax(OpRegistry& registry, std::string_view name,
   def.kernel = [name](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
                       const LocalContext&) { softmax_kernel<kLog>(in, out, name); };
   def.vjp = std::move(vjp);
+  def.saves = VjpSaves::output_only();
   registry.add(std::move(def));
 }
 
@@ -280,6 +281,7 @@ void register_nn_ops(OpRegistry& registry) {
       return std::vector<DTensor>{DTensor(),
                                   call_op(kXentGrad, {a.inputs[0], a.inputs[1], a.grad})};
     };
+    def.saves = VjpSaves::of_inputs({0, 1});
     registry.add(std::move(def));
   }
   {

@@ -6,12 +6,18 @@
 //                                    -> (x - mean) / sqrt(var + epsilon) * weight (+ bias)
 //                                       (biased variance, as TF, PyTorch and nanoGPT; epsilon in
 //                                       OpAttrs::epsilon)
-//   "layer_norm_grad"(x, weight, g)   -> dx
-//   "layer_norm_weight_grad"(x, g)    -> [C]: the sum over every row of g * (x - mean) * rstd
+//   "layer_norm_stats"(x)             -> f64 [..., 2]: each row's mean and rstd =
+//                                       1 / sqrt(var + epsilon), as the forward kernel computes
+//                                       them. What a tape keeps of a layer_norm call besides x and
+//                                       weight (OpDef::save), so that the backward pass reads the
+//                                       statistics instead of computing them in both its ops.
+//   "layer_norm_grad"(x, weight, g, stats) -> dx
+//   "layer_norm_weight_grad"(x, g, stats)  -> [C]: the sum over every row of g * (x - mean) * rstd
 //   "rms_norm"(x, weight)             -> x / sqrt(mean(x^2) + epsilon) * weight (Llama's, Keras'
-//                                       RMSNormalization), and "rms_norm_grad",
-//                                       "rms_norm_weight_grad" as the layer norm's with the
-//                                       mean taken as 0 (one set of kernels, `centered` or not)
+//                                       RMSNormalization), and "rms_norm_stats",
+//                                       "rms_norm_grad", "rms_norm_weight_grad" as the layer
+//                                       norm's with the mean taken as 0 (one set of kernels,
+//                                       `centered` or not)
 //
 // Sharding rules (one line each):
 //   layer_norm / layer_norm_grad (and the rms_norm ops alike): the last (normalised) axis is
@@ -19,11 +25,14 @@
 //     keeps x's sharding (batch, and the sequence under sequence parallelism), Partial inputs are
 //     reduced first (nonlinear); weight and bias are demanded replicated; the output is laid out
 //     as x.
+//   layer_norm_stats, and the stats input of the gradient ops: laid out as x's rows (the pair
+//     axis whole).
 //   layer_norm_weight_grad: x and g as above; the [C] output is replicated but Partial(sum) over
 //     every mesh dimension that shards x's rows, so the weight's gradient joins the fused
 //     gradient reduction (autodiff.h) instead of a collective of its own.
-// Kernels accumulate each row's mean and variance in double, whatever the dtype (float32 rows in
-// the vectorised loops of cpu_row_math.h), and split their rows over the intra-op threads
+// Kernels accumulate each row's mean and variance in double (float32 rows: in float32 lanes, the
+// vectorised loops of cpu_row_math.h; their statistics, kept in f64, are exactly the float32
+// values the forward pass used), and split their rows over the intra-op threads
 // (core/parallel.h); the weight gradient sums fixed blocks of rows
 // and then the blocks in order, so that its result does not depend on the number of threads.
 #include <algorithm>
@@ -44,20 +53,23 @@ namespace {
 
 constexpr std::string_view kLayerNorm = "layer_norm";
 constexpr std::string_view kLayerNormBias = "layer_norm_with_bias";
+constexpr std::string_view kLayerNormStats = "layer_norm_stats";
 constexpr std::string_view kLayerNormGrad = "layer_norm_grad";
 constexpr std::string_view kWeightGrad = "layer_norm_weight_grad";
 constexpr std::string_view kRmsNorm = "rms_norm";
 constexpr std::string_view kRmsNormGrad = "rms_norm_grad";
 constexpr std::string_view kRmsWeightGrad = "rms_norm_weight_grad";
 
-// One normalisation's three ops: the forward's name, its gradients' and whether the mean is
-// subtracted (layer norm) or taken as 0 (RMS norm).
+constexpr std::string_view kRmsNormStats = "rms_norm_stats";
+
+// One normalisation's backward ops: its statistics', its gradients' and whether the mean is
+// subtracted (layer norm) or taken as 0 (RMS norm: its statistics' means are 0).
 struct NormOps {
-  std::string_view grad, weight_grad;
+  std::string_view stats, grad, weight_grad;
   bool centered;
 };
-constexpr NormOps kLayerNormOps{kLayerNormGrad, kWeightGrad, true};
-constexpr NormOps kRmsNormOps{kRmsNormGrad, kRmsWeightGrad, false};
+constexpr NormOps kLayerNormOps{kLayerNormStats, kLayerNormGrad, kWeightGrad, true};
+constexpr NormOps kRmsNormOps{kRmsNormStats, kRmsNormGrad, kRmsWeightGrad, false};
 
 // The gradient input in[index] must have x's (in[0]'s) shape and dtype.
 void check_gradient_like_x(const std::vector<TensorSpec>& in, size_t index, std::string_view op) {
@@ -92,6 +104,22 @@ Layout rows_layout(const Layout& x) {
   SpecList specs = spec_list(x);
   specs.back().clear();
   return make_layout(x.mesh(), specs);
+}
+
+// The shape of x's statistics: x's rows, a (mean, rstd) pair each.
+Shape stats_shape(const Shape& x) {
+  std::vector<int64_t> dims = x.dims();
+  dims.back() = 2;
+  return Shape(std::move(dims));
+}
+
+// Input `k` must be the f64 statistics of x (input 0).
+void check_stats(const std::vector<TensorSpec>& in, size_t k, std::string_view op) {
+  if (in[k].shape != stats_shape(in[0].shape) || in[k].dtype != DType::kF64) {
+    throw_invalid(op, "input {} must be x's statistics, f64 {}, got {} {}", k,
+                  stats_shape(in[0].shape).to_string(), dtype_name(in[k].dtype),
+                  in[k].shape.to_string());
+  }
 }
 
 // Rows summed into one partial weight gradient.
@@ -144,13 +172,34 @@ void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilo
   });
 }
 
+// stats[2r], stats[2r + 1] = row r's mean and rstd.
+void layer_norm_stats_kernel(const Tensor& in, Tensor& out, double epsilon, bool centered) {
+  const int64_t n = in.shape()[in.rank() - 1];
+  if (n == 0 || in.num_elements() == 0) return;
+  const int64_t rows = in.num_elements() / n;
+  double* stats = out.data<double>();
+  dispatch_float(in.dtype(), kLayerNormStats, [&]<typename T>() {
+    const T* x = in.data<T>();
+    parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
+      if constexpr (std::is_same_v<T, float>) {
+        vec::layer_norm_stats_rows(x + first * n, stats + 2 * first, last - first, n, epsilon,
+                                   centered);
+        return;
+      }
+      for (int64_t r = first; r < last; ++r) {
+        row_stats(x + r * n, n, epsilon, centered, stats[2 * r], stats[2 * r + 1]);
+      }
+    });
+  });
+}
+
 // dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)), per row (not centered: without the
 // mean(g*w) term).
-void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon,
-                            bool centered) {
+void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, bool centered) {
   const int64_t n = out.shape()[out.rank() - 1];
   if (n == 0 || out.num_elements() == 0) return;
   const int64_t rows = out.num_elements() / n;
+  const double* stats = in[3].data<double>();
   dispatch_float(out.dtype(), kLayerNormGrad, [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* w = in[1].data<T>();
@@ -158,16 +207,15 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
     T* dx = out.data<T>();
     parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
       if constexpr (std::is_same_v<T, float>) {
-        vec::layer_norm_grad_rows(x + first * n, w, g + first * n, dx + first * n, last - first, n,
-                                  epsilon, centered);
+        vec::layer_norm_grad_rows(x + first * n, w, g + first * n, stats + 2 * first,
+                                  dx + first * n, last - first, n, centered);
         return;
       }
       for (int64_t r = first; r < last; ++r) {
         const T* xr = x + r * n;
         const T* gr = g + r * n;
         T* dr = dx + r * n;
-        double mean, rstd;
-        row_stats(xr, n, epsilon, centered, mean, rstd);
+        const double mean = stats[2 * r], rstd = stats[2 * r + 1];
         double sum_gw = 0, sum_gw_xhat = 0;
         for (int64_t c = 0; c < n; ++c) {
           const double gw = static_cast<double>(gr[c]) * w[c];
@@ -185,11 +233,12 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double e
   });
 }
 
-// out[c] = sum over local rows of g * xhat.
-void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilon, bool centered) {
+// out[c] = sum over local rows of g * xhat (the statistics say whether x is centered).
+void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out) {
   const int64_t n = out.num_elements();
   if (n == 0) return;
   const int64_t rows = in[0].num_elements() / n;
+  const double* stats = in[2].data<double>();
   dispatch_float(out.dtype(), kWeightGrad, [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* g = in[1].data<T>();
@@ -203,16 +252,15 @@ void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, double epsil
                      const int64_t begin = k * kWeightGradBlock;
                      const int64_t end = std::min(rows, begin + kWeightGradBlock);
                      if constexpr (std::is_same_v<T, float>) {
-                       vec::layer_norm_weight_grad_rows(x + begin * n, g + begin * n, acc,
-                                                        end - begin, n, epsilon, centered);
+                       vec::layer_norm_weight_grad_rows(x + begin * n, g + begin * n,
+                                                        stats + 2 * begin, acc, end - begin, n);
                        continue;
                      }
                      for (int64_t r = k * kWeightGradBlock;
                           r < std::min(rows, (k + 1) * kWeightGradBlock); ++r) {
                        const T* xr = x + r * n;
                        const T* gr = g + r * n;
-                       double mean, rstd;
-                       row_stats(xr, n, epsilon, centered, mean, rstd);
+                       const double mean = stats[2 * r], rstd = stats[2 * r + 1];
                        for (int64_t c = 0; c < n; ++c) {
                          acc[c] += static_cast<double>(gr[c]) * (xr[c] - mean) * rstd;
                        }
@@ -252,12 +300,19 @@ void register_norm(OpRegistry& registry, std::string_view name, bool with_bias, 
                      const LocalContext&) {
     layer_norm_kernel(in, out, attrs.epsilon.value_or(0.0), ops.centered);
   };
+  // The backward pass reads x, weight and the statistics the tape computed (the bias's gradient
+  // needs g only).
+  def.saves = VjpSaves::of_inputs({0, 1});
+  def.save = [ops](const std::vector<DTensor>& in, const DTensor&, const OpAttrs& attrs) {
+    OpAttrs stats;
+    stats.epsilon = attrs.epsilon;
+    return std::vector<DTensor>{call_op(ops.stats, {in[0]}, stats)};
+  };
   def.vjp = [ops](const VjpArgs& a) {
-    OpAttrs attrs;
-    attrs.epsilon = a.attrs->epsilon;
     const DTensor& x = a.inputs[0];
-    std::vector<DTensor> grads{call_op(ops.grad, {x, a.inputs[1], a.grad}, attrs),
-                               call_op(ops.weight_grad, {x, a.grad}, attrs)};
+    const DTensor& stats = a.saved.at(0);
+    std::vector<DTensor> grads{call_op(ops.grad, {x, a.inputs[1], a.grad, stats}),
+                               call_op(ops.weight_grad, {x, a.grad, stats})};
     if (a.inputs.size() > 2) {
       std::vector<int64_t> rows(static_cast<size_t>(x.rank() - 1));
       for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
@@ -268,32 +323,51 @@ void register_norm(OpRegistry& registry, std::string_view name, bool with_bias, 
   registry.add(std::move(def));
 }
 
-void register_norm_grads(OpRegistry& registry, NormOps ops) {
-  const std::string_view grad_name = ops.grad, weight_name = ops.weight_grad;
+// `ops`' statistics op and its two gradient ops.
+void register_norm_backward(OpRegistry& registry, NormOps ops) {
+  const std::string_view stats_name = ops.stats, grad_name = ops.grad,
+                         weight_name = ops.weight_grad;
+  OpDef stats;
+  stats.name = std::string(stats_name);
+  stats.num_inputs = 1;
+  stats.infer = [stats_name](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    check_norm_inputs(in, 1, 0, stats_name);
+    return TensorSpec{stats_shape(in[0].shape), DType::kF64, {}};
+  };
+  stats.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    const Layout rows = rows_layout(in[0].layout);
+    return ShardingDecision{{rows}, rows};
+  };
+  stats.kernel = [ops](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                       const LocalContext&) {
+    layer_norm_stats_kernel(in[0], out, attrs.epsilon.value_or(0.0), ops.centered);
+  };
+  registry.add(std::move(stats));
+
   OpDef grad;
   grad.name = std::string(grad_name);
-  grad.num_inputs = 3;
+  grad.num_inputs = 4;
   grad.infer = [grad_name](const std::vector<TensorSpec>& in, const OpAttrs&) {
     check_norm_inputs(in, 1, 1, grad_name);
     check_gradient_like_x(in, 2, grad_name);
+    check_stats(in, 3, grad_name);
     return TensorSpec{in[0].shape, in[0].dtype, {}};
   };
   grad.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
     const Layout rows = rows_layout(in[0].layout);
-    return ShardingDecision{{rows, Layout::replicated(rows.mesh(), 1), rows}, rows};
+    return ShardingDecision{{rows, Layout::replicated(rows.mesh(), 1), rows, rows}, rows};
   };
-  grad.kernel = [ops](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                      const LocalContext&) {
-    layer_norm_grad_kernel(in, out, attrs.epsilon.value_or(0.0), ops.centered);
-  };
+  grad.kernel = [ops](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                      const LocalContext&) { layer_norm_grad_kernel(in, out, ops.centered); };
   registry.add(std::move(grad));
 
   OpDef weight;
   weight.name = std::string(weight_name);
-  weight.num_inputs = 2;
+  weight.num_inputs = 3;
   weight.infer = [weight_name](const std::vector<TensorSpec>& in, const OpAttrs&) {
     check_norm_inputs(in, 0, 0, weight_name);
     check_gradient_like_x(in, 1, weight_name);
+    check_stats(in, 2, weight_name);
     return TensorSpec{Shape({in[0].shape[in[0].shape.rank() - 1]}), in[0].dtype, {}};
   };
   weight.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
@@ -302,13 +376,11 @@ void register_norm_grads(OpRegistry& registry, NormOps ops) {
     for (const auto& dims : spec_list(rows)) {
       for (const std::string& d : dims) partial.push_back({d, ReduceOp::kSum});
     }
-    return ShardingDecision{{rows, rows},
+    return ShardingDecision{{rows, rows, rows},
                             Layout::replicated(rows.mesh(), 1).with_partial(std::move(partial))};
   };
-  weight.kernel = [ops](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                        const LocalContext&) {
-    weight_grad_kernel(in, out, attrs.epsilon.value_or(0.0), ops.centered);
-  };
+  weight.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
+                     const LocalContext&) { weight_grad_kernel(in, out); };
   registry.add(std::move(weight));
 }
 
@@ -317,9 +389,9 @@ void register_norm_grads(OpRegistry& registry, NormOps ops) {
 void register_norm_ops(OpRegistry& registry) {
   register_norm(registry, kLayerNorm, /*with_bias=*/false, kLayerNormOps);
   register_norm(registry, kLayerNormBias, /*with_bias=*/true, kLayerNormOps);
-  register_norm_grads(registry, kLayerNormOps);
+  register_norm_backward(registry, kLayerNormOps);
   register_norm(registry, kRmsNorm, /*with_bias=*/false, kRmsNormOps);
-  register_norm_grads(registry, kRmsNormOps);
+  register_norm_backward(registry, kRmsNormOps);
 }
 
 }  // namespace detail

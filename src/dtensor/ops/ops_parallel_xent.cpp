@@ -156,6 +156,7 @@ void register_parts(OpRegistry& registry) {
         DTensor(), call_op(kXentPartsGrad, {a.inputs[0], a.inputs[1], a.inputs[2], a.grad}),
         DTensor()};
   };
+  parts.saves = VjpSaves::of_inputs({0, 1, 2});
   registry.add(std::move(parts));
 
   OpDef grad;
@@ -233,6 +234,7 @@ void register_finish(OpRegistry& registry) {
   finish.vjp = [](const VjpArgs& a) {
     return std::vector<DTensor>{call_op(kXentFinishGrad, {a.inputs[0], a.grad}), DTensor()};
   };
+  finish.saves = VjpSaves::of_inputs({0});
   registry.add(std::move(finish));
 
   OpDef grad;

@@ -498,8 +498,10 @@ void add_reduction(OpRegistry& registry, Kind kind) {
                       const LocalContext& c) { reduce_kernel(kind, in, out, a, c); };
   if (kind == Kind::kMax) {
     def.vjp = max_vjp;
+    def.saves = VjpSaves::of_inputs({0}, /*with_output=*/true);
   } else {
     def.vjp = [kind](const VjpArgs& args) { return sum_or_mean_vjp(kind, args); };
+    def.saves = VjpSaves::nothing();
   }
   registry.add(std::move(def));
 }
@@ -526,6 +528,7 @@ void register_reduction_ops(OpRegistry& registry) {
     const double scale = a.scale.value_or(0.0);
     return std::vector<DTensor>{scale == 1.0 ? r : multiply(r, scale)};
   };
+  sum_grad.saves = VjpSaves::nothing();
   registry.add(std::move(sum_grad));
 
   OpDef ties = max_helper_def(kMaxTies, 2, max_ties_kernel);
@@ -533,6 +536,7 @@ void register_reduction_ops(OpRegistry& registry) {
   ties.vjp = [](const VjpArgs& args) {
     return std::vector<DTensor>{zeros_like(args.inputs[0]), zeros_like(args.inputs[1])};
   };
+  ties.saves = VjpSaves::nothing();
   registry.add(std::move(ties));
 
   OpDef max_grad = max_helper_def(kMaxGrad, 3, max_grad_kernel);
@@ -546,6 +550,7 @@ void register_reduction_ops(OpRegistry& registry) {
                                 reduce_sum(multiply(dg, args.grad), a.axes, a.keepdims),
                                 zeros_like(args.inputs[2])};
   };
+  max_grad.saves = VjpSaves::of_inputs({0, 2});
   registry.add(std::move(max_grad));
 }
 

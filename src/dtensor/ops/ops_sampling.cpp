@@ -129,6 +129,7 @@ void register_sampling_ops(OpRegistry& registry) {
     argmax_kernel(in[0], out, normalize_axis(attrs.axis.value_or(-1), in[0].rank(), kArgmax));
   };
   argmax.vjp = [](const VjpArgs&) { return std::vector<DTensor>{DTensor()}; };
+  argmax.saves = VjpSaves::nothing();
   registry.add(std::move(argmax));
 
   OpDef sample;
@@ -154,6 +155,7 @@ void register_sampling_ops(OpRegistry& registry) {
   sample.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                      const LocalContext& context) { sample_kernel(in[0], out, attrs, context); };
   sample.vjp = [](const VjpArgs&) { return std::vector<DTensor>{DTensor()}; };
+  sample.saves = VjpSaves::nothing();
   registry.add(std::move(sample));
 }
 

@@ -540,14 +540,22 @@ OpAttrs slice_grad_attrs(std::vector<int64_t> begin, std::vector<int64_t> input_
   return a;
 }
 
+// An OpDef named `name` whose VJP reads nothing of a call but shapes and attrs (a tape keeps
+// nothing of it): every shape op's.
+OpDef shape_op(std::string name) {
+  OpDef def;
+  def.name = std::move(name);
+  def.saves = VjpSaves::nothing();
+  return def;
+}
+
 }  // namespace
 
 std::string concat_name(size_t arity) { return fmt::format("concat{}", arity); }
 
 void register_shape_ops(OpRegistry& registry) {
   {
-    OpDef def;
-    def.name = std::string(kReshape);
+    OpDef def = shape_op(std::string(kReshape));
     def.infer = infer_reshape;
     def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec& out, const OpAttrs&) {
       return shard_reshape(in, out);
@@ -561,8 +569,7 @@ void register_shape_ops(OpRegistry& registry) {
     registry.add(std::move(def));
   }
   {
-    OpDef def;
-    def.name = std::string(kTranspose);
+    OpDef def = shape_op(std::string(kTranspose));
     def.infer = infer_transpose;
     def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs& attrs) {
       return shard_transpose(in, attrs);
@@ -579,8 +586,7 @@ void register_shape_ops(OpRegistry& registry) {
     registry.add(std::move(def));
   }
   {
-    OpDef def;
-    def.name = std::string(kSlice);
+    OpDef def = shape_op(std::string(kSlice));
     def.infer = infer_slice;
     def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec& out, const OpAttrs&) {
       return shard_slice(in, out);
@@ -593,8 +599,7 @@ void register_shape_ops(OpRegistry& registry) {
     registry.add(std::move(def));
   }
   {
-    OpDef def;
-    def.name = std::string(kSliceGrad);
+    OpDef def = shape_op(std::string(kSliceGrad));
     def.infer = infer_slice_grad;
     def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec& out, const OpAttrs&) {
       return shard_slice_grad(in, out);
@@ -606,8 +611,7 @@ void register_shape_ops(OpRegistry& registry) {
     registry.add(std::move(def));
   }
   for (int arity = 2; arity <= kMaxConcatArity; ++arity) {
-    OpDef def;
-    def.name = concat_name(static_cast<size_t>(arity));
+    OpDef def = shape_op(concat_name(static_cast<size_t>(arity)));
     def.num_inputs = arity;
     def.infer = [name = def.name](const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
       return infer_concat(in, attrs, name);
@@ -648,11 +652,10 @@ DTensor transpose(const DTensor& x) {
 
 DTensor transpose(const DTensor& x, const std::vector<int64_t>& perm) {
   if (perm.empty() && x.rank() > 0) {
-    detail::throw_invalid(
-        detail::kTranspose,
-        "perm [] has 0 entries for a tensor of rank {} (transpose(x) without a perm "
-        "reverses the axes)",
-        x.rank());
+    detail::throw_invalid(detail::kTranspose,
+                          "perm [] has 0 entries for a tensor of rank {} (transpose(x) without "
+                          "a perm reverses the axes)",
+                          x.rank());
   }
   OpAttrs attrs;
   attrs.perm = perm;

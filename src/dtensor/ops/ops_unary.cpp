@@ -89,9 +89,14 @@ OpDef unary_def(const char* name, PartialRule rule) {
 
 // Registers unary op `name`: unary_def and add_elementwise.
 template <typename F>
-void add_unary(OpRegistry& registry, const char* name, PartialRule rule, VjpFn vjp) {
-  add_elementwise<F>(registry, unary_def(name, rule), std::move(vjp));
+void add_unary(OpRegistry& registry, const char* name, PartialRule rule, VjpSaves saves,
+               VjpFn vjp) {
+  add_elementwise<F>(registry, unary_def(name, rule), saves, std::move(vjp));
 }
+
+// What the VJPs below read: x, the output y, or (derivative ops) input k.
+constexpr VjpSaves kX = VjpSaves::of_inputs({0});
+constexpr VjpSaves kY = VjpSaves::output_only();
 
 void register_scalar_ops(OpRegistry& registry) {
   OpDef add = unary_def("add_scalar", PartialRule::kAddScalar);
@@ -108,6 +113,7 @@ void register_scalar_ops(OpRegistry& registry) {
   };
   add.gpu_kernel = gpu_add_scalar_kernel();
   add.vjp = [](const VjpArgs& v) { return std::vector<DTensor>{v.grad}; };
+  add.saves = VjpSaves::nothing();
   registry.add(std::move(add));
 
   OpDef mul = unary_def("multiply_scalar", PartialRule::kScaleScalar);
@@ -122,31 +128,34 @@ void register_scalar_ops(OpRegistry& registry) {
   mul.vjp = [](const VjpArgs& v) {
     return std::vector<DTensor>{multiply(v.grad, v.attrs->operand.value_or(0.0))};
   };
+  mul.saves = VjpSaves::nothing();
   registry.add(std::move(mul));
 }
 
 // Issue 34's unary ops and pow with a host-scalar exponent.
 void register_more_unary_ops(OpRegistry& registry) {
-  add_unary<ew::Square>(registry, "square", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Square>(registry, "square", PartialRule::kReduce, kX, [](const VjpArgs& v) {
     return std::vector<DTensor>{multiply(multiply(v.grad, v.inputs[0]), 2.0)};
   });
-  add_unary<ew::Abs>(registry, "abs", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Abs>(registry, "abs", PartialRule::kReduce, kX, [](const VjpArgs& v) {
     return std::vector<DTensor>{call_op("abs_grad", {v.grad, v.inputs[0]})};
   });
-  add_binary<ew::AbsGrad>(registry, "abs_grad", BinaryPartial::kFirst, [](const VjpArgs& v) {
-    // Linear in the gradient; piecewise constant in x.
-    return std::vector<DTensor>{call_op("abs_grad", {v.grad, v.inputs[1]}), DTensor()};
-  });
-  add_unary<ew::Sin>(registry, "sin", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_binary<ew::AbsGrad>(
+      registry, "abs_grad", BinaryPartial::kFirst, VjpSaves::of_inputs({1}), [](const VjpArgs& v) {
+        // Linear in the gradient; piecewise constant in x.
+        return std::vector<DTensor>{call_op("abs_grad", {v.grad, v.inputs[1]}), DTensor()};
+      });
+  add_unary<ew::Sin>(registry, "sin", PartialRule::kReduce, kX, [](const VjpArgs& v) {
     return std::vector<DTensor>{multiply(v.grad, cos(v.inputs[0]))};
   });
-  add_unary<ew::Cos>(registry, "cos", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Cos>(registry, "cos", PartialRule::kReduce, kX, [](const VjpArgs& v) {
     return std::vector<DTensor>{negative(multiply(v.grad, sin(v.inputs[0])))};
   });
-  add_unary<ew::Silu>(registry, "silu", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Silu>(registry, "silu", PartialRule::kReduce, kX, [](const VjpArgs& v) {
     return std::vector<DTensor>{call_op("silu_grad", {v.grad, v.inputs[0]})};
   });
-  add_binary<ew::SiluGrad>(registry, "silu_grad", BinaryPartial::kFirst, nullptr);
+  add_binary<ew::SiluGrad>(registry, "silu_grad", BinaryPartial::kFirst, VjpSaves::nothing(),
+                           nullptr);
 
   OpDef power = unary_def("pow_scalar", PartialRule::kReduce);
   power.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
@@ -164,6 +173,7 @@ void register_more_unary_ops(OpRegistry& registry) {
         e == 1.0 ? v.grad : multiply(v.grad, multiply(pow(v.inputs[0], e - 1.0), e));
     return std::vector<DTensor>{d};
   };
+  power.saves = kX;
   registry.add(std::move(power));
 }
 
@@ -201,55 +211,63 @@ void register_cast(OpRegistry& registry) {
     if (!is_floating(from) || !is_floating(v.output.dtype())) return std::vector<DTensor>{DTensor()};
     return std::vector<DTensor>{cast(v.grad, from)};
   };
+  def.saves = VjpSaves::nothing();  // the dtypes only
   registry.add(std::move(def));
 }
 
 }  // namespace
 
 void register_unary_ops(OpRegistry& registry) {
-  add_unary<ew::Negative>(registry, "negative", PartialRule::kNegate,
+  add_unary<ew::Negative>(registry, "negative", PartialRule::kNegate, VjpSaves::nothing(),
                           [](const VjpArgs& v) { return std::vector<DTensor>{negative(v.grad)}; });
-  add_unary<ew::Exp>(registry, "exp", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Exp>(registry, "exp", PartialRule::kReduce, kY, [](const VjpArgs& v) {
     return std::vector<DTensor>{multiply(v.grad, v.output)};
   });
-  add_unary<ew::Log>(registry, "log", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Log>(registry, "log", PartialRule::kReduce, kX, [](const VjpArgs& v) {
     return std::vector<DTensor>{divide(v.grad, v.inputs[0])};
   });
-  add_unary<ew::Sqrt>(registry, "sqrt", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Sqrt>(registry, "sqrt", PartialRule::kReduce, kY, [](const VjpArgs& v) {
     // d sqrt(x) = 0.5 / sqrt(x).
     return std::vector<DTensor>{divide(multiply(v.grad, 0.5), v.output)};
   });
-  add_unary<ew::Rsqrt>(registry, "rsqrt", PartialRule::kReduce, [](const VjpArgs& v) {
-    // d x^(-1/2) = -0.5 x^(-1/2) / x.
-    return std::vector<DTensor>{multiply(v.grad, divide(multiply(v.output, -0.5), v.inputs[0]))};
-  });
+  add_unary<ew::Rsqrt>(registry, "rsqrt", PartialRule::kReduce,
+                       VjpSaves::of_inputs({0}, /*with_output=*/true), [](const VjpArgs& v) {
+                         // d x^(-1/2) = -0.5 x^(-1/2) / x.
+                         return std::vector<DTensor>{
+                             multiply(v.grad, divide(multiply(v.output, -0.5), v.inputs[0]))};
+                       });
 
   // Each op with a derivative op: its VJP calls it on (grad, x) or (grad, y); the derivative op
   // is linear in the gradient (input 0), which may stay Partial.
-  add_unary<ew::Tanh>(registry, "tanh", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_unary<ew::Tanh>(registry, "tanh", PartialRule::kReduce, kY, [](const VjpArgs& v) {
     return std::vector<DTensor>{call_op("tanh_grad", {v.grad, v.output})};
   });
-  add_binary<ew::TanhGrad>(registry, "tanh_grad", BinaryPartial::kFirst, [](const VjpArgs& v) {
-    // d/dg = 1 - y^2; d/dy = -2 g y.
-    return std::vector<DTensor>{
-        call_op("tanh_grad", {v.grad, v.inputs[1]}),
-        multiply(multiply(v.grad, v.inputs[0]), multiply(v.inputs[1], -2.0))};
-  });
-  add_unary<ew::Relu>(registry, "relu", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_binary<ew::TanhGrad>(
+      registry, "tanh_grad", BinaryPartial::kFirst, VjpSaves::of_inputs({0, 1}),
+      [](const VjpArgs& v) {
+        // d/dg = 1 - y^2; d/dy = -2 g y.
+        return std::vector<DTensor>{
+            call_op("tanh_grad", {v.grad, v.inputs[1]}),
+            multiply(multiply(v.grad, v.inputs[0]), multiply(v.inputs[1], -2.0))};
+      });
+  add_unary<ew::Relu>(registry, "relu", PartialRule::kReduce, kX, [](const VjpArgs& v) {
     return std::vector<DTensor>{call_op("relu_grad", {v.grad, v.inputs[0]})};
   });
-  add_binary<ew::ReluGrad>(registry, "relu_grad", BinaryPartial::kFirst, [](const VjpArgs& v) {
-    return std::vector<DTensor>{call_op("relu_grad", {v.grad, v.inputs[1]}), DTensor()};
-  });
-  add_unary<ew::Gelu>(registry, "gelu", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_binary<ew::ReluGrad>(
+      registry, "relu_grad", BinaryPartial::kFirst, VjpSaves::of_inputs({1}), [](const VjpArgs& v) {
+        return std::vector<DTensor>{call_op("relu_grad", {v.grad, v.inputs[1]}), DTensor()};
+      });
+  add_unary<ew::Gelu>(registry, "gelu", PartialRule::kReduce, kX, [](const VjpArgs& v) {
     return std::vector<DTensor>{call_op("gelu_grad", {v.grad, v.inputs[0]})};
   });
-  add_binary<ew::GeluGrad>(registry, "gelu_grad", BinaryPartial::kFirst, nullptr);
-  add_unary<ew::GeluErf>(registry, "gelu_erf", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_binary<ew::GeluGrad>(registry, "gelu_grad", BinaryPartial::kFirst, VjpSaves::nothing(),
+                           nullptr);
+  add_unary<ew::GeluErf>(registry, "gelu_erf", PartialRule::kReduce, kX, [](const VjpArgs& v) {
     return std::vector<DTensor>{call_op("gelu_erf_grad", {v.grad, v.inputs[0]})};
   });
-  add_binary<ew::GeluErfGrad>(registry, "gelu_erf_grad", BinaryPartial::kFirst, nullptr);
-  add_unary<ew::Sigmoid>(registry, "sigmoid", PartialRule::kReduce, [](const VjpArgs& v) {
+  add_binary<ew::GeluErfGrad>(registry, "gelu_erf_grad", BinaryPartial::kFirst, VjpSaves::nothing(),
+                              nullptr);
+  add_unary<ew::Sigmoid>(registry, "sigmoid", PartialRule::kReduce, kY, [](const VjpArgs& v) {
     return std::vector<DTensor>{call_op("sigmoid_grad", {v.grad, v.output})};
   });
   const VjpFn sigmoid_grad_vjp = [](const VjpArgs& v) {
@@ -259,7 +277,8 @@ void register_unary_ops(OpRegistry& registry) {
         call_op("sigmoid_grad", {v.grad, y}),
         multiply(multiply(v.grad, v.inputs[0]), add(multiply(y, -2.0), 1.0))};
   };
-  add_binary<ew::SigmoidGrad>(registry, "sigmoid_grad", BinaryPartial::kFirst, sigmoid_grad_vjp);
+  add_binary<ew::SigmoidGrad>(registry, "sigmoid_grad", BinaryPartial::kFirst,
+                              VjpSaves::of_inputs({0, 1}), sigmoid_grad_vjp);
 
   register_more_unary_ops(registry);
   register_scalar_ops(registry);

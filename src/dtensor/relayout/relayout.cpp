@@ -304,6 +304,7 @@ const OpDef& relayout_op() {
     d->name = "relayout";
     d->num_inputs = 1;
     d->vjp = [](const VjpArgs& a) { return std::vector<DTensor>{a.grad}; };
+    d->saves = VjpSaves::nothing();
     return d;
   }();
   return *def;
@@ -314,9 +315,8 @@ const OpDef& relayout_op() {
 DTensor relayout(const DTensor& tensor, const Layout& layout, const RelayoutOptions& options) {
   DTensor out = detail::relayout_untracked(tensor, layout, options);
   if (out.id() != tensor.id()) {
-    for (GradientTape* tape : GradientTape::active()) {
-      tape->record(relayout_op(), {tensor}, {tensor}, out, nullptr);
-    }
+    if (GradientTape::any())
+      GradientTape::record_call(relayout_op(), {tensor}, {tensor}, out, nullptr);
   }
   return out;
 }

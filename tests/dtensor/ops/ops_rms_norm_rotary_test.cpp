@@ -109,7 +109,12 @@ TEST(RmsNorm, WeightGradientIsPartialOverTheRowDimsAndTheLastAxisWhole) {
   const Mesh mesh = Mesh::create({{"batch", 2}, {"seq", 2}});
   const Layout rows({"batch", "seq", "unsharded"}, mesh);
   const ShardingDecision w = plan_op("rms_norm_weight_grad", {{Shape{4, 6, 8}, DType::kF32, rows},
-                                                              {Shape{4, 6, 8}, DType::kF32, rows}});
+                                                              {Shape{4, 6, 8}, DType::kF32, rows},
+                                                              {Shape{4, 6, 2}, DType::kF64, rows}});
+  // The statistics' arity is checked: plan_op of two inputs names the op and the count.
+  EXPECT_THROW(plan_op("rms_norm_weight_grad", {{Shape{4, 6, 8}, DType::kF32, rows},
+                                                {Shape{4, 6, 8}, DType::kF32, rows}}),
+               Error);
   EXPECT_EQ(w.output.partial().size(), 2u);
   const ShardingDecision d = plan_op(
       "rms_norm", {{Shape{4, 6, 8}, DType::kF32, Layout({"batch", "unsharded", "seq"}, mesh)},

@@ -76,10 +76,11 @@ TEST(TransformerOps, LayerNormMatchesSingleDeviceAndFiniteDifferences) {
 TEST(TransformerOps, LayerNormWeightGradientIsPartialOverTheRowDims) {
   Runtime rt({.num_cpu_devices = 4});
   const Mesh mesh = Mesh::create({{"batch", 2}, {"seq", 2}});
-  const ShardingDecision d = plan_op(
-      "layer_norm_weight_grad",
-      {{Shape{4, 6, 8}, DType::kF32, Layout({"batch", "seq", "unsharded"}, mesh)},
-       {Shape{4, 6, 8}, DType::kF32, Layout({"batch", "seq", "unsharded"}, mesh)}});
+  const ShardingDecision d =
+      plan_op("layer_norm_weight_grad",
+              {{Shape{4, 6, 8}, DType::kF32, Layout({"batch", "seq", "unsharded"}, mesh)},
+               {Shape{4, 6, 8}, DType::kF32, Layout({"batch", "seq", "unsharded"}, mesh)},
+               {Shape{4, 6, 2}, DType::kF64, Layout({"batch", "seq", "unsharded"}, mesh)}});
   EXPECT_EQ(d.output.partial().size(), 2u);
   EXPECT_EQ(d.output.sharding_spec_strings(), std::vector<std::string>{"unsharded"});
 }

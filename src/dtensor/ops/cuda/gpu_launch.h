@@ -96,17 +96,23 @@ template <typename T>
 cudaError_t launch_layer_norm(const T* x, const T* weight, const T* bias, T* out, int64_t rows,
                               int64_t n, double epsilon, cudaStream_t stream);
 
-// ops_norm.cpp's layer_norm_grad_kernel: dx from x, weight and the output's gradient g.
+// ops_norm.cpp's layer_norm_stats_kernel: stats[2r], stats[2r + 1] = row r's mean and rstd,
+// in double, as launch_layer_norm computes them.
 template <typename T>
-cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, T* dx, int64_t rows,
-                                   int64_t n, double epsilon, cudaStream_t stream);
+cudaError_t launch_layer_norm_stats(const T* x, double* stats, int64_t rows, int64_t n,
+                                    double epsilon, cudaStream_t stream);
+
+// ops_norm.cpp's layer_norm_grad_kernel: dx from x, weight, the output's gradient g and the
+// rows' statistics (launch_layer_norm_stats).
+template <typename T>
+cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, const double* stats,
+                                   T* dx, int64_t rows, int64_t n, cudaStream_t stream);
 
 // ops_norm.cpp's weight_grad_kernel: out[c] = the sum over the rows of g * (x - mean) * rstd, in
-// double. The rows' statistics go through stream-ordered scratch memory (cudaMallocAsync,
-// rows * 16 bytes, outside the device's allocator and its accounting).
+// double, with the rows' statistics.
 template <typename T>
-cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, T* out, int64_t rows, int64_t n,
-                                          double epsilon, cudaStream_t stream);
+cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, const double* stats, T* out,
+                                          int64_t rows, int64_t n, cudaStream_t stream);
 
 // ---- gpu_move.cu ---------------------------------------------------------------------------
 

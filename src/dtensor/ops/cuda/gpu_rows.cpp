@@ -4,8 +4,8 @@
 //   softmax and log_softmax over the last axis;
 //   causal_softmax and causal_softmax_grad (their rows' global query positions from the block's
 //     offset);
-//   layer_norm, layer_norm_with_bias, layer_norm_grad and layer_norm_weight_grad over the last
-//   axis.
+//   layer_norm, layer_norm_with_bias, layer_norm_stats, layer_norm_grad and
+//   layer_norm_weight_grad over the last axis (the gradients from the statistics, f64).
 // The reductions' gradient ops have no GPU kernel yet.
 #include "dtensor/ops/cuda/gpu_kernels.h"
 #include "dtensor/ops/cuda/gpu_launch.h"
@@ -126,29 +126,63 @@ OpDef::Kernel layer_norm_kernel(const char* name) {
       });
 }
 
-OpDef::Kernel layer_norm_grad_kernel() {
-  return float_gpu_kernel(
-      "layer_norm_grad",
-      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                     const LocalContext&, cudaStream_t stream) -> GpuLaunch {
-        const auto [rows, n] = rows_of(out);
-        return gpu::launch_layer_norm_grad<T>(device_data<T>(in[0]), device_data<T>(in[1]),
-                                              device_data<T>(in[2]), device_data<T>(out), rows, n,
-                                              attrs.epsilon.value_or(0.0), stream);
+// The layer norm ops that read or write x's f64 statistics: covered when `stats` is a contiguous
+// f64 block and `values` (x first, the float output last where there is one) are contiguous
+// blocks of one float dtype.
+bool norm_blocks_covered(const std::vector<Tensor>& values, const Tensor& stats) {
+  return stats.dtype() == DType::kF64 && contiguous_blocks({}, stats) &&
+         contiguous_float_blocks({values.begin(), values.end() - 1}, values.back());
+}
+
+// layer_norm_stats (x) -> [rows, 2] f64, T being x's element type.
+void layer_norm_stats_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                             const LocalContext& context) {
+  run_gpu_kernel(
+      "layer_norm_stats", norm_blocks_covered({in[0]}, out), in, out, attrs, context,
+      [&](cudaStream_t stream) -> GpuLaunch {
+        const int64_t n = in[0].shape()[in[0].rank() - 1];
+        const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
+        const double epsilon = attrs.epsilon.value_or(0.0);
+        if (in[0].dtype() == DType::kF64) {
+          return gpu::launch_layer_norm_stats<double>(
+              device_data<double>(in[0]), device_data<double>(out), rows, n, epsilon, stream);
+        }
+        return gpu::launch_layer_norm_stats<float>(
+            device_data<float>(in[0]), device_data<double>(out), rows, n, epsilon, stream);
       });
 }
 
-OpDef::Kernel layer_norm_weight_grad_kernel() {
-  return float_gpu_kernel(
-      "layer_norm_weight_grad",
-      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                     const LocalContext&, cudaStream_t stream) -> GpuLaunch {
-        const int64_t n = out.num_elements();
-        const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
-        return gpu::launch_layer_norm_weight_grad<T>(device_data<T>(in[0]), device_data<T>(in[1]),
-                                                     device_data<T>(out), rows, n,
-                                                     attrs.epsilon.value_or(0.0), stream);
-      });
+// layer_norm_grad (x, weight, g, stats): T is the output's.
+void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                            const LocalContext& context) {
+  run_gpu_kernel("layer_norm_grad", norm_blocks_covered({in[0], in[1], in[2], out}, in[3]), in, out,
+                 attrs, context, [&](cudaStream_t stream) -> GpuLaunch {
+                   const auto [rows, n] = rows_of(out);
+                   const auto launch = [&]<typename T>() {
+                     return gpu::launch_layer_norm_grad<T>(
+                         device_data<T>(in[0]), device_data<T>(in[1]), device_data<T>(in[2]),
+                         device_data<double>(in[3]), device_data<T>(out), rows, n, stream);
+                   };
+                   return out.dtype() == DType::kF64 ? launch.template operator()<double>()
+                                                     : launch.template operator()<float>();
+                 });
+}
+
+// layer_norm_weight_grad (x, g, stats): T is the output's.
+void layer_norm_weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                                   const LocalContext& context) {
+  run_gpu_kernel("layer_norm_weight_grad", norm_blocks_covered({in[0], in[1], out}, in[2]), in, out,
+                 attrs, context, [&](cudaStream_t stream) -> GpuLaunch {
+                   const int64_t n = out.num_elements();
+                   const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
+                   const auto launch = [&]<typename T>() {
+                     return gpu::launch_layer_norm_weight_grad<T>(
+                         device_data<T>(in[0]), device_data<T>(in[1]), device_data<double>(in[2]),
+                         device_data<T>(out), rows, n, stream);
+                   };
+                   return out.dtype() == DType::kF64 ? launch.template operator()<double>()
+                                                     : launch.template operator()<float>();
+                 });
 }
 
 }  // namespace
@@ -163,8 +197,9 @@ void register_gpu_row_kernels(OpRegistry& registry) {
   registry.set_gpu_kernel("causal_softmax_grad", causal_softmax_grad_kernel());
   registry.set_gpu_kernel("layer_norm", layer_norm_kernel("layer_norm"));
   registry.set_gpu_kernel("layer_norm_with_bias", layer_norm_kernel("layer_norm_with_bias"));
-  registry.set_gpu_kernel("layer_norm_grad", layer_norm_grad_kernel());
-  registry.set_gpu_kernel("layer_norm_weight_grad", layer_norm_weight_grad_kernel());
+  registry.set_gpu_kernel("layer_norm_stats", layer_norm_stats_kernel);
+  registry.set_gpu_kernel("layer_norm_grad", layer_norm_grad_kernel);
+  registry.set_gpu_kernel("layer_norm_weight_grad", layer_norm_weight_grad_kernel);
 }
 
 }  // namespace tessel::detail

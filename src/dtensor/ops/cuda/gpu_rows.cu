@@ -166,15 +166,16 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, int6
   }
 }
 
-// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)), per row, in double.
+// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)), per row, in double, with each row's
+// statistics from row_stats_kernel.
 template <typename T>
-__global__ void layer_norm_grad_kernel(const T* x, const T* w, const T* g, T* dx, int64_t rows,
-                                       int64_t n, double epsilon) {
+__global__ void layer_norm_grad_kernel(const T* x, const T* w, const T* g, const RowStats* stats,
+                                       T* dx, int64_t rows, int64_t n) {
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const T* xr = x + r * n;
     const T* gr = g + r * n;
     T* dr = dx + r * n;
-    const RowStats s = row_stats(xr, n, epsilon);
+    const RowStats s = stats[r];
     double sum_gw = 0, sum_gw_xhat = 0;
     for (int64_t c = lane(); c < n; c += kWarp) {
       const double gw = static_cast<double>(gr[c]) * w[c];
@@ -190,7 +191,7 @@ __global__ void layer_norm_grad_kernel(const T* x, const T* w, const T* g, T* dx
   }
 }
 
-// Each row's statistics into `stats` (the first pass of layer_norm_weight_grad).
+// Each row's statistics into `stats` (layer_norm_stats: what the backward kernels read).
 template <typename T>
 __global__ void row_stats_kernel(const T* x, RowStats* stats, int64_t rows, int64_t n,
                                  double epsilon) {
@@ -291,33 +292,32 @@ cudaError_t launch_layer_norm(const T* x, const T* weight, const T* bias, T* out
   return launch_rows(layer_norm_kernel<T>, rows, n, stream, x, weight, bias, out, rows, n, epsilon);
 }
 
+// The statistics tensor, f64 [rows, 2] (mean, rstd), is an array of RowStats.
+static_assert(sizeof(RowStats) == 2 * sizeof(double), "RowStats must be a (mean, rstd) pair");
+
 template <typename T>
-cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, T* dx, int64_t rows,
-                                   int64_t n, double epsilon, cudaStream_t stream) {
-  return launch_rows(layer_norm_grad_kernel<T>, rows, n, stream, x, weight, g, dx, rows, n,
-                     epsilon);
+cudaError_t launch_layer_norm_stats(const T* x, double* stats, int64_t rows, int64_t n,
+                                    double epsilon, cudaStream_t stream) {
+  return launch_rows(row_stats_kernel<T>, rows, n, stream, x, reinterpret_cast<RowStats*>(stats),
+                     rows, n, epsilon);
 }
 
 template <typename T>
-cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, T* out, int64_t rows, int64_t n,
-                                          double epsilon, cudaStream_t stream) {
+cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, const double* stats,
+                                   T* dx, int64_t rows, int64_t n, cudaStream_t stream) {
+  return launch_rows(layer_norm_grad_kernel<T>, rows, n, stream, x, weight, g,
+                     reinterpret_cast<const RowStats*>(stats), dx, rows, n);
+}
+
+template <typename T>
+cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, const double* stats, T* out,
+                                          int64_t rows, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (rows == 0) return cudaMemsetAsync(out, 0, static_cast<size_t>(n) * sizeof(T), stream);
-  // The rows' statistics live in stream-ordered scratch memory, freed once the kernels are done.
-  RowStats* stats = nullptr;
-  cudaError_t status = cudaMallocAsync(reinterpret_cast<void**>(&stats),
-                                       static_cast<size_t>(rows) * sizeof(RowStats), stream);
-  if (status != cudaSuccess) return status;
-  row_stats_kernel<T><<<row_blocks(rows), kThreads, 0, stream>>>(x, stats, rows, n, epsilon);
-  status = cudaGetLastError();
-  if (status == cudaSuccess) {
-    weight_grad_kernel<T>
-        <<<blocks_for((n + kWarp - 1) / kWarp, 1), dim3(kWarp, kColumnThreads), 0, stream>>>(
-            x, g, stats, out, rows, n);
-    status = cudaGetLastError();
-  }
-  const cudaError_t freed = cudaFreeAsync(stats, stream);
-  return status != cudaSuccess ? status : freed;
+  weight_grad_kernel<T>
+      <<<blocks_for((n + kWarp - 1) / kWarp, 1), dim3(kWarp, kColumnThreads), 0, stream>>>(
+          x, g, reinterpret_cast<const RowStats*>(stats), out, rows, n);
+  return cudaGetLastError();
 }
 
 #define TESSEL_INSTANTIATE_ROW_LAUNCHERS(T)                                                       \
@@ -330,10 +330,12 @@ cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, T* out, int64_
                                                      int64_t, int64_t, T, cudaStream_t);          \
   template cudaError_t launch_layer_norm<T>(const T*, const T*, const T*, T*, int64_t, int64_t,   \
                                             double, cudaStream_t);                                \
-  template cudaError_t launch_layer_norm_grad<T>(const T*, const T*, const T*, T*, int64_t,       \
-                                                 int64_t, double, cudaStream_t);                  \
-  template cudaError_t launch_layer_norm_weight_grad<T>(const T*, const T*, T*, int64_t, int64_t, \
-                                                        double, cudaStream_t);
+  template cudaError_t launch_layer_norm_stats<T>(const T*, double*, int64_t, int64_t, double,    \
+                                                  cudaStream_t);                                  \
+  template cudaError_t launch_layer_norm_grad<T>(const T*, const T*, const T*, const double*, T*, \
+                                                 int64_t, int64_t, cudaStream_t);                 \
+  template cudaError_t launch_layer_norm_weight_grad<T>(const T*, const T*, const double*, T*,    \
+                                                        int64_t, int64_t, cudaStream_t);
 TESSEL_INSTANTIATE_ROW_LAUNCHERS(float)
 TESSEL_INSTANTIATE_ROW_LAUNCHERS(double)
 #undef TESSEL_INSTANTIATE_ROW_LAUNCHERS

@@ -1,0 +1,64 @@
+// memory_report and Korthikanti's count (gpt_memory.h).
+#include "gpt_memory.h"
+
+#include <algorithm>
+#include <map>
+
+#include "tessel/dtensor/tape_memory.h"
+
+namespace tessel::gpt {
+namespace {
+
+// Adds each local block's bytes of `tensors` to its device's entry of `bytes`.
+void add_blocks(const std::vector<DTensor>& tensors, std::map<std::string, int64_t>& bytes) {
+  for (const DTensor& t : tensors) {
+    for (int i = 0; i < t.num_components(); ++i) {
+      bytes[t.device(i).name()] += static_cast<int64_t>(t.component(i).nbytes());
+    }
+  }
+}
+
+}  // namespace
+
+void reset_memory_peaks(const LanguageModelTrainer& trainer) {
+  Runtime& rt = *trainer.language_model().runtime();
+  for (const std::string& name : trainer.language_model().mesh().local_devices()) {
+    rt.device(name).reset_peak_memory();
+  }
+  reset_tape_memory_peak();
+}
+
+std::vector<DeviceMemory> memory_report(const LanguageModelTrainer& trainer) {
+  std::map<std::string, int64_t> params, moments, saved;
+  add_blocks(trainer.params(), params);
+  for (const auto& [slot, tensors] : trainer.optimizer().slots()) add_blocks(tensors, moments);
+  for (const TapeMemoryStats& s : tape_memory_stats()) saved[s.device] = s.peak_bytes;
+  Runtime& rt = *trainer.language_model().runtime();
+  std::vector<DeviceMemory> out;
+  for (const std::string& name : trainer.language_model().mesh().local_devices()) {
+    DeviceMemory d;
+    d.device = name;
+    d.peak_bytes = rt.device(name).memory_stats().peak_bytes;
+    d.parameter_bytes = params[name];
+    d.gradient_bytes = params[name];
+    d.optimizer_bytes = moments[name];
+    d.activation_bytes = std::max<int64_t>(
+        0, d.peak_bytes - d.parameter_bytes - d.gradient_bytes - d.optimizer_bytes);
+    d.saved_bytes = saved[name];
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+double korthikanti_activation_bytes(const GptConfig& config, int64_t batch_shards,
+                                    int64_t model_shards, bool sequence_parallel) {
+  const double s = config.block_size, h = config.n_embd, a = config.n_head;
+  const double b = static_cast<double>(config.batch_size) / static_cast<double>(batch_shards);
+  const double t = static_cast<double>(model_shards);
+  const double attention = 5 * a * s / h;
+  const double per_layer_16bit = sequence_parallel ? s * b * h / t * (34 + attention)
+                                                   : s * b * h * (10 + 24 / t + attention / t);
+  return config.n_layer * 2 * per_layer_16bit;
+}
+
+}  // namespace tessel::gpt
