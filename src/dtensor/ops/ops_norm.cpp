@@ -46,6 +46,7 @@
 #include "dtensor/ops/cpu_vector_math.h"
 #include "dtensor/ops/op_families.h"
 #include "tessel/dtensor/ops.h"
+#include "tessel/dtensor/relayout.h"
 
 namespace tessel {
 namespace detail {
@@ -311,12 +312,15 @@ void register_norm(OpRegistry& registry, std::string_view name, bool with_bias, 
   def.vjp = [ops](const VjpArgs& a) {
     const DTensor& x = a.inputs[0];
     const DTensor& stats = a.saved.at(0);
-    std::vector<DTensor> grads{call_op(ops.grad, {x, a.inputs[1], a.grad, stats}),
-                               call_op(ops.weight_grad, {x, a.grad, stats})};
+    // Both gradient ops demand g laid out as x's rows: relaid out once here, a Partial g (after a
+    // column-parallel matmul's backward) is reduced once instead of by each op.
+    const DTensor g = relayout(a.grad, rows_layout(x.layout()));
+    std::vector<DTensor> grads{call_op(ops.grad, {x, a.inputs[1], g, stats}),
+                               call_op(ops.weight_grad, {x, g, stats})};
     if (a.inputs.size() > 2) {
       std::vector<int64_t> rows(static_cast<size_t>(x.rank() - 1));
       for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-      grads.push_back(reduce_sum(a.grad, rows));
+      grads.push_back(reduce_sum(g, rows));
     }
     return grads;
   };
