@@ -25,6 +25,13 @@ using testing::GpuTest;
 
 enum class Match { kExact, kClose };
 
+constexpr DType kDtypes[] = {DType::kF32, DType::kF64};
+
+Tensor uniform(const Shape& shape, DType dtype, uint64_t seed, double low = -2.0,
+               double high = 2.0) {
+  return Tensor::random_uniform(shape, dtype, seed, low, high);
+}
+
 class GpuOpKernels : public GpuTest {
  protected:
   Mesh cpu_mesh() { return Mesh::create_on_devices({{"x", 1}}, {runtime().device(0).name()}); }
@@ -49,6 +56,34 @@ class GpuOpKernels : public GpuTest {
   // Op `op` on `inputs` on the CPU mesh, on the host (an input computed by another op).
   Tensor cpu_value(const std::string& op, const std::vector<Tensor>& inputs, const OpAttrs& attrs) {
     return to_host(call_op(op, place(inputs, cpu_mesh(), runtime()), attrs));
+  }
+
+  // The layer norm's ops (norm "layer_norm") and RMS norm's (norm "rms_norm": the same kernels, the
+  // mean taken as 0).
+  void expect_norm_ops_match_the_cpu_kernels(const std::string& norm) {
+    const std::vector<Shape> shapes = {Shape({1}),       Shape({4, 1}),    Shape({7, 1000}),
+                                       Shape({3, 4097}), Shape({2, 3, 7}), Shape({0, 5})};
+    for (DType dtype : kDtypes) {
+      for (const Shape& shape : shapes) {
+        const Shape channels({shape[shape.rank() - 1]});
+        OpAttrs attrs;
+        attrs.epsilon = 1e-5;
+        const Tensor x = uniform(shape, dtype, 17, -3, 3);
+        const Tensor w = uniform(channels, dtype, 18, 0.5, 1.5);
+        const Tensor b = uniform(channels, dtype, 19);
+        const Tensor g = uniform(shape, dtype, 20);
+        expect_matches_cpu(norm, {x, w}, attrs, Match::kClose);
+        if (norm == "layer_norm") {
+          expect_matches_cpu("layer_norm_with_bias", {x, w, b}, attrs, Match::kClose);
+        }
+        // f32 rows: the GPU's statistics are doubles, the CPU's float32 ones (as each forward
+        // kernel uses them); the gradients below read the same given statistics.
+        if (dtype == DType::kF64) expect_matches_cpu(norm + "_stats", {x}, attrs, Match::kClose);
+        const Tensor stats = cpu_value(norm + "_stats", {x}, attrs);
+        expect_matches_cpu(norm + "_grad", {x, w, g, stats}, attrs, Match::kClose);
+        expect_matches_cpu(norm + "_weight_grad", {x, g, stats}, attrs, Match::kClose);
+      }
+    }
   }
 
   // The same for ops whose attrs name a layout of the mesh they run on (creation ops,
@@ -113,13 +148,6 @@ class GpuOpKernels : public GpuTest {
   }
 };
 
-constexpr DType kDtypes[] = {DType::kF32, DType::kF64};
-
-Tensor uniform(const Shape& shape, DType dtype, uint64_t seed, double low = -2.0,
-               double high = 2.0) {
-  return Tensor::random_uniform(shape, dtype, seed, low, high);
-}
-
 const std::vector<Shape> kUnaryShapes = {Shape({1}),    Shape({7}),       Shape({1000}),
                                          Shape({4097}), Shape({3, 5, 7}), Shape()};
 
@@ -133,9 +161,9 @@ TEST_F(GpuOpKernels, UnaryOpsMatchTheCpuKernels) {
                         {"sqrt", Match::kExact, 0.01, 4},   {"rsqrt", Match::kExact, 0.01, 4},
                         {"exp", Match::kClose, -5, 5},      {"log", Match::kClose, 0.01, 10},
                         {"tanh", Match::kClose, -4, 4},     {"gelu", Match::kClose, -4, 4},
-                        {"gelu_erf", Match::kClose, -4, 4},  {"sigmoid", Match::kClose, -6, 6},
-                        {"square", Match::kExact, -2, 2},    {"abs", Match::kExact, -2, 2},
-                        {"sin", Match::kClose, -4, 4},       {"cos", Match::kClose, -4, 4},
+                        {"gelu_erf", Match::kClose, -4, 4}, {"sigmoid", Match::kClose, -6, 6},
+                        {"square", Match::kExact, -2, 2},   {"abs", Match::kExact, -2, 2},
+                        {"sin", Match::kClose, -4, 4},      {"cos", Match::kClose, -4, 4},
                         {"silu", Match::kClose, -6, 6}};
   for (DType dtype : kDtypes) {
     for (const Case& c : cases) {
@@ -300,27 +328,11 @@ TEST_F(GpuOpKernels, CausalSoftmaxMatchesTheCpuKernel) {
 }
 
 TEST_F(GpuOpKernels, LayerNormAndItsGradientMatchTheCpuKernels) {
-  const std::vector<Shape> shapes = {Shape({1}),       Shape({4, 1}),    Shape({7, 1000}),
-                                     Shape({3, 4097}), Shape({2, 3, 7}), Shape({0, 5})};
-  for (DType dtype : kDtypes) {
-    for (const Shape& shape : shapes) {
-      const Shape channels({shape[shape.rank() - 1]});
-      OpAttrs attrs;
-      attrs.epsilon = 1e-5;
-      const Tensor x = uniform(shape, dtype, 17, -3, 3);
-      const Tensor w = uniform(channels, dtype, 18, 0.5, 1.5);
-      const Tensor b = uniform(channels, dtype, 19);
-      const Tensor g = uniform(shape, dtype, 20);
-      expect_matches_cpu("layer_norm", {x, w}, attrs, Match::kClose);
-      expect_matches_cpu("layer_norm_with_bias", {x, w, b}, attrs, Match::kClose);
-      // f32 rows: the GPU's statistics are doubles, the CPU's float32 ones (as each forward
-      // kernel uses them); the gradients below read the same given statistics.
-      if (dtype == DType::kF64) expect_matches_cpu("layer_norm_stats", {x}, attrs, Match::kClose);
-      const Tensor stats = cpu_value("layer_norm_stats", {x}, attrs);
-      expect_matches_cpu("layer_norm_grad", {x, w, g, stats}, attrs, Match::kClose);
-      expect_matches_cpu("layer_norm_weight_grad", {x, g, stats}, attrs, Match::kClose);
-    }
-  }
+  expect_norm_ops_match_the_cpu_kernels("layer_norm");
+}
+
+TEST_F(GpuOpKernels, RmsNormAndItsGradientMatchTheCpuKernels) {
+  expect_norm_ops_match_the_cpu_kernels("rms_norm");
 }
 
 TEST_F(GpuOpKernels, ReshapeStopGradientAndTransposeMatchTheCpuKernels) {
@@ -736,7 +748,8 @@ TEST_F(GpuOpKernels, TheGptsOpsMatchTheCpuKernelsAtTrainingSizes) {
   const Tensor column = uniform(Shape({8, 6, 256, 1}), f, 78);
   expect_matches_cpu("multiply", {s, column}, none, Match::kExact);
   expect_matches_cpu("subtract", {s, column}, none, Match::kExact);
-  expect_matches_cpu("add", {uniform(Shape({64, 256, 384}), f, 79), uniform(Shape({256, 384}), f, 80)},
+  expect_matches_cpu("add",
+                     {uniform(Shape({64, 256, 384}), f, 79), uniform(Shape({256, 384}), f, 80)},
                      none, Match::kExact);
   expect_matches_cpu("gelu_erf", {uniform(wide, f, 81)}, none, Match::kClose);
   // cuBLAS: the attention scores (batched, B^T), a projection and a weight's gradient (k =
@@ -763,8 +776,9 @@ TEST_F(GpuOpKernels, TheGptsOpsMatchTheCpuKernelsAtTrainingSizes) {
   };
   expect_matches_cpu("embedding_lookup", {uniform(Shape({65, 384}), f, 83), ids}, none,
                      Match::kExact);
-  expect_matches_cpu_on_meshes("embedding_lookup_grad", {ids, uniform(Shape({64, 256, 384}), f, 84)},
-                               grad_attrs, Match::kClose);
+  expect_matches_cpu_on_meshes("embedding_lookup_grad",
+                               {ids, uniform(Shape({64, 256, 384}), f, 84)}, grad_attrs,
+                               Match::kClose);
   const Tensor logits = uniform(Shape({16384, 65}), f, 85, -8, 8);
   const Tensor labels = labels_in(Shape({16384}), DType::kI32, 86, 0, 65);
   expect_matches_cpu("sparse_softmax_cross_entropy_with_logits", {labels, logits}, none,

@@ -120,12 +120,9 @@ TESSEL_VECTOR_CLONES void layer_norm_stats_range(const float* __restrict x,
   }
 }
 
-TESSEL_VECTOR_CLONES void layer_norm_grad_range(const float* __restrict x,
-                                                const float* __restrict w,
-                                                const float* __restrict g,
-                                                const double* __restrict stats,
-                                                float* __restrict dx, int64_t rows, int64_t n,
-                                                bool centered) {
+TESSEL_VECTOR_CLONES void layer_norm_grad_range(
+    const float* __restrict x, const float* __restrict w, const float* __restrict g,
+    const double* __restrict stats, float* __restrict dx, int64_t rows, int64_t n, bool centered) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     const float* gr = g + r * n;
@@ -226,7 +223,7 @@ void layer_norm_rows(const float* x, const float* w, const float* b, float* y, i
 }
 
 void layer_norm_stats_rows(const float* x, double* stats, int64_t rows, int64_t n, double epsilon,
-                          bool centered) {
+                           bool centered) {
   layer_norm_stats_range(x, stats, rows, n, epsilon, centered);
 }
 

@@ -22,7 +22,7 @@ void layer_norm_rows(const float* x, const float* w, const float* b, float* y, i
 // stats[2r], stats[2r + 1] = row r's mean and rstd, exactly as layer_norm_rows computes them
 // (in float32: the backward loops below read them back as the forward pass used them).
 void layer_norm_stats_rows(const float* x, double* stats, int64_t rows, int64_t n, double epsilon,
-                          bool centered = true);
+                           bool centered = true);
 // dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)) for each row of n, with each row's
 // mean and rstd from layer_norm_stats_rows (not centered: without the mean(g*w) term).
 void layer_norm_grad_rows(const float* x, const float* w, const float* g, const double* stats,

@@ -54,8 +54,7 @@ enum class FusedUpdate { kEma, kEmaSquare, kAdamApply };
 // out[i] = update(a[i], b[i], c[i]) for i < n (c unused by the two-input updates).
 template <typename T>
 cudaError_t launch_fused_update(FusedUpdate update, const T* a, const T* b, const T* c, T* out,
-                                int64_t n, double s0, double s1, double s2,
-                                cudaStream_t stream);
+                                int64_t n, double s0, double s1, double s2, cudaStream_t stream);
 
 // ---- gpu_rows.cu ---------------------------------------------------------------------------
 
@@ -91,22 +90,24 @@ cudaError_t launch_causal_softmax_grad(const T* s, const T* g, T* dx, int64_t ro
                                        int64_t first_visible, T scale, cudaStream_t stream);
 
 // ops_norm.cpp's layer_norm_kernel: each of `rows` rows of n channels normalised with its mean
-// and biased variance (accumulated in double), times weight, plus bias (null: none).
+// and biased variance (accumulated in double), times weight, plus bias (null: none). Not
+// `centered`: RMS norm's, the mean taken as 0 (so in the statistics and the gradient below).
 template <typename T>
 cudaError_t launch_layer_norm(const T* x, const T* weight, const T* bias, T* out, int64_t rows,
-                              int64_t n, double epsilon, cudaStream_t stream);
+                              int64_t n, double epsilon, bool centered, cudaStream_t stream);
 
 // ops_norm.cpp's layer_norm_stats_kernel: stats[2r], stats[2r + 1] = row r's mean and rstd,
 // in double, as launch_layer_norm computes them.
 template <typename T>
 cudaError_t launch_layer_norm_stats(const T* x, double* stats, int64_t rows, int64_t n,
-                                    double epsilon, cudaStream_t stream);
+                                    double epsilon, bool centered, cudaStream_t stream);
 
 // ops_norm.cpp's layer_norm_grad_kernel: dx from x, weight, the output's gradient g and the
 // rows' statistics (launch_layer_norm_stats).
 template <typename T>
 cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, const double* stats,
-                                   T* dx, int64_t rows, int64_t n, cudaStream_t stream);
+                                   T* dx, int64_t rows, int64_t n, bool centered,
+                                   cudaStream_t stream);
 
 // ops_norm.cpp's weight_grad_kernel: out[c] = the sum over the rows of g * (x - mean) * rstd, in
 // double, with the rows' statistics.

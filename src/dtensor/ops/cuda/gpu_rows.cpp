@@ -5,11 +5,12 @@
 //   causal_softmax and causal_softmax_grad (their rows' global query positions from the block's
 //     offset);
 //   layer_norm, layer_norm_with_bias, layer_norm_stats, layer_norm_grad and
-//   layer_norm_weight_grad over the last axis (the gradients from the statistics, f64).
+//   layer_norm_weight_grad over the last axis (the gradients from the statistics, f64), and
+//   rms_norm's four alike (the same kernels, the mean taken as 0).
 // The reductions' gradient ops have no GPU kernel yet.
+#include "dtensor/framework/op_util.h"
 #include "dtensor/ops/cuda/gpu_kernels.h"
 #include "dtensor/ops/cuda/gpu_launch.h"
-#include "dtensor/framework/op_util.h"
 
 namespace tessel::detail {
 namespace {
@@ -112,17 +113,17 @@ OpDef::Kernel causal_softmax_grad_kernel() {
       });
 }
 
-// layer_norm (x, weight) and layer_norm_with_bias (x, weight, bias).
-OpDef::Kernel layer_norm_kernel(const char* name) {
+// layer_norm (x, weight), layer_norm_with_bias (x, weight, bias) and, not centered, rms_norm.
+OpDef::Kernel layer_norm_kernel(const char* name, bool centered) {
   return float_gpu_kernel(
       name,
-      []<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                     const LocalContext&, cudaStream_t stream) -> GpuLaunch {
+      [centered]<typename T>(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                             const LocalContext&, cudaStream_t stream) -> GpuLaunch {
         const auto [rows, n] = rows_of(out);
         const T* bias = in.size() > 2 ? device_data<T>(in[2]) : nullptr;
         return gpu::launch_layer_norm<T>(device_data<T>(in[0]), device_data<T>(in[1]), bias,
                                          device_data<T>(out), rows, n, attrs.epsilon.value_or(0.0),
-                                         stream);
+                                         centered, stream);
       });
 }
 
@@ -134,45 +135,54 @@ bool norm_blocks_covered(const std::vector<Tensor>& values, const Tensor& stats)
          contiguous_float_blocks({values.begin(), values.end() - 1}, values.back());
 }
 
-// layer_norm_stats (x) -> [rows, 2] f64, T being x's element type.
+// layer_norm_stats (x) -> [rows, 2] f64, T being x's element type; not centered: rms_norm_stats.
+template <bool centered>
 void layer_norm_stats_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                              const LocalContext& context) {
-  run_gpu_kernel(
-      "layer_norm_stats", norm_blocks_covered({in[0]}, out), in, out, attrs, context,
-      [&](cudaStream_t stream) -> GpuLaunch {
-        const int64_t n = in[0].shape()[in[0].rank() - 1];
-        const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
-        const double epsilon = attrs.epsilon.value_or(0.0);
-        if (in[0].dtype() == DType::kF64) {
-          return gpu::launch_layer_norm_stats<double>(
-              device_data<double>(in[0]), device_data<double>(out), rows, n, epsilon, stream);
-        }
-        return gpu::launch_layer_norm_stats<float>(
-            device_data<float>(in[0]), device_data<double>(out), rows, n, epsilon, stream);
-      });
+  run_gpu_kernel(centered ? "layer_norm_stats" : "rms_norm_stats",
+                 norm_blocks_covered({in[0]}, out), in, out, attrs, context,
+                 [&](cudaStream_t stream) -> GpuLaunch {
+                   const int64_t n = in[0].shape()[in[0].rank() - 1];
+                   const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
+                   const double epsilon = attrs.epsilon.value_or(0.0);
+                   if (in[0].dtype() == DType::kF64) {
+                     return gpu::launch_layer_norm_stats<double>(device_data<double>(in[0]),
+                                                                 device_data<double>(out), rows, n,
+                                                                 epsilon, centered, stream);
+                   }
+                   return gpu::launch_layer_norm_stats<float>(device_data<float>(in[0]),
+                                                              device_data<double>(out), rows, n,
+                                                              epsilon, centered, stream);
+                 });
 }
 
-// layer_norm_grad (x, weight, g, stats): T is the output's.
+// layer_norm_grad (x, weight, g, stats): T is the output's; not centered: rms_norm_grad.
+template <bool centered>
 void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                             const LocalContext& context) {
-  run_gpu_kernel("layer_norm_grad", norm_blocks_covered({in[0], in[1], in[2], out}, in[3]), in, out,
-                 attrs, context, [&](cudaStream_t stream) -> GpuLaunch {
+  run_gpu_kernel(centered ? "layer_norm_grad" : "rms_norm_grad",
+                 norm_blocks_covered({in[0], in[1], in[2], out}, in[3]), in, out, attrs, context,
+                 [&](cudaStream_t stream) -> GpuLaunch {
                    const auto [rows, n] = rows_of(out);
                    const auto launch = [&]<typename T>() {
                      return gpu::launch_layer_norm_grad<T>(
                          device_data<T>(in[0]), device_data<T>(in[1]), device_data<T>(in[2]),
-                         device_data<double>(in[3]), device_data<T>(out), rows, n, stream);
+                         device_data<double>(in[3]), device_data<T>(out), rows, n, centered,
+                         stream);
                    };
                    return out.dtype() == DType::kF64 ? launch.template operator()<double>()
                                                      : launch.template operator()<float>();
                  });
 }
 
-// layer_norm_weight_grad (x, g, stats): T is the output's.
+// layer_norm_weight_grad (x, g, stats): T is the output's. rms_norm_weight_grad is the same
+// kernel (its statistics' means are 0).
+template <bool centered>
 void layer_norm_weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                                    const LocalContext& context) {
-  run_gpu_kernel("layer_norm_weight_grad", norm_blocks_covered({in[0], in[1], out}, in[2]), in, out,
-                 attrs, context, [&](cudaStream_t stream) -> GpuLaunch {
+  run_gpu_kernel(centered ? "layer_norm_weight_grad" : "rms_norm_weight_grad",
+                 norm_blocks_covered({in[0], in[1], out}, in[2]), in, out, attrs, context,
+                 [&](cudaStream_t stream) -> GpuLaunch {
                    const int64_t n = out.num_elements();
                    const int64_t rows = n == 0 ? 0 : in[0].num_elements() / n;
                    const auto launch = [&]<typename T>() {
@@ -195,11 +205,15 @@ void register_gpu_row_kernels(OpRegistry& registry) {
   registry.set_gpu_kernel("log_softmax", softmax_kernel("log_softmax", true));
   registry.set_gpu_kernel("causal_softmax", causal_softmax_kernel());
   registry.set_gpu_kernel("causal_softmax_grad", causal_softmax_grad_kernel());
-  registry.set_gpu_kernel("layer_norm", layer_norm_kernel("layer_norm"));
-  registry.set_gpu_kernel("layer_norm_with_bias", layer_norm_kernel("layer_norm_with_bias"));
-  registry.set_gpu_kernel("layer_norm_stats", layer_norm_stats_kernel);
-  registry.set_gpu_kernel("layer_norm_grad", layer_norm_grad_kernel);
-  registry.set_gpu_kernel("layer_norm_weight_grad", layer_norm_weight_grad_kernel);
+  registry.set_gpu_kernel("layer_norm", layer_norm_kernel("layer_norm", true));
+  registry.set_gpu_kernel("layer_norm_with_bias", layer_norm_kernel("layer_norm_with_bias", true));
+  registry.set_gpu_kernel("layer_norm_stats", layer_norm_stats_kernel<true>);
+  registry.set_gpu_kernel("layer_norm_grad", layer_norm_grad_kernel<true>);
+  registry.set_gpu_kernel("layer_norm_weight_grad", layer_norm_weight_grad_kernel<true>);
+  registry.set_gpu_kernel("rms_norm", layer_norm_kernel("rms_norm", false));
+  registry.set_gpu_kernel("rms_norm_stats", layer_norm_stats_kernel<false>);
+  registry.set_gpu_kernel("rms_norm_grad", layer_norm_grad_kernel<false>);
+  registry.set_gpu_kernel("rms_norm_weight_grad", layer_norm_weight_grad_kernel<false>);
 }
 
 }  // namespace tessel::detail

@@ -138,11 +138,14 @@ struct RowStats {
   double rstd;
 };
 
-// ops_norm.cpp's row_stats: mean, then the biased variance around it, in double.
+// ops_norm.cpp's row_stats: mean, then the biased variance around it, in double (not centered,
+// RMS norm's: mean 0, rstd from the mean square).
 template <typename T>
-__device__ RowStats row_stats(const T* x, int64_t n, double epsilon) {
+__device__ RowStats row_stats(const T* x, int64_t n, double epsilon, bool centered) {
   double sum = 0;
-  for (int64_t c = lane(); c < n; c += kWarp) sum += x[c];
+  if (centered) {
+    for (int64_t c = lane(); c < n; c += kWarp) sum += x[c];
+  }
   const double mean = warp_sum(sum) / static_cast<double>(n);
   double squares = 0;
   for (int64_t c = lane(); c < n; c += kWarp) {
@@ -154,11 +157,11 @@ __device__ RowStats row_stats(const T* x, int64_t n, double epsilon) {
 
 template <typename T>
 __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t n,
-                                  double epsilon) {
+                                  double epsilon, bool centered) {
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
-    const RowStats s = row_stats(xr, n, epsilon);
+    const RowStats s = row_stats(xr, n, epsilon, centered);
     const T m = static_cast<T>(s.mean), rstd = static_cast<T>(s.rstd);
     for (int64_t c = lane(); c < n; c += kWarp) {
       yr[c] = mul_rounded(mul_rounded(xr[c] - m, rstd), w[c]) + (b ? b[c] : T(0));
@@ -167,10 +170,10 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, int6
 }
 
 // dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)), per row, in double, with each row's
-// statistics from row_stats_kernel.
+// statistics from row_stats_kernel (not centered: without the mean(g*w) term).
 template <typename T>
 __global__ void layer_norm_grad_kernel(const T* x, const T* w, const T* g, const RowStats* stats,
-                                       T* dx, int64_t rows, int64_t n) {
+                                       T* dx, int64_t rows, int64_t n, bool centered) {
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
     const T* xr = x + r * n;
     const T* gr = g + r * n;
@@ -182,7 +185,8 @@ __global__ void layer_norm_grad_kernel(const T* x, const T* w, const T* g, const
       sum_gw += gw;
       sum_gw_xhat += gw * (xr[c] - s.mean) * s.rstd;
     }
-    const double a = warp_sum(sum_gw) / static_cast<double>(n);
+    const double total_gw = warp_sum(sum_gw);  // every lane joins the shuffle
+    const double a = centered ? total_gw / static_cast<double>(n) : 0.0;
     const double bb = warp_sum(sum_gw_xhat) / static_cast<double>(n);
     for (int64_t c = lane(); c < n; c += kWarp) {
       const double xhat = (xr[c] - s.mean) * s.rstd;
@@ -194,9 +198,9 @@ __global__ void layer_norm_grad_kernel(const T* x, const T* w, const T* g, const
 // Each row's statistics into `stats` (layer_norm_stats: what the backward kernels read).
 template <typename T>
 __global__ void row_stats_kernel(const T* x, RowStats* stats, int64_t rows, int64_t n,
-                                 double epsilon) {
+                                 double epsilon, bool centered) {
   for (int64_t r = first_row(); r < rows; r += row_stride()) {
-    const RowStats s = row_stats(x + r * n, n, epsilon);
+    const RowStats s = row_stats(x + r * n, n, epsilon, centered);
     if (lane() == 0) stats[r] = s;
   }
 }
@@ -288,8 +292,9 @@ cudaError_t launch_causal_softmax_grad(const T* s, const T* g, T* dx, int64_t ro
 
 template <typename T>
 cudaError_t launch_layer_norm(const T* x, const T* weight, const T* bias, T* out, int64_t rows,
-                              int64_t n, double epsilon, cudaStream_t stream) {
-  return launch_rows(layer_norm_kernel<T>, rows, n, stream, x, weight, bias, out, rows, n, epsilon);
+                              int64_t n, double epsilon, bool centered, cudaStream_t stream) {
+  return launch_rows(layer_norm_kernel<T>, rows, n, stream, x, weight, bias, out, rows, n, epsilon,
+                     centered);
 }
 
 // The statistics tensor, f64 [rows, 2] (mean, rstd), is an array of RowStats.
@@ -297,16 +302,17 @@ static_assert(sizeof(RowStats) == 2 * sizeof(double), "RowStats must be a (mean,
 
 template <typename T>
 cudaError_t launch_layer_norm_stats(const T* x, double* stats, int64_t rows, int64_t n,
-                                    double epsilon, cudaStream_t stream) {
+                                    double epsilon, bool centered, cudaStream_t stream) {
   return launch_rows(row_stats_kernel<T>, rows, n, stream, x, reinterpret_cast<RowStats*>(stats),
-                     rows, n, epsilon);
+                     rows, n, epsilon, centered);
 }
 
 template <typename T>
 cudaError_t launch_layer_norm_grad(const T* x, const T* weight, const T* g, const double* stats,
-                                   T* dx, int64_t rows, int64_t n, cudaStream_t stream) {
+                                   T* dx, int64_t rows, int64_t n, bool centered,
+                                   cudaStream_t stream) {
   return launch_rows(layer_norm_grad_kernel<T>, rows, n, stream, x, weight, g,
-                     reinterpret_cast<const RowStats*>(stats), dx, rows, n);
+                     reinterpret_cast<const RowStats*>(stats), dx, rows, n, centered);
 }
 
 template <typename T>
@@ -329,11 +335,11 @@ cudaError_t launch_layer_norm_weight_grad(const T* x, const T* g, const double* 
   template cudaError_t launch_causal_softmax_grad<T>(const T*, const T*, T*, int64_t, int64_t,    \
                                                      int64_t, int64_t, T, cudaStream_t);          \
   template cudaError_t launch_layer_norm<T>(const T*, const T*, const T*, T*, int64_t, int64_t,   \
-                                            double, cudaStream_t);                                \
+                                            double, bool, cudaStream_t);                          \
   template cudaError_t launch_layer_norm_stats<T>(const T*, double*, int64_t, int64_t, double,    \
-                                                  cudaStream_t);                                  \
+                                                  bool, cudaStream_t);                            \
   template cudaError_t launch_layer_norm_grad<T>(const T*, const T*, const T*, const double*, T*, \
-                                                 int64_t, int64_t, cudaStream_t);                 \
+                                                 int64_t, int64_t, bool, cudaStream_t);           \
   template cudaError_t launch_layer_norm_weight_grad<T>(const T*, const T*, const double*, T*,    \
                                                         int64_t, int64_t, cudaStream_t);
 TESSEL_INSTANTIATE_ROW_LAUNCHERS(float)
