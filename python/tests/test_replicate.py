@@ -383,3 +383,22 @@ def test_options_defaults():
     assert o.metadata.num_replicas == 0 and o.runtime is None and o.timeout == 0.0
     o.timeout = 1.5
     assert o.timeout == 1.5
+
+
+def test_a_replica_cannot_call_cross_device_ops(runtime):
+    """BR-70-05: CrossDeviceOps belongs to a cross-replica context; a replica's call fails."""
+    ops = tessel.NcclAllReduce(runtime=runtime)
+    device = "/job:localhost/replica:0/task:0/device:CPU:{}"
+    v = tessel.PerReplica([f32(1, 1), f32(2, 2)], [device.format(0), device.format(1)])
+    bounded = tessel.CommunicationOptions(timeout_seconds=10)
+
+    def step(ctx, inputs):
+        ops.reduce(tessel.ReduceOp.SUM, v, v, bounded)
+        return inputs
+
+    with pytest.raises(tessel.FailedPreconditionError,
+                       match="reduce must be called in a cross-replica context"):
+        tessel.replicate(step, [[f32(0), f32(1)]], options=options(runtime, 2))
+    # The controller is a cross-replica context: the same call works there.
+    total = ops.reduce(tessel.ReduceOp.SUM, v, v, bounded)
+    np.testing.assert_array_equal(np.asarray(total.values[0]), [3, 3])

@@ -6,15 +6,23 @@
 #include "core/errors.h"
 #include "distribute/device_groups.h"
 #include "distribute/ops_internal.h"
+#include "distribute/replica_thread.h"
 
 namespace tessel {
 namespace {
 
 using detail::kOps;
 
-// BR-70-05: these calls are cross-replica; from a device's own stream they would wait for
-// themselves.
+// BR-70-05: these calls are cross-replica. Inside replicate()'s computation (a replica context)
+// each replica would run a cross-device step of its own over devices the others use; from a
+// device's own stream they would wait for themselves.
 void check_controller(const Runtime& rt, const char* method) {
+  if (const std::optional<detail::ReplicaThread> r = detail::current_replica_thread()) {
+    detail::throw_error(ErrorCode::kFailedPrecondition, kOps,
+                        "{} must be called in a cross-replica context, not inside replicate()'s "
+                        "computation (here replica {} of {} is running)",
+                        method, r->replica, r->num_replicas);
+  }
   for (Device* d : rt.devices()) {
     if (d->stream().on_worker_thread()) {
       detail::throw_error(ErrorCode::kFailedPrecondition, kOps,

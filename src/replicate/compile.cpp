@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/errors.h"
+#include "distribute/replica_thread.h"
 #include "replicate/compile_cache.h"
 #include "replicate/compile_context.h"
 #include "replicate/context_expiry.h"
@@ -59,7 +60,8 @@ std::shared_ptr<const Graph> trace(const Function& function, const InputSignatur
                                    const CompileOptions& options, const Mesh& mesh,
                                    Runtime& runtime) {
   std::vector<Layout> layouts;
-  for (size_t i = 0; i < signature.size(); ++i) layouts.push_back(input_layout(signature[i], mesh, i));
+  for (size_t i = 0; i < signature.size(); ++i)
+    layouts.push_back(input_layout(signature[i], mesh, i));
   detail::Tracer tracer(mesh, runtime);
   DefaultMeshScope scope(mesh);  // as replicate() gives each replica
   std::vector<DTensor> inputs;
@@ -72,6 +74,8 @@ std::shared_ptr<const Graph> trace(const Function& function, const InputSignatur
   std::vector<DTensor> outputs;
   {
     const detail::ExpireOnExit expiry(*ctx, "compile() traced the function");
+    // Traced as replica 0 runs it: a replica context (BR-70-05).
+    const detail::ReplicaThreadScope replica_thread(0, options.replicate.metadata.num_replicas);
     outputs = function(*ctx, inputs);
   }
   check_outputs(outputs, options);
@@ -143,8 +147,8 @@ std::string InputSpec::to_string() const {
 
 // ---- CompilationResult ---------------------------------------------------------------------
 
-CompilationResult CompilationResult::success(
-    std::shared_ptr<const CompiledComputation> computation, bool cache_hit) {
+CompilationResult CompilationResult::success(std::shared_ptr<const CompiledComputation> computation,
+                                             bool cache_hit) {
   CompilationResult r;
   r.computation_ = std::move(computation);
   r.cache_hit_ = cache_hit;
@@ -176,8 +180,11 @@ CompiledComputation::CompiledComputation(
     std::string name, uint64_t function_id, InputSignature signature, CompileOptions options,
     std::shared_ptr<const Graph> graph,
     std::vector<std::shared_ptr<const detail::ReplayPlan>> replica_plans)
-    : name_(std::move(name)), function_id_(function_id), signature_(std::move(signature)),
-      options_(std::move(options)), graph_(std::move(graph)),
+    : name_(std::move(name)),
+      function_id_(function_id),
+      signature_(std::move(signature)),
+      options_(std::move(options)),
+      graph_(std::move(graph)),
       replica_plans_(std::move(replica_plans)) {}
 
 CompiledComputation::~CompiledComputation() = default;
@@ -189,7 +196,8 @@ const detail::ReplayPlan& CompiledComputation::plan_for(const ReplicaContext& ct
   }
   std::lock_guard<std::mutex> lock(other_plans_mu_);
   auto [it, fresh] = other_plans_.try_emplace(ctx.mesh());
-  if (fresh) it->second = std::make_shared<const detail::ReplayPlan>(graph_, ctx.mesh(), ctx.runtime());
+  if (fresh)
+    it->second = std::make_shared<const detail::ReplayPlan>(graph_, ctx.mesh(), ctx.runtime());
   return *it->second;
 }
 

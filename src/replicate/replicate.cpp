@@ -16,6 +16,7 @@
 
 #include "comm/group_service.h"
 #include "core/errors.h"
+#include "distribute/replica_thread.h"
 #include "replicate/context_expiry.h"
 #include "replicate/cross_replica_group.h"
 #include "replicate/group_replica_context.h"
@@ -162,6 +163,7 @@ void run_replica(int r, const std::shared_ptr<Call>& call) {
       group.note(r, "placing its inputs");
       std::vector<DTensor> inputs = place_inputs(call->args, r, mesh, *call->runtime);
       group.note(r, detail::CrossReplicaGroup::kInComputation);
+      const detail::ReplicaThreadScope replica_thread(r, group.num_replicas());
       outputs = call->args.computation(*ctx, inputs);
     }
     group.finished(r);

@@ -45,10 +45,11 @@
 // stream does not reach the step within the timeout: kDeadlineExceeded naming it and what its
 // stream is running. After a failure the device set gets a fresh communicator group.
 //
-// Context (BR-70-05): TF allows these calls only in a cross-replica context. tessel has no
-// replica context yet (replicate() brings one); every call here is cross-replica: it must come
-// from a controller thread, and a call from a task running on one of the runtime's streams fails
-// with kFailedPrecondition instead of waiting for itself.
+// Context (BR-70-05): TF allows these calls only in a cross-replica context. A call from inside
+// replicate()'s computation (a replica context: the replica's thread) fails with
+// kFailedPrecondition naming the replica (a replica reduces with its ReplicaContext's
+// collectives instead), and so does a call from a task running on one of the runtime's streams,
+// which would wait for itself; every other thread is a controller (cross-replica context).
 //
 // Thread safety: calls on one object are serialised; different objects may be used from
 // different threads (several workers, one per thread; or several objects over the same devices:
