@@ -116,8 +116,9 @@ TEST(Seed70, BR_70_04_GatherRejectsIndexedSlices) {
 }
 
 TEST(Seed70, BR_70_05_CallsComeFromTheControllerThread) {
-  // tessel has no replica context yet: every call is cross-replica. From the controller (this
-  // thread, or any thread that is not a device stream) the calls work ...
+  // Outside replicate()'s computation (tests/replicate/seed70_replica_context_test.cpp) every
+  // call is cross-replica. From the controller (this thread, or any thread that is not a device
+  // stream) the calls work ...
   Runtime rt({.num_cpu_devices = 2});
   NcclAllReduce ops(1, rt);
   const PerReplica v = filled(2, Shape{2});
