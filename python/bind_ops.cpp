@@ -15,7 +15,9 @@
 //
 // tessel.zeros / random_uniform / random_normal keep their host forms (tessel.Tensor, from
 // bind_core.cpp's Tensor.zeros / ...) as second overloads: a call without a Layout is the host
-// form, so the package's existing host-tensor API is unchanged.
+// form, so the package's existing host-tensor API is unchanged, except inside
+// `with tessel.default_mesh(mesh):`, where it is the C++ form without a layout (replicated on the
+// default mesh, as TF DTensor places creation ops); ones and fill without a layout likewise.
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -71,8 +73,9 @@ py::object wrap_dtensor(DTensor tensor) {
   const auto move_out = [](const void* p) -> void* {
     return new DTensor(std::move(*static_cast<DTensor*>(const_cast<void*>(p))));
   };
-  auto obj = py::reinterpret_steal<py::object>(py::detail::type_caster_generic::cast(
-      &tensor, py::return_value_policy::move, py::handle(), dtensor_type_info(), nullptr, move_out));
+  auto obj = py::reinterpret_steal<py::object>(
+      py::detail::type_caster_generic::cast(&tensor, py::return_value_policy::move, py::handle(),
+                                            dtensor_type_info(), nullptr, move_out));
   if (!obj) throw py::error_already_set();
   keep_alive_if_owned(obj, runtime);
   return obj;
@@ -140,18 +143,12 @@ void bind_unary(py::module_& m, const char* name, Unary fn, const char* arg = "x
 void bind_elementwise(py::module_& m) {
   bind_binary(m, "add", &tessel::add);
   m.def(
-      "add",
-      [](const DTensor& x, double y) {
-        return run([&] { return add(x, y); });
-      },
+      "add", [](const DTensor& x, double y) { return run([&] { return add(x, y); }); },
       py::arg("x"), py::arg("y"), "x + a host scalar (added once to a Partial sum).");
   bind_binary(m, "subtract", &tessel::subtract);
   bind_binary(m, "multiply", &tessel::multiply);
   m.def(
-      "multiply",
-      [](const DTensor& x, double y) {
-        return run([&] { return multiply(x, y); });
-      },
+      "multiply", [](const DTensor& x, double y) { return run([&] { return multiply(x, y); }); },
       py::arg("x"), py::arg("y"), "x * a host scalar.");
   bind_binary(m, "divide", &tessel::divide);
   bind_binary(m, "maximum", &tessel::maximum);
@@ -237,7 +234,9 @@ void bind_nn(py::module_& m) {
       "x / sqrt(mean(x**2) + epsilon) * weight over the last axis (RMSNorm).");
   m.def(
       "rotary_embedding",
-      [](const DTensor& x, double theta) { return run([&] { return rotary_embedding(x, theta); }); },
+      [](const DTensor& x, double theta) {
+        return run([&] { return rotary_embedding(x, theta); });
+      },
       py::arg("x"), py::arg("theta") = 10000.0,
       "x [..., positions, heads, head_dim]: each head's pairs (j, j + head_dim/2) at position t "
       "rotated by t * theta**(-2j/head_dim) (RoPE, 'rotate_half').");
@@ -314,8 +313,15 @@ void bind_creation(py::module_& m) {
       },
       py::arg("shape"), py::arg("layout"), py::arg("dtype") = DType::kF32,
       py::arg("runtime") = nullptr, "A DTensor of zeros with `layout` (runtime None: global).");
-  m.def("zeros", &Tensor::zeros, py::arg("shape"), py::arg("dtype") = DType::kF32,
-        "Host form (no layout): tessel.Tensor.zeros.");
+  m.def(
+      "zeros",
+      [](const Shape& shape, DType dtype) -> py::object {
+        if (!get_default_mesh()) return py::cast(Tensor::zeros(shape, dtype));
+        return run([&] { return zeros(shape, dtype); });
+      },
+      py::arg("shape"), py::arg("dtype") = DType::kF32,
+      "Without a layout: replicated on the default mesh inside `with default_mesh(mesh):`, "
+      "else the host form tessel.Tensor.zeros.");
   m.def(
       "ones",
       [](const Shape& shape, const Layout& layout, DType dtype, Runtime* runtime) {
@@ -324,12 +330,24 @@ void bind_creation(py::module_& m) {
       py::arg("shape"), py::arg("layout"), py::arg("dtype") = DType::kF32,
       py::arg("runtime") = nullptr);
   m.def(
+      "ones",
+      [](const Shape& shape, DType dtype) { return run([&] { return ones(shape, dtype); }); },
+      py::arg("shape"), py::arg("dtype") = DType::kF32,
+      "Replicated on the default mesh (inside `with default_mesh(mesh):`).");
+  m.def(
       "fill",
       [](const Shape& dims, double value, const Layout& layout, DType dtype, Runtime* runtime) {
         return run([&] { return fill(dims, value, layout, dtype, runtime); });
       },
       py::arg("dims"), py::arg("value"), py::arg("layout"), py::arg("dtype") = DType::kF32,
       py::arg("runtime") = nullptr);
+  m.def(
+      "fill",
+      [](const Shape& dims, double value, DType dtype) {
+        return run([&] { return fill(dims, value, dtype); });
+      },
+      py::arg("dims"), py::arg("value"), py::arg("dtype") = DType::kF32,
+      "Replicated on the default mesh (inside `with default_mesh(mesh):`).");
   m.def(
       "random_uniform",
       [](const Shape& shape, const Layout& layout, uint64_t seed, double minval, double maxval,
@@ -341,9 +359,17 @@ void bind_creation(py::module_& m) {
       py::arg("maxval") = 1.0, py::arg("dtype") = DType::kF32, py::arg("runtime") = nullptr,
       "Uniform in [minval, maxval), keyed by global element index (the same values for every "
       "layout).");
-  m.def("random_uniform", &Tensor::random_uniform, py::arg("shape"),
-        py::arg("dtype") = DType::kF32, py::arg("seed") = 0, py::arg("low") = 0.0,
-        py::arg("high") = 1.0, "Host form (no layout): tessel.Tensor.random_uniform.");
+  m.def(
+      "random_uniform",
+      [](const Shape& shape, DType dtype, uint64_t seed, double low, double high) -> py::object {
+        if (!get_default_mesh())
+          return py::cast(Tensor::random_uniform(shape, dtype, seed, low, high));
+        return run([&] { return random_uniform(shape, seed, low, high, dtype); });
+      },
+      py::arg("shape"), py::arg("dtype") = DType::kF32, py::arg("seed") = 0, py::arg("low") = 0.0,
+      py::arg("high") = 1.0,
+      "Without a layout: replicated on the default mesh inside `with default_mesh(mesh):`, "
+      "else the host form tessel.Tensor.random_uniform.");
   m.def(
       "random_normal",
       [](const Shape& shape, const Layout& layout, uint64_t seed, double mean, double stddev,
@@ -354,9 +380,17 @@ void bind_creation(py::module_& m) {
       py::arg("shape"), py::arg("layout"), py::arg("seed"), py::arg("mean") = 0.0,
       py::arg("stddev") = 1.0, py::arg("dtype") = DType::kF32, py::arg("runtime") = nullptr,
       "Normal(mean, stddev), keyed by global element index.");
-  m.def("random_normal", &Tensor::random_normal, py::arg("shape"),
-        py::arg("dtype") = DType::kF32, py::arg("seed") = 0, py::arg("mean") = 0.0,
-        py::arg("stddev") = 1.0, "Host form (no layout): tessel.Tensor.random_normal.");
+  m.def(
+      "random_normal",
+      [](const Shape& shape, DType dtype, uint64_t seed, double mean, double stddev) -> py::object {
+        if (!get_default_mesh())
+          return py::cast(Tensor::random_normal(shape, dtype, seed, mean, stddev));
+        return run([&] { return random_normal(shape, seed, mean, stddev, dtype); });
+      },
+      py::arg("shape"), py::arg("dtype") = DType::kF32, py::arg("seed") = 0, py::arg("mean") = 0.0,
+      py::arg("stddev") = 1.0,
+      "Without a layout: replicated on the default mesh inside `with default_mesh(mesh):`, "
+      "else the host form tessel.Tensor.random_normal.");
   bind_unary(m, "zeros_like", &tessel::zeros_like, "input");
   bind_unary(m, "ones_like", &tessel::ones_like, "input");
 }
@@ -371,11 +405,9 @@ void bind_operators(py::module_& m) {
          "__add__",
          [](const DTensor& x, const DTensor& y) { return run([&] { return add(x, y); }); }, op)
       .def(
-          "__add__", [](const DTensor& x, double y) { return run([&] { return add(x, y); }); },
-          op)
+          "__add__", [](const DTensor& x, double y) { return run([&] { return add(x, y); }); }, op)
       .def(
-          "__radd__", [](const DTensor& x, double y) { return run([&] { return add(x, y); }); },
-          op)
+          "__radd__", [](const DTensor& x, double y) { return run([&] { return add(x, y); }); }, op)
       .def(
           "__sub__",
           [](const DTensor& x, const DTensor& y) { return run([&] { return subtract(x, y); }); },
@@ -397,15 +429,14 @@ void bind_operators(py::module_& m) {
           [](const DTensor& x, const DTensor& y) { return run([&] { return multiply(x, y); }); },
           op)
       .def(
-          "__mul__",
-          [](const DTensor& x, double y) { return run([&] { return multiply(x, y); }); }, op)
+          "__mul__", [](const DTensor& x, double y) { return run([&] { return multiply(x, y); }); },
+          op)
       .def(
           "__rmul__",
           [](const DTensor& x, double y) { return run([&] { return multiply(x, y); }); }, op)
       .def(
           "__truediv__",
-          [](const DTensor& x, const DTensor& y) { return run([&] { return divide(x, y); }); },
-          op)
+          [](const DTensor& x, const DTensor& y) { return run([&] { return divide(x, y); }); }, op)
       .def(
           "__truediv__",
           [](const DTensor& x, double y) {
@@ -420,8 +451,7 @@ void bind_operators(py::module_& m) {
           op)
       .def(
           "__matmul__",
-          [](const DTensor& a, const DTensor& b) { return run([&] { return matmul(a, b); }); },
-          op)
+          [](const DTensor& a, const DTensor& b) { return run([&] { return matmul(a, b); }); }, op)
       .def("__neg__", [](const DTensor& x) { return run([&] { return negative(x); }); });
   // numpy defers to DTensor's reflected operators (np.float32(2) * x is x.__rmul__).
   cls.attr("__array_ufunc__") = py::none();
@@ -458,8 +488,8 @@ struct Indexing {
 
 Indexing to_indexing(const DTensor& x, py::handle key) {
   constexpr const char* kOp = "DTensor indexing";
-  py::tuple items = py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key)
-                                                   : py::make_tuple(key);
+  py::tuple items =
+      py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
   int ellipses = 0, consumed = 0;
   for (py::handle item : items) {
     if (item.is(py::ellipsis())) {
@@ -470,9 +500,9 @@ Indexing to_indexing(const DTensor& x, py::handle key) {
   }
   if (ellipses > 1) throw Error(ErrorCode::kInvalidArgument, kOp, "more than one '...'");
   if (consumed > x.rank()) {
-    throw Error(ErrorCode::kOutOfRange, kOp,
-                "too many indices: " + std::to_string(consumed) + " for shape " +
-                    x.shape().to_string());
+    throw Error(
+        ErrorCode::kOutOfRange, kOp,
+        "too many indices: " + std::to_string(consumed) + " for shape " + x.shape().to_string());
   }
   Indexing out;
   int dim = 0;
@@ -492,7 +522,7 @@ Indexing to_indexing(const DTensor& x, py::handle key) {
     if (py::isinstance<py::slice>(item)) {
       size_t start = 0, stop = 0, step = 0, length = 0;
       if (!py::reinterpret_borrow<py::slice>(item).compute(static_cast<size_t>(extent), &start,
-                                                             &stop, &step, &length)) {
+                                                           &stop, &step, &length)) {
         throw py::error_already_set();
       }
       if (static_cast<py::ssize_t>(step) != 1) {
@@ -531,10 +561,7 @@ void bind_more_elementwise(py::module_& m) {
   bind_unary(m, "silu", &tessel::silu, "features");
   bind_binary(m, "pow", static_cast<Binary>(&tessel::pow));
   m.def(
-      "pow",
-      [](const DTensor& x, double y) {
-        return run([&] { return tessel::pow(x, y); });
-      },
+      "pow", [](const DTensor& x, double y) { return run([&] { return tessel::pow(x, y); }); },
       py::arg("x"), py::arg("y"), "x ** a host scalar.");
   const std::pair<const char*, Binary> comparisons[] = {
       {"less", &tessel::less},       {"less_equal", &tessel::less_equal},
@@ -569,8 +596,7 @@ void bind_more_elementwise(py::module_& m) {
   // on the left, 2 < x, into x > 2).
   const auto bind_pair = [&](const char* name, Binary fn, const char* op_name) {
     cls.def(
-           name,
-           [fn](const DTensor& x, const DTensor& y) { return run([&] { return fn(x, y); }); },
+           name, [fn](const DTensor& x, const DTensor& y) { return run([&] { return fn(x, y); }); },
            op)
         .def(
             name,
@@ -590,9 +616,7 @@ void bind_more_elementwise(py::module_& m) {
   cls.attr("__hash__") = py::module_::import("builtins").attr("object").attr("__hash__");
   cls.def(
          "__pow__",
-         [](const DTensor& x, const DTensor& y) {
-           return run([&] { return tessel::pow(x, y); });
-         },
+         [](const DTensor& x, const DTensor& y) { return run([&] { return tessel::pow(x, y); }); },
          op)
       .def(
           "__pow__",
@@ -809,7 +833,7 @@ The optional ones are None until set. call_op / plan_op take them as keywords.)d
   attrs.def(py::init<>());
   // Every field, from OpAttrs' own list; the runtime keeps the Python object set there alive.
   OpAttrs::for_each_field([&](const char* name, auto member) {
-    if constexpr (std::is_same_v<decltype(member), Runtime* OpAttrs::*>) {
+    if constexpr (std::is_same_v<decltype(member), Runtime * OpAttrs::*>) {
       attrs.def_property(
           name, [member](const OpAttrs& a) { return a.*member; },
           // keep_alive works only as an attribute of the setter's own cpp_function.
@@ -837,8 +861,9 @@ data. TensorSpec(dtensor) takes a DTensor's; plan_op converts DTensors itself.)d
       .def_readwrite("dtype", &TensorSpec::dtype)
       .def_readwrite("layout", &TensorSpec::layout)
       .def("__repr__", [](const TensorSpec& s) {
-        return "TensorSpec(shape=" + s.shape.to_string() + ", dtype=" +
-               std::string(dtype_name(s.dtype)) + ", layout=" + s.layout.to_string() + ")";
+        return "TensorSpec(shape=" + s.shape.to_string() +
+               ", dtype=" + std::string(dtype_name(s.dtype)) + ", layout=" + s.layout.to_string() +
+               ")";
       });
   implicitly_convertible_per_thread<DTensor, TensorSpec>();
 
@@ -876,8 +901,7 @@ layout (may be Partial: reduced later, by the consumer that needs it).)doc")
       "Runs op `name` on `inputs`; keywords set OpAttrs fields (e.g. axes=[1], keepdims=True).");
   m.def(
       "plan_op",
-      [](const std::string& name, const std::vector<TensorSpec>& inputs,
-         const py::kwargs& kwargs) {
+      [](const std::string& name, const std::vector<TensorSpec>& inputs, const py::kwargs& kwargs) {
         const OpAttrs attrs = to_attrs(kwargs);
         return plan_op(name, inputs, attrs);
       },
@@ -905,8 +929,8 @@ void bind_ops(py::module_& m) {
   bind_registry(m);
   // Last, once every overload is defined: the direct entry points of the binary ops.
   const std::pair<const char*, Binary> binary_ops[] = {
-      {"add", &tessel::add},         {"subtract", &tessel::subtract}, {"multiply", &tessel::multiply},
-      {"divide", &tessel::divide},   {"maximum", &tessel::maximum},   {"minimum", &tessel::minimum}};
+      {"add", &tessel::add},       {"subtract", &tessel::subtract}, {"multiply", &tessel::multiply},
+      {"divide", &tessel::divide}, {"maximum", &tessel::maximum},   {"minimum", &tessel::minimum}};
   for (const auto& [name, op] : binary_ops) use_fast_binary_call(m, name, op);
 }
 

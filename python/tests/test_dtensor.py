@@ -397,3 +397,22 @@ def test_call_with_layout_host_result_and_no_layout(mesh_x4):
     with pytest.raises(ZeroDivisionError):
         tessel.call_with_layout(lambda: 1 / 0, target)
     assert tessel.get_default_mesh() is None
+
+
+def test_creation_ops_inside_default_mesh_are_replicated_on_it(mesh_xy):
+    """Seed 74: TF DTensor places creation ops inside `with default_mesh(mesh):` replicated on it;
+    outside any scope tessel.zeros and the random ops keep their host forms."""
+    with tessel.default_mesh(mesh_xy):
+        made = [tessel.zeros([3, 5]), tessel.ones([3, 5], "f64"),
+                tessel.fill([3, 5], 2.5), tessel.random_uniform([3, 5], seed=7),
+                tessel.random_normal([3, 5], seed=7)]
+        for d in made:
+            assert isinstance(d, tessel.DTensor)
+            assert d.layout == tessel.Layout.replicated(mesh_xy, 2)
+        np.testing.assert_array_equal(tessel.to_host(made[2]), np.full((3, 5), 2.5, np.float32))
+    assert not isinstance(tessel.zeros([3, 5]), tessel.DTensor)
+    assert not isinstance(tessel.random_uniform([3, 5], seed=7), tessel.DTensor)
+    np.testing.assert_array_equal(np.asarray(tessel.random_uniform([3, 5], seed=7)),
+                                  tessel.to_host(made[3]))
+    with pytest.raises(ValueError, match="ones: No default mesh has been registered to DTensor"):
+        tessel.ones([2])

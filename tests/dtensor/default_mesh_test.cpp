@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
 #include "tessel/mesh/shard_map.h"
 #include "testing/expect_error.h"
 
@@ -51,6 +52,38 @@ TEST(DefaultMesh, EachThreadHasItsOwnStack) {
 TEST(DefaultMesh, RequireWithoutScopeNamesTheOp) {
   EXPECT_TESSEL_ERROR(require_default_mesh("zeros"), ErrorCode::kInvalidArgument,
                       "zeros: No default mesh has been registered to DTensor");
+}
+
+// Seed 74: creation ops inside a default mesh scope are placed replicated on it, as TF DTensor
+// places them; outside any scope they fail naming the op.
+TEST(DefaultMesh, CreationOpsWithoutALayoutAreReplicatedOnIt) {
+  Runtime rt({.num_cpu_devices = 4});
+  const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
+  const Shape shape{3, 5};
+  {
+    DefaultMeshScope scope(mesh);
+    const Layout replicated = Layout::replicated(mesh, 2);
+    const std::vector<DTensor> made = {zeros(shape, DType::kF32, &rt),
+                                       ones(shape, DType::kF64, &rt),
+                                       fill(shape, 2.5, DType::kF32, &rt),
+                                       random_uniform(shape, 7, -1.0, 1.0, DType::kF32, &rt),
+                                       random_normal(shape, 7, 0.0, 1.0, DType::kF32, &rt)};
+    for (const DTensor& d : made) {
+      EXPECT_EQ(d.layout(), replicated);
+      EXPECT_EQ(d.shape(), shape);
+    }
+    EXPECT_EQ(to_host(made[1]).to_doubles(), std::vector<double>(15, 1.0));
+    EXPECT_EQ(to_host(made[2]).to_doubles(), std::vector<double>(15, 2.5));
+    // The values are the ones of the same op with an explicit layout (keyed by element index).
+    EXPECT_EQ(to_host(made[3]).to_doubles(),
+              to_host(random_uniform(shape, Layout({"x", "y"}, mesh), 7, -1.0, 1.0, DType::kF32,
+                                     &rt))
+                  .to_doubles());
+  }
+  EXPECT_TESSEL_ERROR(zeros(shape), ErrorCode::kInvalidArgument,
+                      "zeros: No default mesh has been registered to DTensor");
+  EXPECT_TESSEL_ERROR(random_normal(shape, 1), ErrorCode::kInvalidArgument,
+                      "random_normal: No default mesh has been registered to DTensor");
 }
 
 TEST(DefaultMesh, ErrorEmptyMesh) {

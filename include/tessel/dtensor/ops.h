@@ -162,7 +162,8 @@ DTensor reshape(const DTensor& x, const Shape& shape);
 // an empty perm for x of rank > 0 included (as numpy's transpose(a, [])).
 DTensor transpose(const DTensor& x);
 DTensor transpose(const DTensor& x, const std::vector<int64_t>& perm);
-DTensor slice(const DTensor& x, const std::vector<int64_t>& begin, const std::vector<int64_t>& size);
+DTensor slice(const DTensor& x, const std::vector<int64_t>& begin,
+              const std::vector<int64_t>& size);
 DTensor concat(const std::vector<DTensor>& values, int64_t axis);
 
 // Rows `ids` of `table` ([vocab, dim]); a row-sharded table does a masked local lookup and
@@ -225,6 +226,17 @@ DTensor random_uniform(const Shape& shape, const Layout& layout, uint64_t seed, 
                        double high = 1.0, DType dtype = DType::kF32, Runtime* runtime = nullptr);
 DTensor random_normal(const Shape& shape, const Layout& layout, uint64_t seed, double mean = 0.0,
                       double stddev = 1.0, DType dtype = DType::kF32, Runtime* runtime = nullptr);
+// The same without a layout: replicated on the default mesh (dtensor_api.h's DefaultMeshScope),
+// as TF DTensor places a creation op inside `with default_mesh(mesh):`; no default mesh:
+// kInvalidArgument "<op>: No default mesh has been registered to DTensor".
+DTensor zeros(const Shape& shape, DType dtype = DType::kF32, Runtime* runtime = nullptr);
+DTensor ones(const Shape& shape, DType dtype = DType::kF32, Runtime* runtime = nullptr);
+DTensor fill(const Shape& shape, double value, DType dtype = DType::kF32,
+             Runtime* runtime = nullptr);
+DTensor random_uniform(const Shape& shape, uint64_t seed, double low = 0.0, double high = 1.0,
+                       DType dtype = DType::kF32, Runtime* runtime = nullptr);
+DTensor random_normal(const Shape& shape, uint64_t seed, double mean = 0.0, double stddev = 1.0,
+                      DType dtype = DType::kF32, Runtime* runtime = nullptr);
 DTensor zeros_like(const DTensor& x);
 DTensor ones_like(const DTensor& x);
 

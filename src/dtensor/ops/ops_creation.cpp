@@ -1,7 +1,8 @@
 // The creation op family: zeros, ones, fill, random_uniform, random_normal (zero-input ops;
 // OpAttrs: the shape in `shape`, the output layout in `layout`, `dtype`, `runtime`; fill's `value`,
 // random_uniform's `seed`, `low`, `high`, random_normal's `seed`, `mean`, `stddev`), and
-// zeros_like / ones_like (wrappers: x's shape, layout, dtype and runtime).
+// zeros_like / ones_like (wrappers: x's shape, layout, dtype and runtime); without a layout,
+// replicated on the default mesh (TF DTensor inside `with default_mesh(mesh):`).
 //
 // Sharding rule: the output has the requested layout; nothing moves. Each device writes only its
 // block: random values come from Tensor::random_*_block at the block's global offsets, so element
@@ -9,8 +10,9 @@
 // A Partial layout holds the named value: along Partial(sum) dims the value sits on the first
 // device of each group and the others hold 0; along mean / max / min / prod dims every device
 // holds the value (the reduction of equal copies is the value).
-#include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
+#include "dtensor/ops/op_families.h"
+#include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
@@ -153,6 +155,39 @@ DTensor random_normal(const Shape& shape, const Layout& layout, uint64_t seed, d
   return call_op("random_normal", {},
                  detail::creation_attrs(shape, layout, dtype, runtime,
                                         {.mean = mean, .stddev = stddev, .seed = seed}));
+}
+
+namespace {
+
+// Replicated on the default mesh; none: kInvalidArgument naming the op.
+Layout on_default_mesh(std::string_view op, const Shape& shape) {
+  return Layout::replicated(require_default_mesh(op), shape.rank());
+}
+
+}  // namespace
+
+DTensor zeros(const Shape& shape, DType dtype, Runtime* runtime) {
+  return zeros(shape, on_default_mesh("zeros", shape), dtype, runtime);
+}
+
+DTensor ones(const Shape& shape, DType dtype, Runtime* runtime) {
+  return ones(shape, on_default_mesh("ones", shape), dtype, runtime);
+}
+
+DTensor fill(const Shape& shape, double value, DType dtype, Runtime* runtime) {
+  return fill(shape, value, on_default_mesh("fill", shape), dtype, runtime);
+}
+
+DTensor random_uniform(const Shape& shape, uint64_t seed, double low, double high, DType dtype,
+                       Runtime* runtime) {
+  return random_uniform(shape, on_default_mesh("random_uniform", shape), seed, low, high, dtype,
+                        runtime);
+}
+
+DTensor random_normal(const Shape& shape, uint64_t seed, double mean, double stddev, DType dtype,
+                      Runtime* runtime) {
+  return random_normal(shape, on_default_mesh("random_normal", shape), seed, mean, stddev, dtype,
+                       runtime);
 }
 
 DTensor zeros_like(const DTensor& x) {
