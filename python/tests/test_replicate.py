@@ -402,3 +402,14 @@ def test_a_replica_cannot_call_cross_device_ops(runtime):
     # The controller is a cross-replica context: the same call works there.
     total = ops.reduce(tessel.ReduceOp.SUM, v, v, bounded)
     np.testing.assert_array_equal(np.asarray(total.values[0]), [3, 3])
+
+
+def test_inert_metadata_is_kept_and_warned_about_once(runtime, capfd):
+    """TF's step_marker_location has no counterpart in tessel: kept, and one warning says so."""
+    opts = options(runtime, 1)
+    opts.metadata.step_marker_location = "STEP_MARK_AT_TOP_LEVEL_WHILE_LOOP"
+    for _ in range(2):
+        tessel.replicate(lambda ctx, xs: xs, [[f32(1)]], options=opts)
+    assert opts.metadata.step_marker_location == "STEP_MARK_AT_TOP_LEVEL_WHILE_LOOP"
+    err = capfd.readouterr().err
+    assert err.count("step_marker_location=STEP_MARK_AT_TOP_LEVEL_WHILE_LOOP changes nothing") == 1

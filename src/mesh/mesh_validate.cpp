@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/errors.h"
+#include "core/inert_attribute.h"
 #include "mesh/mesh_data.h"
 #include "tessel/core/device_name.h"
 #include "tessel/mesh/sharding_spec.h"
@@ -35,7 +36,8 @@ void check_duplicates(const std::vector<std::string>& devices) {
   }
   if (dups.empty()) return;
   // TF allows one CPU device repeated for every local device (several logical CPUs on one).
-  const bool all_same_cpu = seen.size() == 1 && device_type_of(devices[0], "local_devices") == "CPU";
+  const bool all_same_cpu =
+      seen.size() == 1 && device_type_of(devices[0], "local_devices") == "CPU";
   if (all_same_cpu) return;
   detail::throw_invalid(kMesh, "Duplicate devices found in mesh specification [{}].",
                         fmt::join(dups, ", "));
@@ -122,12 +124,16 @@ void MeshBuilder::check_constructor_rules(const Mesh::Data& d) {
     detail::throw_invalid(kMesh, "XLA SPMD is not currently not supported for {} mesh.",
                           *types.begin());
   }
+  if (d.use_xla_spmd) {
+    detail::warn_inert_attribute(kMesh, "use_xla_spmd", "true",
+                                 "tessel expands every mesh's ops itself (its sharding rules), "
+                                 "with no XLA SPMD pass");
+  }
 }
 
 void MeshBuilder::check_parser_rules(const Mesh::Data& d) {
   if (!is_plain_name(d.name)) {
-    detail::throw_invalid(kMesh,
-                          "mesh name '{}' is invalid: use letters, digits, '_', '-' or '.'",
+    detail::throw_invalid(kMesh, "mesh name '{}' is invalid: use letters, digits, '_', '-' or '.'",
                           d.name);
   }
   std::set<std::string> names;
@@ -148,13 +154,14 @@ void MeshBuilder::check_parser_rules(const Mesh::Data& d) {
   const size_t g = d.global_ids.size();
   const size_t l = d.local_ids.size();
   if (g < l || d.local_devices.size() != l) {
-    detail::throw_invalid(
-        kMesh, "number of global_device_ids {} local_devices ids {} and local devices {}not meeting requirements",
-        g, l, d.local_devices.size());
+    detail::throw_invalid(kMesh,
+                          "number of global_device_ids {} local_devices ids {} and local devices "
+                          "{}not meeting requirements",
+                          g, l, d.local_devices.size());
   }
   if (l > 0 && g % l != 0) {
-    detail::throw_invalid(kMesh, "Uneven local clusters with global_ids {} and local_devices ids {}",
-                          g, l);
+    detail::throw_invalid(
+        kMesh, "Uneven local clusters with global_ids {} and local_devices ids {}", g, l);
   }
   if (product != static_cast<int64_t>(g)) {
     detail::throw_invalid(kMesh,
@@ -173,15 +180,13 @@ void MeshBuilder::check_parser_rules(const Mesh::Data& d) {
       std::optional<DeviceName> parsed = DeviceName::try_parse(device);
       if (!parsed) detail::throw_invalid(kMesh, "Failed to parse {}: '{}'", list_name, device);
       if (!parsed->job || !parsed->task || !parsed->type) {
-        detail::throw_invalid(kMesh, "Failed to either identify host or device type: '{}'",
-                              device);
+        detail::throw_invalid(kMesh, "Failed to either identify host or device type: '{}'", device);
       }
       types.insert(*parsed->type);
     }
   }
   if (types.size() > 1) {
-    detail::throw_invalid(kMesh,
-                          "More than one device type per mesh not supported. Found {} ({})",
+    detail::throw_invalid(kMesh, "More than one device type per mesh not supported. Found {} ({})",
                           types.size(), fmt::join(types, ", "));
   }
 }

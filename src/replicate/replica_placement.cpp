@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/inert_attribute.h"
 #include "tessel/mesh/topology.h"
 #include "tessel/replicate/device_assignment.h"
 
@@ -31,11 +32,37 @@ DeviceAssignment default_assignment(const ReplicateMetadata& md, const Topology&
   }
 }
 
+// The metadata TF's compiler reads and tessel has no counterpart for: kept, and said so once.
+void warn_inert_metadata(const ReplicateMetadata& md) {
+  constexpr std::string_view kMetadata = "ReplicateMetadata";
+  if (md.step_marker_location != ReplicateMetadata::kDefaultStepMarkerLocation) {
+    warn_inert_attribute(kMetadata, "step_marker_location", md.step_marker_location,
+                         "tessel compiles no XLA program to mark steps in; a replicate() call "
+                         "is one step");
+  }
+  if (md.use_shardy_partitioner) {
+    warn_inert_attribute(kMetadata, "use_shardy_partitioner", "true",
+                         "tessel partitions by its ops' own sharding rules, with neither "
+                         "GSPMD nor Shardy");
+  }
+  if (!md.tpu_compile_options_proto.empty()) {
+    warn_inert_attribute(kMetadata, "tpu_compile_options_proto",
+                         fmt::format("<{} bytes>", md.tpu_compile_options_proto.size()),
+                         "tessel has no XLA compiler to pass options to");
+  }
+  if (!md.host_compute_core.empty()) {
+    warn_inert_attribute(kMetadata, "host_compute_core", md.host_compute_core.front(),
+                         "tessel has no outside compilation: host code in the computation runs "
+                         "on the replica's controller thread");
+  }
+}
+
 }  // namespace
 
 std::vector<std::vector<Device*>> assign_replica_devices(const ReplicateMetadata& md,
                                                          Runtime& runtime) {
   md.validate_for_run();
+  warn_inert_metadata(md);
   const int replicas = md.num_replicas;
   const int cores = md.num_cores_per_replica;
   if (int64_t{replicas} * cores > runtime.num_devices()) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/inert_attribute.h"
 #include "system/system_messages.h"
 #include "tessel/system/system.h"
 
@@ -17,9 +18,9 @@ namespace tessel {
 // so far, a shutdown the first one after its configure. A step 1 is fresh while its epoch is
 // above the consumed one; a later round's disconnect that arrives early is never lost.
 struct SystemCoordinator::HostRecord {
-  uint64_t latest = 0;    // epoch of the latest step-1 report
-  uint64_t consumed = 0;  // epoch of the last step-1 report used up
-  int device_count = 0;   // of the latest step-1 report
+  uint64_t latest = 0;       // epoch of the latest step-1 report
+  uint64_t consumed = 0;     // epoch of the last step-1 report used up
+  int device_count = 0;      // of the latest step-1 report
   bool initialized = false;  // a step-3 report arrived; its fields:
   uint64_t init_epoch = 0;   // the host's epoch when it ran step 3
   uint64_t generation = 0;   // of the configuration it used
@@ -146,9 +147,8 @@ std::vector<int> SystemCoordinator::gather_device_counts(std::chrono::millisecon
   std::lock_guard lock(mu_);
   auto disconnected = [](const HostRecord& r) { return r.fresh(); };
   auto not_disconnected = [](const HostRecord& r) { return !r.fresh(); };
-  const bool all = drain_until(Clock::now() + timeout, [&] {
-    return tasks_where(not_disconnected).empty();
-  });
+  const bool all =
+      drain_until(Clock::now() + timeout, [&] { return tasks_where(not_disconnected).empty(); });
   if (!all) {
     fail(Error(ErrorCode::kDeadlineExceeded, kComponent,
                fmt::format("gather_device_counts: hosts [{}] did not run step 1 "
@@ -254,7 +254,13 @@ HostConfiguration SystemCoordinator::configure_distributed_system(
   config.devices_per_host = counts[0];
   config.coordinator_task = 0;
   config.enable_whole_mesh_compilations = options.enable_whole_mesh_compilations;
-  config.topology = options.topology ? *options.topology : Topology::for_hosts(num_hosts_, counts[0]);
+  if (options.enable_whole_mesh_compilations) {
+    detail::warn_inert_attribute(kComponent, "enable_whole_mesh_compilations", "true",
+                                 "tessel builds no per-host programs to merge: every process "
+                                 "runs its own kernels (BR-102-05: the hosts still must agree)");
+  }
+  config.topology =
+      options.topology ? *options.topology : Topology::for_hosts(num_hosts_, counts[0]);
   for (HostRecord& record : hosts_) record.consumed = record.latest;
   config_ = config;
   failure_.clear();
@@ -262,8 +268,8 @@ HostConfiguration SystemCoordinator::configure_distributed_system(
   return config;
 }
 
-HostConfiguration SystemCoordinator::configure_distributed_system(
-    const std::vector<Tensor>& inputs, const ConfigureOptions& options) {
+HostConfiguration SystemCoordinator::configure_distributed_system(const std::vector<Tensor>& inputs,
+                                                                  const ConfigureOptions& options) {
   std::vector<int> counts;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
@@ -274,7 +280,8 @@ HostConfiguration SystemCoordinator::configure_distributed_system(
 }
 
 Topology SystemCoordinator::wait_for_distributed_system(
-    const std::vector<std::vector<int64_t>>& per_host_ids, std::chrono::milliseconds startup_timeout) {
+    const std::vector<std::vector<int64_t>>& per_host_ids,
+    std::chrono::milliseconds startup_timeout) {
   check_timeout(startup_timeout, "wait_for_distributed_system");
   std::lock_guard lock(mu_);
   // The inputs first, as TF's kernel checks them; a failure fails a configured system's wait.
@@ -289,8 +296,8 @@ Topology SystemCoordinator::wait_for_distributed_system(
     for (size_t t = 0; t < per_host_ids.size(); ++t) {
       if (per_host_ids[t].size() != per_host_ids[0].size()) {
         detail::throw_error(ErrorCode::kInternal, kComponent,
-                            "Host {} has {} devices but host 0 has {}", t,
-                            per_host_ids[t].size(), per_host_ids[0].size());
+                            "Host {} has {} devices but host 0 has {}", t, per_host_ids[t].size(),
+                            per_host_ids[0].size());
       }
     }
   } catch (const Error& e) {
@@ -398,8 +405,7 @@ void SystemCoordinator::shutdown_distributed_system(std::chrono::milliseconds di
   if (!config_) return;
   auto disconnected = [](const HostRecord& r) { return r.fresh(); };
   auto connected = [](const HostRecord& r) { return !r.fresh(); };
-  drain_until(Clock::now() + disconnect_timeout,
-              [&] { return tasks_where(connected).empty(); });
+  drain_until(Clock::now() + disconnect_timeout, [&] { return tasks_where(connected).empty(); });
   if (const std::vector<int> missing = tasks_where(connected); !missing.empty()) {
     if (disconnect_timeout.count() == 0) {
       detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,

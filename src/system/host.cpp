@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/inert_attribute.h"
 #include "system/system_messages.h"
 #include "tessel/runtime/runtime.h"
 #include "tessel/system/system.h"
@@ -113,6 +114,12 @@ std::vector<int64_t> Host::initialize_host(const HostConfiguration& config,
                             "Host {}: tpu_cancellation_closes_chips must be 0 (unset), 1 "
                             "(enabled) or 2 (disabled); got {}",
                             task_, options.cancellation_closes_devices);
+    }
+    if (options.cancellation_closes_devices != 0) {
+      detail::warn_inert_attribute(kComponent, "tpu_cancellation_closes_chips",
+                                   std::to_string(options.cancellation_closes_devices),
+                                   "it concerns TF's TFRT runtime; a cancelled tessel step "
+                                   "closes no devices");
     }
     if (config.num_hosts != channel_->num_hosts()) {
       detail::throw_invalid(kComponent,
