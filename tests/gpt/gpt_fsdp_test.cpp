@@ -172,6 +172,30 @@ TEST(GptFsdp, TheGathersGradientIsReduceScattered) {
   }
 }
 
+// In the whole GPT step too: an all-gather of each parameter in the forward pass and a
+// reduce-scatter of its gradient move what the replicated run's all-reduce moves (an all-reduce
+// and a slice would move half as much again), in one collective per parameter and direction;
+// only the clipping norm's scalar is added.
+TEST(GptFsdp, AStepMovesWhatTheReplicatedStepMoves) {
+  Runtime rt({.num_cpu_devices = 2});
+  const CharDataset data = CharDataset::load(kText);
+  std::vector<RelayoutStats> moved;
+  for (bool fsdp : {false, true}) {
+    GptTrainer trainer(config(fsdp), batch_model_mesh(2, 1, rt), data, &rt);
+    trainer.step();
+    const RelayoutStats before = relayout_stats();
+    trainer.step();
+    const RelayoutStats after = relayout_stats();
+    moved.push_back({after.collectives - before.collectives, after.bytes - before.bytes, 0});
+  }
+  const int64_t params =
+      static_cast<int64_t>(GptModel(config(true), batch_model_mesh(2, 1, rt), &rt).names().size());
+  // The one addition: the clipping norm's sum of squares, a Partial over batch of sharded
+  // gradients, is all-reduced (one f32 over 2 devices: 4 bytes each).
+  EXPECT_EQ(moved[1].bytes, moved[0].bytes + 2 * 4);
+  EXPECT_GE(moved[1].collectives, 2 * params);
+}
+
 // Parameters + gradients + AdamW's moments per device.
 int64_t state_bytes(const GptTrainer& trainer) {
   int64_t most = 0;
