@@ -1,12 +1,13 @@
 // Fully sharded parameters (GptConfig::fsdp, ZeRO-3; docs/memory.md): the parameters, gradients
 // and AdamW's moments stored sharded over `batch`, the same losses as the replicated run on
-// every mesh (uneven shards included), a gather whose gradient is reduce-scattered (not
-// all-reduced), a quarter of the state per device on a 4-wide batch dimension, and what the
-// gradient tape keeps with and without full recomputation.
+// every mesh (uneven shards and sequence parallelism included), a gather whose gradient is
+// reduce-scattered (not all-reduced), a quarter of the state per device on a 4-wide batch
+// dimension, and what the gradient tape keeps with and without full recomputation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "char_dataset.h"
 #include "gpt_memory.h"
@@ -91,6 +92,19 @@ INSTANTIATE_TEST_SUITE_P(EveryMesh, GptFsdp,
                                   std::to_string(info.param.second);
                          });
 
+TEST(GptFsdp, CombinesWithSequenceParallelism) {
+  Runtime rt({.num_cpu_devices = 4});
+  const CharDataset data = CharDataset::load(kText);
+  std::vector<std::vector<double>> losses;
+  for (bool fsdp : {false, true}) {
+    GptTrainer trainer(config(fsdp), batch_model_mesh(2, 2, rt), data, &rt,
+                       /*sequence_parallel=*/true);
+    losses.emplace_back();
+    for (int s = 0; s < 10; ++s) losses.back().push_back(trainer.step().loss);
+  }
+  expect_relative(losses[1], losses[0], 1e-6, "loss");
+}
+
 TEST(GptFsdp, UnevenShardsWithoutPadding) {
   Runtime rt({.num_cpu_devices = 4});
   const CharDataset data = CharDataset::load(kText);
@@ -172,22 +186,32 @@ TEST(GptFsdp, TheGathersGradientIsReduceScattered) {
   }
 }
 
+// measure(trainer) of the replicated and then the fully sharded run on a batch x 1 mesh, each
+// after a first step (AdamW's moments exist).
+template <typename Measure>
+auto plain_and_fsdp(Runtime& rt, int batch, const Measure& measure) {
+  const CharDataset data = CharDataset::load(kText);
+  std::vector<decltype(measure(std::declval<GptTrainer&>()))> out;
+  for (bool fsdp : {false, true}) {
+    GptTrainer trainer(config(fsdp), batch_model_mesh(batch, 1, rt), data, &rt);
+    trainer.step();
+    out.push_back(measure(trainer));
+  }
+  return out;
+}
+
 // In the whole GPT step too: an all-gather of each parameter in the forward pass and a
 // reduce-scatter of its gradient move what the replicated run's all-reduce moves (an all-reduce
 // and a slice would move half as much again), in one collective per parameter and direction;
 // only the clipping norm's scalar is added.
 TEST(GptFsdp, AStepMovesWhatTheReplicatedStepMoves) {
   Runtime rt({.num_cpu_devices = 2});
-  const CharDataset data = CharDataset::load(kText);
-  std::vector<RelayoutStats> moved;
-  for (bool fsdp : {false, true}) {
-    GptTrainer trainer(config(fsdp), batch_model_mesh(2, 1, rt), data, &rt);
-    trainer.step();
+  const std::vector<RelayoutStats> moved = plain_and_fsdp(rt, 2, [](GptTrainer& trainer) {
     const RelayoutStats before = relayout_stats();
     trainer.step();
     const RelayoutStats after = relayout_stats();
-    moved.push_back({after.collectives - before.collectives, after.bytes - before.bytes, 0});
-  }
+    return RelayoutStats{after.collectives - before.collectives, after.bytes - before.bytes, 0};
+  });
   const int64_t params =
       static_cast<int64_t>(GptModel(config(true), batch_model_mesh(2, 1, rt), &rt).names().size());
   // The one addition: the clipping norm's sum of squares, a Partial over batch of sharded
@@ -207,13 +231,7 @@ int64_t state_bytes(const GptTrainer& trainer) {
 
 TEST(GptFsdp, HoldsAQuarterOfTheStatePerDeviceOnAFourWideBatch) {
   Runtime rt({.num_cpu_devices = 4});
-  const CharDataset data = CharDataset::load(kText);
-  std::vector<int64_t> bytes;
-  for (bool fsdp : {false, true}) {
-    GptTrainer trainer(config(fsdp), batch_model_mesh(4, 1, rt), data, &rt);
-    trainer.step();
-    bytes.push_back(state_bytes(trainer));
-  }
+  const std::vector<int64_t> bytes = plain_and_fsdp(rt, 4, state_bytes);
   // The test model: 65*32 + 16*32 + 2 * (12*32*32 + 2*32) + 32 floats, 4 copies, replicated.
   EXPECT_EQ(bytes[0], 4 * 4 * (65 * 32 + 16 * 32 + 2 * (12 * 32 * 32 + 2 * 32) + 32));
   EXPECT_EQ(bytes[1] * 4, bytes[0]);  // every size divides by 4 here
