@@ -31,7 +31,7 @@ namespace {
 constexpr const char* kHelp =
     "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
     "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--batch B]\n"
-    "                        [--recompute none|selective|full] [--data FILE] [--json]\n"
+    "                        [--recompute none|selective|full] [--fsdp] [--data FILE] [--json]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
     "virtual devices in this process, after --warmup untimed steps (default 1); medians of\n"
@@ -53,7 +53,10 @@ constexpr const char* kHelp =
     "(K: layers * 2 s b h (10 + 24/t + 5 a s / (h t)); s context, b batch per device, h width,\n"
     "a heads, t model shards), with the ratios act/K and saved/K. --recompute: what the backward\n"
     "pass computes again (none, attention's [B,H,T,T] part: selective, each block: full; the\n"
-    "same losses bit for bit: --json lists each mesh's step losses, warm-up included).\n";
+    "same losses bit for bit: --json lists each mesh's step losses, warm-up included).\n"
+    "--fsdp: each mesh runs twice, replicated parameters and then fully sharded ones (ZeRO-3:\n"
+    "parameters, gradients and AdamW's moments sharded over batch, docs/memory.md), with the\n"
+    "ratios fsdp / replicated of the state bytes, the peak and the step time.\n";
 
 struct Flags {
   std::string config = "baby";
@@ -63,6 +66,7 @@ struct Flags {
   double dropout = -1;  // -1: the configuration's
   int64_t batch = 0;    // 0: the configuration's
   std::string recompute = "none";
+  bool fsdp = false;  // every mesh replicated, then fully sharded
   std::string data = "data/shakespeare_char/input.txt";
   bool json = false;
 };
@@ -87,13 +91,14 @@ double sgemm_peak(int n, int threads) {
                 0.0f, c.data(), n);
   });
   openblas_set_num_threads(1);  // tessel's calls run OpenBLAS single-threaded each
-  const double split = best_of(
-      [&] { sgemm(false, false, n, n, n, a.data(), n, b.data(), n, c.data(), n); });
+  const double split =
+      best_of([&] { sgemm(false, false, n, n, n, a.data(), n, b.data(), n, c.data(), n); });
   return std::max(own, split);
 }
 
 struct MeshResult {
   int64_t batch = 1, model = 1;
+  bool fsdp = false;
   double step_seconds = 0, tokens_per_second = 0, mfu = 0;
   double collectives = 0, bytes = 0, collective_seconds = 0;  // per step; seconds per device
   double peak_bytes = 0, state_bytes = 0;  // the busiest device; parameters + grads + 2 moments
@@ -107,6 +112,7 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   MeshResult r;
   r.batch = batch;
   r.model = model;
+  r.fsdp = config.fsdp;
   Runtime rt({.num_cpu_devices = static_cast<int>(batch * model)});
   std::vector<std::string> names;
   for (const Device* d : rt.devices()) names.push_back(d->name());
@@ -130,7 +136,8 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   r.mfu = config.flops_per_token() * r.tokens_per_second / peak;
   r.collectives = static_cast<double>(after.collectives - before.collectives) / steps;
   r.bytes = static_cast<double>(after.bytes - before.bytes) / steps;
-  r.collective_seconds = (after.seconds - before.seconds) / steps / static_cast<double>(batch * model);
+  r.collective_seconds =
+      (after.seconds - before.seconds) / steps / static_cast<double>(batch * model);
   for (const gpt::DeviceMemory& d : gpt::memory_report(trainer)) {
     if (static_cast<double>(d.peak_bytes) >= r.peak_bytes) {
       r.peak_bytes = static_cast<double>(d.peak_bytes);
@@ -148,6 +155,11 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   }
   r.state_bytes = *std::max_element(held.begin(), held.end());
   return r;
+}
+
+// "2x2", or "2x2 fsdp" for a fully sharded run.
+std::string mesh_label(const MeshResult& r) {
+  return fmt::format("{}x{}{}", r.batch, r.model, r.fsdp ? " fsdp" : "");
 }
 
 Json memory_json(const MeshResult& r) {
@@ -178,6 +190,7 @@ Flags parse(const Args& args) {
   flags.number({"--dropout"}, f.dropout);
   flags.integer({"--batch"}, f.batch, 1, 1 << 20);
   flags.text({"--recompute"}, f.recompute);
+  flags.set({"--fsdp"}, f.fsdp);
   flags.set({"--json"}, f.json);
   flags.parse(args);
   for (const std::string& item : split_list(f.meshes, ',')) {
@@ -202,7 +215,10 @@ int gpt_benchmark(const Flags& f) {
   const double peak = sgemm_peak(2048, static_cast<int>(f.sgemm_threads));
   std::vector<MeshResult> results;
   for (const auto& [b, m] : f.mesh_shapes) {
-    results.push_back(run_mesh(config, data, b, m, f.warmup, f.steps, peak));
+    for (const bool fsdp : f.fsdp ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      config.fsdp = fsdp;
+      results.push_back(run_mesh(config, data, b, m, f.warmup, f.steps, peak));
+    }
   }
   const double others = bench::other_cpu_fraction(cpu_before, bench::sample_cpu());
   if (f.json) {
@@ -210,6 +226,7 @@ int gpt_benchmark(const Flags& f) {
     for (const MeshResult& r : results) {
       rows.push_back(
           Json{{"mesh", {r.batch, r.model}},
+               {"fsdp", r.fsdp},
                {"step_seconds", json_number(r.step_seconds)},
                {"tokens_per_second", json_number(r.tokens_per_second)},
                {"mfu", json_number(r.mfu, 4)},
@@ -226,6 +243,7 @@ int gpt_benchmark(const Flags& f) {
                     {"warmup_steps", f.warmup},
                     {"dropout", json_number(config.dropout)},
                     {"recompute", f.recompute},
+                    {"fsdp", f.fsdp},
                     {"batch", config.batch_size},
                     {"parameters", config.num_parameters()},
                     {"flops_per_token", json_number(config.flops_per_token(), 15)},
@@ -244,32 +262,31 @@ int gpt_benchmark(const Flags& f) {
       f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout,
       f.recompute, f.steps, f.warmup, f.sgemm_threads, peak / 1e9, bench::load_average_text(),
       others * 100);
-  std::cout << fmt::format("{:>6} {:>10} {:>9} {:>7} {:>9} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
+  std::cout << fmt::format("{:>11} {:>10} {:>9} {:>7} {:>9} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
                            "mesh", "step (s)", "tokens/s", "MFU", "vs first", "collectives",
                            "MiB moved", "coll. s", "peak MiB", "state MiB");
   for (const MeshResult& r : results) {
-    std::cout << fmt::format("{:>6} {:>10.3f} {:>9.0f} {:>6.1f}% {:>9.2f} {:>12.0f} {:>10.1f} "
-                             "{:>9.3f} {:>10.1f} {:>10.1f}\n",
-                             fmt::format("{}x{}", r.batch, r.model), r.step_seconds,
-                             r.tokens_per_second, r.mfu * 100,
-                             r.step_seconds / results.front().step_seconds, r.collectives,
-                             r.bytes / (1 << 20), r.collective_seconds, r.peak_bytes / (1 << 20),
-                             r.state_bytes / (1 << 20));
+    std::cout << fmt::format(
+        "{:>11} {:>10.3f} {:>9.0f} {:>6.1f}% {:>9.2f} {:>12.0f} {:>10.1f} "
+        "{:>9.3f} {:>10.1f} {:>10.1f}\n",
+        mesh_label(r), r.step_seconds, r.tokens_per_second, r.mfu * 100,
+        r.step_seconds / results.front().step_seconds, r.collectives, r.bytes / (1 << 20),
+        r.collective_seconds, r.peak_bytes / (1 << 20), r.state_bytes / (1 << 20));
   }
   std::cout << "\n(vs first: step time / the first mesh's, same global batch; coll. s: seconds a "
                "device spends inside relayout collectives per step, waiting for peers included; "
                "state: parameters, gradients and AdamW's moments the busiest device holds)\n\n";
-  std::cout << fmt::format("{:>6} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>7} {:>8}\n",
+  std::cout << fmt::format("{:>11} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>7} {:>8}\n",
                            "mesh", "peak MiB", "params", "grads", "AdamW", "act MiB", "saved MiB",
                            "K MiB", "act/K", "saved/K");
   for (const MeshResult& r : results) {
     const gpt::DeviceMemory& m = r.memory;
     const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
     std::cout << fmt::format(
-        "{:>6} {:>10.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>7.3f} "
+        "{:>11} {:>10.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>7.3f} "
         "{:>8.3f}\n",
-        fmt::format("{}x{}", r.batch, r.model), mib(m.peak_bytes), mib(m.parameter_bytes),
-        mib(m.gradient_bytes), mib(m.optimizer_bytes), mib(m.activation_bytes), mib(m.saved_bytes),
+        mesh_label(r), mib(m.peak_bytes), mib(m.parameter_bytes), mib(m.gradient_bytes),
+        mib(m.optimizer_bytes), mib(m.activation_bytes), mib(m.saved_bytes),
         r.korthikanti_bytes / (1 << 20),
         static_cast<double>(m.activation_bytes) / r.korthikanti_bytes,
         static_cast<double>(m.saved_bytes) / r.korthikanti_bytes);
@@ -277,13 +294,20 @@ int gpt_benchmark(const Flags& f) {
   std::cout << "\n(the busiest device's peak: act = peak - parameters - gradients - AdamW, what "
                "the step keeps for its backward pass and its temporaries; saved: the most the "
                "gradient tapes kept; K: Korthikanti et al.'s activation count in fp32)\n";
+  // Each fully sharded run against the replicated run on its mesh, the row before it.
+  for (size_t i = 1; i < results.size(); ++i) {
+    const MeshResult &plain = results[i - 1], &sharded = results[i];
+    if (!sharded.fsdp) continue;
+    std::cout << fmt::format(
+        "{}x{} fsdp / replicated: state bytes per device {:.3f}, peak {:.3f}, step time {:.3f}\n",
+        sharded.batch, sharded.model, sharded.state_bytes / plain.state_bytes,
+        sharded.peak_bytes / plain.peak_bytes, sharded.step_seconds / plain.step_seconds);
+  }
   return kExitOk;
 }
 
 }  // namespace
 
-int run_bench_gpt(const Args& args) {
-  return run_command(args, kHelp, parse, gpt_benchmark);
-}
+int run_bench_gpt(const Args& args) { return run_command(args, kHelp, parse, gpt_benchmark); }
 
 }  // namespace tessel::cli

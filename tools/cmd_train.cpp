@@ -59,6 +59,10 @@ constexpr const char* kHelp =
     "  --recompute WHAT    gpt: what the backward pass computes again instead of keeping: none\n"
     "                      (default), selective (attention's [B,H,T,T] maps) or full (each\n"
     "                      transformer block from its input); the same losses bit for bit\n"
+    "  --fsdp              fully sharded parameters (ZeRO-3): parameters, gradients and AdamW's\n"
+    "                      moments stored sharded over batch, each parameter all-gathered where\n"
+    "                      it is used, its gradient reduce-scattered (docs/memory.md); no effect\n"
+    "                      on a mesh whose batch dimension is 1\n"
     "  --dropout X         gpt: dropout rate (default: the config's)\n"
     "  --lr X              peak learning rate (default: the config's)\n"
     "  --seed N            initialisation, data and dropout seed (default 1337)\n"
@@ -90,11 +94,11 @@ struct Options {
   std::string model;  // gpt or llama
   std::string config = "tiny";
   int64_t mesh_batch = 2, mesh_model = 2;
-  std::string device_type = "CPU";  // --device: the mesh's devices
+  std::string device_type = "CPU";                                  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   std::optional<double> dropout, lr;
   std::string recompute = "none";
-  bool sp = false, json = false, profile = false;
+  bool sp = false, fsdp = false, json = false, profile = false;
   std::string data = "data/shakespeare_char/input.txt";
   int64_t sample = 300;
   std::string metrics;
@@ -130,6 +134,7 @@ Options parse(const Args& args) {
   flags.number({"--dropout"}, dropout);
   flags.number({"--lr"}, lr);
   flags.set({"--sp"}, o.sp);
+  flags.set({"--fsdp"}, o.fsdp);
   flags.custom({"--recompute"}, [&](const std::string& flag, const std::string& v) {
     if (v != "none" && v != "selective" && v != "full") {
       flags.fail(fmt::format("{} expects none, selective or full, got '{}'", flag, v));
@@ -137,7 +142,8 @@ Options parse(const Args& args) {
     o.recompute = v;
   });
   flags.custom({"--device"}, [&](const std::string& flag, const std::string& v) {
-    if (v != "cpu" && v != "gpu") flags.fail(fmt::format("{} expects cpu or gpu, got '{}'", flag, v));
+    if (v != "cpu" && v != "gpu")
+      flags.fail(fmt::format("{} expects cpu or gpu, got '{}'", flag, v));
     o.device_type = v == "gpu" ? "GPU" : "CPU";
   });
   flags.text({"--data"}, o.data);
@@ -165,11 +171,13 @@ Options parse(const Args& args) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
   }
   if (dropout != -1) {
-    if (!(dropout >= 0 && dropout < 1)) flags.fail(fmt::format("--dropout must be in [0, 1), got {}", dropout));
+    if (!(dropout >= 0 && dropout < 1))
+      flags.fail(fmt::format("--dropout must be in [0, 1), got {}", dropout));
     o.dropout = dropout;
   }
   if (lr != -1) {
-    if (!(lr > 0) || !std::isfinite(lr)) flags.fail(fmt::format("--lr must be a finite number > 0, got {}", lr));
+    if (!(lr > 0) || !std::isfinite(lr))
+      flags.fail(fmt::format("--lr must be a finite number > 0, got {}", lr));
     o.lr = lr;
   }
   return o;
@@ -186,6 +194,7 @@ void apply_training_flags(const Options& o, train::TrainingConfig& c) {
   if (o.eval_iters > 0) c.eval_iters = static_cast<int>(o.eval_iters);
   if (o.seed >= 0) c.seed = static_cast<uint64_t>(o.seed);
   if (o.lr) c.learning_rate = *o.lr;
+  c.fsdp = o.fsdp;
 }
 
 gpt::GptConfig gpt_config_of(const Options& o) {
@@ -268,6 +277,7 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"model", o.model},
               {"sequence_parallel", o.sp},
               {"recompute", o.recompute},
+              {"fsdp", o.fsdp},
               {"steps", history.total_steps},
               {"final_train_loss", json_number(last.train_loss)},
               {"final_val_loss", json_number(last.val_loss)},
@@ -320,18 +330,19 @@ int train_model(const Options& o) {
   // Korthikanti et al.'s activation count to compare the peak with (the GPT's; gpt_memory.h).
   std::optional<double> korthikanti;
   if (gpt_config) {
-    korthikanti =
-        gpt::korthikanti_activation_bytes(*gpt_config, o.mesh_batch, o.mesh_model, o.sp);
+    korthikanti = gpt::korthikanti_activation_bytes(*gpt_config, o.mesh_batch, o.mesh_model, o.sp);
   }
   const int block_size = trainer->language_model().block_size();
   const bool prints = client.client_id == 0;
   const bool progress = prints && !o.json;
   if (progress) {
     std::cout << fmt::format(
-        "tessel train {}: {} ({}), batch {}, {} steps, mesh batch={} model={}{}{}{}\n", o.model,
+        "tessel train {}: {} ({}), batch {}, {} steps, mesh batch={} model={}{}{}{}{}{}\n", o.model,
         o.config, shape, c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
         o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
         o.recompute != "none" ? ", recompute " + o.recompute : "",
+        trainer->language_model().fsdp() ? ", parameters sharded over batch (fsdp)" : "",
+        o.fsdp && !trainer->language_model().fsdp() ? ", --fsdp without effect (batch 1)" : "",
         client.num_clients > 1 ? fmt::format(" over {} processes", client.num_clients) : "");
   }
   train::TrainOptions loop = o.loop;

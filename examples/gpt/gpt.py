@@ -40,6 +40,9 @@ class Config:
         # What the backward pass computes again instead of keeping (tessel.recompute_grad):
         # "none", "selective" (attention's [B, H, T, T] part) or "full" (each block).
         self.recompute = "none"
+        # Fully sharded parameters (ZeRO-3): stored sharded over `batch` as well (fsdp_specs),
+        # each all-gathered where the forward pass uses it (gather), its gradient reduce-scattered.
+        self.fsdp = False
         self.__dict__.update(self.PRESETS[name])
         self.vocab_size = 65
         self.learning_rate, self.min_lr = 1e-3, 1e-4
@@ -68,10 +71,41 @@ def parameter_specs(config, mesh_dims):
     return specs
 
 
+def fsdp_specs(specs, mesh):
+    """The stored specs of fully sharded parameters (examples/gpt/language_model.h): each
+    parameter's first unsharded axis also over `batch`, in uneven blocks where its size does not
+    divide; the specs unchanged without a `batch` dimension of size > 1."""
+    if "batch" not in mesh.dim_names or mesh.dim_size("batch") == 1:
+        return specs
+    out = []
+    for name, shape, s, std in specs:
+        s = list(s)
+        if U in s:
+            s[s.index(U)] = "batch"
+        out.append((name, shape, s, std))
+    return out
+
+
+def stored_specs(config, mesh, specs):
+    """The layouts parameters are kept in: `specs`, or with config.fsdp fsdp_specs(specs)."""
+    return fsdp_specs(specs, mesh) if getattr(config, "fsdp", False) else specs
+
+
+def gather(params, name, config, mesh, specs=None):
+    """Parameter `name` in its compute layout (specs: the model's parameter_specs): itself, or
+    with fsdp its all-gather over `batch` (a relayout: the gradient tape reduce-scatters its
+    gradient back to the shard)."""
+    specs = specs if specs is not None else parameter_specs(config, mesh.dim_names)
+    layout = tessel.Layout(next(s for n, _, s, _ in specs if n == name), mesh)
+    w = params[name]
+    return w if tessel.fetch_layout(w) == layout else tessel.relayout(w, layout)
+
+
 def place(values, config, mesh, specs=None):
     """A dict name -> numpy array laid out on `mesh` as the model wants (specs: the model's
     parameter_specs, this module's by default)."""
-    specs = specs if specs is not None else parameter_specs(config, mesh.dim_names)
+    specs = stored_specs(config, mesh,
+                         specs if specs is not None else parameter_specs(config, mesh.dim_names))
     return {name: tessel.copy_to_mesh(np.asarray(values[name]), tessel.Layout(s, mesh))
             for name, _, s, _ in specs}
 
@@ -79,7 +113,8 @@ def place(values, config, mesh, specs=None):
 def init(config, mesh, seed, specs=None):
     """nanoGPT's initialisation, keyed by (seed, parameter index): the same on every mesh."""
     params = {}
-    specs = specs if specs is not None else parameter_specs(config, mesh.dim_names)
+    specs = stored_specs(config, mesh,
+                         specs if specs is not None else parameter_specs(config, mesh.dim_names))
     for i, (name, shape, s, std) in enumerate(specs):
         layout = tessel.Layout(s, mesh)
         params[name] = (tessel.ones(shape, layout) if std == 0 else
@@ -105,8 +140,11 @@ def forward(params, idx, config, dropout_seed=None):
 
     b, t = idx.shape
     heads, d = config.n_head, config.n_embd // config.n_head
-    pos = params["wpe"] if t == config.block_size else tessel.slice(params["wpe"], [0, 0], [t, -1])
-    x = drop(tessel.embedding_lookup(params["wte"], idx) + pos, 1)  # Partial over model, pos once
+    mesh = tessel.fetch_layout(idx).mesh
+    use = functools.partial(gather, config=config, mesh=mesh)  # fsdp: gathered where used
+    wte, wpe = use(params, "wte"), use(params, "wpe")
+    pos = wpe if t == config.block_size else tessel.slice(wpe, [0, 0], [t, -1])
+    x = drop(tessel.embedding_lookup(wte, idx) + pos, 1)  # Partial over model, pos once
 
     def split_heads(y):
         return tessel.transpose(tessel.reshape(y, (b, t, heads, d)), [0, 2, 1, 3])
@@ -115,7 +153,11 @@ def forward(params, idx, config, dropout_seed=None):
         att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d))
         return tessel.matmul(drop(att, 3 * i + 2), v)
 
-    def block(i, x, ln_1, wq, wk, wv, c_proj, ln_2, c_fc, mlp_proj):
+    def block(i, x, *stored):
+        # Gathered inside what full recomputation runs again: dropped after the block's forward
+        # pass, gathered again in its backward pass.
+        ln_1, wq, wk, wv, c_proj, ln_2, c_fc, mlp_proj = (
+            use({f"h.{i}.{n}": w}, f"h.{i}.{n}") for n, w in zip(BLOCK_PARAMS, stored))
         h = tessel.layer_norm(x, ln_1)
         q, k, v = (split_heads(tessel.matmul(h, w)) for w in (wq, wk, wv))
         core = functools.partial(attention, i=i)
@@ -132,8 +174,8 @@ def forward(params, idx, config, dropout_seed=None):
         if config.recompute == "full":
             run = tessel.recompute_grad(run)
         x = run(x, *(params[f"h.{i}.{n}"] for n in BLOCK_PARAMS))
-    h = tessel.layer_norm(x, params["ln_f.weight"])
-    return tessel.matmul(h, params["wte"], transpose_b=True)  # tied output head
+    h = tessel.layer_norm(x, use(params, "ln_f.weight"))
+    return tessel.matmul(h, wte, transpose_b=True)  # tied output head
 
 
 def loss(params, idx, targets, config, dropout_seed=None):
@@ -176,11 +218,14 @@ def main(model=None):
     parser.add_argument("--mesh", default="2x2", help="batch x model")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    parser.add_argument("--fsdp", action="store_true",
+                        help="parameters, gradients and AdamW state sharded over batch (ZeRO-3)")
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                        "data", "shakespeare_char", "input.txt"))
     args = parser.parse_args()
     config = model.Config(args.config)
     config.recompute = args.recompute
+    config.fsdp = args.fsdp
     config.lr_decay_iters = args.steps
     config.warmup_iters = min(config.warmup_iters, args.steps // 10)
     batch_dim, model_dim = (int(v) for v in args.mesh.split("x"))

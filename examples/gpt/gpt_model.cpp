@@ -25,7 +25,7 @@ DTensor call_maybe_recomputed(bool recompute, const DTensorFunction& fn,
 }  // namespace
 
 GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_parallel)
-    : LanguageModel("gpt", std::move(mesh), runtime),
+    : LanguageModel("gpt", std::move(mesh), runtime, config.fsdp),
       config_(std::move(config)),
       sequence_parallel_(sequence_parallel) {
   config_.validate();
@@ -92,8 +92,21 @@ DTensor GptModel::attention(const std::vector<DTensor>& in, int layer, const DTe
   return matmul(y, in[kAttnProj]);  // row-parallel: Partial(sum) over model
 }
 
-DTensor GptModel::block(const std::vector<DTensor>& in, int layer,
+DTensor GptModel::block(const std::vector<DTensor>& stored, int layer,
                         const ForwardOptions& options) const {
+  // The block's parameters in their compute layouts (with fsdp, all-gathered here, inside what
+  // full recomputation runs again: the gathered copies are then dropped after the block's
+  // forward pass and gathered again in its backward pass).
+  const BlockParams& b = blocks_[static_cast<size_t>(layer)];
+  const std::vector<DTensor> in{stored[kX],
+                                gathered(stored[kLn1], b.ln_1),
+                                gathered(stored[kWq], b.attn_wq),
+                                gathered(stored[kWk], b.attn_wk),
+                                gathered(stored[kWv], b.attn_wv),
+                                gathered(stored[kAttnProj], b.attn_c_proj),
+                                gathered(stored[kLn2], b.ln_2),
+                                gathered(stored[kFc], b.mlp_c_fc),
+                                gathered(stored[kMlpProj], b.mlp_c_proj)};
   const DTensor& x = in[kX];
   const Layout whole_sequence({batch_dim(), unsharded(), unsharded()}, mesh());
   // With sequence parallelism the norms run on sequence shards; the column-parallel matmuls
@@ -116,8 +129,8 @@ DTensor GptModel::block(const std::vector<DTensor>& in, int layer,
 DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
                          const ForwardOptions& options) const {
   const int64_t t = check_inputs(p, idx);
-  const DTensor& wte = p[wte_];
-  const DTensor& wpe = p[wpe_];
+  const DTensor wte = gathered(p[wte_], wte_);  // once for the lookup and the tied head
+  const DTensor wpe = gathered(p[wpe_], wpe_);
   const DTensor pos = t == config_.block_size ? wpe : slice(wpe, {0, 0}, {t, config_.n_embd});
   // Token rows: a Partial sum over model (each device looks up the rows it holds); the position
   // embedding is added once.
@@ -135,7 +148,7 @@ DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
         [this, l, options](const std::vector<DTensor>& again) { return block(again, l, options); },
         in);
   }
-  DTensor h = layer_norm(x, p[ln_f_]);
+  DTensor h = layer_norm(x, gathered(p[ln_f_], ln_f_));
   if (sequence_parallel_) {
     h = relayout(h, Layout({batch_dim(), unsharded(), unsharded()}, mesh()));
   }

@@ -21,6 +21,8 @@
 // config().recompute chooses what a training step recomputes in its backward pass instead of
 // keeping (recompute_grad.h): attention's [B, H, T, T] part, or whole blocks. The backward pass
 // then calls this model again, so the model must outlive the gradient computation.
+// config().fsdp stores every parameter sharded over `batch` as well (ZeRO-3, language_model.h):
+// each block gathers its parameters when it starts, the gradients are reduce-scattered.
 // Mesh dimensions: `batch` and `model` are looked up by name; a missing one counts as size 1.
 // The parameter registry (names, shapes, layouts, init, from_host), tokens() and loss() are
 // LanguageModel's (language_model.h).
@@ -64,8 +66,8 @@ class GptModel : public LanguageModel {
   // block's parameters.
   enum BlockInput { kX, kLn1, kWq, kWk, kWv, kAttnProj, kLn2, kFc, kMlpProj, kBlockInputs };
 
-  // Block `layer` on its inputs (BlockInput order).
-  DTensor block(const std::vector<DTensor>& in, int layer, const ForwardOptions& options) const;
+  // Block `layer` on its inputs (BlockInput order; the parameters in their stored layouts).
+  DTensor block(const std::vector<DTensor>& stored, int layer, const ForwardOptions& options) const;
   DTensor attention(const std::vector<DTensor>& in, int layer, const DTensor& h,
                     const ForwardOptions& options) const;
   // softmax(q k^T / sqrt(D)) (causal, dropped out) times v: attention's [B, H, T, T] part, from

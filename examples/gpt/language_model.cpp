@@ -2,6 +2,7 @@
 // (language_model.h).
 #include "language_model.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -28,12 +29,13 @@ Tensor host_value(const DTensor& t) {
   return to_host(relayout(t, Layout::replicated(t.layout().mesh(), t.rank())));
 }
 
-LanguageModel::LanguageModel(std::string component, Mesh mesh, Runtime* runtime)
+LanguageModel::LanguageModel(std::string component, Mesh mesh, Runtime* runtime, bool fsdp)
     : component_(std::move(component)),
       mesh_(std::move(mesh)),
       runtime_(runtime != nullptr ? runtime : &Runtime::global()),
       batch_dim_(dim_or_unsharded(mesh_, "batch")),
-      model_dim_(dim_or_unsharded(mesh_, "model")) {}
+      model_dim_(dim_or_unsharded(mesh_, "model")),
+      fsdp_(fsdp && batch_dim_ != unsharded() && mesh_.dim_size(batch_dim_) > 1) {}
 
 const std::string& LanguageModel::unsharded() {
   static const std::string spec(kUnsharded);
@@ -57,9 +59,20 @@ size_t LanguageModel::add_parameter(std::string name, Shape shape,
                                     const std::vector<std::string>& specs, double init_stddev) {
   names_.push_back(std::move(name));
   shapes_.push_back(std::move(shape));
-  layouts_.push_back(Layout(specs, mesh_));
+  compute_layouts_.push_back(Layout(specs, mesh_));
+  // fsdp: the first unsharded axis (one that the compute layout does not shard over `model`)
+  // is sharded over `batch` too; a parameter with none stays as it is.
+  std::vector<std::string> stored = specs;
+  auto axis = std::find(stored.begin(), stored.end(), unsharded());
+  if (fsdp_ && axis != stored.end()) *axis = batch_dim_;
+  layouts_.push_back(Layout(stored, mesh_));
   init_stddev_.push_back(init_stddev);
   return names_.size() - 1;
+}
+
+DTensor LanguageModel::gathered(const DTensor& param, size_t index) const {
+  const Layout& compute = compute_layouts_.at(index);
+  return param.layout() == compute ? param : relayout(param, compute);
 }
 
 size_t LanguageModel::index(const std::string& name) const {

@@ -15,6 +15,15 @@
 //
 // Mesh dimensions: `batch` and `model` are looked up by name; a missing one counts as size 1
 // (its spec is tessel::kUnsharded). Token ids are laid out with their rows over `batch`.
+//
+// Fully sharded parameters (`fsdp`, ZeRO-3; docs/memory.md, "Fully sharded parameters"): each
+// parameter is stored (layouts()) with one more axis sharded over `batch`, the first one its
+// compute layout (compute_layouts(): the tensor-parallel one) does not shard over `model`, in
+// uneven blocks where the size does not divide. A model takes each parameter through
+// gathered() just before it uses it: a relayout to its compute layout (an all-gather over
+// `batch`) that the gradient tape records, so its gradient, a Partial sum over `batch`, is
+// reduce-scattered back to the stored shard in the backward pass. The optimizer's state follows
+// the stored layouts. Without a `batch` dimension of size > 1, fsdp changes nothing.
 #pragma once
 
 #include <cstdint>
@@ -38,17 +47,21 @@ Tensor host_value(const DTensor& t);
 
 class LanguageModel {
  public:
-  // `component` names the model in errors ("gpt"); runtime null: Runtime::global().
-  LanguageModel(std::string component, Mesh mesh, Runtime* runtime);
+  // `component` names the model in errors ("gpt"); runtime null: Runtime::global(); fsdp:
+  // parameters stored sharded over `batch` as well (above).
+  LanguageModel(std::string component, Mesh mesh, Runtime* runtime, bool fsdp = false);
   virtual ~LanguageModel() = default;
 
   const Mesh& mesh() const { return mesh_; }
   Runtime* runtime() const { return runtime_; }
-  // Parameter names in registration order, their global shapes and their layouts; params
-  // vectors follow this order.
+  // Parameter names in registration order, their global shapes and their stored layouts;
+  // params vectors follow this order.
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<Shape>& shapes() const { return shapes_; }
   const std::vector<Layout>& layouts() const { return layouts_; }
+  // The layouts the forward pass uses the parameters in: layouts() without fsdp.
+  const std::vector<Layout>& compute_layouts() const { return compute_layouts_; }
+  bool fsdp() const { return fsdp_; }
   // Index of a parameter by name (kNotFound naming it).
   size_t index(const std::string& name) const;
 
@@ -72,9 +85,15 @@ class LanguageModel {
                const ForwardOptions& options = {}) const;
 
  protected:
-  // Registers a parameter (init_stddev 0: ones); returns its index in the params vectors.
+  // Registers a parameter (init_stddev 0: ones) whose compute layout is `specs`; returns its
+  // index in the params vectors.
   size_t add_parameter(std::string name, Shape shape, const std::vector<std::string>& specs,
                        double init_stddev);
+  // Parameter `index` (stored in layouts()[index]) in its compute layout: `param` itself without
+  // fsdp, else its all-gather over `batch`, recorded on the gradient tape (its VJP
+  // reduce-scatters the gradient). Call it where the parameter is used, inside what
+  // recompute_grad recomputes, so that the gathered copy lives no longer than its uses need.
+  DTensor gathered(const DTensor& param, size_t index) const;
   // The mesh dimension's name, or tessel::kUnsharded when the mesh lacks it.
   const std::string& batch_dim() const { return batch_dim_; }
   const std::string& model_dim() const { return model_dim_; }
@@ -96,7 +115,9 @@ class LanguageModel {
   std::string batch_dim_, model_dim_;
   std::vector<std::string> names_;
   std::vector<Shape> shapes_;
-  std::vector<Layout> layouts_;
+  std::vector<Layout> layouts_;          // stored
+  std::vector<Layout> compute_layouts_;  // used by the forward pass
+  bool fsdp_;
   std::vector<double> init_stddev_;  // 0: ones
 };
 

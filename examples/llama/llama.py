@@ -91,6 +91,9 @@ def forward(params, idx, config):
     theta = config.rope_theta
     mesh = tessel.fetch_layout(idx).mesh
     whole = tessel.Layout(["batch" if "batch" in mesh.dim_names else U, U, U], mesh)
+    # With config.fsdp, every parameter all-gathered over `batch` from its shard (gpt.gather).
+    specs = parameter_specs(config, mesh)
+    params = {name: gpt.gather(params, name, config, mesh, specs) for name in params}
 
     def heads_first(y):
         return tessel.transpose(y, [0, 2, 1, 3])

@@ -14,7 +14,7 @@
 namespace tessel::llama {
 
 LlamaModel::LlamaModel(LlamaConfig config, Mesh mesh, Runtime* runtime)
-    : LanguageModel("llama", std::move(mesh), runtime), config_(std::move(config)) {
+    : LanguageModel("llama", std::move(mesh), runtime, config.fsdp), config_(std::move(config)) {
   config_.validate();
   require_whole_heads(config_.n_head);
   kv_heads_sharded_ = config_.n_kv_head % model_size() == 0;
@@ -66,7 +66,7 @@ DTensor LlamaModel::attention(const std::vector<DTensor>& p, const LayerParams& 
   const int64_t heads = config_.n_head, d = config_.head_dim();
   // [B, T, n D] (columns over model: whole heads, or replicated kv heads) -> [B, T, n, D].
   const auto project = [&](size_t w, int64_t n) {
-    return reshape(matmul(h, p[w]), Shape{batch, t, n, d});
+    return reshape(matmul(h, gathered(p[w], w)), Shape{batch, t, n, d});
   };
   const auto heads_first = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
   const DTensor q = heads_first(rotary_embedding(project(l.wq, heads), config_.rope_theta));
@@ -77,18 +77,20 @@ DTensor LlamaModel::attention(const std::vector<DTensor>& p, const LayerParams& 
   // local slice): no communication.
   const DTensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(double(d)));
   const DTensor y = reshape(heads_first(matmul(att, v)), Shape{batch, t, heads * d});
-  return matmul(y, p[l.wo]);  // row-parallel: Partial(sum) over model
+  return matmul(y, gathered(p[l.wo], l.wo));  // row-parallel: Partial(sum) over model
 }
 
 DTensor LlamaModel::layer(const std::vector<DTensor>& p, const LayerParams& l,
                           const DTensor& x) const {
   // Each Partial residual is reduced once, here, for both the norm and the residual add.
+  // With fsdp each parameter is gathered from its shard where it is used (language_model.h).
+  const auto w = [&](size_t index) { return gathered(p[index], index); };
   const DTensor r = relayout(x, residual_layout());
   const DTensor a =
-      relayout(add(r, attention(p, l, rms_norm(r, p[l.attention_norm], config_.norm_eps))),
+      relayout(add(r, attention(p, l, rms_norm(r, w(l.attention_norm), config_.norm_eps))),
                residual_layout());
-  const DTensor h = rms_norm(a, p[l.ffn_norm], config_.norm_eps);
-  const DTensor ffn = matmul(multiply(silu(matmul(h, p[l.w1])), matmul(h, p[l.w3])), p[l.w2]);
+  const DTensor h = rms_norm(a, w(l.ffn_norm), config_.norm_eps);
+  const DTensor ffn = matmul(multiply(silu(matmul(h, w(l.w1))), matmul(h, w(l.w3))), w(l.w2));
   return add(a, ffn);  // Partial(sum) over model
 }
 
@@ -96,10 +98,12 @@ DTensor LlamaModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
                            const ForwardOptions& /*options*/) const {
   check_inputs(p, idx);
   // Token rows: a Partial sum over model (each device looks up the rows it holds).
-  DTensor x = embedding_lookup(p[tok_embeddings_], idx);
+  const DTensor embeddings = gathered(p[tok_embeddings_], tok_embeddings_);
+  DTensor x = embedding_lookup(embeddings, idx);
   for (const LayerParams& l : layers_) x = layer(p, l, x);
-  const DTensor h = rms_norm(relayout(x, residual_layout()), p[norm_], config_.norm_eps);
-  const DTensor& head = p[config_.tie_embeddings ? tok_embeddings_ : output_];
+  const DTensor h =
+      rms_norm(relayout(x, residual_layout()), gathered(p[norm_], norm_), config_.norm_eps);
+  const DTensor head = config_.tie_embeddings ? embeddings : gathered(p[output_], output_);
   return matmul(h, head, false, true);  // [B, T, V], V over model
 }
 

@@ -24,6 +24,11 @@ struct TrainingConfig {
   int eval_interval = 250;
   int eval_iters = 20;  // batches per validation estimate
   uint64_t seed = 1337;
+  // Fully sharded parameters (ZeRO-3, FSDP): parameters, gradients and the optimizer's state
+  // stored sharded over the mesh's `batch` dimension as well, each parameter all-gathered where
+  // the forward pass uses it (gpt::LanguageModel, docs/memory.md). No effect without a `batch`
+  // dimension of size > 1.
+  bool fsdp = false;
 };
 
 }  // namespace tessel::train

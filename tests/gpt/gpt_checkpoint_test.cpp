@@ -1,6 +1,7 @@
 // Resuming GPT training from a checkpoint (GptTrainer::state / restore, docs/checkpoints.md):
 // on the same mesh the resumed run is bit for bit the uninterrupted one (parameters, losses);
-// on another mesh it agrees to 1e-5 relative.
+// on another mesh it agrees to 1e-5 relative; fully sharded and replicated runs restore each
+// other's checkpoints.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -88,6 +89,52 @@ TEST(GptCheckpoint, ResumesBitForBitOnTheSameMeshAndWithin1e5OnAnother) {
   GptTrainer wrong_seed(other, batch_model_mesh(2, 2, rt), data, &rt);
   EXPECT_TESSEL_ERROR(wrong_seed.restore(manager.step_directory(2)), ErrorCode::kInvalidArgument,
                       "seed");
+  std::filesystem::remove_all(dir);
+}
+
+// A checkpoint of a fully sharded run (fsdp: every tensor sharded over batch) restores onto a
+// replicated run and that one's back onto a sharded run: restore lays each tensor out as the
+// trainer holds it, and the losses follow the uninterrupted sharded run.
+TEST(GptCheckpoint, FullyShardedAndReplicatedRunsRestoreEachOther) {
+  Runtime rt({.num_cpu_devices = 4});
+  const CharDataset data = CharDataset::load(kText);
+  const std::string dir = temp_dir();
+  checkpoint::CheckpointManager manager(dir);
+  GptConfig sharded = config();
+  sharded.fsdp = true;
+  const Mesh mesh = batch_model_mesh(2, 2, rt);
+  GptTrainer straight(sharded, mesh, data, &rt);
+  std::vector<double> losses;
+  for (int s = 0; s < 6; ++s) {
+    losses.push_back(straight.step().loss);
+    if (s == 1) manager.save(straight.next_step(), straight.state());
+  }
+  const auto expect_losses = [&](GptTrainer& trainer, int from, int to) {
+    for (int s = from; s < to; ++s) {
+      const double want = losses[static_cast<size_t>(s)];
+      EXPECT_NEAR(trainer.step().loss, want, 1e-6 * std::abs(want)) << "step " << s;
+    }
+  };
+  const auto expect_layouts = [](const GptTrainer& trainer) {
+    const std::vector<Layout>& layouts = trainer.model().layouts();
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      EXPECT_EQ(trainer.params()[i].layout(), layouts[i]) << trainer.model().names()[i];
+      for (const auto& [slot, moments] : trainer.optimizer().slots()) {
+        EXPECT_EQ(moments[i].layout(), layouts[i]) << slot;
+      }
+    }
+  };
+  GptTrainer plain(config(), mesh, data, &rt);
+  plain.restore(manager.step_directory(2));
+  expect_layouts(plain);
+  expect_losses(plain, 2, 4);
+  manager.save(plain.next_step(), plain.state());
+
+  GptTrainer back(sharded, mesh, data, &rt);
+  back.restore(manager.step_directory(4));
+  ASSERT_TRUE(back.model().fsdp());
+  expect_layouts(back);
+  expect_losses(back, 4, 6);
   std::filesystem::remove_all(dir);
 }
 
