@@ -4,6 +4,7 @@
 // Ids come as RaggedIds(values, row_splits, weights=None) of array-likes; activations and
 // tables come back as tessel.Tensor (np.asarray works). Timeouts are seconds. Calls that run
 // collectives release the GIL.
+#include <limits>
 #include <optional>
 
 #include "casters.h"
@@ -54,7 +55,13 @@ void bind_config(py::module_& m) {
   py::enum_<EmbeddingOptimizer>(m, "EmbeddingOptimizer")
       .value("SGD", EmbeddingOptimizer::kSgd)
       .value("ADAGRAD", EmbeddingOptimizer::kAdagrad)
-      .value("ADAM", EmbeddingOptimizer::kAdam);
+      .value("ADAM", EmbeddingOptimizer::kAdam)
+      .value("MOMENTUM", EmbeddingOptimizer::kMomentum)
+      .value("RMS_PROP", EmbeddingOptimizer::kRmsProp)
+      .value("CENTERED_RMS_PROP", EmbeddingOptimizer::kCenteredRmsProp)
+      .value("FTRL", EmbeddingOptimizer::kFtrl)
+      .value("PROXIMAL_ADAGRAD", EmbeddingOptimizer::kProximalAdagrad)
+      .value("ADADELTA", EmbeddingOptimizer::kAdadelta);
   m.def("embedding_mode_name", &embedding_mode_name, py::arg("mode"));
   m.def("sharding_strategy_name", &sharding_strategy_name, py::arg("strategy"));
   m.def("table_placement_name", &table_placement_name, py::arg("placement"));
@@ -62,33 +69,91 @@ void bind_config(py::module_& m) {
   m.def("optimizer_name", &optimizer_name, py::arg("optimizer"));
   m.def("combiner_from_name", &combiner_from_name, py::arg("name"));
 
-  py::class_<OptimizationParameters>(m, "OptimizationParameters",
-                                     "TF's OptimizationParameters: SGD, Adagrad or lazy Adam.")
-      .def(py::init([](EmbeddingOptimizer optimizer, float learning_rate,
-                       float initial_accumulator, float beta1, float beta2, float epsilon,
-                       bool use_sum_inside_sqrt) {
-             return OptimizationParameters{optimizer, learning_rate, initial_accumulator, beta1,
-                                           beta2, epsilon, use_sum_inside_sqrt};
-           }),
-           py::arg("optimizer") = EmbeddingOptimizer::kSgd, py::arg("learning_rate") = 0.01f,
-           py::arg("initial_accumulator") = 0.1f, py::arg("beta1") = 0.9f,
-           py::arg("beta2") = 0.999f, py::arg("epsilon") = 1e-8f,
-           py::arg("use_sum_inside_sqrt") = false)
-      .def_readwrite("optimizer", &OptimizationParameters::optimizer)
-      .def_readwrite("learning_rate", &OptimizationParameters::learning_rate)
-      .def_readwrite("initial_accumulator", &OptimizationParameters::initial_accumulator)
-      .def_readwrite("beta1", &OptimizationParameters::beta1)
-      .def_readwrite("beta2", &OptimizationParameters::beta2)
-      .def_readwrite("epsilon", &OptimizationParameters::epsilon)
-      .def_readwrite("use_sum_inside_sqrt", &OptimizationParameters::use_sum_inside_sqrt)
-      .def(py::self == py::self);
+  py::class_<OptimizationParameters> params(m, "OptimizationParameters", R"doc(
+TF's OptimizationParameters: the optimizer (EmbeddingOptimizer) and its hyper-parameters under
+TF's names, and the options of every optimizer (clip_gradient_min/max, clip_weight_min/max,
+weight_decay_factor, multiply_weight_decay_factor_by_learning_rate, dynamic_learning_rate_tag).
+See include/tessel/embedding/optimization_parameters.h.)doc");
+  // Every field, by keyword (the first seven also by position, as before).
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  params.def(
+      py::init([](EmbeddingOptimizer optimizer, float learning_rate, float initial_accumulator,
+                  float beta1, float beta2, float epsilon, bool use_sum_inside_sqrt, bool lazy_adam,
+                  float momentum, bool use_nesterov, float rho, float learning_rate_power,
+                  float l1_regularization_strength, float l2_regularization_strength, float beta,
+                  bool multiply_linear_by_learning_rate, float clip_gradient_min,
+                  float clip_gradient_max, float clip_weight_min, float clip_weight_max,
+                  float weight_decay_factor, bool multiply_weight_decay_factor_by_learning_rate,
+                  int32_t dynamic_learning_rate_tag) {
+        return OptimizationParameters{optimizer,
+                                      learning_rate,
+                                      initial_accumulator,
+                                      beta1,
+                                      beta2,
+                                      epsilon,
+                                      use_sum_inside_sqrt,
+                                      lazy_adam,
+                                      momentum,
+                                      use_nesterov,
+                                      rho,
+                                      learning_rate_power,
+                                      l1_regularization_strength,
+                                      l2_regularization_strength,
+                                      beta,
+                                      multiply_linear_by_learning_rate,
+                                      clip_gradient_min,
+                                      clip_gradient_max,
+                                      clip_weight_min,
+                                      clip_weight_max,
+                                      weight_decay_factor,
+                                      multiply_weight_decay_factor_by_learning_rate,
+                                      dynamic_learning_rate_tag};
+      }),
+      py::arg("optimizer") = EmbeddingOptimizer::kSgd, py::arg("learning_rate") = 0.01f,
+      py::arg("initial_accumulator") = 0.1f, py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f,
+      py::arg("epsilon") = 1e-8f, py::arg("use_sum_inside_sqrt") = false,
+      py::arg("lazy_adam") = true, py::arg("momentum") = 0.0f, py::arg("use_nesterov") = false,
+      py::arg("rho") = 0.9f, py::arg("learning_rate_power") = -0.5f,
+      py::arg("l1_regularization_strength") = 0.0f, py::arg("l2_regularization_strength") = 0.0f,
+      py::arg("beta") = 0.0f, py::arg("multiply_linear_by_learning_rate") = false,
+      py::arg("clip_gradient_min") = -kInf, py::arg("clip_gradient_max") = kInf,
+      py::arg("clip_weight_min") = -kInf, py::arg("clip_weight_max") = kInf,
+      py::arg("weight_decay_factor") = 0.0f,
+      py::arg("multiply_weight_decay_factor_by_learning_rate") = false,
+      py::arg("dynamic_learning_rate_tag") = -1);
+#define TESSEL_FIELD(name) params.def_readwrite(#name, &OptimizationParameters::name)
+  TESSEL_FIELD(optimizer);
+  TESSEL_FIELD(learning_rate);
+  TESSEL_FIELD(initial_accumulator);
+  TESSEL_FIELD(beta1);
+  TESSEL_FIELD(beta2);
+  TESSEL_FIELD(epsilon);
+  TESSEL_FIELD(use_sum_inside_sqrt);
+  TESSEL_FIELD(lazy_adam);
+  TESSEL_FIELD(momentum);
+  TESSEL_FIELD(use_nesterov);
+  TESSEL_FIELD(rho);
+  TESSEL_FIELD(learning_rate_power);
+  TESSEL_FIELD(l1_regularization_strength);
+  TESSEL_FIELD(l2_regularization_strength);
+  TESSEL_FIELD(beta);
+  TESSEL_FIELD(multiply_linear_by_learning_rate);
+  TESSEL_FIELD(clip_gradient_min);
+  TESSEL_FIELD(clip_gradient_max);
+  TESSEL_FIELD(clip_weight_min);
+  TESSEL_FIELD(clip_weight_max);
+  TESSEL_FIELD(weight_decay_factor);
+  TESSEL_FIELD(multiply_weight_decay_factor_by_learning_rate);
+  TESSEL_FIELD(dynamic_learning_rate_tag);
+#undef TESSEL_FIELD
+  params.def(py::self == py::self);
 
   py::class_<TableDescriptor>(m, "TableDescriptor")
       .def(py::init([](std::string name, int64_t vocabulary_size, int32_t dimension,
                        OptimizationParameters optimization_parameters, TablePlacement placement,
                        EmbeddingCombiner combiner) {
-             return TableDescriptor{std::move(name), vocabulary_size, dimension,
-                                    optimization_parameters, placement, combiner};
+             return TableDescriptor{std::move(name),         vocabulary_size, dimension,
+                                    optimization_parameters, placement,       combiner};
            }),
            py::arg("name"), py::arg("vocabulary_size"), py::arg("dimension"),
            py::arg("optimization_parameters") = OptimizationParameters{},
@@ -120,15 +185,15 @@ are TF's text proto form, serialized / from_serialized its wire form.)doc")
                        EmbeddingMode mode, int32_t batch_size_per_device,
                        ShardingStrategy sharding_strategy, int32_t num_hosts,
                        int32_t num_tensor_cores) {
-             return EmbeddingConfiguration{std::move(tables), std::move(features), mode,
-                                           batch_size_per_device, sharding_strategy, num_hosts,
+             return EmbeddingConfiguration{std::move(tables),     std::move(features), mode,
+                                           batch_size_per_device, sharding_strategy,   num_hosts,
                                            num_tensor_cores};
            }),
            py::arg("tables") = std::vector<TableDescriptor>{},
            py::arg("features") = std::vector<FeatureDescriptor>{},
            py::arg("mode") = EmbeddingMode::kTraining, py::arg("batch_size_per_device") = 0,
-           py::arg("sharding_strategy") = ShardingStrategy::kDivDefault,
-           py::arg("num_hosts") = 0, py::arg("num_tensor_cores") = 0)
+           py::arg("sharding_strategy") = ShardingStrategy::kDivDefault, py::arg("num_hosts") = 0,
+           py::arg("num_tensor_cores") = 0)
       .def_readwrite("tables", &EmbeddingConfiguration::tables)
       .def_readwrite("features", &EmbeddingConfiguration::features)
       .def_readwrite("mode", &EmbeddingConfiguration::mode)
@@ -137,16 +202,21 @@ are TF's text proto form, serialized / from_serialized its wire form.)doc")
       .def_readwrite("num_hosts", &EmbeddingConfiguration::num_hosts)
       .def_readwrite("num_tensor_cores", &EmbeddingConfiguration::num_tensor_cores)
       .def("bags_per_device", &EmbeddingConfiguration::bags_per_device, py::arg("feature"))
+      .def("num_dynamic_learning_rates", &EmbeddingConfiguration::num_dynamic_learning_rates)
       .def("validate", &EmbeddingConfiguration::validate, py::arg("num_hosts"),
            py::arg("num_devices"))
       .def("to_text", &EmbeddingConfiguration::to_text)
-      .def_static("from_text", [](const std::string& text) {
-        return EmbeddingConfiguration::from_text(text);
-      }, py::arg("text"))
+      .def_static(
+          "from_text",
+          [](const std::string& text) { return EmbeddingConfiguration::from_text(text); },
+          py::arg("text"))
       .def("serialized", [](const EmbeddingConfiguration& c) { return py::bytes(c.serialized()); })
-      .def_static("from_serialized", [](const py::bytes& b) {
-        return EmbeddingConfiguration::from_serialized(std::string(b));
-      }, py::arg("data"))
+      .def_static(
+          "from_serialized",
+          [](const py::bytes& b) {
+            return EmbeddingConfiguration::from_serialized(std::string(b));
+          },
+          py::arg("data"))
       .def(py::self == py::self)
       .def("__repr__", [](const EmbeddingConfiguration& c) { return c.to_text(); });
 
@@ -164,11 +234,14 @@ are TF's text proto form, serialized / from_serialized its wire form.)doc")
       .def("local_cols", &TableSharding::local_cols, py::arg("device"))
       .def("col_begin", &TableSharding::col_begin, py::arg("device"))
       .def("global_row", &TableSharding::global_row, py::arg("device"), py::arg("local_row"))
-      .def("owners", [](const TableSharding& s, int64_t row) {
-        std::vector<RowPiece> out;
-        s.owners(row, out);
-        return out;
-      }, py::arg("row"));
+      .def(
+          "owners",
+          [](const TableSharding& s, int64_t row) {
+            std::vector<RowPiece> out;
+            s.owners(row, out);
+            return out;
+          },
+          py::arg("row"));
 }
 
 void bind_sharded(py::module_& m) {
@@ -193,7 +266,8 @@ void bind_sharded(py::module_& m) {
 The tables of an EmbeddingConfiguration sharded over a mesh's devices. lookup(inputs) takes
 inputs[f][i] (RaggedIds of feature f on the mesh's i-th local device) and returns activations
 [f][i] of shape [bags, dim] (in BACKWARD_PASS_ONLY mode: [], no forward pass);
-apply_gradients(gradients) applies the tables' optimizers to the rows the last lookup touched.
+apply_gradients(gradients, learning_rates=[]) applies the tables' optimizers to the rows the last
+lookup touched (learning_rates[tag]: the step's dynamic learning rates).
 See include/tessel/embedding/sharded_embedding.h.)doc")
       .def(py::init([](const EmbeddingConfiguration& config, const Mesh& mesh, Runtime* runtime,
                        double timeout, uint64_t seed) {
@@ -208,17 +282,17 @@ See include/tessel/embedding/sharded_embedding.h.)doc")
       .def_property_readonly("num_devices", &ShardedEmbedding::num_devices)
       .def("table_index", &ShardedEmbedding::table_index, py::arg("table"))
       .def("feature_index", &ShardedEmbedding::feature_index, py::arg("feature"))
-      .def("sharding", &ShardedEmbedding::sharding, py::arg("table"),
-           py::return_value_policy::copy)
+      .def("sharding", &ShardedEmbedding::sharding, py::arg("table"), py::return_value_policy::copy)
       .def("lookup", &ShardedEmbedding::lookup, py::arg("inputs"), Release())
       .def(
           "apply_gradients",
-          [](ShardedEmbedding& e, const std::vector<std::vector<py::object>>& gradients) {
+          [](ShardedEmbedding& e, const std::vector<std::vector<py::object>>& gradients,
+             const std::vector<float>& learning_rates) {
             const auto grads = tensor_lists(gradients);
             py::gil_scoped_release release;
-            e.apply_gradients(grads);
+            e.apply_gradients(grads, learning_rates);
           },
-          py::arg("gradients"))
+          py::arg("gradients"), py::arg("learning_rates") = std::vector<float>{})
       .def("get_table", &ShardedEmbedding::get_table, py::arg("table"), Release())
       .def("get_slot", &ShardedEmbedding::get_slot, py::arg("table"), py::arg("slot"), Release())
       .def("slot_names", &ShardedEmbedding::slot_names, py::arg("table"))
@@ -245,8 +319,8 @@ void bind_lifecycle(py::module_& m) {
         return host ? configure_embedding(*host, config, options)
                     : configure_embedding(config, options);
       },
-      py::arg("config"), py::arg("host") = nullptr, py::arg("timeout") = 60.0,
-      py::arg("seed") = 0, py::keep_alive<0, 2>(),  // the tables use the host's runtime
+      py::arg("config"), py::arg("host") = nullptr, py::arg("timeout") = 60.0, py::arg("seed") = 0,
+      py::keep_alive<0, 2>(),  // the tables use the host's runtime
       "Step 6 of the system lifecycle (TF's ConfigureTPUEmbedding) on `host`, or on the "
       "accelerator system's host; returns the ShardedEmbedding.");
   m.def(
@@ -256,8 +330,7 @@ void bind_lifecycle(py::module_& m) {
       },
       py::arg("host") = nullptr, "TF's IsTPUEmbeddingInitialized.");
   m.def(
-      "embedding",
-      [](const Host* host) { return host ? host_embedding(*host) : embedding(); },
+      "embedding", [](const Host* host) { return host ? host_embedding(*host) : embedding(); },
       py::arg("host") = nullptr, "The ShardedEmbedding configure_embedding made.");
   m.def("host_embedding", &host_embedding, py::arg("host"), py::keep_alive<0, 1>(),
         "The ShardedEmbedding configure_embedding made on `host`.");

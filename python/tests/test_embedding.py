@@ -240,9 +240,9 @@ def test_text_form_round_trips_and_reads_tf_text():
     parsed = tessel.EmbeddingConfiguration.from_text(tf_text)
     assert parsed.mode == tessel.EmbeddingMode.INFERENCE
     assert parsed.tables[0].optimization_parameters.optimizer == E.ADAGRAD
-    with pytest.raises(ValueError, match="ftrl"):
+    with pytest.raises(ValueError, match="proximal_yogi"):
         tessel.EmbeddingConfiguration.from_text(
-            "table_descriptor { optimization_parameters { ftrl {} } }")
+            "table_descriptor { optimization_parameters { proximal_yogi {} } }")
 
 
 def test_table_sharding_is_tfs_div_and_mod():

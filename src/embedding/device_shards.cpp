@@ -37,8 +37,8 @@ int64_t bytes_to_others(const std::vector<int64_t>& counts, int self, int64_t un
 
 // Initial values of rows [row0, row0 + rows) x columns [col0, col0 + cols) of table `t`:
 // random_uniform of the whole table, block by block (the same numbers for every placement).
-Tensor initial_block(const TableDescriptor& table, int t, uint64_t seed, int64_t row0,
-                     int64_t rows, int64_t col0, int64_t cols) {
+Tensor initial_block(const TableDescriptor& table, int t, uint64_t seed, int64_t row0, int64_t rows,
+                     int64_t col0, int64_t cols) {
   const double bound = 1.0 / std::sqrt(static_cast<double>(table.dimension));
   return Tensor::random_uniform_block(Shape{table.vocabulary_size, table.dimension}, {row0, col0},
                                       {rows, cols}, DType::kF32, seed + static_cast<uint64_t>(t),
@@ -55,17 +55,6 @@ Tensor reuse_buffer(Tensor& cache, const Shape& shape, DType dtype) {
                           /*zero_fill=*/false);
   }
   return cache.slice(0, 0, n).reshape(shape);
-}
-
-std::vector<std::string> embedding_slot_names(EmbeddingOptimizer optimizer) {
-  switch (optimizer) {
-    case EmbeddingOptimizer::kAdagrad:
-      return {"accumulators"};
-    case EmbeddingOptimizer::kAdam:
-      return {"momenta", "velocities"};
-    default:
-      return {};
-  }
 }
 
 DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int rank, Device& device,
@@ -90,8 +79,8 @@ DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int ra
     } else if (s.placement() != TablePlacement::kRowWise ||
                s.global_row(rank, rows - 1) - s.global_row(rank, 0) == rows - 1) {
       // Contiguous global rows: one block.
-      shard.values.copy_from(initial_block(tables[t], ti, seed, s.global_row(rank, 0), rows,
-                                           s.col_begin(rank), cols));
+      shard.values.copy_from(
+          initial_block(tables[t], ti, seed, s.global_row(rank, 0), rows, s.col_begin(rank), cols));
     } else {
       // MOD: strided rows, one block each.
       for (int64_t r = 0; r < rows; ++r) {
@@ -102,9 +91,14 @@ DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int ra
     const OptimizationParameters& o = tables[t].optimization_parameters;
     for (const std::string& name : embedding_slot_names(o.optimizer)) {
       Tensor slot = device.allocate(Shape{rows, cols}, DType::kF32, /*zero_fill=*/true);
-      if (name == "accumulators") slot.fill(o.initial_accumulator);
+      const float initial = slot_initial_value(o, name);
+      if (initial != 0.0f) slot.fill(initial);
       shard.slots.push_back(slot);
     }
+    per_piece_.push_back(o.optimizer == EmbeddingOptimizer::kSgd &&
+                         !std::isfinite(o.clip_gradient_min) &&
+                         !std::isfinite(o.clip_gradient_max) && !std::isfinite(o.clip_weight_min) &&
+                         !std::isfinite(o.clip_weight_max) && o.weight_decay_factor == 0);
     shard.data = shard.values.data<float>();
     shard.cols = cols;
     shards_.push_back(std::move(shard));
@@ -216,8 +210,8 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
   const int n = layout_.num_devices;
 
   // 1. Requests to the owners: (table, local row, source) per piece, by destination.
-  Tensor requests = reuse_buffer(buffers_.requests, Shape{static_cast<int64_t>(r.sent.size()), 3},
-                                 DType::kI64);
+  Tensor requests =
+      reuse_buffer(buffers_.requests, Shape{static_cast<int64_t>(r.sent.size()), 3}, DType::kI64);
   int64_t* q = requests.data<int64_t>();
   for (const auto& [u, piece] : r.sent) {
     *q++ = r.unique[static_cast<size_t>(u)].first;
@@ -326,10 +320,18 @@ std::vector<Tensor> DeviceShards::lookup(const std::vector<FeatureIds>& features
   return activations;
 }
 
-void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communicator& comm,
+void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients,
+                                   const std::vector<float>& learning_rates, Communicator& comm,
                                    const CollectiveOptions& options, DeviceStepCounts& counts) {
   LookupRecord& r = record_;
   r.valid = false;
+  step_lr_.clear();
+  for (const TableDescriptor& t : layout_.config.tables) {
+    const OptimizationParameters& o = t.optimization_parameters;
+    step_lr_.push_back(o.dynamic_learning_rate_tag < 0
+                           ? o.learning_rate
+                           : learning_rates[static_cast<size_t>(o.dynamic_learning_rate_tag)]);
+  }
   const int n = layout_.num_devices;
 
   // 1. One gradient per distinct row: the bags' gradients times each id's factor, summed.
@@ -384,7 +386,7 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
   // 3. The owner sums the gradients of each of its rows (one request per device that looked it
   // up) and updates each touched row once. The rows are found by direct addressing (a slot per
   // local row, reset after the step), not hashed: a request costs one load. SGD is linear in
-  // the gradient, so an SGD table's rows take each request's gradient as it comes
+  // the gradient, so a plain SGD table's rows take each request's gradient as it comes
   // (w -= lr * g per request: the same update as with the sum, to rounding), with no sum.
   TouchedRows& touched = buffers_.touched;
   touched.rows.clear();
@@ -398,16 +400,16 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients, Communi
     if (i + kPrefetchAhead < r.served.size()) {
       const auto [t, row] = r.served[i + kPrefetchAhead];
       const TableShard& shard = shards_[static_cast<size_t>(t)];
-      if (is_sgd(t)) prefetch_row(shard.data + row * shard.cols, shard.cols);
+      if (applies_per_piece(t)) prefetch_row(shard.data + row * shard.cols, shard.cols);
       const std::vector<int32_t>& ahead = touched.slots[static_cast<size_t>(t)];
       if (!ahead.empty()) __builtin_prefetch(ahead.data() + row);
     }
     const auto [table, local_row] = r.served[i];
     const auto t = static_cast<size_t>(table);
     const int64_t cols = shards_[t].cols;
-    if (is_sgd(table)) {
+    if (applies_per_piece(table)) {
       float* w = shards_[t].data + local_row * cols;
-      const float lr = layout_.config.tables[t].optimization_parameters.learning_rate;
+      const float lr = step_lr_[t];
       for (int64_t c = 0; c < cols; ++c) w[c] -= lr * in[c];
       in += cols;
       continue;
@@ -463,7 +465,8 @@ void TouchedRows::forget_slots() {
   }
 }
 
-void DeviceShards::update_rows(const TouchedRows& touched) {
+void DeviceShards::update_rows(TouchedRows& touched) {
+  std::vector<float*> slots;
   for (size_t i = 0; i < touched.rows.size(); ++i) {
     if (i + kPrefetchAhead < touched.rows.size()) {
       const auto [t, row] = touched.rows[i + kPrefetchAhead];
@@ -474,39 +477,39 @@ void DeviceShards::update_rows(const TouchedRows& touched) {
       }
     }
     const auto [table, local_row] = touched.rows[i];
-    TableShard& shard = shards_[static_cast<size_t>(table)];
-    const OptimizationParameters& o =
-        layout_.config.tables[static_cast<size_t>(table)].optimization_parameters;
-    const int64_t cols = shard.cols;
-    const int64_t base = local_row * cols;
-    float* w = shard.data + base;
-    const float* g = touched.summed.data() + touched.offset[i];
-    const float lr = o.learning_rate;
-    switch (o.optimizer) {
-      case EmbeddingOptimizer::kSgd:
-        for (int64_t c = 0; c < cols; ++c) w[c] -= lr * g[c];
-        break;
-      case EmbeddingOptimizer::kAdagrad: {
-        float* acc = shard.slots[0].data<float>() + base;
-        for (int64_t c = 0; c < cols; ++c) {
-          acc[c] += g[c] * g[c];
-          w[c] -= lr * g[c] / std::sqrt(acc[c]);
-        }
-        break;
-      }
-      case EmbeddingOptimizer::kAdam: {
-        float* m = shard.slots[0].data<float>() + base;
-        float* v = shard.slots[1].data<float>() + base;
-        for (int64_t c = 0; c < cols; ++c) {
-          m[c] = o.beta1 * m[c] + (1 - o.beta1) * g[c];
-          v[c] = o.beta2 * v[c] + (1 - o.beta2) * g[c] * g[c];
-          const float denom = o.use_sum_inside_sqrt ? std::sqrt(v[c] + o.epsilon * o.epsilon)
-                                                    : std::sqrt(v[c]) + o.epsilon;
-          w[c] -= lr * m[c] / denom;
-        }
-        break;
-      }
+    const auto t = static_cast<size_t>(table);
+    TableShard& shard = shards_[t];
+    const int64_t base = local_row * shard.cols;
+    slots.clear();
+    for (Tensor& slot : shard.slots) slots.push_back(slot.data<float>() + base);
+    update_row(layout_.config.tables[t].optimization_parameters, step_lr_[t], shard.data + base,
+               slots.data(), touched.summed.data() + touched.offset[i], shard.cols);
+  }
+  for (size_t t = 0; t < shards_.size(); ++t) {
+    const OptimizationParameters& o = layout_.config.tables[t].optimization_parameters;
+    if (o.optimizer == EmbeddingOptimizer::kAdam && !o.lazy_adam) {
+      update_untouched_rows(static_cast<int>(t), touched);
     }
+  }
+}
+
+void DeviceShards::update_untouched_rows(int table, const TouchedRows& touched) {
+  TableShard& shard = shards_[static_cast<size_t>(table)];
+  const int64_t rows = shard.values.shape()[0];
+  std::vector<bool> done(static_cast<size_t>(rows), false);
+  for (const auto& [t, row] : touched.rows) {
+    if (t == table) done[static_cast<size_t>(row)] = true;
+  }
+  std::vector<float> zero(static_cast<size_t>(shard.cols));
+  std::vector<float*> slots(shard.slots.size());
+  const auto ts = static_cast<size_t>(table);
+  for (int64_t row = 0; row < rows; ++row) {
+    if (done[static_cast<size_t>(row)]) continue;
+    const int64_t base = row * shard.cols;
+    for (size_t k = 0; k < slots.size(); ++k) slots[k] = shard.slots[k].data<float>() + base;
+    std::fill(zero.begin(), zero.end(), 0.0f);  // update_row clips it in place
+    update_row(layout_.config.tables[ts].optimization_parameters, step_lr_[ts], shard.data + base,
+               slots.data(), zero.data(), shard.cols);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "embedding/flat_index.h"
+#include "embedding/row_update.h"
 #include "tessel/comm/communicator.h"
 #include "tessel/core/tensor.h"
 #include "tessel/embedding/embedding_config.h"
@@ -97,46 +98,49 @@ class DeviceShards {
   std::vector<Tensor> lookup(const std::vector<FeatureIds>& features, Communicator& comm,
                              const CollectiveOptions& options, bool forward,
                              DeviceStepCounts& counts);
-  void apply_gradients(const std::vector<Tensor>& gradients, Communicator& comm,
+  // learning_rates[tag]: the step's value of each dynamic learning rate tag (checked by the
+  // caller).
+  void apply_gradients(const std::vector<Tensor>& gradients,
+                       const std::vector<float>& learning_rates, Communicator& comm,
                        const CollectiveOptions& options, DeviceStepCounts& counts);
   bool has_lookup() const { return record_.valid; }
 
  private:
   // Fills the unique rows of the record and the per-id factors.
   void plan(const std::vector<FeatureIds>& features);
+  // Whether a table's update is linear in the gradient and has no per-step option (plain SGD:
+  // no clipping, no weight decay), so that each received piece can be applied as it comes.
+  bool applies_per_piece(int table) const { return per_piece_[static_cast<size_t>(table)]; }
   // The floats of distinct row `unique` of the last lookup (its table's dimension).
-  bool is_sgd(int table) const {
-    return layout_.config.tables[static_cast<size_t>(table)].optimization_parameters.optimizer ==
-           EmbeddingOptimizer::kSgd;
-  }
   int64_t row_width(int64_t unique) const {
     const int table = record_.unique[static_cast<size_t>(unique)].first;
     return layout_.config.tables[static_cast<size_t>(table)].dimension;
   }
-  // Updates every touched row with its summed gradient (the table's optimizer).
-  void update_rows(const TouchedRows& touched);
+  // Updates every touched row with its summed gradient (the table's optimizer), then, for
+  // non-lazy Adam, every other row with a zero gradient.
+  void update_rows(TouchedRows& touched);
+  void update_untouched_rows(int table, const TouchedRows& touched);
 
   const std::shared_ptr<const EmbeddingLayout> layout_holder_;
   const EmbeddingLayout& layout_;
   int rank_;
   Device& device_;
   std::vector<TableShard> shards_;
+  std::vector<bool> per_piece_;  // by table: applies_per_piece
+  std::vector<float> step_lr_;   // by table: the learning rate of the step being applied
   LookupRecord record_;
   // Buffers kept from step to step (no fresh pages, no zeroing each step).
   struct Buffers {
-    Tensor requests, reply;              // all-to-all inputs (reply: rows, then gradients)
-    std::vector<float> split;            // column-wise rows, assembled
-    std::vector<const float*> row_at;    // where each distinct row is, in a lookup
-    FlatIndex index;                     // the distinct rows of a lookup / of what was served
+    Tensor requests, reply;            // all-to-all inputs (reply: rows, then gradients)
+    std::vector<float> split;          // column-wise rows, assembled
+    std::vector<const float*> row_at;  // where each distinct row is, in a lookup
+    FlatIndex index;                   // the distinct rows of a lookup / of what was served
     std::vector<std::pair<int64_t, RowPiece>> pending;  // a lookup's requests, in id order
-    TouchedRows touched;                 // apply_gradients on the owner
+    TouchedRows touched;                                // apply_gradients on the owner
   } buffers_;
 };
 
 // A [shape] view of `cache`, grown (not zeroed) when it is too small.
 Tensor reuse_buffer(Tensor& cache, const Shape& shape, DType dtype);
-
-// Slot names of an optimizer (TF's): adagrad {accumulators}, adam {momenta, velocities}.
-std::vector<std::string> embedding_slot_names(EmbeddingOptimizer optimizer);
 
 }  // namespace tessel::detail

@@ -4,10 +4,12 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "core/errors.h"
+#include "embedding/optimization_proto.h"
 #include "tessel/proto/embedding.pb.h"
 
 namespace tessel {
@@ -29,7 +31,6 @@ constexpr std::string_view kStrategyNames[] = {"DIV_DEFAULT", "MOD"};
 constexpr std::string_view kPlacementNames[] = {"ROW_WISE", "TABLE_WISE", "COLUMN_WISE",
                                                 "DATA_PARALLEL"};
 constexpr std::string_view kCombinerNames[] = {"sum", "mean", "sqrtn"};
-constexpr std::string_view kOptimizerNames[] = {"sgd", "adagrad", "adam"};
 
 // Collects the text parser's first error, "line:column: message".
 class FirstError : public google::protobuf::io::ErrorCollector {
@@ -41,68 +42,6 @@ class FirstError : public google::protobuf::io::ErrorCollector {
   std::string text;
 };
 
-void to_proto(const OptimizationParameters& o, proto::OptimizationParametersProto& p) {
-  p.mutable_learning_rate()->set_constant(o.learning_rate);
-  switch (o.optimizer) {
-    case EmbeddingOptimizer::kSgd:
-      p.mutable_stochastic_gradient_descent();
-      break;
-    case EmbeddingOptimizer::kAdagrad:
-      p.mutable_adagrad()->set_initial_accumulator(o.initial_accumulator);
-      break;
-    case EmbeddingOptimizer::kAdam: {
-      auto* a = p.mutable_adam();
-      a->set_beta1(o.beta1);
-      a->set_beta2(o.beta2);
-      a->set_epsilon(o.epsilon);
-      a->set_use_sum_inside_sqrt(o.use_sum_inside_sqrt);
-      break;
-    }
-  }
-}
-
-[[noreturn]] void unimplemented(const std::string& table, std::string_view what) {
-  detail::throw_error(ErrorCode::kUnimplemented, kComponent, "table '{}': {} is not supported",
-                      table, what);
-}
-
-OptimizationParameters from_proto(const proto::OptimizationParametersProto& p,
-                                  const std::string& table) {
-  if (p.has_clipping_limits()) unimplemented(table, "clipping_limits");
-  if (p.has_gradient_clipping_limits()) unimplemented(table, "gradient_clipping_limits");
-  if (p.weight_decay_factor() != 0) unimplemented(table, "weight_decay_factor");
-  if (p.learning_rate().has_dynamic()) unimplemented(table, "a dynamic learning_rate");
-  if (p.gradient_accumulation_status() == proto::GradientAccumulationStatusProto::DISABLED) {
-    unimplemented(table, "gradient_accumulation_status DISABLED (tessel sums a row's gradients "
-                         "first)");
-  }
-  OptimizationParameters o;
-  if (p.has_learning_rate()) o.learning_rate = p.learning_rate().constant();
-  switch (p.parameters_case()) {
-    case proto::OptimizationParametersProto::kAdagrad:
-      o.optimizer = EmbeddingOptimizer::kAdagrad;
-      // proto3 cannot tell 0 from unset: 0 means TF's default.
-      if (p.adagrad().initial_accumulator() != 0) {
-        o.initial_accumulator = p.adagrad().initial_accumulator();
-      }
-      break;
-    case proto::OptimizationParametersProto::kAdam:
-      o.optimizer = EmbeddingOptimizer::kAdam;
-      o.beta1 = p.adam().beta1();
-      o.beta2 = p.adam().beta2();
-      o.epsilon = p.adam().epsilon();
-      o.use_sum_inside_sqrt = p.adam().use_sum_inside_sqrt();
-      if (p.adam().use_non_lazy_adam()) {
-        unimplemented(table, "use_non_lazy_adam (tessel's Adam updates only the rows a step "
-                             "touched, TF's default)");
-      }
-      break;
-    default:
-      o.optimizer = EmbeddingOptimizer::kSgd;
-  }
-  return o;
-}
-
 ConfigProto to_proto(const EmbeddingConfiguration& c) {
   ConfigProto p;
   for (const TableDescriptor& t : c.tables) {
@@ -110,7 +49,8 @@ ConfigProto to_proto(const EmbeddingConfiguration& c) {
     tp->set_name(t.name);
     tp->set_vocabulary_size(t.vocabulary_size);
     tp->set_dimension(t.dimension);
-    to_proto(t.optimization_parameters, *tp->mutable_optimization_parameters());
+    detail::optimization_to_proto(t.optimization_parameters,
+                                  *tp->mutable_optimization_parameters());
     tp->set_placement(static_cast<TableProto::Placement>(t.placement));
     tp->set_combiner(std::string(combiner_name(t.combiner)));
   }
@@ -138,19 +78,20 @@ EmbeddingConfiguration from_proto(const ConfigProto& p) {
     t.name = tp.name();
     t.vocabulary_size = tp.vocabulary_size();
     t.dimension = tp.dimension();
-    t.optimization_parameters = from_proto(tp.optimization_parameters(), tp.name());
+    t.optimization_parameters =
+        detail::optimization_from_proto(tp.optimization_parameters(), tp.name());
     const int placement = tp.placement();
     if (placement < 0 || placement > static_cast<int>(TablePlacement::kDataParallel)) {
       detail::throw_invalid(kComponent, "table '{}': unknown placement {}", t.name, placement);
     }
     t.placement = static_cast<TablePlacement>(placement);
-    t.combiner = tp.combiner().empty() ? EmbeddingCombiner::kMean
-                                       : combiner_from_name(tp.combiner());
+    t.combiner =
+        tp.combiner().empty() ? EmbeddingCombiner::kMean : combiner_from_name(tp.combiner());
     c.tables.push_back(std::move(t));
   }
   for (const auto& fp : p.feature_descriptor()) {
-    c.features.push_back({fp.name(), fp.table_id(), {fp.input_shape().begin(),
-                                                     fp.input_shape().end()}});
+    c.features.push_back(
+        {fp.name(), fp.table_id(), {fp.input_shape().begin(), fp.input_shape().end()}});
   }
   const int mode = p.mode(), strategy = p.sharding_strategy();
   if (mode < 0 || mode > static_cast<int>(EmbeddingMode::kBackwardPassOnly)) {
@@ -167,29 +108,12 @@ EmbeddingConfiguration from_proto(const ConfigProto& p) {
   return c;
 }
 
-void check_optimizer(const TableDescriptor& t) {
-  const OptimizationParameters& o = t.optimization_parameters;
-  const auto bad = [&](std::string_view what, float value) {
-    detail::throw_invalid(kComponent, "table '{}': {} {} is out of range", t.name, what, value);
-  };
-  if (!std::isfinite(o.learning_rate) || o.learning_rate < 0) bad("learning_rate", o.learning_rate);
-  if (o.optimizer == EmbeddingOptimizer::kAdagrad && !(o.initial_accumulator > 0)) {
-    bad("initial_accumulator (must be > 0)", o.initial_accumulator);
-  }
-  if (o.optimizer == EmbeddingOptimizer::kAdam) {
-    if (!(o.beta1 >= 0 && o.beta1 < 1)) bad("beta1 (must be in [0, 1))", o.beta1);
-    if (!(o.beta2 >= 0 && o.beta2 < 1)) bad("beta2 (must be in [0, 1))", o.beta2);
-    if (!(o.epsilon > 0)) bad("epsilon (must be > 0)", o.epsilon);
-  }
-}
-
 }  // namespace
 
 std::string_view embedding_mode_name(EmbeddingMode mode) { return name_of(mode, kModeNames); }
 std::string_view sharding_strategy_name(ShardingStrategy s) { return name_of(s, kStrategyNames); }
 std::string_view table_placement_name(TablePlacement p) { return name_of(p, kPlacementNames); }
 std::string_view combiner_name(EmbeddingCombiner c) { return name_of(c, kCombinerNames); }
-std::string_view optimizer_name(EmbeddingOptimizer o) { return name_of(o, kOptimizerNames); }
 
 EmbeddingCombiner combiner_from_name(std::string_view name) {
   for (size_t i = 0; i < std::size(kCombinerNames); ++i) {
@@ -210,8 +134,9 @@ void EmbeddingConfiguration::validate(int system_hosts, int system_devices) cons
   if (tables.empty()) detail::throw_invalid(kComponent, "no table_descriptor");
   if (features.empty()) detail::throw_invalid(kComponent, "no feature_descriptor");
   if (mode == EmbeddingMode::kUnspecified) {
-    detail::throw_invalid(kComponent, "mode is UNSPECIFIED (INFERENCE, TRAINING or "
-                                      "BACKWARD_PASS_ONLY)");
+    detail::throw_invalid(kComponent,
+                          "mode is UNSPECIFIED (INFERENCE, TRAINING or "
+                          "BACKWARD_PASS_ONLY)");
   }
   if (batch_size_per_device <= 0) {
     detail::throw_invalid(kComponent, "batch_size_per_tensor_core {} must be > 0",
@@ -239,7 +164,7 @@ void EmbeddingConfiguration::validate(int system_hosts, int system_devices) cons
       detail::throw_invalid(kComponent, "table '{}': dimension {} must be > 0", t.name,
                             t.dimension);
     }
-    check_optimizer(t);
+    detail::check_optimization_parameters(t.optimization_parameters, t.name);
   }
   std::vector<bool> used(tables.size(), false);
   std::set<std::string> feature_names;
@@ -265,6 +190,28 @@ void EmbeddingConfiguration::validate(int system_hosts, int system_devices) cons
   for (size_t t = 0; t < tables.size(); ++t) {
     if (!used[t]) detail::throw_invalid(kComponent, "table '{}' has no feature", tables[t].name);
   }
+  // TF: every tag in [0, number of distinct tags) is used (none skipped).
+  std::vector<bool> tag_used(static_cast<size_t>(num_dynamic_learning_rates()), false);
+  for (const TableDescriptor& t : tables) {
+    const int32_t tag = t.optimization_parameters.dynamic_learning_rate_tag;
+    if (tag >= 0) tag_used[static_cast<size_t>(tag)] = true;
+  }
+  for (size_t tag = 0; tag < tag_used.size(); ++tag) {
+    if (!tag_used[tag]) {
+      detail::throw_invalid(kComponent,
+                            "dynamic learning rate tag {} is used by no table, but "
+                            "tag {} is (the tags must be 0, 1, ... without a gap)",
+                            tag, tag_used.size() - 1);
+    }
+  }
+}
+
+int EmbeddingConfiguration::num_dynamic_learning_rates() const {
+  int n = 0;
+  for (const TableDescriptor& t : tables) {
+    n = std::max(n, t.optimization_parameters.dynamic_learning_rate_tag + 1);
+  }
+  return n;
 }
 
 std::string EmbeddingConfiguration::to_text() const {
@@ -292,8 +239,10 @@ std::string EmbeddingConfiguration::serialized() const {
 EmbeddingConfiguration EmbeddingConfiguration::from_serialized(std::string_view bytes) {
   ConfigProto p;
   if (!p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    detail::throw_invalid(kComponent, "from_serialized: {} bytes are not a "
-                                      "TPUEmbeddingConfiguration", bytes.size());
+    detail::throw_invalid(kComponent,
+                          "from_serialized: {} bytes are not a "
+                          "TPUEmbeddingConfiguration",
+                          bytes.size());
   }
   return from_proto(p);
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <functional>
 
 #include "comm/group_service.h"
@@ -42,13 +43,40 @@ std::vector<TableSharding> make_shardings(const EmbeddingConfiguration& config, 
 std::vector<int64_t> integers(const Tensor& t, const std::string& what) {
   if (!t.defined() || t.rank() != 1 || (t.dtype() != DType::kI64 && t.dtype() != DType::kI32)) {
     detail::throw_invalid(kComponent, "{} must be a 1-D int64 or int32 tensor, got {}", what,
-                          t.defined() ? fmt::format("{} {}", dtype_name(t.dtype()),
-                                                    t.shape().to_string())
-                                      : std::string("an undefined tensor"));
+                          t.defined()
+                              ? fmt::format("{} {}", dtype_name(t.dtype()), t.shape().to_string())
+                              : std::string("an undefined tensor"));
   }
   if (t.dtype() == DType::kI64) return t.to_vector<int64_t>();
   const std::vector<int32_t> v = t.to_vector<int32_t>();
   return {v.begin(), v.end()};
+}
+
+// One learning rate per dynamic learning rate tag (TF's SendTPUEmbeddingGradients'
+// learning_rates: in tag order, empty when every table's rate is constant), each finite and
+// >= 0 (> 0 for an FTRL table, which divides by it).
+void check_learning_rates(const EmbeddingConfiguration& config,
+                          const std::vector<float>& learning_rates) {
+  const int want = config.num_dynamic_learning_rates();
+  if (static_cast<int>(learning_rates.size()) != want) {
+    detail::throw_invalid(kComponent,
+                          "apply_gradients: {} learning rates given, but the tables' "
+                          "dynamic learning rate tags need {} (one per tag)",
+                          learning_rates.size(), want);
+  }
+  for (const TableDescriptor& t : config.tables) {
+    const OptimizationParameters& o = t.optimization_parameters;
+    if (o.dynamic_learning_rate_tag < 0) continue;
+    const float rate = learning_rates[static_cast<size_t>(o.dynamic_learning_rate_tag)];
+    const bool ftrl = o.optimizer == EmbeddingOptimizer::kFtrl;
+    if (!std::isfinite(rate) || rate < 0 || (ftrl && rate == 0)) {
+      detail::throw_invalid(kComponent,
+                            "apply_gradients: learning rate {} of tag {} (table '{}', "
+                            "{}) must be finite and {}",
+                            rate, o.dynamic_learning_rate_tag, t.name, optimizer_name(o.optimizer),
+                            ftrl ? "> 0" : ">= 0");
+    }
+  }
 }
 
 }  // namespace
@@ -58,7 +86,8 @@ struct ShardedEmbedding::State {
   Mesh mesh;
   EmbeddingOptions options;
   // Shared with every device's shards (a task still on a stream after a failed step keeps them).
-  std::shared_ptr<detail::EmbeddingLayout> shared_layout = std::make_shared<detail::EmbeddingLayout>();
+  std::shared_ptr<detail::EmbeddingLayout> shared_layout =
+      std::make_shared<detail::EmbeddingLayout>();
   detail::EmbeddingLayout& layout = *shared_layout;
   std::vector<Device*> devices;  // local, mesh local order
   std::vector<int> ranks;        // mesh offset of each local device
@@ -92,9 +121,8 @@ struct ShardedEmbedding::State {
     for (size_t i = 0; i < devices.size(); ++i) {
       Communicator* comm = &pool->get(mesh, mesh.dim_names(), ranks[i], options.timeout);
       std::shared_ptr<detail::DeviceShards> shard = shards[i];
-      group_step.add(*devices[i], comm, [i, shard, comm, shared_fn] {
-        (*shared_fn)(i, *shard, *comm);
-      });
+      group_step.add(*devices[i], comm,
+                     [i, shard, comm, shared_fn] { (*shared_fn)(i, *shard, *comm); });
     }
     group_step.run(step, detail::CallDeadline::after(options.timeout));
   }
@@ -127,14 +155,15 @@ struct ShardedEmbedding::State {
                             out.row_splits.size(), bags + 1);
     }
     if (out.row_splits.front() != 0 || out.row_splits.back() != nnz) {
-      detail::throw_invalid(kComponent, "{}: row_splits must start at 0 and end at {} (the "
-                                        "number of ids), got {} and {}",
+      detail::throw_invalid(kComponent,
+                            "{}: row_splits must start at 0 and end at {} (the "
+                            "number of ids), got {} and {}",
                             where, nnz, out.row_splits.front(), out.row_splits.back());
     }
     for (size_t b = 0; b + 1 < out.row_splits.size(); ++b) {
       if (out.row_splits[b + 1] < out.row_splits[b]) {
-        detail::throw_invalid(kComponent, "{}: row_splits go down at bag {} ({} then {})", where,
-                              b, out.row_splits[b], out.row_splits[b + 1]);
+        detail::throw_invalid(kComponent, "{}: row_splits go down at bag {} ({} then {})", where, b,
+                              out.row_splits[b], out.row_splits[b + 1]);
       }
     }
     for (size_t k = 0; k < out.ids.size(); ++k) {
@@ -147,8 +176,8 @@ struct ShardedEmbedding::State {
     if (in.weights.defined()) {
       if (in.weights.dtype() != DType::kF32 || in.weights.rank() != 1 ||
           in.weights.shape()[0] != nnz) {
-        detail::throw_invalid(kComponent, "{}: weights must be float32 [{}], got {} {}", where,
-                              nnz, dtype_name(in.weights.dtype()), in.weights.shape().to_string());
+        detail::throw_invalid(kComponent, "{}: weights must be float32 [{}], got {} {}", where, nnz,
+                              dtype_name(in.weights.dtype()), in.weights.shape().to_string());
       }
       out.weights = in.weights.to_vector<float>();
     }
@@ -165,8 +194,9 @@ struct ShardedEmbedding::State {
     }
     for (size_t f = 0; f < features; ++f) {
       if (inputs[f].size() != devices.size()) {
-        detail::throw_invalid(kComponent, "{}: feature '{}' has {} entries, one per local "
-                                          "device ({}) expected",
+        detail::throw_invalid(kComponent,
+                              "{}: feature '{}' has {} entries, one per local "
+                              "device ({}) expected",
                               what, layout.config.features[f].name, inputs[f].size(),
                               devices.size());
       }
@@ -191,17 +221,19 @@ struct ShardedEmbedding::State {
     const Mesh& m = mesh;
     const CollectiveOptions copts = collective();
     run("agree", [mine, copts, &m](size_t, detail::DeviceShards&, Communicator& comm) {
-      const Tensor all = comm.all_gather(Tensor::from_vector(std::vector<int64_t>{mine}, Shape{1}),
-                                         0, copts);
+      const Tensor all =
+          comm.all_gather(Tensor::from_vector(std::vector<int64_t>{mine}, Shape{1}), 0, copts);
       const std::vector<int64_t> sums = all.to_vector<int64_t>();
       for (size_t d = 0; d < sums.size(); ++d) {
         if (sums[d] != mine) {
-          detail::throw_invalid(kComponent, "the embedding configuration of device {} ({}) "
-                                            "differs from this device's (checksum {:08x} vs "
-                                            "{:08x}): every process must configure the same",
-                                d, m.global_device_ids().size() > d
-                                       ? fmt::format("global id {}", m.global_device_ids()[d])
-                                       : std::string("?"),
+          detail::throw_invalid(kComponent,
+                                "the embedding configuration of device {} ({}) "
+                                "differs from this device's (checksum {:08x} vs "
+                                "{:08x}): every process must configure the same",
+                                d,
+                                m.global_device_ids().size() > d
+                                    ? fmt::format("global id {}", m.global_device_ids()[d])
+                                    : std::string("?"),
                                 static_cast<uint32_t>(sums[d]), static_cast<uint32_t>(mine));
         }
       }
@@ -214,13 +246,13 @@ struct ShardedEmbedding::State {
     const TableDescriptor& desc = layout.config.tables[static_cast<size_t>(t)];
     auto gathered = std::make_shared<Tensor>();
     const CollectiveOptions copts = collective();
-    run("get_table", [t, slot, gathered, copts](size_t i, detail::DeviceShards& shards,
-                                                 Communicator& comm) {
-      const detail::TableShard& shard = shards.shard(t);
-      const Tensor& part = slot < 0 ? shard.values : shard.slots[static_cast<size_t>(slot)];
-      Tensor all = comm.all_gather(part.reshape(Shape{part.num_elements()}), 0, copts);
-      if (i == 0) *gathered = all;
-    });
+    run("get_table",
+        [t, slot, gathered, copts](size_t i, detail::DeviceShards& shards, Communicator& comm) {
+          const detail::TableShard& shard = shards.shard(t);
+          const Tensor& part = slot < 0 ? shard.values : shard.slots[static_cast<size_t>(slot)];
+          Tensor all = comm.all_gather(part.reshape(Shape{part.num_elements()}), 0, copts);
+          if (i == 0) *gathered = all;
+        });
     // Reassemble: the blocks arrive in device order.
     Tensor out = Tensor::zeros(Shape{desc.vocabulary_size, desc.dimension}, DType::kF32);
     float* o = out.data<float>();
@@ -322,7 +354,8 @@ std::vector<std::vector<Tensor>> ShardedEmbedding::lookup(
   return out;
 }
 
-void ShardedEmbedding::apply_gradients(const std::vector<std::vector<Tensor>>& gradients) {
+void ShardedEmbedding::apply_gradients(const std::vector<std::vector<Tensor>>& gradients,
+                                       const std::vector<float>& learning_rates) {
   State& s = *state_;
   std::lock_guard lock(s.mu);
   s.check_live();
@@ -336,6 +369,7 @@ void ShardedEmbedding::apply_gradients(const std::vector<std::vector<Tensor>>& g
                         "applied once)");
   }
   s.check_counts(gradients, "apply_gradients");
+  check_learning_rates(s.layout.config, learning_rates);
   std::vector<std::vector<Tensor>> per_device(s.devices.size());
   for (size_t f = 0; f < gradients.size(); ++f) {
     const int64_t dim =
@@ -344,21 +378,22 @@ void ShardedEmbedding::apply_gradients(const std::vector<std::vector<Tensor>>& g
     for (size_t i = 0; i < s.devices.size(); ++i) {
       const Tensor& g = gradients[f][i];
       if (!g.defined() || g.dtype() != DType::kF32 || g.shape() != Shape{bags, dim}) {
-        detail::throw_invalid(kComponent, "apply_gradients: feature '{}' on {} needs float32 "
-                                          "[{}, {}], got {}",
-                              s.layout.config.features[f].name, s.devices[i]->name(), bags, dim,
-                              g.defined() ? fmt::format("{} {}", dtype_name(g.dtype()),
-                                                        g.shape().to_string())
-                                          : std::string("an undefined tensor"));
+        detail::throw_invalid(
+            kComponent,
+            "apply_gradients: feature '{}' on {} needs float32 "
+            "[{}, {}], got {}",
+            s.layout.config.features[f].name, s.devices[i]->name(), bags, dim,
+            g.defined() ? fmt::format("{} {}", dtype_name(g.dtype()), g.shape().to_string())
+                        : std::string("an undefined tensor"));
       }
       per_device[i].push_back(g);
     }
   }
   auto counts = std::make_shared<std::vector<detail::DeviceStepCounts>>(s.devices.size());
   const CollectiveOptions copts = s.collective();
-  s.run("apply_gradients", [counts, copts, per_device = std::move(per_device)](
+  s.run("apply_gradients", [counts, copts, learning_rates, per_device = std::move(per_device)](
                                size_t i, detail::DeviceShards& shards, Communicator& comm) {
-    shards.apply_gradients(per_device[i], comm, copts, (*counts)[i]);
+    shards.apply_gradients(per_device[i], learning_rates, comm, copts, (*counts)[i]);
   });
   s.count(*counts, /*fresh_step=*/false);
 }

@@ -2,6 +2,7 @@
 // DIV_DEFAULT / MOD row assignment, the other placements).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "tessel/embedding/embedding_config.h"
@@ -32,7 +33,8 @@ EmbeddingConfiguration two_tables() {
   EmbeddingConfiguration c;
   c.tables = {{.name = "users", .vocabulary_size = 13, .dimension = 4},
               {.name = "items", .vocabulary_size = 7, .dimension = 3}};
-  c.features = {{.name = "user", .table_id = 0, .input_shape = {}}, {.name = "item", .table_id = 1, .input_shape = {}}};
+  c.features = {{.name = "user", .table_id = 0, .input_shape = {}},
+                {.name = "item", .table_id = 1, .input_shape = {}}};
   c.batch_size_per_device = 8;
   return c;
 }
@@ -70,16 +72,13 @@ TEST(EmbeddingConfig, ParsesTheFieldsTfsOwnToolsSet) {
   EXPECT_EQ(c.tables[0].optimization_parameters.optimizer, EmbeddingOptimizer::kAdagrad);
   c.validate(1, 2);
   const auto unsupported = [](const std::string& params, const char* substring) {
-    EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text(
-                            "table_descriptor { name: \"t\" optimization_parameters { " +
-                            params + " } }"),
-                        ErrorCode::kUnimplemented, substring);
+    EXPECT_TESSEL_ERROR(
+        EmbeddingConfiguration::from_text(
+            "table_descriptor { name: \"t\" optimization_parameters { " + params + " } }"),
+        ErrorCode::kUnimplemented, substring);
   };
-  unsupported("clipping_limits { lower { value: -1 } }", "table 't': clipping_limits");
-  unsupported("gradient_clipping_limits { }", "gradient_clipping_limits");
-  unsupported("weight_decay_factor: 0.1", "weight_decay_factor");
-  unsupported("learning_rate { dynamic { tag: 0 } }", "a dynamic learning_rate");
-  unsupported("gradient_accumulation_status: DISABLED", "gradient_accumulation_status DISABLED");
+  unsupported("gradient_accumulation_status: DISABLED",
+              "table 't': gradient_accumulation_status DISABLED");
   EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text("spmd_sharding { enabled: true }"),
                       ErrorCode::kUnimplemented, "spmd_sharding");
 }
@@ -88,8 +87,8 @@ TEST(EmbeddingConfig, TextAndWireFormsRoundTrip) {
   EmbeddingConfiguration c = two_tables();
   c.tables[0].placement = TablePlacement::kColumnWise;
   c.tables[0].combiner = EmbeddingCombiner::kSqrtn;
-  c.tables[1].optimization_parameters = {.optimizer = EmbeddingOptimizer::kAdam,
-                                         .learning_rate = 0.25f, .use_sum_inside_sqrt = true};
+  c.tables[1].optimization_parameters = {
+      .optimizer = EmbeddingOptimizer::kAdam, .learning_rate = 0.25f, .use_sum_inside_sqrt = true};
   c.sharding_strategy = ShardingStrategy::kMod;
   c.mode = EmbeddingMode::kInference;
   EXPECT_EQ(EmbeddingConfiguration::from_text(c.to_text()), c);
@@ -97,19 +96,103 @@ TEST(EmbeddingConfig, TextAndWireFormsRoundTrip) {
   EXPECT_NE(c.to_text().find("sharding_strategy: MOD"), std::string::npos) << c.to_text();
 }
 
+// TF's text of every optimizer and option (optimization_parameters.proto's field names).
+TEST(EmbeddingConfig, ParsesEveryOptimizerAndOptionOfTf) {
+  const auto params = [](const std::string& text) {
+    return EmbeddingConfiguration::from_text(
+               "table_descriptor { name: \"t\" optimization_parameters { " + text + " } }")
+        .tables[0]
+        .optimization_parameters;
+  };
+  OptimizationParameters o = params("momentum { momentum: 0.5 use_nesterov: true }");
+  EXPECT_EQ(o.optimizer, EmbeddingOptimizer::kMomentum);
+  EXPECT_FLOAT_EQ(o.momentum, 0.5f);
+  EXPECT_TRUE(o.use_nesterov);
+  o = params("rms_prop { rho: 0.8 momentum: 0.1 epsilon: 0.01 }");
+  EXPECT_EQ(o.optimizer, EmbeddingOptimizer::kRmsProp);
+  EXPECT_FLOAT_EQ(o.rho, 0.8f);
+  EXPECT_FLOAT_EQ(o.epsilon, 0.01f);
+  EXPECT_EQ(params("centered_rms_prop { rho: 0.8 }").optimizer,
+            EmbeddingOptimizer::kCenteredRmsProp);
+  o = params("ftrl { l1: 0.1 l2: 0.2 lr_power: -0.25 beta: 0.5 multiply_linear_by_lr: true }");
+  EXPECT_EQ(o.optimizer, EmbeddingOptimizer::kFtrl);
+  EXPECT_FLOAT_EQ(o.l1_regularization_strength, 0.1f);
+  EXPECT_FLOAT_EQ(o.l2_regularization_strength, 0.2f);
+  EXPECT_FLOAT_EQ(o.learning_rate_power, -0.25f);
+  EXPECT_FLOAT_EQ(o.beta, 0.5f);
+  EXPECT_TRUE(o.multiply_linear_by_learning_rate);
+  EXPECT_FLOAT_EQ(o.initial_accumulator, 0.1f);  // TF's slot initializer default
+  o = params("proximal_adagrad { l1: 0.3 }");
+  EXPECT_EQ(o.optimizer, EmbeddingOptimizer::kProximalAdagrad);
+  EXPECT_FLOAT_EQ(o.l1_regularization_strength, 0.3f);
+  o = params("adadelta { rho: 0.95 epsilon: 0.001 }");
+  EXPECT_EQ(o.optimizer, EmbeddingOptimizer::kAdadelta);
+  EXPECT_FALSE(params("adam { use_non_lazy_adam: true }").lazy_adam);
+  o = params(
+      "learning_rate { dynamic { tag: 1 } } clipping_limits { lower { value: -1 } } "
+      "gradient_clipping_limits { upper { value: 2 } } weight_decay_factor: 0.1 "
+      "multiply_weight_decay_factor_by_learning_rate: true stochastic_gradient_descent {}");
+  EXPECT_EQ(o.dynamic_learning_rate_tag, 1);
+  EXPECT_FLOAT_EQ(o.clip_weight_min, -1.0f);
+  EXPECT_TRUE(std::isinf(o.clip_weight_max));  // an absent limit: none
+  EXPECT_TRUE(std::isinf(o.clip_gradient_min));
+  EXPECT_FLOAT_EQ(o.clip_gradient_max, 2.0f);
+  EXPECT_FLOAT_EQ(o.weight_decay_factor, 0.1f);
+  EXPECT_TRUE(o.multiply_weight_decay_factor_by_learning_rate);
+
+  // Every optimizer with its own fields and the options round-trips through both forms.
+  using E = EmbeddingOptimizer;
+  const std::vector<OptimizationParameters> every = {
+      {.optimizer = E::kSgd, .learning_rate = 0.2f},
+      {.optimizer = E::kAdagrad, .initial_accumulator = 0.5f},
+      {.optimizer = E::kAdam,
+       .beta1 = 0.7f,
+       .beta2 = 0.8f,
+       .epsilon = 0.01f,
+       .use_sum_inside_sqrt = true,
+       .lazy_adam = false},
+      {.optimizer = E::kMomentum, .momentum = 0.3f, .use_nesterov = true},
+      {.optimizer = E::kRmsProp, .epsilon = 0.01f, .momentum = 0.3f, .rho = 0.6f},
+      {.optimizer = E::kCenteredRmsProp, .epsilon = 0.01f, .momentum = 0.3f, .rho = 0.6f},
+      {.optimizer = E::kFtrl,
+       .initial_accumulator = 0.5f,
+       .learning_rate_power = -0.3f,
+       .l1_regularization_strength = 0.01f,
+       .l2_regularization_strength = 0.02f,
+       .beta = 0.4f,
+       .multiply_linear_by_learning_rate = true},
+      {.optimizer = E::kProximalAdagrad,
+       .initial_accumulator = 0.5f,
+       .l1_regularization_strength = 0.01f,
+       .l2_regularization_strength = 0.02f},
+      {.optimizer = E::kAdadelta, .epsilon = 0.01f, .rho = 0.6f},
+  };
+  EmbeddingConfiguration c = two_tables();
+  for (OptimizationParameters o : every) {
+    o.clip_gradient_min = -2;
+    o.clip_weight_max = 3;
+    o.weight_decay_factor = 0.05f;
+    o.multiply_weight_decay_factor_by_learning_rate = true;
+    c.tables[0].optimization_parameters = o;
+    c.tables[1].optimization_parameters = {.optimizer = o.optimizer,
+                                           .dynamic_learning_rate_tag = 0};
+    c.tables[1].optimization_parameters.learning_rate = 0.01f;  // unused; TF does not write it
+    EXPECT_EQ(EmbeddingConfiguration::from_text(c.to_text()), c) << optimizer_name(o.optimizer);
+    EXPECT_EQ(EmbeddingConfiguration::from_serialized(c.serialized()), c);
+    EXPECT_EQ(c.num_dynamic_learning_rates(), 1);
+    c.validate(1, 4);
+  }
+}
+
 TEST(EmbeddingConfig, MalformedAndUnsupportedInputIsInvalidArgument) {
   EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text("table_descriptor { nme: \"x\" }"),
                       ErrorCode::kInvalidArgument, "nme");
   // A TF field tessel does not know.
   EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text(
-                          "table_descriptor { optimization_parameters { ftrl {} } }"),
-                      ErrorCode::kInvalidArgument, "ftrl");
+                          "table_descriptor { optimization_parameters { proximal_yogi {} } }"),
+                      ErrorCode::kInvalidArgument, "proximal_yogi");
   EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_serialized("\xff\xff\xff"),
                       ErrorCode::kInvalidArgument, "not a TPUEmbeddingConfiguration");
-  EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text(
-                          "table_descriptor { optimization_parameters { adam { "
-                          "use_non_lazy_adam: true } } }"),
-                      ErrorCode::kUnimplemented, "use_non_lazy_adam");
   EXPECT_TESSEL_ERROR(combiner_from_name("max"), ErrorCode::kInvalidArgument, "'max'");
 }
 
@@ -125,12 +208,15 @@ TEST(EmbeddingConfig, ValidationNamesTheOffendingValue) {
   expect_invalid([](auto& c) { c.features[1].table_id = 0; }, "table 'items' has no feature");
   expect_invalid([](auto& c) { c.tables[1].name = "users"; }, "'users' is used twice");
   expect_invalid([](auto& c) { c.batch_size_per_device = 0; }, "batch_size_per_tensor_core 0");
-  expect_invalid([](auto& c) { c.features[0].input_shape = {3, 2}; },
-                 "input_shape [3, 2] holds 6 bags, not the batch size per device 8");
+  expect_invalid(
+      [](auto& c) {
+        c.features[0].input_shape = {3, 2};
+      },
+      "input_shape [3, 2] holds 6 bags, not the batch size per device 8");
   expect_invalid([](auto& c) { c.mode = EmbeddingMode::kUnspecified; }, "UNSPECIFIED");
   expect_invalid([](auto& c) { c.num_tensor_cores = 8; }, "num_tensor_cores 8");
   expect_invalid([](auto& c) { c.tables[0].optimization_parameters.learning_rate = -1; },
-                 "learning_rate -1");
+                 "(sgd): learning_rate (must be >= 0) -1");
   expect_invalid(
       [](auto& c) {
         c.tables[0].optimization_parameters.optimizer = EmbeddingOptimizer::kAdam;
@@ -138,6 +224,43 @@ TEST(EmbeddingConfig, ValidationNamesTheOffendingValue) {
       },
       "beta2");
   expect_invalid([](auto& c) { c.tables.clear(); }, "no table_descriptor");
+}
+
+// Each optimizer's hyper-parameters out of TF's ranges: InvalidArgument naming the table, the
+// optimizer and the value (seed 102's validation error).
+TEST(EmbeddingConfig, BadHyperParametersNameTheOptimizerAndValue) {
+  using E = EmbeddingOptimizer;
+  const auto expect_invalid = [](OptimizationParameters o, const char* substring) {
+    EmbeddingConfiguration c = two_tables();
+    c.tables[1].optimization_parameters = o;
+    EXPECT_TESSEL_ERROR(c.validate(1, 4), ErrorCode::kInvalidArgument, substring);
+  };
+  expect_invalid({.optimizer = E::kMomentum, .momentum = -0.5f},
+                 "table 'items' (momentum): momentum (must be >= 0) -0.5");
+  expect_invalid({.optimizer = E::kRmsProp, .rho = 1.5f},
+                 "table 'items' (rms_prop): rho (must be in [0, 1]) 1.5");
+  expect_invalid({.optimizer = E::kCenteredRmsProp, .epsilon = 0.0f},
+                 "(centered_rms_prop): epsilon (must be > 0) 0");
+  expect_invalid({.optimizer = E::kFtrl, .learning_rate_power = 0.5f},
+                 "(ftrl): learning_rate_power (must be <= 0) 0.5");
+  expect_invalid({.optimizer = E::kFtrl, .learning_rate = 0.0f},
+                 "(ftrl): learning_rate (must be > 0) 0");
+  expect_invalid({.optimizer = E::kFtrl, .l1_regularization_strength = -1.0f},
+                 "(ftrl): l1_regularization_strength (must be >= 0) -1");
+  expect_invalid({.optimizer = E::kFtrl, .beta = -2.0f}, "(ftrl): beta (must be >= 0) -2");
+  expect_invalid({.optimizer = E::kProximalAdagrad, .l2_regularization_strength = -1.0f},
+                 "(proximal_adagrad): l2_regularization_strength (must be >= 0) -1");
+  expect_invalid({.optimizer = E::kProximalAdagrad, .initial_accumulator = 0.0f},
+                 "(proximal_adagrad): initial_accumulator (must be > 0) 0");
+  expect_invalid({.optimizer = E::kAdadelta, .rho = -0.1f}, "(adadelta): rho");
+  expect_invalid({.optimizer = E::kSgd, .clip_weight_min = 2, .clip_weight_max = 1},
+                 "(sgd): clip_weight_min (above clip_weight_max 1) 2");
+  expect_invalid({.optimizer = E::kAdam, .clip_gradient_min = 1, .clip_gradient_max = -1},
+                 "(adam): clip_gradient_min (above clip_gradient_max -1) 1");
+  expect_invalid({.optimizer = E::kAdagrad, .weight_decay_factor = -0.1f},
+                 "(adagrad): weight_decay_factor (must be >= 0) -0.1");
+  expect_invalid({.optimizer = E::kSgd, .dynamic_learning_rate_tag = 1},
+                 "dynamic learning rate tag 0 is used by no table, but tag 1 is");
 }
 
 TEST(EmbeddingConfig, CorruptedBytesAreAnErrorNeverACrash) {
@@ -193,8 +316,8 @@ TEST(TableSharding, DivAndModAreTfsExample) {
 }
 
 TEST(TableSharding, ColumnAndTableWise) {
-  const TableDescriptor t{.name = "t", .vocabulary_size = 5, .dimension = 7,
-                          .placement = TablePlacement::kColumnWise};
+  const TableDescriptor t{
+      .name = "t", .vocabulary_size = 5, .dimension = 7, .placement = TablePlacement::kColumnWise};
   const TableSharding cols(t, ShardingStrategy::kDivDefault, 3);
   std::vector<RowPiece> pieces;
   cols.owners(4, pieces);

@@ -3,9 +3,10 @@
 // weights, 1 / 2 / 4 devices, the three optimizers; and the errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-#include <map>
 #include <future>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -25,15 +26,25 @@ using Table = std::vector<float>;  // row-major [vocab, dim]
 EmbeddingConfiguration config_for(TablePlacement placement, ShardingStrategy strategy,
                                   EmbeddingOptimizer optimizer) {
   EmbeddingConfiguration c;
-  const OptimizationParameters opt{.optimizer = optimizer, .learning_rate = 0.3f,
-                                   .beta1 = 0.8f, .beta2 = 0.9f, .epsilon = 1e-3f};
-  c.tables = {{.name = "big", .vocabulary_size = 13, .dimension = 5,
-               .optimization_parameters = opt, .placement = placement,
+  const OptimizationParameters opt{.optimizer = optimizer,
+                                   .learning_rate = 0.3f,
+                                   .beta1 = 0.8f,
+                                   .beta2 = 0.9f,
+                                   .epsilon = 1e-3f};
+  c.tables = {{.name = "big",
+               .vocabulary_size = 13,
+               .dimension = 5,
+               .optimization_parameters = opt,
+               .placement = placement,
                .combiner = EmbeddingCombiner::kMean},
-              {.name = "small", .vocabulary_size = 5, .dimension = 3,
-               .optimization_parameters = opt, .placement = placement,
+              {.name = "small",
+               .vocabulary_size = 5,
+               .dimension = 3,
+               .optimization_parameters = opt,
+               .placement = placement,
                .combiner = EmbeddingCombiner::kSqrtn}};
-  c.features = {{.name = "a", .table_id = 0, .input_shape = {}}, {.name = "b", .table_id = 1, .input_shape = {}},
+  c.features = {{.name = "a", .table_id = 0, .input_shape = {}},
+                {.name = "b", .table_id = 1, .input_shape = {}},
                 {.name = "c", .table_id = 0, .input_shape = {}}};
   c.tables[0].combiner = EmbeddingCombiner::kMean;
   c.batch_size_per_device = 4;
@@ -96,7 +107,8 @@ Table to_table(const Tensor& t) { return t.to_vector<float>(); }
 
 void expect_near(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << what << " [" << i << "]";
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5) << what << " [" << i << "]";
 }
 
 struct Case {
@@ -117,8 +129,9 @@ void run_case(const Case& k) {
   int64_t held = 0, want = 0;
   for (int i = 0; i < k.devices; ++i) held += emb.memory_bytes(i);
   const int copies = k.placement == TablePlacement::kDataParallel ? k.devices : 1;
-  const int slots = k.optimizer == EmbeddingOptimizer::kAdam ? 3
-                    : k.optimizer == EmbeddingOptimizer::kAdagrad ? 2 : 1;
+  const int slots = k.optimizer == EmbeddingOptimizer::kAdam      ? 3
+                    : k.optimizer == EmbeddingOptimizer::kAdagrad ? 2
+                                                                  : 1;
   for (const auto& t : config.tables) want += t.vocabulary_size * t.dimension * 4 * slots * copies;
   EXPECT_EQ(held, want);
 
@@ -126,7 +139,8 @@ void run_case(const Case& k) {
   std::vector<Table> slot0(2), slot1(2);
   for (int t = 0; t < 2; ++t) {
     const size_t n = tables[static_cast<size_t>(t)].size();
-    slot0[static_cast<size_t>(t)].assign(n, k.optimizer == EmbeddingOptimizer::kAdagrad ? 0.1f : 0.0f);
+    slot0[static_cast<size_t>(t)].assign(n,
+                                         k.optimizer == EmbeddingOptimizer::kAdagrad ? 0.1f : 0.0f);
     slot1[static_cast<size_t>(t)].assign(n, 0.0f);
   }
   std::mt19937 rng(static_cast<uint32_t>(k.devices * 131 + static_cast<int>(k.placement) * 7 +
@@ -136,9 +150,11 @@ void run_case(const Case& k) {
     std::vector<std::vector<Bags>> bags(3);
     std::vector<std::vector<RaggedIds>> inputs(3);
     for (int f = 0; f < 3; ++f) {
-      const auto& table = config.tables[static_cast<size_t>(config.features[static_cast<size_t>(f)].table_id)];
+      const auto& table =
+          config.tables[static_cast<size_t>(config.features[static_cast<size_t>(f)].table_id)];
       for (int d = 0; d < k.devices; ++d) {
-        bags[static_cast<size_t>(f)].push_back(random_bags(rng, table.vocabulary_size, 4, k.weighted));
+        bags[static_cast<size_t>(f)].push_back(
+            random_bags(rng, table.vocabulary_size, 4, k.weighted));
         inputs[static_cast<size_t>(f)].push_back(ragged(bags[static_cast<size_t>(f)].back()));
       }
     }
@@ -157,14 +173,17 @@ void run_case(const Case& k) {
         std::vector<float> want_act(static_cast<size_t>(4 * dim), 0.0f), g(want_act.size());
         for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i + 1 + d);
         for (int bag = 0; bag < 4; ++bag) {
-          for (int64_t q = b.splits[static_cast<size_t>(bag)]; q < b.splits[static_cast<size_t>(bag) + 1]; ++q) {
+          for (int64_t q = b.splits[static_cast<size_t>(bag)];
+               q < b.splits[static_cast<size_t>(bag) + 1]; ++q) {
             const int64_t id = b.ids[static_cast<size_t>(q)];
             auto& rg = row_grads[static_cast<size_t>(t)][id];
             rg.resize(static_cast<size_t>(dim), 0.0f);
             for (int64_t c = 0; c < dim; ++c) {
               want_act[static_cast<size_t>(bag * dim + c)] +=
-                  s[static_cast<size_t>(q)] * tables[static_cast<size_t>(t)][static_cast<size_t>(id * dim + c)];
-              rg[static_cast<size_t>(c)] += s[static_cast<size_t>(q)] * g[static_cast<size_t>(bag * dim + c)];
+                  s[static_cast<size_t>(q)] *
+                  tables[static_cast<size_t>(t)][static_cast<size_t>(id * dim + c)];
+              rg[static_cast<size_t>(c)] +=
+                  s[static_cast<size_t>(q)] * g[static_cast<size_t>(bag * dim + c)];
             }
           }
         }
@@ -183,7 +202,8 @@ void run_case(const Case& k) {
           const auto i = static_cast<size_t>(row * dim + c);
           const float gc = g[static_cast<size_t>(c)];
           if (k.placement == TablePlacement::kDataParallel &&
-              std::all_of(g.begin(), g.end(), [](float v) { return v == 0; })) continue;
+              std::all_of(g.begin(), g.end(), [](float v) { return v == 0; }))
+            continue;
           if (o.optimizer == EmbeddingOptimizer::kSgd) {
             tables[ts][i] -= o.learning_rate * gc;
           } else if (o.optimizer == EmbeddingOptimizer::kAdagrad) {
@@ -221,11 +241,51 @@ TEST(ShardedEmbedding, RowWiseDivAndModEqualTheDenseReference) {
 TEST(ShardedEmbedding, EveryPlacementAndOptimizerEqualsTheDenseReference) {
   for (TablePlacement p : {TablePlacement::kRowWise, TablePlacement::kTableWise,
                            TablePlacement::kColumnWise, TablePlacement::kDataParallel}) {
-    for (EmbeddingOptimizer o : {EmbeddingOptimizer::kSgd, EmbeddingOptimizer::kAdagrad,
-                                 EmbeddingOptimizer::kAdam}) {
+    for (EmbeddingOptimizer o :
+         {EmbeddingOptimizer::kSgd, EmbeddingOptimizer::kAdagrad, EmbeddingOptimizer::kAdam}) {
       SCOPED_TRACE(::testing::Message() << table_placement_name(p) << ", " << optimizer_name(o));
       run_case({4, p, ShardingStrategy::kMod, o, true});
     }
+  }
+}
+
+// TF's dynamic learning rate (a value per tag with each step's gradients) and the options
+// around the update: row 2, looked up once per device (sum combiner, gradient 1 per column),
+// gets g = 2, clipped to 1.5; decayed by 10 %; SGD at the step's rate; clipped to [-0.2, 0.25].
+TEST(ShardedEmbedding, PerStepLearningRateAndOptionsOnTheOwner) {
+  Runtime runtime({.num_cpu_devices = 2});
+  const Mesh mesh = Mesh::create({{"x", 2}});
+  EmbeddingConfiguration config;
+  config.tables = {{.name = "t",
+                    .vocabulary_size = 4,
+                    .dimension = 3,
+                    .optimization_parameters = {.optimizer = EmbeddingOptimizer::kSgd,
+                                                .clip_gradient_max = 1.5f,
+                                                .clip_weight_min = -0.2f,
+                                                .clip_weight_max = 0.25f,
+                                                .weight_decay_factor = 0.1f,
+                                                .dynamic_learning_rate_tag = 0},
+                    .combiner = EmbeddingCombiner::kSum}};
+  config.features = {{.name = "f", .table_id = 0, .input_shape = {}}};
+  config.batch_size_per_device = 1;
+  ShardedEmbedding emb(config, mesh, runtime, {.seed = 4});
+  Table want = to_table(emb.get_table("t"));
+  const std::vector<std::vector<RaggedIds>> inputs = {
+      {ragged({{2}, {0, 1}, {}}), ragged({{2}, {0, 1}, {}})}};
+  const std::vector<std::vector<Tensor>> grads = {
+      {Tensor::full(Shape{1, 3}, DType::kF32, 1.0), Tensor::full(Shape{1, 3}, DType::kF32, 1.0)}};
+  for (float lr : {0.01f, 0.1f, 0.3f}) {
+    emb.lookup(inputs);
+    EXPECT_TESSEL_ERROR(emb.apply_gradients(grads), ErrorCode::kInvalidArgument,
+                        "0 learning rates given, but the tables' dynamic learning rate tags "
+                        "need 1");
+    EXPECT_TESSEL_ERROR(emb.apply_gradients(grads, {-lr}), ErrorCode::kInvalidArgument,
+                        "of tag 0 (table 't', sgd) must be finite and >= 0");
+    emb.apply_gradients(grads, {lr});
+    for (size_t c = 6; c < 9; ++c) {
+      want[c] = std::clamp(want[c] * 0.9f - lr * 1.5f, -0.2f, 0.25f);
+    }
+    expect_near(to_table(emb.get_table("t")), want, "table t");
   }
 }
 
@@ -279,8 +339,8 @@ TEST(ShardedEmbedding, BackwardPassOnlyUpdatesAsTrainingWithoutAForwardPass) {
 TEST(ShardedEmbedding, TwoSimulatedClientsLookUpAcrossTheirDevices) {
   // Two clients of 2 devices each (in-process cluster): a mesh of 4 spanning both, every
   // placement; each client checks its devices' activations against the gathered table.
-  for (TablePlacement p : {TablePlacement::kRowWise, TablePlacement::kColumnWise,
-                           TablePlacement::kTableWise}) {
+  for (TablePlacement p :
+       {TablePlacement::kRowWise, TablePlacement::kColumnWise, TablePlacement::kTableWise}) {
     SCOPED_TRACE(table_placement_name(p));
     testing::SimulatedClients clients(2, 2);
     const auto errors = clients.run([p](testing::SimulatedClient& c) {
@@ -306,10 +366,12 @@ TEST(ShardedEmbedding, TwoSimulatedClientsLookUpAcrossTheirDevices) {
         const std::vector<float> s = factors(b, EmbeddingCombiner::kMean);
         std::vector<float> want(4 * 5, 0.0f);
         for (int bag = 0; bag < 4; ++bag) {
-          for (int64_t q = b.splits[static_cast<size_t>(bag)]; q < b.splits[static_cast<size_t>(bag) + 1]; ++q) {
+          for (int64_t q = b.splits[static_cast<size_t>(bag)];
+               q < b.splits[static_cast<size_t>(bag) + 1]; ++q) {
             for (int col = 0; col < 5; ++col) {
               want[static_cast<size_t>(bag * 5 + col)] +=
-                  s[static_cast<size_t>(q)] * big[static_cast<size_t>(b.ids[static_cast<size_t>(q)] * 5 + col)];
+                  s[static_cast<size_t>(q)] *
+                  big[static_cast<size_t>(b.ids[static_cast<size_t>(q)] * 5 + col)];
             }
           }
         }
@@ -325,8 +387,8 @@ TEST(ShardedEmbedding, TwoSimulatedClientsLookUpAcrossTheirDevices) {
 TEST(ShardedEmbedding, ClientsWithDifferentConfigurationsAreToldSo) {
   testing::SimulatedClients clients(2, 1);
   const auto errors = clients.run([](testing::SimulatedClient& c) {
-    EmbeddingConfiguration config = config_for(TablePlacement::kRowWise,
-                                               ShardingStrategy::kMod, EmbeddingOptimizer::kSgd);
+    EmbeddingConfiguration config =
+        config_for(TablePlacement::kRowWise, ShardingStrategy::kMod, EmbeddingOptimizer::kSgd);
     if (c.id() == 1) config.tables[0].vocabulary_size = 14;
     ShardedEmbedding emb(config, c.mesh({{"x", 2}}), c.runtime(),
                          {.timeout = std::chrono::seconds(30)});
@@ -342,9 +404,8 @@ class ShardedEmbeddingErrors : public ::testing::Test {
  protected:
   Runtime runtime_{RuntimeOptions{.num_cpu_devices = 2}};
   Mesh mesh_ = Mesh::create({{"x", 2}});
-  EmbeddingConfiguration config_ = config_for(TablePlacement::kRowWise,
-                                              ShardingStrategy::kDivDefault,
-                                              EmbeddingOptimizer::kSgd);
+  EmbeddingConfiguration config_ =
+      config_for(TablePlacement::kRowWise, ShardingStrategy::kDivDefault, EmbeddingOptimizer::kSgd);
   std::vector<std::vector<RaggedIds>> inputs(int64_t bad_id = -1) {
     Bags b{{1, 2, 3, 4}, {0, 1, 2, 3, 4}, {}};
     Bags bad = b;
@@ -393,8 +454,9 @@ TEST_F(ShardedEmbeddingErrors, GradientsNeedALookupAndTrainingMode) {
   emb.lookup(inputs());
   auto wrong = grads;
   wrong[1][1] = Tensor::zeros(Shape{4, 5}, DType::kF32);
-  EXPECT_TESSEL_ERROR(emb.apply_gradients(wrong), ErrorCode::kInvalidArgument,
-                      "feature 'b' on /job:localhost/replica:0/task:0/device:CPU:1 needs float32 [4, 3]");
+  EXPECT_TESSEL_ERROR(
+      emb.apply_gradients(wrong), ErrorCode::kInvalidArgument,
+      "feature 'b' on /job:localhost/replica:0/task:0/device:CPU:1 needs float32 [4, 3]");
   emb.apply_gradients(grads);
   EXPECT_TESSEL_ERROR(emb.apply_gradients(grads), ErrorCode::kFailedPrecondition,
                       "needs a lookup first");
@@ -420,9 +482,8 @@ TEST_F(ShardedEmbeddingErrors, ABusyDeviceEndsTheStepByTheTimeout) {
   ShardedEmbedding emb(config_, mesh_, runtime_, {.timeout = std::chrono::milliseconds(200)});
   std::promise<void> go;
   std::shared_future<void> released = go.get_future().share();
-  runtime_.device(1).stream().enqueue("busy", [released] {
-    released.wait_for(std::chrono::seconds(10));
-  });
+  runtime_.device(1).stream().enqueue("busy",
+                                      [released] { released.wait_for(std::chrono::seconds(10)); });
   const auto start = std::chrono::steady_clock::now();
   EXPECT_TESSEL_ERROR(emb.lookup(inputs()), ErrorCode::kDeadlineExceeded, "CPU:1");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
@@ -450,7 +511,8 @@ TEST_F(ShardedEmbeddingErrors, ConcurrentEmbeddingsOnTheSameDevicesAgree) {
       const auto& want = t == 0 ? want_a : want_b;
       for (int i = 0; i < 20; ++i) {
         const auto got = emb.lookup(inputs());
-        same[static_cast<size_t>(t)] += got[2][1].to_vector<float>() == want[2][1].to_vector<float>();
+        same[static_cast<size_t>(t)] +=
+            got[2][1].to_vector<float>() == want[2][1].to_vector<float>();
       }
     });
   }

@@ -24,9 +24,9 @@
 //
 // Differences from TF: batch_size_per_tensor_core is the number of bags each device looks up
 // per feature (TF: per TensorCore); num_hosts / num_tensor_cores, when set, must match the
-// system; TF fields tessel accepts but does not implement with a non-default value (clipping,
-// weight decay, dynamic learning rates, ...) are kUnimplemented naming them, and any other TF
-// field (FTRL, ...) does not parse (kInvalidArgument naming it). docs/embedding.md has the list.
+// system; TF fields tessel accepts but does not implement with a non-default value (gradient
+// accumulation DISABLED, SPMD sharding) are kUnimplemented naming them, and any other TF field
+// (ProximalYogi, ...) does not parse (kInvalidArgument naming it). docs/embedding.md has the list.
 #pragma once
 
 #include <cstdint>
@@ -34,35 +34,22 @@
 #include <string_view>
 #include <vector>
 
+#include "tessel/embedding/optimization_parameters.h"
+
 namespace tessel {
 
 enum class EmbeddingMode { kUnspecified, kInference, kTraining, kBackwardPassOnly };
 enum class ShardingStrategy { kDivDefault, kMod };
 enum class TablePlacement { kRowWise, kTableWise, kColumnWise, kDataParallel };
 enum class EmbeddingCombiner { kSum, kMean, kSqrtn };
-enum class EmbeddingOptimizer { kSgd, kAdagrad, kAdam };
 
 // TF's names: "TRAINING", "DIV_DEFAULT", "ROW_WISE", "mean", "adagrad", ...
 std::string_view embedding_mode_name(EmbeddingMode mode);
 std::string_view sharding_strategy_name(ShardingStrategy strategy);
 std::string_view table_placement_name(TablePlacement placement);
 std::string_view combiner_name(EmbeddingCombiner combiner);
-std::string_view optimizer_name(EmbeddingOptimizer optimizer);
 // The inverse of combiner_name; anything else: kInvalidArgument naming it.
 EmbeddingCombiner combiner_from_name(std::string_view name);
-
-// TF's OptimizationParameters (constant learning rate; SGD, Adagrad or lazy Adam).
-struct OptimizationParameters {
-  EmbeddingOptimizer optimizer = EmbeddingOptimizer::kSgd;
-  float learning_rate = 0.01f;
-  float initial_accumulator = 0.1f;  // Adagrad: every accumulator's start (TF's default)
-  float beta1 = 0.9f;                // Adam
-  float beta2 = 0.999f;
-  float epsilon = 1e-8f;
-  bool use_sum_inside_sqrt = false;  // Adam: m / sqrt(v + eps^2) instead of m / (sqrt(v) + eps)
-
-  friend bool operator==(const OptimizationParameters&, const OptimizationParameters&) = default;
-};
 
 struct TableDescriptor {
   std::string name;
@@ -94,13 +81,17 @@ struct EmbeddingConfiguration {
 
   // Bags each device looks up for `feature` per step (see FeatureDescriptor::input_shape).
   int64_t bags_per_device(int feature) const;
+  // The learning rates apply_gradients takes per step: 1 + the largest table's
+  // dynamic_learning_rate_tag (0: every table's learning rate is constant).
+  int num_dynamic_learning_rates() const;
 
   // Checks the configuration for a system of `num_hosts` hosts and `num_devices` devices:
   // kInvalidArgument naming the table or feature and the offending value (no tables, an empty
   // or repeated name, vocabulary_size or dimension <= 0, an unknown table_id, a table no
   // feature uses, a batch size <= 0, an input_shape whose product is not the batch size, mode
-  // UNSPECIFIED, a learning rate or Adam/Adagrad parameter out of range, num_hosts /
-  // num_tensor_cores other than the system's).
+  // UNSPECIFIED, num_hosts / num_tensor_cores other than the system's; an optimizer's parameter
+  // out of range or dynamic learning rate tags that skip one: naming the table, the optimizer
+  // and the value).
   void validate(int num_hosts, int num_devices) const;
 
   // TF's text form (TextFormat of TPUEmbeddingConfiguration) and wire form. Malformed input or

@@ -23,9 +23,10 @@
 // owners with ONE all-to-all-v (the lookup's routing, reversed), and each owner sums what it got
 // per row (SGD, linear: applies each piece as it comes) and applies the table's optimizer to the
 // touched rows only, with its slot variables
-// (Adagrad "accumulators", Adam "momenta" and "velocities") sharded like the table. Adam is TF's
-// lazy Adam without bias correction (TF's TPU embedding semantics). A data-parallel table's
-// gradient is made dense and all-reduced; rows with a nonzero gradient are the touched ones.
+// (slot_names) sharded like the table: TF's TPU embedding formulas and options
+// (optimization_parameters.h). Adam has no bias correction (TF's TPU embedding semantics); only
+// non-lazy Adam updates untouched rows. A data-parallel table's gradient is made dense and
+// all-reduced; rows with a nonzero gradient are the touched ones.
 //
 // Memory: every shard and slot is allocated from its device (Device::memory_stats counts it;
 // memory_bytes() reports the embedding's part).
@@ -79,10 +80,10 @@ struct EmbeddingOptions {
 
 // What the last lookup + apply_gradients moved, summed over this process's devices.
 struct EmbeddingStepStats {
-  int64_t ids = 0;               // ids looked up
-  int64_t unique_ids = 0;        // after deduplication per device
-  int64_t bytes_sent = 0;        // to other devices: requests, rows, gradients, all-reduces
-  int64_t collectives = 0;       // collective calls per device
+  int64_t ids = 0;          // ids looked up
+  int64_t unique_ids = 0;   // after deduplication per device
+  int64_t bytes_sent = 0;   // to other devices: requests, rows, gradients, all-reduces
+  int64_t collectives = 0;  // collective calls per device
 };
 
 class ShardedEmbedding {
@@ -114,13 +115,20 @@ class ShardedEmbedding {
   // sent and no activation computed: the result is empty.
   std::vector<std::vector<Tensor>> lookup(const std::vector<std::vector<RaggedIds>>& inputs);
   // gradients[f][i]: float32 [bags, dim] of feature f on local device i, for the last lookup.
-  void apply_gradients(const std::vector<std::vector<Tensor>>& gradients);
+  // learning_rates[tag]: this step's value of each dynamic learning rate tag (TF's
+  // SendTPUEmbeddingGradients learning_rates; config().num_dynamic_learning_rates() of them,
+  // none when every table's rate is constant); another count, or a value not finite or < 0
+  // (<= 0 for FTRL): kInvalidArgument naming the tag and table.
+  void apply_gradients(const std::vector<std::vector<Tensor>>& gradients,
+                       const std::vector<float>& learning_rates = {});
 
-  // The whole table (or slot: "accumulators", "momenta", "velocities"), float32
+  // The whole table (or slot: see slot_names), float32
   // [vocabulary_size, dimension], all-gathered from the shards (collective).
   Tensor get_table(std::string_view table);
   Tensor get_slot(std::string_view table, std::string_view slot);
-  // The table's slot names (Adagrad: accumulators; Adam: momenta, velocities; SGD: none).
+  // The table's slot names, TF's (Adagrad: accumulators; Adam: momenta, velocities; momentum:
+  // momenta; RMSProp: ms, mom (centered: and mg); FTRL: accumulators, linears; ProximalAdagrad:
+  // accumulators; Adadelta: accumulators, updates; SGD: none).
   std::vector<std::string> slot_names(std::string_view table) const;
   // Sets a whole table (every process passes the same [vocabulary_size, dimension] values; each
   // device keeps its part). Local: no communication. Resets nothing else.
