@@ -31,7 +31,8 @@ namespace {
 constexpr const char* kHelp =
     "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
     "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--batch B]\n"
-    "                        [--recompute none|selective|full] [--data FILE] [--json]\n"
+    "                        [--recompute none|selective|full] [--dtype f32|bf16]\n"
+    "                        [--data FILE] [--json]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
     "virtual devices in this process, after --warmup untimed steps (default 1); medians of\n"
@@ -53,7 +54,9 @@ constexpr const char* kHelp =
     "(K: layers * 2 s b h (10 + 24/t + 5 a s / (h t)); s context, b batch per device, h width,\n"
     "a heads, t model shards), with the ratios act/K and saved/K. --recompute: what the backward\n"
     "pass computes again (none, attention's [B,H,T,T] part: selective, each block: full; the\n"
-    "same losses bit for bit: --json lists each mesh's step losses, warm-up included).\n";
+    "same losses bit for bit: --json lists each mesh's step losses, warm-up included). --dtype\n"
+    "bf16: the matmuls of activations by weights in bf16 with f32 sums (docs/gpt.md, mixed\n"
+    "precision).\n";
 
 struct Flags {
   std::string config = "baby";
@@ -63,6 +66,7 @@ struct Flags {
   double dropout = -1;  // -1: the configuration's
   int64_t batch = 0;    // 0: the configuration's
   std::string recompute = "none";
+  std::string dtype = "f32";
   std::string data = "data/shakespeare_char/input.txt";
   bool json = false;
 };
@@ -87,8 +91,8 @@ double sgemm_peak(int n, int threads) {
                 0.0f, c.data(), n);
   });
   openblas_set_num_threads(1);  // tessel's calls run OpenBLAS single-threaded each
-  const double split = best_of(
-      [&] { sgemm(false, false, n, n, n, a.data(), n, b.data(), n, c.data(), n); });
+  const double split =
+      best_of([&] { sgemm(false, false, n, n, n, a.data(), n, b.data(), n, c.data(), n); });
   return std::max(own, split);
 }
 
@@ -130,7 +134,8 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   r.mfu = config.flops_per_token() * r.tokens_per_second / peak;
   r.collectives = static_cast<double>(after.collectives - before.collectives) / steps;
   r.bytes = static_cast<double>(after.bytes - before.bytes) / steps;
-  r.collective_seconds = (after.seconds - before.seconds) / steps / static_cast<double>(batch * model);
+  r.collective_seconds =
+      (after.seconds - before.seconds) / steps / static_cast<double>(batch * model);
   for (const gpt::DeviceMemory& d : gpt::memory_report(trainer)) {
     if (static_cast<double>(d.peak_bytes) >= r.peak_bytes) {
       r.peak_bytes = static_cast<double>(d.peak_bytes);
@@ -178,6 +183,7 @@ Flags parse(const Args& args) {
   flags.number({"--dropout"}, f.dropout);
   flags.integer({"--batch"}, f.batch, 1, 1 << 20);
   flags.text({"--recompute"}, f.recompute);
+  flags.text({"--dtype"}, f.dtype);
   flags.set({"--json"}, f.json);
   flags.parse(args);
   for (const std::string& item : split_list(f.meshes, ',')) {
@@ -196,6 +202,7 @@ int gpt_benchmark(const Flags& f) {
     config.validate();
   }
   config.recompute = gpt::parse_recompute(f.recompute);
+  config.dtype = gpt::parse_matmul_dtype(f.dtype);
   if (f.batch > 0) config.batch_size = static_cast<int>(f.batch);
   const gpt::CharDataset data = gpt::CharDataset::load(f.data);
   const bench::CpuSample cpu_before = bench::sample_cpu();
@@ -226,6 +233,7 @@ int gpt_benchmark(const Flags& f) {
                     {"warmup_steps", f.warmup},
                     {"dropout", json_number(config.dropout)},
                     {"recompute", f.recompute},
+                    {"dtype", f.dtype},
                     {"batch", config.batch_size},
                     {"parameters", config.num_parameters()},
                     {"flops_per_token", json_number(config.flops_per_token(), 15)},
@@ -238,23 +246,22 @@ int gpt_benchmark(const Flags& f) {
   }
   std::cout << fmt::format(
       "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token, dropout {}, recompute "
-      "{}), "
+      "{}, matmuls in {}), "
       "{} timed steps after {} warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} "
       "GFLOP/s; load {}, other processes took {:.0f}% of the CPUs\n\n",
       f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout,
-      f.recompute, f.steps, f.warmup, f.sgemm_threads, peak / 1e9, bench::load_average_text(),
-      others * 100);
+      f.recompute, f.dtype, f.steps, f.warmup, f.sgemm_threads, peak / 1e9,
+      bench::load_average_text(), others * 100);
   std::cout << fmt::format("{:>6} {:>10} {:>9} {:>7} {:>9} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
                            "mesh", "step (s)", "tokens/s", "MFU", "vs first", "collectives",
                            "MiB moved", "coll. s", "peak MiB", "state MiB");
   for (const MeshResult& r : results) {
-    std::cout << fmt::format("{:>6} {:>10.3f} {:>9.0f} {:>6.1f}% {:>9.2f} {:>12.0f} {:>10.1f} "
-                             "{:>9.3f} {:>10.1f} {:>10.1f}\n",
-                             fmt::format("{}x{}", r.batch, r.model), r.step_seconds,
-                             r.tokens_per_second, r.mfu * 100,
-                             r.step_seconds / results.front().step_seconds, r.collectives,
-                             r.bytes / (1 << 20), r.collective_seconds, r.peak_bytes / (1 << 20),
-                             r.state_bytes / (1 << 20));
+    std::cout << fmt::format(
+        "{:>6} {:>10.3f} {:>9.0f} {:>6.1f}% {:>9.2f} {:>12.0f} {:>10.1f} "
+        "{:>9.3f} {:>10.1f} {:>10.1f}\n",
+        fmt::format("{}x{}", r.batch, r.model), r.step_seconds, r.tokens_per_second, r.mfu * 100,
+        r.step_seconds / results.front().step_seconds, r.collectives, r.bytes / (1 << 20),
+        r.collective_seconds, r.peak_bytes / (1 << 20), r.state_bytes / (1 << 20));
   }
   std::cout << "\n(vs first: step time / the first mesh's, same global batch; coll. s: seconds a "
                "device spends inside relayout collectives per step, waiting for peers included; "
@@ -282,8 +289,6 @@ int gpt_benchmark(const Flags& f) {
 
 }  // namespace
 
-int run_bench_gpt(const Args& args) {
-  return run_command(args, kHelp, parse, gpt_benchmark);
-}
+int run_bench_gpt(const Args& args) { return run_command(args, kHelp, parse, gpt_benchmark); }
 
 }  // namespace tessel::cli

@@ -59,6 +59,10 @@ constexpr const char* kHelp =
     "  --recompute WHAT    gpt: what the backward pass computes again instead of keeping: none\n"
     "                      (default), selective (attention's [B,H,T,T] maps) or full (each\n"
     "                      transformer block from its input); the same losses bit for bit\n"
+    "  --dtype f32|bf16    gpt: the dtype of the matmuls of activations by weights (default\n"
+    "                      f32); bf16: mixed precision as torch's CPU autocast (bf16 operands,\n"
+    "                      f32 sums; parameters, gradients, AdamW, norms, softmax and the loss\n"
+    "                      in f32; docs/gpt.md)\n"
     "  --dropout X         gpt: dropout rate (default: the config's)\n"
     "  --lr X              peak learning rate (default: the config's)\n"
     "  --seed N            initialisation, data and dropout seed (default 1337)\n"
@@ -90,10 +94,11 @@ struct Options {
   std::string model;  // gpt or llama
   std::string config = "tiny";
   int64_t mesh_batch = 2, mesh_model = 2;
-  std::string device_type = "CPU";  // --device: the mesh's devices
+  std::string device_type = "CPU";                                  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   std::optional<double> dropout, lr;
   std::string recompute = "none";
+  std::string dtype = "f32";  // --dtype: gpt's matmul dtype
   bool sp = false, json = false, profile = false;
   std::string data = "data/shakespeare_char/input.txt";
   int64_t sample = 300;
@@ -136,8 +141,14 @@ Options parse(const Args& args) {
     }
     o.recompute = v;
   });
+  flags.custom({"--dtype"}, [&](const std::string& flag, const std::string& v) {
+    if (v != "f32" && v != "bf16")
+      flags.fail(fmt::format("{} expects f32 or bf16, got '{}'", flag, v));
+    o.dtype = v;
+  });
   flags.custom({"--device"}, [&](const std::string& flag, const std::string& v) {
-    if (v != "cpu" && v != "gpu") flags.fail(fmt::format("{} expects cpu or gpu, got '{}'", flag, v));
+    if (v != "cpu" && v != "gpu")
+      flags.fail(fmt::format("{} expects cpu or gpu, got '{}'", flag, v));
     o.device_type = v == "gpu" ? "GPU" : "CPU";
   });
   flags.text({"--data"}, o.data);
@@ -161,15 +172,20 @@ Options parse(const Args& args) {
   if (o.model == "llama" && o.recompute != "none") {
     flags.fail("--recompute is gpt's: the llama has no recomputation path");
   }
+  if (o.model == "llama" && o.dtype != "f32") {
+    flags.fail("--dtype is gpt's: the llama runs in f32 only");
+  }
   if (o.model == "llama" && dropout != -1) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
   }
   if (dropout != -1) {
-    if (!(dropout >= 0 && dropout < 1)) flags.fail(fmt::format("--dropout must be in [0, 1), got {}", dropout));
+    if (!(dropout >= 0 && dropout < 1))
+      flags.fail(fmt::format("--dropout must be in [0, 1), got {}", dropout));
     o.dropout = dropout;
   }
   if (lr != -1) {
-    if (!(lr > 0) || !std::isfinite(lr)) flags.fail(fmt::format("--lr must be a finite number > 0, got {}", lr));
+    if (!(lr > 0) || !std::isfinite(lr))
+      flags.fail(fmt::format("--lr must be a finite number > 0, got {}", lr));
     o.lr = lr;
   }
   return o;
@@ -193,6 +209,7 @@ gpt::GptConfig gpt_config_of(const Options& o) {
   apply_training_flags(o, c);
   if (o.dropout) c.dropout = *o.dropout;
   c.recompute = gpt::parse_recompute(o.recompute);
+  c.dtype = gpt::parse_matmul_dtype(o.dtype);
   return c;
 }
 
@@ -268,6 +285,7 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"model", o.model},
               {"sequence_parallel", o.sp},
               {"recompute", o.recompute},
+              {"dtype", o.dtype},
               {"steps", history.total_steps},
               {"final_train_loss", json_number(last.train_loss)},
               {"final_val_loss", json_number(last.val_loss)},
@@ -320,18 +338,18 @@ int train_model(const Options& o) {
   // Korthikanti et al.'s activation count to compare the peak with (the GPT's; gpt_memory.h).
   std::optional<double> korthikanti;
   if (gpt_config) {
-    korthikanti =
-        gpt::korthikanti_activation_bytes(*gpt_config, o.mesh_batch, o.mesh_model, o.sp);
+    korthikanti = gpt::korthikanti_activation_bytes(*gpt_config, o.mesh_batch, o.mesh_model, o.sp);
   }
   const int block_size = trainer->language_model().block_size();
   const bool prints = client.client_id == 0;
   const bool progress = prints && !o.json;
   if (progress) {
     std::cout << fmt::format(
-        "tessel train {}: {} ({}), batch {}, {} steps, mesh batch={} model={}{}{}{}\n", o.model,
+        "tessel train {}: {} ({}), batch {}, {} steps, mesh batch={} model={}{}{}{}{}\n", o.model,
         o.config, shape, c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
         o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
         o.recompute != "none" ? ", recompute " + o.recompute : "",
+        o.dtype != "f32" ? ", matmuls in " + o.dtype : "",
         client.num_clients > 1 ? fmt::format(" over {} processes", client.num_clients) : "");
   }
   train::TrainOptions loop = o.loop;
