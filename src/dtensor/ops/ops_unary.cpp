@@ -198,8 +198,14 @@ void register_cast(OpRegistry& registry) {
     out.dtype = attrs.dtype;
     return out;
   };
-  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-    return unary_rule(in[0], PartialRule::kReduce, 0.0);
+  // A widening float cast (bf16 -> f32, f32 -> f64, ...) is exact and monotonic: pending sums,
+  // maxima and minima stay pending and are reduced in the wider dtype (mixed precision's bf16
+  // partial products summed in f32). Any other cast reduces them first.
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs& attrs) {
+    const bool widening = is_floating(in[0].dtype) && is_floating(attrs.dtype) &&
+                          dtype_size(attrs.dtype) > dtype_size(in[0].dtype);
+    return widening ? unary_rule(in[0], PartialRule::kScaleScalar, 1.0)
+                    : unary_rule(in[0], PartialRule::kReduce, 0.0);
   };
   def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&, const LocalContext&) {
     const int64_t n = out.num_elements();

@@ -146,6 +146,27 @@ TEST(MatmulBf16, AutocastChainGivesF32GradientsOfTheBf16Products) {
   }
 }
 
+// A row-parallel bf16 product is Partial(sum); the widening cast back to f32 keeps the sum
+// pending, so the devices' bf16 sums are added in f32 (the mixed-precision gradient and activation
+// reduction), while a narrowing cast reduces first.
+TEST(MatmulBf16, WideningCastKeepsThePartialSumForTheF32Reduction) {
+  Runtime rt({.num_cpu_devices = 4});
+  const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
+  const Tensor a = random_bf16({6, 8}, 31), b = random_bf16({8, 4}, 32);
+  const DTensor product = matmul(copy_to_mesh(a, Layout({"x", "y"}, mesh), rt),
+                                 copy_to_mesh(b, Layout({"y", "unsharded"}, mesh), rt));
+  ASSERT_EQ(product.layout().partial(), (std::vector<PartialDim>{{"y", ReduceOp::kSum}}));
+  const DTensor wide = cast(product, DType::kF32);
+  EXPECT_EQ(wide.layout().partial(), product.layout().partial());
+  const Reference want = reference("mk,kn->mn", a, b, rt);
+  const std::vector<double> got = to_host(wide).to_doubles();
+  for (size_t i = 0; i < got.size(); ++i) {
+    // Each device's sum rounded to bf16 once, the two added exactly in f32.
+    EXPECT_NEAR(got[i], want.value[i], std::ldexp(want.absolute[i], -8)) << i;
+  }
+  EXPECT_TRUE(cast(wide, DType::kBF16).layout().partial().empty());
+}
+
 TEST(MatmulBf16, MixedOrHalfDtypesAreRefused) {
   Runtime rt({.num_cpu_devices = 1});
   const Mesh one = Mesh::create({{"x", 1}});
