@@ -31,7 +31,8 @@ namespace {
 constexpr const char* kHelp =
     "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
     "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--batch B]\n"
-    "                        [--recompute none|selective|full] [--fsdp] [--data FILE] [--json]\n"
+    "                        [--recompute none|selective|full] [--fsdp] [--dtype f32|bf16]\n"
+    "                        [--data FILE] [--json]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
     "virtual devices in this process, after --warmup untimed steps (default 1); medians of\n"
@@ -56,7 +57,8 @@ constexpr const char* kHelp =
     "same losses bit for bit: --json lists each mesh's step losses, warm-up included).\n"
     "--fsdp: each mesh runs twice, replicated parameters and then fully sharded ones (ZeRO-3:\n"
     "parameters, gradients and AdamW's moments sharded over batch, docs/memory.md), with the\n"
-    "ratios fsdp / replicated of the state bytes, the peak and the step time.\n";
+    "ratios fsdp / replicated of the state bytes, the peak and the step time. --dtype bf16: the\n"
+    "matmuls of activations by weights in bf16 with f32 sums (docs/gpt.md, mixed precision).\n";
 
 struct Flags {
   std::string config = "baby";
@@ -67,6 +69,7 @@ struct Flags {
   int64_t batch = 0;    // 0: the configuration's
   std::string recompute = "none";
   bool fsdp = false;  // every mesh replicated, then fully sharded
+  std::string dtype = "f32";
   std::string data = "data/shakespeare_char/input.txt";
   bool json = false;
 };
@@ -191,6 +194,7 @@ Flags parse(const Args& args) {
   flags.integer({"--batch"}, f.batch, 1, 1 << 20);
   flags.text({"--recompute"}, f.recompute);
   flags.set({"--fsdp"}, f.fsdp);
+  flags.text({"--dtype"}, f.dtype);
   flags.set({"--json"}, f.json);
   flags.parse(args);
   for (const std::string& item : split_list(f.meshes, ',')) {
@@ -209,6 +213,7 @@ int gpt_benchmark(const Flags& f) {
     config.validate();
   }
   config.recompute = gpt::parse_recompute(f.recompute);
+  config.dtype = gpt::parse_matmul_dtype(f.dtype);
   if (f.batch > 0) config.batch_size = static_cast<int>(f.batch);
   const gpt::CharDataset data = gpt::CharDataset::load(f.data);
   const bench::CpuSample cpu_before = bench::sample_cpu();
@@ -244,6 +249,7 @@ int gpt_benchmark(const Flags& f) {
                     {"dropout", json_number(config.dropout)},
                     {"recompute", f.recompute},
                     {"fsdp", f.fsdp},
+                    {"dtype", f.dtype},
                     {"batch", config.batch_size},
                     {"parameters", config.num_parameters()},
                     {"flops_per_token", json_number(config.flops_per_token(), 15)},
@@ -256,12 +262,12 @@ int gpt_benchmark(const Flags& f) {
   }
   std::cout << fmt::format(
       "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token, dropout {}, recompute "
-      "{}), "
+      "{}, matmuls in {}), "
       "{} timed steps after {} warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} "
       "GFLOP/s; load {}, other processes took {:.0f}% of the CPUs\n\n",
       f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout,
-      f.recompute, f.steps, f.warmup, f.sgemm_threads, peak / 1e9, bench::load_average_text(),
-      others * 100);
+      f.recompute, f.dtype, f.steps, f.warmup, f.sgemm_threads, peak / 1e9,
+      bench::load_average_text(), others * 100);
   std::cout << fmt::format("{:>11} {:>10} {:>9} {:>7} {:>9} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
                            "mesh", "step (s)", "tokens/s", "MFU", "vs first", "collectives",
                            "MiB moved", "coll. s", "peak MiB", "state MiB");

@@ -63,6 +63,10 @@ constexpr const char* kHelp =
     "                      moments stored sharded over batch, each parameter all-gathered where\n"
     "                      it is used, its gradient reduce-scattered (docs/memory.md); no effect\n"
     "                      on a mesh whose batch dimension is 1\n"
+    "  --dtype f32|bf16    gpt: the dtype of the matmuls of activations by weights (default\n"
+    "                      f32); bf16: mixed precision as torch's CPU autocast (bf16 operands,\n"
+    "                      f32 sums; parameters, gradients, AdamW, norms, softmax and the loss\n"
+    "                      in f32; docs/gpt.md)\n"
     "  --dropout X         gpt: dropout rate (default: the config's)\n"
     "  --lr X              peak learning rate (default: the config's)\n"
     "  --seed N            initialisation, data and dropout seed (default 1337)\n"
@@ -98,6 +102,7 @@ struct Options {
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   std::optional<double> dropout, lr;
   std::string recompute = "none";
+  std::string dtype = "f32";  // --dtype: gpt's matmul dtype
   bool sp = false, fsdp = false, json = false, profile = false;
   std::string data = "data/shakespeare_char/input.txt";
   int64_t sample = 300;
@@ -141,6 +146,11 @@ Options parse(const Args& args) {
     }
     o.recompute = v;
   });
+  flags.custom({"--dtype"}, [&](const std::string& flag, const std::string& v) {
+    if (v != "f32" && v != "bf16")
+      flags.fail(fmt::format("{} expects f32 or bf16, got '{}'", flag, v));
+    o.dtype = v;
+  });
   flags.custom({"--device"}, [&](const std::string& flag, const std::string& v) {
     if (v != "cpu" && v != "gpu")
       flags.fail(fmt::format("{} expects cpu or gpu, got '{}'", flag, v));
@@ -166,6 +176,9 @@ Options parse(const Args& args) {
   }
   if (o.model == "llama" && o.recompute != "none") {
     flags.fail("--recompute is gpt's: the llama has no recomputation path");
+  }
+  if (o.model == "llama" && o.dtype != "f32") {
+    flags.fail("--dtype is gpt's: the llama runs in f32 only");
   }
   if (o.model == "llama" && dropout != -1) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
@@ -202,6 +215,7 @@ gpt::GptConfig gpt_config_of(const Options& o) {
   apply_training_flags(o, c);
   if (o.dropout) c.dropout = *o.dropout;
   c.recompute = gpt::parse_recompute(o.recompute);
+  c.dtype = gpt::parse_matmul_dtype(o.dtype);
   return c;
 }
 
@@ -278,6 +292,7 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"sequence_parallel", o.sp},
               {"recompute", o.recompute},
               {"fsdp", o.fsdp},
+              {"dtype", o.dtype},
               {"steps", history.total_steps},
               {"final_train_loss", json_number(last.train_loss)},
               {"final_val_loss", json_number(last.val_loss)},
@@ -337,12 +352,13 @@ int train_model(const Options& o) {
   const bool progress = prints && !o.json;
   if (progress) {
     std::cout << fmt::format(
-        "tessel train {}: {} ({}), batch {}, {} steps, mesh batch={} model={}{}{}{}{}{}\n", o.model,
-        o.config, shape, c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
+        "tessel train {}: {} ({}), batch {}, {} steps, mesh batch={} model={}{}{}{}{}{}{}\n",
+        o.model, o.config, shape, c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
         o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
         o.recompute != "none" ? ", recompute " + o.recompute : "",
         trainer->language_model().fsdp() ? ", parameters sharded over batch (fsdp)" : "",
         o.fsdp && !trainer->language_model().fsdp() ? ", --fsdp without effect (batch 1)" : "",
+        o.dtype != "f32" ? ", matmuls in " + o.dtype : "",
         client.num_clients > 1 ? fmt::format(" over {} processes", client.num_clients) : "");
   }
   train::TrainOptions loop = o.loop;

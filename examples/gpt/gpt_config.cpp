@@ -24,6 +24,13 @@ std::string_view recompute_name(Recompute recompute) {
   return "none";
 }
 
+DType parse_matmul_dtype(std::string_view name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  throw Error(ErrorCode::kInvalidArgument, "gpt",
+              "unknown matmul dtype '" + std::string(name) + "': one of f32, bf16");
+}
+
 GptConfig GptConfig::preset(const std::string& name) {
   GptConfig c;
   if (name == "tiny") return c;
@@ -84,6 +91,10 @@ void GptConfig::validate() const {
   if (!(dropout >= 0 && dropout < 1)) {
     throw Error(ErrorCode::kInvalidArgument, "gpt",
                 "dropout must be in [0, 1), got " + std::to_string(dropout));
+  }
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    throw Error(ErrorCode::kInvalidArgument, "gpt",
+                "dtype must be f32 or bf16, got " + std::string(dtype_name(dtype)));
   }
 }
 

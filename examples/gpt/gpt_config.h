@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "tessel/core/dtype.h"
 #include "training_config.h"
 
 namespace tessel::gpt {
@@ -23,6 +24,9 @@ enum class Recompute { kNone, kSelective, kFull };
 Recompute parse_recompute(std::string_view name);
 std::string_view recompute_name(Recompute recompute);
 
+// GptConfig::dtype from its name: "f32" or "bf16"; another name: kInvalidArgument listing them.
+DType parse_matmul_dtype(std::string_view name);
+
 // The model's shape; the training hyper-parameters are train::TrainingConfig's (nanoGPT's
 // train.py and config/train_shakespeare_char.py).
 struct GptConfig : train::TrainingConfig {
@@ -33,6 +37,11 @@ struct GptConfig : train::TrainingConfig {
   int vocab_size = 65;   // tiny Shakespeare's characters
   double dropout = 0.0;  // on attention probabilities and on each block's two outputs
   Recompute recompute = Recompute::kNone;  // what the training step recomputes (memory)
+  // The dtype of the matmuls of activations by weights (q, k, v, the projections, the MLP, the
+  // head): f32, or bf16 as torch's CPU autocast runs them (both operands cast to bf16, f32 sums,
+  // the product cast back to f32). Parameters, gradients, AdamW, norms, softmax and the loss stay
+  // f32 (mixed precision with f32 master weights; docs/gpt.md).
+  DType dtype = DType::kF32;
 
   // "tiny": nanoGPT's CPU recipe (published validation loss about 1.88 after 2000 steps).
   // "baby": the 6-layer, 6-head, width-384 model of config/train_shakespeare_char.py (10.65 M
@@ -46,8 +55,8 @@ struct GptConfig : train::TrainingConfig {
   int64_t num_parameters() const;
   // FLOPs per token as torchtitan counts them: 6 N + 12 L H Q T (N with the embeddings).
   double flops_per_token() const;
-  // kInvalidArgument naming the field unless every size is positive, n_embd % n_head == 0 and
-  // dropout is in [0, 1).
+  // kInvalidArgument naming the field unless every size is positive, n_embd % n_head == 0,
+  // dropout is in [0, 1) and dtype is f32 or bf16.
   void validate() const;
 };
 

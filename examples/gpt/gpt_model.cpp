@@ -57,6 +57,12 @@ Layout GptModel::activation_layout() const {
   return Layout({batch_dim(), sequence_parallel_ ? model_dim() : unsharded(), unsharded()}, mesh());
 }
 
+DTensor GptModel::project(const DTensor& x, const DTensor& w, bool transpose_w) const {
+  if (config_.dtype == DType::kF32) return matmul(x, w, false, transpose_w);
+  return cast(matmul(cast(x, config_.dtype), cast(w, config_.dtype), false, transpose_w),
+              DType::kF32);
+}
+
 DTensor GptModel::maybe_dropout(const DTensor& x, const ForwardOptions& options,
                                 uint64_t site) const {
   if (!options.training || config_.dropout == 0) return x;
@@ -79,8 +85,8 @@ DTensor GptModel::attention(const std::vector<DTensor>& in, int layer, const DTe
   const auto split_heads = [&](const DTensor& x) {
     return transpose(reshape(x, Shape{batch, t, heads, d}), {0, 2, 1, 3});
   };
-  const std::vector<DTensor> qkv{split_heads(matmul(h, in[kWq])), split_heads(matmul(h, in[kWk])),
-                                 split_heads(matmul(h, in[kWv]))};
+  const std::vector<DTensor> qkv{split_heads(project(h, in[kWq])), split_heads(project(h, in[kWk])),
+                                 split_heads(project(h, in[kWv]))};
   // Selective recomputation: the backward pass computes the [B, H, T, T] maps again from q, k, v.
   const DTensor out = call_maybe_recomputed(
       config_.recompute == Recompute::kSelective,
@@ -89,7 +95,7 @@ DTensor GptModel::attention(const std::vector<DTensor>& in, int layer, const DTe
       },
       qkv);
   const DTensor y = reshape(transpose(out, {0, 2, 1, 3}), Shape{batch, t, heads * d});
-  return matmul(y, in[kAttnProj]);  // row-parallel: Partial(sum) over model
+  return project(y, in[kAttnProj]);  // row-parallel: Partial(sum) over model
 }
 
 DTensor GptModel::block(const std::vector<DTensor>& stored, int layer,
@@ -122,7 +128,7 @@ DTensor GptModel::block(const std::vector<DTensor>& stored, int layer,
   DTensor a = attention(in, layer, to_block_input(layer_norm(x, in[kLn1])), options);
   DTensor r = add(x, maybe_dropout(to_residual(a), options, site + 1));
   const DTensor h2 = to_block_input(layer_norm(r, in[kLn2]));
-  const DTensor m = matmul(gelu(matmul(h2, in[kFc]), /*approximate=*/false), in[kMlpProj]);
+  const DTensor m = project(gelu(project(h2, in[kFc]), /*approximate=*/false), in[kMlpProj]);
   return add(r, maybe_dropout(to_residual(m), options, site + 2));
 }
 
@@ -152,7 +158,7 @@ DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
   if (sequence_parallel_) {
     h = relayout(h, Layout({batch_dim(), unsharded(), unsharded()}, mesh()));
   }
-  return matmul(h, wte, false, true);  // tied head: [B, T, V], V over model
+  return project(h, wte, /*transpose_w=*/true);  // tied head: [B, T, V], V over model
 }
 
 }  // namespace tessel::gpt

@@ -60,6 +60,44 @@ def test_matmul_split_over_threads_matches_numpy(mesh, threads, n_threads):
                     rtol=1e-4, atol=1e-4)
 
 
+def bf16(a):
+    """float32 values rounded to bfloat16 (to nearest, ties to even), as float32."""
+    bits = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def test_the_bf16_gemm_is_named():
+    info = tessel.blas_info()
+    if info.path:
+        assert info.bf16_gemm == "cblas_gemm_bf16bf16f32 (MKL)"
+    else:
+        assert info.bf16_gemm in ("cblas_sbgemm (OpenBLAS)",
+                                  f"sgemm on inputs widened to f32 ({info.library} has no bf16 GEMM)")
+
+
+@pytest.mark.parametrize("specs_a, specs_b", [
+    (["x", "unsharded"], ["unsharded", "y"]),   # rows and columns: no sum across devices
+    (["x", "y"], ["y", "unsharded"]),           # contracted over y: a Partial sum
+    (["unsharded", "unsharded"], ["unsharded", "unsharded"])])
+def test_bf16_matmul_matches_numpy_on_the_rounded_inputs(mesh, specs_a, specs_b):
+    a = rand((37, 64), 5, dtype=np.float32)
+    b = rand((64, 29), 6, dtype=np.float32)
+    da = tessel.cast(put(a, specs_a, mesh), "bf16")
+    db = tessel.cast(put(b, specs_b, mesh), "bf16")
+    out = tessel.matmul(da, db)
+    assert out.dtype == "bf16"
+    want = bf16(a).astype(np.float64) @ bf16(b).astype(np.float64)
+    scale = np.abs(bf16(a)).astype(np.float64) @ np.abs(bf16(b))
+    # One bf16 rounding of the f32 sums (2^-8 relative); a Partial output rounds its per-device
+    # sums too (twice more, at most, of terms bounded by the sum of |a b|).
+    partial = bool(out.layout.partial)
+    tolerance = 2.0**-8 * np.abs(want) + (2 * 2.0**-8 if partial else 1e-6) * scale
+    got = host(out)
+    assert np.all(np.abs(got - want) <= tolerance), np.max(np.abs(got - want) - tolerance)
+    assert np.array_equal(got, bf16(got))  # the output is bf16 values
+
+
 def test_the_cores_and_a_bad_thread_count(threads):
     assert tessel.machine_cores() >= 1
     assert tessel.intra_op_threads() >= 1

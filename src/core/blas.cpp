@@ -36,8 +36,8 @@ int isa_level_of_core(std::string name) {
                                                      "skylake"};
   constexpr std::array<std::string_view, 3> kAvx = {"sandybridge", "bulldozer", "piledriver"};
   constexpr std::array<std::string_view, 14> kSse = {
-      "prescott", "core2",  "penryn",  "dunnington", "nehalem",     "atom",    "nano",
-      "opteron",  "opteron(sse3)", "barcelona", "bobcat", "katmai", "coppermine", "northwood"};
+      "prescott", "core2",         "penryn",    "dunnington", "nehalem", "atom",       "nano",
+      "opteron",  "opteron(sse3)", "barcelona", "bobcat",     "katmai",  "coppermine", "northwood"};
   const auto in = [&](const auto& names) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };
@@ -66,10 +66,14 @@ constexpr std::array<const char*, 4> kIsaNames = {"sse", "avx", "avx2", "avx512"
 // version: "SapphireRapids" from 0.3.22, "Cooperlake" from 0.3.11).
 std::vector<std::string_view> cores_for(int level) {
   switch (level) {
-    case 3: return {"SapphireRapids", "Cooperlake", "SkylakeX", "Haswell", "SandyBridge"};
-    case 2: return {"Haswell", "SandyBridge"};
-    case 1: return {"SandyBridge"};
-    default: return {};
+    case 3:
+      return {"SapphireRapids", "Cooperlake", "SkylakeX", "Haswell", "SandyBridge"};
+    case 2:
+      return {"Haswell", "SandyBridge"};
+    case 1:
+      return {"SandyBridge"};
+    default:
+      return {};
   }
 }
 
@@ -121,10 +125,12 @@ BlasInfo choose_openblas_kernels() {
   return info;
 }
 
-// The two GEMMs of the chosen library.
+// The GEMMs of the chosen library; gemm_bf16 is null when it has none (then bf16 inputs are
+// widened to f32 for sgemm).
 struct Gemms {
   detail::SgemmFn sgemm = nullptr;
   detail::DgemmFn dgemm = nullptr;
+  detail::Bf16GemmFn gemm_bf16 = nullptr;
 };
 Gemms g_gemms;
 
@@ -134,12 +140,20 @@ void use_openblas() {
     cblas_sgemm(static_cast<CBLAS_ORDER>(layout), static_cast<CBLAS_TRANSPOSE>(ta),
                 static_cast<CBLAS_TRANSPOSE>(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   };
-  g_gemms.dgemm = [](int layout, int ta, int tb, int m, int n, int k, double alpha,
-                     const double* a, int lda, const double* b, int ldb, double beta, double* c,
-                     int ldc) {
+  g_gemms.dgemm = [](int layout, int ta, int tb, int m, int n, int k, double alpha, const double* a,
+                     int lda, const double* b, int ldb, double beta, double* c, int ldc) {
     cblas_dgemm(static_cast<CBLAS_ORDER>(layout), static_cast<CBLAS_TRANSPOSE>(ta),
                 static_cast<CBLAS_TRANSPOSE>(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   };
+  // Exported by OpenBLAS builds with BUILD_BFLOAT16 only (not Debian 12's), hence looked up.
+  g_gemms.gemm_bf16 = reinterpret_cast<detail::Bf16GemmFn>(dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
+}
+
+std::string bf16_gemm_name(const BlasInfo& info) {
+  if (g_gemms.gemm_bf16 == nullptr) {
+    return "sgemm on inputs widened to f32 (" + info.library + " has no bf16 GEMM)";
+  }
+  return info.path.empty() ? "cblas_sbgemm (OpenBLAS)" : "cblas_gemm_bf16bf16f32 (MKL)";
 }
 
 // TESSEL_BLAS: "mkl", "openblas", or unset / "auto" (MKL when loadable on an Intel CPU).
@@ -163,6 +177,8 @@ BlasInfo choose_blas() {
       info.path = mkl->path;
       g_gemms.sgemm = mkl->sgemm;
       g_gemms.dgemm = mkl->dgemm;
+      g_gemms.gemm_bf16 = mkl->gemm_bf16;
+      info.bf16_gemm = bf16_gemm_name(info);
       return info;
     } else if (mkl) {
       why_not = "MKL is there, but the CPU is not an Intel one (OpenBLAS picks kernels for it)";
@@ -179,6 +195,7 @@ BlasInfo choose_blas() {
   BlasInfo info = choose_openblas_kernels();
   info.not_mkl = why_not;
   use_openblas();
+  info.bf16_gemm = bf16_gemm_name(info);
   return info;
 }
 
@@ -210,26 +227,30 @@ int blas_int(int64_t v, std::string_view what) {
 // C's rows (or columns) per thread at the least: below this the split costs more than it saves.
 constexpr int64_t kMinFlopsPerThread = int64_t{1} << 21;
 
-// One single-threaded BLAS call, C = op(A) op(B).
-template <typename T>
+// One single-threaded BLAS call, C = op(A) op(B) (C is f32 for bf16 A and B).
+template <typename T, typename C>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda,
-          const T* b, int ldb, T* c, int ldc) {
+          const T* b, int ldb, C* c, int ldc) {
   if constexpr (std::is_same_v<T, float>) {
     g_gemms.sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-  } else {
+  } else if constexpr (std::is_same_v<T, double>) {
     g_gemms.dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+  } else {
+    static_assert(std::is_same_v<T, bfloat16> && sizeof(bfloat16) == sizeof(uint16_t));
+    g_gemms.gemm_bf16(CblasRowMajor, ta, tb, m, n, k, 1.0f, reinterpret_cast<const uint16_t*>(a),
+                      lda, reinterpret_cast<const uint16_t*>(b), ldb, 0.0f, c, ldc);
   }
 }
 
-template <typename T>
+template <typename T, typename C>
 void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-                const T* b, int64_t ldb, T* c, int64_t ldc) {
+                const T* b, int64_t ldb, C* c, int64_t ldc) {
   checked_blas();
   const auto call = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     // Rows m0..m1 of op(A): A's rows, or its columns when transposed; likewise op(B)'s columns.
     const T* a_part = ta ? a + m0 : a + m0 * lda;
     const T* b_part = tb ? b + n0 * ldb : b + n0;
-    gemm<T>(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m1 - m0, "m"),
+    gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(m1 - m0, "m"),
          blas_int(n1 - n0, "n"), blas_int(k, "k"), a_part, blas_int(lda, "lda"), b_part,
          blas_int(ldb, "ldb"), c + m0 * ldc + n0, blas_int(ldc, "ldc"));
   };
@@ -242,6 +263,20 @@ void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, i
     const int64_t grain = std::max<int64_t>(16, kMinFlopsPerThread / flops_per_column);
     parallel_for(n, grain, [&](int64_t n0, int64_t n1) { call(0, m, n0, n1); });
   }
+}
+
+// A rows x cols bf16 matrix (leading dimension ld) widened to a contiguous f32 one (exact).
+std::vector<float> widened(const bfloat16* p, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   for (int64_t j = 0; j < cols; ++j) {
+                     out[static_cast<size_t>(r * cols + j)] = static_cast<float>(p[r * ld + j]);
+                   }
+                 }
+               });
+  return out;
 }
 
 }  // namespace
@@ -270,6 +305,33 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, in
 void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
            const double* b, int64_t ldb, double* c, int64_t ldc) {
   split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+void gemm_bf16_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a,
+                   int64_t lda, const bfloat16* b, int64_t ldb, float* c, int64_t ldc) {
+  checked_blas();
+  if (g_gemms.gemm_bf16 != nullptr) {
+    split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
+  // op(A) is m x k: A is stored k x m when transposed; likewise B.
+  const std::vector<float> a32 = widened(a, ta ? k : m, ta ? m : k, lda);
+  const std::vector<float> b32 = widened(b, tb ? n : k, tb ? k : n, ldb);
+  split_gemm(ta, tb, m, n, k, a32.data(), ta ? m : k, b32.data(), tb ? k : n, c, ldc);
+}
+
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda,
+               const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc) {
+  std::vector<float> sums(static_cast<size_t>(m * n));
+  gemm_bf16_f32(ta, tb, m, n, k, a, lda, b, ldb, sums.data(), n);
+  parallel_for(m, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(n, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   for (int64_t j = 0; j < n; ++j) {
+                     c[r * ldc + j] = bfloat16(sums[static_cast<size_t>(r * n + j)]);
+                   }
+                 }
+               });
 }
 
 }  // namespace tessel

@@ -8,6 +8,7 @@
 // splits the work over its own intra-op threads, as with OpenBLAS) and the LP64 interface.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -18,16 +19,21 @@ using SgemmFn = void (*)(int layout, int trans_a, int trans_b, int m, int n, int
                          const float* a, int lda, const float* b, int ldb, float beta, float* c,
                          int ldc);
 using DgemmFn = void (*)(int layout, int trans_a, int trans_b, int m, int n, int k, double alpha,
-                         const double* a, int lda, const double* b, int ldb, double beta,
-                         double* c, int ldc);
+                         const double* a, int lda, const double* b, int ldb, double beta, double* c,
+                         int ldc);
+// cblas_gemm_bf16bf16f32 (MKL) and cblas_sbgemm (OpenBLAS): bf16 A and B as 16-bit words, f32 C.
+using Bf16GemmFn = void (*)(int layout, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                            const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta,
+                            float* c, int ldc);
 
 struct MklLibrary {
   SgemmFn sgemm = nullptr;
   DgemmFn dgemm = nullptr;
-  std::string version;  // "MKL 2026.0.2"
-  std::string config;   // MKL's version string
-  std::string isa;      // the code path it runs on this CPU: "AVX-512", "AVX2", ...
-  std::string path;     // the libmkl_rt it loaded
+  Bf16GemmFn gemm_bf16 = nullptr;  // cblas_gemm_bf16bf16f32; null in an MKL without it
+  std::string version;             // "MKL 2026.0.2"
+  std::string config;              // MKL's version string
+  std::string isa;                 // the code path it runs on this CPU: "AVX-512", "AVX2", ...
+  std::string path;                // the libmkl_rt it loaded
 };
 
 // The folder MKL is looked for in: TESSEL_MKL_DIR, else $XDG_CACHE_HOME/tessel/mkl/lib, else

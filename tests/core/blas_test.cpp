@@ -7,8 +7,8 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/mkl_library.h"
@@ -47,7 +47,9 @@ std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 
 template <typename T, typename Gemm>
 void check_gemm(Gemm gemm, double tolerance) {
-  struct Case { int64_t m, n, k; };
+  struct Case {
+    int64_t m, n, k;
+  };
   for (int threads : {1, 2, 3}) {
     set_intra_op_threads(threads);
     for (Case s : {Case{1, 1, 1}, Case{37, 5, 11}, Case{300, 70, 33}, Case{5, 260, 40},
@@ -57,8 +59,8 @@ void check_gemm(Gemm gemm, double tolerance) {
           const auto a = random_matrix<T>(s.m * s.k, 1);
           const auto b = random_matrix<T>(s.k * s.n, 2);
           std::vector<T> c(static_cast<size_t>(s.m * s.n), T(-7));
-          gemm(ta, tb, s.m, s.n, s.k, a.data(), ta ? s.m : s.k, b.data(), tb ? s.k : s.n,
-               c.data(), s.n);
+          gemm(ta, tb, s.m, s.n, s.k, a.data(), ta ? s.m : s.k, b.data(), tb ? s.k : s.n, c.data(),
+               s.n);
           const auto want = reference(ta, tb, s.m, s.n, s.k, a, b);
           for (size_t i = 0; i < c.size(); ++i) {
             ASSERT_NEAR(c[i], want[i], tolerance)
@@ -72,12 +74,60 @@ void check_gemm(Gemm gemm, double tolerance) {
   set_intra_op_threads(0);
 }
 
-TEST(Blas, SgemmMatchesAReferenceForEveryTransposeAndSplit) {
-  check_gemm<float>(sgemm, 1e-4);
+TEST(Blas, SgemmMatchesAReferenceForEveryTransposeAndSplit) { check_gemm<float>(sgemm, 1e-4); }
+
+TEST(Blas, DgemmMatchesAReferenceForEveryTransposeAndSplit) { check_gemm<double>(dgemm, 1e-11); }
+
+// gemm_bf16_f32 and gemm_bf16 against the double product of the bf16 inputs: the f32 sums
+// within f32 rounding of the sums of |a b|; the bf16 output within one bf16 rounding (2^-8
+// relative) on top.
+TEST(Blas, Bf16GemmMatchesTheProductOfTheRoundedInputsForEveryTransposeAndSplit) {
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (int threads : {1, 3}) {
+    set_intra_op_threads(threads);
+    for (Case s : {Case{1, 1, 1}, Case{37, 5, 11}, Case{300, 70, 33}, Case{5, 260, 40}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          std::vector<bfloat16> a, b;
+          std::vector<float> a32, b32;  // the same values
+          for (float x : random_matrix<float>(s.m * s.k, 1)) a.push_back(bfloat16(x));
+          for (float x : random_matrix<float>(s.k * s.n, 2)) b.push_back(bfloat16(x));
+          for (bfloat16 x : a) a32.push_back(static_cast<float>(x));
+          for (bfloat16 x : b) b32.push_back(static_cast<float>(x));
+          const int64_t lda = ta ? s.m : s.k, ldb = tb ? s.k : s.n;
+          std::vector<float> c32(static_cast<size_t>(s.m * s.n), -7.0f);
+          std::vector<bfloat16> c16(static_cast<size_t>(s.m * s.n), bfloat16(-7.0f));
+          gemm_bf16_f32(ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, c32.data(), s.n);
+          gemm_bf16(ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, c16.data(), s.n);
+          const auto want = reference(ta, tb, s.m, s.n, s.k, a32, b32);
+          const double sum_bound = 1e-6 * static_cast<double>(s.k);  // |a|, |b| <= 1
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(c32[i], want[i], sum_bound) << "f32 output, ta=" << ta << " tb=" << tb
+                                                    << " m=" << s.m << " n=" << s.n << " at " << i;
+            ASSERT_NEAR(static_cast<float>(c16[i]), want[i],
+                        std::ldexp(std::abs(want[i]), -8) + sum_bound)
+                << "bf16 output, ta=" << ta << " tb=" << tb << " m=" << s.m << " at " << i;
+          }
+        }
+      }
+    }
+  }
+  set_intra_op_threads(0);
 }
 
-TEST(Blas, DgemmMatchesAReferenceForEveryTransposeAndSplit) {
-  check_gemm<double>(dgemm, 1e-11);
+TEST(Blas, Bf16SaysWhichRoutineRunsIt) {
+  const BlasInfo& info = blas_info();
+  if (!info.path.empty()) {
+    // Every MKL since 2020 has cblas_gemm_bf16bf16f32.
+    EXPECT_EQ(info.bf16_gemm, "cblas_gemm_bf16bf16f32 (MKL)");
+  } else if (dlsym(RTLD_DEFAULT, "cblas_sbgemm") != nullptr) {
+    EXPECT_EQ(info.bf16_gemm, "cblas_sbgemm (OpenBLAS)");
+  } else {
+    EXPECT_EQ(info.bf16_gemm,
+              "sgemm on inputs widened to f32 (" + info.library + " has no bf16 GEMM)");
+  }
 }
 
 bool runs_mkl(const BlasInfo& info) { return info.library.rfind("MKL ", 0) == 0; }

@@ -22,7 +22,8 @@
 // The local kernel is the einsum of the local blocks: operands laid out as [batch, m, k] and
 // [batch, k, n] (read in place when their letters are already in that order or transposed,
 // otherwise copied once), one OpenBLAS gemm per batch entry, single-threaded (devices run
-// concurrently; OpenBLAS is told to use one thread before the first gemm).
+// concurrently; OpenBLAS is told to use one thread before the first gemm). bf16 operands: f32
+// sums, the output rounded once to bf16 (blas.h's gemm_bf16; a GPU device stages them on the host).
 //
 // Gradients: dA = einsum("O,B->A"), dB = einsum("A,O->B") (letters only in one operand: the
 // gradient is broadcast back over them with reduce_sum_grad).
@@ -33,10 +34,10 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "dtensor/framework/op_util.h"
 #include "dtensor/ops/einsum_gemm.h"
 #include "dtensor/ops/einsum_rule.h"
 #include "dtensor/ops/op_families.h"
-#include "dtensor/framework/op_util.h"
 #include "tessel/core/blas.h"
 #include "tessel/core/parallel.h"
 #include "tessel/dtensor/ops.h"
@@ -159,7 +160,7 @@ void require_float_pair(const TensorSpec& a, const TensorSpec& b, std::string_vi
     throw_invalid(op, "operands have different dtypes: {} {} and {} {}", a.shape.to_string(),
                   dtype_name(a.dtype), b.shape.to_string(), dtype_name(b.dtype));
   }
-  require_float(a.dtype, op, "dtype");
+  if (a.dtype != DType::kBF16) require_float(a.dtype, op, "dtype");
 }
 
 Shape output_shape(const Equation& eq, const Shape& sa, const Shape& sb) {
@@ -338,6 +339,12 @@ ShardingDecision einsum_rule(const Equation& eq, const TensorSpec& ta, const Ten
 
 // ---- local kernel ----------------------------------------------------------------------------
 
+template <typename T>
+void accumulate(T& sum, T x) {
+  sum += x;
+}
+void accumulate(bfloat16& sum, bfloat16 x) { sum = bfloat16(float(sum) + float(x)); }
+
 // dst (contiguous, letters `dst_letters`) from src (contiguous, letters `src_letters`): a
 // permutation, summing over src letters that dst lacks (dst must then start zeroed).
 template <typename T>
@@ -381,7 +388,7 @@ void rearrange(const T* src, const std::string& src_letters, T* dst, const std::
   }();
   const auto run = [&](int64_t so, int64_t d_o, int64_t n, int64_t s, int64_t d) {
     if (sums) {
-      for (int64_t j = 0; j < n; ++j) dst[d_o + j * d] += src[so + j * s];
+      for (int64_t j = 0; j < n; ++j) accumulate(dst[d_o + j * d], src[so + j * s]);
     } else {
       for (int64_t j = 0; j < n; ++j) dst[d_o + j * d] = src[so + j * s];
     }
@@ -454,8 +461,8 @@ void as_matrices(const T* data, const std::string& letters, const std::string& b
 
 // The letters of one block's einsum by role, and the product's extents.
 struct Grouping {
-  std::vector<int64_t> size;        // extent per letter
-  std::string bl, ml, nl, kl;       // batch, a-only (m), b-only (n), contracted (k) letters
+  std::vector<int64_t> size;   // extent per letter
+  std::string bl, ml, nl, kl;  // batch, a-only (m), b-only (n), contracted (k) letters
   int64_t batch = 1, m = 1, n = 1, k = 1;
 };
 
@@ -604,8 +611,12 @@ namespace {
 void einsum_kernel(std::string_view op, const std::vector<Tensor>& inputs, Tensor& output,
                    const OpAttrs& attrs, const LocalContext& context) {
   const Equation eq = equation_of(op, context.input_shapes[0], context.input_shapes[1], attrs);
-  dispatch_float(output.dtype(), op,
-                 [&]<typename T>() { einsum_block<T>(eq, inputs[0], inputs[1], output); });
+  if (output.dtype() == DType::kBF16) {
+    einsum_block<bfloat16>(eq, inputs[0], inputs[1], output);
+  } else {
+    dispatch_float(output.dtype(), op,
+                   [&]<typename T>() { einsum_block<T>(eq, inputs[0], inputs[1], output); });
+  }
 }
 
 // ---- gradients -------------------------------------------------------------------------------

@@ -26,6 +26,7 @@
 #include "dtensor/framework/op_util.h"
 #include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/op_families.h"
+#include "tessel/core/parallel.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
@@ -169,12 +170,22 @@ void register_more_unary_ops(OpRegistry& registry) {
     // d x^e = e x^(e-1); e == 0: a constant (x^-1 would make 0 * inf = NaN at x == 0).
     const double e = v.attrs->operand.value_or(0.0);
     if (e == 0.0) return std::vector<DTensor>{DTensor()};
-    const DTensor d =
-        e == 1.0 ? v.grad : multiply(v.grad, multiply(pow(v.inputs[0], e - 1.0), e));
+    const DTensor d = e == 1.0 ? v.grad : multiply(v.grad, multiply(pow(v.inputs[0], e - 1.0), e));
     return std::vector<DTensor>{d};
   };
   power.saves = kX;
   registry.add(std::move(power));
+}
+
+// out[i] = To(in[i]) over the intra-op threads: the f32 <-> bf16 casts around mixed-precision
+// matmuls run on every activation (Tensor::astype's generic conversion is several times slower).
+template <typename From, typename To>
+void convert_contiguous(const Tensor& in, Tensor& out) {
+  const From* src = in.data<From>();
+  To* dst = out.data<To>();
+  parallel_for(out.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i] = static_cast<To>(src[i]);
+  });
 }
 
 void register_cast(OpRegistry& registry) {
@@ -187,11 +198,16 @@ void register_cast(OpRegistry& registry) {
     out.dtype = attrs.dtype;
     return out;
   };
-  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
-    return unary_rule(in[0], PartialRule::kReduce, 0.0);
+  // A widening float cast (bf16 -> f32, f32 -> f64, ...) is exact and monotonic: pending sums,
+  // maxima and minima stay pending and are reduced in the wider dtype (mixed precision's bf16
+  // partial products summed in f32). Any other cast reduces them first.
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs& attrs) {
+    const bool widening = is_floating(in[0].dtype) && is_floating(attrs.dtype) &&
+                          dtype_size(attrs.dtype) > dtype_size(in[0].dtype);
+    return widening ? unary_rule(in[0], PartialRule::kScaleScalar, 1.0)
+                    : unary_rule(in[0], PartialRule::kReduce, 0.0);
   };
-  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&,
-                  const LocalContext&) {
+  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs&, const LocalContext&) {
     const int64_t n = out.num_elements();
     if (n == 0) return;
     const DType from = in[0].dtype();
@@ -202,13 +218,18 @@ void register_cast(OpRegistry& registry) {
       std::copy_n(in[0].data<float>(), n, out.data<double>());
     } else if (from == DType::kF64 && to == DType::kF32) {
       std::copy_n(in[0].data<double>(), n, out.data<float>());
+    } else if (from == DType::kF32 && to == DType::kBF16) {
+      convert_contiguous<float, bfloat16>(in[0], out);
+    } else if (from == DType::kBF16 && to == DType::kF32) {
+      convert_contiguous<bfloat16, float>(in[0], out);
     } else {
       out.copy_from(in[0].astype(to));
     }
   };
   def.vjp = [](const VjpArgs& v) {
     const DType from = v.inputs[0].dtype();
-    if (!is_floating(from) || !is_floating(v.output.dtype())) return std::vector<DTensor>{DTensor()};
+    if (!is_floating(from) || !is_floating(v.output.dtype()))
+      return std::vector<DTensor>{DTensor()};
     return std::vector<DTensor>{cast(v.grad, from)};
   };
   def.saves = VjpSaves::nothing();  // the dtypes only

@@ -94,7 +94,8 @@ TEST(ElementwiseValues, UnaryOps) {
     EXPECT_DOUBLE_EQ(e[i], std::exp(in[i]));
     EXPECT_DOUBLE_EQ(t[i], std::tanh(in[i]));
     const double v = in[i];
-    EXPECT_DOUBLE_EQ(g[i], 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
+    EXPECT_DOUBLE_EQ(g[i],
+                     0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
   }
   EXPECT_DOUBLE_EQ(l[0], std::log(0.25));
   EXPECT_DOUBLE_EQ(l[5], std::log(100.0));
@@ -257,12 +258,13 @@ TEST(ElementwiseRule, EqualLayoutsNeedNoRelayout) {
 TEST(ElementwiseRule, BroadcastDimsAreUnshardedInTheBroadcastInput) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   // [8, 6] in (x, y) + [6] replicated: the row follows y on its dim.
-  ShardingDecision d = plan_op("add", {spec({8, 6}, Layout({"x", "y"}, mesh)),
-                                       spec({6}, Layout::replicated(mesh, 1))});
+  ShardingDecision d = plan_op(
+      "add", {spec({8, 6}, Layout({"x", "y"}, mesh)), spec({6}, Layout::replicated(mesh, 1))});
   EXPECT_EQ(d.output, Layout({"x", "y"}, mesh));
   EXPECT_EQ(d.inputs[1], Layout({"y"}, mesh));
   // A size-1 dim sharded in its input is demanded unsharded.
-  d = plan_op("multiply", {spec({1, 6}, Layout({"x", "y"}, mesh)), spec({8, 6}, Layout({"x", "unsharded"}, mesh))});
+  d = plan_op("multiply", {spec({1, 6}, Layout({"x", "y"}, mesh)),
+                           spec({8, 6}, Layout({"x", "unsharded"}, mesh))});
   EXPECT_EQ(d.inputs[0], Layout({"unsharded", "y"}, mesh));
   EXPECT_EQ(d.inputs[1], Layout({"x", "y"}, mesh));
   EXPECT_EQ(d.output, Layout({"x", "y"}, mesh));
@@ -282,8 +284,8 @@ TEST(ElementwiseRule, LargerOperandsShardingWinsTheOtherFollows) {
   EXPECT_EQ(d.output, Layout({"x", "unsharded"}, mesh));
   EXPECT_EQ(d.inputs[1], Layout({"x", "unsharded"}, mesh));
   // A replicated larger input takes the smaller one's sharding (a local slice, no collective).
-  d = plan_op("subtract", {spec({8, 6}, Layout::replicated(mesh, 2)),
-                           spec({6}, Layout({"x"}, mesh))});
+  d = plan_op("subtract",
+              {spec({8, 6}, Layout::replicated(mesh, 2)), spec({6}, Layout({"x"}, mesh))});
   EXPECT_EQ(d.output, Layout({"unsharded", "x"}, mesh));
   EXPECT_EQ(d.inputs[0], Layout({"unsharded", "x"}, mesh));
 }
@@ -304,8 +306,10 @@ TEST(ElementwiseRule, PartialRulesPerOp) {
     EXPECT_EQ(d.inputs[0], py) << op;
   }
   // Different Partial dims: both become Partial over both.
-  const Layout pxy = Layout::replicated(mesh, 2).with_partial({{"x", ReduceOp::kSum}, {"y", ReduceOp::kSum}});
-  ShardingDecision d = plan_op("add", {spec({8, 6}, px), spec({8, 6}, partial_sum(Layout::replicated(mesh, 2), "y"))});
+  const Layout pxy =
+      Layout::replicated(mesh, 2).with_partial({{"x", ReduceOp::kSum}, {"y", ReduceOp::kSum}});
+  ShardingDecision d = plan_op(
+      "add", {spec({8, 6}, px), spec({8, 6}, partial_sum(Layout::replicated(mesh, 2), "y"))});
   EXPECT_EQ(d.output, pxy);
   EXPECT_EQ(d.inputs[0], pxy);
   EXPECT_EQ(d.inputs[1], pxy);
@@ -350,9 +354,16 @@ TEST(ElementwiseRule, UnaryRulesKeepTheLayout) {
     EXPECT_EQ(d.inputs[0], l) << op;
   }
   EXPECT_EQ(plan_op("negative", {spec({5, 3}, p)}).output, p);
+  // A widening float cast keeps a pending sum (reduced later, in the wider dtype); a narrowing
+  // one or a cast to integers reduces first.
   OpAttrs attrs;
   attrs.dtype = DType::kF64;
-  EXPECT_EQ(plan_op("cast", {spec({5, 3}, p)}, attrs).inputs[0], l);
+  EXPECT_EQ(plan_op("cast", {spec({5, 3}, p)}, attrs).inputs[0], p);
+  EXPECT_EQ(plan_op("cast", {spec({5, 3}, p)}, attrs).output, p);
+  for (DType narrower : {DType::kBF16, DType::kI32}) {
+    attrs.dtype = narrower;
+    EXPECT_EQ(plan_op("cast", {spec({5, 3}, p)}, attrs).inputs[0], l) << dtype_name(narrower);
+  }
   const Layout prod = l.with_partial({{"x", ReduceOp::kProd}});
   EXPECT_EQ(plan_op("add_scalar", {spec({5, 3}, prod)}).inputs[0], l);
   EXPECT_EQ(plan_op("negative", {spec({5, 3}, prod)}).inputs[0], l);
@@ -380,7 +391,7 @@ std::vector<BinaryCase> binary_cases() {
 // Shape pairs that broadcast (odd sizes: uneven shards on every mesh).
 const std::vector<std::pair<Shape, Shape>>& shape_pairs() {
   static const std::vector<std::pair<Shape, Shape>> pairs = {
-      {{5, 3}, {5, 3}}, {{5, 3}, {3}},     {{5, 1}, {1, 3}}, {{7}, {}},
+      {{5, 3}, {5, 3}}, {{5, 3}, {3}},       {{5, 1}, {1, 3}}, {{7}, {}},
       {{1, 6}, {5, 6}}, {{2, 5, 3}, {5, 1}}, {{4, 6}, {4, 6}}, {{3}, {7, 3}},
   };
   return pairs;
@@ -398,10 +409,10 @@ TEST(ElementwiseMatchesSingleDevice, BinaryOpsOverRandomLayouts) {
         const Tensor b = c.positive_b ? random_host(sb, DType::kF64, rng(), 0.5, 2.0)
                                       : random_host(sb, DType::kF64, rng());
         SCOPED_TRACE(c.name);
-        expect_matches_single_device(
-            c.fn, {a, b},
-            {random_op_layout(mesh, sa.rank(), rng, true), random_op_layout(mesh, sb.rank(), rng, true)},
-            rt, rng, 1e-12);
+        expect_matches_single_device(c.fn, {a, b},
+                                     {random_op_layout(mesh, sa.rank(), rng, true),
+                                      random_op_layout(mesh, sb.rank(), rng, true)},
+                                     rt, rng, 1e-12);
       }
     }
     EXPECT_GE(runs, 20);
@@ -423,12 +434,13 @@ TEST(ElementwiseMatchesSingleDevice, UnaryOpsOverRandomLayouts) {
       {"rsqrt", [](const std::vector<DTensor>& in) { return rsqrt(in[0]); }},
       {"add_scalar", [](const std::vector<DTensor>& in) { return add(in[0], 1.5); }},
       {"multiply_scalar", [](const std::vector<DTensor>& in) { return multiply(in[0], -3.0); }},
-      {"cast", [](const std::vector<DTensor>& in) { return cast(cast(in[0], DType::kF32), DType::kF64); }},
+      {"cast",
+       [](const std::vector<DTensor>& in) { return cast(cast(in[0], DType::kF32), DType::kF64); }},
   };
   const std::vector<Shape> shapes = {{5, 3}, {7}, {2, 3, 5}, {}, {1, 4}, {9, 2}, {4}};
   for (const auto& [name, fn] : ops) {
-    const bool positive = std::string(name) == "log" || std::string(name) == "sqrt" ||
-                          std::string(name) == "rsqrt";
+    const bool positive =
+        std::string(name) == "log" || std::string(name) == "sqrt" || std::string(name) == "rsqrt";
     int runs = 0;
     for (const Mesh& mesh : meshes()) {
       for (const Shape& shape : shapes) {
@@ -459,10 +471,10 @@ TEST(ElementwiseVjp, BinaryOpsMatchFiniteDifferences) {
       // Away from 0 (divide) and from ties (maximum / minimum: a kink).
       Tensor b = random_host(sb, DType::kF64, rng(), 0.5, 2.0);
       SCOPED_TRACE(c.name);
-      expect_vjp_matches_finite_differences(
-          c.fn, {a, b},
-          {random_op_layout(mesh, sa.rank(), rng, true), random_op_layout(mesh, sb.rank(), rng, true)},
-          rt, rng, 1e-6);
+      expect_vjp_matches_finite_differences(c.fn, {a, b},
+                                            {random_op_layout(mesh, sa.rank(), rng, true),
+                                             random_op_layout(mesh, sb.rank(), rng, true)},
+                                            rt, rng, 1e-6);
     }
   }
 }
@@ -478,8 +490,10 @@ TEST(ElementwiseVjp, MaximumTiesGoToTheFirstInput) {
           return reduce_sum(max ? maximum(p[0], p[1]) : minimum(p[0], p[1]));
         },
         {a, b});
-    EXPECT_EQ(values(grads[0]), max ? (std::vector<double>{1, 1, 1, 0}) : (std::vector<double>{1, 0, 1, 1}));
-    EXPECT_EQ(values(grads[1]), max ? (std::vector<double>{0, 0, 0, 1}) : (std::vector<double>{0, 1, 0, 0}));
+    EXPECT_EQ(values(grads[0]),
+              max ? (std::vector<double>{1, 1, 1, 0}) : (std::vector<double>{1, 0, 1, 1}));
+    EXPECT_EQ(values(grads[1]),
+              max ? (std::vector<double>{0, 0, 0, 1}) : (std::vector<double>{0, 1, 0, 0}));
   }
 }
 
@@ -517,7 +531,8 @@ TEST(ElementwiseVjp, UnaryOpsMatchFiniteDifferences) {
       // Positive, away from relu's kink.
       const Tensor x = random_host(shapes[t], DType::kF64, rng(), 0.5, 2.0);
       Tensor y = x.clone();
-      if (std::string(name) != "log" && std::string(name) != "sqrt" && std::string(name) != "rsqrt") {
+      if (std::string(name) != "log" && std::string(name) != "sqrt" &&
+          std::string(name) != "rsqrt") {
         for (int64_t i = 0; i < y.num_elements(); i += 2) y.data<double>()[i] *= -1;
       }
       SCOPED_TRACE(name);
@@ -605,7 +620,8 @@ TEST(ElementwiseErrors, DtypesThatDiffer) {
 TEST(ElementwiseErrors, NoKernelForIntegerDtypes) {
   Runtime rt({.num_cpu_devices = 4});
   const Mesh mesh = Mesh::create({{"x", 4}});
-  const DTensor i = copy_to_mesh(Tensor::from_vector<int32_t>({1, 2}, {2}), Layout::replicated(mesh, 1), rt);
+  const DTensor i =
+      copy_to_mesh(Tensor::from_vector<int32_t>({1, 2}, {2}), Layout::replicated(mesh, 1), rt);
   EXPECT_TESSEL_ERROR(add(i, i), ErrorCode::kUnimplemented, "no kernel for dtype i32");
   EXPECT_TESSEL_ERROR(exp(i), ErrorCode::kUnimplemented, "exp");
   EXPECT_TESSEL_ERROR(add(i, 1.0), ErrorCode::kUnimplemented, "add_scalar");
