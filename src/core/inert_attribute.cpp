@@ -43,4 +43,9 @@ std::vector<std::string> inert_attribute_warnings() {
   return warned();
 }
 
+void reset_inert_attribute_warnings() {
+  std::lock_guard<std::mutex> lock(warnings_mutex());
+  warned().clear();
+}
+
 }  // namespace tessel::detail

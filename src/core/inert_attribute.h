@@ -21,5 +21,7 @@ void warn_inert_attribute(std::string_view component, std::string_view attribute
 
 // "<component>.<attribute>" of every warning given so far, in order (for tests).
 std::vector<std::string> inert_attribute_warnings();
+// Forgets the warnings given, so that each is given again (for tests).
+void reset_inert_attribute_warnings();
 
 }  // namespace tessel::detail

@@ -29,6 +29,7 @@ std::vector<std::string> tpu_devices(int n) {
 }
 
 TEST(InertAttributes, EachIsWarnedAboutOnceWhenSet) {
+  detail::reset_inert_attribute_warnings();  // other tests of this process may have set some
   ::testing::internal::CaptureStderr();
   // ReplicateMetadata: read when replicate() places its replicas.
   ReplicateOptions options = testing::replicate_options(1);
