@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "core/errors.h"
-#include "dtensor/framework/dispatch_cache.h"
 #include "dtensor/dtensor_internal.h"
+#include "dtensor/framework/dispatch_cache.h"
 #include "dtensor/framework/launch_plan.h"
 #include "dtensor/framework/sharding_fallback.h"
 #include "dtensor/framework/trace_hooks.h"  // tracing hook: record calls instead of running them
@@ -20,12 +20,21 @@ namespace tessel {
 void set_replicate_fallback(bool enabled) { set_sharding_fallback_strict(!enabled); }
 bool replicate_fallback() { return !sharding_fallback_strict(); }
 
+namespace {
+
+// kInvalidArgument naming the op unless it is given its number of inputs (plan_op and call_op).
+void check_arity(const OpDef& def, size_t given) {
+  if (static_cast<int>(given) != def.num_inputs) {
+    detail::throw_invalid(def.name, "takes {} inputs, got {}", def.num_inputs, given);
+  }
+}
+
+}  // namespace
+
 ShardingDecision plan_op(std::string_view name, const std::vector<TensorSpec>& inputs,
                          const OpAttrs& attrs) {
   const OpDef& def = OpRegistry::global().get(name);
-  if (static_cast<int>(inputs.size()) != def.num_inputs) {
-    detail::throw_invalid(def.name, "takes {} inputs, got {}", def.num_inputs, inputs.size());
-  }
+  check_arity(def, inputs.size());
   return detail::decide_sharding(def, inputs, def.infer(inputs, attrs), attrs);
 }
 
@@ -40,9 +49,7 @@ std::vector<TensorSpec> specs_of(const std::vector<DTensor>& tensors) {
 
 // Checks the inputs of a call of `def` (kInvalidArgument / kFailedPrecondition naming the op).
 void check_inputs(const OpDef& def, const std::vector<DTensor>& inputs, bool tracing) {
-  if (static_cast<int>(inputs.size()) != def.num_inputs) {
-    detail::throw_invalid(def.name, "takes {} inputs, got {}", def.num_inputs, inputs.size());
-  }
+  check_arity(def, inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) detail::throw_invalid(def.name, "input {} is a null DTensor", i);
     if (inputs[i].layout().mesh() != inputs[0].layout().mesh()) {
@@ -100,8 +107,8 @@ Runtime& runtime_of(const std::vector<DTensor>& inputs, const OpAttrs& attrs) {
 // too, unless strict mode has come on since it was planned: then it is planned again, which
 // raises. `ready` receives the inputs as the kernels read them.
 DTensor run_eagerly(const OpDef& def, const std::vector<DTensor>& inputs,
-                    const detail::CallAttrs& call_attrs,
-                    std::vector<DTensor>& ready_storage, const std::vector<DTensor>*& ready) {
+                    const detail::CallAttrs& call_attrs, std::vector<DTensor>& ready_storage,
+                    const std::vector<DTensor>*& ready) {
   const OpAttrs& attrs = call_attrs.get();
   const uint64_t runtime_id = runtime_id_of(inputs, attrs);
   const size_t key = detail::call_key(def, inputs, attrs, runtime_id);
