@@ -52,41 +52,38 @@ TESSEL_HOST_DEVICE inline double pow_of(double x, double y) { return ::pow(x, y)
 
 namespace elementwise {
 
-constexpr double kGeluC = 0.7978845608028654;        // sqrt(2 / pi)
-constexpr double kGeluK = 0.044715;                  // the tanh approximation's cubic term
+constexpr double kGeluC = 0.7978845608028654;         // sqrt(2 / pi)
+constexpr double kGeluK = 0.044715;                   // the tanh approximation's cubic term
 constexpr double kSqrtHalf = 0.70710678118654752440;  // 1 / sqrt(2)
-constexpr double kInvSqrt2Pi = 0.3989422804014327;   // 1 / sqrt(2 pi)
+constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1 / sqrt(2 pi)
+
+// The functors whose body is one expression: `Name`'s operator() of x (unary) or of the two named
+// arguments (binary) returns the expression, for T = float and double.
+#define TESSEL_UNARY_FUNCTOR(Name, ...)          \
+  struct Name {                                  \
+    template <typename T>                        \
+    TESSEL_HOST_DEVICE T operator()(T x) const { \
+      return __VA_ARGS__;                        \
+    }                                            \
+  }
+#define TESSEL_BINARY_FUNCTOR(Name, a, b, ...)        \
+  struct Name {                                       \
+    template <typename T>                             \
+    TESSEL_HOST_DEVICE T operator()(T a, T b) const { \
+      return __VA_ARGS__;                             \
+    }                                                 \
+  }
 
 // ---- unary ops ---------------------------------------------------------------------------------
 
-struct Negative {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return -x; }
-};
-struct Exp {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return exp_of(x); }
-};
-struct Log {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return log_of(x); }
-};
-struct Sqrt {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return sqrt_of(x); }
-};
-struct Rsqrt {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return T(1) / sqrt_of(x); }
-};
-struct Tanh {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return tanh_of(x); }
-};
-struct Relu {  // NaN propagates
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return x < T(0) ? T(0) : x; }
-};
+TESSEL_UNARY_FUNCTOR(Negative, -x);
+TESSEL_UNARY_FUNCTOR(Exp, exp_of(x));
+TESSEL_UNARY_FUNCTOR(Log, log_of(x));
+TESSEL_UNARY_FUNCTOR(Sqrt, sqrt_of(x));
+TESSEL_UNARY_FUNCTOR(Rsqrt, T(1) / sqrt_of(x));
+TESSEL_UNARY_FUNCTOR(Tanh, tanh_of(x));
+// NaN propagates
+TESSEL_UNARY_FUNCTOR(Relu, x < T(0) ? T(0) : x);
 struct Gelu {  // the tanh approximation
   template <typename T>
   TESSEL_HOST_DEVICE T operator()(T x) const {
@@ -99,104 +96,65 @@ struct GeluErf {  // exact: x * Phi(x)
     return T(0.5) * x * (T(1) + erf_of(x * T(kSqrtHalf)));
   }
 };
-struct Sigmoid {  // 1 / (1 + e^-x): 0 and 1 at the far ends (e^-x overflows to inf, not NaN)
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return T(1) / (T(1) + exp_of(-x)); }
-};
-struct Square {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return x * x; }
-};
-struct Abs {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return abs_of(x); }
-};
-struct Sin {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return sin_of(x); }
-};
-struct Cos {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return cos_of(x); }
-};
-struct Silu {  // x * sigmoid(x) = x / (1 + e^-x)
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return x / (T(1) + exp_of(-x)); }
-};
+// 1 / (1 + e^-x): 0 and 1 at the far ends (e^-x overflows to inf, not NaN)
+TESSEL_UNARY_FUNCTOR(Sigmoid, T(1) / (T(1) + exp_of(-x)));
+TESSEL_UNARY_FUNCTOR(Square, x* x);
+TESSEL_UNARY_FUNCTOR(Abs, abs_of(x));
+TESSEL_UNARY_FUNCTOR(Sin, sin_of(x));
+TESSEL_UNARY_FUNCTOR(Cos, cos_of(x));
+// x * sigmoid(x) = x / (1 + e^-x)
+TESSEL_UNARY_FUNCTOR(Silu, x / (T(1) + exp_of(-x)));
 // The host-scalar ops: x + operand, x * operand (the scalar rounded to T once, as the CPU kernel
 // of ops_unary.cpp always did).
 struct AddScalar {
   double operand = 0;
   template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return x + static_cast<T>(operand); }
+  TESSEL_HOST_DEVICE T operator()(T x) const {
+    return x + static_cast<T>(operand);
+  }
 };
 struct MultiplyScalar {
   double operand = 0;
   template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return x * static_cast<T>(operand); }
+  TESSEL_HOST_DEVICE T operator()(T x) const {
+    return x * static_cast<T>(operand);
+  }
 };
 struct PowScalar {  // x ** operand
   double operand = 0;
   template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T x) const { return pow_of(x, static_cast<T>(operand)); }
+  TESSEL_HOST_DEVICE T operator()(T x) const {
+    return pow_of(x, static_cast<T>(operand));
+  }
 };
 
 // ---- binary ops --------------------------------------------------------------------------------
 
-struct Add {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return a + b; }
-};
-struct Subtract {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return a - b; }
-};
-struct Multiply {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return a * b; }
-};
-struct Divide {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return a / b; }
-};
-struct Maximum {  // NaN propagates; ties give a
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return a >= b || a != a ? a : b; }
-};
-struct Minimum {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return a <= b || a != a ? a : b; }
-};
-struct Pow {  // C's pow: NaN for a negative base and a non-integer exponent, as numpy's
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return pow_of(a, b); }
-};
-struct MaskGreater {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return a > b ? T(1) : T(0); }
-};
-struct MaskGreaterEqual {
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T a, T b) const { return a >= b ? T(1) : T(0); }
-};
+TESSEL_BINARY_FUNCTOR(Add, a, b, a + b);
+TESSEL_BINARY_FUNCTOR(Subtract, a, b, a - b);
+TESSEL_BINARY_FUNCTOR(Multiply, a, b, a* b);
+TESSEL_BINARY_FUNCTOR(Divide, a, b, a / b);
+// NaN propagates; ties give a
+TESSEL_BINARY_FUNCTOR(Maximum, a, b, a >= b || a != a ? a : b);
+TESSEL_BINARY_FUNCTOR(Minimum, a, b, a <= b || a != a ? a : b);
+// C's pow: NaN for a negative base and a non-integer exponent, as numpy's
+TESSEL_BINARY_FUNCTOR(Pow, a, b, pow_of(a, b));
+TESSEL_BINARY_FUNCTOR(MaskGreater, a, b, a > b ? T(1) : T(0));
+TESSEL_BINARY_FUNCTOR(MaskGreaterEqual, a, b, a >= b ? T(1) : T(0));
 
 // ---- derivatives: (grad, x) or (grad, y) -> grad * f' ------------------------------------------
 
-struct ReluGrad {  // (grad, x)
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T g, T x) const { return x > T(0) ? g : T(0); }
-};
-struct TanhGrad {  // (grad, y = tanh(x))
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T g, T y) const { return g * (T(1) - y * y); }
-};
+// (grad, x)
+TESSEL_BINARY_FUNCTOR(ReluGrad, g, x, x > T(0) ? g : T(0));
+// (grad, y = tanh(x))
+TESSEL_BINARY_FUNCTOR(TanhGrad, g, y, g*(T(1) - y * y));
 struct GeluGrad {  // (grad, x)
   template <typename T>
   TESSEL_HOST_DEVICE T operator()(T g, T x) const {
     const T x2 = x * x;
     const T t = tanh_of(T(kGeluC) * (x + T(kGeluK) * x2 * x));
-    const T d = T(0.5) * (T(1) + t) +
-                T(0.5) * x * (T(1) - t * t) * T(kGeluC) * (T(1) + T(3 * kGeluK) * x2);
+    const T d =
+        T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kGeluC) * (T(1) + T(3 * kGeluK) * x2);
     return g * d;
   }
 };
@@ -208,10 +166,8 @@ struct GeluErfGrad {  // (grad, x): d x*Phi(x) = Phi(x) + x * phi(x)
     return g * (cdf + x * pdf);
   }
 };
-struct SigmoidGrad {  // (grad, y = sigmoid(x)): y (1 - y)
-  template <typename T>
-  TESSEL_HOST_DEVICE T operator()(T g, T y) const { return g * (y * (T(1) - y)); }
-};
+// (grad, y = sigmoid(x)): y (1 - y)
+TESSEL_BINARY_FUNCTOR(SigmoidGrad, g, y, g*(y*(T(1) - y)));
 
 struct AbsGrad {  // (grad, x): sign(x), 0 at 0 (as numpy's sign and JAX's abs gradient)
   template <typename T>
@@ -231,27 +187,39 @@ struct SiluGrad {  // (grad, x): s (1 + x (1 - s)) with s = sigmoid(x)
 
 struct Less {
   template <typename T>
-  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a < b; }
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const {
+    return a < b;
+  }
 };
 struct LessEqual {
   template <typename T>
-  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a <= b; }
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const {
+    return a <= b;
+  }
 };
 struct Greater {
   template <typename T>
-  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a > b; }
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const {
+    return a > b;
+  }
 };
 struct GreaterEqual {
   template <typename T>
-  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a >= b; }
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const {
+    return a >= b;
+  }
 };
 struct Equal {
   template <typename T>
-  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a == b; }
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const {
+    return a == b;
+  }
 };
 struct NotEqual {  // true for NaN against anything, as IEEE and numpy
   template <typename T>
-  TESSEL_HOST_DEVICE bool operator()(T a, T b) const { return a != b; }
+  TESSEL_HOST_DEVICE bool operator()(T a, T b) const {
+    return a != b;
+  }
 };
 
 // ---- the GPU's tables ----------------------------------------------------------------------
@@ -262,9 +230,9 @@ struct OpList {};
 
 using UnaryOps = OpList<Negative, Exp, Log, Sqrt, Rsqrt, Tanh, Relu, Gelu, GeluErf, Sigmoid,
                         AddScalar, MultiplyScalar, Square, Abs, Sin, Cos, Silu, PowScalar>;
-using BinaryOps = OpList<Add, Subtract, Multiply, Divide, Maximum, Minimum, MaskGreater,
-                         MaskGreaterEqual, ReluGrad, TanhGrad, GeluGrad, GeluErfGrad, SigmoidGrad,
-                         Pow, AbsGrad, SiluGrad>;
+using BinaryOps =
+    OpList<Add, Subtract, Multiply, Divide, Maximum, Minimum, MaskGreater, MaskGreaterEqual,
+           ReluGrad, TanhGrad, GeluGrad, GeluErfGrad, SigmoidGrad, Pow, AbsGrad, SiluGrad>;
 
 // The index of Op in List (a compile error when it is not there).
 template <typename Op, typename List>
@@ -279,6 +247,9 @@ struct IndexIn<Op, OpList<First, Rest...>> {
 };
 template <typename Op, typename List>
 constexpr int index_in = IndexIn<Op, List>::value;
+
+#undef TESSEL_UNARY_FUNCTOR
+#undef TESSEL_BINARY_FUNCTOR
 
 }  // namespace elementwise
 }  // namespace tessel::detail

@@ -52,25 +52,18 @@ namespace tessel {
 namespace detail {
 namespace {
 
-constexpr std::string_view kLayerNorm = "layer_norm";
-constexpr std::string_view kLayerNormBias = "layer_norm_with_bias";
-constexpr std::string_view kLayerNormStats = "layer_norm_stats";
-constexpr std::string_view kLayerNormGrad = "layer_norm_grad";
-constexpr std::string_view kWeightGrad = "layer_norm_weight_grad";
-constexpr std::string_view kRmsNorm = "rms_norm";
-constexpr std::string_view kRmsNormGrad = "rms_norm_grad";
-constexpr std::string_view kRmsWeightGrad = "rms_norm_weight_grad";
-
-constexpr std::string_view kRmsNormStats = "rms_norm_stats";
-
-// One normalisation's backward ops: its statistics', its gradients' and whether the mean is
-// subtracted (layer norm) or taken as 0 (RMS norm: its statistics' means are 0).
+// One normalisation's ops: its forward's, its statistics', its gradients' names, and whether the
+// mean is subtracted (layer norm) or taken as 0 (RMS norm: its statistics' means are 0).
 struct NormOps {
-  std::string_view stats, grad, weight_grad;
+  std::string_view forward, stats, grad, weight_grad;
   bool centered;
 };
-constexpr NormOps kLayerNormOps{kLayerNormStats, kLayerNormGrad, kWeightGrad, true};
-constexpr NormOps kRmsNormOps{kRmsNormStats, kRmsNormGrad, kRmsWeightGrad, false};
+constexpr NormOps kLayerNormOps{"layer_norm", "layer_norm_stats", "layer_norm_grad",
+                                "layer_norm_weight_grad", true};
+constexpr NormOps kRmsNormOps{"rms_norm", "rms_norm_stats", "rms_norm_grad", "rms_norm_weight_grad",
+                              false};
+// layer_norm with a bias: the same backward ops.
+constexpr std::string_view kLayerNormBias = "layer_norm_with_bias";
 
 // The gradient input in[index] must have x's (in[0]'s) shape and dtype.
 void check_gradient_like_x(const std::vector<TensorSpec>& in, size_t index, std::string_view op) {
@@ -146,7 +139,7 @@ void layer_norm_kernel(const std::vector<Tensor>& in, Tensor& out, double epsilo
   const int64_t n = out.shape()[out.rank() - 1];
   if (n == 0 || out.num_elements() == 0) return;
   const int64_t rows = out.num_elements() / n;
-  dispatch_float(out.dtype(), kLayerNorm, [&]<typename T>() {
+  dispatch_float(out.dtype(), kLayerNormOps.forward, [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* w = in[1].data<T>();
     const T* b = in.size() > 2 ? in[2].data<T>() : nullptr;
@@ -179,7 +172,7 @@ void layer_norm_stats_kernel(const Tensor& in, Tensor& out, double epsilon, bool
   if (n == 0 || in.num_elements() == 0) return;
   const int64_t rows = in.num_elements() / n;
   double* stats = out.data<double>();
-  dispatch_float(in.dtype(), kLayerNormStats, [&]<typename T>() {
+  dispatch_float(in.dtype(), kLayerNormOps.stats, [&]<typename T>() {
     const T* x = in.data<T>();
     parallel_for(rows, vec::rows_per_range(n), [&](int64_t first, int64_t last) {
       if constexpr (std::is_same_v<T, float>) {
@@ -201,7 +194,7 @@ void layer_norm_grad_kernel(const std::vector<Tensor>& in, Tensor& out, bool cen
   if (n == 0 || out.num_elements() == 0) return;
   const int64_t rows = out.num_elements() / n;
   const double* stats = in[3].data<double>();
-  dispatch_float(out.dtype(), kLayerNormGrad, [&]<typename T>() {
+  dispatch_float(out.dtype(), kLayerNormOps.grad, [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* w = in[1].data<T>();
     const T* g = in[2].data<T>();
@@ -240,7 +233,7 @@ void weight_grad_kernel(const std::vector<Tensor>& in, Tensor& out) {
   if (n == 0) return;
   const int64_t rows = in[0].num_elements() / n;
   const double* stats = in[2].data<double>();
-  dispatch_float(out.dtype(), kWeightGrad, [&]<typename T>() {
+  dispatch_float(out.dtype(), kLayerNormOps.weight_grad, [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* g = in[1].data<T>();
     // One partial sum per block of kWeightGradBlock rows, then the blocks in order.
@@ -391,10 +384,10 @@ void register_norm_backward(OpRegistry& registry, NormOps ops) {
 }  // namespace
 
 void register_norm_ops(OpRegistry& registry) {
-  register_norm(registry, kLayerNorm, /*with_bias=*/false, kLayerNormOps);
+  register_norm(registry, kLayerNormOps.forward, /*with_bias=*/false, kLayerNormOps);
   register_norm(registry, kLayerNormBias, /*with_bias=*/true, kLayerNormOps);
   register_norm_backward(registry, kLayerNormOps);
-  register_norm(registry, kRmsNorm, /*with_bias=*/false, kRmsNormOps);
+  register_norm(registry, kRmsNormOps.forward, /*with_bias=*/false, kRmsNormOps);
   register_norm_backward(registry, kRmsNormOps);
 }
 
@@ -403,14 +396,14 @@ void register_norm_ops(OpRegistry& registry) {
 DTensor layer_norm(const DTensor& x, const DTensor& weight, const DTensor& bias, double epsilon) {
   OpAttrs attrs;
   attrs.epsilon = epsilon;
-  if (!bias.defined()) return call_op(detail::kLayerNorm, {x, weight}, attrs);
+  if (!bias.defined()) return call_op(detail::kLayerNormOps.forward, {x, weight}, attrs);
   return call_op(detail::kLayerNormBias, {x, weight, bias}, attrs);
 }
 
 DTensor rms_norm(const DTensor& x, const DTensor& weight, double epsilon) {
   OpAttrs attrs;
   attrs.epsilon = epsilon;
-  return call_op(detail::kRmsNorm, {x, weight}, attrs);
+  return call_op(detail::kRmsNormOps.forward, {x, weight}, attrs);
 }
 
 }  // namespace tessel

@@ -33,19 +33,14 @@
 #include <cstring>
 
 #include "core/errors.h"
-#include "dtensor/ops/op_families.h"
 #include "dtensor/framework/op_util.h"
+#include "dtensor/ops/op_families.h"
 #include "tessel/core/parallel.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
 namespace detail {
 namespace {
-
-constexpr std::string_view kReshape = "reshape";
-constexpr std::string_view kTranspose = "transpose";
-constexpr std::string_view kSlice = "slice";
-constexpr std::string_view kSliceGrad = "slice_grad";
 
 int64_t mesh_dims_size(const Mesh& mesh, const std::vector<std::string>& dims) {
   int64_t n = 1;
@@ -121,6 +116,8 @@ const uint8_t* bytes_of(const Tensor& t) { return static_cast<const uint8_t*>(t.
 uint8_t* bytes_of(Tensor& t) { return static_cast<uint8_t*>(t.data()); }
 
 // ---- reshape ------------------------------------------------------------------------------
+
+constexpr std::string_view kReshape = "reshape";
 
 TensorSpec infer_reshape(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
   const Shape& from = in[0].shape;
@@ -243,6 +240,8 @@ void reshape_kernel(const std::vector<Tensor>& in, Tensor& out) {
 }
 
 // ---- transpose ----------------------------------------------------------------------------
+
+constexpr std::string_view kTranspose = "transpose";
 
 std::vector<int64_t> resolve_perm(const std::vector<int64_t>& perm, int rank) {
   if (perm.empty()) {
@@ -368,6 +367,8 @@ void transpose_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs&
 
 // ---- slice --------------------------------------------------------------------------------
 
+constexpr std::string_view kSlice = "slice";
+
 // The slice's sizes with -1 resolved; kInvalidArgument for bad begin / size.
 std::vector<int64_t> resolve_slice(const Shape& shape, const std::vector<int64_t>& begin,
                                    const std::vector<int64_t>& size) {
@@ -428,6 +429,8 @@ void slice_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& att
 }
 
 // ---- slice_grad(g): g padded with zeros to attrs.shape at attrs.begin -------------------
+
+constexpr std::string_view kSliceGrad = "slice_grad";
 
 TensorSpec infer_slice_grad(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
   const Shape full(attrs.shape);

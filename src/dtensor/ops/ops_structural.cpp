@@ -38,15 +38,12 @@ namespace tessel {
 namespace detail {
 namespace {
 
-constexpr std::string_view kPad = "pad";
-constexpr std::string_view kCumsum = "cumsum";
-constexpr std::string_view kOneHot = "one_hot";
-constexpr std::string_view kTopK = "top_k";
-
 // Elements one intra-op thread handles at the least.
 constexpr int64_t kGrainElements = int64_t{1} << 14;
 
 // ---- pad -------------------------------------------------------------------------------------
+
+constexpr std::string_view kPad = "pad";
 
 void check_padding(size_t dim, int64_t before, int64_t after, const Shape& x) {
   if (before < 0 || after < 0) {
@@ -91,6 +88,8 @@ void pad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs
 }
 
 // ---- cumsum ----------------------------------------------------------------------------------
+
+constexpr std::string_view kCumsum = "cumsum";
 
 int64_t cumsum_axis(const OpAttrs& attrs, int rank) {
   return normalize_axis(attrs.axis.value_or(0), rank, kCumsum);
@@ -138,6 +137,8 @@ void cumsum_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& at
 }
 
 // ---- one_hot ---------------------------------------------------------------------------------
+
+constexpr std::string_view kOneHot = "one_hot";
 
 // Calls f.template operator()<T>() for one_hot's output dtypes.
 template <typename F>
@@ -209,6 +210,8 @@ void one_hot_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& a
 }
 
 // ---- top_k -----------------------------------------------------------------------------------
+
+constexpr std::string_view kTopK = "top_k";
 
 TensorSpec infer_top_k(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
   const Shape& x = in[0].shape;
