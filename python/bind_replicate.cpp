@@ -171,8 +171,9 @@ void bind_execution_devices(py::module_& m) {
       .def("__repr__", [](const ExecutionDevice& d) {
         return "ExecutionDevice(device='" + d.device + "', host='" + d.host + "')";
       });
-  py::class_<ExecutionDevices>(m, "ExecutionDevices",
-                               "compilation_and_execution_devices' result (TF's TPUDeviceAssignment).")
+  py::class_<ExecutionDevices>(
+      m, "ExecutionDevices",
+      "compilation_and_execution_devices' result (TF's TPUDeviceAssignment).")
       .def_readonly("compilation_device", &ExecutionDevices::compilation_device)
       .def_readonly("execution_devices", &ExecutionDevices::execution_devices,
                     "[replica][logical core] ExecutionDevice.")
@@ -324,13 +325,18 @@ none) and inputs (each input's handle data after TF's in-place merge).)doc")
   py::class_<ReplicatedVariable>(m, "ReplicatedVariable", R"doc(
 A variable of a replicated computation: one value per replica (per_replica) or one value mirrored
 on every replica (mirrored, TF's is_mirrored_variable), a dtype and a declared handle shape.)doc")
-      .def(py::init([](std::string name, DType dtype, py::handle handle_shape,
-                       std::vector<Tensor> values, bool is_mirrored_variable) {
-             return ReplicatedVariable{std::move(name), dtype, to_partial_shape(handle_shape),
-                                       std::move(values), is_mirrored_variable};
-           }),
-           py::arg("name"), py::arg("dtype"), py::arg("handle_shape") = py::none(),
-           py::arg("values") = std::vector<Tensor>{}, py::arg("is_mirrored_variable") = false)
+      .def(
+          py::init([](std::string name, DType dtype, py::handle handle_shape,
+                      std::vector<Tensor> values, bool is_mirrored_variable,
+                      VariableAggregation aggregation) {
+            ReplicatedVariable v{std::move(name), dtype, to_partial_shape(handle_shape),
+                                 std::move(values), is_mirrored_variable};
+            v.aggregation = aggregation;
+            return v;
+          }),
+          py::arg("name"), py::arg("dtype"), py::arg("handle_shape") = py::none(),
+          py::arg("values") = std::vector<Tensor>{}, py::arg("is_mirrored_variable") = false,
+          py::arg("aggregation") = VariableAggregation::kNone)
       .def_static(
           "per_replica",
           [](std::string name, std::vector<Tensor> values, py::handle handle_shape) {
@@ -340,11 +346,13 @@ on every replica (mirrored, TF's is_mirrored_variable), a dtype and a declared h
           py::arg("name"), py::arg("values"), py::arg("handle_shape") = py::none())
       .def_static(
           "mirrored",
-          [](std::string name, Tensor value, py::handle handle_shape) {
+          [](std::string name, Tensor value, py::handle handle_shape,
+             VariableAggregation aggregation) {
             return ReplicatedVariable::mirrored(std::move(name), std::move(value),
-                                                to_partial_shape(handle_shape));
+                                                to_partial_shape(handle_shape), aggregation);
           },
-          py::arg("name"), py::arg("value"), py::arg("handle_shape") = py::none())
+          py::arg("name"), py::arg("value"), py::arg("handle_shape") = py::none(),
+          py::arg("aggregation") = VariableAggregation::kNone)
       .def_readwrite("name", &ReplicatedVariable::name)
       .def_readwrite("dtype", &ReplicatedVariable::dtype)
       .def_property(
@@ -352,6 +360,7 @@ on every replica (mirrored, TF's is_mirrored_variable), a dtype and a declared h
           [](ReplicatedVariable& v, py::handle s) { v.handle_shape = to_partial_shape(s); })
       .def_readwrite("values", &ReplicatedVariable::values)
       .def_readwrite("is_mirrored_variable", &ReplicatedVariable::is_mirrored_variable)
+      .def_readwrite("aggregation", &ReplicatedVariable::aggregation)
       .def("value", &ReplicatedVariable::value, py::arg("replica"))
       .def("__repr__", [](const ReplicatedVariable& v) {
         return "ReplicatedVariable('" + v.name + "', " + std::string(dtype_name(v.dtype)) + ", " +
@@ -398,7 +407,9 @@ returned (replica <r> of <n>)".)doc")
            py::call_guard<py::gil_scoped_release>(), py::keep_alive<0, 2>())
       .def("broadcast", &ReplicaContext::broadcast, py::arg("x"), py::arg("root_replica"),
            py::call_guard<py::gil_scoped_release>(), py::keep_alive<0, 2>())
-      .def("barrier", &ReplicaContext::barrier, py::call_guard<py::gil_scoped_release>());
+      .def("barrier", &ReplicaContext::barrier, py::call_guard<py::gil_scoped_release>())
+      .def("read_variable", &ReplicaContext::read_variable, py::arg("index"))
+      .def("assign_variable", &ReplicaContext::assign_variable, py::arg("index"), py::arg("value"));
 }
 
 ReplicateOptions make_options(std::optional<ReplicateMetadata> metadata, Runtime* runtime,
@@ -519,8 +530,7 @@ ReplicaComputation python_computation(std::shared_ptr<PythonCall> call) {
   return [call](ReplicaContext& ctx, const std::vector<DTensor>& inputs) {
     auto frame = std::make_unique<PythonFrame>();
     try {
-      frame->args =
-          py::make_tuple(py::cast(ctx.shared_from_this()), wrap_dtensors(inputs));
+      frame->args = py::make_tuple(py::cast(ctx.shared_from_this()), wrap_dtensors(inputs));
       // Called directly, so that no temporary of pybind11's call holds Python objects on this
       // stack if the thread is ended inside.
       PyObject* result = PyObject_Call(call->fn.ptr(), frame->args.ptr(), nullptr);
@@ -657,8 +667,7 @@ per-replica inputs replica-major, then distributed, broadcast, variables, guaran
       .def("num_outputs_to_host", &ParameterInfo::num_outputs_to_host)
       .def("first_broadcast_arg_from_host", &ParameterInfo::first_broadcast_arg_from_host)
       .def("kind", &ParameterInfo::kind, py::arg("arg"))
-      .def("host_input_index", &ParameterInfo::host_input_index, py::arg("replica"),
-           py::arg("arg"))
+      .def("host_input_index", &ParameterInfo::host_input_index, py::arg("replica"), py::arg("arg"))
       .def("host_output_index", &ParameterInfo::host_output_index, py::arg("replica"),
            py::arg("retval"))
       .def(py::self == py::self)

@@ -62,6 +62,7 @@
 #include "tessel/distribute/destinations.h"
 #include "tessel/distribute/distributed_values.h"
 #include "tessel/distribute/indexed_slices.h"
+#include "tessel/distribute/variable_aggregation.h"
 
 // dtensor
 #include "tessel/dtensor/autodiff.h"

@@ -274,6 +274,39 @@ def test_inputs_arrive_in_tpu_replicate_order(runtime):
         assert [float(tessel.to_host(d)[0]) for d in outs[r]] == [r, 9, 100, 5 + r, 7, -1]
 
 
+def test_assigned_variables_are_written_back(runtime):
+    w = tessel.ReplicatedVariable.per_replica("w", [f32(1, 2), f32(3, 4)])
+    m = tessel.ReplicatedVariable.mirrored("m", f32(1, 2),
+                                           aggregation=tessel.VariableAggregation.MEAN)
+    assert m.aggregation == tessel.VariableAggregation.MEAN
+
+    def step(ctx, inputs):
+        for k in range(2):
+            ctx.assign_variable(k, tessel.multiply(ctx.read_variable(k), ctx.replica_id + 1.0))
+        return [ctx.read_variable(0)]
+
+    outs = tessel.replicate(step, variables=[w, m], options=options(runtime, 2))
+    assert_array_equal(tessel.to_host(outs[1][0]), [6, 8])
+    assert_array_equal(np.asarray(w.values[0]), [1, 2])
+    assert_array_equal(np.asarray(w.values[1]), [6, 8])
+    assert_array_equal(np.asarray(m.values[0]), [1.5, 3])  # the mean of {1, 2} and {2, 4}
+
+
+def test_mirrored_variable_without_aggregation_is_tfs_error(runtime):
+    m = tessel.ReplicatedVariable.mirrored("m", f32(1, 2))
+
+    def step(ctx, inputs):
+        ctx.assign_variable(0, inputs[0])
+        return []
+
+    with pytest.raises(ValueError, match="You must specify an aggregation method to update a "
+                                         "MirroredVariable in Replica Context"):
+        tessel.replicate(step, variables=[m], options=options(runtime, 2))
+    with pytest.raises(ValueError, match="variable 3 is not one of the 1 variables"):
+        tessel.replicate(lambda ctx, xs: [ctx.read_variable(3)], variables=[m],
+                         options=options(runtime, 1))
+
+
 def test_collectives(runtime):
     def step(ctx, inputs):
         x = inputs[0]

@@ -8,31 +8,8 @@
 
 namespace tessel {
 
-std::string_view variable_aggregation_name(VariableAggregation aggregation) {
-  switch (aggregation) {
-    case VariableAggregation::kNone:
-      return "NONE";
-    case VariableAggregation::kSum:
-      return "SUM";
-    case VariableAggregation::kMean:
-      return "MEAN";
-    case VariableAggregation::kOnlyFirstReplica:
-      return "ONLY_FIRST_REPLICA";
-  }
-  detail::throw_invalid("VariableAggregation", "unknown value {}", static_cast<int>(aggregation));
-}
-
-ReduceOp reduce_op_from_variable_aggregation(VariableAggregation aggregation) {
-  if (aggregation == VariableAggregation::kSum) return ReduceOp::kSum;
-  if (aggregation == VariableAggregation::kMean) return ReduceOp::kMean;
-  // TF's text, its missing space included.
-  detail::throw_invalid("ReduceOp",
-                        "Could not convert from `tf.VariableAggregation` VariableAggregation.{} "
-                        "to`tf.distribute.ReduceOp` type",
-                        variable_aggregation_name(aggregation));
-}
-
-CommunicationOptions collective_hints(int64_t bytes_per_pack, std::optional<double> timeout_seconds) {
+CommunicationOptions collective_hints(int64_t bytes_per_pack,
+                                      std::optional<double> timeout_seconds) {
   return CommunicationOptions(bytes_per_pack, timeout_seconds);
 }
 
@@ -73,7 +50,7 @@ std::vector<HierarchicalCopyStep> hierarchical_copy_plan(int num_devices, int nu
     }
     for (int j = 0; j < num_devices; ++j) {
       step.copy_from.push_back((step.group_0_main < half) == (j < half) ? step.group_0_main
-                                                                         : step.group_1_main);
+                                                                        : step.group_1_main);
     }
     plan.push_back(std::move(step));
   }

@@ -19,6 +19,11 @@ class GroupReplicaContext final : public ReplicaContext {
   GroupReplicaContext(int replica_id, Mesh mesh, Runtime& runtime,
                       std::shared_ptr<CrossReplicaGroup> group);
 
+  // replicate() binds the replica's variables and reads back what it assigned.
+  using ReplicaContext::bind_variables;
+  using ReplicaContext::variables;
+  using ReplicaContext::VariableSlot;
+
  private:
   // The collectives (the expiry checks are the base class's).
   DTensor run_all_reduce(const DTensor& x, ReduceOp op) override;

@@ -134,6 +134,67 @@ void ReplicaContext::check_root(int root_replica) const {
   }
 }
 
+void ReplicaContext::bind_variables(std::vector<VariableSlot> variables) {
+  variables_ = std::move(variables);
+  variables_bound_ = true;
+}
+
+namespace {
+
+// The slot of variable `index`, or kUnimplemented where no variables are bound (compile()'s
+// tracer), kInvalidArgument outside [0, count).
+template <typename Slots>
+auto& variable_slot(Slots& slots, bool bound, int index, int replica, const char* call) {
+  if (!bound) {
+    detail::throw_error(ErrorCode::kUnimplemented, kComponent,
+                        "{} on replica {}: compile()'s traced computation does not record "
+                        "variable reads and assignments; replicate() runs them",
+                        call, replica);
+  }
+  if (index < 0 || static_cast<size_t>(index) >= slots.size()) {
+    detail::throw_invalid(kComponent,
+                          "{} on replica {}: variable {} is not one of the {} variables", call,
+                          replica, index, slots.size());
+  }
+  return slots[static_cast<size_t>(index)];
+}
+
+}  // namespace
+
+DTensor ReplicaContext::read_variable(int index) const {
+  const auto hold = enter("read_variable");
+  return variable_slot(variables_, variables_bound_, index, replica_id_, "read_variable").value;
+}
+
+void ReplicaContext::assign_variable(int index, const DTensor& value) {
+  const auto hold = enter("assign_variable");
+  VariableSlot& slot =
+      variable_slot(variables_, variables_bound_, index, replica_id_, "assign_variable");
+  check_input(value, "assign_variable");
+  if (value.dtype() != slot.dtype) {
+    detail::throw_invalid(
+        kComponent, "assign_variable on replica {}: variable '{}' is {}; the value is {}",
+        replica_id_, slot.name, dtype_name(slot.dtype), dtype_name(value.dtype()));
+  }
+  if (value.shape() != slot.shape) {
+    detail::throw_invalid(kComponent,
+                          "assign_variable on replica {}: variable '{}': Cannot update variable "
+                          "with shape {} using a Tensor with shape {}, shapes must be equal.",
+                          replica_id_, slot.name, slot.shape.to_string(),
+                          value.shape().to_string());
+  }
+  if (slot.mirrored && slot.aggregation == VariableAggregation::kNone && num_replicas_ > 1) {
+    detail::throw_invalid(kComponent,
+                          "assign_variable on replica {}: variable '{}' is mirrored over {} "
+                          "replicas with aggregation NONE. You must specify an aggregation method "
+                          "to update a MirroredVariable in Replica Context "
+                          "(ReplicatedVariable::aggregation: SUM, MEAN or ONLY_FIRST_REPLICA).",
+                          replica_id_, slot.name, num_replicas_);
+  }
+  slot.value = value;
+  ++slot.assignments;
+}
+
 namespace {
 
 void require_one_replica(const ReplicaContext& ctx, const char* collective) {

@@ -21,6 +21,7 @@
 #include "replicate/cross_replica_group.h"
 #include "replicate/group_replica_context.h"
 #include "replicate/replica_placement.h"
+#include "replicate/variable_write_back.h"
 #include "tessel/comm/collective_options.h"
 #include "tessel/dtensor/dtensor_api.h"
 
@@ -104,6 +105,29 @@ std::vector<DTensor> place_inputs(const Arguments& args, int r, const Mesh& mesh
   return inputs;
 }
 
+// Replica r's variables as its context starts with them: each one's value as placed among
+// `inputs` (after the per-replica and broadcast inputs).
+std::vector<detail::GroupReplicaContext::VariableSlot> variable_slots(
+    const Arguments& args, const std::vector<DTensor>& inputs) {
+  std::vector<detail::GroupReplicaContext::VariableSlot> slots;
+  const size_t first = args.per_replica.size() + args.broadcast.size();
+  for (size_t k = 0; k < args.variables.size(); ++k) {
+    const ReplicatedVariable& v = args.variables[k];
+    const DTensor& value = inputs[first + k];
+    slots.push_back({v.name, v.dtype, value.shape(), v.is_mirrored_variable, v.aggregation, value});
+  }
+  return slots;
+}
+
+// [variable]: the host value of each variable the replica assigned (undefined: not assigned).
+std::vector<Tensor> assigned_values(const detail::GroupReplicaContext& ctx) {
+  std::vector<Tensor> values;
+  for (const auto& slot : ctx.variables()) {
+    values.push_back(slot.assignments > 0 ? to_host(slot.value) : Tensor());
+  }
+  return values;
+}
+
 // Waits for the work queued on a replica's cores (FIFO: what other callers queued before it
 // too); a core still busy at the call's deadline: kDeadlineExceeded naming it.
 void synchronize_cores(const std::vector<Device*>& cores, const detail::CrossReplicaGroup& group) {
@@ -137,6 +161,7 @@ struct Call {
   Runtime* runtime;
   std::vector<std::vector<Device*>> cores;    // [replica][core]
   std::vector<std::vector<DTensor>> outputs;  // [replica]; read once its thread is done
+  std::vector<std::vector<Tensor>> assigned;  // [replica][variable], as outputs
   std::mutex mu;
   std::condition_variable done_cv;
   std::vector<bool> done;  // [replica]: its thread has nothing more to do
@@ -162,6 +187,7 @@ void run_replica(int r, const std::shared_ptr<Call>& call) {
       DefaultMeshScope scope(mesh);
       group.note(r, "placing its inputs");
       std::vector<DTensor> inputs = place_inputs(call->args, r, mesh, *call->runtime);
+      ctx->bind_variables(variable_slots(call->args, inputs));
       group.note(r, detail::CrossReplicaGroup::kInComputation);
       const detail::ReplicaThreadScope replica_thread(r, group.num_replicas());
       outputs = call->args.computation(*ctx, inputs);
@@ -175,6 +201,7 @@ void run_replica(int r, const std::shared_ptr<Call>& call) {
     }
     group.note(r, "waiting for its cores' work");
     synchronize_cores(cores, group);
+    call->assigned[static_cast<size_t>(r)] = assigned_values(*ctx);
     call->outputs[static_cast<size_t>(r)] = std::move(outputs);
   } catch (const abi::__forced_unwind&) {
     throw;  // the thread is being ended (an exiting Python interpreter does that): let it end
@@ -311,6 +338,7 @@ std::vector<std::vector<DTensor>> replicate(
   call->runtime = &runtime;
   call->cores = devices;
   call->outputs.resize(static_cast<size_t>(replicas));
+  call->assigned.resize(static_cast<size_t>(replicas));
   call->done.assign(static_cast<size_t>(replicas), false);
   std::vector<std::thread> threads;
   for (int r = 0; r < replicas; ++r) {
@@ -332,6 +360,7 @@ std::vector<std::vector<DTensor>> replicate(
                 fmt::format("replica {}: {}", failure->replica, failure->what));
   }
   check_outputs_agree(call->outputs);
+  detail::write_back_variables(call->args.variables, call->assigned);
   return std::move(call->outputs);
 }
 

@@ -138,9 +138,11 @@ ReplicatedVariable ReplicatedVariable::per_replica(std::string name, std::vector
 }
 
 ReplicatedVariable ReplicatedVariable::mirrored(std::string name, Tensor value,
-                                                PartialShape handle_shape) {
+                                                PartialShape handle_shape,
+                                                VariableAggregation aggregation) {
   ReplicatedVariable v = per_replica(std::move(name), {std::move(value)}, std::move(handle_shape));
   v.is_mirrored_variable = true;
+  v.aggregation = aggregation;
   return v;
 }
 

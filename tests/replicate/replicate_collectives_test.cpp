@@ -137,6 +137,11 @@ TEST(ReplicateCollectives, TheBaseContextIsTheSingleReplicaCase) {
                       "communicators");
   EXPECT_TESSEL_ERROR(SingleReplicaContext(0, mesh), ErrorCode::kInvalidArgument,
                       "replica_id 0 must lie in [0, num_replicas = 0)");
+  // A context without bound variables (a tracer's) does not record variable reads or writes.
+  EXPECT_TESSEL_ERROR(one.assign_variable(0, x), ErrorCode::kUnimplemented,
+                      "assign_variable on replica 0: compile()'s traced computation does not "
+                      "record variable reads and assignments");
+  EXPECT_TESSEL_ERROR(one.read_variable(0), ErrorCode::kUnimplemented, "read_variable");
 }
 
 // ---- several cores per replica ------------------------------------------------------------

@@ -18,19 +18,9 @@
 #include "tessel/core/reduce_op.h"
 #include "tessel/distribute/communication_options.h"
 #include "tessel/distribute/cross_device_ops.h"
+#include "tessel/distribute/variable_aggregation.h"
 
 namespace tessel {
-
-// TF's tf.VariableAggregation (the values are TF's).
-enum class VariableAggregation { kNone = 0, kSum = 1, kMean = 2, kOnlyFirstReplica = 3 };
-
-// "NONE", "SUM", "MEAN", "ONLY_FIRST_REPLICA".
-std::string_view variable_aggregation_name(VariableAggregation aggregation);
-
-// TF's ReduceOp.from_variable_aggregation: SUM -> SUM, MEAN -> MEAN; NONE and
-// ONLY_FIRST_REPLICA have no reduce op: kInvalidArgument with TF's text "Could not convert from
-// `tf.VariableAggregation` VariableAggregation.NONE to`tf.distribute.ReduceOp` type".
-ReduceOp reduce_op_from_variable_aggregation(VariableAggregation aggregation);
 
 // TF's deprecated tf.distribute.experimental.CollectiveHints: the CommunicationOptions with
 // these two fields (implementation AUTO), validated as CommunicationOptions validates them.
@@ -47,11 +37,11 @@ std::unique_ptr<CrossDeviceOps> select_cross_device_ops(const std::vector<std::s
 // n / 2 devices): each group sums on its main device, the group-0 main adds the two sums, both
 // mains get the total, every device copies it from its own group's main.
 struct HierarchicalCopyStep {
-  int group_0_main = 0;           // i % n
-  int group_1_main = 0;           // (group_0_main + n / 2) % n
-  std::vector<int> group_0;       // the devices summed on group_0_main
-  std::vector<int> group_1;       // the devices summed on group_1_main
-  std::vector<int> copy_from;     // per device, the main it copies the total from
+  int group_0_main = 0;        // i % n
+  int group_1_main = 0;        // (group_0_main + n / 2) % n
+  std::vector<int> group_0;    // the devices summed on group_0_main
+  std::vector<int> group_1;    // the devices summed on group_1_main
+  std::vector<int> copy_from;  // per device, the main it copies the total from
 };
 
 // The plan of tensors 0..num_tensors-1 over num_devices devices, as TF builds it. TF assumes an

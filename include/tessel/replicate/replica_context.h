@@ -54,8 +54,10 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <vector>
 
 #include "tessel/core/reduce_op.h"
+#include "tessel/distribute/variable_aggregation.h"
 #include "tessel/dtensor/dtensor.h"
 #include "tessel/mesh/mesh.h"
 #include "tessel/runtime/runtime.h"
@@ -86,6 +88,24 @@ class ReplicaContext : public std::enable_shared_from_this<ReplicaContext> {
   // Returns once every replica has called it (after the work queued on this replica's cores).
   void barrier();
 
+  // The replicated variables (replicate()'s `variables`, by index), TF's resource variables
+  // inside _TPUReplicate. read_variable(k): this replica's current value of variable k (what it
+  // received, or what it last assigned). assign_variable(k, value): sets it; replicate() writes
+  // the assigned values into the variables' tensors once every replica has finished without an
+  // error (when the call fails nothing is written): a per-replica variable takes each assigning
+  // replica's value; a mirrored one (one value for all replicas) the replicas' values combined by
+  // its aggregation (SUM, MEAN, ONLY_FIRST_REPLICA: replica 0's), every replica assigning it
+  // (TF's mirrored update is a cross-replica step; a mirrored variable assigned by some replicas
+  // only is kInvalidArgument at replicate()'s end, naming one that did not).
+  // Errors from "ReplicaContext": k outside [0, number of variables); a value null, not on
+  // mesh(), of another dtype or shape (TF's "Cannot update variable with shape [2] using a
+  // Tensor with shape [3], shapes must be equal."); a mirrored variable with aggregation NONE
+  // assigned with more than one replica (TF's "You must specify an aggregation method to update
+  // a MirroredVariable in Replica Context"): kInvalidArgument. compile()'s traced computation
+  // does not record variable assignments: kUnimplemented. kFailedPrecondition after expire().
+  DTensor read_variable(int index) const;
+  void assign_variable(int index, const DTensor& value);
+
   // Ends the context for good: `what_ended` names the call whose computation returned
   // ("replicate() returned"). Waits for the calls in flight. Idempotent; never throws.
   void expire(const std::string& what_ended) noexcept;
@@ -107,6 +127,20 @@ class ReplicaContext : public std::enable_shared_from_this<ReplicaContext> {
   int check_axis(const DTensor& x, int axis) const;
   void check_root(int root_replica) const;
 
+  // One replicated variable as a replica sees it (replicate()'s contexts bind them).
+  struct VariableSlot {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    bool mirrored = false;
+    VariableAggregation aggregation = VariableAggregation::kNone;
+    DTensor value;  // the input, then the last value assigned
+    int assignments = 0;
+  };
+  // Gives the context its variables (read_variable / assign_variable then work on them).
+  void bind_variables(std::vector<VariableSlot> variables);
+  const std::vector<VariableSlot>& variables() const { return variables_; }
+
  private:
   // A shared hold on the context for one call; kFailedPrecondition naming `call` once expired.
   std::shared_lock<std::shared_mutex> enter(const char* call) const;
@@ -119,6 +153,8 @@ class ReplicaContext : public std::enable_shared_from_this<ReplicaContext> {
   mutable std::shared_mutex expiry_mu_;  // shared by calls in flight, exclusive in expire()
   std::atomic<bool> expired_{false};
   std::string what_ended_;  // written once, under expiry_mu_ held exclusively
+  bool variables_bound_ = false;
+  std::vector<VariableSlot> variables_;
 };
 
 }  // namespace tessel

@@ -36,10 +36,11 @@
 #include <vector>
 
 #include "tessel/core/dtype.h"
+#include "tessel/core/partial_shape.h"
 #include "tessel/core/shape.h"
 #include "tessel/core/tensor.h"
+#include "tessel/distribute/variable_aggregation.h"
 #include "tessel/dtensor/dtensor.h"
-#include "tessel/core/partial_shape.h"
 
 namespace tessel {
 
@@ -81,18 +82,23 @@ ReplicatedHandleData merge_replicated_handle_shapes_and_types(
 // value per replica, or one value mirrored on every replica (TF's is_mirrored_variable). Each
 // replica's handle data is its value's shape and dtype; they merge across replicas, and the
 // result must agree with the declared dtype and merge with the declared handle_shape.
+// The computation may assign it (ReplicaContext::assign_variable); replicate() then writes the
+// new values into `values`' tensors in place, a mirrored variable's combined by `aggregation`.
 struct ReplicatedVariable {
   std::string name;
   DType dtype = DType::kF32;
   PartialShape handle_shape;   // the declared shape; the unknown rank accepts any
   std::vector<Tensor> values;  // one per replica, or one when is_mirrored_variable
   bool is_mirrored_variable = false;
+  // How the replicas' assignments of a mirrored variable combine (TF's tf.Variable aggregation);
+  // a per-replica variable takes each replica's own value and ignores it.
+  VariableAggregation aggregation = VariableAggregation::kNone;
 
   // dtype from the first value; handle_shape as given (default: unknown rank).
   static ReplicatedVariable per_replica(std::string name, std::vector<Tensor> values,
                                         PartialShape handle_shape = {});
-  static ReplicatedVariable mirrored(std::string name, Tensor value,
-                                     PartialShape handle_shape = {});
+  static ReplicatedVariable mirrored(std::string name, Tensor value, PartialShape handle_shape = {},
+                                     VariableAggregation aggregation = VariableAggregation::kNone);
   // The value replica `replica` reads (values[0] when mirrored).
   const Tensor& value(int replica) const;
 };
