@@ -17,11 +17,14 @@
 #include "commands.h"
 #include "flags.h"
 #include "gpt_memory.h"
+#include "gpt_model.h"
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
 #include "json_output.h"
+#include "llama_model.h"
 #include "llama_reference.h"
 #include "llama_trainer.h"
+#include "memory_plan.h"
 #include "process_mesh.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
@@ -44,7 +47,8 @@ constexpr const char* kHelp =
     "decay, gradient clipping at norm 1.\n"
     "\n"
     "  --config NAME       gpt: tiny (4 layers, width 128, context 64, batch 12: nanoGPT's CPU\n"
-    "                      recipe), baby (6 layers, width 384, context 256, batch 64) or test;\n"
+    "                      recipe), baby (6 layers, width 384, context 256, batch 64), gpt2\n"
+    "                      (12 layers, 12 heads, width 768, context 256, batch 8) or test;\n"
     "                      llama: tiny (4 layers, 4 heads / 2 kv heads, width 128, SwiGLU 384:\n"
     "                      the gpt tiny's parameter count and recipe) or test (default tiny)\n"
     "  --mesh BxM          batch x model mesh, also batch=B,model=M (default 2x2)\n"
@@ -75,6 +79,9 @@ constexpr const char* kHelp =
     "  --metrics FILE      write step,loss,lr,grad_norm,step_seconds and the evaluations as CSV\n"
     "  --profile           time every op kernel per phase (forward, backward, optimizer, eval)\n"
     "                      and print the table at the end (ms per step, summed over devices)\n"
+    "  --memory-plan       print each device's planned memory for a step (parameters, gradients,\n"
+    "                      AdamW, the gathered layer under --fsdp, estimated activations) and the\n"
+    "                      limit, then exit without training (docs/memory.md)\n"
     "  --json              print one JSON object at the end instead of the progress output\n"
     "                      (one line; a number that is NaN or infinite is written as null)\n"
     "  --checkpoint-dir D  keep checkpoints in D (docs/checkpoints.md; step-NNNNNNNN/, last 3)\n"
@@ -103,7 +110,7 @@ struct Options {
   std::optional<double> dropout, lr;
   std::string recompute = "none";
   std::string dtype = "f32";  // --dtype: gpt's matmul dtype
-  bool sp = false, fsdp = false, json = false, profile = false;
+  bool sp = false, fsdp = false, json = false, profile = false, memory_plan = false;
   std::string data = "data/shakespeare_char/input.txt";
   int64_t sample = 300;
   std::string metrics;
@@ -161,6 +168,7 @@ Options parse(const Args& args) {
   flags.text({"--metrics"}, o.metrics);
   flags.set({"--json"}, o.json);
   flags.set({"--profile"}, o.profile);
+  flags.set({"--memory-plan"}, o.memory_plan);
   flags.text({"--check-reference"}, o.check_reference);
   flags.text({"--checkpoint-dir"}, o.loop.checkpoint_dir);
   flags.integer({"--checkpoint-every"}, o.loop.checkpoint_every, 1, 100000000);
@@ -304,6 +312,38 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"memory", memory}};
 }
 
+// --memory-plan: the planned memory of a step per device (memory_plan.h), from the model's
+// layouts; nothing is allocated and nothing trains. Exit 1 when the state cannot fit.
+int print_memory_plan(const Options& o, const std::optional<gpt::GptConfig>& gpt_config,
+                      const std::optional<llama::LlamaConfig>& llama_config,
+                      const gpt::CharDataset& data, const Mesh& mesh, Runtime& rt,
+                      const ClientConfig& client) {
+  std::unique_ptr<gpt::LanguageModel> model;
+  int64_t activations = 0;        // the llama's are not estimated
+  bool keeps_gathered = o.fsdp;  // the llama has no recomputation
+  if (gpt_config) {
+    gpt::GptConfig c = *gpt_config;
+    c.vocab_size = data.vocab_size();
+    activations = gpt::planned_activation_bytes(c, o.mesh_batch, o.mesh_model);
+    keeps_gathered = o.fsdp && c.recompute != gpt::Recompute::kFull;
+    model = std::make_unique<gpt::GptModel>(c, mesh, &rt, o.sp);
+  } else {
+    llama::LlamaConfig c = *llama_config;
+    c.vocab_size = data.vocab_size();
+    model = std::make_unique<llama::LlamaModel>(c, mesh, &rt);
+  }
+  const std::vector<gpt::DeviceMemoryPlan> plan =
+      gpt::plan_memory(*model, activations, keeps_gathered);
+  if (client.client_id == 0) {
+    std::cout << gpt::format_memory_plan(plan)
+              << (gpt_config ? "activations: Korthikanti's fp32 count for --recompute " +
+                                   o.recompute + ", plus the logits (an estimate)\n"
+                             : "activations: not estimated for the llama\n");
+  }
+  gpt::check_memory_plan(plan, o.model);
+  return kExitOk;
+}
+
 int train_model(const Options& o) {
   // A bad configuration fails before anything starts.
   std::optional<gpt::GptConfig> gpt_config;
@@ -330,6 +370,7 @@ int train_model(const Options& o) {
     return e.passes() ? kExitOk : kExitFailure;
   }
   gpt::CharDataset data = gpt::CharDataset::load(o.data);
+  if (o.memory_plan) return print_memory_plan(o, gpt_config, llama_config, data, mesh, rt, client);
   std::unique_ptr<gpt::LanguageModelTrainer> trainer;
   std::string shape;
   if (gpt_config) {

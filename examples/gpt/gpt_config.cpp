@@ -47,6 +47,21 @@ GptConfig GptConfig::preset(const std::string& name) {
     c.eval_iters = 200;
     return c;
   }
+  if (name == "gpt2") {  // GPT-2 small's shape on the character set, context 256
+    c.n_layer = 12;
+    c.n_head = 12;
+    c.n_embd = 768;
+    c.block_size = 256;
+    c.batch_size = 8;
+    c.learning_rate = 6e-4;
+    c.min_lr = 6e-5;
+    c.beta2 = 0.95;
+    c.max_iters = 5000;
+    c.lr_decay_iters = 5000;
+    c.eval_interval = 250;
+    c.eval_iters = 20;
+    return c;
+  }
   if (name == "test") {
     c.n_layer = 2;
     c.n_head = 4;
@@ -56,7 +71,7 @@ GptConfig GptConfig::preset(const std::string& name) {
     return c;
   }
   throw Error(ErrorCode::kInvalidArgument, "gpt",
-              "unknown configuration '" + name + "': one of tiny, baby, test");
+              "unknown configuration '" + name + "': one of tiny, baby, gpt2, test");
 }
 
 int64_t GptConfig::num_parameters() const {

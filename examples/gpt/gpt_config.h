@@ -46,6 +46,9 @@ struct GptConfig : train::TrainingConfig {
   // "tiny": nanoGPT's CPU recipe (published validation loss about 1.88 after 2000 steps).
   // "baby": the 6-layer, 6-head, width-384 model of config/train_shakespeare_char.py (10.65 M
   //   parameters, published best validation loss 1.4697 after 5000 steps).
+  // "gpt2": GPT-2 small's shape (12 layers, 12 heads, width 768; 85 M parameters on the
+  //   characters) with context 256 and batch 8: the model that needs --fsdp, --recompute and
+  //   bf16 to train on small devices (docs/memory.md).
   // "test": 2 layers, 4 heads, width 32, context 16, batch 4 (the reference test's size).
   // Another name: kInvalidArgument listing the presets.
   static GptConfig preset(const std::string& name);

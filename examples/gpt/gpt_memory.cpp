@@ -61,4 +61,27 @@ double korthikanti_activation_bytes(const GptConfig& config, int64_t batch_shard
   return config.n_layer * 2 * per_layer_16bit;
 }
 
+int64_t planned_activation_bytes(const GptConfig& config, int64_t batch_shards,
+                                 int64_t model_shards) {
+  const double s = config.block_size, h = config.n_embd, a = config.n_head;
+  const double b = static_cast<double>(config.batch_size) / static_cast<double>(batch_shards);
+  const double t = static_cast<double>(model_shards);
+  const double kept = s * b * h * (10 + 24 / t);    // a layer's count without attention's part
+  const double attention = s * b * h * 5 * a * s / (h * t);
+  double per_step = 0;  // 16-bit bytes
+  switch (config.recompute) {
+    case Recompute::kNone:
+      per_step = config.n_layer * (kept + attention);
+      break;
+    case Recompute::kSelective:
+      per_step = config.n_layer * kept + attention;  // one layer's scores rebuilt at a time
+      break;
+    case Recompute::kFull:  // each block's input, and one block rebuilt at a time
+      per_step = config.n_layer * s * b * h + kept + attention;
+      break;
+  }
+  const double logits = 2 * s * b * config.vocab_size / t * 2;  // logits and their gradient
+  return static_cast<int64_t>(2 * (per_step + logits));
+}
+
 }  // namespace tessel::gpt

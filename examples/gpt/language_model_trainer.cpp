@@ -10,11 +10,24 @@
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_profile.h"
 #include "tessel/dtensor/ops.h"
+#include "memory_plan.h"
 
 namespace tessel::gpt {
 namespace {
 
 double scalar_of(const DTensor& t) { return host_value(t).to_doubles().at(0); }
+
+}  // namespace
+
+namespace {
+
+// The model's parameters, after check_memory_plan: a device memory limit that cannot hold the
+// training state (with one layer gathered, under fsdp) is refused before anything is allocated.
+std::vector<DTensor> init_within_memory_limits(const LanguageModel& model, uint64_t seed,
+                                               const std::string& name) {
+  check_memory_plan(plan_memory(model, 0), name);
+  return model.init(seed);
+}
 
 }  // namespace
 
@@ -26,7 +39,7 @@ LanguageModelTrainer::LanguageModelTrainer(std::string name, CharDataset data,
       training_(training),
       model_(make_model(data_.vocab_size())),
       runtime_(runtime != nullptr ? runtime : &Runtime::global()),
-      params_(model_->init(training_.seed)),
+      params_(init_within_memory_limits(*model_, training_.seed, name_)),
       optimizer_(training_.learning_rate, training_.beta1, training_.beta2, 1e-8,
                  training_.weight_decay),
       schedule_{training_.learning_rate, training_.min_lr, training_.warmup_iters,
