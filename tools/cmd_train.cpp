@@ -51,6 +51,7 @@ constexpr const char* kHelp =
     "                      (12 layers, 12 heads, width 768, context 256, batch 8) or test;\n"
     "                      llama: tiny (4 layers, 4 heads / 2 kv heads, width 128, SwiGLU 384:\n"
     "                      the gpt tiny's parameter count and recipe) or test (default tiny)\n"
+    "  --layers N          the number of transformer blocks (default: the config's)\n"
     "  --mesh BxM          batch x model mesh, also batch=B,model=M (default 2x2)\n"
     "  --device cpu|gpu    the mesh's devices: virtual CPU devices (default) or GPU devices\n"
     "                      (one per GPU, or as TESSEL_GPU_DEVICES lists them: \"0,0,0,0\"\n"
@@ -107,6 +108,7 @@ struct Options {
   int64_t mesh_batch = 2, mesh_model = 2;
   std::string device_type = "CPU";                                  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
+  int64_t layers = 0;                                               // 0: the config's
   std::optional<double> dropout, lr;
   std::string recompute = "none";
   std::string dtype = "f32";  // --dtype: gpt's matmul dtype
@@ -140,6 +142,7 @@ Options parse(const Args& args) {
     std::tie(o.mesh_batch, o.mesh_model) = parse_mesh_shape(flags, flag, v);
   });
   flags.integer({"--steps"}, o.steps, 1, 100000000);
+  flags.integer({"--layers"}, o.layers, 1, 100000);
   flags.integer({"--eval-interval"}, o.eval_interval, 1, 100000000);
   flags.integer({"--eval-iters"}, o.eval_iters, 1, 100000);
   flags.integer({"--seed"}, o.seed, 0, FlagParser::kNoLimit);
@@ -221,6 +224,7 @@ void apply_training_flags(const Options& o, train::TrainingConfig& c) {
 gpt::GptConfig gpt_config_of(const Options& o) {
   gpt::GptConfig c = gpt::GptConfig::preset(o.config);
   apply_training_flags(o, c);
+  if (o.layers > 0) c.n_layer = static_cast<int>(o.layers);
   if (o.dropout) c.dropout = *o.dropout;
   c.recompute = gpt::parse_recompute(o.recompute);
   c.dtype = gpt::parse_matmul_dtype(o.dtype);
@@ -230,6 +234,7 @@ gpt::GptConfig gpt_config_of(const Options& o) {
 llama::LlamaConfig llama_config_of(const Options& o) {
   llama::LlamaConfig c = llama::LlamaConfig::preset(o.config);
   apply_training_flags(o, c);
+  if (o.layers > 0) c.n_layer = static_cast<int>(o.layers);
   return c;
 }
 
