@@ -84,7 +84,7 @@ See include/tessel/embedding/optimization_parameters.h.)doc");
                   bool multiply_linear_by_learning_rate, float clip_gradient_min,
                   float clip_gradient_max, float clip_weight_min, float clip_weight_max,
                   float weight_decay_factor, bool multiply_weight_decay_factor_by_learning_rate,
-                  int32_t dynamic_learning_rate_tag) {
+                  int32_t dynamic_learning_rate_tag, bool gradient_accumulation) {
         return OptimizationParameters{optimizer,
                                       learning_rate,
                                       initial_accumulator,
@@ -107,7 +107,8 @@ See include/tessel/embedding/optimization_parameters.h.)doc");
                                       clip_weight_max,
                                       weight_decay_factor,
                                       multiply_weight_decay_factor_by_learning_rate,
-                                      dynamic_learning_rate_tag};
+                                      dynamic_learning_rate_tag,
+                                      gradient_accumulation};
       }),
       py::arg("optimizer") = EmbeddingOptimizer::kSgd, py::arg("learning_rate") = 0.01f,
       py::arg("initial_accumulator") = 0.1f, py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f,
@@ -120,7 +121,7 @@ See include/tessel/embedding/optimization_parameters.h.)doc");
       py::arg("clip_weight_min") = -kInf, py::arg("clip_weight_max") = kInf,
       py::arg("weight_decay_factor") = 0.0f,
       py::arg("multiply_weight_decay_factor_by_learning_rate") = false,
-      py::arg("dynamic_learning_rate_tag") = -1);
+      py::arg("dynamic_learning_rate_tag") = -1, py::arg("gradient_accumulation") = true);
 #define TESSEL_FIELD(name) params.def_readwrite(#name, &OptimizationParameters::name)
   TESSEL_FIELD(optimizer);
   TESSEL_FIELD(learning_rate);
@@ -145,6 +146,7 @@ See include/tessel/embedding/optimization_parameters.h.)doc");
   TESSEL_FIELD(weight_decay_factor);
   TESSEL_FIELD(multiply_weight_decay_factor_by_learning_rate);
   TESSEL_FIELD(dynamic_learning_rate_tag);
+  TESSEL_FIELD(gradient_accumulation);
 #undef TESSEL_FIELD
   params.def(py::self == py::self);
 

@@ -5,7 +5,8 @@ training_ops' ApplyMomentum, ApplyRMSProp, ApplyCenteredRMSProp, ApplyFtrlV2 (wi
 multiply_linear_by_lr), ApplyProximalAdagrad, ApplyAdadelta, Adam without bias correction
 (lazy, or non-lazy: every row's moments decay each step), with TF's TPU embedding options
 around the update: gradient clipping, decoupled weight decay, weight clipping, and dynamic
-learning rates fed per step by tag. 100 steps on 4 devices, row-wise (DIV and MOD),
+learning rates fed per step by tag, and gradient accumulation disabled (each device's gradient
+applied in turn). 100 steps on 4 devices, row-wise (DIV and MOD),
 column-wise and table-wise tables. The lookup side of the reference is test_embedding's.
 """
 
@@ -103,21 +104,33 @@ class OptimizerReference(DenseReference):
             self.slots.append({name: np.full_like(t, start if name == "accumulators" else 0.0)
                                for name in SLOTS[o.optimizer]})
 
-    def apply(self, sums, learning_rates=()):
+    def update(self, t, rows, lr, g):
+        o = self.cfg.tables[t].optimization_parameters
+        w = self.tables[t][rows]
+        s = {name: slot[rows] for name, slot in self.slots[t].items()}
+        tf_update(o, lr, w, s, g)
+        self.tables[t][rows] = w
+        for name, rows_of_slot in s.items():
+            self.slots[t][name][rows] = rows_of_slot
+
+    def apply(self, device_sums, learning_rates=()):
+        """device_sums: each device's sums (row_gradients), in device order. A table with
+        gradient accumulation updates each touched row once with the devices' total; without,
+        each device's gradient updates the rows it touched, device after device."""
         n = len(self.tables)
         for t, desc in enumerate(self.cfg.tables):
             o = desc.optimization_parameters
             lr = (o.learning_rate if o.dynamic_learning_rate_tag < 0
                   else learning_rates[o.dynamic_learning_rate_tag])
-            rows = np.nonzero(sums[t + n])[0]
-            if o.optimizer == E.ADAM and not o.lazy_adam:
-                rows = np.arange(self.tables[t].shape[0])  # untouched rows: gradient 0
-            w = self.tables[t][rows]
-            s = {name: slot[rows] for name, slot in self.slots[t].items()}
-            tf_update(o, lr, w, s, sums[t][rows])
-            self.tables[t][rows] = w
-            for name, rows_of_slot in s.items():
-                self.slots[t][name][rows] = rows_of_slot
+            touched = np.logical_or.reduce([sums[t + n] for sums in device_sums])
+            if o.gradient_accumulation:
+                pieces = [(np.nonzero(touched)[0], sum(sums[t] for sums in device_sums))]
+            else:
+                pieces = [(np.nonzero(sums[t + n])[0], sums[t]) for sums in device_sums]
+            if o.optimizer == E.ADAM and not o.lazy_adam:  # untouched rows: gradient 0, once
+                pieces.append((np.nonzero(~touched)[0], np.zeros_like(self.tables[t])))
+            for rows, g in pieces:
+                self.update(t, rows, lr, g[rows])
 
 
 def optimizer_config(placement, strategy, big, small):
@@ -134,19 +147,19 @@ def train_and_compare(cfg, steps=100, learning_rates=lambda step: [], n=4, seed=
     ref = OptimizerReference(cfg, [np.asarray(emb.get_table(t.name)) for t in cfg.tables])
     rng = np.random.default_rng(seed)
     for step in range(steps):
-        inputs, grads, sums = [], [], ref.new_sums()
+        inputs, grads, device_sums = [], [], [ref.new_sums() for _ in range(n)]
         for fi, f in enumerate(cfg.features):
             table = cfg.tables[f.table_id]
             bags = [random_bags(rng, table.vocabulary_size, 4, True) for _ in range(n)]
             inputs.append([tessel.RaggedIds(*b) for b in bags])
             grads.append([rng.standard_normal((4, table.dimension)).astype(np.float32)
                           for _ in bags])
-            for (ids, splits, weights), g in zip(bags, grads[-1]):
+            for (ids, splits, weights), g, sums in zip(bags, grads[-1], device_sums):
                 ref.row_gradients(fi, ids, splits, weights, g.astype(np.float64), sums)
         emb.lookup(inputs)
         rates = learning_rates(step)
         emb.apply_gradients(grads, rates)
-        ref.apply(sums, rates)
+        ref.apply(device_sums, rates)
     for t, desc in enumerate(cfg.tables):
         np.testing.assert_allclose(np.asarray(emb.get_table(desc.name)), ref.tables[t],
                                    rtol=tol, atol=tol, err_msg=desc.name)
@@ -218,6 +231,33 @@ def test_options_match_tf_for_100_steps(optimizer, option, placement, strategy):
     if "weight_clipping" in option or option == "all":
         table = np.asarray(emb.get_table("big"))
         assert table.min() >= o.clip_weight_min and table.max() <= o.clip_weight_max
+
+
+@pytest.mark.parametrize("placement,strategy", PLACEMENTS)
+@pytest.mark.parametrize("optimizer", ["adagrad", "ftrl", "adam_non_lazy", "rms_prop"])
+def test_gradient_accumulation_disabled_applies_each_devices_gradient_in_turn(
+        optimizer, placement, strategy):
+    """TF's gradient_accumulation_status DISABLED: each device's gradient of a row updates it
+    in turn, in device order (the reference applies the four devices' sums one after the
+    other); the plain table beside it keeps accumulating. With clipping and weight decay."""
+    base = (dict(optimizer=E.ADAGRAD, learning_rate=0.2) if optimizer == "adagrad"
+            else dict(OPTIMIZERS[optimizer]))
+    o = tessel.OptimizationParameters(**base, **OPTIONS["all"], gradient_accumulation=False)
+    assert not o.gradient_accumulation
+    train_and_compare(optimizer_config(placement, strategy, o, tessel.OptimizationParameters(
+        **base)))
+
+
+def test_gradient_accumulation_disabled_differs_from_enabled():
+    """Adagrad is not linear in the gradient: applying the devices' gradients one by one is not
+    the update of their sum, so the two settings give different tables."""
+    base = dict(optimizer=E.ADAGRAD, learning_rate=0.5)
+    tables = []
+    for accumulate in (True, False):
+        o = tessel.OptimizationParameters(**base, gradient_accumulation=accumulate)
+        emb, _ = train_and_compare(optimizer_config(P.ROW_WISE, S.DIV_DEFAULT, o, o), steps=5)
+        tables.append(np.asarray(emb.get_table("small")))
+    assert np.abs(tables[0] - tables[1]).max() > 1e-3
 
 
 @pytest.mark.parametrize("placement,strategy", PLACEMENTS[1:])

@@ -95,6 +95,7 @@ DeviceShards::DeviceShards(std::shared_ptr<const EmbeddingLayout> layout, int ra
       if (initial != 0.0f) slot.fill(initial);
       shard.slots.push_back(slot);
     }
+    accumulates_.push_back(o.gradient_accumulation);
     per_piece_.push_back(o.optimizer == EmbeddingOptimizer::kSgd &&
                          !std::isfinite(o.clip_gradient_min) &&
                          !std::isfinite(o.clip_gradient_max) && !std::isfinite(o.clip_weight_min) &&
@@ -391,6 +392,7 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients,
   TouchedRows& touched = buffers_.touched;
   touched.rows.clear();
   touched.offset.clear();
+  touched.updated_per_piece.clear();
   std::vector<float>& summed = touched.summed;
   summed.resize(static_cast<size_t>(received.num_elements()));  // an upper bound: no regrowth
   const float* in = received.data<float>();
@@ -407,6 +409,11 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients,
     const auto [table, local_row] = r.served[i];
     const auto t = static_cast<size_t>(table);
     const int64_t cols = shards_[t].cols;
+    if (!accumulates(table)) {
+      update_row_with_piece(table, local_row, in, touched);
+      in += cols;
+      continue;
+    }
     if (applies_per_piece(table)) {
       float* w = shards_[t].data + local_row * cols;
       const float lr = step_lr_[t];
@@ -457,6 +464,19 @@ void DeviceShards::apply_gradients(const std::vector<Tensor>& gradients,
   touched.forget_slots();
 }
 
+void DeviceShards::update_row_with_piece(int table, int64_t local_row, const float* piece,
+                                         TouchedRows& touched) {
+  TableShard& shard = shards_[static_cast<size_t>(table)];
+  const int64_t base = local_row * shard.cols;
+  std::vector<float*> slots;
+  for (Tensor& slot : shard.slots) slots.push_back(slot.data<float>() + base);
+  touched.piece.assign(piece, piece + shard.cols);  // the update clips it in place
+  update_row(layout_.config.tables[static_cast<size_t>(table)].optimization_parameters,
+             step_lr_[static_cast<size_t>(table)], shard.data + base, slots.data(),
+             touched.piece.data(), shard.cols);
+  touched.updated_per_piece.emplace_back(table, local_row);
+}
+
 void TouchedRows::forget_slots() {
   for (const auto& [table, local_row] : rows) {
     const auto t = static_cast<size_t>(table);
@@ -497,8 +517,10 @@ void DeviceShards::update_untouched_rows(int table, const TouchedRows& touched) 
   TableShard& shard = shards_[static_cast<size_t>(table)];
   const int64_t rows = shard.values.shape()[0];
   std::vector<bool> done(static_cast<size_t>(rows), false);
-  for (const auto& [t, row] : touched.rows) {
-    if (t == table) done[static_cast<size_t>(row)] = true;
+  for (const auto* rows : {&touched.rows, &touched.updated_per_piece}) {
+    for (const auto& [t, row] : *rows) {
+      if (t == table) done[static_cast<size_t>(row)] = true;
+    }
   }
   std::vector<float> zero(static_cast<size_t>(shard.cols));
   std::vector<float*> slots(shard.slots.size());

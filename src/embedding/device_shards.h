@@ -49,6 +49,10 @@ struct TouchedRows {
   std::vector<std::pair<int, int64_t>> rows;  // (table, local row), first-received order
   std::vector<int64_t> offset;                // by row: its gradient in `summed`
   std::vector<float> summed;
+  // Rows updated piece by piece (gradient accumulation DISABLED), and a piece's copy (the
+  // update clips it in place).
+  std::vector<std::pair<int, int64_t>> updated_per_piece;
+  std::vector<float> piece;
   // By table, by local row: the row's index in `rows`, -1 when untouched. Allocated on a
   // table's first touch; forget_slots() resets only the touched entries.
   std::vector<std::vector<int32_t>> slots;
@@ -111,6 +115,12 @@ class DeviceShards {
   // Whether a table's update is linear in the gradient and has no per-step option (plain SGD:
   // no clipping, no weight decay), so that each received piece can be applied as it comes.
   bool applies_per_piece(int table) const { return per_piece_[static_cast<size_t>(table)]; }
+  // Whether a table sums a row's pieces before its update (gradient accumulation ENABLED), or
+  // updates the row with each piece as it comes (DISABLED: one device's gradient each).
+  bool accumulates(int table) const { return accumulates_[static_cast<size_t>(table)]; }
+  // Updates a row with one device's piece of its gradient (gradient accumulation DISABLED).
+  void update_row_with_piece(int table, int64_t local_row, const float* piece,
+                             TouchedRows& touched);
   // The floats of distinct row `unique` of the last lookup (its table's dimension).
   int64_t row_width(int64_t unique) const {
     const int table = record_.unique[static_cast<size_t>(unique)].first;
@@ -126,8 +136,9 @@ class DeviceShards {
   int rank_;
   Device& device_;
   std::vector<TableShard> shards_;
-  std::vector<bool> per_piece_;  // by table: applies_per_piece
-  std::vector<float> step_lr_;   // by table: the learning rate of the step being applied
+  std::vector<bool> per_piece_;    // by table: applies_per_piece
+  std::vector<bool> accumulates_;  // by table: accumulates
+  std::vector<float> step_lr_;     // by table: the learning rate of the step being applied
   LookupRecord record_;
   // Buffers kept from step to step (no fresh pages, no zeroing each step).
   struct Buffers {

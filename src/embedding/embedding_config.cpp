@@ -165,6 +165,14 @@ void EmbeddingConfiguration::validate(int system_hosts, int system_devices) cons
                             t.dimension);
     }
     detail::check_optimization_parameters(t.optimization_parameters, t.name);
+    if (!t.optimization_parameters.gradient_accumulation &&
+        t.placement == TablePlacement::kDataParallel) {
+      detail::throw_error(ErrorCode::kUnimplemented, kComponent,
+                          "table '{}': gradient_accumulation_status DISABLED on a DATA_PARALLEL "
+                          "table (its gradient is all-reduced: no device's gradient is applied "
+                          "alone)",
+                          t.name);
+    }
   }
   std::vector<bool> used(tables.size(), false);
   std::set<std::string> feature_names;

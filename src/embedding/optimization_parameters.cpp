@@ -64,6 +64,9 @@ void optimization_to_proto(const OptimizationParameters& o, proto::OptimizationP
                     *p.mutable_gradient_clipping_limits());
   }
   p.set_weight_decay_factor(o.weight_decay_factor);
+  if (!o.gradient_accumulation) {
+    p.set_gradient_accumulation_status(proto::GradientAccumulationStatusProto::DISABLED);
+  }
   p.set_multiply_weight_decay_factor_by_learning_rate(
       o.multiply_weight_decay_factor_by_learning_rate);
   switch (o.optimizer) {
@@ -116,13 +119,9 @@ void optimization_to_proto(const OptimizationParameters& o, proto::OptimizationP
 
 OptimizationParameters optimization_from_proto(const proto::OptimizationParametersProto& p,
                                                const std::string& table) {
-  if (p.gradient_accumulation_status() == proto::GradientAccumulationStatusProto::DISABLED) {
-    throw_error(ErrorCode::kUnimplemented, kComponent,
-                "table '{}': gradient_accumulation_status DISABLED is not supported (tessel "
-                "sums a row's gradients first)",
-                table);
-  }
   OptimizationParameters o;
+  o.gradient_accumulation =
+      p.gradient_accumulation_status() != proto::GradientAccumulationStatusProto::DISABLED;
   if (p.learning_rate().has_dynamic()) {
     o.dynamic_learning_rate_tag = p.learning_rate().dynamic().tag();
   } else if (p.has_learning_rate()) {

@@ -71,14 +71,20 @@ TEST(EmbeddingConfig, ParsesTheFieldsTfsOwnToolsSet) {
     spmd_sharding { enabled: false })");
   EXPECT_EQ(c.tables[0].optimization_parameters.optimizer, EmbeddingOptimizer::kAdagrad);
   c.validate(1, 2);
-  const auto unsupported = [](const std::string& params, const char* substring) {
-    EXPECT_TESSEL_ERROR(
-        EmbeddingConfiguration::from_text(
-            "table_descriptor { name: \"t\" optimization_parameters { " + params + " } }"),
-        ErrorCode::kUnimplemented, substring);
-  };
-  unsupported("gradient_accumulation_status: DISABLED",
-              "table 't': gradient_accumulation_status DISABLED");
+  EXPECT_TRUE(c.tables[0].optimization_parameters.gradient_accumulation);
+  // DISABLED: each device's gradient applied in turn (not on DATA_PARALLEL tables).
+  EmbeddingConfiguration d = EmbeddingConfiguration::from_text(R"(
+    table_descriptor { name: "t" vocabulary_size: 8 dimension: 2
+      optimization_parameters { gradient_accumulation_status: DISABLED adagrad {} } }
+    feature_descriptor { name: "f" table_id: 0 input_shape: 4 }
+    mode: TRAINING batch_size_per_tensor_core: 4)");
+  EXPECT_FALSE(d.tables[0].optimization_parameters.gradient_accumulation);
+  d.validate(1, 2);
+  EXPECT_EQ(EmbeddingConfiguration::from_text(d.to_text()), d);
+  EXPECT_NE(d.to_text().find("gradient_accumulation_status: DISABLED"), std::string::npos);
+  d.tables[0].placement = TablePlacement::kDataParallel;
+  EXPECT_TESSEL_ERROR(d.validate(1, 2), ErrorCode::kUnimplemented,
+                      "table 't': gradient_accumulation_status DISABLED on a DATA_PARALLEL table");
   EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text("spmd_sharding { enabled: true }"),
                       ErrorCode::kUnimplemented, "spmd_sharding");
 }

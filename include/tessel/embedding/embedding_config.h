@@ -24,8 +24,9 @@
 //
 // Differences from TF: batch_size_per_tensor_core is the number of bags each device looks up
 // per feature (TF: per TensorCore); num_hosts / num_tensor_cores, when set, must match the
-// system; TF fields tessel accepts but does not implement with a non-default value (gradient
-// accumulation DISABLED, SPMD sharding) are kUnimplemented naming them, and any other TF field
+// system; TF fields tessel accepts but does not implement with a non-default value (SPMD
+// sharding; gradient accumulation DISABLED on a DATA_PARALLEL table) are kUnimplemented naming
+// them, and any other TF field
 // (ProximalYogi, ...) does not parse (kInvalidArgument naming it). docs/embedding.md has the list.
 #pragma once
 

@@ -66,6 +66,12 @@ struct OptimizationParameters {
   float weight_decay_factor = 0.0f;
   bool multiply_weight_decay_factor_by_learning_rate = false;
   int32_t dynamic_learning_rate_tag = -1;  // >= 0: the learning rate is fed per step
+  // TF's gradient_accumulation_status. true (ENABLED, the default): a row's gradients from every
+  // device that looked it up are summed, then the row is updated once. false (DISABLED): each
+  // device's gradient of the row (its bags' sum) updates the row in turn, in device order, as
+  // TF applies each core's gradient as it arrives (the same for SGD, to rounding; not for the
+  // others). Not for DATA_PARALLEL tables, whose gradients are all-reduced (kUnimplemented).
+  bool gradient_accumulation = true;
 
   friend bool operator==(const OptimizationParameters&, const OptimizationParameters&) = default;
 };
