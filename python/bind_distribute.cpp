@@ -65,6 +65,7 @@ std::vector<std::string> devices_or_default(const std::optional<std::vector<std:
 Destinations to_destinations(py::handle d) {
   if (py::isinstance<DistributedValues>(d)) return Destinations(d.cast<const DistributedValues&>());
   if (py::isinstance<py::str>(d)) return Destinations(d.cast<std::string>());
+  if (py::isinstance<Tensor>(d)) return Destinations(d.cast<const Tensor&>());
   if (is_list_or_tuple(d)) {
     std::vector<std::string> names;
     bool all_strings = true;

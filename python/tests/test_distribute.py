@@ -80,7 +80,7 @@ def test_destination_types(rt):
     v = per_replica(2)
     message = ("destinations must be one of a `DistributedValues` object, a tf.Variable object, "
                "or a device string.")
-    for bad in [3, None, tessel.tensor([1.0]), np.zeros(2), {"a": 1}, [cpu(0), 1]]:
+    for bad in [3, None, np.zeros(2), {"a": 1}, [cpu(0), 1]]:
         with pytest.raises(ValueError, match=message.replace(".", r"\.")):
             ops.reduce(tessel.ReduceOp.SUM, v, bad, BOUNDED)
     for empty in ["", [], tessel.PerReplica([], [])]:
@@ -90,6 +90,11 @@ def test_destination_types(rt):
     assert ops.reduce(tessel.ReduceOp.SUM, v, (cpu(1), cpu(0)), BOUNDED).devices == (cpu(1),
                                                                                        cpu(0))
     assert isinstance(ops.reduce(tessel.ReduceOp.SUM, v, cpu(2), BOUNDED), tessel.Tensor)
+    # A tensor stands for the device holding it (TF's tensor.device): a host tensor is CPU:0.
+    on_2 = rt.device(2).allocate((2,), "f32")
+    np.testing.assert_array_equal(np.asarray(ops.reduce(tessel.ReduceOp.SUM, v, on_2, BOUNDED)),
+                                  np.asarray(ops.reduce(tessel.ReduceOp.SUM, v, cpu(2), BOUNDED)))
+    ops.reduce(tessel.ReduceOp.SUM, v, tessel.tensor([1.0]), BOUNDED)
 
 
 def test_values_must_be_distributed(rt):

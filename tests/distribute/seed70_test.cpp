@@ -46,7 +46,7 @@ TEST(Seed70, BR_70_01_EmptyDestinationsRejected) {
   }
 }
 
-TEST(Seed70, BR_70_02_DestinationsAreDistributedValuesOrDeviceStrings) {
+TEST(Seed70, BR_70_02_DestinationsAreDistributedValuesTensorsOrDeviceStrings) {
   // The type rule is the constructor set: what TF rejects at run time does not compile here.
   static_assert(std::is_convertible_v<const char*, Destinations>);
   static_assert(std::is_convertible_v<std::string, Destinations>);
@@ -56,7 +56,7 @@ TEST(Seed70, BR_70_02_DestinationsAreDistributedValuesOrDeviceStrings) {
   static_assert(!std::is_constructible_v<Destinations, int>);
   static_assert(!std::is_constructible_v<Destinations, double>);
   static_assert(!std::is_constructible_v<Destinations, std::nullptr_t>);
-  static_assert(!std::is_constructible_v<Destinations, Tensor>);  // tensors carry no device
+  static_assert(std::is_convertible_v<Tensor, Destinations>);  // the device holding it
   static_assert(!std::is_constructible_v<Destinations, IndexedSlices>);
   EXPECT_NE(kDestinationsTypeMessage.find("destinations must be one of a `DistributedValues` "
                                           "object, a tf.Variable object, or a device string."),
@@ -74,6 +74,14 @@ TEST(Seed70, BR_70_02_DestinationsAreDistributedValuesOrDeviceStrings) {
   testing::expect_mirrored(ops.reduce(ReduceOp::kSum, v, v, kBounded), {cpu(0), cpu(1)}, {3, 3});
   const Mirrored m({cpu(1)}, {vec({0, 0})});
   testing::expect_mirrored(ops.reduce(ReduceOp::kSum, v, m, kBounded), {cpu(1)}, {3, 3});
+  // A tensor: the device whose memory holds it (TF's tensor.device); a host tensor is CPU:0.
+  const Tensor on_2 = rt.device(2).allocate(Shape{2}, DType::kF32);
+  EXPECT_EQ(Destinations(on_2).devices(), std::vector<std::string>{cpu(2)});
+  testing::expect_mirrored(ops.reduce(ReduceOp::kSum, v, on_2, kBounded), {cpu(2)}, {3, 3});
+  testing::expect_mirrored(ops.reduce(ReduceOp::kSum, v, vec({0, 0}), kBounded), {cpu(0)},
+                           {3, 3});
+  EXPECT_TESSEL_ERROR(ops.reduce(ReduceOp::kSum, v, Tensor(), kBounded),
+                      ErrorCode::kInvalidArgument, "destinations can not be empty");
 }
 
 TEST(Seed70, BR_70_03_ReduceOpIsSumOrMean) {

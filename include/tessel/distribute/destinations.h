@@ -1,15 +1,17 @@
 // Destinations: where a cross-device op puts its result (TF's `destinations` argument).
 //
-// A destination is a device string, a list of device strings (a tessel extension), or a
-// DistributedValues, which stands for its devices in component order:
+// A destination is a device string, a list of device strings (a tessel extension), a
+// DistributedValues, which stands for its devices in component order, or a tensor, which stands
+// for the device whose memory holds it (TF's `tensor.device`):
 //
 //   ops.reduce(ReduceOp::kSum, grads, "/cpu:0");             // one device
 //   ops.reduce(ReduceOp::kSum, grads, {"/cpu:0", "/cpu:2"}); // several (tessel)
 //   ops.reduce(ReduceOp::kSum, grads, grads);                // grads' own devices
+//   ops.reduce(ReduceOp::kSum, grads, x.component(1));       // the device holding it
 //
 // TF's type rule (BR-70-02: a DistributedValues, a variable, a tensor or a device string) is the
-// set of constructors: anything else does not compile (tessel has no variables, and its tensors
-// carry no device). Python applies the rule at run time with TF's ValueError text
+// set of constructors: anything else does not compile. tessel has no tf.Variable: a variable's
+// value is a tensor, which is accepted. Python applies the rule at run time with TF's ValueError text
 // kDestinationsTypeMessage. Emptiness (BR-70-01: "", no devices, an empty DistributedValues) is
 // checked when an op runs, with TF's message kDestinationsEmptyMessage; names are resolved
 // against the op's Runtime then (an unknown device: kNotFound).
@@ -22,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tessel/core/tensor.h"
 #include "tessel/distribute/distributed_values.h"
 
 namespace tessel {
@@ -42,6 +45,10 @@ class Destinations {
   Destinations(std::initializer_list<std::string> devices);  // NOLINT(google-explicit-constructor)
   // The devices of `value`, in component order.
   Destinations(const DistributedValues& value);  // NOLINT(google-explicit-constructor)
+  // The device whose memory holds `tensor` (its allocator's device): a device's tensor (a
+  // DistributedValues' or a DTensor's component) names that device; a host tensor is "/cpu:0",
+  // as a TF tensor made on the host is on CPU:0. A null tensor is empty (checked when used).
+  Destinations(const Tensor& tensor);  // NOLINT(google-explicit-constructor)
   // Not a destination: a null pointer would be an empty device string by accident.
   Destinations(std::nullptr_t) = delete;
 
