@@ -61,7 +61,8 @@ void bind_config(py::module_& m) {
       .value("CENTERED_RMS_PROP", EmbeddingOptimizer::kCenteredRmsProp)
       .value("FTRL", EmbeddingOptimizer::kFtrl)
       .value("PROXIMAL_ADAGRAD", EmbeddingOptimizer::kProximalAdagrad)
-      .value("ADADELTA", EmbeddingOptimizer::kAdadelta);
+      .value("ADADELTA", EmbeddingOptimizer::kAdadelta)
+      .value("PROXIMAL_YOGI", EmbeddingOptimizer::kProximalYogi);
   m.def("embedding_mode_name", &embedding_mode_name, py::arg("mode"));
   m.def("sharding_strategy_name", &sharding_strategy_name, py::arg("strategy"));
   m.def("table_placement_name", &table_placement_name, py::arg("placement"));

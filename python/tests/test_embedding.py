@@ -240,9 +240,12 @@ def test_text_form_round_trips_and_reads_tf_text():
     parsed = tessel.EmbeddingConfiguration.from_text(tf_text)
     assert parsed.mode == tessel.EmbeddingMode.INFERENCE
     assert parsed.tables[0].optimization_parameters.optimizer == E.ADAGRAD
-    with pytest.raises(ValueError, match="proximal_yogi"):
+    with pytest.raises(ValueError, match="lion"):
         tessel.EmbeddingConfiguration.from_text(
-            "table_descriptor { optimization_parameters { proximal_yogi {} } }")
+            "table_descriptor { optimization_parameters { lion {} } }")
+    yogi = tessel.EmbeddingConfiguration.from_text(
+        "table_descriptor { optimization_parameters { proximal_yogi { beta1: 0.5 } } }")
+    assert yogi.tables[0].optimization_parameters.optimizer == E.PROXIMAL_YOGI
 
 
 def test_table_sharding_is_tfs_div_and_mod():

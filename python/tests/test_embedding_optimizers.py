@@ -25,7 +25,7 @@ SLOTS = {
     E.SGD: [], E.ADAGRAD: ["accumulators"], E.ADAM: ["momenta", "velocities"],
     E.MOMENTUM: ["momenta"], E.RMS_PROP: ["ms", "mom"], E.CENTERED_RMS_PROP: ["ms", "mom", "mg"],
     E.FTRL: ["accumulators", "linears"], E.PROXIMAL_ADAGRAD: ["accumulators"],
-    E.ADADELTA: ["accumulators", "updates"],
+    E.ADADELTA: ["accumulators", "updates"], E.PROXIMAL_YOGI: ["v", "m"],
 }
 
 
@@ -82,6 +82,14 @@ def tf_update(o, lr, w, s, g):
         prox = w - rate * g
         w[:] = (np.sign(prox) * np.maximum(np.abs(prox) - rate * o.l1_regularization_strength, 0)
                 / (1 + rate * o.l2_regularization_strength))
+    elif k == E.PROXIMAL_YOGI:  # Zaheer et al.'s Yogi with the proximal l1 / l2 step
+        v, m = s["v"], s["m"]
+        m[:] = o.beta1 * m + (1 - o.beta1) * g
+        v -= (1 - o.beta2) * np.sign(v - g * g) * g * g
+        rate = lr / (np.sqrt(v) + o.epsilon)
+        stepped = w - rate * m
+        w[:] = (np.sign(stepped) * np.maximum(np.abs(stepped) - rate * o.l1_regularization_strength,
+                                              0) / (1 + rate * o.l2_regularization_strength))
     elif k == E.ADADELTA:
         acc, upd = s["accumulators"], s["updates"]
         acc[:] = o.rho * acc + (1 - o.rho) * g * g
@@ -99,9 +107,10 @@ class OptimizerReference(DenseReference):
         self.slots = []
         for t, desc in zip(self.tables, cfg.tables):
             o = desc.optimization_parameters
-            start = o.initial_accumulator if o.optimizer in (
-                E.ADAGRAD, E.FTRL, E.PROXIMAL_ADAGRAD) else 0.0
-            self.slots.append({name: np.full_like(t, start if name == "accumulators" else 0.0)
+            starts = {"accumulators": o.initial_accumulator, "v": o.initial_accumulator}
+            if o.optimizer not in (E.ADAGRAD, E.FTRL, E.PROXIMAL_ADAGRAD, E.PROXIMAL_YOGI):
+                starts = {}
+            self.slots.append({name: np.full_like(t, starts.get(name, 0.0))
                                for name in SLOTS[o.optimizer]})
 
     def update(self, t, rows, lr, g):
@@ -193,6 +202,9 @@ OPTIMIZERS = {
                              initial_accumulator=0.1, l1_regularization_strength=0.01,
                              l2_regularization_strength=0.05),
     "adadelta": dict(optimizer=E.ADADELTA, learning_rate=1.0, rho=0.95, epsilon=1e-3),
+    "proximal_yogi": dict(optimizer=E.PROXIMAL_YOGI, learning_rate=0.05, beta1=0.8, beta2=0.9,
+                          epsilon=1e-3, initial_accumulator=1e-6,
+                          l1_regularization_strength=0.01, l2_regularization_strength=0.05),
 }
 
 PLACEMENTS = [(P.ROW_WISE, S.DIV_DEFAULT), (P.ROW_WISE, S.MOD), (P.COLUMN_WISE, S.MOD),

@@ -10,9 +10,9 @@ namespace tessel {
 namespace {
 
 constexpr const char* kComponent = "EmbeddingConfiguration";
-constexpr std::string_view kOptimizerNames[] = {"sgd",      "adagrad",          "adam",
-                                                "momentum", "rms_prop",         "centered_rms_prop",
-                                                "ftrl",     "proximal_adagrad", "adadelta"};
+constexpr std::string_view kOptimizerNames[] = {
+    "sgd",  "adagrad",          "adam",     "momentum",     "rms_prop", "centered_rms_prop",
+    "ftrl", "proximal_adagrad", "adadelta", "proximal_yogi"};
 
 // TF's ClippingLimits: an infinite limit is an absent one.
 void limits_to_proto(float lower, float upper, proto::ClippingLimitsProto& p) {
@@ -114,6 +114,16 @@ void optimization_to_proto(const OptimizationParameters& o, proto::OptimizationP
       p.mutable_adadelta()->set_rho(o.rho);
       p.mutable_adadelta()->set_epsilon(o.epsilon);
       break;
+    case EmbeddingOptimizer::kProximalYogi: {
+      auto* y = p.mutable_proximal_yogi();
+      y->set_l1(o.l1_regularization_strength);
+      y->set_l2(o.l2_regularization_strength);
+      y->set_beta1(o.beta1);
+      y->set_beta2(o.beta2);
+      y->set_epsilon(o.epsilon);
+      y->set_initial_accumulator(o.initial_accumulator);
+      break;
+    }
   }
 }
 
@@ -184,6 +194,18 @@ OptimizationParameters optimization_from_proto(const proto::OptimizationParamete
       o.rho = p.adadelta().rho();
       o.epsilon = p.adadelta().epsilon();
       break;
+    case P::kProximalYogi: {
+      const auto& y = p.proximal_yogi();
+      o.optimizer = EmbeddingOptimizer::kProximalYogi;
+      o.l1_regularization_strength = y.l1();
+      o.l2_regularization_strength = y.l2();
+      o.beta1 = y.beta1();
+      o.beta2 = y.beta2();
+      o.epsilon = y.epsilon();
+      // 0 (unset): TF's initial_accumulator_value default for ProximalYogi.
+      o.initial_accumulator = y.initial_accumulator() != 0 ? y.initial_accumulator() : 1e-6f;
+      break;
+    }
     default:
       o.optimizer = EmbeddingOptimizer::kSgd;
   }
@@ -248,6 +270,14 @@ void check_optimization_parameters(const OptimizationParameters& o, const std::s
     case EmbeddingOptimizer::kAdadelta:
       fraction("rho", o.rho, true);
       positive("epsilon", o.epsilon);
+      break;
+    case EmbeddingOptimizer::kProximalYogi:
+      fraction("beta1", o.beta1, false);
+      fraction("beta2", o.beta2, false);
+      positive("epsilon", o.epsilon);
+      positive("initial_accumulator", o.initial_accumulator);
+      at_least_zero("l1_regularization_strength", o.l1_regularization_strength);
+      at_least_zero("l2_regularization_strength", o.l2_regularization_strength);
       break;
     case EmbeddingOptimizer::kFtrl:
       // TF's ApplyFtrl: lr > 0 (it divides by it), lr_power <= 0, l1, l2 >= 0.

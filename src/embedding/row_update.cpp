@@ -1,6 +1,8 @@
 // The optimizers' row updates: TF's update formulas (training_ops' ApplyAdagrad, ApplyMomentum,
 // ApplyRMSProp, ApplyCenteredRMSProp, ApplyFtrlV2, ApplyProximalAdagrad, ApplyAdadelta; Adam
-// without bias correction, TF's TPU embedding's), with TF's TPU embedding options around them.
+// without bias correction, TF's TPU embedding's; ProximalYogi as TensorFlow Addons' Yogi with l1
+// and l2, without bias correction as TF's TPU embedding), with TF's TPU embedding options around
+// them.
 #include "embedding/row_update.h"
 
 #include <algorithm>
@@ -64,6 +66,8 @@ std::vector<std::string> embedding_slot_names(EmbeddingOptimizer optimizer) {
       return {"accumulators", "linears"};
     case EmbeddingOptimizer::kAdadelta:
       return {"accumulators", "updates"};
+    case EmbeddingOptimizer::kProximalYogi:
+      return {"v", "m"};  // TF's LoadTPUEmbeddingProximalYogiParameters(parameters, v, m)
   }
   return {};
 }
@@ -72,6 +76,8 @@ float slot_initial_value(const OptimizationParameters& o, const std::string& nam
   const bool adagrad_like = o.optimizer == EmbeddingOptimizer::kAdagrad ||
                             o.optimizer == EmbeddingOptimizer::kFtrl ||
                             o.optimizer == EmbeddingOptimizer::kProximalAdagrad;
+  if (o.optimizer == EmbeddingOptimizer::kProximalYogi)
+    return name == "v" ? o.initial_accumulator : 0.0f;
   return adagrad_like && name == "accumulators" ? o.initial_accumulator : 0.0f;
 }
 
@@ -141,6 +147,24 @@ void update_row(const OptimizationParameters& o, float lr, float* w, float* cons
         const float prox = w[c] - rate * g[c];
         const float shrunk = std::max(std::abs(prox) - rate * o.l1_regularization_strength, 0.0f);
         w[c] = std::copysign(shrunk, prox) / (1 + rate * o.l2_regularization_strength);
+      }
+      break;
+    }
+    case EmbeddingOptimizer::kProximalYogi: {
+      // Yogi's second moment moves towards g^2 by (1 - beta2) g^2 at most (sign-controlled),
+      // then the proximal step of l1 (shrink) and l2 (scale) at the per-coordinate rate; no
+      // bias correction (TF: put it in a dynamic learning rate).
+      float *v = slots[0], *m = slots[1];
+      for (int64_t c = 0; c < cols; ++c) {
+        const float g2 = g[c] * g[c];
+        m[c] = o.beta1 * m[c] + (1 - o.beta1) * g[c];
+        const float direction = v[c] > g2 ? 1.0f : (v[c] < g2 ? -1.0f : 0.0f);
+        v[c] -= (1 - o.beta2) * direction * g2;
+        const float rate = lr / (std::sqrt(v[c]) + o.epsilon);
+        const float stepped = w[c] - rate * m[c];
+        const float shrunk =
+            std::max(std::abs(stepped) - rate * o.l1_regularization_strength, 0.0f);
+        w[c] = std::copysign(shrunk, stepped) / (1 + rate * o.l2_regularization_strength);
       }
       break;
     }

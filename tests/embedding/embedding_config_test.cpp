@@ -133,6 +133,14 @@ TEST(EmbeddingConfig, ParsesEveryOptimizerAndOptionOfTf) {
   EXPECT_FLOAT_EQ(o.l1_regularization_strength, 0.3f);
   o = params("adadelta { rho: 0.95 epsilon: 0.001 }");
   EXPECT_EQ(o.optimizer, EmbeddingOptimizer::kAdadelta);
+  o = params("proximal_yogi { l1: 0.1 l2: 0.2 beta1: 0.8 beta2: 0.95 epsilon: 0.001 }");
+  EXPECT_EQ(o.optimizer, EmbeddingOptimizer::kProximalYogi);
+  EXPECT_FLOAT_EQ(o.l1_regularization_strength, 0.1f);
+  EXPECT_FLOAT_EQ(o.l2_regularization_strength, 0.2f);
+  EXPECT_FLOAT_EQ(o.beta1, 0.8f);
+  EXPECT_FLOAT_EQ(o.beta2, 0.95f);
+  EXPECT_FLOAT_EQ(o.epsilon, 0.001f);
+  EXPECT_FLOAT_EQ(o.initial_accumulator, 1e-6f);  // TF's ProximalYogi slot initializer
   EXPECT_FALSE(params("adam { use_non_lazy_adam: true }").lazy_adam);
   o = params(
       "learning_rate { dynamic { tag: 1 } } clipping_limits { lower { value: -1 } } "
@@ -172,6 +180,13 @@ TEST(EmbeddingConfig, ParsesEveryOptimizerAndOptionOfTf) {
        .l1_regularization_strength = 0.01f,
        .l2_regularization_strength = 0.02f},
       {.optimizer = E::kAdadelta, .epsilon = 0.01f, .rho = 0.6f},
+      {.optimizer = E::kProximalYogi,
+       .initial_accumulator = 1e-6f,
+       .beta1 = 0.7f,
+       .beta2 = 0.9f,
+       .epsilon = 0.01f,
+       .l1_regularization_strength = 0.1f,
+       .l2_regularization_strength = 0.2f},
   };
   EmbeddingConfiguration c = two_tables();
   for (OptimizationParameters o : every) {
@@ -195,8 +210,8 @@ TEST(EmbeddingConfig, MalformedAndUnsupportedInputIsInvalidArgument) {
                       ErrorCode::kInvalidArgument, "nme");
   // A TF field tessel does not know.
   EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_text(
-                          "table_descriptor { optimization_parameters { proximal_yogi {} } }"),
-                      ErrorCode::kInvalidArgument, "proximal_yogi");
+                          "table_descriptor { optimization_parameters { lion {} } }"),
+                      ErrorCode::kInvalidArgument, "lion");
   EXPECT_TESSEL_ERROR(EmbeddingConfiguration::from_serialized("\xff\xff\xff"),
                       ErrorCode::kInvalidArgument, "not a TPUEmbeddingConfiguration");
   EXPECT_TESSEL_ERROR(combiner_from_name("max"), ErrorCode::kInvalidArgument, "'max'");
@@ -259,6 +274,9 @@ TEST(EmbeddingConfig, BadHyperParametersNameTheOptimizerAndValue) {
   expect_invalid({.optimizer = E::kProximalAdagrad, .initial_accumulator = 0.0f},
                  "(proximal_adagrad): initial_accumulator (must be > 0) 0");
   expect_invalid({.optimizer = E::kAdadelta, .rho = -0.1f}, "(adadelta): rho");
+  expect_invalid({.optimizer = E::kProximalYogi, .beta2 = 1.0f}, "(proximal_yogi): beta2");
+  expect_invalid({.optimizer = E::kProximalYogi, .initial_accumulator = 0.0f},
+                 "(proximal_yogi): initial_accumulator (must be > 0)");
   expect_invalid({.optimizer = E::kSgd, .clip_weight_min = 2, .clip_weight_max = 1},
                  "(sgd): clip_weight_min (above clip_weight_max 1) 2");
   expect_invalid({.optimizer = E::kAdam, .clip_gradient_min = 1, .clip_gradient_max = -1},

@@ -32,20 +32,22 @@ enum class EmbeddingOptimizer {
   kFtrl,
   kProximalAdagrad,
   kAdadelta,
+  kProximalYogi,
 };
 
 // TF's names: "sgd", "adagrad", "adam", "momentum", "rms_prop", "centered_rms_prop", "ftrl",
-// "proximal_adagrad", "adadelta".
+// "proximal_adagrad", "adadelta", "proximal_yogi".
 std::string_view optimizer_name(EmbeddingOptimizer optimizer);
 
 struct OptimizationParameters {
   EmbeddingOptimizer optimizer = EmbeddingOptimizer::kSgd;
   float learning_rate = 0.01f;
   // Adagrad, FTRL, ProximalAdagrad: every accumulator's start (TF: the slot initializer, 0.1).
+  // ProximalYogi: the start of its second moment v (TF's default there is 1e-6: set it).
   float initial_accumulator = 0.1f;
-  float beta1 = 0.9f;  // Adam
+  float beta1 = 0.9f;  // Adam, ProximalYogi
   float beta2 = 0.999f;
-  float epsilon = 1e-8f;             // Adam, RMSProp, centered RMSProp, Adadelta
+  float epsilon = 1e-8f;             // Adam, RMSProp, centered RMSProp, Adadelta, ProximalYogi
   bool use_sum_inside_sqrt = false;  // Adam: m / sqrt(v + eps^2) instead of m / (sqrt(v) + eps)
   bool lazy_adam = true;             // Adam: false: every row's moments decay each step
   float momentum = 0.0f;             // Momentum, RMSProp, centered RMSProp
@@ -53,8 +55,8 @@ struct OptimizationParameters {
   float rho = 0.9f;                  // RMSProp, centered RMSProp, Adadelta
   // FTRL: TF's ApplyFtrlV2 with beta (McMahan et al., Algorithm 1).
   float learning_rate_power = -0.5f;
-  float l1_regularization_strength = 0.0f;        // FTRL, ProximalAdagrad
-  float l2_regularization_strength = 0.0f;        // FTRL, ProximalAdagrad
+  float l1_regularization_strength = 0.0f;        // FTRL, ProximalAdagrad, ProximalYogi
+  float l2_regularization_strength = 0.0f;        // FTRL, ProximalAdagrad, ProximalYogi
   float beta = 0.0f;                              // FTRL
   bool multiply_linear_by_learning_rate = false;  // FTRL: the "linears" slot holds lr x linear
 
