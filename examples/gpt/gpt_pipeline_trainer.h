@@ -32,6 +32,7 @@ class GptPipelineTrainer : private detail::PipelineHolder, public LanguageModelT
                      Runtime* runtime = nullptr, bool sequence_parallel = false);
 
   const GptPipeline& pipeline() const { return *PipelineHolder::pipeline; }
+  const GptConfig& config() const { return pipeline().config(); }
 
  protected:
   BatchGradients batch_gradients(const Tensor& idx, const Tensor& targets,
