@@ -3,6 +3,7 @@
 #include "gpt_pipeline.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <memory>
 #include <utility>
@@ -157,10 +158,41 @@ void GptPipeline::check_params(const std::vector<DTensor>& params) const {
   }
 }
 
-DTensor GptPipeline::to_stage(const DTensor& x, int stage) const {
-  const Mesh& to = stage_mesh(stage);
-  if (x.layout().mesh() == to) return x;
-  return relayout(x, Layout(x.layout().sharding_spec_strings(), to));
+DTensor GptPipeline::transfer(const DTensor& x, int from, int to, const std::string& what) const {
+  const Mesh& target = stage_mesh(to);
+  if (x.layout().mesh() == target) return x;
+  try {
+    return relayout(x, Layout(x.layout().sharding_spec_strings(), target),
+                    RelayoutOptions{options_.timeout});
+  } catch (const Error& e) {
+    // The stages whose devices the relayout's error names as late (a communicator's "waited ...
+    // for ranks [...]", else anywhere in the message; a full name, not a prefix of one).
+    const std::string cause = e.what();
+    std::string named = cause;
+    if (const size_t open = cause.find("for ranks ["); open != std::string::npos) {
+      named = cause.substr(open, cause.find(']', open) - open);
+    }
+    std::vector<int> late;
+    for (int s : {from, to}) {
+      for (const std::string& device : stage_mesh(s).local_devices()) {
+        for (size_t at = named.find(device); at != std::string::npos;
+             at = named.find(device, at + 1)) {
+          const size_t end = at + device.size();
+          if (end == named.size() || std::isdigit(static_cast<unsigned char>(named[end])) == 0) {
+            if (std::find(late.begin(), late.end(), s) == late.end()) late.push_back(s);
+            break;
+          }
+        }
+      }
+    }
+    const std::string who =
+        late.size() == 1 ? fmt::format("stage {} is late", late.front())
+        : late.empty()   ? std::string("no stage named")
+                         : fmt::format("stages {} named", fmt::join(late, " and "));
+    throw Error(e.code(), kComponent,
+                fmt::format("{} from stage {} to stage {} did not arrive within {} ms ({}): {}",
+                            what, from, to, options_.timeout.count(), who, cause));
+  }
 }
 
 std::vector<DTensor> GptPipeline::view(const std::vector<DTensor>& params, int stage,
@@ -180,9 +212,15 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
                         idx.shape().to_string(), targets.shape().to_string(), m));
   }
   const int64_t rows = idx.shape().dim(0) / m;
-  const DTensor wte_copy = p > 1 ? to_stage(params[wte_], p - 1) : DTensor();
+  // The last stage's copy of the tied embedding, made when its first forward has its input.
   std::vector<std::vector<DTensor>> views;
-  for (int s = 0; s < p; ++s) views.push_back(view(params, s, wte_copy));
+  for (int s = 0; s < p; ++s) views.push_back(view(params, s, DTensor()));
+  const auto ensure_wte_copy = [&](int stage) {
+    if (stage == p - 1 && stage != 0 && !views[static_cast<size_t>(stage)][wte_].defined()) {
+      views[static_cast<size_t>(stage)][wte_] =
+          transfer(params[wte_], 0, stage, "the tied token embedding");
+    }
+  };
 
   // What each (virtual stage, microbatch) keeps between its forward and its backward.
   struct Work {
@@ -196,6 +234,7 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
   DTensor wte_copy_sum, loss_sum;
   for (const train::TimedAction& timed : order_.timeline) {
     const train::PipelineAction& a = timed.action;
+    if (options_.before_action) options_.before_action(a);
     const int k = a.virtual_stage(p), mb = a.microbatch;
     Work& w = work[static_cast<size_t>(k * m + mb)];
     const GptModel& model = models_[static_cast<size_t>(a.stage)];
@@ -203,7 +242,11 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
     const std::vector<size_t> used = parameters_of(k);
     if (a.pass == train::Pass::kForward) {
       const ForwardOptions mb_options = for_microbatch(options, mb);
-      if (k > 0) w.input = to_stage(work[static_cast<size_t>((k - 1) * m + mb)].output, a.stage);
+      if (k > 0) {
+        w.input = transfer(work[static_cast<size_t>((k - 1) * m + mb)].output, (k - 1) % p,
+                           a.stage, fmt::format("the forward activation of microbatch {}", mb));
+      }
+      if (k == last_k) ensure_wte_copy(a.stage);
       w.tape = std::make_unique<GradientTape>();
       if (k > 0) w.tape->watch(w.input);
       for (size_t i : used) w.tape->watch(pv[i]);
@@ -230,7 +273,9 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
     size_t next = 0;
     if (k > 0) {
       Work& before = work[static_cast<size_t>((k - 1) * m + mb)];
-      before.output_gradient = to_stage(g[next++], (k - 1) % p);
+      before.output_gradient =
+          transfer(g[next++], a.stage, (k - 1) % p,
+                   fmt::format("the backward gradient of microbatch {}", mb));
     }
     for (size_t i : used) {
       const DTensor& gi = g[next++];
@@ -243,8 +288,8 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
   }
   if (wte_copy_sum.defined()) {
     // The head's share of the tied embedding's gradient, sent back to stage 0.
-    sums[wte_] = add_or_take(sums[wte_], p > 1 ? relayout(wte_copy_sum, params[wte_].layout())
-                                               : wte_copy_sum);
+    sums[wte_] = add_or_take(
+        sums[wte_], transfer(wte_copy_sum, p - 1, 0, "the tied token embedding's gradient"));
   }
   return {scalar_of(loss_sum) / m, std::move(sums)};
 }
@@ -252,14 +297,16 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
 DTensor GptPipeline::logits(const std::vector<DTensor>& params, const Tensor& idx) const {
   check_params(params);
   const int p = stages(), last_k = schedule_.virtual_stages() - 1;
-  const DTensor wte_copy = p > 1 ? to_stage(params[wte_], p - 1) : DTensor();
+  const DTensor wte_copy =
+      p > 1 ? transfer(params[wte_], 0, p - 1, "the tied token embedding") : DTensor();
   DTensor x;
   for (int k = 0; k <= last_k; ++k) {
     const int s = k % p;
     const GptModel& model = models_[static_cast<size_t>(s)];
     const std::vector<DTensor> pv = view(params, s, wte_copy);
     const auto [first, last] = layers(k);
-    x = model.blocks(pv, k == 0 ? model.embed(pv, model.tokens(idx)) : to_stage(x, s), first, last);
+    if (k > 0) x = transfer(x, (k - 1) % p, s, "the activation");
+    x = model.blocks(pv, k == 0 ? model.embed(pv, model.tokens(idx)) : x, first, last);
     if (k == last_k) x = model.head(pv, x);
   }
   return x;

@@ -25,13 +25,21 @@
 // Dropout masks are keyed per microbatch (the step's seed and the microbatch), so with dropout
 // the masks differ from a non-pipelined run's.
 //
+// Faults: a transfer that does not complete by options.timeout (a stage that never sends or
+// never receives) is kDeadlineExceeded from "pipeline" naming the late stage (the one whose
+// device the relayout names), the microbatch, the direction (forward activation or backward
+// gradient) and both stages, the relayout's error after it; it ends by the timeout + 10 %
+// (+ 50 ms). Any other failure of a transfer keeps its code and gets the same names.
+//
 // Errors before anything runs (kInvalidArgument from "pipeline" naming the values): a mesh whose
 // first dimension is not `stage`; fewer layers than virtual stages; a batch size that does not
 // split into the microbatches; the schedule's own (pipeline_schedule.h: interleaved needs m a
 // multiple of p and v >= 2).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +58,10 @@ struct PipelineOptions {
   train::ScheduleKind schedule = train::ScheduleKind::k1F1B;
   int microbatches = 1;
   int chunks = 1;  // model chunks per stage (interleaved: >= 2)
+  // The deadline of each transfer between stages (the relayout's timeout).
+  std::chrono::milliseconds timeout{60000};
+  // Called before each action of a step runs (tracing; the tests stall a stage here).
+  std::function<void(const train::PipelineAction&)> before_action = nullptr;
 };
 
 // The sub-meshes of a mesh along its first dimension: for each index of that dimension, the
@@ -108,8 +120,9 @@ class GptPipeline {
                             const DTensor& wte_copy) const;
   // The parameters virtual stage k reads (indices into the params vector).
   std::vector<size_t> parameters_of(int virtual_stage) const;
-  // `x` on another stage's sub-mesh (its sharding kept, pending sums reduced).
-  DTensor to_stage(const DTensor& x, int stage) const;
+  // `x` (on stage `from`) on stage `to`'s sub-mesh, its sharding kept and pending sums reduced;
+  // `what` names it in errors ("the forward activation of microbatch 3").
+  DTensor transfer(const DTensor& x, int from, int to, const std::string& what) const;
   void check_params(const std::vector<DTensor>& params) const;
 
   GptConfig config_;

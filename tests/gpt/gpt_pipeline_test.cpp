@@ -7,7 +7,9 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -198,6 +200,44 @@ TEST(GptPipeline, CheckpointsMoveBetweenPipelinedAndPlainRuns) {
   for (size_t i = 0; i < layouts.size(); ++i) EXPECT_EQ(back.params()[i].layout(), layouts[i]);
   for (int s = 4; s < 6; ++s) EXPECT_NEAR(back.step().loss, losses[static_cast<size_t>(s)], 1e-5);
   std::filesystem::remove_all(dir);
+}
+
+// A stage that stalls is named on its neighbour's transfer, with the microbatch and the
+// direction, within the deadline + 10 % (+ 50 ms, and some slack for a loaded machine), in every
+// schedule: stage 0 stalls as stage 1 is about to take microbatch 0's activation (forward), and
+// as stage 1 is about to send back microbatch 0's gradient (backward).
+TEST(GptPipeline, AStalledStageIsNamedWithTheMicrobatchAndDirection) {
+  using namespace std::chrono_literals;
+  const auto timeout = 400ms;
+  const CharDataset data = CharDataset::load(kText);
+  for (ScheduleKind kind :
+       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+    for (train::Pass pass : {train::Pass::kForward, train::Pass::kBackward}) {
+      Runtime rt({.num_cpu_devices = 2});
+      std::chrono::steady_clock::time_point stalled;
+      PipelineOptions options = options_for(kind);
+      options.microbatches = 2;
+      options.timeout = timeout;
+      options.before_action = [&](const train::PipelineAction& a) {
+        if (a.stage == 1 && a.microbatch == 0 && a.pass == pass &&
+            a.chunk == (kind == ScheduleKind::kInterleaved1F1B && pass == train::Pass::kBackward)) {
+          stalled = std::chrono::steady_clock::now();
+          rt.device(0).stream().enqueue("stall", [] { std::this_thread::sleep_for(1s); });
+        }
+      };
+      GptPipelineTrainer trainer(config(4), pipeline_mesh(2, 1, 1, rt), options, data, &rt);
+      const bool forward = pass == train::Pass::kForward;
+      EXPECT_TESSEL_ERROR(trainer.step(), ErrorCode::kDeadlineExceeded,
+                          forward ? "the forward activation of microbatch 0 from stage 0 to stage "
+                                    "1 did not arrive within 400 ms (stage 0 is late)"
+                                  : "the backward gradient of microbatch 0 from stage 1 to stage 0 "
+                                    "did not arrive within 400 ms (stage 0 is late)");
+      const auto took = std::chrono::steady_clock::now() - stalled;
+      EXPECT_GE(took, 380ms) << schedule_kind_name(kind);
+      EXPECT_LT(took, 1.1 * timeout + 50ms + 150ms) << schedule_kind_name(kind);
+      rt.synchronize(std::chrono::seconds(10));
+    }
+  }
 }
 
 TEST(GptPipeline, RefusesBadConfigurationsBeforeTheFirstStep) {
