@@ -386,12 +386,6 @@ int train_model(const Options& o) {
     }
     return e.passes() ? kExitOk : kExitFailure;
   }
-  if (o.mesh_stage > 0 && client.num_clients > 1) {
-    throw Error(ErrorCode::kUnimplemented, "train",
-                fmt::format("pipeline stages over {} processes: the pipelined GPT runs in one "
-                            "process so far (docs/pipeline.md)",
-                            client.num_clients));
-  }
   gpt::CharDataset data = gpt::CharDataset::load(o.data);
   std::unique_ptr<gpt::LanguageModelTrainer> trainer;
   std::string shape;
@@ -406,7 +400,7 @@ int train_model(const Options& o) {
                                                        std::move(data), &rt, o.sp);
     shape = shape_of(t->config());
     if (o.print_schedule) {
-      std::cout << pipeline_text(t->pipeline());
+      if (client.client_id == 0) std::cout << pipeline_text(t->pipeline());
       return kExitOk;
     }
     trainer = std::move(t);

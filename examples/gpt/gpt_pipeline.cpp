@@ -75,6 +75,7 @@ std::vector<Mesh> stage_meshes(const Mesh& mesh) {
 GptPipeline::GptPipeline(GptConfig config, const Mesh& mesh, PipelineOptions options,
                          Runtime* runtime, bool sequence_parallel)
     : config_(std::move(config)),
+      mesh_(mesh),
       options_(options),
       runtime_(runtime != nullptr ? runtime : &Runtime::global()) {
   config_.validate();
@@ -156,6 +157,11 @@ void GptPipeline::check_params(const std::vector<DTensor>& params) const {
   if (params.size() != placement_.size()) {
     invalid(fmt::format("{} parameters given, the model has {}", params.size(), placement_.size()));
   }
+}
+
+DTensor GptPipeline::everywhere(const DTensor& x) const {
+  return relayout(x, Layout(x.layout().sharding_spec_strings(), mesh_),
+                  RelayoutOptions{options_.timeout});
 }
 
 DTensor GptPipeline::transfer(const DTensor& x, int from, int to, const std::string& what) const {
@@ -291,10 +297,11 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
     sums[wte_] = add_or_take(
         sums[wte_], transfer(wte_copy_sum, p - 1, 0, "the tied token embedding's gradient"));
   }
-  return {scalar_of(loss_sum) / m, std::move(sums)};
+  return {scalar_of(everywhere(loss_sum)) / m, std::move(sums)};
 }
 
-DTensor GptPipeline::logits(const std::vector<DTensor>& params, const Tensor& idx) const {
+DTensor GptPipeline::whole_batch(const std::vector<DTensor>& params, const Tensor& idx,
+                                 const Tensor* targets) const {
   check_params(params);
   const int p = stages(), last_k = schedule_.virtual_stages() - 1;
   const DTensor wte_copy =
@@ -308,15 +315,20 @@ DTensor GptPipeline::logits(const std::vector<DTensor>& params, const Tensor& id
     if (k > 0) x = transfer(x, (k - 1) % p, s, "the activation");
     x = model.blocks(pv, k == 0 ? model.embed(pv, model.tokens(idx)) : x, first, last);
     if (k == last_k) x = model.head(pv, x);
+    if (k == last_k && targets != nullptr) {
+      x = reduce_mean(sparse_softmax_cross_entropy_with_logits(model.tokens(*targets), x));
+    }
   }
-  return x;
+  return everywhere(x);
+}
+
+DTensor GptPipeline::logits(const std::vector<DTensor>& params, const Tensor& idx) const {
+  return whole_batch(params, idx, nullptr);
 }
 
 double GptPipeline::loss(const std::vector<DTensor>& params, const Tensor& idx,
                          const Tensor& targets) const {
-  const GptModel& last = models_.back();
-  return scalar_of(reduce_mean(
-      sparse_softmax_cross_entropy_with_logits(last.tokens(targets), logits(params, idx))));
+  return scalar_of(whole_batch(params, idx, &targets));
 }
 
 std::pair<std::vector<DTensor>, double> GptPipeline::clip_by_global_norm(
@@ -332,7 +344,7 @@ std::pair<std::vector<DTensor>, double> GptPipeline::clip_by_global_norm(
   }
   double squares = 0;
   for (const DTensor& sum : stage_sums) {
-    if (sum.defined()) squares += scalar_of(sum);
+    if (sum.defined()) squares += scalar_of(everywhere(sum));
   }
   const double norm = std::sqrt(squares);
   const double scale = clip_norm / std::max(norm, clip_norm);

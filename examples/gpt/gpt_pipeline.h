@@ -12,6 +12,12 @@
 //   PipelineGradients g = pipe.gradients(params, idx, targets, {.training = true});
 //   auto [clipped, norm] = pipe.clip_by_global_norm(g.gradients, 1.0);
 //
+// Several processes (mpirun, the mesh made by create_distributed_mesh): every process runs the
+// same schedule; ops on a stage whose devices are all elsewhere do nothing here (their DTensors
+// have no local components), and the transfers between two processes' stages are relayouts
+// across them. The loss, the gradient norm and the logits are brought to every stage's devices
+// before they are read, so every process reports the same values.
+//
 // Placement: the n_layer blocks are split over the p * v virtual stages in order (the first
 // n_layer % (p v) get one more), virtual stage k on stage k % p (Megatron's interleaving); the
 // token and position embeddings live with the first, the final layer norm with the last. The
@@ -103,8 +109,9 @@ class GptPipeline {
   // kInvalidArgument.
   PipelineGradients gradients(const std::vector<DTensor>& params, const Tensor& idx,
                               const Tensor& targets, const ForwardOptions& options) const;
-  // Logits [B, T, V] of host token ids [B, T] (on the last stage), the whole batch through the
-  // stages in turn (no microbatches, no tape); loss() their mean cross-entropy.
+  // Logits [B, T, V] of host token ids [B, T] (on every stage's devices: the mesh's layout, its
+  // stage dimension replicated), the whole batch through the stages in turn (no microbatches, no
+  // tape); loss() their mean cross-entropy.
   DTensor logits(const std::vector<DTensor>& params, const Tensor& idx) const;
   double loss(const std::vector<DTensor>& params, const Tensor& idx, const Tensor& targets) const;
   // The gradients scaled to global norm at most clip_norm, the norm summed over every stage's
@@ -118,14 +125,22 @@ class GptPipeline {
   // (when it is not stage 0).
   std::vector<DTensor> view(const std::vector<DTensor>& params, int stage,
                             const DTensor& wte_copy) const;
+  // The whole batch through the stages in turn (no microbatches, no tape): the logits, or with
+  // targets the mean loss, on every stage (everywhere()).
+  DTensor whole_batch(const std::vector<DTensor>& params, const Tensor& idx,
+                      const Tensor* targets) const;
   // The parameters virtual stage k reads (indices into the params vector).
   std::vector<size_t> parameters_of(int virtual_stage) const;
+  // `x` (a value of one stage) on every stage, its sharding kept over batch and model: what every
+  // process can read when the stages are on different processes (the loss, the norm, logits).
+  DTensor everywhere(const DTensor& x) const;
   // `x` (on stage `from`) on stage `to`'s sub-mesh, its sharding kept and pending sums reduced;
   // `what` names it in errors ("the forward activation of microbatch 3").
   DTensor transfer(const DTensor& x, int from, int to, const std::string& what) const;
   void check_params(const std::vector<DTensor>& params) const;
 
   GptConfig config_;
+  Mesh mesh_;  // stage x batch x model
   PipelineOptions options_;
   Runtime* runtime_;
   std::vector<GptModel> models_;  // one per stage
