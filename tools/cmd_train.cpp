@@ -100,7 +100,8 @@ constexpr const char* kHelp =
     "the step and the values (exit status 1).\n"
     "\n"
     "Several processes: `mpirun -np P tessel train gpt|llama` makes each process a client holding\n"
-    "B*M/P devices of the mesh; only process 0 prints.\n";
+    "B*M/P devices of the mesh (with stages, S*B*M/P, whole stages: -np 2 with stage=2 puts a\n"
+    "stage in each process); only process 0 prints.\n";
 
 // Options left unset keep the configuration's values.
 struct Options {
