@@ -180,7 +180,10 @@ DTensor GptPipeline::transfer(const DTensor& x, int from, int to, const std::str
     }
     std::vector<int> late;
     for (int s : {from, to}) {
-      for (const std::string& device : stage_mesh(s).local_devices()) {
+      // Every device of the stage (a mesh across processes names them all; else its own).
+      const Mesh& mesh = stage_mesh(s);
+      for (const std::string& device :
+           mesh.global_devices().empty() ? mesh.local_devices() : mesh.global_devices()) {
         for (size_t at = named.find(device); at != std::string::npos;
              at = named.find(device, at + 1)) {
           const size_t end = at + device.size();
