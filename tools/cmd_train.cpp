@@ -387,12 +387,6 @@ int train_model(const Options& o) {
     }
     return e.passes() ? kExitOk : kExitFailure;
   }
-  if (o.mesh_stage > 0 && client.num_clients > 1 &&
-      (o.loop.checkpoint_every > 0 || o.loop.resume)) {
-    throw Error(ErrorCode::kUnimplemented, "train",
-                "checkpoints of pipeline stages over several processes are not supported yet "
-                "(docs/pipeline.md)");
-  }
   gpt::CharDataset data = gpt::CharDataset::load(o.data);
   std::unique_ptr<gpt::LanguageModelTrainer> trainer;
   std::string shape;

@@ -2,9 +2,6 @@
 
 #include <utility>
 
-#include <fmt/format.h>
-
-#include "tessel/core/error.h"
 #include "tessel/dtensor/op_profile.h"
 
 namespace tessel::gpt {
@@ -15,18 +12,6 @@ std::shared_ptr<const GptPipeline> make_pipeline(GptConfig config, int vocab_siz
                                                  bool sequence_parallel) {
   config.vocab_size = vocab_size;
   return std::make_shared<const GptPipeline>(config, mesh, options, runtime, sequence_parallel);
-}
-
-// kUnimplemented when the stages are on several processes (gpt_pipeline_trainer.h).
-void require_one_process(const GptPipeline& pipeline, const char* what) {
-  for (int s = 0; s < pipeline.stages(); ++s) {
-    const Mesh& mesh = pipeline.stage_mesh(s);
-    if (mesh.num_local_devices() == mesh.size()) continue;
-    throw Error(ErrorCode::kUnimplemented, "gpt",
-                fmt::format("{} of a pipeline whose stages are on several processes (stage {} "
-                            "has {} of its {} devices here): not supported yet",
-                            what, s, mesh.num_local_devices(), mesh.size()));
-  }
 }
 
 }  // namespace
@@ -49,16 +34,6 @@ LanguageModelTrainer::BatchGradients GptPipelineTrainer::batch_gradients(
   const ProfilePhase phase("optimizer");
   auto [clipped, norm] = pipeline().clip_by_global_norm(g.gradients, training().grad_clip);
   return {g.loss, std::move(clipped), norm};
-}
-
-checkpoint::State GptPipelineTrainer::state() const {
-  require_one_process(pipeline(), "a checkpoint");
-  return LanguageModelTrainer::state();
-}
-
-void GptPipelineTrainer::restore(const std::string& directory) {
-  require_one_process(pipeline(), "restoring a checkpoint");
-  LanguageModelTrainer::restore(directory);
 }
 
 double GptPipelineTrainer::batch_loss(const Tensor& idx, const Tensor& targets) {

@@ -8,13 +8,9 @@
 //
 // Checkpoints hold GptTrainer's names ("model/wte", "model/h.3.attn.wq", ...) whatever the stage
 // split: a pipelined run resumes on a plain mesh, and a plain run's checkpoint on a pipeline.
-// With the stages on several processes, state() and restore() throw kUnimplemented: a save of
-// tensors on the stages' disjoint sub-meshes agrees over one stage's processes only and would
-// commit a checkpoint missing the other stages' shards (docs/pipeline.md).
 #pragma once
 
 #include <memory>
-#include <string>
 
 #include "char_dataset.h"
 #include "gpt_pipeline.h"
@@ -37,9 +33,6 @@ class GptPipelineTrainer : private detail::PipelineHolder, public LanguageModelT
 
   const GptPipeline& pipeline() const { return *PipelineHolder::pipeline; }
   const GptConfig& config() const { return pipeline().config(); }
-
-  checkpoint::State state() const override;
-  void restore(const std::string& directory) override;
 
  protected:
   BatchGradients batch_gradients(const Tensor& idx, const Tensor& targets,
