@@ -18,6 +18,7 @@
 #include "flags.h"
 #include "gpt_memory.h"
 #include "gpt_model.h"
+#include "gpt_pipeline_trainer.h"
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
 #include "json_output.h"
@@ -52,7 +53,15 @@ constexpr const char* kHelp =
     "                      llama: tiny (4 layers, 4 heads / 2 kv heads, width 128, SwiGLU 384:\n"
     "                      the gpt tiny's parameter count and recipe) or test (default tiny)\n"
     "  --layers N          the number of transformer blocks (default: the config's)\n"
-    "  --mesh BxM          batch x model mesh, also batch=B,model=M (default 2x2)\n"
+    "  --mesh BxM          batch x model mesh, also batch=B,model=M (default 2x2); gpt:\n"
+    "                      stage=S,batch=B,model=M cuts the model into S pipeline stages\n"
+    "                      (docs/pipeline.md), each on a batch x model sub-mesh\n"
+    "  --schedule NAME     with stages: gpipe, 1f1b (default) or interleaved\n"
+    "  --microbatches N    with stages: microbatches per step (default: the stages); the\n"
+    "                      batch must split into them\n"
+    "  --chunks V          with stages: model chunks per stage (interleaved: default 2)\n"
+    "  --print-schedule    with stages: print the schedule (each stage's actions, the bubble,\n"
+    "                      a time chart) and the layers of each stage, then exit\n"
     "  --device cpu|gpu    the mesh's devices: virtual CPU devices (default) or GPU devices\n"
     "                      (one per GPU, or as TESSEL_GPU_DEVICES lists them: \"0,0,0,0\"\n"
     "                      puts a 2x2 mesh on GPU 0; TESSEL_SIMULATED_GPUS=N simulates N\n"
@@ -99,13 +108,18 @@ constexpr const char* kHelp =
     "the step and the values (exit status 1).\n"
     "\n"
     "Several processes: `mpirun -np P tessel train gpt|llama` makes each process a client holding\n"
-    "B*M/P devices of the mesh; only process 0 prints.\n";
+    "B*M/P devices of the mesh (with stages, S*B*M/P, whole stages: -np 2 with stage=2 puts a\n"
+    "stage in each process); only process 0 prints.\n";
 
 // Options left unset keep the configuration's values.
 struct Options {
   std::string model;  // gpt or llama
   std::string config = "tiny";
   int64_t mesh_batch = 2, mesh_model = 2;
+  int64_t mesh_stage = 0;  // 0: no stage dimension (no pipeline)
+  std::string schedule = "1f1b";
+  int64_t microbatches = 0, chunks = 0;  // 0: the stages / 1 (interleaved: 2)
+  bool print_schedule = false;
   std::string device_type = "CPU";                                  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   int64_t layers = 0;                                               // 0: the config's
@@ -139,8 +153,17 @@ Options parse(const Args& args) {
   });
   flags.text({"--config"}, o.config);
   flags.custom({"--mesh"}, [&](const std::string& flag, const std::string& v) {
-    std::tie(o.mesh_batch, o.mesh_model) = parse_mesh_shape(flags, flag, v);
+    std::tie(o.mesh_batch, o.mesh_model) = parse_mesh_shape(flags, flag, v, &o.mesh_stage);
   });
+  flags.custom({"--schedule"}, [&](const std::string& flag, const std::string& v) {
+    if (v != "gpipe" && v != "1f1b" && v != "interleaved") {
+      flags.fail(fmt::format("{} expects gpipe, 1f1b or interleaved, got '{}'", flag, v));
+    }
+    o.schedule = v;
+  });
+  flags.integer({"--microbatches"}, o.microbatches, 1, 100000);
+  flags.integer({"--chunks"}, o.chunks, 1, 1000);
+  flags.set({"--print-schedule"}, o.print_schedule);
   flags.integer({"--steps"}, o.steps, 1, 100000000);
   flags.integer({"--layers"}, o.layers, 1, 100000);
   flags.integer({"--eval-interval"}, o.eval_interval, 1, 100000000);
@@ -182,6 +205,10 @@ Options parse(const Args& args) {
     flags.fail("--checkpoint-every and --resume need --checkpoint-dir");
   }
   if (!model_named) flags.fail("the model to train: `tessel train gpt|llama [options]`");
+  if (o.memory_plan && o.mesh_stage > 0) {
+    flags.fail("--memory-plan plans meshes without a stage dimension (which stage holds a layer "
+               "is not planned yet)");
+  }
   if (o.model == "llama" && o.sp) {
     flags.fail("--sp is gpt's: the llama has no sequence parallel path");
   }
@@ -193,6 +220,18 @@ Options parse(const Args& args) {
   }
   if (o.model == "llama" && dropout != -1) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
+  }
+  const bool pipeline_flags =
+      o.microbatches > 0 || o.chunks > 0 || o.print_schedule || o.schedule != "1f1b";
+  if (o.mesh_stage == 0 && pipeline_flags) {
+    flags.fail("--schedule, --microbatches, --chunks and --print-schedule need a stage dimension "
+               "in --mesh (e.g. stage=2,batch=1,model=2)");
+  }
+  if (o.mesh_stage > 0) {
+    if (o.model != "gpt") flags.fail("pipeline stages (--mesh stage=...) are gpt's");
+    if (!o.check_reference.empty()) {
+      flags.fail("--check-reference checks the plain model: not with pipeline stages");
+    }
   }
   if (dropout != -1) {
     if (!(dropout >= 0 && dropout < 1))
@@ -252,6 +291,28 @@ std::string shape_of(const llama::LlamaConfig& c) {
       c.tie_embeddings ? "tied" : "untied", c.num_parameters() / 1e6);
 }
 
+// The pipelined trainer's schedule and layer split (--print-schedule).
+std::string pipeline_text(const gpt::GptPipeline& pipeline) {
+  std::string out = pipeline.schedule().to_string();
+  for (int k = 0; k < pipeline.schedule().virtual_stages(); ++k) {
+    const auto [first, last] = pipeline.layers(k);
+    out += fmt::format("virtual stage {} (stage {}, chunk {}): layers {}..{}{}{}\n", k,
+                       k % pipeline.stages(), k / pipeline.stages(), first, last - 1,
+                       k == 0 ? ", embeddings" : "",
+                       k == pipeline.schedule().virtual_stages() - 1 ? ", final norm and head" : "");
+  }
+  return out;
+}
+
+// ", 1f1b schedule, 8 microbatches" for a pipelined trainer, else "".
+std::string pipeline_summary(const gpt::LanguageModelTrainer& trainer) {
+  const auto* piped = dynamic_cast<const gpt::GptPipelineTrainer*>(&trainer);
+  if (piped == nullptr) return "";
+  const train::PipelineSchedule& s = piped->pipeline().schedule();
+  return fmt::format(", {} schedule, {} microbatches{}", train::schedule_kind_name(s.kind),
+                     s.microbatches, s.chunks > 1 ? fmt::format(", {} chunks", s.chunks) : "");
+}
+
 // Each local device's peak memory over the run, split (gpt_memory.h), with Korthikanti's count.
 Json memory_json(const gpt::LanguageModelTrainer& trainer, std::optional<double> korthikanti) {
   Json devices = Json::array();
@@ -298,7 +359,8 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
   }
   const train::Evaluation& last = history.evaluations.back();
   return Json{{"config", o.config},
-              {"mesh", {o.mesh_batch, o.mesh_model}},
+              {"mesh", o.mesh_stage > 0 ? Json{o.mesh_stage, o.mesh_batch, o.mesh_model}
+                                        : Json{o.mesh_batch, o.mesh_model}},
               {"device", o.device_type},
               {"processes", client.num_clients},
               {"model", o.model},
@@ -358,7 +420,7 @@ int train_model(const Options& o) {
   } else {
     llama_config = llama_config_of(o);
   }
-  const ProcessMesh pm("train", o.mesh_batch, o.mesh_model, o.device_type);
+  const ProcessMesh pm("train", o.mesh_batch, o.mesh_model, o.device_type, o.mesh_stage);
   const ClientConfig& client = pm.client();
   Runtime& rt = pm.runtime();
   const Mesh& mesh = pm.mesh();
@@ -378,7 +440,22 @@ int train_model(const Options& o) {
   if (o.memory_plan) return print_memory_plan(o, gpt_config, llama_config, data, mesh, rt, client);
   std::unique_ptr<gpt::LanguageModelTrainer> trainer;
   std::string shape;
-  if (gpt_config) {
+  if (o.mesh_stage > 0) {
+    const train::ScheduleKind kind = train::parse_schedule_kind(o.schedule);
+    const gpt::PipelineOptions pipeline{
+        .schedule = kind,
+        .microbatches = static_cast<int>(o.microbatches > 0 ? o.microbatches : o.mesh_stage),
+        .chunks = static_cast<int>(o.chunks > 0 ? o.chunks
+                                   : kind == train::ScheduleKind::kInterleaved1F1B ? 2 : 1)};
+    auto t = std::make_unique<gpt::GptPipelineTrainer>(*gpt_config, mesh, pipeline,
+                                                       std::move(data), &rt, o.sp);
+    shape = shape_of(t->config());
+    if (o.print_schedule) {
+      if (client.client_id == 0) std::cout << pipeline_text(t->pipeline());
+      return kExitOk;
+    }
+    trainer = std::move(t);
+  } else if (gpt_config) {
     auto t = std::make_unique<gpt::GptTrainer>(*gpt_config, mesh, std::move(data), &rt, o.sp);
     shape = shape_of(t->config());
     trainer = std::move(t);
@@ -390,7 +467,7 @@ int train_model(const Options& o) {
   const train::TrainingConfig& c = trainer->training();
   // Korthikanti et al.'s activation count to compare the peak with (the GPT's; gpt_memory.h).
   std::optional<double> korthikanti;
-  if (gpt_config) {
+  if (gpt_config && o.mesh_stage == 0) {
     korthikanti = gpt::korthikanti_activation_bytes(*gpt_config, o.mesh_batch, o.mesh_model, o.sp);
   }
   const int block_size = trainer->language_model().block_size();
@@ -398,8 +475,10 @@ int train_model(const Options& o) {
   const bool progress = prints && !o.json;
   if (progress) {
     std::cout << fmt::format(
-        "tessel train {}: {} ({}), batch {}, {} steps, mesh batch={} model={}{}{}{}{}{}{}\n",
-        o.model, o.config, shape, c.batch_size, c.max_iters, o.mesh_batch, o.mesh_model,
+        "tessel train {}: {} ({}), batch {}, {} steps, mesh {}batch={} model={}{}{}{}{}{}{}{}\n",
+        o.model, o.config, shape, c.batch_size, c.max_iters,
+        o.mesh_stage > 0 ? fmt::format("stage={} ", o.mesh_stage) : "", o.mesh_batch,
+        o.mesh_model, pipeline_summary(*trainer),
         o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
         o.recompute != "none" ? ", recompute " + o.recompute : "",
         trainer->language_model().fsdp() ? ", parameters sharded over batch (fsdp)" : "",

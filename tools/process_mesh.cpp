@@ -15,7 +15,7 @@
 namespace tessel::cli {
 
 std::pair<int64_t, int64_t> parse_mesh_shape(const FlagParser& flags, const std::string& flag,
-                                             const std::string& text) {
+                                             const std::string& text, int64_t* stage) {
   Mesh mesh;
   try {
     mesh = parse_mesh(text, {"batch", "model"}, kMaxCpuDevices);
@@ -23,9 +23,15 @@ std::pair<int64_t, int64_t> parse_mesh_shape(const FlagParser& flags, const std:
     flags.fail(fmt::format("{}: {}", flag, e.what()));
   }
   for (const std::string& name : mesh.dim_names()) {
-    if (name != "batch" && name != "model") {
-      flags.fail(fmt::format("{} dimensions are batch and model, got '{}' in '{}'", flag, name,
-                             text));
+    if (name != "batch" && name != "model" && (stage == nullptr || name != "stage")) {
+      flags.fail(fmt::format("{} dimensions are {}batch and model, got '{}' in '{}'", flag,
+                             stage != nullptr ? "stage, " : "", name, text));
+    }
+  }
+  if (stage != nullptr) {
+    *stage = mesh.contains_dim("stage") ? mesh.dim_size("stage") : 0;
+    if (*stage > 0 && mesh.dim_names().front() != "stage") {
+      flags.fail(fmt::format("{}: the stage dimension comes first, got '{}'", flag, text));
     }
   }
   const auto size = [&](const char* name) {
@@ -39,9 +45,9 @@ bool redraw_progress(const ClientConfig& client) {
 }
 
 ProcessMesh::ProcessMesh(std::string_view command, int64_t batch, int64_t model,
-                         std::string_view device_type)
+                         std::string_view device_type, int64_t stages)
     : client_(client_config()) {
-  const int64_t devices = batch * model;
+  const int64_t devices = std::max<int64_t>(stages, 1) * batch * model;
   if (devices % client_.num_clients != 0) {
     throw Error(ErrorCode::kInvalidArgument, command,
                 fmt::format("the {}x{} mesh's {} devices do not split evenly over {} processes",
@@ -63,7 +69,9 @@ ProcessMesh::ProcessMesh(std::string_view command, int64_t batch, int64_t model,
   for (int i = 0; i < local_devices_; ++i) {
     local_names.push_back(fmt::format("{}:{}", gpu ? "GPU" : "CPU", i));
   }
-  mesh_ = create_distributed_mesh({{"batch", batch}, {"model", model}}, local_names, client_);
+  std::vector<MeshDimension> dims{{"batch", batch}, {"model", model}};
+  if (stages > 0) dims.insert(dims.begin(), {"stage", stages});
+  mesh_ = create_distributed_mesh(dims, local_names, client_);
 }
 
 ProcessMesh::~ProcessMesh() {

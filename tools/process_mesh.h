@@ -23,9 +23,11 @@
 namespace tessel::cli {
 
 // A batch x model mesh shape written "BxM" (2x2) or "batch=B,model=M" (a missing dimension is 1),
-// as (B, M); sizes 1..kMaxCpuDevices. Anything else fails through `flags`, naming `flag`.
+// as (B, M); sizes 1..kMaxCpuDevices. Anything else fails through `flags`, naming `flag`. Given
+// `stage`, a `stage` dimension is accepted too (pipeline stages: "stage=2,batch=1,model=2") and
+// its size written there (0 when the text has none).
 std::pair<int64_t, int64_t> parse_mesh_shape(const FlagParser& flags, const std::string& flag,
-                                             const std::string& text);
+                                             const std::string& text, int64_t* stage = nullptr);
 
 // Whether progress output may redraw one line with carriage returns: stdout is a terminal and
 // this is the only process. Open MPI gives each rank a pseudo-terminal even when mpirun's own
@@ -38,8 +40,9 @@ class ProcessMesh {
   // Several processes in a build without MPI: kUnavailable. device_type "GPU": the mesh is this
   // process's GPU devices (as many as it holds of the mesh; TESSEL_SIMULATED_GPUS for simulated
   // ones), fewer than that: kInvalidArgument naming the counts.
+  // stages > 0: the mesh is stage x batch x model (stage first; gpt_pipeline.h).
   ProcessMesh(std::string_view command, int64_t batch, int64_t model,
-              std::string_view device_type = "CPU");
+              std::string_view device_type = "CPU", int64_t stages = 0);
   // Destroyed by an exception (e.g. a collective that lost a process), it leaves MPI as it is:
   // MPI_Finalize could wait forever for a process that is gone, and main() reports the error.
   ~ProcessMesh();

@@ -34,8 +34,13 @@ std::vector<DeviceMemory> memory_report(const LanguageModelTrainer& trainer) {
   for (const auto& [slot, tensors] : trainer.optimizer().slots()) add_blocks(tensors, moments);
   for (const TapeMemoryStats& s : tape_memory_stats()) saved[s.device] = s.peak_bytes;
   Runtime& rt = *trainer.language_model().runtime();
+  // The model's mesh's devices, then any other holding parameters (a pipeline's later stages).
+  std::vector<std::string> devices = trainer.language_model().mesh().local_devices();
+  for (const auto& [name, bytes] : params) {
+    if (std::find(devices.begin(), devices.end(), name) == devices.end()) devices.push_back(name);
+  }
   std::vector<DeviceMemory> out;
-  for (const std::string& name : trainer.language_model().mesh().local_devices()) {
+  for (const std::string& name : devices) {
     DeviceMemory d;
     d.device = name;
     d.peak_bytes = rt.device(name).memory_stats().peak_bytes;

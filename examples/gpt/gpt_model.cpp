@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/error.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/recompute_grad.h"
 #include "tessel/dtensor/relayout.h"
@@ -134,16 +135,41 @@ DTensor GptModel::block(const std::vector<DTensor>& stored, int layer,
 
 DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
                          const ForwardOptions& options) const {
-  const int64_t t = check_inputs(p, idx);
+  check_inputs(p, idx);
   const DTensor wte = gathered(p[wte_], wte_);  // once for the lookup and the tied head
+  return head_with(wte, p, blocks(p, embed_with(wte, p, idx, options), 0, config_.n_layer, options));
+}
+
+DTensor GptModel::embed(const std::vector<DTensor>& p, const DTensor& idx,
+                        const ForwardOptions& options) const {
+  check_inputs(p, idx);
+  return embed_with(gathered(p[wte_], wte_), p, idx, options);
+}
+
+DTensor GptModel::head(const std::vector<DTensor>& p, const DTensor& x) const {
+  return head_with(gathered(p[wte_], wte_), p, x);
+}
+
+DTensor GptModel::embed_with(const DTensor& wte, const std::vector<DTensor>& p, const DTensor& idx,
+                             const ForwardOptions& options) const {
+  const int64_t t = idx.shape().dim(1);
   const DTensor wpe = gathered(p[wpe_], wpe_);
   const DTensor pos = t == config_.block_size ? wpe : slice(wpe, {0, 0}, {t, config_.n_embd});
   // Token rows: a Partial sum over model (each device looks up the rows it holds); the position
   // embedding is added once.
   DTensor x = add(embedding_lookup(wte, idx), pos);
   if (sequence_parallel_) x = relayout(x, activation_layout());
-  x = maybe_dropout(x, options, 3 * static_cast<uint64_t>(config_.n_layer));
-  for (int l = 0; l < config_.n_layer; ++l) {
+  return maybe_dropout(x, options, 3 * static_cast<uint64_t>(config_.n_layer));
+}
+
+DTensor GptModel::blocks(const std::vector<DTensor>& p, DTensor x, int first, int last,
+                         const ForwardOptions& options) const {
+  if (first < 0 || last > config_.n_layer || first > last) {
+    throw Error(ErrorCode::kInvalidArgument, component(),
+                fmt::format("layers {} .. {} are not a range of the {} layers", first, last - 1,
+                            config_.n_layer));
+  }
+  for (int l = first; l < last; ++l) {
     const BlockParams& b = blocks_[static_cast<size_t>(l)];
     const std::vector<DTensor> in{
         x,         p[b.ln_1],     p[b.attn_wq],   p[b.attn_wk], p[b.attn_wv], p[b.attn_c_proj],
@@ -154,6 +180,11 @@ DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
         [this, l, options](const std::vector<DTensor>& again) { return block(again, l, options); },
         in);
   }
+  return x;
+}
+
+DTensor GptModel::head_with(const DTensor& wte, const std::vector<DTensor>& p,
+                            const DTensor& x) const {
   DTensor h = layer_norm(x, gathered(p[ln_f_], ln_f_));
   if (sequence_parallel_) {
     h = relayout(h, Layout({batch_dim(), unsharded(), unsharded()}, mesh()));

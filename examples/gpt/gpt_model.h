@@ -54,9 +54,19 @@ class GptModel : public LanguageModel {
   const GptConfig& config() const { return config_; }
   int block_size() const override { return config_.block_size; }
   int vocab_size() const override { return config_.vocab_size; }
-  // Logits [B, T, V] (vocabulary sharded over `model`).
+  // Logits [B, T, V] (vocabulary sharded over `model`): head(blocks(embed(idx), 0, n_layer)).
   DTensor logits(const std::vector<DTensor>& params, const DTensor& idx,
                  const ForwardOptions& options = {}) const override;
+
+  // The pieces of logits() a pipeline stage runs (gpt_pipeline.h); each reads only the
+  // parameters it uses (the others in `params` may be null). embed: token and position
+  // embeddings of idx [B, T] (and their dropout), the residual stream [B, T, C]; blocks: layers
+  // first .. last - 1 on it; head: the final layer norm and the tied head, logits [B, T, V].
+  DTensor embed(const std::vector<DTensor>& params, const DTensor& idx,
+                const ForwardOptions& options = {}) const;
+  DTensor blocks(const std::vector<DTensor>& params, DTensor x, int first, int last,
+                 const ForwardOptions& options = {}) const;
+  DTensor head(const std::vector<DTensor>& params, const DTensor& x) const;
 
  private:
   // Where one block's parameters ("h.<layer>.<name>") are in the params vectors.
@@ -80,6 +90,11 @@ class GptModel : public LanguageModel {
   // sums, rounded to bf16) cast back to f32; the weight's gradient comes back in f32 (cast's VJP).
   DTensor project(const DTensor& x, const DTensor& w, bool transpose_w = false) const;
   DTensor maybe_dropout(const DTensor& x, const ForwardOptions& options, uint64_t site) const;
+  // embed() and head() with the token embedding already in its compute layout (logits() gathers
+  // it once for both).
+  DTensor embed_with(const DTensor& wte, const std::vector<DTensor>& params, const DTensor& idx,
+                     const ForwardOptions& options) const;
+  DTensor head_with(const DTensor& wte, const std::vector<DTensor>& params, const DTensor& x) const;
   // Layout of a [B, T, C] activation: rows over batch; with sequence parallelism T over model.
   Layout activation_layout() const;
 

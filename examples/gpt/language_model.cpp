@@ -84,15 +84,14 @@ size_t LanguageModel::index(const std::string& name) const {
 
 std::vector<DTensor> LanguageModel::init(uint64_t seed) const {
   std::vector<DTensor> params;
-  for (size_t i = 0; i < names_.size(); ++i) {
-    if (init_stddev_[i] == 0) {
-      params.push_back(ones(shapes_[i], layouts_[i], DType::kF32, runtime_));
-    } else {
-      params.push_back(random_normal(shapes_[i], layouts_[i], seed * 1000 + i, 0.0, init_stddev_[i],
-                                     DType::kF32, runtime_));
-    }
-  }
+  for (size_t i = 0; i < names_.size(); ++i) params.push_back(init_parameter(i, seed));
   return params;
+}
+
+DTensor LanguageModel::init_parameter(size_t i, uint64_t seed) const {
+  if (init_stddev_.at(i) == 0) return ones(shapes_[i], layouts_[i], DType::kF32, runtime_);
+  return random_normal(shapes_[i], layouts_[i], seed * 1000 + i, 0.0, init_stddev_[i], DType::kF32,
+                       runtime_);
 }
 
 std::vector<DTensor> LanguageModel::from_host(const std::vector<Tensor>& values) const {

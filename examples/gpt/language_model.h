@@ -68,6 +68,8 @@ class LanguageModel {
   // Every parameter normal(0, its init stddev), or ones where that is 0; the random values are
   // keyed by (seed, parameter index, global element index): the same on every mesh.
   std::vector<DTensor> init(uint64_t seed) const;
+  // Parameter `index` of init(seed) alone (a pipeline stage makes only its own).
+  DTensor init_parameter(size_t index, uint64_t seed) const;
   // Host arrays (f32 or f64) laid out as the parameters (for loading a reference or checkpoint);
   // a wrong count or shape: kInvalidArgument naming the parameter.
   std::vector<DTensor> from_host(const std::vector<Tensor>& values) const;

@@ -23,8 +23,12 @@ namespace {
 
 // The model's parameters, after check_memory_plan: a device memory limit that cannot hold the
 // training state (with one layer gathered, under fsdp) is refused before anything is allocated.
+// A trainer that places the parameters itself (`init`: the pipeline's stages) is not planned:
+// the plan reads the model's layouts, which do not say which stage holds a layer.
 std::vector<DTensor> init_within_memory_limits(const LanguageModel& model, uint64_t seed,
-                                               const std::string& name) {
+                                               const std::string& name,
+                                               const LanguageModelTrainer::ParameterInit& init) {
+  if (init) return init(model, seed);
   check_memory_plan(plan_memory(model, 0), name);
   return model.init(seed);
 }
@@ -33,13 +37,14 @@ std::vector<DTensor> init_within_memory_limits(const LanguageModel& model, uint6
 
 LanguageModelTrainer::LanguageModelTrainer(std::string name, CharDataset data,
                                            const train::TrainingConfig& training,
-                                           const ModelFactory& make_model, Runtime* runtime)
+                                           const ModelFactory& make_model, Runtime* runtime,
+                                           const ParameterInit& init)
     : name_(std::move(name)),
       data_(std::move(data)),
       training_(training),
       model_(make_model(data_.vocab_size())),
       runtime_(runtime != nullptr ? runtime : &Runtime::global()),
-      params_(init_within_memory_limits(*model_, training_.seed, name_)),
+      params_(init_within_memory_limits(*model_, training_.seed, name_, init)),
       optimizer_(training_.learning_rate, training_.beta1, training_.beta2, 1e-8,
                  training_.weight_decay),
       schedule_{training_.learning_rate, training_.min_lr, training_.warmup_iters,
@@ -55,10 +60,22 @@ train::PendingStep LanguageModelTrainer::compute_step() {
   optimizer_.set_learning_rate(r.learning_rate);
   auto [idx_host, targets_host] =
       data_.batch(Split::kTrain, step_, c.batch_size, model_->block_size(), c.seed);
-  const DTensor idx = model_->tokens(idx_host);
-  const DTensor targets = model_->tokens(targets_host);
   const ForwardOptions options{.training = true,
                                .dropout_seed = c.seed * 7919 + static_cast<uint64_t>(step_)};
+  BatchGradients g = batch_gradients(idx_host, targets_host, options);
+  r.loss = g.loss;
+  r.grad_norm = g.norm;
+  return {r, [this, clipped = std::move(g.clipped)] {
+            const ProfilePhase optimizer("optimizer");
+            optimizer_.apply(params_, clipped);
+            ++step_;
+          }};
+}
+
+LanguageModelTrainer::BatchGradients LanguageModelTrainer::batch_gradients(
+    const Tensor& idx_host, const Tensor& targets_host, const ForwardOptions& options) {
+  const DTensor idx = model_->tokens(idx_host);
+  const DTensor targets = model_->tokens(targets_host);
   // The phases of the op profile (op_profile.h): the forward pass inside the backward one, whose
   // ops are those value_and_grad runs after it.
   std::optional<ProfilePhase> phase(std::in_place, "backward");
@@ -69,14 +86,16 @@ train::PendingStep LanguageModelTrainer::compute_step() {
       },
       params_);
   phase.emplace("optimizer");
-  auto [clipped, norm] = clip_by_global_norm(grads, c.grad_clip);
-  r.loss = scalar_of(loss);
-  r.grad_norm = scalar_of(norm);
-  return {r, [this, clipped = std::move(clipped)] {
-            const ProfilePhase optimizer("optimizer");
-            optimizer_.apply(params_, clipped);
-            ++step_;
-          }};
+  auto [clipped, norm] = clip_by_global_norm(grads, training_.grad_clip);
+  return {scalar_of(loss), std::move(clipped), scalar_of(norm)};
+}
+
+double LanguageModelTrainer::batch_loss(const Tensor& idx, const Tensor& targets) {
+  return scalar_of(model_->loss(params_, model_->tokens(idx), model_->tokens(targets)));
+}
+
+DTensor LanguageModelTrainer::row_logits(const Tensor& ids) {
+  return model_->logits(params_, model_->tokens(ids));
 }
 
 checkpoint::State LanguageModelTrainer::state() const {
@@ -130,7 +149,7 @@ double LanguageModelTrainer::estimate_loss(Split split) {
   double total = 0;
   for (int i = 0; i < c.eval_iters; ++i) {
     auto [idx, targets] = data_.batch(split, -1 - i, c.batch_size, model_->block_size(), c.seed);
-    total += scalar_of(model_->loss(params_, model_->tokens(idx), model_->tokens(targets)));
+    total += batch_loss(idx, targets);
   }
   return total / c.eval_iters;
 }
@@ -150,8 +169,7 @@ std::string LanguageModelTrainer::generate(const std::string& prompt, int count,
   for (int n = 0; n < count; ++n) {
     const int64_t t = std::min<int64_t>(static_cast<int64_t>(ids.size()), model_->block_size());
     const std::vector<int32_t> window(ids.end() - t, ids.end());
-    const DTensor logits =
-        model_->logits(params_, model_->tokens(Tensor::from_vector<int32_t>(window, Shape{1, t})));
+    const DTensor logits = row_logits(Tensor::from_vector<int32_t>(window, Shape{1, t}));
     // The last position's logits, sampled where they live: only the drawn id reaches the host.
     const DTensor last = slice(logits, {0, t - 1, 0}, {1, 1, model_->vocab_size()});
     const DTensor next =

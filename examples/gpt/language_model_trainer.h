@@ -41,10 +41,14 @@ class LanguageModelTrainer : public train::Trainable {
  public:
   // The model, for the dataset's vocabulary size.
   using ModelFactory = std::function<std::unique_ptr<LanguageModel>(int vocab_size)>;
+  // The initial parameters for the model and the seed (null: model.init(seed)).
+  using ParameterInit = std::function<std::vector<DTensor>(const LanguageModel&, uint64_t seed)>;
 
-  // `name` names the trainer in errors ("gpt"); the parameters are model.init(training.seed).
+  // `name` names the trainer in errors ("gpt"); the parameters are model.init(training.seed),
+  // or init(model, training.seed).
   LanguageModelTrainer(std::string name, CharDataset data, const train::TrainingConfig& training,
-                       const ModelFactory& make_model, Runtime* runtime = nullptr);
+                       const ModelFactory& make_model, Runtime* runtime = nullptr,
+                       const ParameterInit& init = nullptr);
 
   const train::TrainingConfig& training() const { return training_; }
   const LanguageModel& language_model() const { return *model_; }
@@ -78,6 +82,23 @@ class LanguageModelTrainer : public train::Trainable {
   // logits are sampled where they live (only the drawn id reaches the host).
   std::string generate(const std::string& prompt, int count, double temperature = 1.0,
                        int top_k = 0, uint64_t seed = 42);
+
+ protected:
+  // What a training step computes from a batch (host token ids and targets [B, T]): the mean
+  // loss, the gradients clipped to global norm training().grad_clip, and the norm before
+  // clipping. By default value_and_grad of the model's loss and clip_by_global_norm; a pipelined
+  // trainer (gpt_pipeline_trainer.h) runs its schedule instead.
+  struct BatchGradients {
+    double loss = 0;
+    std::vector<DTensor> clipped;
+    double norm = 0;
+  };
+  virtual BatchGradients batch_gradients(const Tensor& idx, const Tensor& targets,
+                                         const ForwardOptions& options);
+  // The mean loss of a batch without dropout (evaluations).
+  virtual double batch_loss(const Tensor& idx, const Tensor& targets);
+  // The logits [1, T, V] of one row of token ids [1, T] (generation).
+  virtual DTensor row_logits(const Tensor& ids);
 
  private:
   std::string name_;

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -31,11 +34,49 @@ constexpr std::string_view kComponent = "checkpoint";
 struct SavedTensors {
   std::map<std::string, DTensor> tensors;
   Runtime* runtime = nullptr;  // theirs (one runtime per save)
-  Mesh agreement_mesh;         // the largest mesh among them
+  // The largest mesh among them, or when it lacks some other tensor's devices (tensors on
+  // disjoint sub-meshes: a pipeline's stages) a 1-D mesh over all their devices, so that every
+  // process holding a tensor takes part in the save's agreements.
+  Mesh agreement_mesh;
 };
+
+// A mesh's devices by name: every process's where the mesh names them, else its own.
+std::vector<std::string> device_names(const Mesh& mesh) {
+  return mesh.global_devices().empty() ? mesh.local_devices() : mesh.global_devices();
+}
+
+// The agreement mesh of tensors on `meshes` (see SavedTensors). The union is ordered by device
+// name, so that every process makes the same mesh.
+Mesh agreement_mesh_of(const std::vector<Mesh>& meshes) {
+  Mesh largest;
+  for (const Mesh& m : meshes) {
+    if (m.size() > largest.size()) largest = m;
+  }
+  const std::vector<std::string> covered = device_names(largest);
+  std::set<std::string> all(covered.begin(), covered.end()), local;
+  bool covers = true;
+  for (const Mesh& m : meshes) {
+    for (const std::string& name : device_names(m)) covers = !all.insert(name).second && covers;
+    local.insert(m.local_devices().begin(), m.local_devices().end());
+  }
+  if (covers) return largest;
+  const std::vector<std::string> names(all.begin(), all.end());
+  std::vector<int64_t> ids, local_ids;
+  std::vector<std::string> local_names;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ids.push_back(static_cast<int64_t>(i));
+    if (local.count(names[i]) != 0) {
+      local_ids.push_back(static_cast<int64_t>(i));
+      local_names.push_back(names[i]);
+    }
+  }
+  return Mesh({"x"}, {static_cast<int64_t>(names.size())}, ids, local_ids, local_names, "",
+              names);
+}
 
 SavedTensors collect_tensors(const State& state, std::chrono::milliseconds timeout) {
   SavedTensors out;
+  std::vector<Mesh> meshes;
   for (const auto& [name, item] : state) {
     const DTensor* d = std::get_if<DTensor>(&item);
     if (d == nullptr) continue;
@@ -54,11 +95,10 @@ SavedTensors collect_tensors(const State& state, std::chrono::milliseconds timeo
     const RelayoutOptions reduce{timeout};
     DTensor saved =
         d->layout().is_partial() ? relayout(*d, d->layout().without_partial(), reduce) : *d;
-    if (saved.layout().mesh().size() > out.agreement_mesh.size()) {
-      out.agreement_mesh = saved.layout().mesh();
-    }
+    meshes.push_back(saved.layout().mesh());
     out.tensors.emplace(name, std::move(saved));
   }
+  out.agreement_mesh = agreement_mesh_of(meshes);
   return out;
 }
 

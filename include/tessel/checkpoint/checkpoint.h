@@ -27,8 +27,9 @@
 // temporary ones later). Under several processes (SPMD: every process calls save with the same
 // names), process 0 (the runtime's task 0) prepares the temporary directory, every process
 // writes its own files, and process 0 writes the manifest and renames once all have written;
-// the processes agree on each step by a collective over the largest mesh of the state, bounded
-// by SaveOptions::timeout. The directory must be on storage every process sees.
+// the processes agree on each step by a collective over the largest mesh of the state (over all
+// the tensors' devices when that mesh lacks some: tensors on disjoint sub-meshes), bounded by
+// SaveOptions::timeout. The directory must be on storage every process sees.
 //
 // restore reads only the byte ranges each local device needs (a memory map of each file it
 // touches), by intersecting its target block with the saved shards: no process holds a whole

@@ -1,0 +1,153 @@
+// The GPT cut into pipeline stages (docs/pipeline.md): a mesh `stage x batch x model`, each
+// stage's layers and parameters on its sub-mesh (batch x model: data and tensor parallel within
+// the stage as GptModel is), the activations and their gradients moved between neighbouring
+// stages by relayouts to the other stage's sub-mesh (one send_recv each), the microbatches run
+// in the order of a schedule (train::PipelineSchedule: gpipe, 1f1b or interleaved), their
+// gradients accumulated.
+//
+//   Mesh mesh = parse_mesh("stage=2,batch=1,model=2");
+//   GptPipeline pipe(GptConfig::preset("tiny"), mesh,
+//                    {.schedule = train::ScheduleKind::k1F1B, .microbatches = 4});
+//   std::vector<DTensor> params = pipe.init(1337);          // each on its stage's sub-mesh
+//   PipelineGradients g = pipe.gradients(params, idx, targets, {.training = true});
+//   auto [clipped, norm] = pipe.clip_by_global_norm(g.gradients, 1.0);
+//
+// Several processes (mpirun, the mesh made by create_distributed_mesh): every process runs the
+// same schedule; ops on a stage whose devices are all elsewhere do nothing here (their DTensors
+// have no local components), and the transfers between two processes' stages are relayouts
+// across them. The loss, the gradient norm and the logits are brought to every stage's devices
+// before they are read, so every process reports the same values.
+//
+// Placement: the n_layer blocks are split over the p * v virtual stages in order (the first
+// n_layer % (p v) get one more), virtual stage k on stage k % p (Megatron's interleaving); the
+// token and position embeddings live with the first, the final layer norm with the last. The
+// tied token embedding is also the last stage's head: each step copies it there (one send_recv)
+// and sends that copy's gradient back, added to the embedding's own (Megatron's tied-embedding
+// all-reduce). Parameter names are GptModel's whatever the split: a checkpoint of a pipelined
+// run restores onto a plain mesh and back.
+//
+// A step's loss is the mean of the microbatches' mean losses (each microbatch's loss scaled by
+// 1/m before its backward pass): the non-pipelined loss of the same batch, up to rounding.
+// Dropout masks are keyed per microbatch (the step's seed and the microbatch), so with dropout
+// the masks differ from a non-pipelined run's.
+//
+// Faults: a transfer that does not complete by options.timeout (a stage that never sends or
+// never receives) is kDeadlineExceeded from "pipeline" naming the late stage (the one whose
+// device the relayout names), the microbatch, the direction (forward activation or backward
+// gradient) and both stages, the relayout's error after it; it ends by the timeout + 10 %
+// (+ 50 ms). Any other failure of a transfer keeps its code and gets the same names.
+//
+// Errors before anything runs (kInvalidArgument from "pipeline" naming the values): a mesh whose
+// first dimension is not `stage`; fewer layers than virtual stages; a batch size that does not
+// split into the microbatches; the schedule's own (pipeline_schedule.h: interleaved needs m a
+// multiple of p and v >= 2).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpt_config.h"
+#include "gpt_model.h"
+#include "pipeline_schedule.h"
+#include "tessel/core/tensor.h"
+#include "tessel/dtensor/dtensor.h"
+#include "tessel/mesh/mesh.h"
+#include "tessel/runtime/runtime.h"
+
+namespace tessel::gpt {
+
+struct PipelineOptions {
+  train::ScheduleKind schedule = train::ScheduleKind::k1F1B;
+  int microbatches = 1;
+  int chunks = 1;  // model chunks per stage (interleaved: >= 2)
+  // The deadline of each transfer between stages (the relayout's timeout).
+  std::chrono::milliseconds timeout{60000};
+  // Called before each action of a step runs (tracing; the tests stall a stage here).
+  std::function<void(const train::PipelineAction&)> before_action = nullptr;
+};
+
+// The sub-meshes of a mesh along its first dimension: for each index of that dimension, the
+// mesh of the remaining dimensions over those devices (global ids, local devices and global
+// device names kept). A mesh of rank < 2: kInvalidArgument.
+std::vector<Mesh> stage_meshes(const Mesh& mesh);
+
+struct PipelineGradients {
+  double loss = 0;                 // the mean of the microbatches' mean losses
+  std::vector<DTensor> gradients;  // in the parameters' order and layouts, reduced
+};
+
+class GptPipeline {
+ public:
+  // `mesh`: stage first, then the dimensions of GptModel's meshes (batch, model).
+  GptPipeline(GptConfig config, const Mesh& mesh, PipelineOptions options,
+              Runtime* runtime = nullptr, bool sequence_parallel = false);
+
+  const GptConfig& config() const { return config_; }
+  int stages() const { return static_cast<int>(models_.size()); }
+  const train::PipelineSchedule& schedule() const { return schedule_; }
+  const PipelineOptions& options() const { return options_; }
+  const Mesh& stage_mesh(int stage) const { return models_.at(static_cast<size_t>(stage)).mesh(); }
+  // The model on a stage's sub-mesh (its registry gives the layouts there).
+  const GptModel& stage_model(int stage) const { return models_.at(static_cast<size_t>(stage)); }
+  // Layers [first, last) of virtual stage k (0 .. p v - 1).
+  std::pair<int, int> layers(int virtual_stage) const;
+  // The stage a parameter (GptModel's order) lives on.
+  int stage_of(size_t parameter) const { return placement_.at(parameter); }
+  const std::vector<std::string>& names() const { return models_.front().names(); }
+  // Each parameter's layout on its stage's sub-mesh.
+  std::vector<Layout> layouts() const;
+  // GptModel::init(seed)'s values (keyed by seed, parameter and global index), each parameter
+  // made on its own stage only.
+  std::vector<DTensor> init(uint64_t seed) const;
+
+  // The loss and the accumulated gradients of host token ids and targets [B, T] (B the
+  // configuration's batch size), running schedule(). Wrong parameter count or batch shape:
+  // kInvalidArgument.
+  PipelineGradients gradients(const std::vector<DTensor>& params, const Tensor& idx,
+                              const Tensor& targets, const ForwardOptions& options) const;
+  // Logits [B, T, V] of host token ids [B, T] (on every stage's devices: the mesh's layout, its
+  // stage dimension replicated), the whole batch through the stages in turn (no microbatches, no
+  // tape); loss() their mean cross-entropy.
+  DTensor logits(const std::vector<DTensor>& params, const Tensor& idx) const;
+  double loss(const std::vector<DTensor>& params, const Tensor& idx, const Tensor& targets) const;
+  // The gradients scaled to global norm at most clip_norm, the norm summed over every stage's
+  // gradients (clip_by_global_norm's arithmetic: scale clip_norm / max(norm, clip_norm)), and
+  // that norm.
+  std::pair<std::vector<DTensor>, double> clip_by_global_norm(const std::vector<DTensor>& grads,
+                                                              double clip_norm) const;
+
+ private:
+  // The parameters as stage `stage` reads them: the last stage's token embedding is `wte_copy`
+  // (when it is not stage 0).
+  std::vector<DTensor> view(const std::vector<DTensor>& params, int stage,
+                            const DTensor& wte_copy) const;
+  // The whole batch through the stages in turn (no microbatches, no tape): the logits, or with
+  // targets the mean loss, on every stage (everywhere()).
+  DTensor whole_batch(const std::vector<DTensor>& params, const Tensor& idx,
+                      const Tensor* targets) const;
+  // The parameters virtual stage k reads (indices into the params vector).
+  std::vector<size_t> parameters_of(int virtual_stage) const;
+  // `x` (a value of one stage) on every stage, its sharding kept over batch and model: what every
+  // process can read when the stages are on different processes (the loss, the norm, logits).
+  DTensor everywhere(const DTensor& x) const;
+  // `x` (on stage `from`) on stage `to`'s sub-mesh, its sharding kept and pending sums reduced;
+  // `what` names it in errors ("the forward activation of microbatch 3").
+  DTensor transfer(const DTensor& x, int from, int to, const std::string& what) const;
+  void check_params(const std::vector<DTensor>& params) const;
+
+  GptConfig config_;
+  Mesh mesh_;  // stage x batch x model
+  PipelineOptions options_;
+  Runtime* runtime_;
+  std::vector<GptModel> models_;  // one per stage
+  train::PipelineSchedule schedule_;
+  train::ScheduleSimulation order_;  // the timeline the single controller thread follows
+  std::vector<int> placement_;       // stage of each parameter
+  size_t wte_ = 0, wpe_ = 0, ln_f_ = 0;
+};
+
+}  // namespace tessel::gpt

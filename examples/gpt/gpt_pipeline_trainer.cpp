@@ -1,0 +1,45 @@
+#include "gpt_pipeline_trainer.h"
+
+#include <utility>
+
+#include "tessel/dtensor/op_profile.h"
+
+namespace tessel::gpt {
+namespace {
+
+std::shared_ptr<const GptPipeline> make_pipeline(GptConfig config, int vocab_size, const Mesh& mesh,
+                                                 PipelineOptions options, Runtime* runtime,
+                                                 bool sequence_parallel) {
+  config.vocab_size = vocab_size;
+  return std::make_shared<const GptPipeline>(config, mesh, options, runtime, sequence_parallel);
+}
+
+}  // namespace
+
+GptPipelineTrainer::GptPipelineTrainer(GptConfig config, const Mesh& mesh, PipelineOptions options,
+                                       CharDataset data, Runtime* runtime, bool sequence_parallel)
+    : PipelineHolder{make_pipeline(config, data.vocab_size(), mesh, options, runtime,
+                                   sequence_parallel)},
+      LanguageModelTrainer(
+          "gpt", std::move(data), config,
+          [this](int) { return std::make_unique<GptModel>(pipeline().stage_model(0)); }, runtime,
+          [this](const LanguageModel&, uint64_t seed) { return pipeline().init(seed); }) {}
+
+LanguageModelTrainer::BatchGradients GptPipelineTrainer::batch_gradients(
+    const Tensor& idx, const Tensor& targets, const ForwardOptions& options) {
+  PipelineGradients g = [&] {
+    const ProfilePhase phase("pipeline");
+    return pipeline().gradients(params(), idx, targets, options);
+  }();
+  const ProfilePhase phase("optimizer");
+  auto [clipped, norm] = pipeline().clip_by_global_norm(g.gradients, training().grad_clip);
+  return {g.loss, std::move(clipped), norm};
+}
+
+double GptPipelineTrainer::batch_loss(const Tensor& idx, const Tensor& targets) {
+  return pipeline().loss(params(), idx, targets);
+}
+
+DTensor GptPipelineTrainer::row_logits(const Tensor& ids) { return pipeline().logits(params(), ids); }
+
+}  // namespace tessel::gpt
