@@ -23,6 +23,9 @@ constexpr std::string_view kComponent = "checkpoint";
 // cache.
 constexpr uint64_t kSlabBytes = uint64_t{1} << 20;
 
+// The read phase maps the pages of this many pieces (256 KiB chunks) per call: 4 MiB.
+constexpr uint64_t kPopulatePieces = 16;
+
 template <typename... Args>
 [[noreturn]] void data_loss(fmt::format_string<Args...> format, Args&&... args) {
   tessel::detail::throw_error(ErrorCode::kDataLoss, kComponent, format,
@@ -141,18 +144,20 @@ void SavedShardReader::copy_run(const std::string& tensor, const SavedShard& sha
   // Pieces of the run: the chunks it touches (with verify), or chunk-sized pieces of it.
   const uint64_t piece = verify_ ? b.chunk_bytes : kCrcChunkBytes;
   const uint64_t first = begin / piece, count = (end - 1) / piece + 1 - first;
-  const auto piece_range = [&](int64_t i) {  // the piece [at, stop) and its part [from, until)
-    const uint64_t at = (first + static_cast<uint64_t>(i)) * piece;
+  const auto piece_range = [&](uint64_t i) {  // piece i: [at, stop) and its part [from, until)
+    const uint64_t at = (first + i) * piece;
     const uint64_t stop = std::min(at + piece, verify_ ? b.size : end);
     return std::array<uint64_t, 4>{at, stop, std::max(at, begin), std::min(stop, end)};
   };
   {
-    // The mapped pages brought in (page cache to map) in one go per piece, on every core, not
-    // faulted in one by one by the copy.
+    // The mapped pages brought in (page cache to map) in one go per kPopulatePieces pieces, on
+    // every core, not faulted in one by one by the copy.
     const AddElapsed timer(stats_.read_seconds);
-    tessel::detail::parallel_for_all_cores(
-        static_cast<int64_t>(count), 1, [&](int64_t lo, int64_t hi) {
-          const uint64_t at = piece_range(lo)[0], stop = piece_range(hi - 1)[1];
+    tessel::detail::for_each_index_all_cores(
+        (count + kPopulatePieces - 1) / kPopulatePieces, [&](uint64_t group) {
+          const uint64_t lo = group * kPopulatePieces;
+          const uint64_t at = piece_range(lo)[0];
+          const uint64_t stop = piece_range(std::min(count, lo + kPopulatePieces) - 1)[1];
           b.map->populate(b.offset + at, stop - at);
         });
   }
@@ -162,20 +167,17 @@ void SavedShardReader::copy_run(const std::string& tensor, const SavedShard& sha
   std::vector<uint32_t> crcs(verify_ ? count : 0);
   {
     const AddElapsed timer(stats_.copy_seconds);
-    tessel::detail::parallel_for_all_cores(
-        static_cast<int64_t>(count), 1, [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) {
-            const auto [at, stop, from, until] = piece_range(i);
-            unsigned char* out = to + (from - begin);
-            if (!verify_ || (*b.checked)[first + static_cast<uint64_t>(i)]) {
-              tessel::detail::stream_copy(out, b.data + from, until - from);
-              continue;
-            }
-            uint32_t crc = crc32c(b.data + at, from - at);
-            crc = tessel::detail::stream_copy_crc32c(out, b.data + from, until - from, crc);
-            crcs[static_cast<size_t>(i)] = crc32c_extend(crc, b.data + until, stop - until);
-          }
-        });
+    tessel::detail::for_each_index_all_cores(count, [&](uint64_t i) {
+      const auto [at, stop, from, until] = piece_range(i);
+      unsigned char* out = to + (from - begin);
+      if (!verify_ || (*b.checked)[first + i]) {
+        tessel::detail::stream_copy(out, b.data + from, until - from);
+        return;
+      }
+      uint32_t crc = crc32c(b.data + at, from - at);
+      crc = tessel::detail::stream_copy_crc32c(out, b.data + from, until - from, crc);
+      crcs[i] = crc32c_extend(crc, b.data + until, stop - until);
+    });
   }
   if (!verify_) return;
   for (uint64_t i = 0; i < count; ++i) {
