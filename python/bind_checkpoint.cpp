@@ -181,7 +181,14 @@ void bind_checkpoint(py::module_& parent) {
   py::class_<checkpoint::RestoreStats>(m, "RestoreStats")
       .def(py::init<>())
       .def_readonly("bytes_read", &checkpoint::RestoreStats::bytes_read)
-      .def_readonly("bytes_needed", &checkpoint::RestoreStats::bytes_needed);
+      .def_readonly("bytes_needed", &checkpoint::RestoreStats::bytes_needed)
+      .def_readonly("open_seconds", &checkpoint::RestoreStats::open_seconds)
+      .def_readonly("read_seconds", &checkpoint::RestoreStats::read_seconds)
+      .def_readonly("allocate_seconds", &checkpoint::RestoreStats::allocate_seconds)
+      .def_readonly("crc_seconds", &checkpoint::RestoreStats::crc_seconds)
+      .def_readonly("copy_seconds", &checkpoint::RestoreStats::copy_seconds)
+      .def_readonly("relayout_seconds", &checkpoint::RestoreStats::relayout_seconds)
+      .def_readonly("total_seconds", &checkpoint::RestoreStats::total_seconds);
   py::class_<checkpoint::TensorInfo>(m, "TensorInfo")
       .def_readonly("dtype", &checkpoint::TensorInfo::dtype)
       .def_readonly("shape", &checkpoint::TensorInfo::shape)

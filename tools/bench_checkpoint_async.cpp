@@ -13,28 +13,65 @@
 #include "tessel/checkpoint/async_checkpointer.h"
 #include "tessel/checkpoint/checkpoint_manager.h"
 #include "tessel/core/median.h"
+#include "tessel/dtensor/dtensor_api.h"
 
 namespace tessel::cli::bench {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The byte size of each device block of the state's tensors.
+std::vector<size_t> block_sizes(const checkpoint::State& state) {
+  std::vector<size_t> sizes;
+  for (const auto& [name, item] : state) {
+    if (const DTensor* d = std::get_if<DTensor>(&item)) {
+      for (const Tensor& block : unpack(*d)) sizes.push_back(block.nbytes());
+    }
+  }
+  return sizes;
+}
+
+// memcpy of `sizes` pieces in turn from `from` to `to` (together at most their size).
+void copy_pieces(const std::vector<char>& from, std::vector<char>& to,
+                 const std::vector<size_t>& sizes) {
+  size_t at = 0;
+  for (const size_t n : sizes) {
+    const size_t m = std::min(n, to.size() - at);
+    std::memcpy(to.data() + at, from.data() + at, m);
+    at += m;
+  }
+}
+
+}  // namespace
+
 AsyncBlocking measure_async_blocking(const checkpoint::State& state, int64_t bytes,
                                      const std::string& root, int iters) {
   std::vector<char> from(static_cast<size_t>(bytes), 1), to(static_cast<size_t>(bytes), 2);
-  checkpoint::AsyncCheckpointer saver({.staging_bytes = bytes, .save = {}});
-  std::vector<double> save_s, copy_s;
+  const std::vector<size_t> pieces = block_sizes(state);
+  checkpoint::SaveStats stats;
+  checkpoint::SaveOptions save_options;
+  save_options.stats = &stats;
+  checkpoint::AsyncCheckpointer saver({.staging_bytes = bytes, .save = save_options});
+  std::vector<double> save_s, copy_s, plan_s, stage_s, other_s, pieces_s;
   for (int it = 0; it <= iters; ++it) {  // round 0 warms up (allocates the staging area)
     const std::string dir = root + "/async" + std::to_string(it);
     const double copy = seconds_of([&] { std::memcpy(to.data(), from.data(), to.size()); });
+    const double piecewise = seconds_of([&] { copy_pieces(from, to, pieces); });
     const double save = seconds_of([&] { saver.save(dir, state); });
-    saver.wait_until_finished();
+    saver.wait_until_finished();  // the stats are filled at the commit
     fs::remove_all(dir);
     if (it == 0) continue;
     copy_s.push_back(copy);
+    pieces_s.push_back(piecewise);
     save_s.push_back(save);
+    plan_s.push_back(stats.plan_seconds);
+    stage_s.push_back(stats.stage_seconds);
+    other_s.push_back(save - stats.plan_seconds - stats.stage_seconds);
   }
   saver.close();
-  return {median(save_s), median(copy_s)};
+  return {median(save_s), median(copy_s), median(plan_s),
+          median(stage_s), median(other_s), median(pieces_s)};
 }
 
 namespace {

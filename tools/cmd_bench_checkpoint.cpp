@@ -7,10 +7,12 @@
 // --dir: the dd-style write and read, save (durable: every file and the manifest fsynced,
 // renamed), restore onto the same layout, and restore onto (model, batch) (every device reads
 // parts of other devices' files). Reported: the median time of each as GB/s and as a ratio to
-// dd's, and the median of each phase of the save (checkpoint::SaveStats). Every restored tensor
+// dd's, and the median of each phase of the save and of the restores (checkpoint::SaveStats,
+// RestoreStats), with the restores' minor page faults. Every restored tensor
 // is checked bit for bit; the exit status is 1 if any element differs. The directories are
 // removed at the end.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,10 +51,14 @@ constexpr const char* kHelp =
     "and onto (model, batch). Medians of --iters rounds, as GB/s and as ratios to dd's. Restored\n"
     "tensors are checked bit for bit; the exit status is 1 if any element differs.\n"
     "The save's phases (checkpoint::SaveStats: plan, header, write, checksum, fdatasync of the\n"
-    "files, manifest, rename and directory fsyncs), medians in ms and as fractions of dd's time.\n"
+    "files, manifest, rename and directory fsyncs), medians in ms and as fractions of dd's time;\n"
+    "the restores' (checkpoint::RestoreStats: open, read, allocate, crc, copy, relayout) and\n"
+    "their minor page faults, the same way against dd's read.\n"
     "Bytes read by restores (crc-checked chunks) against the bytes they need: the two above and\n"
     "as process 0 of 2 and of 3 (a 1xN mesh with one local device, rows split N ways).\n"
-    "Asynchronous save: the time save() blocks against a memcpy of the same bytes; and GPT\n"
+    "Asynchronous save: the time save() blocks against one memcpy of the same bytes into a\n"
+    "touched buffer on the caller's thread (as the snapshot copies into its reused staging area),\n"
+    "its phases (plan, stage, the rest), and a memcpy of the bytes device block by block; and GPT\n"
     "training (examples/gpt on a 2x2 mesh) with an asynchronous checkpoint every --every steps\n"
     "against the same steps without, alternating, --iters rounds of --gpt-steps steps.\n"
     "\n"
@@ -68,8 +74,11 @@ constexpr const char* kHelp =
     "  --json         print {\"bytes\", \"dd_write_gbps\", \"save_gbps\", \"save_phases_s\" ({\"plan\",\n"
     "                 \"header\", \"write\", \"checksum\", \"sync\", \"manifest\", \"rename\",\n"
     "                 \"total\"}), \"dd_read_gbps\",\n"
-    "                 \"restore_gbps\", \"reshard_gbps\", \"read_x_needed\" (4 restores),\n"
-    "                 \"async_block_s\", \"memcpy_s\",\n"
+    "                 \"restore_gbps\", \"reshard_gbps\", \"restore_phases_s\" and\n"
+    "                 \"reshard_phases_s\" ({\"open\", \"read\", \"allocate\", \"crc\", \"copy\",\n"
+    "                 \"relayout\", \"total\"}), \"restore_faults\", \"reshard_faults\",\n"
+    "                 \"read_x_needed\" (4 restores), \"async_block_s\", \"memcpy_s\",\n"
+    "                 \"async_phases_s\" ({\"plan\", \"stage\", \"other\"}), \"memcpy_blocks_s\",\n"
     "                 \"train_plain_s\", \"train_async_s\" (null with --gpt none), \"wrong\"}\n"
     "\n"
     "Bad arguments print 'tessel: error: <reason>' and exit with status 2.\n";
@@ -130,12 +139,15 @@ checkpoint::RestoreStats restore_as_first_process(const std::string& ckpt,
   return stats;
 }
 
-// The phases of a durable save (checkpoint::SaveStats), as the bench reports them.
-struct SavePhase {
-  const char* key;    // in --json's "save_phases_s"
+// A phase of a save or a restore (checkpoint::SaveStats, RestoreStats), as the bench reports it.
+template <typename Stats>
+struct Phase {
+  const char* key;    // in --json's "save_phases_s" / "restore_phases_s"
   const char* label;  // in the table
-  double checkpoint::SaveStats::*seconds;
+  double Stats::*seconds;
 };
+using SavePhase = Phase<checkpoint::SaveStats>;
+using RestorePhase = Phase<checkpoint::RestoreStats>;
 constexpr SavePhase kSavePhases[] = {
     {"plan", "plan", &checkpoint::SaveStats::plan_seconds},
     {"header", "header", &checkpoint::SaveStats::header_seconds},
@@ -145,11 +157,66 @@ constexpr SavePhase kSavePhases[] = {
     {"manifest", "manifest", &checkpoint::SaveStats::manifest_seconds},
     {"rename", "rename, directory fsyncs", &checkpoint::SaveStats::rename_seconds},
     {"total", "total", &checkpoint::SaveStats::total_seconds}};
+constexpr RestorePhase kRestorePhases[] = {
+    {"open", "open (manifest, maps)", &checkpoint::RestoreStats::open_seconds},
+    {"read", "read (pages mapped)", &checkpoint::RestoreStats::read_seconds},
+    {"allocate", "allocate device blocks", &checkpoint::RestoreStats::allocate_seconds},
+    {"crc", "crc32c (apart from copy)", &checkpoint::RestoreStats::crc_seconds},
+    {"copy", "copy into device memory", &checkpoint::RestoreStats::copy_seconds},
+    {"relayout", "relayout (Partial)", &checkpoint::RestoreStats::relayout_seconds},
+    {"total", "total", &checkpoint::RestoreStats::total_seconds}};
 
-double median_of(const std::vector<checkpoint::SaveStats>& runs, const SavePhase& phase) {
+template <typename Stats>
+double median_of(const std::vector<Stats>& runs, const Phase<Stats>& phase) {
   std::vector<double> seconds;
-  for (const checkpoint::SaveStats& s : runs) seconds.push_back(s.*phase.seconds);
+  for (const Stats& s : runs) seconds.push_back(s.*phase.seconds);
   return median(seconds);
+}
+
+template <typename Stats, size_t N>
+Json phases_json(const std::vector<Stats>& runs, const Phase<Stats> (&phases)[N]) {
+  Json out = Json::object();
+  for (const Phase<Stats>& p : phases) out[p.key] = json_number(median_of(runs, p));
+  return out;
+}
+
+// The process's minor page faults so far (getrusage): a restore's are its mappings' pages and its
+// destination blocks' first touches.
+int64_t minor_faults() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Restores `ckpt` onto `target`, timed; its stats and page faults appended to the runs.
+checkpoint::State timed_restore(const std::string& ckpt, const checkpoint::Target& target,
+                                Runtime& rt, std::vector<double>& seconds,
+                                std::vector<checkpoint::RestoreStats>& runs,
+                                std::vector<double>& faults) {
+  checkpoint::State back;
+  checkpoint::RestoreStats stats;
+  const int64_t faults_before = minor_faults();
+  seconds.push_back(bench::seconds_of(
+      [&] { back = checkpoint::restore(ckpt, target, {.runtime = &rt, .stats = &stats}); }));
+  faults.push_back(static_cast<double>(minor_faults() - faults_before));
+  runs.push_back(stats);
+  return back;
+}
+
+// The medians of each restore's phases, in ms and as fractions of dd's read time.
+void print_restore_phases(const std::vector<checkpoint::RestoreStats>& same,
+                          const std::vector<checkpoint::RestoreStats>& moved,
+                          const std::vector<double>& same_faults,
+                          const std::vector<double>& moved_faults, double dd_read_seconds) {
+  std::printf("%-28s %8s %8s %8s %8s\n", "restore phases (medians)", "same ms", "x dd",
+              "(m,b) ms", "x dd");
+  for (const RestorePhase& p : kRestorePhases) {
+    const double a = median_of(same, p), b = median_of(moved, p);
+    std::printf("%-28s %8.2f %8.2f %8.2f %8.2f\n", p.label, a * 1e3, a / dd_read_seconds,
+                b * 1e3, b / dd_read_seconds);
+  }
+  std::printf("%-28s %8.0f %8s %8.0f\n", "minor page faults", median(same_faults), "",
+              median(moved_faults));
 }
 
 double read_ratio(const checkpoint::RestoreStats& s) {
@@ -213,8 +280,9 @@ int checkpoint_benchmark(const CheckpointFlags& f) {
     throw UsageError("bench checkpoint", "--dir: cannot make a directory under '" + f.dir + "'");
   }
   std::vector<char> buffer(static_cast<size_t>(bytes), 1);
-  std::vector<double> dd_w, dd_r, save_s, restore_s, reshard_s;
+  std::vector<double> dd_w, dd_r, save_s, restore_s, reshard_s, restore_faults, reshard_faults;
   std::vector<checkpoint::SaveStats> phases;
+  std::vector<checkpoint::RestoreStats> restore_runs, reshard_runs;
   int64_t wrong = 0;
   checkpoint::RestoreStats same_read, reshard_read, half_read, third_read;
   bench::AsyncBlocking blocking;
@@ -231,12 +299,12 @@ int checkpoint_benchmark(const CheckpointFlags& f) {
       save_s.push_back(bench::seconds_of([&] { checkpoint::save(ckpt, state, save_options); }));
       phases.push_back(save_stats);
       fs::remove(raw);  // after the save: the file system's work of the removal is not the save's
-      checkpoint::State back, moved;
-      restore_s.push_back(bench::seconds_of(
-          [&] { back = checkpoint::restore(ckpt, same, {.runtime = &rt, .stats = &same_read}); }));
-      reshard_s.push_back(bench::seconds_of([&] {
-        moved = checkpoint::restore(ckpt, other, {.runtime = &rt, .stats = &reshard_read});
-      }));
+      const checkpoint::State back =
+          timed_restore(ckpt, same, rt, restore_s, restore_runs, restore_faults);
+      const checkpoint::State moved =
+          timed_restore(ckpt, other, rt, reshard_s, reshard_runs, reshard_faults);
+      same_read = restore_runs.back();
+      reshard_read = reshard_runs.back();
       wrong += count_wrong(back, host) + count_wrong(moved, host);
       half_read = restore_as_first_process(ckpt, same, rt, 2);
       third_read = restore_as_first_process(ckpt, same, rt, 3);
@@ -261,9 +329,11 @@ int checkpoint_benchmark(const CheckpointFlags& f) {
     out["bytes"] = bytes;
     out["dd_write_gbps"] = json_number(w);
     out["save_gbps"] = json_number(s);
-    Json phase_json = Json::object();
-    for (const SavePhase& p : kSavePhases) phase_json[p.key] = json_number(median_of(phases, p));
-    out["save_phases_s"] = phase_json;
+    out["save_phases_s"] = phases_json(phases, kSavePhases);
+    out["restore_phases_s"] = phases_json(restore_runs, kRestorePhases);
+    out["reshard_phases_s"] = phases_json(reshard_runs, kRestorePhases);
+    out["restore_faults"] = json_number(median(restore_faults));
+    out["reshard_faults"] = json_number(median(reshard_faults));
     out["dd_read_gbps"] = json_number(r);
     out["restore_gbps"] = json_number(rs);
     out["reshard_gbps"] = json_number(rr);
@@ -272,6 +342,10 @@ int checkpoint_benchmark(const CheckpointFlags& f) {
         json_number(read_ratio(half_read)), json_number(read_ratio(third_read))};
     out["async_block_s"] = json_number(blocking.save_seconds);
     out["memcpy_s"] = json_number(blocking.memcpy_seconds);
+    out["async_phases_s"] = {{"plan", json_number(blocking.plan_seconds)},
+                             {"stage", json_number(blocking.stage_seconds)},
+                             {"other", json_number(blocking.other_seconds)}};
+    out["memcpy_blocks_s"] = json_number(blocking.memcpy_pieces_seconds);
     if (f.gpt != "none") {
       out["train_plain_s"] = json_number(training.plain_seconds);
       out["train_async_s"] = json_number(training.async_seconds);
@@ -299,6 +373,8 @@ int checkpoint_benchmark(const CheckpointFlags& f) {
       const double phase = median_of(phases, p);
       std::printf("%-28s %8.2f %8.2f\n", p.label, phase * 1e3, phase / median(dd_w));
     }
+    print_restore_phases(restore_runs, reshard_runs, restore_faults, reshard_faults,
+                         median(dd_r));
     std::printf("%-28s %8s %8s\n", "bytes read by a restore", "MiB", "x needed");
     const std::pair<const char*, const checkpoint::RestoreStats*> reads[] = {
         {"restore, same layout", &same_read},
@@ -313,6 +389,14 @@ int checkpoint_benchmark(const CheckpointFlags& f) {
     std::printf("%-28s %8.2f %8.2f\n", "memcpy of the bytes", blocking.memcpy_seconds * 1e3, 1.0);
     std::printf("%-28s %8.2f %8.2f\n", "async save, blocked", blocking.save_seconds * 1e3,
                 blocking.save_seconds / blocking.memcpy_seconds);
+    const std::pair<const char*, double> async_phases[] = {
+        {"  plan (checks, shards)", blocking.plan_seconds},
+        {"  stage (copy of shards)", blocking.stage_seconds},
+        {"  the rest (hand-over)", blocking.other_seconds},
+        {"memcpy, block by block", blocking.memcpy_pieces_seconds}};
+    for (const auto& [what, seconds] : async_phases) {
+      std::printf("%-28s %8.2f %8.2f\n", what, seconds * 1e3, seconds / blocking.memcpy_seconds);
+    }
     if (f.gpt != "none") {
       std::printf("gpt %s on 2x2, %lld steps, checkpoint of %.1f MiB every %lld steps (%d saves)\n",
                   f.gpt.c_str(), static_cast<long long>(f.gpt_steps),

@@ -153,6 +153,17 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   ::close(fd);
 }
 
+void MappedFile::populate(uint64_t offset, uint64_t size) const {
+  if (size == 0 || offset >= size_) return;
+  static const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t from = offset / page * page, until = std::min(size_, offset + size);
+#if defined(MADV_POPULATE_READ)
+  ::madvise(const_cast<unsigned char*>(data_) + from, until - from, MADV_POPULATE_READ);
+#else
+  ::madvise(const_cast<unsigned char*>(data_) + from, until - from, MADV_WILLNEED);
+#endif
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
 }

@@ -65,6 +65,10 @@ class MappedFile {
   const unsigned char* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Brings the pages of bytes [offset, offset + size) into the map in one go (from the page
+  // cache, or the storage), so that reading them takes no page fault each. Advice: a system that
+  // refuses it leaves them to be faulted in on first read.
+  void populate(uint64_t offset, uint64_t size) const;
 
  private:
   std::string path_;

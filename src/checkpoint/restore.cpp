@@ -1,12 +1,14 @@
 // restore(): each local device of the target layout allocates its block and copies into it the
 // parts of the saved shards that overlap it (box intersection), straight from memory-mapped
 // files; then metadata() and verify(), which read the manifest and the whole files.
+#include <chrono>
 #include <filesystem>
 
 #include <fmt/ranges.h>
 
 #include "checkpoint/file_io.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/phase_clock.h"
 #include "checkpoint/saved_shard_reader.h"
 #include "core/errors.h"
 #include "tessel/checkpoint/checkpoint.h"
@@ -34,7 +36,8 @@ const SavedTensor& saved_tensor(const Manifest& m, const std::string& directory,
 
 // The tensor `name` laid out as `layout` on `runtime`'s devices.
 DTensor restore_tensor(const std::string& name, const SavedTensor& saved, const Layout& layout,
-                       Runtime& runtime, detail::SavedShardReader& reader) {
+                       Runtime& runtime, detail::SavedShardReader& reader,
+                       RestoreStats& stats) {
   if (layout.rank() != saved.shape.rank()) {
     tessel::detail::throw_invalid(kComponent,
                                   "tensor '{}' was saved with shape {}; the target layout has "
@@ -45,19 +48,21 @@ DTensor restore_tensor(const std::string& name, const SavedTensor& saved, const 
   const Layout direct = layout.without_partial();
   const Mesh& mesh = direct.mesh();
   const ShardMap map(direct, saved.shape);
-  const size_t item = dtype_size(saved.dtype);
   std::vector<Tensor> components;
   for (int i = 0; i < mesh.num_local_devices(); ++i) {
     const ShardBlock& block = map.block(mesh.offset_of_device_id(mesh.local_device_ids()[i]));
     const Box target{block.offsets, block.extents};
-    Tensor component =
-        runtime.device(mesh.local_devices()[i]).allocate(Shape(block.extents), saved.dtype, false);
+    Tensor component;
+    {
+      const detail::AddElapsed timer(stats.allocate_seconds);
+      component = runtime.device(mesh.local_devices()[i])
+                      .allocate(Shape(block.extents), saved.dtype, false);
+    }
     int64_t covered = 0;
     for (const SavedShard& shard : saved.shards) {
       const Box region = intersect(target, shard.box());
       if (region.empty()) continue;
-      copy_box_bytes(reader.bytes(name, shard, region), shard.box(), component.data(), target,
-                     region, item);
+      reader.copy(name, shard, region, component.data(), target);
       covered += region.num_elements();
     }
     if (covered != target.num_elements()) {
@@ -69,7 +74,9 @@ DTensor restore_tensor(const std::string& name, const SavedTensor& saved, const 
     components.push_back(std::move(component));
   }
   DTensor out(direct, saved.shape, saved.dtype, std::move(components), runtime);
-  return layout.is_partial() ? relayout(out, layout) : out;
+  if (!layout.is_partial()) return out;
+  const detail::AddElapsed timer(stats.relayout_seconds);
+  return relayout(out, layout);
 }
 
 void add_values(const Manifest& m, State& out) {
@@ -78,24 +85,42 @@ void add_values(const Manifest& m, State& out) {
   }
 }
 
+// The manifest of `directory`, its reading timed as part of the open phase.
+Manifest read_manifest(const std::string& directory, RestoreStats& stats) {
+  const detail::AddElapsed timer(stats.open_seconds);
+  return Manifest::read(directory);
+}
+
+// Hands `stats` to the caller, if asked, with the total time since `started`.
+void report(const RestoreOptions& options, RestoreStats& stats,
+            std::chrono::steady_clock::time_point started) {
+  stats.total_seconds = detail::lap(started);
+  if (options.stats != nullptr) *options.stats = stats;
+}
+
 }  // namespace
 
 State restore(const std::string& directory, const Target& target, const RestoreOptions& options) {
-  const Manifest m = Manifest::read(directory);
+  const auto started = std::chrono::steady_clock::now();
+  RestoreStats stats;
+  const Manifest m = read_manifest(directory, stats);
   Runtime& runtime = options.runtime != nullptr ? *options.runtime : Runtime::global();
-  detail::SavedShardReader reader(directory, m, options.verify);
+  detail::SavedShardReader reader(directory, m, options.verify, stats);
   State out;
   for (const auto& [name, layout] : target) {
-    out[name] = restore_tensor(name, saved_tensor(m, directory, name), layout, runtime, reader);
+    out[name] =
+        restore_tensor(name, saved_tensor(m, directory, name), layout, runtime, reader, stats);
   }
   add_values(m, out);
-  if (options.stats != nullptr) *options.stats = reader.stats();
+  report(options, stats, started);
   return out;
 }
 
 State restore(const std::string& directory, const State& like, const RestoreOptions& options) {
-  const Manifest m = Manifest::read(directory);
-  detail::SavedShardReader reader(directory, m, options.verify);
+  const auto started = std::chrono::steady_clock::now();
+  RestoreStats stats;
+  const Manifest m = read_manifest(directory, stats);
+  detail::SavedShardReader reader(directory, m, options.verify, stats);
   State out;
   for (const auto& [name, item] : like) {
     const DTensor* t = std::get_if<DTensor>(&item);
@@ -109,10 +134,10 @@ State restore(const std::string& directory, const State& like, const RestoreOpti
                                     dtype_name(t->dtype()), t->shape().to_string(),
                                     dtype_name(saved.dtype), saved.shape.to_string());
     }
-    out[name] = restore_tensor(name, saved, t->layout(), t->runtime(), reader);
+    out[name] = restore_tensor(name, saved, t->layout(), t->runtime(), reader, stats);
   }
   add_values(m, out);
-  if (options.stats != nullptr) *options.stats = reader.stats();
+  report(options, stats, started);
   return out;
 }
 

@@ -4,7 +4,6 @@
 #include "checkpoint/save_transaction.h"
 
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -16,8 +15,10 @@
 #include "checkpoint/chunk_crc.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/phase_clock.h"
 #include "checkpoint/state_names.h"
 #include "core/errors.h"
+#include "core/stream_copy.h"
 #include "tessel/checkpoint/safetensors.h"
 #include "tessel/core/crc32c.h"
 #include "tessel/dtensor/dtensor_api.h"
@@ -146,14 +147,6 @@ std::map<int, std::vector<ShardToWrite>> plan_local_shards(const SavedTensors& s
     }
   }
   return plan;
-}
-
-// Seconds since `start`, and `start` moved to now: the successive phases of a save.
-double lap(std::chrono::steady_clock::time_point& start) {
-  const auto now = std::chrono::steady_clock::now();
-  const double seconds = std::chrono::duration<double>(now - start).count();
-  start = now;
-  return seconds;
 }
 
 std::string file_name(int process, int device) {
@@ -363,7 +356,7 @@ void SaveTransaction::stage(Tensor staging) {
   auto* next = static_cast<unsigned char*>(staging.data());
   for (auto& [device, shards] : plan_) {
     for (ShardToWrite& s : shards) {
-      std::memcpy(next, s.bytes, s.num_bytes());
+      tessel::detail::stream_copy(next, s.bytes, s.num_bytes());  // not read again soon
       s.bytes = next;
       s.owner = staging;
       next += s.num_bytes();

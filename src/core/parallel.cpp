@@ -144,11 +144,21 @@ namespace detail {
 CpuCoreShare::CpuCoreShare() { g_cpu_devices.fetch_add(1, std::memory_order_relaxed); }
 CpuCoreShare::~CpuCoreShare() { g_cpu_devices.fetch_sub(1, std::memory_order_relaxed); }
 
+int all_cores_threads() {
+  const int fixed = fixed_threads();
+  return fixed > 0 ? fixed : machine_cores();
+}
+
 void run_parallel_for(int64_t n, int64_t grain, void (*call)(const void*, int64_t, int64_t),
                   const void* fn) {
+  run_parallel_for_threads(n, grain, intra_op_threads(), call, fn);
+}
+
+void run_parallel_for_threads(int64_t n, int64_t grain, int threads,
+                              void (*call)(const void*, int64_t, int64_t), const void* fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  const int64_t most = std::min<int64_t>(intra_op_threads(), n / grain);
+  const int64_t most = std::min<int64_t>(std::max(threads, 1), n / grain);
   if (most < 2 || t_in_parallel_range) {
     call(fn, 0, n);
     return;

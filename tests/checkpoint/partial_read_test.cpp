@@ -4,10 +4,10 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <gtest/gtest.h>
 
+#include "checkpoint/flip_data_byte.h"
 #include "tessel/checkpoint/checkpoint.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "testing/expect_error.h"
@@ -36,16 +36,8 @@ struct PartialCase {
   }
   // Flips one byte of the first data file at data offset `at`.
   void flip(uint64_t at) {
-    const std::string file = (dir / "c" / "process-00000-device-00000.safetensors").string();
-    uint64_t header = 0;
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.read(reinterpret_cast<char*>(&header), 8);
-    f.seekg(static_cast<std::streamoff>(8 + header + at));
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x40);
-    f.seekp(static_cast<std::streamoff>(8 + header + at));
-    f.write(&c, 1);
+    testing::flip_data_byte((dir / "c" / "process-00000-device-00000.safetensors").string(), at,
+                            0x40);
   }
 };
 

@@ -110,6 +110,15 @@ struct RestoreStats {
   // The bytes of the elements this process's devices needed from the saved shards (a part that
   // several local devices need counted once).
   int64_t bytes_needed = 0;
+  // Where the restore's time went on this process, in seconds. The phases are disjoint spans;
+  // total_seconds also counts what lies between them (the DTensors built, the values).
+  double open_seconds = 0;      // the manifest read; the files checked (size, header) and mapped
+  double read_seconds = 0;      // the needed byte ranges of the mapped files brought into memory
+  double allocate_seconds = 0;  // the devices' blocks allocated
+  double crc_seconds = 0;       // chunks checked (crc32c) apart from a copy
+  double copy_seconds = 0;      // the bytes copied into the devices' blocks
+  double relayout_seconds = 0;  // Partial targets split into terms (relayout)
+  double total_seconds = 0;     // from the start of the restore to its return
 };
 
 struct RestoreOptions {

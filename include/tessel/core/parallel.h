@@ -41,6 +41,11 @@ void set_intra_op_threads(int n);
 namespace detail {
 void run_parallel_for(int64_t n, int64_t grain, void (*call)(const void*, int64_t, int64_t),
                   const void* fn);
+// The same over at most `threads` ranges (src/core/parallel_all_cores.h uses it).
+void run_parallel_for_threads(int64_t n, int64_t grain, int threads,
+                              void (*call)(const void*, int64_t, int64_t), const void* fn);
+// set_intra_op_threads's value when set, else machine_cores().
+int all_cores_threads();
 
 // Held by each CPU device while it lives (runtime/device.cpp): intra_op_threads() divides the
 // cores among the holders.
