@@ -86,7 +86,7 @@ LanguageModelTrainer::BatchGradients LanguageModelTrainer::batch_gradients(
       },
       params_);
   phase.emplace("optimizer");
-  auto [clipped, norm] = clip_by_global_norm(grads, training_.grad_clip);
+  auto [clipped, norm] = clip_by_global_norm(std::move(grads), training_.grad_clip);
   return {scalar_of(loss), std::move(clipped), scalar_of(norm)};
 }
 

@@ -128,8 +128,10 @@ class AdamW : public Adam {
 // scalar DTensor, before clipping). The squared norms of every gradient are summed while still
 // Partial over their sharded mesh dimensions, so the whole norm costs one all-reduce per group of
 // mesh dimensions, not one per gradient. Null gradients stay null. clip_norm <= 0 or not finite,
-// no defined gradient, gradients on different meshes: kInvalidArgument.
-std::pair<std::vector<DTensor>, DTensor> clip_by_global_norm(const std::vector<DTensor>& grads,
+// no defined gradient, gradients on different meshes: kInvalidArgument. Memory: each gradient
+// is released once its clipped copy exists, so a caller that moves its gradients in
+// (clip_by_global_norm(std::move(grads), c)) holds one gradient twice at most, not all of them.
+std::pair<std::vector<DTensor>, DTensor> clip_by_global_norm(std::vector<DTensor> grads,
                                                             double clip_norm);
 
 // The learning rate of nanoGPT's schedule at `step` (0-based): a linear warm-up

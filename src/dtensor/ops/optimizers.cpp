@@ -213,7 +213,7 @@ void AdamW::update(size_t index, DTensor& param, const DTensor& grad) {
             epsilon_ * correction2, decays ? 1 - learning_rate() * weight_decay_ : 1.0);
 }
 
-std::pair<std::vector<DTensor>, DTensor> clip_by_global_norm(const std::vector<DTensor>& grads,
+std::pair<std::vector<DTensor>, DTensor> clip_by_global_norm(std::vector<DTensor> grads,
                                                             double clip_norm) {
   if (!(clip_norm > 0) || !std::isfinite(clip_norm)) {
     detail::throw_invalid("clip_by_global_norm", "clip_norm must be a finite number > 0, got {}",
@@ -233,10 +233,12 @@ std::pair<std::vector<DTensor>, DTensor> clip_by_global_norm(const std::vector<D
   // clip_norm / max(norm, clip_norm), replicated: 1 while the norm is within the bound.
   const DTensor bound = fill(Shape{}, clip_norm, norm.layout(), norm.dtype(), &norm.runtime());
   const DTensor scale = divide(bound, maximum(norm, bound));
-  std::vector<DTensor> clipped;
-  clipped.reserve(grads.size());
-  for (const DTensor& g : grads) clipped.push_back(g.defined() ? multiply(g, scale) : g);
-  return {std::move(clipped), norm};
+  // Each clipped gradient replaces its source at once: a gradient the caller gave up (moved in)
+  // is freed as soon as its copy exists, so the step never holds every gradient twice.
+  for (DTensor& g : grads) {
+    if (g.defined()) g = multiply(g, scale);
+  }
+  return {std::move(grads), norm};
 }
 
 double WarmupCosineDecay::operator()(int64_t step) const {
