@@ -40,7 +40,8 @@ using testing::tensor_of;
 const DType kDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16,
                          DType::kI32, DType::kI64, DType::kU8,   DType::kBool};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd};
-// Empty, one element, odd, an uneven small size, and more than one 1 MiB chunk (uneven).
+// Empty, one element, odd, an uneven small size, and a size of several chunks (uneven): the
+// comparisons with the in-process run set 64 KiB chunks (TESSEL_SHM_SLOT_BYTES).
 const int64_t kCounts[] = {0, 1, 7, 4097, 300001};
 
 // Rank r's input: inexact floats (so that the order of the sum shows), small integers.
@@ -140,15 +141,19 @@ bool processes_share_a_host() {
 
 TEST(MpiShm, OneDevicePerProcessEqualsInProcess) {
   SKIP_UNLESS_SHARED_HOST();
+  ::setenv("TESSEL_SHM_SLOT_BYTES", "65536", 1);
   auto comms = one_device();
   EXPECT_EQ(check_against_in_process(comms), "");
+  ::unsetenv("TESSEL_SHM_SLOT_BYTES");
   EXPECT_TRUE(detail::uses_host_shm(comms[0]->transport()));
 }
 
 TEST(MpiShm, TwoDevicesPerProcessEqualsInProcess) {
   SKIP_UNLESS_SHARED_HOST();
+  ::setenv("TESSEL_SHM_SLOT_BYTES", "65536", 1);
   auto comms = make_hierarchical_communicators(2);
   EXPECT_EQ(check_against_in_process(comms), "");
+  ::unsetenv("TESSEL_SHM_SLOT_BYTES");
   EXPECT_TRUE(detail::uses_host_shm(comms[0]->transport()));
 }
 
@@ -192,6 +197,17 @@ TEST(MpiShm, SeveralHostsTwoDevicesPerProcess) {
   EXPECT_EQ(check_exact(comms), "");
   ::unsetenv("TESSEL_SHM_SPLIT_HOSTS");
   EXPECT_TRUE(detail::uses_host_shm(comms[0]->transport()));
+}
+
+TEST(MpiShm, DefaultChunksEqualInProcess) {
+  SKIP_UNLESS_SHARED_HOST();
+  auto comms = one_device();
+  const int64_t count = 250001;  // 1 MB of f32: four 256 KiB chunks, the last one partial
+  const Tensor want = in_process(comms[0]->size(), DType::kF32, ReduceOp::kSum, count);
+  Tensor in = input_of(comms[0]->rank(), DType::kF32, ReduceOp::kSum, count);
+  Tensor out = Tensor::zeros(in.shape(), DType::kF32);
+  comms[0]->all_reduce(in, out, ReduceOp::kSum, mpi_options());
+  EXPECT_TRUE(same_bytes(out, want));
 }
 
 TEST(MpiShm, SegmentIsUnlinkedOnceMapped) {

@@ -33,8 +33,11 @@ constexpr int kMaxParticipants = 256;
 constexpr std::string_view kPrefix = "tessel-shm.";  // /dev/shm/tessel-shm.<pid>.<n>
 // How long a waiter sleeps between looks at the abort flag, the peers' processes and the clock.
 constexpr auto kTick = std::chrono::milliseconds(2);
-// Polls of the generation word before sleeping (a few microseconds).
+// Polls of the generation word before yielding (a few microseconds), and how long a waiter
+// keeps polling while yielding the CPU before it sleeps, as the in-process hub does: on a host
+// with more participants than cores, the one being waited for gets the core.
 constexpr int kSpins = 256;
+constexpr auto kYieldTime = std::chrono::microseconds(50);
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -159,7 +162,10 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
   shm->rounds_.assign(static_cast<size_t>(H), 0);
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   shm->data_offset_ = (sizeof(Control) + page - 1) / page * page;
-  shm->bytes_ = shm->data_offset_ + (2 * static_cast<size_t>(H) + 2) * kSlotBytes;
+  if (const char* v = std::getenv("TESSEL_SHM_SLOT_BYTES"); v != nullptr && std::atoll(v) >= 4096) {
+    shm->slot_bytes_ = static_cast<size_t>(std::atoll(v)) / 64 * 64;
+  }
+  shm->bytes_ = shm->data_offset_ + (2 * static_cast<size_t>(H) + 2) * shm->slot_bytes_;
 
   // 1. The host's first process creates the segment (alone on its host: private memory).
   std::string status = "1";
@@ -241,11 +247,11 @@ int HostShm::index_of_rank(int rank) const {
 
 unsigned char* HostShm::slot(int bank, int participant) const {
   return base_ + data_offset_ + (static_cast<size_t>(bank) * static_cast<size_t>(size()) +
-                                 static_cast<size_t>(participant)) * kSlotBytes;
+                                 static_cast<size_t>(participant)) * slot_bytes_;
 }
 
 unsigned char* HostShm::result(int bank) const {
-  return base_ + data_offset_ + (2 * static_cast<size_t>(size()) + static_cast<size_t>(bank)) * kSlotBytes;
+  return base_ + data_offset_ + (2 * static_cast<size_t>(size()) + static_cast<size_t>(bank)) * slot_bytes_;
 }
 
 void HostShm::publish_call(int me, uint64_t round, const Signature& signature, int64_t count) {
@@ -333,6 +339,11 @@ void HostShm::barrier(int me, uint64_t round, const Signature& signature, Deadli
   for (int i = 0; i < kSpins; ++i) {
     if (c->generation.load(std::memory_order_acquire) != generation) return;
     cpu_relax();
+  }
+  const auto yield_until = std::min(deadline, Clock::now() + kYieldTime);
+  while (Clock::now() < yield_until) {
+    if (c->generation.load(std::memory_order_acquire) != generation) return;
+    std::this_thread::yield();
   }
   for (;;) {
     if (c->generation.load(std::memory_order_acquire) != generation) return;

@@ -38,8 +38,11 @@ struct HostParticipant {
 
 class HostShm {
  public:
-  // Bytes of one slot (and of one result area): the pipelining chunk of the all-reduce.
-  static constexpr size_t kSlotBytes = size_t{1} << 20;
+  // Bytes of one slot (and of one result area), the pipelining chunk of the all-reduce: by
+  // default kSlotBytes; the environment variable TESSEL_SHM_SLOT_BYTES (the same on every
+  // process, at least 4096) sets another, for tuning.
+  static constexpr size_t kSlotBytes = size_t{256} << 10;
+  size_t slot_bytes() const { return slot_bytes_; }
 
   // False when the environment variable TESSEL_SHM is "0" (every process must agree): groups
   // then keep their MPI paths (for comparisons).
@@ -110,6 +113,7 @@ class HostShm {
   unsigned char* base_ = nullptr;
   size_t bytes_ = 0;
   size_t data_offset_ = 0;
+  size_t slot_bytes_ = kSlotBytes;
   std::vector<uint64_t> rounds_;
   // The other processes of the host: MPI rank, pid, pidfd (-1: watched through kill and /proc).
   struct Watched {
