@@ -160,6 +160,8 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
             [](const HostParticipant& x, const HostParticipant& y) { return x.rank < y.rank; });
   const int H = shm->size();
   shm->rounds_.assign(static_cast<size_t>(H), 0);
+  shm->first_local_ = shm->index_of_rank(participants_of[me][0]);
+  shm->poll_mpi_ = [&mpi] { mpi.poll_aborts(); };
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   shm->data_offset_ = (sizeof(Control) + page - 1) / page * page;
   if (const char* v = std::getenv("TESSEL_SHM_SLOT_BYTES"); v != nullptr && std::atoll(v) >= 4096) {
@@ -167,10 +169,19 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
   }
   shm->bytes_ = shm->data_offset_ + (2 * static_cast<size_t>(H) + 2) * shm->slot_bytes_;
 
-  // 1. The host's first process creates the segment (alone on its host: private memory).
+  // 1. The host's first process creates the segment (alone on its host: private memory). The
+  // name is unlinked and the descriptor closed however this ends (an MPI deadline included).
   std::string status = "1";
-  int fd = -1;
-  std::string segment_name;
+  struct Cleanup {
+    int fd = -1;
+    std::string name;
+    ~Cleanup() {
+      if (fd >= 0) ::close(fd);
+      if (!name.empty()) ::shm_unlink(name.c_str());
+    }
+  } cleanup;
+  int& fd = cleanup.fd;
+  std::string& segment_name = cleanup.name;
   const bool creator = me == mine[0];
   if (H > kMaxParticipants) {
     status = fmt::format("0{} participants on host {} (at most {})", H, my_host, kMaxParticipants);
@@ -213,10 +224,10 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
       }
     }
   }
-  if (fd >= 0) ::close(fd);
   records = mpi.exchange_records(signature, Post{}, status, deadline);
   // 3. Everyone has mapped it (or given up): the name goes.
-  if (creator && !segment_name.empty()) ::shm_unlink(segment_name.c_str());
+  if (!segment_name.empty()) ::shm_unlink(segment_name.c_str());
+  segment_name.clear();
   for (int q = 0; q < mpi.size(); ++q) {
     const std::string& s = records[static_cast<size_t>(q)].payload;
     if (s.empty() || s[0] != '1') {
@@ -348,6 +359,7 @@ void HostShm::barrier(int me, uint64_t round, const Signature& signature, Deadli
   for (;;) {
     if (c->generation.load(std::memory_order_acquire) != generation) return;
     check_alive(me, signature);
+    if (me == first_local_) poll_mpi_();
     const auto now = Clock::now();
     if (now >= deadline) {
       std::vector<std::string> late;

@@ -13,11 +13,13 @@
 // Every wait takes the collective's deadline, and while waiting checks that the processes of
 // the host's other participants still exist (pidfd, else kill/proc): a killed peer ends every
 // survivor's wait with kAborted naming its rank, name and pid; the deadline with
-// kDeadlineExceeded naming the participants that have not arrived.
+// kDeadlineExceeded naming the participants that have not arrived; an abort of the group heard
+// over MPI with kAborted carrying its reason.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,6 +117,11 @@ class HostShm {
   size_t data_offset_ = 0;
   size_t slot_bytes_ = kSlotBytes;
   std::vector<uint64_t> rounds_;
+  // Run by this process's first participant at every look while it sleeps in a barrier: the MPI
+  // transport's poll for abort records (a group aborted over MPI, e.g. by a rank on another
+  // host or in another collective, ends the wait with kAborted).
+  std::function<void()> poll_mpi_;
+  int first_local_ = 0;
   // The other processes of the host: MPI rank, pid, pidfd (-1: watched through kill and /proc).
   struct Watched {
     int process;

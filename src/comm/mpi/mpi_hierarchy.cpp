@@ -209,8 +209,16 @@ void mpi_group_all_reduce(MpiTransport& m, const AllReduceArgs& a) {
     m.barrier(*a.signature, a.deadline);
     return mpi_all_reduce(m, a);
   }
-  // Across hosts the ranks first meet over MPI, which compares their calls.
-  if (m.host_shm->multi_host()) m.barrier(*a.signature, a.deadline);
+  // An abort the group heard of over MPI ends the call here (and the host's other
+  // participants' through the segment). Across hosts the ranks first meet over MPI, which
+  // compares their calls.
+  try {
+    m.poll_aborts();
+    if (m.host_shm->multi_host()) m.barrier(*a.signature, a.deadline);
+  } catch (const Error& e) {
+    m.host_shm->abort(e.message());
+    throw;
+  }
   host_shm_all_reduce(*m.host_shm, m.host_shm->index_of_rank(m.rank()), a, m.size(), m);
 }
 
@@ -235,7 +243,15 @@ bool hierarchy_shm_all_reduce(HierarchicalTransport& h, const AllReduceArgs& a) 
     if (g.error) throw *g.error;
   }
   if (g.shm == nullptr) return false;
-  if (g.shm->multi_host() && d == 0) g.mpi->barrier(*a.signature, a.deadline);
+  if (d == 0) {  // as in mpi_group_all_reduce
+    try {
+      g.mpi->poll_aborts();
+      if (g.shm->multi_host()) g.mpi->barrier(*a.signature, a.deadline);
+    } catch (const Error& e) {
+      g.shm->abort(e.message());
+      throw;
+    }
+  }
   host_shm_all_reduce(*g.shm, g.shm->index_of_rank(h.rank()), a,
                       static_cast<int64_t>(g.members.size()), *g.mpi);
   return true;

@@ -130,6 +130,9 @@ class MpiTransport : public Transport {
                        Deadline deadline);
   // Throws kAborted if the group was aborted.
   void check_aborted();
+  // Receives pending abort records; throws kAborted if there was one (or the group is aborted).
+  // (The shared-memory all-reduce, which makes no MPI call on one host, calls it first.)
+  void poll_aborts();
   // The largest MPI tag this communicator allows.
   int tag_upper_bound() const { return tag_ub_; }
 
@@ -179,8 +182,6 @@ class MpiTransport : public Transport {
   // Returns false when it was already aborted.
   bool abort_group(const std::string& reason, bool tell_peers, int lost = -1);
   [[noreturn]] void throw_aborted();
-  // Receives pending abort records; throws kAborted if there was one (or the group is aborted).
-  void poll_aborts();
 
   // ---- liveness (mpi_transport_liveness.cpp)
   // Aborts the group naming `peer`, whose `call` failed with `rc`, and throws kAborted.

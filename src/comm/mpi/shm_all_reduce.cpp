@@ -10,8 +10,8 @@
 // participant copies the finished result out (chunks of 256 KiB, so that the slots stay in
 // cache between the copy in, the reduction and the copy out: on the 2-core development machine
 // 256 KiB and 1 MiB chunks beat 4 MiB ones at 16 and 256 MiB despite 16x more barriers). Two
-// banks of slots and results alternate from barrier to barrier, so one barrier per chunk suffices (and one more at the end). Small
-// buffers: after one barrier each participant reduces all slots straight into its output.
+// banks of slots and results alternate from barrier to barrier, so one barrier per chunk
+// suffices (and one more at the end). Small buffers: after one barrier each participant reduces all slots straight into its output.
 // With several hosts, each chunk's host result (kMean: its sum) goes through a ring all-reduce
 // among the hosts' leaders over MPI before the participants copy it out.
 #include <algorithm>
