@@ -202,7 +202,7 @@ TEST(MpiShm, SeveralHostsTwoDevicesPerProcess) {
 TEST(MpiShm, DefaultChunksEqualInProcess) {
   SKIP_UNLESS_SHARED_HOST();
   auto comms = one_device();
-  const int64_t count = 250001;  // 1 MB of f32: four 256 KiB chunks, the last one partial
+  const int64_t count = 600001;  // 2.4 MB of f32: three 1 MiB chunks, the last one partial
   const Tensor want = in_process(comms[0]->size(), DType::kF32, ReduceOp::kSum, count);
   Tensor in = input_of(comms[0]->rank(), DType::kF32, ReduceOp::kSum, count);
   Tensor out = Tensor::zeros(in.shape(), DType::kF32);

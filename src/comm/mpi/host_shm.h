@@ -43,7 +43,7 @@ class HostShm {
   // Bytes of one slot (and of one result area), the pipelining chunk of the all-reduce: by
   // default kSlotBytes; the environment variable TESSEL_SHM_SLOT_BYTES (the same on every
   // process, at least 4096) sets another, for tuning.
-  static constexpr size_t kSlotBytes = size_t{256} << 10;
+  static constexpr size_t kSlotBytes = size_t{1} << 20;
   size_t slot_bytes() const { return slot_bytes_; }
 
   // False when the environment variable TESSEL_SHM is "0" (every process must agree): groups

@@ -7,9 +7,10 @@
 // chunk's barrier, participant i reduces part i of the chunk over all slots (in group rank order,
 // with the reduce kernels of the in-process algorithms, so one host's result is the in-process
 // result bit for bit) into the chunk's result area, and after the next chunk's barrier every
-// participant copies the finished result out (chunks of 256 KiB, so that the slots stay in
-// cache between the copy in, the reduction and the copy out: on the 2-core development machine
-// 256 KiB and 1 MiB chunks beat 4 MiB ones at 16 and 256 MiB despite 16x more barriers). Two
+// participant copies the finished result out (chunks of 1 MiB, so that the slots stay in cache
+// between the copy in, the reduction and the copy out: on the 2-core development machine 256 KiB
+// and 1 MiB chunks beat 4 MiB ones at 16 and 256 MiB despite more barriers, and 1 MiB beat
+// 256 KiB with 4 processes, docs/benchmarks-history.md). Two
 // banks of slots and results alternate from barrier to barrier, so one barrier per chunk
 // suffices (and one more at the end). Small buffers: after one barrier each participant reduces all slots straight into its output.
 // With several hosts, each chunk's host result (kMean: its sum) goes through a ring all-reduce
