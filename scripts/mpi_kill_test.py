@@ -20,7 +20,7 @@ until they are gone. A run is
   - "hang" when mpiexec had not exited --deadline + 10 s after the kill (the driver then kills
     the job and its ranks);
   - "fail" for anything else (a survivor without such an error, one that ended late, mpiexec
-    exiting 0); "finished early" when the program ended before the kill (counted neither way);
+    exiting 0, a shared-memory segment of the run's processes left in /dev/shm); "finished early" when the program ended before the kill (counted neither way);
     "no start" when the ranks did not come up within 60 s.
 The survivors' own exit statuses cannot be read from outside mpiexec; the programs this checks
 exit 1 right after printing the error (a wrapper shell that reported them changed how mpirun
@@ -187,6 +187,12 @@ def one_run(args, np_, rng, index):
             problems.append(f"rank {r}: no error naming rank {victim}: {errors}")
         if r not in ended or ended[r] > args.deadline:
             problems.append(f"rank {r}: still running {ended.get(r, limit):.2f} s after the kill")
+    # Shared-memory segments (src/comm/mpi/host_shm.h) of this run's processes left in /dev/shm.
+    pids = {str(pid) for pid in ranks.values()}
+    left = [n for n in (os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else [])
+            if n.startswith("tessel-shm.") and n.split(".")[1] in pids]
+    if left:
+        problems.append(f"shared-memory segments left in /dev/shm: {left}")
     result["exit_s"] = max(ended.values()) if len(ended) == len(survivors) else None
     if problems and result["verdict"] == "pass":
         result["verdict"] = "fail"

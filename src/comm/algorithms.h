@@ -44,12 +44,14 @@ void reduce_to_one_all_reduce(Transport& t, const AllReduceArgs& a);
 // transport (mpi/mpi_all_reduce.cpp). Other transports: kInvalidArgument; built without MPI:
 // kUnavailable (mpi/mpi_stub.cpp).
 void mpi_all_reduce(Transport& t, const AllReduceArgs& a);
-// What kAuto runs on a transport that does not share memory: kMpi on MPI transports,
+// What kAuto runs on a transport that does not share memory: on MPI transports kHierarchical
+// (shared memory within hosts, host_shm.h) where two processes share a host, else kMpi;
 // kHierarchical on hierarchical groups across processes, else kRing.
 Algorithm auto_all_reduce_algorithm(const Transport& t, size_t bytes);
-// hierarchical_all_reduce of a group made by make_hierarchical_communicators (tessel/comm/mpi.h):
-// within the process, MPI across processes, back (mpi/mpi_hierarchy.cpp). False for other
-// transports (and without MPI).
+// hierarchical_all_reduce of a group across MPI processes (mpi/mpi_hierarchy.cpp): a group of
+// make_hierarchical_communicators, or the MPI transport's own; through the hosts' shared memory
+// where processes share a host (host_shm.h), else within the process, MPI across processes,
+// back. False for other transports (and without MPI).
 bool process_hierarchy_all_reduce(Transport& t, const AllReduceArgs& a);
 
 // Tag space of algorithm traffic (user send/recv tags are >= 0).

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "comm/algorithms.h"
+#include "comm/leader_transport.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
 #include "tessel/core/device_name.h"
@@ -16,38 +17,6 @@
 
 namespace tessel::detail {
 namespace {
-
-// The leaders as a group of their own, for the cross-host ring: only send/recv are used.
-class LeaderTransport : public Transport {
- public:
-  LeaderTransport(Transport& t, std::vector<int> ranks, int my_index)
-      : t_(t), ranks_(std::move(ranks)), index_(my_index) {
-    for (int r : ranks_) names_.push_back(t.members()[r]);
-  }
-  int rank() const override { return index_; }
-  int size() const override { return static_cast<int>(ranks_.size()); }
-  const std::vector<std::string>& members() const override { return names_; }
-  bool shares_memory() const override { return false; }
-  std::vector<Post> exchange(const Signature&, const Post&, Deadline) override { unused(); }
-  void barrier(const Signature&, Deadline) override { unused(); }
-  void send(int peer, int tag, const void* data, size_t bytes, const Signature& s,
-            Deadline d) override {
-    t_.send(ranks_[peer], tag, data, bytes, s, d);
-  }
-  void recv(int peer, int tag, void* data, size_t bytes, const Signature& s, Deadline d) override {
-    t_.recv(ranks_[peer], tag, data, bytes, s, d);
-  }
-  void abort(const std::string& reason) override { t_.abort(reason); }
-
- private:
-  [[noreturn]] static void unused() {
-    throw_error(ErrorCode::kInternal, "Communicator", "leader transport supports send/recv only");
-  }
-  Transport& t_;
-  std::vector<int> ranks_;  // global ranks of the leaders
-  int index_;
-  std::vector<std::string> names_;
-};
 
 // Host key of every rank, in rank order.
 std::vector<std::string> hosts_of(const std::vector<std::string>& members) {

@@ -35,6 +35,18 @@
 //   signal makes mpirun terminate the job about one second later (odls_base_sigkill_timeout)
 //   and exit non-zero.
 //
+// All-reduce between processes of one host (kAuto, or kHierarchical) goes through shared memory
+// instead of MPI wherever two of the group's processes share a host (src/comm/mpi/host_shm.h):
+// the first all-reduce makes one POSIX shared-memory segment per host (collective; the name is
+// unlinked as soon as every process has mapped it, so nothing is left in /dev/shm after a
+// crash, and segments of gone creators are removed at the next creation); every participant of
+// the host copies its input into its slot, reduces its part of every slot with the in-process
+// kernels (one host's result equals the in-process result bit for bit) and copies the result
+// out, chunk by chunk; across hosts the hosts' leaders all-reduce over MPI. Its waits (a futex
+// barrier) keep the collective's deadline and watch the host's other processes: a killed one
+// ends every survivor's all-reduce with kAborted naming its ranks and pid within milliseconds.
+// The environment variable TESSEL_SHM=0 (on every process) keeps MPI (kAuto is then kMpi).
+//
 // Thread safety: MpiEnvironment requests MPI_THREAD_MULTIPLE. When MPI provides it, tessel makes
 // MPI calls from any thread without locking (one thread at a time per Communicator, as always).
 // When it provides MPI_THREAD_SERIALIZED, every MPI call tessel makes goes through one
@@ -127,10 +139,11 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
 // "/job:worker/replica:0/task:<p>/device:CPU:<d>" (options.name, default that task's name,
 // names the process in MPI-level errors). Every process must pass the same local_devices (else
 // kInvalidArgument naming the processes that differ, on every process).
-// all_reduce with kAuto or kHierarchical: the devices of a process reduce into device 0's output
-// in shared memory (each device one chunk), devices 0 all-reduce across processes with MPI's
-// all-reduce (kMpi), and the other devices copy the result: one participant per process talks
-// to MPI. kRing, kHalvingDoubling and kReduceToOne run over all P * local_devices ranks (pairs
+// all_reduce with kAuto or kHierarchical: every device of the processes of one host meets in
+// the host's shared memory (see the top of this file), the hosts' leaders over MPI; with
+// TESSEL_SHM=0 or one process per host, the devices of a process reduce into device 0's output
+// (each device one chunk), devices 0 all-reduce across processes with MPI's all-reduce (kMpi),
+// and the other devices copy the result: one participant per process talks to MPI. kRing, kHalvingDoubling and kReduceToOne run over all P * local_devices ranks (pairs
 // within a process in memory, others over MPI). kDirect and kMpi: kInvalidArgument. The other
 // collectives run point to point over all P * local_devices ranks, as on make_mpi_communicator;
 // barrier and send/recv work too. With one process the group is an in-process group.

@@ -4,8 +4,11 @@
 // MPI_SUM divided by N afterwards (integers truncate); bool sum/max are MPI_LOR, prod/min MPI_LAND.
 #include <climits>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "comm/algorithms.h"
+#include "comm/mpi/host_shm.h"
 #include "comm/mpi/mpi_hierarchy.h"
 #include "comm/mpi/mpi_transport.h"
 #include "comm/reduce_kernels.h"
@@ -159,7 +162,14 @@ void mpi_all_reduce(Transport& t, const AllReduceArgs& a) {
 }
 
 Algorithm auto_all_reduce_algorithm(const Transport& t, size_t /*bytes*/) {
-  if (dynamic_cast<const MpiTransport*>(&t) != nullptr) return Algorithm::kMpi;
+  if (const auto* m = dynamic_cast<const MpiTransport*>(&t)) {
+    // Where any two processes share a host (every process sees the same peers, so all choose
+    // alike), they meet in shared memory (mpi_hierarchy.cpp, host_shm.h).
+    std::set<std::string> hosts;
+    for (const auto& peer : m->peers()) hosts.insert(peer.host);
+    return HostShm::enabled() && hosts.size() < m->peers().size() ? Algorithm::kHierarchical
+                                                                 : Algorithm::kMpi;
+  }
   if (is_process_hierarchy(t)) return Algorithm::kHierarchical;
   return Algorithm::kRing;
 }

@@ -9,19 +9,25 @@
 //   Posts of ranks on other processes carry count and aux only.
 // - send/recv: within the process through the hub; across processes over MPI, the tag carrying
 //   both local device indices.
-// - all_reduce kHierarchical (and kAuto): process_hierarchy_all_reduce below: reduce within the
-//   process onto device 0's output (shared memory, chunk-parallel), MPI's all-reduce among the
-//   devices 0 (one per process), copy back within the process. Only device 0 talks to MPI.
+// - all_reduce kHierarchical (and kAuto): process_hierarchy_all_reduce below. Where processes
+//   share a host (and TESSEL_SHM is not 0): every device of the host's processes through the
+//   host's shared-memory segment, the hosts' leaders over MPI (host_shm.h, shm_all_reduce.cpp).
+//   Otherwise: reduce within the process onto device 0's output (chunk-parallel), MPI's
+//   all-reduce among the devices 0 (one per process), copy back within the process. Only device
+//   0 talks to MPI. The MPI transport's own groups (make_mpi_communicator) take the same
+//   shared-memory path under kHierarchical (kAuto picks it where processes share a host).
 // - the other collectives: with more than one process shares_memory() is false, so they run
 //   point to point over all the ranks (p2p_collectives.h); share() only refuses (kUnimplemented)
 //   should an algorithm still ask to read peers' buffers.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <optional>
 
 #include "comm/algorithms.h"
 #include "comm/in_process_hub.h"
+#include "comm/mpi/host_shm.h"
 #include "comm/mpi/mpi_hierarchy.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
@@ -55,6 +61,11 @@ struct ProcessGroup {
   // phases, read by the others after the second).
   std::vector<Post> posts;
   std::optional<Error> error;
+
+  // The shared-memory level between this host's processes (host_shm.h): made by device 0 in
+  // the first all-reduce; shm_tried is set before the local ranks next meet.
+  std::shared_ptr<HostShm> shm;
+  std::atomic<bool> shm_tried{false};
 };
 
 class HierarchicalTransport : public Transport {
@@ -182,9 +193,86 @@ bool is_process_hierarchy(const Transport& t) {
   return dynamic_cast<const HierarchicalTransport*>(&t) != nullptr;
 }
 
+namespace {
+
+// The MPI transport's group (one rank per process) through shared memory within each host, MPI
+// across hosts; MPI's all-reduce where no two processes share a host (or TESSEL_SHM=0).
+void mpi_group_all_reduce(MpiTransport& m, const AllReduceArgs& a) {
+  if (!m.host_shm_tried && HostShm::enabled()) {
+    std::vector<std::vector<int>> participants_of(static_cast<size_t>(m.size()));
+    for (int q = 0; q < m.size(); ++q) participants_of[static_cast<size_t>(q)] = {q};
+    std::string why_not;
+    m.host_shm = HostShm::create(m, participants_of, m.members(), *a.signature, a.deadline, &why_not);
+  }
+  m.host_shm_tried = true;
+  if (m.host_shm == nullptr) {
+    m.barrier(*a.signature, a.deadline);
+    return mpi_all_reduce(m, a);
+  }
+  // An abort the group heard of over MPI ends the call here (and the host's other
+  // participants' through the segment). Across hosts the ranks first meet over MPI, which
+  // compares their calls.
+  try {
+    m.poll_aborts();
+    if (m.host_shm->multi_host()) m.barrier(*a.signature, a.deadline);
+  } catch (const Error& e) {
+    m.host_shm->abort(e.message());
+    throw;
+  }
+  host_shm_all_reduce(*m.host_shm, m.host_shm->index_of_rank(m.rank()), a, m.size(), m);
+}
+
+// A hierarchical group's all-reduce through shared memory (device 0 makes the segment in the
+// first call, while the local ranks wait). False when the group has no shared-memory level.
+bool hierarchy_shm_all_reduce(HierarchicalTransport& h, const AllReduceArgs& a) {
+  ProcessGroup& g = h.group();
+  const int d = h.device();
+  if (!g.shm_tried.load()) {
+    if (!HostShm::enabled()) return false;
+    h.hub().barrier(*a.signature, a.deadline);
+    if (d == 0) {
+      try {
+        std::string why_not;
+        g.shm = HostShm::create(*g.mpi, g.ranks_of, g.members, *a.signature, a.deadline, &why_not);
+      } catch (const Error& e) {
+        g.error = e;
+      }
+      g.shm_tried.store(true);
+    }
+    h.hub().barrier(*a.signature, d == 0 ? a.deadline : a.deadline + kLeaderGrace);
+    if (g.error) throw *g.error;
+  }
+  if (g.shm == nullptr) return false;
+  if (d == 0) {  // as in mpi_group_all_reduce
+    try {
+      g.mpi->poll_aborts();
+      if (g.shm->multi_host()) g.mpi->barrier(*a.signature, a.deadline);
+    } catch (const Error& e) {
+      g.shm->abort(e.message());
+      throw;
+    }
+  }
+  host_shm_all_reduce(*g.shm, g.shm->index_of_rank(h.rank()), a,
+                      static_cast<int64_t>(g.members.size()), *g.mpi);
+  return true;
+}
+
+}  // namespace
+
+bool uses_host_shm(Transport& t) {
+  if (auto* m = dynamic_cast<MpiTransport*>(&t)) return m->host_shm != nullptr;
+  auto* h = dynamic_cast<HierarchicalTransport*>(&t);
+  return h != nullptr && h->group().shm != nullptr;
+}
+
 bool process_hierarchy_all_reduce(Transport& t, const AllReduceArgs& a) {
+  if (auto* m = dynamic_cast<MpiTransport*>(&t)) {
+    mpi_group_all_reduce(*m, a);
+    return true;
+  }
   auto* h = dynamic_cast<HierarchicalTransport*>(&t);
   if (h == nullptr) return false;
+  if (hierarchy_shm_all_reduce(*h, a)) return true;
   ProcessGroup& g = h->group();
   Transport& hub = h->hub();
   const int d = h->device();

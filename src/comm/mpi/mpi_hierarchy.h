@@ -15,6 +15,10 @@ namespace tessel::detail {
 // True for the transports of make_process_group's communicators.
 bool is_process_hierarchy(const Transport& t);
 
+// True when the all-reduce of `t` (a hierarchical or MPI transport) goes through a host's shared
+// memory: made by an earlier all-reduce (for the white-box tests).
+bool uses_host_shm(Transport& t);
+
 // One group spanning processes of `mpi`: members in rank order, member r owned by MPI rank
 // process_of[r] of `mpi`, every process owning at least one. Within a process the members meet
 // in shared memory; across processes over `mpi`. Returns the communicators of this process's

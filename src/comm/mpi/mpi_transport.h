@@ -38,6 +38,8 @@
 
 namespace tessel::detail {
 
+class HostShm;  // host_shm.h
+
 // Test seam: while one exists, every MpiTransport's send to rank `peer` fails as MPI fails a
 // send over a connection it has lost (MPI_ERR_INTERN, as Open MPI's TCP BTL after a reset).
 // The destructor also forgets the lost peer, so that the test process still finalizes MPI.
@@ -51,6 +53,10 @@ class ScopedMpiSendFault {
  private:
   bool peer_lost_before_;
 };
+
+// True when process `pid` (on this host) no longer runs: gone, or a zombie not yet reaped
+// (mpi_transport_liveness.cpp).
+bool process_gone(int64_t pid);
 
 class MpiTransport : public Transport {
  public:
@@ -124,8 +130,16 @@ class MpiTransport : public Transport {
                        Deadline deadline);
   // Throws kAborted if the group was aborted.
   void check_aborted();
+  // Receives pending abort records; throws kAborted if there was one (or the group is aborted).
+  // (The shared-memory all-reduce, which makes no MPI call on one host, calls it first.)
+  void poll_aborts();
   // The largest MPI tag this communicator allows.
   int tag_upper_bound() const { return tag_ub_; }
+
+  // The shared-memory level of this group's all-reduce (host_shm.h), made by the first
+  // all-reduce that wants it (host_shm_tried: made, or found unavailable).
+  std::shared_ptr<HostShm> host_shm;
+  bool host_shm_tried = false;
 
   MpiTransport(MPI_Comm comm, const MpiCommunicatorOptions& options);
 
@@ -168,8 +182,6 @@ class MpiTransport : public Transport {
   // Returns false when it was already aborted.
   bool abort_group(const std::string& reason, bool tell_peers, int lost = -1);
   [[noreturn]] void throw_aborted();
-  // Receives pending abort records; throws kAborted if there was one (or the group is aborted).
-  void poll_aborts();
 
   // ---- liveness (mpi_transport_liveness.cpp)
   // Aborts the group naming `peer`, whose `call` failed with `rc`, and throws kAborted.

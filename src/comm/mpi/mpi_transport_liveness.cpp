@@ -19,6 +19,8 @@ struct Probe {
   uint64_t nonce = 0;
 };
 
+}  // namespace
+
 // True when process `pid` (on this host) no longer runs: gone, or a zombie not yet reaped.
 bool process_gone(int64_t pid) {
   if (pid <= 0) return false;
@@ -31,8 +33,6 @@ bool process_gone(int64_t pid) {
   const char state = stat[paren + 2];
   return state == 'Z' || state == 'X';
 }
-
-}  // namespace
 
 // ---- lost peers ------------------------------------------------------------------------------
 
