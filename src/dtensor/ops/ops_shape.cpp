@@ -116,7 +116,6 @@ const uint8_t* bytes_of(const Tensor& t) { return static_cast<const uint8_t*>(t.
 uint8_t* bytes_of(Tensor& t) { return static_cast<uint8_t*>(t.data()); }
 
 // ---- reshape ------------------------------------------------------------------------------
-
 constexpr std::string_view kReshape = "reshape";
 
 TensorSpec infer_reshape(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
@@ -240,7 +239,6 @@ void reshape_kernel(const std::vector<Tensor>& in, Tensor& out) {
 }
 
 // ---- transpose ----------------------------------------------------------------------------
-
 constexpr std::string_view kTranspose = "transpose";
 
 std::vector<int64_t> resolve_perm(const std::vector<int64_t>& perm, int rank) {
@@ -366,7 +364,6 @@ void transpose_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs&
 }
 
 // ---- slice --------------------------------------------------------------------------------
-
 constexpr std::string_view kSlice = "slice";
 
 // The slice's sizes with -1 resolved; kInvalidArgument for bad begin / size.
@@ -429,7 +426,6 @@ void slice_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& att
 }
 
 // ---- slice_grad(g): g padded with zeros to attrs.shape at attrs.begin -------------------
-
 constexpr std::string_view kSliceGrad = "slice_grad";
 
 TensorSpec infer_slice_grad(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {

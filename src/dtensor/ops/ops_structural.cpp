@@ -42,7 +42,6 @@ namespace {
 constexpr int64_t kGrainElements = int64_t{1} << 14;
 
 // ---- pad -------------------------------------------------------------------------------------
-
 constexpr std::string_view kPad = "pad";
 
 void check_padding(size_t dim, int64_t before, int64_t after, const Shape& x) {
@@ -88,7 +87,6 @@ void pad_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs
 }
 
 // ---- cumsum ----------------------------------------------------------------------------------
-
 constexpr std::string_view kCumsum = "cumsum";
 
 int64_t cumsum_axis(const OpAttrs& attrs, int rank) {
@@ -137,7 +135,6 @@ void cumsum_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& at
 }
 
 // ---- one_hot ---------------------------------------------------------------------------------
-
 constexpr std::string_view kOneHot = "one_hot";
 
 // Calls f.template operator()<T>() for one_hot's output dtypes.
@@ -210,7 +207,6 @@ void one_hot_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& a
 }
 
 // ---- top_k -----------------------------------------------------------------------------------
-
 constexpr std::string_view kTopK = "top_k";
 
 TensorSpec infer_top_k(const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
