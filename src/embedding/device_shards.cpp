@@ -468,11 +468,11 @@ void DeviceShards::update_row_with_piece(int table, int64_t local_row, const flo
                                          TouchedRows& touched) {
   TableShard& shard = shards_[static_cast<size_t>(table)];
   const int64_t base = local_row * shard.cols;
-  std::vector<float*> slots;
-  for (Tensor& slot : shard.slots) slots.push_back(slot.data<float>() + base);
+  touched.piece_slots.clear();  // kept from piece to piece: no allocation per row
+  for (Tensor& slot : shard.slots) touched.piece_slots.push_back(slot.data<float>() + base);
   touched.piece.assign(piece, piece + shard.cols);  // the update clips it in place
   update_row(layout_.config.tables[static_cast<size_t>(table)].optimization_parameters,
-             step_lr_[static_cast<size_t>(table)], shard.data + base, slots.data(),
+             step_lr_[static_cast<size_t>(table)], shard.data + base, touched.piece_slots.data(),
              touched.piece.data(), shard.cols);
   touched.updated_per_piece.emplace_back(table, local_row);
 }

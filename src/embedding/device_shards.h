@@ -53,6 +53,7 @@ struct TouchedRows {
   // update clips it in place).
   std::vector<std::pair<int, int64_t>> updated_per_piece;
   std::vector<float> piece;
+  std::vector<float*> piece_slots;  // the row's place in each optimizer slot
   // By table, by local row: the row's index in `rows`, -1 when untouched. Allocated on a
   // table's first touch; forget_slots() resets only the touched entries.
   std::vector<std::vector<int32_t>> slots;
