@@ -83,8 +83,10 @@ void stalled_participant_case(const std::string& collective,
                               const std::function<void(int, Communicator&, const CollectiveOptions&)>& call,
                               const std::string& signature) {
   constexpr int kN = 4, kStalled = 2, kWarmup = 3;
-  const auto timeout = std::chrono::milliseconds(500);
-  const double bound = 0.5 * 1.1;
+  // 1 s: the 10% margin (100 ms) must also absorb the wake-up of a rank's thread on a loaded
+  // 2-core machine, where ctest runs another suite beside this one.
+  const auto timeout = std::chrono::seconds(1);
+  const double bound = 1.0 * 1.1;
   Faults stall;
   stall.stall_at = kWarmup + 1;
   stall.stall_limit = std::chrono::seconds(10);
@@ -111,11 +113,11 @@ void stalled_participant_case(const std::string& collective,
     EXPECT_TRUE(contains(what, "for ranks [2 (rank 2)]")) << who << ": " << what;
     EXPECT_TRUE(contains(what, "(sequence 4)")) << who << ": " << what;
     EXPECT_TRUE(contains(what, signature + " over group [rank 0, rank 1, rank 2, rank 3]")) << who << ": " << what;
-    EXPECT_LE(out[r].seconds, bound) << who << " took " << out[r].seconds << " s (timeout 0.5 s)";
+    EXPECT_LE(out[r].seconds, bound) << who << " took " << out[r].seconds << " s (timeout 1 s)";
     if (code == ErrorCode::kDeadlineExceeded) {
       // Its own deadline ended the wait. (A rank released with kAborted may end a little
       // earlier: a peer that started the collective first reached its deadline first.)
-      EXPECT_GE(out[r].seconds, 0.5 - 0.01) << who << " gave up before the deadline";
+      EXPECT_GE(out[r].seconds, 1.0 - 0.01) << who << " gave up before the deadline";
       ++deadline_count;
       EXPECT_TRUE(contains(what, "did not arrive")) << what;
     } else {
@@ -187,7 +189,7 @@ TEST(CollectiveFaults, StalledParticipantInPointToPointAllReducesEndsWithinTimeo
           [&](int, Communicator& c) {
             CollectiveOptions o;
             o.algorithm = algorithm;
-            o.timeout = std::chrono::milliseconds(500);
+            o.timeout = std::chrono::seconds(1);  // see stalled_participant_case on the margin
             Tensor x = Tensor::full({1000}, DType::kF32, 1);
             c.all_reduce(x, x, ReduceOp::kSum, o);
           },
@@ -199,7 +201,7 @@ TEST(CollectiveFaults, StalledParticipantInPointToPointAllReducesEndsWithinTimeo
         ASSERT_TRUE(e.thrown) << "rank " << r;
         EXPECT_TRUE(e.code == ErrorCode::kDeadlineExceeded || e.code == ErrorCode::kAborted) << e.what;
         deadline_count += e.code == ErrorCode::kDeadlineExceeded;
-        EXPECT_LE(out[r].seconds, 0.5 * 1.1) << "rank " << r;
+        EXPECT_LE(out[r].seconds, 1.0 * 1.1) << "rank " << r << " took " << out[r].seconds << " s: " << e.what;
         EXPECT_TRUE(contains(e.what, "all_reduce(f32, 1000 elements, sum, " + std::string(algorithm_name(algorithm)) +
                                          ") over group [rank 0, rank 1, rank 2, rank 3] (sequence 1)"))
             << e.what;
