@@ -344,6 +344,7 @@ void bind_blas_and_threads(py::module_& m) {
       .def_readonly("path", &BlasInfo::path)
       .def_readonly("not_mkl", &BlasInfo::not_mkl)
       .def_readonly("bf16_gemm", &BlasInfo::bf16_gemm)
+      .def_readonly("f16_gemm", &BlasInfo::f16_gemm)
       .def("to_string", &BlasInfo::to_string)
       .def("__repr__", &BlasInfo::to_string);
   m.def("blas_info", &blas_info, py::return_value_policy::reference,

@@ -77,10 +77,11 @@ constexpr const char* kHelp =
     "                      moments stored sharded over batch, each parameter all-gathered where\n"
     "                      it is used, its gradient reduce-scattered (docs/memory.md); no effect\n"
     "                      on a mesh whose batch dimension is 1\n"
-    "  --dtype f32|bf16    gpt: the dtype of the matmuls of activations by weights (default\n"
+    "  --dtype f32|bf16|f16  gpt: the dtype of the matmuls of activations by weights (default\n"
     "                      f32); bf16: mixed precision as torch's CPU autocast (bf16 operands,\n"
     "                      f32 sums; parameters, gradients, AdamW, norms, softmax and the loss\n"
-    "                      in f32; docs/gpt.md)\n"
+    "                      in f32; docs/gpt.md); f16: the same with f16 products (MKL's hgemm)\n"
+    "                      and dynamic loss scaling from 65536 (overflowing steps skipped)\n"
     "  --dropout X         gpt: dropout rate (default: the config's)\n"
     "  --lr X              peak learning rate (default: the config's)\n"
     "  --seed N            initialisation, data and dropout seed (default 1337)\n"
@@ -180,8 +181,8 @@ Options parse(const Args& args) {
     o.recompute = v;
   });
   flags.custom({"--dtype"}, [&](const std::string& flag, const std::string& v) {
-    if (v != "f32" && v != "bf16")
-      flags.fail(fmt::format("{} expects f32 or bf16, got '{}'", flag, v));
+    if (v != "f32" && v != "bf16" && v != "f16")
+      flags.fail(fmt::format("{} expects f32, bf16 or f16, got '{}'", flag, v));
     o.dtype = v;
   });
   flags.custom({"--device"}, [&](const std::string& flag, const std::string& v) {
@@ -267,6 +268,8 @@ gpt::GptConfig gpt_config_of(const Options& o) {
   if (o.dropout) c.dropout = *o.dropout;
   c.recompute = gpt::parse_recompute(o.recompute);
   c.dtype = gpt::parse_matmul_dtype(o.dtype);
+  // f16's range needs the loss scaled (examples/train/loss_scale.h): PyTorch's GradScaler start.
+  if (c.dtype == DType::kF16) c.loss_scale = 65536;
   return c;
 }
 
@@ -350,7 +353,11 @@ std::string memory_line(const gpt::LanguageModelTrainer& trainer,
 Json run_json(const Options& o, const ClientConfig& client, const train::TrainHistory& history,
               const Json& memory) {
   Json losses = Json::array();
-  for (const train::StepReport& r : history.steps) losses.push_back(json_number(r.loss));
+  int64_t skipped = 0;  // dynamic loss scaling's skipped updates (f16)
+  for (const train::StepReport& r : history.steps) {
+    losses.push_back(json_number(r.loss));
+    skipped += r.skipped ? 1 : 0;
+  }
   Json evals = Json::array();
   for (const train::Evaluation& e : history.evaluations) {
     evals.push_back(Json{{"step", e.step},
@@ -375,6 +382,9 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"median_step_seconds", json_number(history.median_step_seconds())},
               {"tokens_per_second", json_number(history.tokens_per_second())},
               {"losses", losses},
+              {"skipped_steps", skipped},
+              {"final_loss_scale",
+               json_number(history.steps.empty() ? 0.0 : history.steps.back().loss_scale)},
               {"evals", evals},
               {"memory", memory}};
 }

@@ -27,8 +27,9 @@ std::string_view recompute_name(Recompute recompute) {
 DType parse_matmul_dtype(std::string_view name) {
   if (name == "f32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
   throw Error(ErrorCode::kInvalidArgument, "gpt",
-              "unknown matmul dtype '" + std::string(name) + "': one of f32, bf16");
+              "unknown matmul dtype '" + std::string(name) + "': one of f32, bf16, f16");
 }
 
 GptConfig GptConfig::preset(const std::string& name) {
@@ -107,9 +108,9 @@ void GptConfig::validate() const {
     throw Error(ErrorCode::kInvalidArgument, "gpt",
                 "dropout must be in [0, 1), got " + std::to_string(dropout));
   }
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     throw Error(ErrorCode::kInvalidArgument, "gpt",
-                "dtype must be f32 or bf16, got " + std::string(dtype_name(dtype)));
+                "dtype must be f32, bf16 or f16, got " + std::string(dtype_name(dtype)));
   }
 }
 

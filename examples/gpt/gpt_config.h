@@ -24,7 +24,8 @@ enum class Recompute { kNone, kSelective, kFull };
 Recompute parse_recompute(std::string_view name);
 std::string_view recompute_name(Recompute recompute);
 
-// GptConfig::dtype from its name: "f32" or "bf16"; another name: kInvalidArgument listing them.
+// GptConfig::dtype from its name: "f32", "bf16" or "f16"; another name: kInvalidArgument
+// listing them.
 DType parse_matmul_dtype(std::string_view name);
 
 // The model's shape; the training hyper-parameters are train::TrainingConfig's (nanoGPT's
@@ -39,8 +40,10 @@ struct GptConfig : train::TrainingConfig {
   Recompute recompute = Recompute::kNone;  // what the training step recomputes (memory)
   // The dtype of the matmuls of activations by weights (q, k, v, the projections, the MLP, the
   // head): f32, or bf16 as torch's CPU autocast runs them (both operands cast to bf16, f32 sums,
-  // the product cast back to f32). Parameters, gradients, AdamW, norms, softmax and the loss stay
-  // f32 (mixed precision with f32 master weights; docs/gpt.md).
+  // the product cast back to f32), or f16 the same way with f16 products (blas.h's gemm_f16: MKL's
+  // hgemm, twice sgemm's rate on a CPU with AVX512-FP16) and the loss scaled
+  // (TrainingConfig::loss_scale, which the f16 run needs). Parameters, gradients, AdamW, norms,
+  // softmax and the loss stay f32 (mixed precision with f32 master weights; docs/gpt.md).
   DType dtype = DType::kF32;
 
   // "tiny": nanoGPT's CPU recipe (published validation loss about 1.88 after 2000 steps).
@@ -59,7 +62,7 @@ struct GptConfig : train::TrainingConfig {
   // FLOPs per token as torchtitan counts them: 6 N + 12 L H Q T (N with the embeddings).
   double flops_per_token() const;
   // kInvalidArgument naming the field unless every size is positive, n_embd % n_head == 0,
-  // dropout is in [0, 1) and dtype is f32 or bf16.
+  // dropout is in [0, 1) and dtype is f32, bf16 or f16.
   void validate() const;
 };
 

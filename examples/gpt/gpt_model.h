@@ -23,7 +23,7 @@
 // then calls this model again, so the model must outlive the gradient computation.
 // config().fsdp stores every parameter sharded over `batch` as well (ZeRO-3, language_model.h):
 // each block gathers its parameters when it starts, the gradients are reduce-scattered.
-// config().dtype bf16: the matmuls of activations by weights run in bf16 (project()); the
+// config().dtype bf16 or f16: the matmuls of activations by weights run in it (project()); the
 // attention's q k^T and probabilities times v stay f32.
 // Mesh dimensions: `batch` and `model` are looked up by name; a missing one counts as size 1.
 // The parameter registry (names, shapes, layouts, init, from_host), tokens() and loss() are
@@ -87,7 +87,8 @@ class GptModel : public LanguageModel {
   DTensor attention_core(const std::vector<DTensor>& qkv, int layer,
                          const ForwardOptions& options) const;
   // x @ w (w^T when transpose_w) in config().dtype: for bf16 both cast to bf16, the product (f32
-  // sums, rounded to bf16) cast back to f32; the weight's gradient comes back in f32 (cast's VJP).
+  // sums, rounded to bf16) cast back to f32; for f16 likewise with gemm_f16's product; the
+  // weight's gradient comes back in f32 (cast's VJP).
   DTensor project(const DTensor& x, const DTensor& w, bool transpose_w = false) const;
   DTensor maybe_dropout(const DTensor& x, const ForwardOptions& options, uint64_t site) const;
   // embed() and head() with the token embedding already in its compute layout (logits() gathers

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "tessel/core/error.h"
 #include "tessel/dtensor/op_profile.h"
 
 namespace tessel::gpt {
@@ -23,7 +24,13 @@ GptPipelineTrainer::GptPipelineTrainer(GptConfig config, const Mesh& mesh, Pipel
       LanguageModelTrainer(
           "gpt", std::move(data), config,
           [this](int) { return std::make_unique<GptModel>(pipeline().stage_model(0)); }, runtime,
-          [this](const LanguageModel&, uint64_t seed) { return pipeline().init(seed); }) {}
+          [this](const LanguageModel&, uint64_t seed) { return pipeline().init(seed); }) {
+  if (config.loss_scale > 0) {
+    throw Error(ErrorCode::kUnimplemented, "gpt",
+                "loss scaling (f16 matmuls) is not in the pipelined trainer yet: its schedule "
+                "computes the gradients itself; use f32 or bf16 with --mesh stage=...");
+  }
+}
 
 LanguageModelTrainer::BatchGradients GptPipelineTrainer::batch_gradients(
     const Tensor& idx, const Tensor& targets, const ForwardOptions& options) {

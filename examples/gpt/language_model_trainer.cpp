@@ -1,6 +1,7 @@
 #include "language_model_trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include <fmt/format.h>
@@ -48,7 +49,13 @@ LanguageModelTrainer::LanguageModelTrainer(std::string name, CharDataset data,
       optimizer_(training_.learning_rate, training_.beta1, training_.beta2, 1e-8,
                  training_.weight_decay),
       schedule_{training_.learning_rate, training_.min_lr, training_.warmup_iters,
-                training_.lr_decay_iters} {}
+                training_.lr_decay_iters} {
+  if (training_.loss_scale > 0) {
+    loss_scale_.emplace(train::DynamicLossScale::Options{
+        .initial = training_.loss_scale,
+        .growth_interval = training_.loss_scale_growth_interval});
+  }
+}
 
 StepReport LanguageModelTrainer::step() { return train::take_step(*this); }
 
@@ -62,12 +69,20 @@ train::PendingStep LanguageModelTrainer::compute_step() {
       data_.batch(Split::kTrain, step_, c.batch_size, model_->block_size(), c.seed);
   const ForwardOptions options{.training = true,
                                .dropout_seed = c.seed * 7919 + static_cast<uint64_t>(step_)};
+  r.loss_scale = loss_scale_ ? loss_scale_->scale() : 0;
   BatchGradients g = batch_gradients(idx_host, targets_host, options);
   r.loss = g.loss;
   r.grad_norm = g.norm;
-  return {r, [this, clipped = std::move(g.clipped)] {
+  if (loss_scale_) {
+    // Overflow at a scale above 1: skip the update and back off. At scale 1 the non-finite norm
+    // stays in the report, and take_step stops on it.
+    const bool finite = std::isfinite(g.norm);
+    r.skipped = !finite && loss_scale_->can_back_off();
+    loss_scale_->update(finite);
+  }
+  return {r, [this, skipped = r.skipped, clipped = std::move(g.clipped)] {
             const ProfilePhase optimizer("optimizer");
-            optimizer_.apply(params_, clipped);
+            if (!skipped) optimizer_.apply(params_, clipped);
             ++step_;
           }};
 }
@@ -79,15 +94,23 @@ LanguageModelTrainer::BatchGradients LanguageModelTrainer::batch_gradients(
   // The phases of the op profile (op_profile.h): the forward pass inside the backward one, whose
   // ops are those value_and_grad runs after it.
   std::optional<ProfilePhase> phase(std::in_place, "backward");
+  const double scale = loss_scale();
   auto [loss, grads] = value_and_grad(
       [&](const std::vector<DTensor>& p) {
         const ProfilePhase forward("forward");
-        return model_->loss(p, idx, targets, options);
+        const DTensor l = model_->loss(p, idx, targets, options);
+        return scale == 1.0 ? l : multiply(l, scale);
       },
       params_);
   phase.emplace("optimizer");
-  auto [clipped, norm] = clip_by_global_norm(std::move(grads), training_.grad_clip);
-  return {scalar_of(loss), std::move(clipped), scalar_of(norm)};
+  // Clipping the scaled gradients to the scaled bound, then unscaling them: the clipped unscaled
+  // gradients (one more pass over them only when scaled).
+  auto [clipped, norm] = clip_by_global_norm(std::move(grads), training_.grad_clip * scale);
+  const double scaled_norm = scalar_of(norm);
+  if (scale != 1.0 && std::isfinite(scaled_norm)) {
+    for (DTensor& g : clipped) g = multiply(g, 1.0 / scale);
+  }
+  return {scalar_of(loss) / scale, std::move(clipped), scaled_norm / scale};
 }
 
 double LanguageModelTrainer::batch_loss(const Tensor& idx, const Tensor& targets) {
@@ -103,6 +126,10 @@ checkpoint::State LanguageModelTrainer::state() const {
   checkpoint::State state{{"step", step_},
                           {"seed", static_cast<int64_t>(training_.seed)},
                           {"optimizer/iterations", optimizer_.iterations()}};
+  if (loss_scale_) {
+    state["loss_scale"] = loss_scale_->scale();
+    state["loss_scale/good_steps"] = loss_scale_->good_steps();
+  }
   for (size_t i = 0; i < names.size(); ++i) state["model/" + names[i]] = params_[i];
   for (const auto& [slot, tensors] : optimizer_.slots()) {
     for (size_t i = 0; i < names.size(); ++i)
@@ -139,6 +166,12 @@ void LanguageModelTrainer::restore(const std::string& directory) {
     }
   }
   optimizer_.restore(std::get<int64_t>(saved.at("optimizer/iterations")), params, slots);
+  // A checkpoint without a loss scale (an f32 or bf16 run) starts this run's at its initial one.
+  auto scale = saved.find("loss_scale");
+  auto good = saved.find("loss_scale/good_steps");
+  if (loss_scale_ && scale != saved.end() && good != saved.end()) {
+    loss_scale_->restore(std::get<double>(scale->second), std::get<int64_t>(good->second));
+  }
   params_ = std::move(params);
   step_ = std::get<int64_t>(saved.at("step"));
 }

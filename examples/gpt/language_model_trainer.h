@@ -16,18 +16,23 @@
 // on every mesh), loss and gradients with value_and_grad (the data-parallel sums reduced in
 // fused buckets), clip_by_global_norm, AdamW (decay on the 2-D parameters only). A loss or
 // gradient norm that is not finite stops training (train::take_step): kFailedPrecondition from
-// name() naming the step and the value, instead of training on NaN.
+// name() naming the step and the value, instead of training on NaN. With training.loss_scale > 0
+// (f16 mixed precision) the loss is scaled before the backward pass and the gradients unscaled
+// after (train::DynamicLossScale); a step whose scaled gradients overflow is skipped, not
+// applied, and the scale backs off.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "char_dataset.h"
 #include "language_model.h"
+#include "loss_scale.h"
 #include "tessel/checkpoint/checkpoint.h"
 #include "tessel/dtensor/optimizers.h"
 #include "trainable.h"
@@ -68,7 +73,8 @@ class LanguageModelTrainer : public train::Trainable {
   // moments ("optimizer/m/<name>", "optimizer/v/<name>") and update count
   // ("optimizer/iterations"), the next step ("step"). The batches and the dropout masks are keyed
   // by the step and the seed ("seed", checked by restore), so a run restored on the same mesh
-  // continues bit for bit as if it had not stopped.
+  // continues bit for bit as if it had not stopped. With loss scaling, the scale and its count
+  // of good steps too ("loss_scale", "loss_scale/good_steps").
   checkpoint::State state() const override;
   // Continues from a checkpoint of state(), saved on any mesh: every tensor is restored onto
   // this trainer's layouts. A checkpoint of another seed: kInvalidArgument naming both.
@@ -86,7 +92,8 @@ class LanguageModelTrainer : public train::Trainable {
  protected:
   // What a training step computes from a batch (host token ids and targets [B, T]): the mean
   // loss, the gradients clipped to global norm training().grad_clip, and the norm before
-  // clipping. By default value_and_grad of the model's loss and clip_by_global_norm; a pipelined
+  // clipping, all unscaled: the gradients are computed at loss_scale() (1 without loss scaling)
+  // and the norm is not finite when they overflowed. By default value_and_grad of the model's loss and clip_by_global_norm; a pipelined
   // trainer (gpt_pipeline_trainer.h) runs its schedule instead.
   struct BatchGradients {
     double loss = 0;
@@ -95,6 +102,8 @@ class LanguageModelTrainer : public train::Trainable {
   };
   virtual BatchGradients batch_gradients(const Tensor& idx, const Tensor& targets,
                                          const ForwardOptions& options);
+  // The current dynamic loss scale; 1 without loss scaling.
+  double loss_scale() const { return loss_scale_ ? loss_scale_->scale() : 1.0; }
   // The mean loss of a batch without dropout (evaluations).
   virtual double batch_loss(const Tensor& idx, const Tensor& targets);
   // The logits [1, T, V] of one row of token ids [1, T] (generation).
@@ -109,6 +118,7 @@ class LanguageModelTrainer : public train::Trainable {
   std::vector<DTensor> params_;
   AdamW optimizer_;
   WarmupCosineDecay schedule_;
+  std::optional<train::DynamicLossScale> loss_scale_;  // training.loss_scale > 0
   int64_t step_ = 0;
 };
 

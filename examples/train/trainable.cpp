@@ -13,7 +13,7 @@ StepReport take_step(Trainable& model) {
   const auto start = std::chrono::steady_clock::now();
   PendingStep pending = model.compute_step();
   StepReport& r = pending.report;
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+  if (!std::isfinite(r.loss) || (!r.skipped && !std::isfinite(r.grad_norm))) {
     throw Error(ErrorCode::kFailedPrecondition, model.name(),
                 fmt::format("step {}: the loss is {} and the gradient norm {} (learning rate {}); "
                             "stopped before applying a non-finite update",

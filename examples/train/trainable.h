@@ -6,7 +6,8 @@
 // A step is computed first and applied second (PendingStep), so that take_step can refuse an
 // update whose loss or gradient norm is not finite: kFailedPrecondition from the trainable's
 // name(), naming the step, the values and the learning rate, with the parameters untouched
-// (training on NaN would only print NaN from then on).
+// (training on NaN would only print NaN from then on). A step skipped by dynamic loss scaling
+// (StepReport::skipped) has a non-finite norm by design and passes.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,11 @@ struct StepReport {
   double learning_rate = 0;
   double grad_norm = 0;  // before clipping
   double seconds = 0;    // wall time of the step, including the loss's transfer to the host
+  // Dynamic loss scaling (loss_scale.h): the scale the step's gradients were computed at (0:
+  // none), and whether its update was skipped for gradients that overflowed at that scale (the
+  // step still counts; grad_norm is then not finite).
+  double loss_scale = 0;
+  bool skipped = false;
 };
 
 // A step whose loss and gradients are computed but whose update is not applied yet.

@@ -29,6 +29,10 @@ struct TrainingConfig {
   // the forward pass uses it (gpt::LanguageModel, docs/memory.md). No effect without a `batch`
   // dimension of size > 1.
   bool fsdp = false;
+  // Dynamic loss scaling (loss_scale.h) from this initial scale; 0: none. f16 mixed precision
+  // needs it (`tessel train gpt --dtype f16` sets 65536); f32 and bf16 do not.
+  double loss_scale = 0;
+  int64_t loss_scale_growth_interval = 2000;  // finite steps in a row before the scale doubles
 };
 
 }  // namespace tessel::train

@@ -98,6 +98,36 @@ def test_bf16_matmul_matches_numpy_on_the_rounded_inputs(mesh, specs_a, specs_b)
     assert np.array_equal(got, bf16(got))  # the output is bf16 values
 
 
+def test_the_f16_gemm_is_named():
+    info = tessel.blas_info()
+    if info.path:
+        assert info.f16_gemm == "cblas_hgemm (MKL)"
+    else:
+        assert info.f16_gemm == f"sgemm on inputs widened to f32 ({info.library} has no f16 GEMM)"
+
+
+@pytest.mark.parametrize("specs_a, specs_b", [
+    (["x", "unsharded"], ["unsharded", "y"]),
+    (["x", "y"], ["y", "unsharded"]),
+    (["unsharded", "unsharded"], ["unsharded", "unsharded"])])
+def test_f16_matmul_matches_numpy_on_the_rounded_inputs(mesh, specs_a, specs_b):
+    a = rand((37, 64), 7, dtype=np.float32)
+    b = rand((64, 29), 8, dtype=np.float32)
+    out = tessel.matmul(tessel.cast(put(a, specs_a, mesh), "float16"),
+                        tessel.cast(put(b, specs_b, mesh), "float16"))
+    assert out.dtype == "f16"
+    a16, b16 = a.astype(np.float16).astype(np.float64), b.astype(np.float16).astype(np.float64)
+    want = a16 @ b16
+    scale = np.abs(a16) @ np.abs(b16)
+    # MKL's hgemm sums in f16: the k-term bound (k + 1) u sum|a b| with u = 2^-11, plus the
+    # output's rounding; a Partial output's per-device sums are rounded as well.
+    u = 2.0**-11
+    tolerance = (65 + (4 if out.layout.partial else 0)) * u * scale + u * np.abs(want) + 1e-7
+    got = host(out)
+    assert np.all(np.abs(got - want) <= tolerance), np.max(np.abs(got - want) - tolerance)
+    assert np.array_equal(got, got.astype(np.float16).astype(got.dtype))  # f16 values
+
+
 def test_the_cores_and_a_bad_thread_count(threads):
     assert tessel.machine_cores() >= 1
     assert tessel.intra_op_threads() >= 1

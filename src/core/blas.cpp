@@ -131,6 +131,7 @@ struct Gemms {
   detail::SgemmFn sgemm = nullptr;
   detail::DgemmFn dgemm = nullptr;
   detail::Bf16GemmFn gemm_bf16 = nullptr;
+  detail::HgemmFn hgemm = nullptr;  // MKL's only; null: f16 inputs are widened to f32 for sgemm
 };
 Gemms g_gemms;
 
@@ -147,6 +148,13 @@ void use_openblas() {
   };
   // Exported by OpenBLAS builds with BUILD_BFLOAT16 only (not Debian 12's), hence looked up.
   g_gemms.gemm_bf16 = reinterpret_cast<detail::Bf16GemmFn>(dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
+}
+
+std::string f16_gemm_name(const BlasInfo& info) {
+  if (g_gemms.hgemm == nullptr) {
+    return "sgemm on inputs widened to f32 (" + info.library + " has no f16 GEMM)";
+  }
+  return "cblas_hgemm (MKL)";
 }
 
 std::string bf16_gemm_name(const BlasInfo& info) {
@@ -178,7 +186,9 @@ BlasInfo choose_blas() {
       g_gemms.sgemm = mkl->sgemm;
       g_gemms.dgemm = mkl->dgemm;
       g_gemms.gemm_bf16 = mkl->gemm_bf16;
+      g_gemms.hgemm = mkl->hgemm;
       info.bf16_gemm = bf16_gemm_name(info);
+      info.f16_gemm = f16_gemm_name(info);
       return info;
     } else if (mkl) {
       why_not = "MKL is there, but the CPU is not an Intel one (OpenBLAS picks kernels for it)";
@@ -196,6 +206,7 @@ BlasInfo choose_blas() {
   info.not_mkl = why_not;
   use_openblas();
   info.bf16_gemm = bf16_gemm_name(info);
+  info.f16_gemm = f16_gemm_name(info);
   return info;
 }
 
@@ -227,7 +238,7 @@ int blas_int(int64_t v, std::string_view what) {
 // C's rows (or columns) per thread at the least: below this the split costs more than it saves.
 constexpr int64_t kMinFlopsPerThread = int64_t{1} << 21;
 
-// One single-threaded BLAS call, C = op(A) op(B) (C is f32 for bf16 A and B).
+// One single-threaded BLAS call, C = op(A) op(B) (C is f32 for bf16 A and B, f16 for f16 ones).
 template <typename T, typename C>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* a, int lda,
           const T* b, int ldb, C* c, int ldc) {
@@ -235,6 +246,12 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const T* 
     g_gemms.sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
     g_gemms.dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+  } else if constexpr (std::is_same_v<T, float16>) {
+    static_assert(std::is_same_v<C, float16> && sizeof(float16) == sizeof(uint16_t));
+    constexpr uint16_t kOne = 0x3C00, kZero = 0;  // 1.0 and 0.0 in binary16
+    g_gemms.hgemm(CblasRowMajor, ta, tb, m, n, k, kOne, reinterpret_cast<const uint16_t*>(a), lda,
+                  reinterpret_cast<const uint16_t*>(b), ldb, kZero,
+                  reinterpret_cast<uint16_t*>(c), ldc);
   } else {
     static_assert(std::is_same_v<T, bfloat16> && sizeof(bfloat16) == sizeof(uint16_t));
     g_gemms.gemm_bf16(CblasRowMajor, ta, tb, m, n, k, 1.0f, reinterpret_cast<const uint16_t*>(a),
@@ -265,8 +282,9 @@ void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, i
   }
 }
 
-// A rows x cols bf16 matrix (leading dimension ld) widened to a contiguous f32 one (exact).
-std::vector<float> widened(const bfloat16* p, int64_t rows, int64_t cols, int64_t ld) {
+// A rows x cols bf16 or f16 matrix (leading dimension ld) widened to a contiguous f32 one (exact).
+template <typename T>
+std::vector<float> widened(const T* p, int64_t rows, int64_t cols, int64_t ld) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
   parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1)),
                [&](int64_t r0, int64_t r1) {
@@ -307,31 +325,65 @@ void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, i
   split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
-void gemm_bf16_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a,
-                   int64_t lda, const bfloat16* b, int64_t ldb, float* c, int64_t ldc) {
-  checked_blas();
-  if (g_gemms.gemm_bf16 != nullptr) {
-    split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-    return;
-  }
-  // op(A) is m x k: A is stored k x m when transposed; likewise B.
+namespace {
+
+// C (f32) = op(A) op(B) for 16-bit A and B widened to f32 (exact) for sgemm: the fallback where
+// the library has no GEMM of their type. op(A) is m x k: A is stored k x m when transposed;
+// likewise B.
+template <typename T>
+void widened_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                  const T* b, int64_t ldb, float* c, int64_t ldc) {
   const std::vector<float> a32 = widened(a, ta ? k : m, ta ? m : k, lda);
   const std::vector<float> b32 = widened(b, tb ? n : k, tb ? k : n, ldb);
   split_gemm(ta, tb, m, n, k, a32.data(), ta ? m : k, b32.data(), tb ? k : n, c, ldc);
 }
 
-void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda,
-               const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc) {
-  std::vector<float> sums(static_cast<size_t>(m * n));
-  gemm_bf16_f32(ta, tb, m, n, k, a, lda, b, ldb, sums.data(), n);
+}  // namespace
+
+void gemm_bf16_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a,
+                   int64_t lda, const bfloat16* b, int64_t ldb, float* c, int64_t ldc) {
+  checked_blas();
+  if (g_gemms.gemm_bf16 != nullptr) {
+    split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  } else {
+    widened_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  }
+}
+
+namespace {
+
+// C (bf16 or f16, leading dimension ldc) = the m x n f32 sums rounded once to nearest even.
+template <typename T>
+void round_into(const std::vector<float>& sums, int64_t m, int64_t n, T* c, int64_t ldc) {
   parallel_for(m, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(n, 1)),
                [&](int64_t r0, int64_t r1) {
                  for (int64_t r = r0; r < r1; ++r) {
                    for (int64_t j = 0; j < n; ++j) {
-                     c[r * ldc + j] = bfloat16(sums[static_cast<size_t>(r * n + j)]);
+                     c[r * ldc + j] = T(sums[static_cast<size_t>(r * n + j)]);
                    }
                  }
                });
+}
+
+}  // namespace
+
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bfloat16* a, int64_t lda,
+               const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc) {
+  std::vector<float> sums(static_cast<size_t>(m * n));
+  gemm_bf16_f32(ta, tb, m, n, k, a, lda, b, ldb, sums.data(), n);
+  round_into(sums, m, n, c, ldc);
+}
+
+void gemm_f16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float16* a, int64_t lda,
+              const float16* b, int64_t ldb, float16* c, int64_t ldc) {
+  checked_blas();
+  if (g_gemms.hgemm != nullptr) {
+    split_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
+  std::vector<float> sums(static_cast<size_t>(m * n));
+  widened_gemm(ta, tb, m, n, k, a, lda, b, ldb, sums.data(), n);
+  round_into(sums, m, n, c, ldc);
 }
 
 }  // namespace tessel

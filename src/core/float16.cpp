@@ -1,6 +1,8 @@
 // Bit-exact conversions between float and the two 16-bit float formats.
 #include "tessel/core/float16.h"
 
+#include <immintrin.h>
+
 #include <bit>
 
 namespace tessel {
@@ -77,6 +79,77 @@ float f16_bits_to_float(uint16_t bits) {
     return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude));
   }
   return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+// ---- bulk conversions ------------------------------------------------------------------------
+
+namespace {
+
+// The scalar conversions written inline, for loops the compiler vectorizes in each clone.
+#define TESSEL_CONVERT_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+TESSEL_CONVERT_CLONES void to_bf16_loop(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(src[i]);
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t nan = (bits >> 16) | 0x0040u;
+    dst[i] = static_cast<uint16_t>((bits & kF32AbsMask) > kF32Inf ? nan : rounded);
+  }
+}
+
+TESSEL_CONVERT_CLONES void from_bf16_loop(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
+}
+
+// F16C rounds to nearest even, makes subnormals, Inf past 65519.99 and quiet NaNs with the
+// payload's high bits: the scalar rules above.
+__attribute__((target("avx,f16c"))) void to_f16_f16c(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = float_to_f16_bits(src[i]);
+}
+
+__attribute__((target("avx,f16c"))) void from_f16_f16c(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = f16_bits_to_float(src[i]);
+}
+
+bool has_f16c() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  }();
+  return yes;
+}
+
+}  // namespace
+
+void convert(const float* src, bfloat16* dst, int64_t n) {
+  to_bf16_loop(src, reinterpret_cast<uint16_t*>(dst), n);
+}
+
+void convert(const bfloat16* src, float* dst, int64_t n) {
+  from_bf16_loop(reinterpret_cast<const uint16_t*>(src), dst, n);
+}
+
+void convert(const float* src, float16* dst, int64_t n) {
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  if (has_f16c()) return to_f16_f16c(src, out, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_f16_bits(src[i]);
+}
+
+void convert(const float16* src, float* dst, int64_t n) {
+  const auto* in = reinterpret_cast<const uint16_t*>(src);
+  if (has_f16c()) return from_f16_f16c(in, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_bits_to_float(in[i]);
 }
 
 }  // namespace tessel

@@ -50,6 +50,7 @@ std::optional<MklLibrary> open_mkl(std::string& why_not) {
   mkl.sgemm = reinterpret_cast<SgemmFn>(find("cblas_sgemm"));
   mkl.dgemm = reinterpret_cast<DgemmFn>(find("cblas_dgemm"));
   mkl.gemm_bf16 = reinterpret_cast<Bf16GemmFn>(find("cblas_gemm_bf16bf16f32"));
+  mkl.hgemm = reinterpret_cast<HgemmFn>(find("cblas_hgemm"));
   if (set_threading == nullptr || set_interface == nullptr || get_version == nullptr ||
       mkl.sgemm == nullptr || mkl.dgemm == nullptr) {
     why_not = path + " lacks MKL's entry points (MKL_Set_Threading_Layer, cblas_sgemm, ...)";

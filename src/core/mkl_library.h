@@ -26,10 +26,16 @@ using Bf16GemmFn = void (*)(int layout, int trans_a, int trans_b, int m, int n, 
                             const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta,
                             float* c, int ldc);
 
+// cblas_hgemm (MKL): f16 A, B and C as 16-bit words, alpha and beta in f16 too.
+using HgemmFn = void (*)(int layout, int trans_a, int trans_b, int m, int n, int k, uint16_t alpha,
+                         const uint16_t* a, int lda, const uint16_t* b, int ldb, uint16_t beta,
+                         uint16_t* c, int ldc);
+
 struct MklLibrary {
   SgemmFn sgemm = nullptr;
   DgemmFn dgemm = nullptr;
   Bf16GemmFn gemm_bf16 = nullptr;  // cblas_gemm_bf16bf16f32; null in an MKL without it
+  HgemmFn hgemm = nullptr;         // cblas_hgemm; null in an MKL without it
   std::string version;             // "MKL 2026.0.2"
   std::string config;              // MKL's version string
   std::string isa;                 // the code path it runs on this CPU: "AVX-512", "AVX2", ...

@@ -117,6 +117,56 @@ TEST(Blas, Bf16GemmMatchesTheProductOfTheRoundedInputsForEveryTransposeAndSplit)
   set_intra_op_threads(0);
 }
 
+// gemm_f16 against the double product of the f16 inputs. MKL's hgemm sums in f16: within the
+// classic bound of a k-term sum in unit roundoff u = 2^-11, (k + 1) u sum |a b|, plus the output's
+// rounding; without it the f32 sums rounded once are far inside that.
+TEST(Blas, F16GemmMatchesTheProductOfTheRoundedInputsForEveryTransposeAndSplit) {
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (int threads : {1, 3}) {
+    set_intra_op_threads(threads);
+    for (Case s : {Case{1, 1, 1}, Case{37, 5, 11}, Case{300, 70, 33}, Case{5, 260, 40}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          std::vector<float16> a, b;
+          std::vector<float> a32, b32, a_abs, b_abs;  // the same values, and their magnitudes
+          for (float x : random_matrix<float>(s.m * s.k, 3)) a.push_back(float16(x));
+          for (float x : random_matrix<float>(s.k * s.n, 4)) b.push_back(float16(x));
+          for (float16 x : a) a32.push_back(static_cast<float>(x));
+          for (float16 x : b) b32.push_back(static_cast<float>(x));
+          for (float x : a32) a_abs.push_back(std::abs(x));
+          for (float x : b32) b_abs.push_back(std::abs(x));
+          const int64_t lda = ta ? s.m : s.k, ldb = tb ? s.k : s.n;
+          std::vector<float16> c(static_cast<size_t>(s.m * s.n), float16(-7.0f));
+          gemm_f16(ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, c.data(), s.n);
+          const auto want = reference(ta, tb, s.m, s.n, s.k, a32, b32);
+          const auto magnitude = reference(ta, tb, s.m, s.n, s.k, a_abs, b_abs);
+          const double u = std::ldexp(1.0, -11);
+          for (size_t i = 0; i < want.size(); ++i) {
+            const double bound = static_cast<double>(s.k + 1) * u * magnitude[i] +
+                                 u * std::abs(want[i]) + 1e-7;
+            ASSERT_NEAR(static_cast<float>(c[i]), want[i], bound)
+                << "ta=" << ta << " tb=" << tb << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                << " at " << i << " (" << blas_info().f16_gemm << ")";
+          }
+        }
+      }
+    }
+  }
+  set_intra_op_threads(0);
+}
+
+TEST(Blas, F16SaysWhichRoutineRunsIt) {
+  const BlasInfo& info = blas_info();
+  if (!info.path.empty()) {
+    EXPECT_EQ(info.f16_gemm, "cblas_hgemm (MKL)");  // in every MKL since 2021
+  } else {
+    EXPECT_EQ(info.f16_gemm,
+              "sgemm on inputs widened to f32 (" + info.library + " has no f16 GEMM)");
+  }
+}
+
 TEST(Blas, Bf16SaysWhichRoutineRunsIt) {
   const BlasInfo& info = blas_info();
   if (!info.path.empty()) {

@@ -180,5 +180,67 @@ TEST(Float16, RoundsToNearestEvenOnNormalTies) {
   EXPECT_EQ(float16::from_bits(0x3C00).bits, 0x3C00);
 }
 
+// The bulk convert() (vector instructions where the CPU has them) gives the scalar conversions'
+// bits: every 16-bit pattern widened, and floats around every f16 / bf16 boundary, their
+// midpoints, the overflow edge, subnormals, NaNs and random ones narrowed (lengths that leave a
+// scalar tail after the vector loop).
+std::vector<float> narrowing_cases() {
+  std::vector<float> v;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = f16_bits_to_float(static_cast<uint16_t>(h));
+    const float g = bf16_bits_to_float(static_cast<uint16_t>(h));
+    for (float x : {f, g}) {
+      v.push_back(x);
+      v.push_back(std::nextafter(x, INFINITY));
+      v.push_back(std::nextafter(x, -INFINITY));
+    }
+    // The midpoint to the next f16 (a tie).
+    v.push_back(std::bit_cast<float>(std::bit_cast<uint32_t>(f) + 0x1000u));
+  }
+  std::mt19937 gen(7);
+  for (int i = 0; i < 100000; ++i) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(gen())));
+  v.push_back(65519.99f);
+  v.push_back(65520.0f);
+  v.push_back(-std::numeric_limits<float>::quiet_NaN());
+  v.push_back(7.0f);  // odd total lengths leave a tail after the 8-wide loop
+  return v;
+}
+
+TEST(Float16, BulkConvertIsTheScalarConversionBitForBit) {
+  const std::vector<float> in = narrowing_cases();
+  std::vector<float16> out(in.size());
+  convert(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(out[i].bits, float_to_f16_bits(in[i])) << "f32 -> f16 of " << in[i] << " at " << i;
+  }
+  std::vector<float16> all(0x10000 + 3);
+  for (size_t h = 0; h < all.size(); ++h) all[h].bits = static_cast<uint16_t>(h);
+  std::vector<float> wide(all.size());
+  convert(all.data(), wide.data(), static_cast<int64_t>(all.size()));
+  for (size_t h = 0; h < all.size(); ++h) {
+    uint32_t want = std::bit_cast<uint32_t>(f16_bits_to_float(all[h].bits));
+    // F16C quiets a signaling NaN as it widens it (sign and payload kept); float16.h says so.
+    if (std::isnan(wide[h])) want |= 0x00400000u;
+    ASSERT_EQ(std::bit_cast<uint32_t>(wide[h]), want) << "f16 -> f32 of bits " << all[h].bits;
+  }
+}
+
+TEST(BFloat16, BulkConvertIsTheScalarConversionBitForBit) {
+  const std::vector<float> in = narrowing_cases();
+  std::vector<bfloat16> out(in.size());
+  convert(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(out[i].bits, float_to_bf16_bits(in[i])) << "f32 -> bf16 of " << in[i] << " at " << i;
+  }
+  std::vector<bfloat16> all(0x10000 + 5);
+  for (size_t h = 0; h < all.size(); ++h) all[h].bits = static_cast<uint16_t>(h);
+  std::vector<float> wide(all.size());
+  convert(all.data(), wide.data(), static_cast<int64_t>(all.size()));
+  for (size_t h = 0; h < all.size(); ++h) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(wide[h]),
+              std::bit_cast<uint32_t>(bf16_bits_to_float(all[h].bits)));
+  }
+}
+
 }  // namespace
 }  // namespace tessel

@@ -292,6 +292,15 @@ TEST(GptPipeline, RefusesBadConfigurationsBeforeTheFirstStep) {
   EXPECT_TESSEL_ERROR(GptPipeline(config(8), testing::batch_model_mesh(2, 2, rt),
                            options_for(ScheduleKind::k1F1B), &rt),
                ErrorCode::kInvalidArgument, "`stage` as its first dimension");
+  // Loss scaling (f16) needs the gradients computed at the scale, which the schedule does not do.
+  GptConfig f16 = config(4);
+  f16.dtype = DType::kF16;
+  f16.loss_scale = 1024;
+  EXPECT_TESSEL_ERROR(GptPipelineTrainer(f16, pipeline_mesh(2, 1, 1, rt),
+                                         options_for(ScheduleKind::k1F1B),
+                                         CharDataset::load(kText), &rt),
+                      ErrorCode::kUnimplemented, "loss scaling (f16 matmuls) is not in the "
+                                                 "pipelined trainer yet");
 }
 
 }  // namespace

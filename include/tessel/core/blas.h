@@ -29,6 +29,13 @@
 // exports it (Debian 12's OpenBLAS 0.3.21 does not), else the inputs widened to f32 (exact) and
 // sgemm: the same result up to the summation order, without bf16's speed.
 //
+// gemm_f16: the product of binary16 matrices, C in f16. MKL's cblas_hgemm where MKL is the BLAS:
+// on a CPU with AVX512-FP16 (Sapphire Rapids) it multiplies and sums in f16 at twice sgemm's
+// rate (MKL's bf16 GEMM there runs at 0.6x sgemm: no AMX), with a relative error of about 3e-3
+// (rms, against f64; measured at k = 128 to 16384), the error of bf16 mixed precision, instead
+// of f32 sums' 2e-4; f16's range (65504) is why training in f16 scales its loss
+// (docs/memory.md). Without MKL: the inputs widened to f32 (exact), sgemm, the sums rounded once.
+//
 //   const tessel::BlasInfo& b = tessel::blas_info();
 //   b.library == "MKL 2026.0.2"; b.core == "AVX-512"          (MKL)
 //   b.core == "SkylakeX"; b.library_core == "Prescott"; b.chosen_by_tessel == true  (OpenBLAS)
@@ -54,6 +61,9 @@ struct BlasInfo {
   // The bf16 GEMM: "cblas_gemm_bf16bf16f32 (MKL)", "cblas_sbgemm (OpenBLAS)" or
   // "sgemm on inputs widened to f32 (<library> has no bf16 GEMM)".
   std::string bf16_gemm;
+  // The f16 GEMM: "cblas_hgemm (MKL)" or "sgemm on inputs widened to f32 (<library> has no f16
+  // GEMM)".
+  std::string f16_gemm;
   // "OpenBLAS 0.3.21, kernel SkylakeX (the library chose Prescott; CPU avx512)".
   std::string to_string() const;
 };
@@ -74,7 +84,11 @@ void gemm_bf16_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bfloat16* a,
                int64_t lda, const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc);
 
-// sgemm, dgemm or gemm_bf16 by the element type, for code templated on it.
+// C (f16) = op(A) op(B) for f16 A and B: MKL's hgemm (f16 sums), else f32 sums rounded once.
+void gemm_f16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float16* a,
+              int64_t lda, const float16* b, int64_t ldb, float16* c, int64_t ldc);
+
+// sgemm, dgemm, gemm_bf16 or gemm_f16 by the element type, for code templated on it.
 inline void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                       int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
   sgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
@@ -87,6 +101,11 @@ inline void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       const bfloat16* a, int64_t lda, const bfloat16* b, int64_t ldb, bfloat16* c,
                       int64_t ldc) {
   gemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+}
+inline void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      const float16* a, int64_t lda, const float16* b, int64_t ldb, float16* c,
+                      int64_t ldc) {
+  gemm_f16(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 }  // namespace tessel

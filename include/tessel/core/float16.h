@@ -6,6 +6,11 @@
 //   float f = float(b);
 // Arithmetic is done by converting to float; these types only store.
 //
+// convert(src, dst, n): n values at once, bit for bit the scalar conversions above, with the
+// CPU's vector instructions where it has them (F16C for float16, AVX2 / AVX-512 for bfloat16):
+// the casts of mixed precision. One difference: widening a signaling f16 NaN gives a quiet one
+// (sign and payload kept), as F16C does.
+//
 // Thread safety: value types.
 #pragma once
 
@@ -35,5 +40,10 @@ struct float16 {
 };
 
 static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2);
+
+void convert(const float* src, bfloat16* dst, int64_t n);
+void convert(const bfloat16* src, float* dst, int64_t n);
+void convert(const float* src, float16* dst, int64_t n);
+void convert(const float16* src, float* dst, int64_t n);
 
 }  // namespace tessel

@@ -23,7 +23,8 @@
 // [batch, k, n] (read in place when their letters are already in that order or transposed,
 // otherwise copied once), one OpenBLAS gemm per batch entry, single-threaded (devices run
 // concurrently; OpenBLAS is told to use one thread before the first gemm). bf16 operands: f32
-// sums, the output rounded once to bf16 (blas.h's gemm_bf16; a GPU device stages them on the host).
+// sums, the output rounded once to bf16 (blas.h's gemm_bf16; a GPU device stages them on the host);
+// f16 operands: blas.h's gemm_f16 (MKL's hgemm: f16 sums).
 //
 // Gradients: dA = einsum("O,B->A"), dB = einsum("A,O->B") (letters only in one operand: the
 // gradient is broadcast back over them with reduce_sum_grad).
@@ -160,7 +161,7 @@ void require_float_pair(const TensorSpec& a, const TensorSpec& b, std::string_vi
     throw_invalid(op, "operands have different dtypes: {} {} and {} {}", a.shape.to_string(),
                   dtype_name(a.dtype), b.shape.to_string(), dtype_name(b.dtype));
   }
-  if (a.dtype != DType::kBF16) require_float(a.dtype, op, "dtype");
+  if (a.dtype != DType::kBF16 && a.dtype != DType::kF16) require_float(a.dtype, op, "dtype");
 }
 
 Shape output_shape(const Equation& eq, const Shape& sa, const Shape& sb) {
@@ -344,6 +345,7 @@ void accumulate(T& sum, T x) {
   sum += x;
 }
 void accumulate(bfloat16& sum, bfloat16 x) { sum = bfloat16(float(sum) + float(x)); }
+void accumulate(float16& sum, float16 x) { sum = float16(float(sum) + float(x)); }
 
 // dst (contiguous, letters `dst_letters`) from src (contiguous, letters `src_letters`): a
 // permutation, summing over src letters that dst lacks (dst must then start zeroed).
@@ -613,6 +615,8 @@ void einsum_kernel(std::string_view op, const std::vector<Tensor>& inputs, Tenso
   const Equation eq = equation_of(op, context.input_shapes[0], context.input_shapes[1], attrs);
   if (output.dtype() == DType::kBF16) {
     einsum_block<bfloat16>(eq, inputs[0], inputs[1], output);
+  } else if (output.dtype() == DType::kF16) {
+    einsum_block<float16>(eq, inputs[0], inputs[1], output);
   } else {
     dispatch_float(output.dtype(), op,
                    [&]<typename T>() { einsum_block<T>(eq, inputs[0], inputs[1], output); });

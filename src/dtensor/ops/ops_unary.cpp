@@ -184,7 +184,7 @@ void convert_contiguous(const Tensor& in, Tensor& out) {
   const From* src = in.data<From>();
   To* dst = out.data<To>();
   parallel_for(out.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) dst[i] = static_cast<To>(src[i]);
+    convert(src + begin, dst + begin, end - begin);  // float16.h's vector conversions
   });
 }
 
@@ -222,6 +222,10 @@ void register_cast(OpRegistry& registry) {
       convert_contiguous<float, bfloat16>(in[0], out);
     } else if (from == DType::kBF16 && to == DType::kF32) {
       convert_contiguous<bfloat16, float>(in[0], out);
+    } else if (from == DType::kF32 && to == DType::kF16) {
+      convert_contiguous<float, float16>(in[0], out);
+    } else if (from == DType::kF16 && to == DType::kF32) {
+      convert_contiguous<float16, float>(in[0], out);
     } else {
       out.copy_from(in[0].astype(to));
     }
