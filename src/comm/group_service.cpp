@@ -11,6 +11,7 @@
 #include "core/errors.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/comm/nccl.h"
+#include "tessel/runtime/clients.h"
 #include "tessel/runtime/device.h"
 #include "tessel/runtime/runtime.h"
 
@@ -136,6 +137,21 @@ void GroupService::adopt(std::shared_ptr<CommGroup> group) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> members = group->members;
   groups_[std::move(members)] = std::move(group);
+}
+
+std::shared_ptr<CommGroup> GroupService::join(const std::vector<std::string>& members,
+                                               const std::vector<int>& owners,
+                                               std::chrono::milliseconds timeout) {
+  std::shared_ptr<Cluster> cluster = this->cluster();
+  if (!cluster) cluster = std::make_shared<DefaultCluster>(task_);
+  auto group = std::make_shared<CommGroup>(members, cluster->join(members, owners, timeout));
+  adopt(group);
+  return group;
+}
+
+int GroupService::num_clients() const {
+  const std::shared_ptr<Cluster> cluster = this->cluster();
+  return cluster ? cluster->num_clients() : tessel::num_clients();
 }
 
 std::shared_ptr<CommGroup> GroupService::take(const std::vector<std::string>& members) {
