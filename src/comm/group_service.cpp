@@ -144,14 +144,16 @@ std::shared_ptr<CommGroup> GroupService::join(const std::vector<std::string>& me
                                                std::chrono::milliseconds timeout) {
   std::shared_ptr<Cluster> cluster = this->cluster();
   if (!cluster) cluster = std::make_shared<DefaultCluster>(task_);
-  auto group = std::make_shared<CommGroup>(members, cluster->join(members, owners, timeout));
-  adopt(group);
-  return group;
+  return std::make_shared<CommGroup>(members, cluster->join(members, owners, timeout));
 }
 
 int GroupService::num_clients() const {
-  const std::shared_ptr<Cluster> cluster = this->cluster();
-  return cluster ? cluster->num_clients() : tessel::num_clients();
+  if (const std::shared_ptr<Cluster> cluster = this->cluster()) return cluster->num_clients();
+  if (runtime_ == nullptr) return 1;
+  const ClientConfig me = client_config();
+  const bool is_this_client =
+      runtime_->options().job == me.job && runtime_->options().task == me.client_id;
+  return is_this_client ? me.num_clients : 1;
 }
 
 std::shared_ptr<CommGroup> GroupService::take(const std::vector<std::string>& members) {

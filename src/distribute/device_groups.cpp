@@ -119,8 +119,8 @@ std::shared_ptr<CommGroup> DeviceGroups::get(const std::vector<Device*>& devices
     group = join_clients(*service, key, group_size, deadline);
   } else {
     group = join_group(gkey, group_size, key, deadline);
-    service->adopt(group);
   }
+  service->adopt(group);
   std::lock_guard<std::mutex> lock(mu_);
   joined_[key] = group->members;
   return group;
