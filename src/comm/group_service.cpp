@@ -34,7 +34,7 @@ class DefaultCluster : public Cluster {
       try {
         cluster = make_process_mpi_cluster();
       } catch (const Error& e) {
-        throw_error(ErrorCode::kFailedPrecondition, "relayout",
+        throw_error(ErrorCode::kFailedPrecondition, "Cluster",
                     "the group [{}] spans several clients, but this process is in no multi-client "
                     "cluster ({}); run one process per client under mpirun with MPI initialised "
                     "(MpiEnvironment), or call set_cluster",
@@ -42,7 +42,7 @@ class DefaultCluster : public Cluster {
       }
     }
     if (cluster->client_id() != task_) {
-      throw_invalid("relayout",
+      throw_invalid("Cluster",
                     "this runtime's devices are task {} but this process is MPI rank {}; create "
                     "the runtime with RuntimeOptions::task = the MPI rank (the default under mpirun)",
                     task_, cluster->client_id());

@@ -9,6 +9,7 @@
 
 #include "distribute/distribute_test_util.h"
 #include "testing/expect_error.h"
+#include "testing/scoped_env.h"
 #include "testing/simulated_clients.h"
 
 namespace tessel {
@@ -98,6 +99,34 @@ TEST(CollectiveAllReduceClients, AMissingClientIsADeadlineNamingIt) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_TESSEL_ERROR(ops.reduce(ReduceOp::kSum, v, v), ErrorCode::kDeadlineExceeded, "task:1");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST(CollectiveAllReduceClients, MpirunVariablesWithoutMpiSayWhatToDo) {
+  // What mpirun -np 2 exports, in a process that has not initialised MPI: a runtime named as
+  // this client (job "worker", task 0) is a worker of a 2-client program and cannot reach the
+  // other; a runtime of this process alone (job "localhost") keeps the in-process rendezvous.
+  const testing::ScopedEnv mpirun({{"OMPI_COMM_WORLD_SIZE", "2"},
+                                   {"OMPI_COMM_WORLD_RANK", "0"},
+                                   {"TESSEL_NUM_CLIENTS", std::nullopt},
+                                   {"DTENSOR_NUM_CLIENTS", std::nullopt},
+                                   {"DTENSOR_JOBS", std::nullopt},
+                                   {"TESSEL_CLIENT_ID", std::nullopt},
+                                   {"DTENSOR_CLIENT_ID", std::nullopt},
+                                   {"TESSEL_JOB_NAME", std::nullopt},
+                                   {"DTENSOR_JOB_NAME", std::nullopt}});
+  Runtime client({.num_cpu_devices = kLocal, .job = "worker", .task = 0});
+  const std::vector<std::string> devs = {client.device(0).name(), client.device(1).name()};
+  CollectiveAllReduce ops(devs, 2 * kLocal, CommunicationOptions(0, 2.0), client);
+  const PerReplica v(devs, {vec({1}), vec({2})});
+  EXPECT_TESSEL_ERROR(ops.reduce(ReduceOp::kSum, v, v), ErrorCode::kFailedPrecondition,
+                      "spans several clients, but this process is in no multi-client cluster");
+
+  Runtime alone({.num_cpu_devices = kLocal});
+  const std::vector<std::string> own = {alone.device(0).name(), alone.device(1).name()};
+  CollectiveAllReduce local(own, 2 * kLocal, CommunicationOptions(0, 0.2), alone);
+  const PerReplica w(own, {vec({1}), vec({2})});
+  EXPECT_TESSEL_ERROR(local.reduce(ReduceOp::kSum, w, w), ErrorCode::kDeadlineExceeded,
+                      "only 2 of 4 devices joined before the deadline");
 }
 
 }  // namespace
