@@ -69,6 +69,32 @@ TEST(ReplicateClients, FourReplicasOverTwoClientsEqualOneProcess) {
   EXPECT_EQ(ran, kReplicas);  // every replica ran once, in one client
 }
 
+TEST(ReplicateClients, PerReplicaVariablesAreWrittenBackByTheirOwnClient) {
+  // One per-replica variable shared by both clients' calls (one process: the same tensors): each
+  // replica assigns its value plus the cross-replica sum; each client writes back only its own
+  // replicas' values, so that after both calls every replica's value is updated once.
+  testing::SimulatedClients clients(kClients, kLocal);
+  std::vector<Tensor> values;
+  for (int r = 0; r < kReplicas; ++r) values.push_back(Tensor::from_vector<float>({1.0f * r}, Shape{1}));
+  const ReplicatedVariable v = ReplicatedVariable::per_replica("v", values);
+  run_clients(clients, [&](testing::SimulatedClient& c) {
+    ReplicateOptions options;
+    options.metadata.num_replicas = kReplicas;
+    options.runtime = &c.runtime();
+    options.timeout = std::chrono::seconds(30);
+    replicate(
+        [](ReplicaContext& ctx, const std::vector<DTensor>& in) {
+          ctx.assign_variable(0, add(in[0], ctx.all_reduce(in[0])));
+          return std::vector<DTensor>{};
+        },
+        {}, {}, {v}, {}, options);
+  });
+  for (int r = 0; r < kReplicas; ++r) {  // r + (0 + 1 + 2 + 3)
+    EXPECT_EQ(values[static_cast<size_t>(r)].to_vector<float>(), std::vector<float>{r + 6.0f})
+        << "replica " << r;
+  }
+}
+
 TEST(ReplicateClients, AnAssignmentNamingAMissingTaskIsRefused) {
   // A topology of 3 hosts x 2 devices, replica 3 on task 2: the job has 2 clients.
   testing::SimulatedClients clients(kClients, kLocal);
