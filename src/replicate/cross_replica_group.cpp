@@ -65,6 +65,12 @@ CrossReplicaGroup::~CrossReplicaGroup() {
   for (auto& group : groups_) service_->give_back(std::move(group));
 }
 
+CrossReplicaGroup::Clock::time_point CrossReplicaGroup::launch_deadline() const {
+  if (!spans_clients_) return deadline_;
+  return deadline_ + std::clamp(timeout_ / 40, std::chrono::milliseconds(5),
+                                std::chrono::milliseconds(500));
+}
+
 CollectiveOptions CrossReplicaGroup::collective_options() const {
   CollectiveOptions options;
   options.timeout = timeout_;

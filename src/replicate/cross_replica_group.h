@@ -83,6 +83,11 @@ class CrossReplicaGroup {
   int num_cores() const { return num_cores_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   Clock::time_point deadline() const { return deadline_; }
+  // When a launch of this call's collectives gives up waiting for its tasks: the deadline, or,
+  // when the replicas span clients, a little after it (a fortieth of the timeout, 5 ms to
+  // 500 ms: half of replicate()'s grace), so that a collective waiting for another process's
+  // replica reports first, naming the late peer (the launch only knows its own devices).
+  Clock::time_point launch_deadline() const;
   Device& device(int replica, int core) const { return *devices_[replica][core]; }
   Communicator& communicator(int replica, int core) const {
     return *groups_[static_cast<size_t>(core)]->comms[static_cast<size_t>(replica)];

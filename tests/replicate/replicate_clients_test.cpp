@@ -95,6 +95,24 @@ TEST(ReplicateClients, PerReplicaVariablesAreWrittenBackByTheirOwnClient) {
   }
 }
 
+TEST(ReplicateClients, AClientThatNeverCallsIsADeadlineNamingItsReplica) {
+  // Client 1 never calls replicate(): client 0's replicas wait in their all-reduce until the
+  // call's deadline, which names a replica of client 1.
+  testing::SimulatedClients clients(kClients, kLocal);
+  ReplicateOptions options;
+  options.metadata.num_replicas = kReplicas;
+  options.runtime = &clients.client(0).runtime();
+  options.timeout = std::chrono::milliseconds(500);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TESSEL_ERROR(replicate(
+                          [](ReplicaContext& ctx, const std::vector<DTensor>& in) {
+                            return std::vector<DTensor>{ctx.all_reduce(in[0])};
+                          },
+                          testing::replica_inputs(kReplicas), {}, {}, {}, options),
+                      ErrorCode::kDeadlineExceeded, "(replica 2 (/job:worker/replica:0/task:1/");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
 TEST(ReplicateClients, AnAssignmentNamingAMissingTaskIsRefused) {
   // A topology of 3 hosts x 2 devices, replica 3 on task 2: the job has 2 clients.
   testing::SimulatedClients clients(kClients, kLocal);
