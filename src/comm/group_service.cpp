@@ -144,6 +144,10 @@ std::shared_ptr<CommGroup> GroupService::join(const std::vector<std::string>& me
                                                std::chrono::milliseconds timeout) {
   std::shared_ptr<Cluster> cluster = this->cluster();
   if (!cluster) cluster = std::make_shared<DefaultCluster>(task_);
+  // Cluster::join is one call at a time per cluster (the process's MPI cluster is shared by
+  // every runtime): concurrent joins of this process wait for each other.
+  static std::mutex* joins = new std::mutex();  // never destroyed: joins may run during exit
+  std::lock_guard<std::mutex> lock(*joins);
   return std::make_shared<CommGroup>(members, cluster->join(members, owners, timeout));
 }
 
