@@ -630,7 +630,10 @@ Runs computation(ctx, inputs) once per replica, concurrently, each on its own de
 _TPUReplicate). per_replica_inputs is [input][replica]; each replica receives, in order, its
 per-replica inputs, the broadcast inputs, the variables and the guaranteed constants as DTensors
 replicated on ctx.mesh. Returns [replica][output] DTensors. Safe to call from several threads at
-once, over the same devices: the calls interleave on the devices, each within its own timeout.)doc");
+once, over the same devices: the calls interleave on the devices, each within its own timeout.
+When the program runs as several clients (processes under mpirun, or set_cluster), the replicas
+are placed over every client's devices, each client runs its own and the collectives cross
+them; every client makes the same call, and a replica of another client has an empty list.)doc");
   m.def(
       "replica_device_names",
       [](const ReplicateMetadata& metadata, Runtime* runtime) {

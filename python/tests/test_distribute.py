@@ -327,3 +327,55 @@ def test_errors_in_accumulation_fn_surface_naming_the_step(rt):
     np.testing.assert_array_equal(
         tessel.NcclAllReduce(runtime=rt).reduce("SUM", per_replica(2), cpu(0), BOUNDED).numpy(),
         [3, 3])
+
+
+def test_collective_spans_simulated_clients():
+    # A program running as two clients (make_in_process_cluster, as under mpirun): each client is
+    # one worker with its own Runtime and calls with its local values; the group is every
+    # client's devices. The sums are checked against NumPy over all four devices' values.
+    clusters = tessel.make_in_process_cluster(2)
+    runtimes = [tessel.Runtime(num_cpu_devices=2, job="worker", task=c) for c in range(2)]
+    for rt, cluster in zip(runtimes, clusters):
+        tessel.set_cluster(rt, cluster)
+    name = "/job:worker/replica:0/task:{}/device:CPU:{}"
+    values = [np.arange(6, dtype=np.float32) * (g + 1) + 0.25 * g for g in range(4)]
+    results = [None, None]
+    errors = []
+
+    def client(c):
+        try:
+            devices = [name.format(c, d) for d in range(2)]
+            ops = tessel.CollectiveAllReduce(devices, 4, BOUNDED, runtime=runtimes[c])
+            v = tessel.PerReplica([values[2 * c], values[2 * c + 1]], devices)
+            w = tessel.PerReplica([2 * values[2 * c], 2 * values[2 * c + 1]], devices)
+            results[c] = [np.asarray(m.values[1])
+                          for m in ops.batch_reduce(tessel.ReduceOp.SUM, [(v, v), (w, w)])]
+            results[c].append(np.asarray(ops.reduce(tessel.ReduceOp.MEAN, v, v).values[0]))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    for rt in runtimes:
+        tessel.set_cluster(rt, None)
+    assert not errors, errors
+    total = np.sum(values, axis=0)
+    for got in results:
+        np.testing.assert_allclose(got[0], total, rtol=1e-6)
+        np.testing.assert_allclose(got[1], 2 * total, rtol=1e-6)
+        np.testing.assert_allclose(got[2], total / 4, rtol=1e-6)
+
+
+def test_collective_group_size_must_match_the_clients():
+    clusters = tessel.make_in_process_cluster(2)
+    rt = tessel.Runtime(num_cpu_devices=2, job="worker", task=0)
+    tessel.set_cluster(rt, clusters[0])
+    devices = ["/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:1"]
+    ops = tessel.CollectiveAllReduce(devices, 6, BOUNDED, runtime=rt)
+    v = tessel.PerReplica([np.ones(1), np.ones(1)], devices)
+    with pytest.raises(tessel.InvalidArgumentError, match="makes 3 workers, but this program runs as 2 clients"):
+        ops.reduce(tessel.ReduceOp.SUM, v, v)
+    tessel.set_cluster(rt, None)

@@ -446,3 +446,72 @@ def test_inert_metadata_is_kept_and_warned_about_once(runtime, capfd):
     assert opts.metadata.step_marker_location == "STEP_MARK_AT_TOP_LEVEL_WHILE_LOOP"
     err = capfd.readouterr().err
     assert err.count("step_marker_location=STEP_MARK_AT_TOP_LEVEL_WHILE_LOOP changes nothing") == 1
+
+
+def _replicate_case(runtime, replicas):
+    """[sum of x * w, all_gather(x), this replica's x * w] over `replicas` replicas."""
+    xs = [np.arange(4, dtype=np.float32) + 0.5 * (r + 1) for r in range(replicas)]
+    w = np.arange(1, 5, dtype=np.float32)
+
+    def step(ctx, inputs):
+        y = tessel.multiply(inputs[0], inputs[1])
+        return [ctx.all_reduce(y), ctx.all_gather(inputs[0], 0), y]
+
+    opts = tessel.ReplicateOptions(tessel.ReplicateMetadata(replicas), runtime=runtime, timeout=30)
+    outs = tessel.replicate(step, [xs], [w], options=opts)
+    return xs, w, [[np.asarray(tessel.to_host(d)) for d in replica] for replica in outs]
+
+
+def test_replicas_over_simulated_clients_equal_one_process():
+    # 4 replicas over two clients of 2 devices (make_in_process_cluster, as processes under
+    # mpirun): every client makes the same call and runs its own 2 replicas; the others' lists
+    # are empty. Checked against NumPy and the same call in one process.
+    clusters = tessel.make_in_process_cluster(2)
+    runtimes = [tessel.Runtime(num_cpu_devices=2, job="worker", task=c) for c in range(2)]
+    for rt, cluster in zip(runtimes, clusters):
+        tessel.set_cluster(rt, cluster)
+    results, errors = [None, None], []
+
+    def client(c):
+        try:
+            results[c] = _replicate_case(runtimes[c], 4)[2]
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for rt in runtimes:
+        tessel.set_cluster(rt, None)
+    assert not errors, errors
+    xs, w, one = _replicate_case(tessel.Runtime(num_cpu_devices=4), 4)
+    total = np.sum([x * w for x in xs], axis=0)
+    ran = 0
+    for c in range(2):
+        for r in range(4):
+            got = results[c][r]
+            if not got:
+                continue
+            ran += 1
+            assert_array_equal(got[0], total)
+            assert_array_equal(got[1], np.concatenate(xs))
+            assert_array_equal(got[2], xs[r] * w)
+            for k in range(3):
+                assert_array_equal(got[k], one[r][k])
+    assert ran == 4
+
+
+def test_assignment_naming_a_missing_host_device_is_refused():
+    clusters = tessel.make_in_process_cluster(2)
+    rt = tessel.Runtime(num_cpu_devices=2, job="worker", task=0)
+    tessel.set_cluster(rt, clusters[0])
+    md = tessel.ReplicateMetadata(2, topology=tessel.Topology.for_hosts(2, 3),
+                                  device_assignment=[0, 0, 0, 0, 2, 1, 0, 0])
+    with pytest.raises(tessel.InvalidArgumentError,
+                       match="replica 1 logical core 0 is assigned to "
+                             "/job:worker/replica:0/task:1/device:CPU:2, which is not a device of "
+                             "this job"):
+        tessel.replica_device_names(md, runtime=rt)
+    tessel.set_cluster(rt, None)

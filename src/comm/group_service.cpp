@@ -11,6 +11,7 @@
 #include "core/errors.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/comm/nccl.h"
+#include "tessel/runtime/clients.h"
 #include "tessel/runtime/device.h"
 #include "tessel/runtime/runtime.h"
 
@@ -33,7 +34,7 @@ class DefaultCluster : public Cluster {
       try {
         cluster = make_process_mpi_cluster();
       } catch (const Error& e) {
-        throw_error(ErrorCode::kFailedPrecondition, "relayout",
+        throw_error(ErrorCode::kFailedPrecondition, "Cluster",
                     "the group [{}] spans several clients, but this process is in no multi-client "
                     "cluster ({}); run one process per client under mpirun with MPI initialised "
                     "(MpiEnvironment), or call set_cluster",
@@ -41,7 +42,7 @@ class DefaultCluster : public Cluster {
       }
     }
     if (cluster->client_id() != task_) {
-      throw_invalid("relayout",
+      throw_invalid("Cluster",
                     "this runtime's devices are task {} but this process is MPI rank {}; create "
                     "the runtime with RuntimeOptions::task = the MPI rank (the default under mpirun)",
                     task_, cluster->client_id());
@@ -136,6 +137,27 @@ void GroupService::adopt(std::shared_ptr<CommGroup> group) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> members = group->members;
   groups_[std::move(members)] = std::move(group);
+}
+
+std::shared_ptr<CommGroup> GroupService::join(const std::vector<std::string>& members,
+                                               const std::vector<int>& owners,
+                                               std::chrono::milliseconds timeout) {
+  std::shared_ptr<Cluster> cluster = this->cluster();
+  if (!cluster) cluster = std::make_shared<DefaultCluster>(task_);
+  // Cluster::join is one call at a time per cluster (the process's MPI cluster is shared by
+  // every runtime): concurrent joins of this process wait for each other.
+  static std::mutex* joins = new std::mutex();  // never destroyed: joins may run during exit
+  std::lock_guard<std::mutex> lock(*joins);
+  return std::make_shared<CommGroup>(members, cluster->join(members, owners, timeout));
+}
+
+int GroupService::num_clients() const {
+  if (const std::shared_ptr<Cluster> cluster = this->cluster()) return cluster->num_clients();
+  if (runtime_ == nullptr) return 1;
+  const ClientConfig me = client_config();
+  const bool is_this_client =
+      runtime_->options().job == me.job && runtime_->options().task == me.client_id;
+  return is_this_client ? me.num_clients : 1;
 }
 
 std::shared_ptr<CommGroup> GroupService::take(const std::vector<std::string>& members) {

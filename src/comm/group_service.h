@@ -32,6 +32,7 @@
 // Thread safety: every method may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,20 @@ class GroupService : public std::enable_shared_from_this<GroupService> {
   // Registers a group made elsewhere (CollectiveAllReduce's rendezvous of several runtimes)
   // under its members, in place of the one registered before.
   void adopt(std::shared_ptr<CommGroup> group);
+  // A new group spanning clients (CollectiveAllReduce's multi-worker groups and replicate()'s
+  // per-core groups under mpirun), joined through the cluster groups spanning clients go
+  // through (see above; collective over the owning clients, in the same order on each); not
+  // registered (adopt() it to share it). `members` in rank order, `owners[r]` the client of
+  // member r; `timeout` bounds the meeting. Errors: Cluster::join's.
+  std::shared_ptr<CommGroup> join(const std::vector<std::string>& members,
+                                  const std::vector<int>& owners,
+                                  std::chrono::milliseconds timeout);
+  // How many clients the runtime's program runs as: the set cluster's num_clients(); else, for
+  // a runtime named as this client (job and task: job_name() and client_id() of
+  // runtime/clients.h, as Runtime::global() is), the program's num_clients() (the MPI job's
+  // size under mpirun); else 1 (a runtime of this process alone, such as Runtime({}) under
+  // mpirun: job "localhost").
+  int num_clients() const;
   // A group over `members` for one caller alone: the registered one, taken out so that nobody
   // else gets it, or a new one. give_back() registers it again for reuse (unless another was
   // registered meanwhile); a caller that saw a failure does not give it back (it is evicted).

@@ -45,6 +45,40 @@ Registry& registry() {
   return *r;
 }
 
+// The multi-worker group of a program running as several clients (processes under mpirun, or
+// the clients of a set cluster): every client is one worker with devices named as this one's
+// but for the task (the client id), TF's MultiWorkerMirroredStrategy model (each worker has the
+// same local devices). Joined through the runtime's cluster, so the group runs over the
+// transports DTensor's meshes use (shared memory within a host, MPI across hosts).
+std::shared_ptr<CommGroup> join_clients(GroupService& service, const std::vector<std::string>& local,
+                                        int group_size,
+                                        std::chrono::steady_clock::time_point deadline) {
+  const int clients = service.num_clients();
+  const int workers = group_size / static_cast<int>(local.size());
+  if (workers != clients) {
+    throw_invalid(kComponent,
+                  "group_size {} over {} devices per worker makes {} workers, but this program "
+                  "runs as {} clients (processes); with several clients every client is one "
+                  "worker: group_size must be {}",
+                  group_size, local.size(), workers, clients,
+                  clients * static_cast<int>(local.size()));
+  }
+  std::vector<std::string> members;
+  for (int c = 0; c < clients; ++c) {
+    for (const std::string& name : local) {
+      DeviceName d = DeviceName::parse(name);
+      d.task = c;
+      members.push_back(d.to_string());
+    }
+  }
+  members = rank_order(std::move(members));
+  std::vector<int> owners;
+  for (const std::string& m : members) owners.push_back(DeviceName::parse(m).task.value_or(0));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return service.join(members, owners, std::max(left, std::chrono::milliseconds(1)));
+}
+
 }  // namespace
 
 std::vector<std::string> rank_order(std::vector<std::string> devices) {
@@ -80,7 +114,12 @@ std::shared_ptr<CommGroup> DeviceGroups::get(const std::vector<Device*>& devices
       if (std::shared_ptr<CommGroup> group = service->find(it->second)) return group;
     }
   }
-  std::shared_ptr<CommGroup> group = join_group(gkey, group_size, key, deadline);
+  std::shared_ptr<CommGroup> group;
+  if (service->num_clients() > 1) {
+    group = join_clients(*service, key, group_size, deadline);
+  } else {
+    group = join_group(gkey, group_size, key, deadline);
+  }
   service->adopt(group);
   std::lock_guard<std::mutex> lock(mu_);
   joined_[key] = group->members;

@@ -7,7 +7,12 @@
 // matched with the other workers (other Runtimes of this process) through a process-wide
 // rendezvous keyed by TF's group key and group_size: each worker joins with its own devices, the
 // last one to join creates the group, every worker gets the same group and registers it with its
-// own runtime's service (adopt); later calls find it there. After a failure the caller evicts
+// own runtime's service (adopt); later calls find it there. When the program runs as several
+// clients (the runtime's cluster, set_cluster, or the MPI job under mpirun: num_clients() > 1),
+// each client is one worker instead (TF's MultiWorkerMirroredStrategy): the group is every
+// client's devices named as this worker's but for the task (the client id), joined through the
+// cluster (GroupService::join: shared memory within a host, MPI across), and group_size must be
+// clients x local devices (kInvalidArgument otherwise). After a failure the caller evicts
 // the group from the service (the policy of every group user); the next get() makes or joins a
 // fresh one.
 //

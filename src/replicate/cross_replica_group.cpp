@@ -21,26 +21,39 @@ std::string collectives(uint64_t n) {
 }  // namespace
 
 CrossReplicaGroup::CrossReplicaGroup(std::shared_ptr<GroupService> service,
-                                     const std::vector<std::vector<Device*>>& devices,
+                                     const ReplicaPlacement& placement,
                                      std::chrono::milliseconds timeout, Clock::time_point deadline)
-    : num_replicas_(static_cast<int>(devices.size())),
-      num_cores_(devices.empty() ? 0 : static_cast<int>(devices[0].size())),
+    : num_replicas_(static_cast<int>(placement.devices.size())),
+      num_cores_(placement.devices.empty() ? 0 : static_cast<int>(placement.devices[0].size())),
       timeout_(timeout),
       deadline_(deadline),
-      devices_(devices),
+      devices_(placement.devices),
       service_(std::move(service)),
-      started_(devices.size(), 0),
-      finished_(devices.size(), false),
-      doing_(devices.size(), "starting"),
-      failed_(devices.size(), false) {
+      started_(placement.devices.size(), 0),
+      finished_(placement.devices.size(), false),
+      doing_(placement.devices.size(), "starting"),
+      failed_(placement.devices.size(), false) {
+  for (int r = 0; r < num_replicas_; ++r) {
+    local_.push_back(placement.is_local(r));
+    if (local_.back()) ++num_local_;
+  }
+  spans_clients_ = num_local_ < num_replicas_;
+  if (num_local_ == 0) return;  // no replica here: no collective to take part in
   for (int c = 0; c < num_cores_; ++c) {
     std::vector<std::string> names;
     for (int r = 0; r < num_replicas_; ++r) {
-      names.push_back(fmt::format("replica {} ({})", r, devices_[r][c]->name()));
+      names.push_back(fmt::format("replica {} ({})", r, placement.names[r][c]));
     }
-    groups_.push_back(service_->take(names));
+    if (spans_clients_) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+      groups_.push_back(service_->join(names, placement.owner,
+                                       std::max(left, std::chrono::milliseconds(1))));
+    } else {
+      groups_.push_back(service_->take(names));
+    }
     // Nobody else uses a taken group, so its scratch may be set here, before any launch.
     for (int r = 0; r < num_replicas_; ++r) {
+      if (!local_[static_cast<size_t>(r)]) continue;
       groups_.back()->comms[static_cast<size_t>(r)]->set_scratch_allocator(
           devices_[r][c]->allocator());
     }
@@ -48,8 +61,14 @@ CrossReplicaGroup::CrossReplicaGroup(std::shared_ptr<GroupService> service,
 }
 
 CrossReplicaGroup::~CrossReplicaGroup() {
-  if (aborted_ || first_failure()) return;  // dropped: evicted
+  if (aborted_ || first_failure() || spans_clients_) return;  // dropped: evicted (or per call)
   for (auto& group : groups_) service_->give_back(std::move(group));
+}
+
+CrossReplicaGroup::Clock::time_point CrossReplicaGroup::launch_deadline() const {
+  if (!spans_clients_) return deadline_;
+  return deadline_ + std::clamp(timeout_ / 40, std::chrono::milliseconds(5),
+                                std::chrono::milliseconds(500));
 }
 
 CollectiveOptions CrossReplicaGroup::collective_options() const {
@@ -107,7 +126,7 @@ void CrossReplicaGroup::launch(int replica, const std::string& signature,
     slot.parts.resize(static_cast<size_t>(num_replicas_));
   }
   slot.parts[r] = std::move(part);
-  if (++slot.arrived == num_replicas_) {
+  if (++slot.arrived == num_local_) {
     // The last to arrive: every part goes to the streams together.
     std::vector<std::shared_ptr<StreamLaunch>> parts = std::move(slot.parts);
     slots_.erase(n);
@@ -116,7 +135,9 @@ void CrossReplicaGroup::launch(int replica, const std::string& signature,
     lock.unlock();
     arrived_.notify_all();
     std::vector<StreamLaunch*> launches;
-    for (const auto& p : parts) launches.push_back(p.get());
+    for (const auto& p : parts) {
+      if (p) launches.push_back(p.get());  // null: a replica of another client
+    }
     StreamLaunch::enqueue_together(launches);
     return;
   }
@@ -129,7 +150,10 @@ void CrossReplicaGroup::launch(int replica, const std::string& signature,
   if (aborted_) throw Error(ErrorCode::kAborted, kComponent, abort_reason_);
   // The deadline: the first replica that has not arrived is the late one.
   int late = 0;
-  while (late < num_replicas_ && slots_[n].parts[static_cast<size_t>(late)]) ++late;
+  while (late < num_replicas_ &&
+         (!local_[static_cast<size_t>(late)] || slots_[n].parts[static_cast<size_t>(late)])) {
+    ++late;
+  }
   const std::string message = fmt::format(
       "replica {} did not reach collective #{} ({}) within the call's {} ms: it is {}; replica {} "
       "waited for it",

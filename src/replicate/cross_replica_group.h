@@ -3,8 +3,8 @@
 // rendezvous and order check of their collectives, what each replica is doing, and the record
 // of their failures.
 //
-//   // devices[replica][core]:
-//   auto group = std::make_shared<CrossReplicaGroup>(GroupService::of(runtime), devices,
+//   // placement.devices[replica][core] (replica_placement.h):
+//   auto group = std::make_shared<CrossReplicaGroup>(GroupService::of(runtime), placement,
 //                                                    timeout, deadline);
 //   // on replica r's controller thread, for each collective (one task per core of r):
 //   group->launch(r, "all_reduce(sum) of f32[4] sharding_specs:unsharded,", my_part);
@@ -52,6 +52,7 @@
 
 #include "comm/comm_group.h"
 #include "comm/group_service.h"
+#include "replicate/replica_placement.h"
 #include "runtime/launch.h"
 #include "tessel/comm/collective_options.h"
 #include "tessel/comm/communicator.h"
@@ -63,11 +64,15 @@ namespace tessel::detail {
 class CrossReplicaGroup {
  public:
   using Clock = std::chrono::steady_clock;
-  // devices[r][c]: the device of logical core c of replica r (the communicators' scratch
-  // memory comes from it). timeout > 0: the call's; deadline: when it ends. The groups come
-  // from `service` (the devices' runtime's).
-  CrossReplicaGroup(std::shared_ptr<GroupService> service,
-                    const std::vector<std::vector<Device*>>& devices,
+  // placement.devices[r][c]: the device of logical core c of replica r (the communicators'
+  // scratch memory comes from it), null for a replica of another client. timeout > 0: the
+  // call's; deadline: when it ends. The groups come from `service` (the devices' runtime's).
+  // When the replicas span clients, each core's group is joined through the service's cluster
+  // (collective over the clients owning a replica, in the same order on each: every client
+  // calls replicate() alike) for this call alone, and dropped after it (never reused, so that
+  // no client reuses a group another one dropped); the rendezvous of launch() is among this
+  // client's replicas, the collectives themselves cross the clients.
+  CrossReplicaGroup(std::shared_ptr<GroupService> service, const ReplicaPlacement& placement,
                     std::chrono::milliseconds timeout, Clock::time_point deadline);
   // Gives the groups back to the service, unless the call failed.
   ~CrossReplicaGroup();
@@ -78,6 +83,11 @@ class CrossReplicaGroup {
   int num_cores() const { return num_cores_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   Clock::time_point deadline() const { return deadline_; }
+  // When a launch of this call's collectives gives up waiting for its tasks: the deadline, or,
+  // when the replicas span clients, a little after it (a fortieth of the timeout, 5 ms to
+  // 500 ms: half of replicate()'s grace), so that a collective waiting for another process's
+  // replica reports first, naming the late peer (the launch only knows its own devices).
+  Clock::time_point launch_deadline() const;
   Device& device(int replica, int core) const { return *devices_[replica][core]; }
   Communicator& communicator(int replica, int core) const {
     return *groups_[static_cast<size_t>(core)]->comms[static_cast<size_t>(replica)];
@@ -132,6 +142,9 @@ class CrossReplicaGroup {
 
   const int num_replicas_;
   const int num_cores_;
+  std::vector<bool> local_;  // [replica]: runs in this client
+  int num_local_ = 0;
+  bool spans_clients_ = false;
   const std::chrono::milliseconds timeout_;
   const Clock::time_point deadline_;
   std::vector<std::vector<Device*>> devices_;  // [replica][core]

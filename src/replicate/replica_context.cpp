@@ -247,7 +247,7 @@ void GroupReplicaContext::run_on_cores(const std::string& collective, const std:
   // The group may be gone when a stream drops a task it skipped: nothing to abort then.
   const std::weak_ptr<CrossReplicaGroup> weak = group_;
   auto part = std::make_shared<StreamLaunch>(
-      kComponent, collective, std::move(tasks), group_->deadline(),
+      kComponent, collective, std::move(tasks), group_->launch_deadline(),
       fmt::format("within the call's {} ms", group_->timeout().count()),
       [weak](const std::string& reason) {
         if (const auto group = weak.lock()) group->abort(reason);

@@ -7,8 +7,10 @@
 #include <numeric>
 #include <string>
 
+#include "comm/group_service.h"
 #include "core/errors.h"
 #include "core/inert_attribute.h"
+#include "tessel/core/device_name.h"
 #include "tessel/mesh/topology.h"
 #include "tessel/replicate/device_assignment.h"
 
@@ -59,16 +61,27 @@ void warn_inert_metadata(const ReplicateMetadata& md) {
 
 }  // namespace
 
-std::vector<std::vector<Device*>> assign_replica_devices(const ReplicateMetadata& md,
-                                                         Runtime& runtime) {
+bool ReplicaPlacement::spans_clients() const {
+  for (size_t r = 0; r < devices.size(); ++r) {
+    if (!is_local(static_cast<int>(r))) return true;
+  }
+  return false;
+}
+
+ReplicaPlacement place_replicas(const ReplicateMetadata& md, Runtime& runtime) {
   md.validate_for_run();
   warn_inert_metadata(md);
   const int replicas = md.num_replicas;
   const int cores = md.num_cores_per_replica;
-  if (int64_t{replicas} * cores > runtime.num_devices()) {
+  const int clients = GroupService::of(runtime)->num_clients();
+  const int my_task = runtime.options().task;
+  if (int64_t{replicas} * cores > int64_t{clients} * runtime.num_devices()) {
     throw_invalid(kComponent,
-                  "{} replicas x {} cores per replica need {} devices; the runtime has {}",
-                  replicas, cores, int64_t{replicas} * cores, runtime.num_devices());
+                  "{} replicas x {} cores per replica need {} devices; the runtime has {}{}",
+                  replicas, cores, int64_t{replicas} * cores, runtime.num_devices(),
+                  clients > 1 ? fmt::format(" on each of {} clients ({} in all)", clients,
+                                            int64_t{clients} * runtime.num_devices())
+                              : "");
   }
   if (cores > 1 && !md.use_spmd_for_xla_partitioning) {
     throw_error(ErrorCode::kUnimplemented, kComponent,
@@ -78,29 +91,69 @@ std::vector<std::vector<Device*>> assign_replica_devices(const ReplicateMetadata
                 "SPMD over each replica's {} cores",
                 cores, cores);
   }
-  // The runtime's own topology names its task 0; a given topology must name this runtime's task.
+  // The runtime's own topology names its task 0 (one client); the job's topology, and a given
+  // topology, name each client by its task.
   const bool own_topology = md.topology.empty();
-  const Topology topology = own_topology ? runtime.topology() : *md.parsed_topology();
+  const Topology topology = !own_topology ? *md.parsed_topology()
+                            : clients > 1 ? Topology::for_hosts(clients, runtime.num_devices())
+                                          : runtime.topology();
   const DeviceAssignment assignment = md.device_assignment.empty()
                                           ? default_assignment(md, topology)
                                           : *md.parsed_device_assignment();
-  const int task = own_topology ? 0 : runtime.options().task;
-  std::vector<std::vector<Device*>> devices(static_cast<size_t>(replicas));
+  const int task = own_topology && clients == 1 ? 0 : my_task;
+  const std::string& job = runtime.options().job;
+  ReplicaPlacement placement;
+  placement.num_clients = clients;
+  placement.devices.resize(static_cast<size_t>(replicas));
+  placement.names.resize(static_cast<size_t>(replicas));
   for (int r = 0; r < replicas; ++r) {
     for (int c = 0; c < cores; ++c) {
       const int t = assignment.task(r, c);
       const int d = assignment.tpu_ordinal(r, c);
-      if (topology.device_type() != "CPU" || t != task || d >= runtime.num_devices()) {
+      const bool here = t == task;
+      if (topology.device_type() != "CPU" || d >= runtime.num_devices() ||
+          (clients == 1 && !here) || t >= clients) {
+        if (clients == 1) {
+          throw_invalid(kComponent,
+                        "replica {} logical core {} is assigned to {}, which is not a device of "
+                        "this runtime (its CPU devices 0..{} of task {})",
+                        r, c, assignment.device(r, c, job), runtime.num_devices() - 1, my_task);
+        }
         throw_invalid(kComponent,
-                      "replica {} logical core {} is assigned to {}, which is not a device of this "
-                      "runtime (its CPU devices 0..{} of task {})",
-                      r, c, assignment.device(r, c, runtime.options().job),
-                      runtime.num_devices() - 1, runtime.options().task);
+                      "replica {} logical core {} is assigned to {}, which is not a device of "
+                      "this job ({} clients, tasks 0..{}, each with CPU devices 0..{})",
+                      r, c, assignment.device(r, c, job), clients, clients - 1,
+                      runtime.num_devices() - 1);
       }
-      devices[static_cast<size_t>(r)].push_back(&runtime.device(d));
+      const int owner = here ? my_task : t;
+      if (c == 0) {
+        placement.owner.push_back(owner);
+      } else if (placement.owner.back() != owner) {
+        throw_error(ErrorCode::kUnimplemented, kComponent,
+                    "replica {} has logical core 0 on task {} and logical core {} on task {}: the "
+                    "cores of one replica must be devices of one client (process)",
+                    r, placement.owner.back(), c, owner);
+      }
+      auto& devices = placement.devices[static_cast<size_t>(r)];
+      devices.push_back(here ? &runtime.device(d) : nullptr);
+      placement.names[static_cast<size_t>(r)].push_back(
+          here ? devices.back()->name()
+               : DeviceName::make(job, runtime.options().replica, t, "CPU", d).to_string());
     }
   }
-  return devices;
+  return placement;
+}
+
+std::vector<std::vector<Device*>> assign_replica_devices(const ReplicateMetadata& md,
+                                                         Runtime& runtime) {
+  ReplicaPlacement placement = place_replicas(md, runtime);
+  if (placement.spans_clients()) {
+    throw_error(ErrorCode::kUnimplemented, kComponent,
+                "the replicas are placed over {} clients (processes); compile() runs every "
+                "replica in this process: run the computation with replicate() instead",
+                placement.num_clients);
+  }
+  return std::move(placement.devices);
 }
 
 Mesh replica_core_mesh(int replica, const std::vector<Device*>& cores) {

@@ -276,21 +276,27 @@ void finish_threads(Call& call, std::vector<std::thread>& threads, Clock::time_p
   }
 }
 
-// Every replica returns the same number of outputs with the same dtypes (TF's output_types).
-void check_outputs_agree(const std::vector<std::vector<DTensor>>& outputs) {
-  const std::vector<DTensor>& first = outputs[0];
-  for (size_t r = 1; r < outputs.size(); ++r) {
+// Every replica returns the same number of outputs with the same dtypes (TF's output_types);
+// checked among this client's replicas (`local`).
+void check_outputs_agree(const std::vector<std::vector<DTensor>>& outputs,
+                         const std::vector<bool>& local) {
+  const auto first_local = static_cast<size_t>(std::find(local.begin(), local.end(), true) - local.begin());
+  if (first_local == local.size()) return;
+  const std::vector<DTensor>& first = outputs[first_local];
+  for (size_t r = first_local + 1; r < outputs.size(); ++r) {
+    if (!local[r]) continue;
     const std::vector<DTensor>& outs = outputs[r];
     if (outs.size() != first.size()) {
-      detail::throw_invalid(kComponent, "replica {} returned {} outputs and replica 0 returned {}",
-                            r, outs.size(), first.size());
+      detail::throw_invalid(kComponent, "replica {} returned {} outputs and replica {} returned {}",
+                            r, outs.size(), first_local, first.size());
     }
     for (size_t k = 0; k < outs.size(); ++k) {
       if (outs[k].dtype() != first[k].dtype()) {
         detail::throw_invalid(kComponent,
-                              "output {} is {} on replica {} and {} on replica 0; every replica "
+                              "output {} is {} on replica {} and {} on replica {}; every replica "
                               "returns the same output types",
-                              k, dtype_name(outs[k].dtype()), r, dtype_name(first[k].dtype()));
+                              k, dtype_name(outs[k].dtype()), r, dtype_name(first[k].dtype()),
+                              first_local);
       }
     }
   }
@@ -300,12 +306,7 @@ void check_outputs_agree(const std::vector<std::vector<DTensor>>& outputs) {
 
 std::vector<std::vector<std::string>> replica_device_names(const ReplicateMetadata& metadata,
                                                            Runtime& runtime) {
-  std::vector<std::vector<std::string>> names;
-  for (const auto& cores : detail::assign_replica_devices(metadata, runtime)) {
-    names.emplace_back();
-    for (const Device* d : cores) names.back().push_back(d->name());
-  }
-  return names;
+  return detail::place_replicas(metadata, runtime).names;
 }
 
 std::vector<std::vector<DTensor>> replicate(
@@ -318,8 +319,7 @@ std::vector<std::vector<DTensor>> replicate(
     detail::throw_invalid(kComponent, "timeout must be >= 0 ms; got {}", options.timeout.count());
   }
   Runtime& runtime = options.runtime ? *options.runtime : Runtime::global();
-  const std::vector<std::vector<Device*>> devices =
-      detail::assign_replica_devices(options.metadata, runtime);
+  const detail::ReplicaPlacement placement = detail::place_replicas(options.metadata, runtime);
   const int replicas = options.metadata.num_replicas;
   auto call = std::make_shared<Call>();
   call->args = Arguments{computation,
@@ -329,21 +329,38 @@ std::vector<std::vector<DTensor>> replicate(
                          guaranteed_constants,
                          std::set<int>(options.packed_inputs.begin(), options.packed_inputs.end())};
   check_per_replica_inputs(call->args, replicas);
+  if (placement.spans_clients()) {
+    for (const ReplicatedVariable& v : variables) {
+      if (v.is_mirrored_variable) {
+        detail::throw_error(ErrorCode::kUnimplemented, kComponent,
+                            "variable '{}' is mirrored, and the replicas run in {} clients "
+                            "(processes): its write-back would combine values of other "
+                            "processes' replicas, which replicate() does not do yet; reduce "
+                            "with ctx.all_reduce and assign per-replica variables instead",
+                            v.name, placement.num_clients);
+      }
+    }
+  }
 
   const auto timeout =
       options.timeout.count() == 0 ? default_collective_timeout() : options.timeout;
   const Clock::time_point deadline = Clock::now() + timeout;
   call->group = std::make_shared<detail::CrossReplicaGroup>(detail::GroupService::of(runtime),
-                                                            devices, timeout, deadline);
+                                                            placement, timeout, deadline);
   call->runtime = &runtime;
-  call->cores = devices;
+  call->cores = placement.devices;
   call->outputs.resize(static_cast<size_t>(replicas));
-  call->assigned.resize(static_cast<size_t>(replicas));
+  // Another client's replica assigns nothing here.
+  call->assigned.assign(static_cast<size_t>(replicas), std::vector<Tensor>(variables.size()));
+  std::vector<bool> local;
+  for (int r = 0; r < replicas; ++r) local.push_back(placement.is_local(r));
   call->done.assign(static_cast<size_t>(replicas), false);
-  std::vector<std::thread> threads;
+  for (int r = 0; r < replicas; ++r) call->done[static_cast<size_t>(r)] = !local[static_cast<size_t>(r)];
+  std::vector<std::thread> threads(static_cast<size_t>(replicas));  // not joinable: not started
   for (int r = 0; r < replicas; ++r) {
+    if (!local[static_cast<size_t>(r)]) continue;  // runs in its own client
     try {
-      threads.emplace_back(run_replica, r, call);
+      threads[static_cast<size_t>(r)] = std::thread(run_replica, r, call);
     } catch (const std::system_error& e) {
       const std::string what =
           fmt::format("{}: could not start the controller thread: {}", kComponent, e.what());
@@ -359,7 +376,7 @@ std::vector<std::vector<DTensor>> replicate(
     throw Error(failure->code, kComponent,
                 fmt::format("replica {}: {}", failure->replica, failure->what));
   }
-  check_outputs_agree(call->outputs);
+  check_outputs_agree(call->outputs, local);
   detail::write_back_variables(call->args.variables, call->assigned);
   return std::move(call->outputs);
 }

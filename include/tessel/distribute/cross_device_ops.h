@@ -17,8 +17,9 @@
 //   of those devices; otherwise ReductionToOneDevice. MEAN divides by the number of destination
 //   devices. IndexedSlices always go through ReductionToOneDevice.
 // - CollectiveAllReduce: its own devices, in a group of group_size devices over all workers
-//   (several Runtimes in one process join by group key, as TF's collective keys do); one
-//   all-reduce per bytes_per_pack pack; MEAN divides by group_size.
+//   (several Runtimes in one process join by group key, as TF's collective keys do; across
+//   processes, TF's MultiWorkerMirroredStrategy, each client of a multi-client program is one
+//   worker, see the class); one all-reduce per bytes_per_pack pack; MEAN divides by group_size.
 //
 // Shared rules, enforced by the base class before any implementation runs, in TF's order:
 // destinations must not be empty (kInvalidArgument, kDestinationsEmptyMessage); an empty value:
@@ -280,6 +281,14 @@ class CollectiveAllReduce : public CrossDeviceOps {
   // With group_size > devices, the other workers (other Runtimes of this process, each with its
   // own CollectiveAllReduce) must run the same calls in the same order: groups are matched by
   // TF's group key (1, 2, ... per distinct device set, in order of first use) and group_size.
+  // Across processes (TF's MultiWorkerMirroredStrategy): when `runtime` is a client of a
+  // multi-client program (under mpirun, a runtime named after this process, as
+  // Runtime::global() is: job and task of clients.h; or one given a cluster by set_cluster),
+  // every client is one worker, calls with its local per-replica values, and the group is every
+  // client's devices named as `devices` but for the task (every worker has the same local
+  // devices); group_size must then be clients x devices (kInvalidArgument naming both). The
+  // group is joined through the cluster DTensor's meshes use (shared memory within a host, MPI
+  // across) on the first call, within its deadline; the results equal the in-process ones.
   CollectiveAllReduce(std::vector<std::string> devices, int group_size,
                       CommunicationOptions options = {}, Runtime& runtime = Runtime::global());
   const std::vector<std::string>& devices() const { return devices_; }  // full names

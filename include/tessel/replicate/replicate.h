@@ -30,6 +30,18 @@
 // must be on (the body is DTensor SPMD over its cores); off: kUnimplemented (TF's
 // model parallelism without SPMD places ops on cores by hand, which tessel has no API for).
 //
+// Across processes: when the runtime is a client of a multi-client program (processes under
+// mpirun with the runtime named after this one, as Runtime::global() is; or set_cluster), the
+// replicas are placed over every client's devices: the default topology is one task per client
+// with as many devices as this runtime (Topology::for_hosts(clients, num_devices())), a given
+// one names clients by task. Every client makes the same call (same metadata and arguments);
+// each runs its own replicas, the cross-replica collectives cross the processes (per-core groups
+// joined through the cluster, for this call), and the result lists only its own replicas'
+// outputs (another client's replica has an empty list). An assigned device beyond the clients
+// or beyond the devices of a client: kInvalidArgument naming the replica, core and device; a
+// replica over several clients, a mirrored variable, and compile(): kUnimplemented. A replica's
+// failure reaches the other clients' replicas through their collectives (kAborted).
+//
 // Checks before anything runs, each Error kInvalidArgument from "replicate" unless noted:
 // metadata.validate_for_run() (num_replicas >= 1, ...); num_replicas * num_cores_per_replica
 // devices at most the runtime's (naming both counts); every per-replica input has num_replicas

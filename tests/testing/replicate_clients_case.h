@@ -1,0 +1,88 @@
+// One replicate() program run by every client of a multi-client program (simulated clients in
+// tests/replicate/replicate_clients_test.cpp, processes under mpirun in
+// tests/mpi/mpi_replicate_test.cpp) and by one process alone: the replicas' outputs must be the
+// same, and equal to what plain arithmetic over the replicas' inputs gives.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
+#include "tessel/replicate/replicate.h"
+
+namespace tessel::testing {
+
+inline constexpr int64_t kReplicaElements = 6;
+
+// Replica r's input: element i = (r + 1) / 2 + i (halves: exact in f32 sums).
+inline std::vector<std::vector<Tensor>> replica_inputs(int replicas) {
+  std::vector<Tensor> values;
+  for (int r = 0; r < replicas; ++r) {
+    std::vector<float> v;
+    for (int64_t i = 0; i < kReplicaElements; ++i) v.push_back(0.5f * (r + 1) + static_cast<float>(i));
+    values.push_back(Tensor::from_vector<float>(v, Shape{kReplicaElements}));
+  }
+  return {values};
+}
+
+// The broadcast input w: element i = i + 1.
+inline Tensor replica_weights() {
+  std::vector<float> w;
+  for (int64_t i = 0; i < kReplicaElements; ++i) w.push_back(static_cast<float>(i + 1));
+  return Tensor::from_vector<float>(w, Shape{kReplicaElements});
+}
+
+// Outputs: [sum over replicas of x * w, mean of x * w, all_gather(x), broadcast of the last
+// replica's x, this replica's x * w + replica id].
+inline std::vector<std::vector<DTensor>> run_replicate_case(Runtime& runtime, int replicas) {
+  ReplicateOptions options;
+  options.metadata.num_replicas = replicas;
+  options.runtime = &runtime;
+  options.timeout = std::chrono::seconds(30);
+  return replicate(
+      [replicas](ReplicaContext& ctx, const std::vector<DTensor>& in) {
+        const DTensor y = multiply(in[0], in[1]);
+        return std::vector<DTensor>{ctx.all_reduce(y, ReduceOp::kSum),
+                                    ctx.all_reduce(y, ReduceOp::kMean), ctx.all_gather(in[0], 0),
+                                    ctx.broadcast(in[0], replicas - 1),
+                                    add(y, static_cast<double>(ctx.replica_id()))};
+      },
+      replica_inputs(replicas), {replica_weights()}, {}, {}, options);
+}
+
+inline std::vector<float> host_floats(const DTensor& d) { return to_host(d).to_vector<float>(); }
+
+// What each output of replica r must hold, computed here.
+inline std::vector<std::vector<float>> expected_replica_outputs(int replicas, int r) {
+  const std::vector<std::vector<Tensor>> in = replica_inputs(replicas);
+  const std::vector<float> w = replica_weights().to_vector<float>();
+  std::vector<float> sum(kReplicaElements, 0), gathered, last, mine;
+  for (int q = 0; q < replicas; ++q) {
+    const std::vector<float> x = in[0][static_cast<size_t>(q)].to_vector<float>();
+    for (int64_t i = 0; i < kReplicaElements; ++i) sum[static_cast<size_t>(i)] += x[i] * w[i];
+    gathered.insert(gathered.end(), x.begin(), x.end());
+    if (q == replicas - 1) last = x;
+    if (q == r) {
+      for (int64_t i = 0; i < kReplicaElements; ++i) mine.push_back(x[i] * w[i] + static_cast<float>(r));
+    }
+  }
+  std::vector<float> mean = sum;
+  for (float& m : mean) m /= static_cast<float>(replicas);
+  return {sum, mean, gathered, last, mine};
+}
+
+// Checks replica r's outputs `got` against arithmetic and against `one_process` (the same
+// replica's outputs of the run in one process).
+inline void expect_replica_outputs(const std::vector<DTensor>& got,
+                                   const std::vector<DTensor>& one_process, int replicas, int r) {
+  const std::vector<std::vector<float>> want = expected_replica_outputs(replicas, r);
+  ASSERT_EQ(got.size(), want.size()) << "replica " << r;
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_EQ(host_floats(got[k]), want[k]) << "replica " << r << " output " << k;
+    EXPECT_EQ(host_floats(got[k]), host_floats(one_process[k])) << "replica " << r << " output " << k;
+  }
+}
+
+}  // namespace tessel::testing
