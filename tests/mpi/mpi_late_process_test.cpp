@@ -33,7 +33,10 @@ using testing::catch_error;
 using testing::contains;
 
 constexpr auto kTimeout = 1000ms;
-constexpr double kLimit = 1.1;  // seconds: the deadline + 10 %
+constexpr auto kStall = 2000ms;  // the late process's delay, well past the deadline
+// Seconds a waiting process may take: the deadline + 10 %, and a margin for a loaded machine
+// (other jobs compiling; with 4 processes on 2 cores a process waits its turn for a core).
+double limit() { return 1.1 + (mpi_size() > 2 ? 0.5 : 0.3); }
 
 std::string member(int process, int device) {
   return fmt::format("/job:worker/replica:0/task:{}/device:CPU:{}", process, device);
@@ -64,7 +67,6 @@ std::string late_ranks(int late) {
 // What a process that waited for `late` must have seen.
 void expect_named(const Caught& c, int late, const std::string& named) {
   ASSERT_TRUE(c.thrown) << "no error";
-  if (getenv("SHOW")) fprintf(stderr, "%s\n", c.what.c_str());
   const std::string code(error_code_name(c.code));
   if (mpi_size() == 2) {
     EXPECT_EQ(code, "DeadlineExceeded") << c.what;
@@ -82,7 +84,7 @@ void expect_named(const Caught& c, int late, const std::string& named) {
     }
   }
   EXPECT_GE(c.seconds, 0.99);
-  EXPECT_LE(c.seconds, kLimit) << "timeout 1 s";
+  EXPECT_LE(c.seconds, limit()) << "timeout 1 s";
 }
 
 // What the late process must see on arrival: an error (its peers gave up), by its own deadline.
@@ -90,7 +92,7 @@ void expect_failed_on_arrival(const Caught& c) {
   ASSERT_TRUE(c.thrown) << "the late process's call succeeded";
   const std::string code(error_code_name(c.code));
   EXPECT_TRUE(code == "DeadlineExceeded" || code == "Aborted") << c.what;
-  EXPECT_LE(c.seconds, kLimit) << c.what;
+  EXPECT_LE(c.seconds, limit()) << c.what;
 }
 
 TEST(MpiLateProcess, IsNamedByItsMembersWhenItJoinsAGroupLate) {
@@ -98,7 +100,7 @@ TEST(MpiLateProcess, IsNamedByItsMembersWhenItJoinsAGroupLate) {
   const int late = mpi_size() - 1;
   auto cluster = make_mpi_cluster();
   const Group g = two_per_process();
-  if (mpi_rank() == late) std::this_thread::sleep_for(1500ms);
+  if (mpi_rank() == late) std::this_thread::sleep_for(kStall);
   const Caught c = catch_error([&] { cluster->join(g.members, g.owners, kTimeout); });
   if (mpi_rank() == late) {
     expect_failed_on_arrival(c);
@@ -131,9 +133,9 @@ TEST(MpiLateProcess, IsNamedByItsMembersInAFormedGroupsRendezvous) {
   const CollectiveOptions o = testing::mpi_options(Algorithm::kAuto, kTimeout);
   // Once together, then the late process stalls before the second barrier.
   for (const Caught& c : on_members(comms, [&](Communicator& comm) { comm.barrier(o); })) {
-    ASSERT_FALSE(c.thrown) << c.what;
+    EXPECT_FALSE(c.thrown) << c.what;
   }
-  if (mpi_rank() == late) std::this_thread::sleep_for(1500ms);
+  if (mpi_rank() == late) std::this_thread::sleep_for(kStall);
   const std::vector<Caught> caught = on_members(comms, [&](Communicator& comm) { comm.barrier(o); });
   for (const Caught& c : caught) {
     if (mpi_rank() == late) {
@@ -158,14 +160,14 @@ TEST(MpiLateProcess, IsNamedByItsMembersWhenItsSendIsLate) {
   const CollectiveOptions o = testing::mpi_options(Algorithm::kAuto, kTimeout);
   // Process 0's first member waits for a message from the late process's first member.
   const int receiver = 0, sender = 2 * late;
-  if (mpi_rank() == late) std::this_thread::sleep_for(1500ms);
+  if (mpi_rank() == late) std::this_thread::sleep_for(kStall);
   const std::vector<Caught> caught = on_members(comms, [&](Communicator& comm) {
     Tensor t = Tensor::zeros({16}, DType::kF32);
     if (comm.rank() == receiver) comm.recv(t, sender, 0, o);
   });
   if (mpi_rank() == 0) {
     const Caught& c = caught.front();
-    ASSERT_TRUE(c.thrown) << "no error";
+    EXPECT_TRUE(c.thrown) << "no error";
     EXPECT_EQ(error_code_name(c.code), "DeadlineExceeded") << c.what;
     EXPECT_TRUE(contains(c.what, fmt::format("for a message from rank {} (/job:worker/replica:0/"
                                              "task:{}: group ranks {} ({}), {} ({}))",
@@ -173,7 +175,7 @@ TEST(MpiLateProcess, IsNamedByItsMembersWhenItsSendIsLate) {
                                              member(late, 1))))
         << c.what;
     EXPECT_GE(c.seconds, 0.99);
-    EXPECT_LE(c.seconds, kLimit) << "timeout 1 s";
+    EXPECT_LE(c.seconds, limit()) << "timeout 1 s";
   }
   testing::world_barrier();
 }
@@ -190,7 +192,7 @@ TEST(MpiProcessCluster, ALateProcessIsNamedWhileTheClusterForms) {
   const auto gather = [&] {
     relayout(sharded, Layout::replicated(mesh, 1), RelayoutOptions{kTimeout});
   };
-  if (mpi_rank() == late) std::this_thread::sleep_for(1500ms);
+  if (mpi_rank() == late) std::this_thread::sleep_for(kStall);
   const Caught c = catch_error(gather);
   if (mpi_rank() == late) {
     expect_failed_on_arrival(c);
@@ -201,7 +203,7 @@ TEST(MpiProcessCluster, ALateProcessIsNamedWhileTheClusterForms) {
   // A cluster that failed to form is not made again (its duplicate of MPI_COMM_WORLD may still
   // be pending): the next collective across processes fails at once, saying why.
   const Caught again = catch_error(gather);
-  ASSERT_TRUE(again.thrown);
+  EXPECT_TRUE(again.thrown);
   EXPECT_EQ(error_code_name(again.code), "Aborted") << again.what;
   EXPECT_TRUE(contains(again.what, "failed to form")) << again.what;
   EXPECT_LT(again.seconds, 0.1);

@@ -76,10 +76,23 @@ class MpiCluster : public Cluster {
     const uint64_t mine = digest_of(members, owners);
     const detail::Signature sig{++joins_, fmt::format("join({:016x})", mine),
                                 fmt::format("join of group [{}]", fmt::join(members, ", "))};
-    for (int c : clients) {
-      if (c != client_id()) {
-        world_->send_tagged(c, detail::mpi_tags::kJoin, &mine, sizeof mine, sig, deadline);
+    // A meeting called off before this client came (the others gave up waiting for it, or the
+    // cluster had failed before) is said as such, naming no other client as late. Every send
+    // hears of aborts first; so does the poll after them, before any wait.
+    try {
+      world_->poll_aborts();
+      for (int c : clients) {
+        if (c != client_id()) {
+          world_->send_tagged(c, detail::mpi_tags::kJoin, &mine, sizeof mine, sig, deadline);
+        }
       }
+      world_->poll_aborts();
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kAborted) throw;
+      detail::throw_error(ErrorCode::kAborted, kCluster,
+                          "client {} cannot join group [{}]: the meeting was called off before it "
+                          "came (the others gave up waiting for it, or the cluster had failed): {}",
+                          client_id(), fmt::join(members, ", "), e.message());
     }
     // Every digest is read before a mismatch is reported, so that a failed meeting leaves no
     // message behind for the next join.
