@@ -42,15 +42,15 @@ class DefaultCluster : public Cluster {
     if (cluster->client_id() != task_) {
       throw_invalid("relayout",
                     "this runtime's devices are task {} but this process is MPI rank {}; create "
-                    "the runtime with RuntimeOptions::task = the MPI rank (the default under mpirun)",
+                    "the runtime with RuntimeOptions::task = the MPI rank (the default under "
+                    "mpirun)",
                     task_, cluster->client_id());
     }
     // The join's own meeting gets what is left of the caller's budget.
     const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - start);
-    return cluster->join(members, owners,
-                         timeout.count() > 0 ? std::max(timeout - spent, std::chrono::milliseconds(1))
-                                             : timeout);
+    const auto left = std::max(timeout - spent, std::chrono::milliseconds(1));
+    return cluster->join(members, owners, timeout.count() > 0 ? left : timeout);
   }
 
  private:
@@ -80,14 +80,16 @@ class DefaultCluster : public Cluster {
                     fmt::join(members, ", "), failure_->what());
       }
       const auto start = std::chrono::steady_clock::now();
+      const auto waited = [start] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      };
       try {
         MpiCommunicatorOptions options;
         options.timeout = timeout;
         cluster_ = make_mpi_cluster(options);
       } catch (const Error& e) {
         if (e.code() == ErrorCode::kDeadlineExceeded || e.code() == ErrorCode::kAborted) {
-          failure_ = late_error(e, members, owners, task,
-                                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          failure_ = late_error(e, members, owners, task, waited());
           throw *failure_;
         }
         throw_error(ErrorCode::kFailedPrecondition, "relayout",
@@ -121,7 +123,8 @@ class DefaultCluster : public Cluster {
       return Error(cause.code(), "Cluster",
                    fmt::format("client {} waited {:.3f} s for ranks [{}] (client {}) to make the "
                                "process's MPI cluster (its first collective across processes, "
-                               "over all {} processes of the job) before joining group [{}]; {}: {}",
+                               "over all {} processes of the job) before joining group [{}]; "
+                               "{}: {}",
                                task, waited, fmt::join(late, ", "), fmt::join(clients, ", "),
                                processes, fmt::join(members, ", "), which, cause.what()));
     }

@@ -28,8 +28,8 @@ namespace tessel {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::Caught;
 using testing::catch_error;
+using testing::Caught;
 using testing::contains;
 
 constexpr auto kTimeout = 1000ms;
@@ -136,16 +136,18 @@ TEST(MpiLateProcess, IsNamedByItsMembersInAFormedGroupsRendezvous) {
     EXPECT_FALSE(c.thrown) << c.what;
   }
   if (mpi_rank() == late) std::this_thread::sleep_for(kStall);
-  const std::vector<Caught> caught = on_members(comms, [&](Communicator& comm) { comm.barrier(o); });
+  const std::vector<Caught> caught =
+      on_members(comms, [&](Communicator& comm) { comm.barrier(o); });
   for (const Caught& c : caught) {
     if (mpi_rank() == late) {
       expect_failed_on_arrival(c);
     } else {
       // "for ranks [L (/job:worker/replica:0/task:L: group ranks 2L (...), 2L+1 (...))]"
-      expect_named(c, late,
-                   fmt::format("for ranks [{} (/job:worker/replica:0/task:{}: group ranks {} ({}), "
-                               "{} ({}))]",
-                               late, late, 2 * late, member(late, 0), 2 * late + 1, member(late, 1)));
+      expect_named(
+          c, late,
+          fmt::format("for ranks [{} (/job:worker/replica:0/task:{}: group ranks {} ({}), "
+                      "{} ({}))]",
+                      late, late, 2 * late, member(late, 0), 2 * late + 1, member(late, 1)));
     }
   }
   testing::world_barrier();
@@ -169,10 +171,10 @@ TEST(MpiLateProcess, IsNamedByItsMembersWhenItsSendIsLate) {
     const Caught& c = caught.front();
     EXPECT_TRUE(c.thrown) << "no error";
     EXPECT_EQ(error_code_name(c.code), "DeadlineExceeded") << c.what;
-    EXPECT_TRUE(contains(c.what, fmt::format("for a message from rank {} (/job:worker/replica:0/"
-                                             "task:{}: group ranks {} ({}), {} ({}))",
-                                             late, late, 2 * late, member(late, 0), 2 * late + 1,
-                                             member(late, 1))))
+    EXPECT_TRUE(contains(
+        c.what, fmt::format("for a message from rank {} (/job:worker/replica:0/"
+                            "task:{}: group ranks {} ({}), {} ({}))",
+                            late, late, 2 * late, member(late, 0), 2 * late + 1, member(late, 1))))
         << c.what;
     EXPECT_GE(c.seconds, 0.99);
     EXPECT_LE(c.seconds, limit()) << "timeout 1 s";

@@ -96,9 +96,7 @@ void stall_stage_one(int clean_steps) {
 
 TEST(MpiPipeline, AStalledStageIsNamedOnTheOtherStagesProcesses) { stall_stage_one(0); }
 
-TEST(MpiPipeline, AStageStalledInALaterStepIsNamedOnTheOtherStagesProcesses) {
-  stall_stage_one(1);
-}
+TEST(MpiPipeline, AStageStalledInALaterStepIsNamedOnTheOtherStagesProcesses) { stall_stage_one(1); }
 
 }  // namespace
 }  // namespace tessel

@@ -333,8 +333,11 @@ std::vector<std::unique_ptr<Communicator>> make_process_group(std::shared_ptr<Mp
   std::vector<std::string> process_names;
   for (int q = 0; q < mpi->size(); ++q) {
     std::vector<std::string> held;
-    for (int r : g->ranks_of[static_cast<size_t>(q)]) held.push_back(fmt::format("{} ({})", r, members[r]));
-    process_names.push_back(fmt::format("{}: group ranks {}", mpi->members()[q], fmt::join(held, ", ")));
+    for (int r : g->ranks_of[static_cast<size_t>(q)]) {
+      held.push_back(fmt::format("{} ({})", r, members[r]));
+    }
+    process_names.push_back(
+        fmt::format("{}: group ranks {}", mpi->members()[q], fmt::join(held, ", ")));
   }
   mpi->name_ranks(std::move(process_names));
   g->process_of = process_of;

@@ -120,11 +120,14 @@ void MpiTransport::exchange_peers(const MpiCommunicatorOptions& options, int64_t
   spin_time_ = spin_time_for(here);
 }
 
-std::string MpiTransport::who(int r) const { return fmt::format("rank {} ({})", r, rank_names_[r]); }
+std::string MpiTransport::who(int r) const {
+  return fmt::format("rank {} ({})", r, rank_names_[r]);
+}
 
 void MpiTransport::name_ranks(std::vector<std::string> names) {
   if (names.size() != static_cast<size_t>(size_)) {
-    throw_error(ErrorCode::kInternal, kComponent, "{} rank names for a group of {}", names.size(), size_);
+    throw_error(ErrorCode::kInternal, kComponent, "{} rank names for a group of {}", names.size(),
+                size_);
   }
   rank_names_ = std::move(names);
 }

@@ -108,7 +108,9 @@ std::vector<DTensor> relayout_batch(const std::vector<DTensor>& tensors,
     std::vector<int64_t> bytes;
     for (size_t m : members) {
       std::vector<detail::MaybeBox> blocks;
-      for (const Box& b : detail::blocks_of(tensors[m].layout(), tensors[m].shape())) blocks.push_back(b);
+      for (const Box& b : detail::blocks_of(tensors[m].layout(), tensors[m].shape())) {
+        blocks.push_back(b);
+      }
       bytes.push_back(detail::max_block_bytes(blocks, tensors[m].dtype()));
     }
     for (const std::vector<int>& bucket : group_by_size(bytes, bucket_bytes)) {
