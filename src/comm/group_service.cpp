@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -19,57 +20,120 @@ namespace tessel::detail {
 namespace {
 
 // The cluster of a runtime nobody gave one: this client is the runtime's task; a group spanning
-// clients goes through the process's MPI cluster, made on first need.
+// clients goes through the process's MPI cluster, made on first need. Making it is collective
+// over every process of the job (MPI_Comm_idup of MPI_COMM_WORLD), so it takes the deadline of
+// the join that needs it: a process that does not come is named by the members it owns in that
+// group, as a late rank is, instead of being waited for past the caller's deadline. A cluster
+// that failed to form cannot be made again (the duplication may still be pending in MPI, and a
+// second one would pair with it), so later joins fail at once with kAborted naming the cause.
 class DefaultCluster : public Cluster {
  public:
   explicit DefaultCluster(int task) : task_(task) {}
-  int num_clients() const override { return mpi() ? mpi()->num_clients() : task_ + 1; }
+  int num_clients() const override {
+    std::shared_ptr<Cluster> cluster = ProcessCluster::get().made();
+    return cluster ? cluster->num_clients() : task_ + 1;
+  }
   int client_id() const override { return task_; }
 
   std::vector<std::unique_ptr<Communicator>> join(const std::vector<std::string>& members,
                                                   const std::vector<int>& owners,
                                                   std::chrono::milliseconds timeout) override {
-    std::shared_ptr<Cluster> cluster = mpi();
-    if (!cluster) {
+    const auto start = std::chrono::steady_clock::now();
+    std::shared_ptr<Cluster> cluster = ProcessCluster::get().make(members, owners, task_, timeout);
+    if (cluster->client_id() != task_) {
+      throw_invalid("Cluster",
+                    "this runtime's devices are task {} but this process is MPI rank {}; create "
+                    "the runtime with RuntimeOptions::task = the MPI rank (the default under "
+                    "mpirun)",
+                    task_, cluster->client_id());
+    }
+    // The join's own meeting gets what is left of the caller's budget.
+    const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    const auto left = std::max(timeout - spent, std::chrono::milliseconds(1));
+    return cluster->join(members, owners, timeout.count() > 0 ? left : timeout);
+  }
+
+ private:
+  // The process's MPI cluster, shared by every runtime of the process; it lives until exit
+  // (collectives may run during exit).
+  class ProcessCluster {
+   public:
+    static ProcessCluster& get() {
+      static auto* process = new ProcessCluster();
+      return *process;
+    }
+    std::shared_ptr<Cluster> made() {
+      std::lock_guard<std::mutex> lock(mu_);
+      return cluster_;
+    }
+    // The cluster, made within `timeout` by the first caller (the join of members/owners).
+    std::shared_ptr<Cluster> make(const std::vector<std::string>& members,
+                                  const std::vector<int>& owners, int task,
+                                  std::chrono::milliseconds timeout) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cluster_) return cluster_;
+      if (failure_) {
+        throw_error(ErrorCode::kAborted, "Cluster",
+                    "this process's MPI cluster failed to form and cannot be made again (its "
+                    "duplicate of MPI_COMM_WORLD may still be pending in MPI); joining group [{}] "
+                    "is refused. The first failure: {}",
+                    fmt::join(members, ", "), failure_->what());
+      }
+      const auto start = std::chrono::steady_clock::now();
+      const auto waited = [start] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      };
       try {
-        cluster = make_process_mpi_cluster();
+        MpiCommunicatorOptions options;
+        options.timeout = timeout;
+        cluster_ = make_mpi_cluster(options);
       } catch (const Error& e) {
+        if (e.code() == ErrorCode::kDeadlineExceeded || e.code() == ErrorCode::kAborted) {
+          failure_ = late_error(e, members, owners, task, waited());
+          throw *failure_;
+        }
         throw_error(ErrorCode::kFailedPrecondition, "Cluster",
                     "the group [{}] spans several clients, but this process is in no multi-client "
                     "cluster ({}); run one process per client under mpirun with MPI initialised "
                     "(MpiEnvironment), or call set_cluster",
                     fmt::join(members, ", "), e.message());
       }
+      return cluster_;
     }
-    if (cluster->client_id() != task_) {
-      throw_invalid("Cluster",
-                    "this runtime's devices are task {} but this process is MPI rank {}; create "
-                    "the runtime with RuntimeOptions::task = the MPI rank (the default under mpirun)",
-                    task_, cluster->client_id());
-    }
-    return cluster->join(members, owners, timeout);
-  }
 
- private:
-  // The process's MPI cluster is shared by every runtime of the process and lives until exit
-  // (collectives may run during exit).
-  static std::shared_ptr<Cluster>& process_cluster() {
-    static auto* cluster = new std::shared_ptr<Cluster>();
-    return *cluster;
-  }
-  static std::mutex& process_mu() {
-    static auto* mu = new std::mutex();
-    return *mu;
-  }
-  static std::shared_ptr<Cluster> mpi() {
-    std::lock_guard<std::mutex> lock(process_mu());
-    return process_cluster();
-  }
-  static std::shared_ptr<Cluster> make_process_mpi_cluster() {
-    std::lock_guard<std::mutex> lock(process_mu());
-    if (!process_cluster()) process_cluster() = make_mpi_cluster();
-    return process_cluster();
-  }
+   private:
+    // The error of a cluster that did not form in time, naming the group's members on the
+    // other clients: with two processes the other one is the late one; with more, MPI's
+    // duplication does not say which process is missing, and the message says so.
+    static Error late_error(const Error& cause, const std::vector<std::string>& members,
+                            const std::vector<int>& owners, int task, double waited) {
+      std::vector<std::string> late;
+      std::set<int> clients;
+      for (size_t r = 0; r < members.size(); ++r) {
+        if (owners[r] == task) continue;
+        late.push_back(fmt::format("{} ({})", r, members[r]));
+        clients.insert(owners[r]);
+      }
+      const int processes = mpi_size();
+      const std::string which =
+          processes <= 2 ? std::string("they did not arrive")
+                         : fmt::format("MPI does not say which of the job's {} other processes "
+                                       "did not arrive (those of the group are named)",
+                                       processes - 1);
+      return Error(cause.code(), "Cluster",
+                   fmt::format("client {} waited {:.3f} s for ranks [{}] (client {}) to make the "
+                               "process's MPI cluster (its first collective across processes, "
+                               "over all {} processes of the job) before joining group [{}]; "
+                               "{}: {}",
+                               task, waited, fmt::join(late, ", "), fmt::join(clients, ", "),
+                               processes, fmt::join(members, ", "), which, cause.what()));
+    }
+
+    std::mutex mu_;
+    std::shared_ptr<Cluster> cluster_;
+    std::optional<Error> failure_;
+  };
 
   int task_;
 };

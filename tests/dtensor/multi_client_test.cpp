@@ -3,7 +3,10 @@
 // client computes. The same program runs under mpirun in tests/mpi/mpi_dtensor_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tessel/comm/mesh_groups.h"
+#include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
@@ -65,6 +68,41 @@ TEST(MultiClient, ClientThatNeverJoinsIsNamedInDeadlineExceeded) {
                         ErrorCode::kDeadlineExceeded, "task:1");
   });
   expect_no_errors(errors);
+}
+
+// A mesh of client 1's devices only (a pipeline stage on another process): relayout_batch of
+// its Partial tensors reduces them there and does nothing on client 0, which holds none of
+// their components. (It used to size its fused buckets by this client's first component, and
+// so failed on client 0: "component index 0 is outside the 0 local components".)
+TEST(MultiClient, RelayoutBatchOfAnotherClientsMeshRunsOnlyOnItsOwner) {
+  SimulatedClients clients(2, 2);
+  const Tensor host = Tensor::random_uniform(Shape({6, 2}), DType::kF32, 5, -1.0, 1.0);
+  expect_no_errors(clients.run([&](SimulatedClient& c) {
+    const Mesh all = c.mesh({{"client", 2}, {"x", 2}});
+    std::vector<int64_t> ids, local_ids;
+    std::vector<std::string> local_devices, global_devices;
+    for (size_t o = 2; o < 4; ++o) {
+      ids.push_back(all.global_device_ids()[o]);
+      if (!all.global_devices().empty()) global_devices.push_back(all.global_devices()[o]);
+    }
+    for (size_t i = 0; i < all.local_device_ids().size(); ++i) {
+      if (std::find(ids.begin(), ids.end(), all.local_device_ids()[i]) != ids.end()) {
+        local_ids.push_back(all.local_device_ids()[i]);
+        local_devices.push_back(all.local_devices()[i]);
+      }
+    }
+    const Mesh mesh({"x"}, {2}, ids, local_ids, local_devices, "", global_devices);
+    const DTensor d = copy_to_mesh(
+        host, layout_of(mesh, {"unsharded", "unsharded"}, {{"x", ReduceOp::kSum}}), c.runtime());
+    const Layout replicated = Layout::replicated(mesh, 2);
+    const std::vector<DTensor> out = relayout_batch({d, d}, {replicated, replicated});
+    ASSERT_EQ(out.size(), 2u);
+    for (const DTensor& r : out) {
+      EXPECT_EQ(r.layout(), replicated);
+      EXPECT_EQ(r.num_components(), c.id() == 1 ? 2 : 0);
+      if (c.id() == 1) testing::expect_blocks_of(r, host, 1e-6);
+    }
+  }));
 }
 
 TEST(MultiClient, MeshSpanningClientsWithoutClusterIsFailedPrecondition) {

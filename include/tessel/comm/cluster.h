@@ -39,10 +39,11 @@ class Cluster {
   // The communicators of the members this client owns, at their rank positions (nullptr for the
   // members of other clients). `members`: device names in rank order; `owners[r]`: the client
   // that owns member r. Every owning client must call join with the same lists; `timeout` bounds
-  // the meeting (kDeadlineExceeded naming the clients that did not join). Errors: lists of
-  // different lengths, an owner outside [0, num_clients()), a repeated member, no member owned
-  // by this client: kInvalidArgument; clients joining different groups at the same point:
-  // kFailedPrecondition naming both.
+  // the meeting (kDeadlineExceeded naming the clients that did not join and their members, "for
+  // ranks [2 (.../task:1/device:CPU:0), ...] (client 1)"). Errors: lists of different lengths,
+  // an owner outside [0, num_clients()), a repeated member, no member owned by this client:
+  // kInvalidArgument; clients joining different groups at the same point: kFailedPrecondition
+  // naming both.
   virtual std::vector<std::unique_ptr<Communicator>> join(const std::vector<std::string>& members,
                                                           const std::vector<int>& owners,
                                                           std::chrono::milliseconds timeout) = 0;

@@ -14,7 +14,10 @@
 //
 // Which cluster: the one given to set_cluster for that runtime; else, when MPI is initialised,
 // one make_mpi_cluster() made on the first collective that spans clients and shared by every
-// runtime of the process (every client reaches that collective, as in any SPMD program); else
+// runtime of the process (every client reaches that collective, as in any SPMD program), within
+// that collective's deadline: a process that does not come is named in kDeadlineExceeded by its
+// members in the group being joined, and the cluster is not made again (later collectives that
+// span clients fail at once with kAborted quoting the first failure); else
 // kFailedPrecondition saying how to run several clients. Simulated clients in one process (one
 // Runtime per client, tests) use make_in_process_cluster.
 //

@@ -3,7 +3,8 @@
 // join(): a group owned by this process alone is an in-process group. Otherwise the owning
 // processes first meet over the cluster's duplicate of MPI_COMM_WORLD: each sends the others a
 // digest of the member list and waits for theirs, against the deadline (a missing process is
-// named; a process joining another group is kFailedPrecondition). Only then do they call the
+// named by its members in the group, "for ranks [2 (...device:CPU:0), 3 (...)] (client 1)"; a
+// process joining another group is kFailedPrecondition). Only then do they call the
 // blocking MPI_Comm_create_group, which every owner has by then reached, and build the group
 // over the new communicator (make_process_group: shared memory within a process, MPI across).
 #include <algorithm>
@@ -71,13 +72,27 @@ class MpiCluster : public Cluster {
   // Every owning client sends the others the group's digest and checks theirs.
   void meet(const std::vector<std::string>& members, const std::vector<int>& owners,
             const std::vector<int>& clients, detail::Deadline deadline) {
+    const auto start = detail::Clock::now();
     const uint64_t mine = digest_of(members, owners);
     const detail::Signature sig{++joins_, fmt::format("join({:016x})", mine),
                                 fmt::format("join of group [{}]", fmt::join(members, ", "))};
-    for (int c : clients) {
-      if (c != client_id()) {
-        world_->send_tagged(c, detail::mpi_tags::kJoin, &mine, sizeof mine, sig, deadline);
+    // A meeting called off before this client came (the others gave up waiting for it, or the
+    // cluster had failed before) is said as such, naming no other client as late. Every send
+    // hears of aborts first; so does the poll after them, before any wait.
+    try {
+      world_->poll_aborts();
+      for (int c : clients) {
+        if (c != client_id()) {
+          world_->send_tagged(c, detail::mpi_tags::kJoin, &mine, sizeof mine, sig, deadline);
+        }
       }
+      world_->poll_aborts();
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kAborted) throw;
+      detail::throw_error(ErrorCode::kAborted, kCluster,
+                          "client {} cannot join group [{}]: the meeting was called off before it "
+                          "came (the others gave up waiting for it, or the cluster had failed): {}",
+                          client_id(), fmt::join(members, ", "), e.message());
     }
     // Every digest is read before a mismatch is reported, so that a failed meeting leaves no
     // message behind for the next join.
@@ -86,8 +101,32 @@ class MpiCluster : public Cluster {
     for (int c : clients) {
       if (c == client_id()) continue;
       uint64_t theirs = 0;
-      world_->recv_tagged(c, detail::mpi_tags::kJoin, &theirs, sizeof theirs, sig, deadline,
-                          "join");
+      try {
+        world_->recv_tagged(c, detail::mpi_tags::kJoin, &theirs, sizeof theirs, sig, deadline,
+                            "join");
+      } catch (const Error& e) {
+        // The client waited for is named by its members in this group (the devices the caller
+        // knows), as a group names a late rank. Aborted: another client's wait ended first (its
+        // deadline, or a lost process) and called the meeting off while this one waited for c.
+        if (e.code() != ErrorCode::kDeadlineExceeded && e.code() != ErrorCode::kAborted) throw;
+        std::vector<std::string> late;
+        for (size_t r = 0; r < members.size(); ++r) {
+          if (owners[r] == c) late.push_back(fmt::format("{} ({})", r, members[r]));
+        }
+        const double waited = std::chrono::duration<double>(detail::Clock::now() - start).count();
+        if (e.code() == ErrorCode::kDeadlineExceeded) {
+          detail::throw_error(ErrorCode::kDeadlineExceeded, kCluster,
+                              "client {} waited {:.3f} s for ranks [{}] (client {}) to join group "
+                              "[{}]; they did not arrive: {}",
+                              client_id(), waited, fmt::join(late, ", "), c,
+                              fmt::join(members, ", "), e.message());
+        }
+        detail::throw_error(ErrorCode::kAborted, kCluster,
+                            "client {} waited {:.3f} s for ranks [{}] (client {}) to join group "
+                            "[{}] until the meeting was aborted: {}",
+                            client_id(), waited, fmt::join(late, ", "), c,
+                            fmt::join(members, ", "), e.message());
+      }
       if (theirs != mine && differs < 0) {
         differs = c;
         their_digest = theirs;

@@ -328,6 +328,18 @@ std::vector<std::unique_ptr<Communicator>> make_process_group(std::shared_ptr<Mp
   std::vector<std::string> local_names;
   for (int r : g->ranks_of[static_cast<size_t>(g->process)]) local_names.push_back(members[r]);
   g->hub = make_in_process_transports(std::move(local_names));
+  // The MPI level's messages (a late, lost or aborting process) name each process by the group
+  // ranks it holds, which is what the group's callers know (devices), not by its process name.
+  std::vector<std::string> process_names;
+  for (int q = 0; q < mpi->size(); ++q) {
+    std::vector<std::string> held;
+    for (int r : g->ranks_of[static_cast<size_t>(q)]) {
+      held.push_back(fmt::format("{} ({})", r, members[r]));
+    }
+    process_names.push_back(
+        fmt::format("{}: group ranks {}", mpi->members()[q], fmt::join(held, ", ")));
+  }
+  mpi->name_ranks(std::move(process_names));
   g->process_of = process_of;
   g->members = std::move(members);
   g->mpi = std::move(mpi);

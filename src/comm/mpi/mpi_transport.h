@@ -112,6 +112,11 @@ class MpiTransport : public Transport {
   std::vector<Record> exchange_records(const Signature& signature, const Post& mine,
                                        const std::string& payload, Deadline deadline);
   const std::vector<Peer>& peers() const { return peers_; }
+  // How this transport's messages name each rank ("rank r (<names[r]>)"), in place of its
+  // process name: a group whose members are not the processes themselves (make_process_group)
+  // names, for each process, the members it holds, so that a late process is named by the
+  // members its callers know. Call before the transport is shared with other threads.
+  void name_ranks(std::vector<std::string> names);
   // send/recv under a raw MPI tag (>= mpi_tags::kFirstFree) instead of a transport tag.
   void send_tagged(int peer, int mpi_tag, const void* data, size_t bytes, const Signature& signature,
                    Deadline deadline);
@@ -223,6 +228,7 @@ class MpiTransport : public Transport {
   // How long a wait polls before it starts yielding (spin_time_for, set once the peers are known).
   std::chrono::steady_clock::duration spin_time_ = std::chrono::microseconds(100);
   std::vector<std::string> members_;
+  std::vector<std::string> rank_names_;  // who() names rank r by rank_names_[r] (name_ranks)
   std::vector<Peer> peers_;
   std::mutex send_mu_;                        // guards sends_ and spare_ (taken before MpiCallLock)
   std::deque<PendingSend> sends_;            // buffered sends in flight

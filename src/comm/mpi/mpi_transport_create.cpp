@@ -66,6 +66,7 @@ MpiTransport::MpiTransport(MPI_Comm comm, const MpiCommunicatorOptions& options)
   if (found && ub != nullptr) tag_ub_ = *static_cast<int*>(ub);
   members_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) members_[r] = fmt::format("process {}", r);
+  rank_names_ = members_;
 }
 
 std::shared_ptr<MpiTransport> MpiTransport::create(MPI_Comm parent,
@@ -113,12 +114,23 @@ void MpiTransport::exchange_peers(const MpiCommunicatorOptions& options, int64_t
     peers_[r].extra = records[r].aux;
   }
   for (int r = 0; r < size_; ++r) members_[r] = peers_[r].name;
+  rank_names_ = members_;
   int here = 0;
   for (const Peer& p : peers_) here += p.host == peers_[rank_].host;
   spin_time_ = spin_time_for(here);
 }
 
-std::string MpiTransport::who(int r) const { return fmt::format("rank {} ({})", r, members_[r]); }
+std::string MpiTransport::who(int r) const {
+  return fmt::format("rank {} ({})", r, rank_names_[r]);
+}
+
+void MpiTransport::name_ranks(std::vector<std::string> names) {
+  if (names.size() != static_cast<size_t>(size_)) {
+    throw_error(ErrorCode::kInternal, kComponent, "{} rank names for a group of {}", names.size(),
+                size_);
+  }
+  rank_names_ = std::move(names);
+}
 
 MpiTransport::~MpiTransport() {
   int finalized = 0;

@@ -8,6 +8,7 @@
 #include "comm/group_step.h"
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
+#include "dtensor/relayout/block_transfers.h"
 #include "runtime/launch.h"
 #include "tessel/alloc/fusion_rules.h"
 #include "tessel/alloc/scoped_allocator.h"
@@ -102,8 +103,16 @@ std::vector<DTensor> relayout_batch(const std::vector<DTensor>& tensors,
   }
   for (const FuseKey& key : order) {
     const std::vector<size_t>& members = fusable[key];
+    // Sized by the layout's largest block, not a local component: every process must make the
+    // same buckets (the same collectives), a process holding none of the mesh's devices included.
     std::vector<int64_t> bytes;
-    for (size_t m : members) bytes.push_back(tensors[m].component(0).nbytes());
+    for (size_t m : members) {
+      std::vector<detail::MaybeBox> blocks;
+      for (const Box& b : detail::blocks_of(tensors[m].layout(), tensors[m].shape())) {
+        blocks.push_back(b);
+      }
+      bytes.push_back(detail::max_block_bytes(blocks, tensors[m].dtype()));
+    }
     for (const std::vector<int>& bucket : group_by_size(bytes, bucket_bytes)) {
       std::vector<size_t> chosen;
       for (int b : bucket) chosen.push_back(members[static_cast<size_t>(b)]);
