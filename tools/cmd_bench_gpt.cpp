@@ -31,7 +31,7 @@ namespace {
 constexpr const char* kHelp =
     "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
     "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--batch B]\n"
-    "                        [--recompute none|selective|full] [--fsdp] [--dtype f32|bf16]\n"
+    "                        [--recompute none|selective|full] [--fsdp] [--dtype f32|bf16|f16]\n"
     "                        [--data FILE] [--json]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
@@ -58,7 +58,8 @@ constexpr const char* kHelp =
     "--fsdp: each mesh runs twice, replicated parameters and then fully sharded ones (ZeRO-3:\n"
     "parameters, gradients and AdamW's moments sharded over batch, docs/memory.md), with the\n"
     "ratios fsdp / replicated of the state bytes, the peak and the step time. --dtype bf16: the\n"
-    "matmuls of activations by weights in bf16 with f32 sums (docs/gpt.md, mixed precision).\n";
+    "matmuls of activations by weights in bf16 with f32 sums; --dtype f16: in f16 (MKL's hgemm)\n"
+    "with dynamic loss scaling (docs/gpt.md, mixed precision).\n";
 
 struct Flags {
   std::string config = "baby";
@@ -213,7 +214,7 @@ int gpt_benchmark(const Flags& f) {
     config.validate();
   }
   config.recompute = gpt::parse_recompute(f.recompute);
-  config.dtype = gpt::parse_matmul_dtype(f.dtype);
+  gpt::set_matmul_dtype(config, f.dtype);
   if (f.batch > 0) config.batch_size = static_cast<int>(f.batch);
   const gpt::CharDataset data = gpt::CharDataset::load(f.data);
   const bench::CpuSample cpu_before = bench::sample_cpu();

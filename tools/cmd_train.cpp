@@ -267,9 +267,7 @@ gpt::GptConfig gpt_config_of(const Options& o) {
   if (o.layers > 0) c.n_layer = static_cast<int>(o.layers);
   if (o.dropout) c.dropout = *o.dropout;
   c.recompute = gpt::parse_recompute(o.recompute);
-  c.dtype = gpt::parse_matmul_dtype(o.dtype);
-  // f16's range needs the loss scaled (examples/train/loss_scale.h): PyTorch's GradScaler start.
-  if (c.dtype == DType::kF16) c.loss_scale = 65536;
+  gpt::set_matmul_dtype(c, o.dtype);
   return c;
 }
 

@@ -28,6 +28,11 @@ std::string_view recompute_name(Recompute recompute);
 // listing them.
 DType parse_matmul_dtype(std::string_view name);
 
+struct GptConfig;
+// c.dtype = parse_matmul_dtype(name), and for f16 the dynamic loss scale it needs from
+// PyTorch's GradScaler start (c.loss_scale = 65536; 0 for f32 and bf16): the CLIs' --dtype.
+void set_matmul_dtype(GptConfig& c, std::string_view name);
+
 // The model's shape; the training hyper-parameters are train::TrainingConfig's (nanoGPT's
 // train.py and config/train_shakespeare_char.py).
 struct GptConfig : train::TrainingConfig {
