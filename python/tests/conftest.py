@@ -1,5 +1,7 @@
 """Shared fixtures for the tessel Python tests."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -104,3 +106,38 @@ def tape_gradients(fn, dtensors, w):
             tape.watch(d)
         loss = tessel.reduce_sum(fn(*dtensors) * w)
     return [host(g) for g in tape.gradient(loss, list(dtensors))]
+
+
+def client_runtimes(n, devices_per_client=2):
+    """n Runtimes of one program's simulated clients (make_in_process_cluster, as processes under
+    mpirun): /job:worker task c, each with its cluster set."""
+    clusters = tessel.make_in_process_cluster(n)
+    runtimes = [tessel.Runtime(num_cpu_devices=devices_per_client, job="worker", task=c)
+                for c in range(n)]
+    for rt, cluster in zip(runtimes, clusters):
+        tessel.set_cluster(rt, cluster)
+    return runtimes
+
+
+def run_as_clients(runtimes, body, timeout):
+    """body(c) on one thread per client runtime at once; the clusters are unset afterwards.
+    Returns the results in client order; a client's exception, or one still running after
+    `timeout` seconds, fails the test."""
+    results, errors = [None] * len(runtimes), []
+
+    def client(c):
+        try:
+            results[c] = body(c)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(len(runtimes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    for rt in runtimes:
+        tessel.set_cluster(rt, None)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), f"a client ran past {timeout} s"
+    return results

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tessel
+from conftest import client_runtimes, run_as_clients
 
 CPU = "/job:localhost/replica:0/task:{}/device:CPU:{}"
 
@@ -333,35 +334,20 @@ def test_collective_spans_simulated_clients():
     # A program running as two clients (make_in_process_cluster, as under mpirun): each client is
     # one worker with its own Runtime and calls with its local values; the group is every
     # client's devices. The sums are checked against NumPy over all four devices' values.
-    clusters = tessel.make_in_process_cluster(2)
-    runtimes = [tessel.Runtime(num_cpu_devices=2, job="worker", task=c) for c in range(2)]
-    for rt, cluster in zip(runtimes, clusters):
-        tessel.set_cluster(rt, cluster)
+    runtimes = client_runtimes(2)
     name = "/job:worker/replica:0/task:{}/device:CPU:{}"
     values = [np.arange(6, dtype=np.float32) * (g + 1) + 0.25 * g for g in range(4)]
-    results = [None, None]
-    errors = []
 
     def client(c):
-        try:
-            devices = [name.format(c, d) for d in range(2)]
-            ops = tessel.CollectiveAllReduce(devices, 4, BOUNDED, runtime=runtimes[c])
-            v = tessel.PerReplica([values[2 * c], values[2 * c + 1]], devices)
-            w = tessel.PerReplica([2 * values[2 * c], 2 * values[2 * c + 1]], devices)
-            results[c] = [np.asarray(m.values[1])
-                          for m in ops.batch_reduce(tessel.ReduceOp.SUM, [(v, v), (w, w)])]
-            results[c].append(np.asarray(ops.reduce(tessel.ReduceOp.MEAN, v, v).values[0]))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        devices = [name.format(c, d) for d in range(2)]
+        ops = tessel.CollectiveAllReduce(devices, 4, BOUNDED, runtime=runtimes[c])
+        v = tessel.PerReplica([values[2 * c], values[2 * c + 1]], devices)
+        w = tessel.PerReplica([2 * values[2 * c], 2 * values[2 * c + 1]], devices)
+        got = [np.asarray(m.values[1])
+               for m in ops.batch_reduce(tessel.ReduceOp.SUM, [(v, v), (w, w)])]
+        return got + [np.asarray(ops.reduce(tessel.ReduceOp.MEAN, v, v).values[0])]
 
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    for rt in runtimes:
-        tessel.set_cluster(rt, None)
-    assert not errors, errors
+    results = run_as_clients(runtimes, client, timeout=30)
     total = np.sum(values, axis=0)
     for got in results:
         np.testing.assert_allclose(got[0], total, rtol=1e-6)

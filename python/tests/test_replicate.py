@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import tessel
+from conftest import client_runtimes, run_as_clients
 
 
 def two_by_two():
@@ -466,26 +467,8 @@ def test_replicas_over_simulated_clients_equal_one_process():
     # 4 replicas over two clients of 2 devices (make_in_process_cluster, as processes under
     # mpirun): every client makes the same call and runs its own 2 replicas; the others' lists
     # are empty. Checked against NumPy and the same call in one process.
-    clusters = tessel.make_in_process_cluster(2)
-    runtimes = [tessel.Runtime(num_cpu_devices=2, job="worker", task=c) for c in range(2)]
-    for rt, cluster in zip(runtimes, clusters):
-        tessel.set_cluster(rt, cluster)
-    results, errors = [None, None], []
-
-    def client(c):
-        try:
-            results[c] = _replicate_case(runtimes[c], 4)[2]
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    for rt in runtimes:
-        tessel.set_cluster(rt, None)
-    assert not errors, errors
+    runtimes = client_runtimes(2)
+    results = run_as_clients(runtimes, lambda c: _replicate_case(runtimes[c], 4)[2], timeout=60)
     xs, w, one = _replicate_case(tessel.Runtime(num_cpu_devices=4), 4)
     total = np.sum([x * w for x in xs], axis=0)
     ran = 0
