@@ -5,6 +5,8 @@
 
 #include <bit>
 
+#include "core/vector_clones.h"
+
 namespace tessel {
 namespace {
 
@@ -86,10 +88,7 @@ float f16_bits_to_float(uint16_t bits) {
 namespace {
 
 // The scalar conversions written inline, for loops the compiler vectorizes in each clone.
-#define TESSEL_CONVERT_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-
-TESSEL_CONVERT_CLONES void to_bf16_loop(const float* src, uint16_t* dst, int64_t n) {
+TESSEL_VECTOR_CLONES void to_bf16_loop(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t bits = std::bit_cast<uint32_t>(src[i]);
     const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
@@ -98,7 +97,7 @@ TESSEL_CONVERT_CLONES void to_bf16_loop(const float* src, uint16_t* dst, int64_t
   }
 }
 
-TESSEL_CONVERT_CLONES void from_bf16_loop(const uint16_t* src, float* dst, int64_t n) {
+TESSEL_VECTOR_CLONES void from_bf16_loop(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
 }
 

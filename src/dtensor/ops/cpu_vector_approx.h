@@ -7,15 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
-// One clone per vector ISA; the dynamic loader resolves each call to the widest the CPU has.
-// Sanitizer builds take the plain loops: the clones' resolvers run before the sanitizer runtime.
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define TESSEL_VECTOR_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TESSEL_VECTOR_CLONES
-#endif
+#include "core/vector_clones.h"  // TESSEL_VECTOR_CLONES
+
 #define TESSEL_INLINE inline __attribute__((always_inline))
 
 namespace tessel::detail::vec {
