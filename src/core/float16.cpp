@@ -1,6 +1,7 @@
 // Bit-exact conversions between float and the two 16-bit float formats.
 #include "tessel/core/float16.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <bit>
@@ -121,10 +122,13 @@ __attribute__((target("avx,f16c"))) void from_f16_f16c(const uint16_t* src, floa
   for (; i < n; ++i) dst[i] = f16_bits_to_float(src[i]);
 }
 
+// cpuid's F16C bit (leaf 1, ecx), not __builtin_cpu_supports("f16c"), which clang does not know.
 bool has_f16c() {
   static const bool yes = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    return (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
   }();
   return yes;
 }
