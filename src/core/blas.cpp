@@ -288,11 +288,8 @@ std::vector<float> widened(const T* p, int64_t rows, int64_t cols, int64_t ld) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
   parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1)),
                [&](int64_t r0, int64_t r1) {
-                 for (int64_t r = r0; r < r1; ++r) {
-                   for (int64_t j = 0; j < cols; ++j) {
-                     out[static_cast<size_t>(r * cols + j)] = static_cast<float>(p[r * ld + j]);
-                   }
-                 }
+                 // float16.h's vector conversions, a row at a time.
+                 for (int64_t r = r0; r < r1; ++r) convert(p + r * ld, out.data() + r * cols, cols);
                });
   return out;
 }
@@ -357,11 +354,7 @@ template <typename T>
 void round_into(const std::vector<float>& sums, int64_t m, int64_t n, T* c, int64_t ldc) {
   parallel_for(m, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(n, 1)),
                [&](int64_t r0, int64_t r1) {
-                 for (int64_t r = r0; r < r1; ++r) {
-                   for (int64_t j = 0; j < n; ++j) {
-                     c[r * ldc + j] = T(sums[static_cast<size_t>(r * n + j)]);
-                   }
-                 }
+                 for (int64_t r = r0; r < r1; ++r) convert(sums.data() + r * n, c + r * ldc, n);
                });
 }
 
