@@ -105,15 +105,10 @@ DTensor GptModel::block(const std::vector<DTensor>& stored, int layer,
   // full recomputation runs again: the gathered copies are then dropped after the block's
   // forward pass and gathered again in its backward pass).
   const BlockParams& b = blocks_[static_cast<size_t>(layer)];
-  const std::vector<DTensor> in{stored[kX],
-                                gathered(stored[kLn1], b.ln_1),
-                                gathered(stored[kWq], b.attn_wq),
-                                gathered(stored[kWk], b.attn_wk),
-                                gathered(stored[kWv], b.attn_wv),
-                                gathered(stored[kAttnProj], b.attn_c_proj),
-                                gathered(stored[kLn2], b.ln_2),
-                                gathered(stored[kFc], b.mlp_c_fc),
-                                gathered(stored[kMlpProj], b.mlp_c_proj)};
+  std::vector<DTensor> in = gathered(
+      std::vector<DTensor>(stored.begin() + kLn1, stored.begin() + kBlockInputs),
+      {b.ln_1, b.attn_wq, b.attn_wk, b.attn_wv, b.attn_c_proj, b.ln_2, b.mlp_c_fc, b.mlp_c_proj});
+  in.insert(in.begin() + kX, stored[kX]);
   const DTensor& x = in[kX];
   const Layout whole_sequence({batch_dim(), unsharded(), unsharded()}, mesh());
   // With sequence parallelism the norms run on sequence shards; the column-parallel matmuls

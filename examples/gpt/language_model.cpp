@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.h"
+#include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
@@ -73,6 +74,30 @@ size_t LanguageModel::add_parameter(std::string name, Shape shape,
 DTensor LanguageModel::gathered(const DTensor& param, size_t index) const {
   const Layout& compute = compute_layouts_.at(index);
   return param.layout() == compute ? param : relayout(param, compute);
+}
+
+std::vector<DTensor> LanguageModel::gathered(const std::vector<DTensor>& params,
+                                             const std::vector<size_t>& indices) const {
+  if (params.size() != indices.size()) {
+    throw Error(ErrorCode::kInvalidArgument, component_,
+                fmt::format("gathered: {} parameters but {} indices", params.size(),
+                            indices.size()));
+  }
+  std::vector<DTensor> out = params;
+  std::vector<DTensor> moving;
+  std::vector<Layout> layouts;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Layout& compute = compute_layouts_.at(indices[i]);
+    if (params[i].layout() == compute) continue;
+    moving.push_back(params[i]);
+    layouts.push_back(compute);
+    where.push_back(i);
+  }
+  if (moving.empty()) return out;
+  const std::vector<DTensor> moved = relayout_batch(moving, layouts);
+  for (size_t j = 0; j < where.size(); ++j) out[where[j]] = moved[j];
+  return out;
 }
 
 size_t LanguageModel::index(const std::string& name) const {

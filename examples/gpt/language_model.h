@@ -22,7 +22,8 @@
 // uneven blocks where the size does not divide. A model takes each parameter through
 // gathered() just before it uses it: a relayout to its compute layout (an all-gather over
 // `batch`) that the gradient tape records, so its gradient, a Partial sum over `batch`, is
-// reduce-scattered back to the stored shard in the backward pass. The optimizer's state follows
+// reduce-scattered back to the stored shard in the backward pass (a block's parameters gathered
+// together are gathered and reduce-scattered in one collective each). The optimizer's state follows
 // the stored layouts. Without a `batch` dimension of size > 1, fsdp changes nothing.
 #pragma once
 
@@ -96,6 +97,11 @@ class LanguageModel {
   // reduce-scatters the gradient). Call it where the parameter is used, inside what
   // recompute_grad recomputes, so that the gathered copy lives no longer than its uses need.
   DTensor gathered(const DTensor& param, size_t index) const;
+  // gathered() of several parameters at once (params[i] stored as indices[i]): with fsdp one
+  // fused all-gather for all of them (relayout_batch), and in the backward pass the tape
+  // reduce-scatters their gradients together, one collective instead of one per parameter.
+  std::vector<DTensor> gathered(const std::vector<DTensor>& params,
+                                const std::vector<size_t>& indices) const;
   // The mesh dimension's name, or tessel::kUnsharded when the mesh lacks it.
   const std::string& batch_dim() const { return batch_dim_; }
   const std::string& model_dim() const { return model_dim_; }

@@ -83,11 +83,19 @@ DTensor LlamaModel::attention(const std::vector<DTensor>& p, const LayerParams& 
 DTensor LlamaModel::layer(const std::vector<DTensor>& p, const LayerParams& l,
                           const DTensor& x) const {
   // Each Partial residual is reduced once, here, for both the norm and the residual add.
-  // With fsdp each parameter is gathered from its shard where it is used (language_model.h).
-  const auto w = [&](size_t index) { return gathered(p[index], index); };
+  // With fsdp the layer's parameters are gathered from their shards together as it starts (one
+  // fused all-gather; their gradients are reduce-scattered together too, language_model.h).
+  const std::vector<size_t> mine{l.attention_norm, l.wq, l.wk, l.wv, l.wo,
+                                 l.ffn_norm,       l.w1, l.w2, l.w3};
+  std::vector<DTensor> stored;
+  for (size_t index : mine) stored.push_back(p[index]);
+  std::vector<DTensor> q = p;
+  const std::vector<DTensor> moved = gathered(stored, mine);
+  for (size_t i = 0; i < mine.size(); ++i) q[mine[i]] = moved[i];
+  const auto w = [&](size_t index) { return q[index]; };
   const DTensor r = relayout(x, residual_layout());
   const DTensor a =
-      relayout(add(r, attention(p, l, rms_norm(r, w(l.attention_norm), config_.norm_eps))),
+      relayout(add(r, attention(q, l, rms_norm(r, w(l.attention_norm), config_.norm_eps))),
                residual_layout());
   const DTensor h = rms_norm(a, w(l.ffn_norm), config_.norm_eps);
   const DTensor ffn = matmul(multiply(silu(matmul(h, w(l.w1))), matmul(h, w(l.w3))), w(l.w2));

@@ -13,6 +13,10 @@
 #include "tessel/dtensor/relayout.h"
 #include "tessel/runtime/runtime.h"
 
+namespace tessel {
+struct OpDef;
+}  // namespace tessel
+
 namespace tessel::detail {
 
 // kInvalidArgument (from `component`) unless `layout` can place a tensor: a tile mesh (not the
@@ -34,6 +38,11 @@ std::string dtensor_device_name(const Runtime& runtime);
 // (their gradients flow through the op's record) and those of the tape itself.
 DTensor relayout_untracked(const DTensor& tensor, const Layout& layout,
                            const RelayoutOptions& options = {});
+// Records `out`, the relayout of `in`, on the gradient tapes that watch `in` (as relayout() does):
+// an op whose gradient is the output's gradient, relaid out to `in`'s layout by the tape.
+void record_relayout(const DTensor& in, const DTensor& out);
+// The op relayouts are recorded as (its name is "relayout").
+const OpDef& relayout_op();
 // Counts one relayout collective sending `bytes` in relayout_stats() (relayout.h).
 void count_collective(int64_t bytes);
 // Adds one device's time inside a relayout collective to relayout_stats().seconds.

@@ -217,7 +217,13 @@ TEST(GptFsdp, AStepMovesWhatTheReplicatedStepMoves) {
   // The one addition: the clipping norm's sum of squares, a Partial over batch of sharded
   // gradients, is all-reduced (one f32 over 2 devices: 4 bytes each).
   EXPECT_EQ(moved[1].bytes, moved[0].bytes + 2 * 4);
-  EXPECT_GE(moved[1].collectives, 2 * params);
+  // A block's eight parameters are gathered in one fused all-gather and their gradients
+  // reduce-scattered in one fused collective; wte, wpe and ln_f are gathered one by one (each at
+  // its use): per step 2 * (layers + 3) collectives for the parameters, one for the norm, where
+  // one per parameter would be 2 * params + 1.
+  const int64_t layers = config(true).n_layer;
+  EXPECT_EQ(params, 8 * layers + 3);
+  EXPECT_EQ(moved[1].collectives, 2 * (layers + 3) + 1);
 }
 
 // Parameters + gradients + AdamW's moments per device.

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "core/errors.h"
+#include "dtensor/dtensor_internal.h"
 #include "dtensor/framework/tape_memory_counter.h"
 #include "dtensor/framework/tape_suspension.h"
 #include "tessel/dtensor/op_registry.h"
@@ -74,6 +75,16 @@ Layout keep_pending(const Layout& grad, const Layout& like) {
   }
   return Layout::create(like.type(), like.sharding_specs(), like.mesh(), std::move(partial));
 }
+
+// Gradients of sources reached through a relayout (fsdp's gathered parameters), waiting to go to
+// their sources' layouts together: a run of such records (a block's gathers, met in reverse)
+// becomes one relayout_batch, whose reduce-scatters are then one fused collective.
+struct PendingRelayouts {
+  std::vector<uint64_t> ids;
+  std::vector<DTensor> grads;
+  std::vector<Layout> layouts;
+  bool holds(uint64_t id) const { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+};
 
 // What a VJP that does not read `t` gets instead: its shape, dtype and layout, no data.
 DTensor stand_in(const DTensor& t) {
@@ -285,8 +296,23 @@ std::vector<DTensor> GradientTape::backward(const DTensor& target,
                                 target.components(), target.runtime())
                       : target);
   }
+  const auto accumulate = [&](uint64_t id, const DTensor& gk) {
+    auto [slot, fresh] = grads.try_emplace(id, gk);
+    if (!fresh) slot->second = add(slot->second, gk);
+  };
+  PendingRelayouts pending;
+  const auto flush = [&] {
+    if (pending.ids.empty()) return;
+    const std::vector<DTensor> relaid = relayout_batch(pending.grads, pending.layouts);
+    for (size_t i = 0; i < relaid.size(); ++i) accumulate(pending.ids[i], relaid[i]);
+    pending = PendingRelayouts{};
+  };
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     Record& r = *it;
+    const bool defers = r.def == &detail::relayout_op() && r.original_ids.size() == 1 &&
+                        source_ids.count(r.original_ids[0]) != 0 &&
+                        !pending.holds(r.original_ids[0]);
+    if (!defers) flush();
     auto g = grads.find(r.output_id);
     if (g == grads.end()) {
       if (!persistent_) release(r);
@@ -312,11 +338,17 @@ std::vector<DTensor> GradientTape::backward(const DTensor& target,
       DTensor gk = input_grads[k];
       if (!gk.defined() || !depends(r.original_ids[k])) continue;
       const Layout want = keep_pending(gk.layout(), r.original_layouts[k]);
+      if (gk.layout() != want && defers) {
+        pending.ids.push_back(r.original_ids[k]);
+        pending.grads.push_back(gk);
+        pending.layouts.push_back(want);
+        continue;
+      }
       if (gk.layout() != want) gk = relayout(gk, want);
-      auto [slot, fresh] = grads.try_emplace(r.original_ids[k], gk);
-      if (!fresh) slot->second = add(slot->second, gk);
+      accumulate(r.original_ids[k], gk);
     }
   }
+  flush();
   if (!persistent_) records_.clear();
   std::vector<DTensor> out;
   std::vector<Layout> layouts;

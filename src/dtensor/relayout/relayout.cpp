@@ -293,7 +293,7 @@ DTensor relayout_untracked(const DTensor& tensor, const Layout& layout,
 
 }  // namespace detail
 
-namespace {
+namespace detail {
 
 // How a tape sees a user's relayout: an op whose gradient is the output's gradient (the tape
 // relays it out to the input's layout, TF's relayout_like), so that gradients flow through
@@ -310,14 +310,15 @@ const OpDef& relayout_op() {
   return *def;
 }
 
-}  // namespace
+void record_relayout(const DTensor& in, const DTensor& out) {
+  if (GradientTape::any()) GradientTape::record_call(relayout_op(), {in}, {in}, out, nullptr);
+}
+
+}  // namespace detail
 
 DTensor relayout(const DTensor& tensor, const Layout& layout, const RelayoutOptions& options) {
   DTensor out = detail::relayout_untracked(tensor, layout, options);
-  if (out.id() != tensor.id()) {
-    if (GradientTape::any())
-      GradientTape::record_call(relayout_op(), {tensor}, {tensor}, out, nullptr);
-  }
+  if (out.id() != tensor.id()) detail::record_relayout(tensor, out);
   return out;
 }
 

@@ -1,6 +1,9 @@
 // relayout_batch: many relayouts, the all-reduce-only ones fused into scoped buckets (one
-// collective per bucket; results are the buckets' fields), the rest one by one.
+// collective per bucket; results are the buckets' fields), the all-gather-only and the
+// reduce-scatter-only ones fused likewise (fused_gather_scatter.h), the rest one by one. Each
+// result is recorded on the gradient tapes as relayout() records it.
 #include <map>
+#include <optional>
 #include <memory>
 #include <tuple>
 
@@ -9,6 +12,7 @@
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
 #include "dtensor/relayout/block_transfers.h"
+#include "dtensor/relayout/fused_gather_scatter.h"
 #include "runtime/launch.h"
 #include "tessel/alloc/fusion_rules.h"
 #include "tessel/alloc/scoped_allocator.h"
@@ -18,8 +22,24 @@
 namespace tessel {
 namespace {
 
-// Tensors whose plan is one all_reduce over the same dims with the same op and dtype.
-using FuseKey = std::tuple<uint64_t, std::vector<std::string>, ReduceOp, DType>;
+// Tensors whose plan is one all_reduce, all_gather or reduce_scatter over the same mesh and dims
+// with the same op and dtype.
+using FuseKey = std::tuple<RelayoutStepKind, uint64_t, std::vector<std::string>, ReduceOp, DType>;
+
+// The fused collective `plan` can join, if any.
+std::optional<RelayoutStepKind> fused_kind(const RelayoutPlan& p, const Shape& shape) {
+  if (p.steps.size() != 1) return std::nullopt;
+  const RelayoutStepKind kind = p.steps[0].kind;
+  if (kind == RelayoutStepKind::kAllReduce && p.from.partial().size() == p.steps[0].mesh_dims.size() &&
+      p.to.partial().empty()) {
+    return kind;
+  }
+  if (kind == RelayoutStepKind::kAllGather && detail::fusable_gather(p, shape)) return kind;
+  if (kind == RelayoutStepKind::kReduceScatter && detail::fusable_reduce_scatter(p, shape)) {
+    return kind;
+  }
+  return std::nullopt;
+}
 
 void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>& members,
                   const std::vector<RelayoutPlan>& plans, const detail::CallDeadline& deadline,
@@ -90,10 +110,10 @@ std::vector<DTensor> relayout_batch(const std::vector<DTensor>& tensors,
     plans.push_back(plan_relayout(tensors[i].shape(), tensors[i].layout(), layouts[i],
                                   tensors[i].dtype()));
     const RelayoutPlan& p = plans.back();
-    if (p.steps.size() == 1 && p.steps[0].kind == RelayoutStepKind::kAllReduce &&
-        p.from.partial().size() == p.steps[0].mesh_dims.size() && p.to.partial().empty()) {
-      FuseKey key{p.from.mesh().global_fingerprint(), p.steps[0].mesh_dims,
-                  p.from.partial().front().op, tensors[i].dtype()};
+    if (const auto kind = fused_kind(p, tensors[i].shape())) {
+      const ReduceOp op = p.from.is_partial() ? p.from.partial().front().op : ReduceOp::kSum;
+      FuseKey key{*kind, p.from.mesh().global_fingerprint(), p.steps[0].mesh_dims, op,
+                  tensors[i].dtype()};
       auto [it, fresh] = fusable.try_emplace(key);
       if (fresh) order.push_back(key);
       it->second.push_back(i);
@@ -116,7 +136,28 @@ std::vector<DTensor> relayout_batch(const std::vector<DTensor>& tensors,
     for (const std::vector<int>& bucket : group_by_size(bytes, bucket_bytes)) {
       std::vector<size_t> chosen;
       for (int b : bucket) chosen.push_back(members[static_cast<size_t>(b)]);
-      reduce_fused(tensors, chosen, plans, deadline, out);
+      const RelayoutStepKind kind = std::get<RelayoutStepKind>(key);
+      if (kind != RelayoutStepKind::kAllReduce && chosen.size() == 1) {
+        // Alone, the plain step is cheaper: it moves blocks straight between the devices.
+        out[chosen[0]] = execute_relayout(tensors[chosen[0]], plans[chosen[0]],
+                                          RelayoutOptions{deadline.left()});
+        continue;
+      }
+      switch (kind) {
+        case RelayoutStepKind::kAllGather:
+          detail::gather_fused(tensors, chosen, plans, deadline, out);
+          break;
+        case RelayoutStepKind::kReduceScatter:
+          detail::reduce_scatter_fused(tensors, chosen, plans, deadline, out);
+          break;
+        default:
+          reduce_fused(tensors, chosen, plans, deadline, out);
+      }
+    }
+  }
+  if (GradientTape::any()) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (out[i].id() != tensors[i].id()) detail::record_relayout(tensors[i], out[i]);
     }
   }
   return out;
