@@ -245,8 +245,9 @@ watches must be one of its arguments (ValueError otherwise).
         return wrap_dtensors(std::move(out));
       },
       py::arg("tensors"), py::arg("layouts"), py::arg("bucket_bytes") = int64_t{25} << 20,
-      "Relayouts many tensors at once; single all_reduces over the same mesh dims, op and "
-      "dtype are fused into buckets of at most bucket_bytes (one collective per bucket).");
+      "Relayouts many tensors at once; single all_reduces, all_gathers or reduce_scatters over "
+      "the same mesh dims, op and dtype are fused into buckets of at most bucket_bytes (one "
+      "collective per bucket).");
 
   py::class_<RelayoutStats>(m, "RelayoutStats",
                             "Collectives relayouts have run in this process and the bytes their "

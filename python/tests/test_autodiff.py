@@ -382,6 +382,31 @@ def test_relayout_batch_fuses_all_reduces(mesh):
         assert_array_equal(host(o), a)
 
 
+def test_relayout_batch_fuses_all_gathers_and_reduce_scatters(mesh):
+    # Uneven shards (5 and 7 rows over x = 2) gathered over x in one collective; Partial sums
+    # over x reduce-scattered to x shards in another; values against NumPy.
+    arrays = [rand((5, 3), 50), rand((7,), 51), rand((3, 9), 52)]
+    sharded = [put(arrays[0], ("x", "unsharded"), mesh), put(arrays[1], ("x",), mesh),
+               put(arrays[2], ("unsharded", "x"), mesh)]
+    whole = [tessel.Layout(["unsharded"] * a.ndim, mesh) for a in arrays]
+    before = tessel.relayout_stats()
+    out = tessel.relayout_batch(sharded, whole)
+    after = tessel.relayout_stats()
+    assert after.collectives - before.collectives == 1
+    for o, a, layout in zip(out, arrays, whole):
+        assert o.layout == layout
+        assert_array_equal(host(o), a)
+    partial = [put(a, ["unsharded"] * a.ndim, mesh, [("x", "sum")]) for a in arrays]
+    targets = [tessel.Layout(["x"] + ["unsharded"] * (a.ndim - 1), mesh) for a in arrays]
+    before = tessel.relayout_stats()
+    out = tessel.relayout_batch(partial, targets)
+    after = tessel.relayout_stats()
+    assert after.collectives - before.collectives == 1
+    for o, a, layout in zip(out, arrays, targets):
+        assert o.layout == layout
+        assert_allclose(host(o), a, rtol=1e-6, atol=1e-6)
+
+
 def test_relayout_batch_mixed_plans_and_errors(mesh):
     a = rand((4, 6), 41)
     d = put(a, ("x", "unsharded"), mesh)

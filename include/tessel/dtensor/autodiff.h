@@ -109,7 +109,10 @@ std::pair<DTensor, std::vector<DTensor>> value_and_grad(
 
 // Relayouts many tensors at once; the ones whose plan is a single all_reduce over the same mesh
 // dimensions, op and dtype are reduced together in fused buckets (ScopedAllocator: one backing
-// buffer, one collective per bucket of at most `bucket_bytes`), the rest one by one.
+// buffer, one collective per bucket of at most `bucket_bytes`), likewise the ones whose plan is
+// a single all_gather or reduce_scatter (each device packs its parts into one buffer, uneven
+// shards unpadded), the rest one by one. Each result is recorded on the gradient tapes as
+// relayout() records it.
 std::vector<DTensor> relayout_batch(const std::vector<DTensor>& tensors,
                                     const std::vector<Layout>& layouts,
                                     int64_t bucket_bytes = 25 << 20);
