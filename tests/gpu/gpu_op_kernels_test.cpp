@@ -102,7 +102,11 @@ class GpuOpKernels : public GpuTest {
     ASSERT_EQ(got.dtype(), want.dtype());
     const Tensor g = got.astype(DType::kF64), w = want.astype(DType::kF64);
     const std::vector<double> gv = g.to_vector<double>(), wv = w.to_vector<double>();
-    const double rtol = want.dtype() == DType::kF32 ? 1e-5 : 1e-12;
+    // 16-bit outputs: the GPU sums in f32 and rounds once; the CPU's bf16 kernel too (one
+    // rounding apart at most, 2^-8), its f16 one (MKL's hgemm) sums in f16.
+    const double rtol = want.dtype() == DType::kF64   ? 1e-12
+                        : want.dtype() == DType::kF32 ? 1e-5
+                                                      : 3e-2;
     int reported = 0;
     for (size_t i = 0; i < wv.size() && reported < 5; ++i) {
       const bool both_nan = std::isnan(gv[i]) && std::isnan(wv[i]);
@@ -719,6 +723,29 @@ TEST_F(GpuOpKernels, UnshardedCrossEntropyLabelsOutsideTheClassesAreReported) {
 // The shapes the baby GPT trains at (batch 64 x context 256 = 16384 rows, width 384, MLP 1536,
 // 6 heads, vocabulary 65) for the ops of its step, in f64 (so that a sum's order does not
 // matter at these lengths): the cases above are small, with few rows.
+// bf16 and f16 matmuls and einsums run on cuBLAS (tensor cores, f32 sums), not host-staged:
+// plain, batched, transposed operands, and an einsum read in place.
+TEST_F(GpuOpKernels, SixteenBitMatmulsRunOnCublas) {
+  OpAttrs none, nt, tn, batched;
+  nt.transpose_b = true;
+  tn.transpose_a = true;
+  batched.equation = "bij,bjk->bik";
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const auto u = [&](const Shape& shape, uint64_t seed) {
+      return uniform(shape, DType::kF32, seed, 0.5, 1.5).astype(dtype);
+    };
+    expect_matches_cpu("matmul", {u(Shape({33, 17}), 1), u(Shape({17, 9}), 2)}, none,
+                       Match::kClose);
+    expect_matches_cpu("matmul", {u(Shape({4, 3, 64, 32}), 3), u(Shape({4, 3, 64, 32}), 4)}, nt,
+                       Match::kClose);
+    expect_matches_cpu("matmul", {u(Shape({128, 48}), 5), u(Shape({128, 40}), 6)}, tn,
+                       Match::kClose);
+    expect_matches_cpu("einsum", {u(Shape({3, 8, 5}), 7), u(Shape({3, 5, 7}), 8)}, batched,
+                       Match::kClose);
+  }
+}
+
 TEST_F(GpuOpKernels, TheGptsOpsMatchTheCpuKernelsAtTrainingSizes) {
   const DType f = DType::kF64;
   const Shape rows({16384, 384}), wide({16384, 1536}), scores({8, 6, 256, 256});

@@ -1,6 +1,8 @@
-// The GPU kernel of matmul and einsum: one cuBLAS strided-batched GEMM per block (f32, f64) on
-// operands read in place (einsum_gemm.h); blocks that need a rearranging copy, and other dtypes,
-// run host-staged.
+// The GPU kernel of matmul and einsum: one cuBLAS strided-batched GEMM per block on operands read
+// in place (einsum_gemm.h): f32 and f64, and bf16 and f16 on the tensor cores with f32 sums
+// (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F: the output rounded once, as the CPU's bf16
+// kernel rounds it; the CPU's f16 kernel, MKL's hgemm, sums in f16 and is the less exact one).
+// Blocks that need a rearranging copy, and other dtypes, run host-staged.
 #include <cublas_v2.h>
 
 #include <map>
@@ -11,6 +13,7 @@
 #include "core/errors.h"
 #include "dtensor/ops/cuda/gpu_kernels.h"
 #include "dtensor/ops/einsum_gemm.h"
+#include "tessel/core/float16.h"
 #include "dtensor/framework/kernel_runner.h"
 #include "runtime/cuda/cuda_check.h"
 
@@ -82,6 +85,32 @@ cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperat
   }
 }
 
+// bf16 and f16 blocks: 16-bit A, B and C, f32 alpha, beta and sums.
+cublasStatus_t gemm_batched_16(cublasHandle_t h, cudaDataType_t type, cublasOperation_t ta,
+                               cublasOperation_t tb, int m, int n, int k, const void* a, int lda,
+                               long long sa, const void* b, int ldb, long long sb, void* c, int ldc,
+                               long long sc, int batch) {
+  const float one = 1, zero = 0;
+  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, a, type, lda, sa, b, type, ldb, sb,
+                                    &zero, c, type, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT);
+}
+
+template <typename T>
+cublasStatus_t gemm_any(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                        int k, const T* a, int lda, long long sa, const T* b, int ldb, long long sb,
+                        T* c, int ldc, long long sc, int batch) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return gemm_batched_16(h, CUDA_R_16BF, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc,
+                           batch);
+  } else if constexpr (std::is_same_v<T, float16>) {
+    return gemm_batched_16(h, CUDA_R_16F, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc,
+                           batch);
+  } else {
+    return gemm_batched<T>(h, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch);
+  }
+}
+
 int checked_int(int64_t v) { return static_cast<int>(std::max<int64_t>(v, 1)); }
 
 template <typename T>
@@ -107,14 +136,14 @@ void gemm_block(const EinsumGemm& g, const Tensor& a, const Tensor& b, Tensor& o
   // Row-major through column-major cuBLAS: a row-major [r, c] matrix is the column-major [c, r]
   // one. Output [m, n]: C^T = op(B)^T op(A)^T; transposed output [n, m]: C = op(A) op(B).
   if (!g.out_transposed) {
-    check_cublas(gemm_batched<T>(h, g.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N,
+    check_cublas(gemm_any<T>(h, g.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  g.a_trans ? CUBLAS_OP_T : CUBLAS_OP_N, checked_int(g.n),
                                  checked_int(g.m), checked_int(g.k), pb, checked_int(g.ldb),
                                  g.b_stride, pa, checked_int(g.lda), g.a_stride, pc,
                                  checked_int(g.n), sc, checked_int(g.batch)),
                  "cuBLAS gemm");
   } else {
-    check_cublas(gemm_batched<T>(h, g.a_trans ? CUBLAS_OP_N : CUBLAS_OP_T,
+    check_cublas(gemm_any<T>(h, g.a_trans ? CUBLAS_OP_N : CUBLAS_OP_T,
                                  g.b_trans ? CUBLAS_OP_N : CUBLAS_OP_T, checked_int(g.m),
                                  checked_int(g.n), checked_int(g.k), pa, checked_int(g.lda),
                                  g.a_stride, pb, checked_int(g.ldb), g.b_stride, pc,
@@ -126,7 +155,9 @@ void gemm_block(const EinsumGemm& g, const Tensor& a, const Tensor& b, Tensor& o
 OpDef::Kernel einsum_gpu_kernel(std::string name) {
   return [name](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
                 const LocalContext& context) {
-    const bool supported = out.dtype() == DType::kF32 || out.dtype() == DType::kF64;
+    const DType dtype = out.dtype();
+    const bool supported = dtype == DType::kF32 || dtype == DType::kF64 ||
+                           dtype == DType::kBF16 || dtype == DType::kF16;
     const std::optional<EinsumGemm> g =
         supported ? einsum_gemm(name, in[0], in[1], out, attrs, context) : std::nullopt;
     const bool fits = g && g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX &&
@@ -136,10 +167,11 @@ OpDef::Kernel einsum_gpu_kernel(std::string name) {
       return;
     }
     if (out.num_elements() == 0) return;
-    if (out.dtype() == DType::kF32) {
-      gemm_block<float>(*g, in[0], in[1], out, context);
-    } else {
-      gemm_block<double>(*g, in[0], in[1], out, context);
+    switch (dtype) {
+      case DType::kF32: gemm_block<float>(*g, in[0], in[1], out, context); break;
+      case DType::kF64: gemm_block<double>(*g, in[0], in[1], out, context); break;
+      case DType::kBF16: gemm_block<bfloat16>(*g, in[0], in[1], out, context); break;
+      default: gemm_block<float16>(*g, in[0], in[1], out, context);
     }
   };
 }
