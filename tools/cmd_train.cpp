@@ -77,7 +77,7 @@ constexpr const char* kHelp =
     "                      moments stored sharded over batch, each parameter all-gathered where\n"
     "                      it is used, its gradient reduce-scattered (docs/memory.md); no effect\n"
     "                      on a mesh whose batch dimension is 1\n"
-    "  --dtype f32|bf16|f16  gpt: the dtype of the matmuls of activations by weights (default\n"
+    "  --dtype f32|bf16|f16  the dtype of the matmuls of activations by weights (default\n"
     "                      f32); bf16: mixed precision as torch's CPU autocast (bf16 operands,\n"
     "                      f32 sums; parameters, gradients, AdamW, norms, softmax and the loss\n"
     "                      in f32; docs/gpt.md); f16: the same with f16 products (MKL's hgemm)\n"
@@ -216,9 +216,6 @@ Options parse(const Args& args) {
   if (o.model == "llama" && o.recompute != "none") {
     flags.fail("--recompute is gpt's: the llama has no recomputation path");
   }
-  if (o.model == "llama" && o.dtype != "f32") {
-    flags.fail("--dtype is gpt's: the llama runs in f32 only");
-  }
   if (o.model == "llama" && dropout != -1) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
   }
@@ -275,6 +272,7 @@ llama::LlamaConfig llama_config_of(const Options& o) {
   llama::LlamaConfig c = llama::LlamaConfig::preset(o.config);
   apply_training_flags(o, c);
   if (o.layers > 0) c.n_layer = static_cast<int>(o.layers);
+  gpt::set_matmul_dtype(c, o.dtype);
   return c;
 }
 

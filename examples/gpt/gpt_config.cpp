@@ -32,7 +32,7 @@ DType parse_matmul_dtype(std::string_view name) {
               "unknown matmul dtype '" + std::string(name) + "': one of f32, bf16, f16");
 }
 
-void set_matmul_dtype(GptConfig& c, std::string_view name) {
+void set_matmul_dtype(train::TrainingConfig& c, std::string_view name) {
   c.dtype = parse_matmul_dtype(name);
   c.loss_scale = c.dtype == DType::kF16 ? 65536 : 0;
 }

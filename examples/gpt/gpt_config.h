@@ -28,10 +28,10 @@ std::string_view recompute_name(Recompute recompute);
 // listing them.
 DType parse_matmul_dtype(std::string_view name);
 
-struct GptConfig;
 // c.dtype = parse_matmul_dtype(name), and for f16 the dynamic loss scale it needs from
-// PyTorch's GradScaler start (c.loss_scale = 65536; 0 for f32 and bf16): the CLIs' --dtype.
-void set_matmul_dtype(GptConfig& c, std::string_view name);
+// PyTorch's GradScaler start (c.loss_scale = 65536; 0 for f32 and bf16): the CLIs' --dtype, for
+// the GPT and the Llama.
+void set_matmul_dtype(train::TrainingConfig& c, std::string_view name);
 
 // The model's shape; the training hyper-parameters are train::TrainingConfig's (nanoGPT's
 // train.py and config/train_shakespeare_char.py).
@@ -43,13 +43,6 @@ struct GptConfig : train::TrainingConfig {
   int vocab_size = 65;   // tiny Shakespeare's characters
   double dropout = 0.0;  // on attention probabilities and on each block's two outputs
   Recompute recompute = Recompute::kNone;  // what the training step recomputes (memory)
-  // The dtype of the matmuls of activations by weights (q, k, v, the projections, the MLP, the
-  // head): f32, or bf16 as torch's CPU autocast runs them (both operands cast to bf16, f32 sums,
-  // the product cast back to f32), or f16 the same way with f16 products (blas.h's gemm_f16: MKL's
-  // hgemm, twice sgemm's rate on a CPU with AVX512-FP16) and the loss scaled
-  // (TrainingConfig::loss_scale, which the f16 run needs). Parameters, gradients, AdamW, norms,
-  // softmax and the loss stay f32 (mixed precision with f32 master weights; docs/gpt.md).
-  DType dtype = DType::kF32;
 
   // "tiny": nanoGPT's CPU recipe (published validation loss about 1.88 after 2000 steps).
   // "baby": the 6-layer, 6-head, width-384 model of config/train_shakespeare_char.py (10.65 M

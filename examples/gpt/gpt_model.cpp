@@ -59,9 +59,7 @@ Layout GptModel::activation_layout() const {
 }
 
 DTensor GptModel::project(const DTensor& x, const DTensor& w, bool transpose_w) const {
-  if (config_.dtype == DType::kF32) return matmul(x, w, false, transpose_w);
-  return cast(matmul(cast(x, config_.dtype), cast(w, config_.dtype), false, transpose_w),
-              DType::kF32);
+  return mixed_matmul(x, w, config_.dtype, transpose_w);
 }
 
 DTensor GptModel::maybe_dropout(const DTensor& x, const ForwardOptions& options,

@@ -86,9 +86,7 @@ class GptModel : public LanguageModel {
   // {q, k, v}, each [B, heads, T, D].
   DTensor attention_core(const std::vector<DTensor>& qkv, int layer,
                          const ForwardOptions& options) const;
-  // x @ w (w^T when transpose_w) in config().dtype: for bf16 both cast to bf16, the product (f32
-  // sums, rounded to bf16) cast back to f32; for f16 likewise with gemm_f16's product; the
-  // weight's gradient comes back in f32 (cast's VJP).
+  // x @ w (w^T when transpose_w) in config().dtype (mixed_matmul, language_model.h).
   DTensor project(const DTensor& x, const DTensor& w, bool transpose_w = false) const;
   DTensor maybe_dropout(const DTensor& x, const ForwardOptions& options, uint64_t site) const;
   // embed() and head() with the token embedding already in its compute layout (logits() gathers

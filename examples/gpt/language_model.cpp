@@ -76,6 +76,11 @@ DTensor LanguageModel::gathered(const DTensor& param, size_t index) const {
   return param.layout() == compute ? param : relayout(param, compute);
 }
 
+DTensor mixed_matmul(const DTensor& x, const DTensor& w, DType dtype, bool transpose_w) {
+  if (dtype == DType::kF32) return matmul(x, w, false, transpose_w);
+  return cast(matmul(cast(x, dtype), cast(w, dtype), false, transpose_w), DType::kF32);
+}
+
 std::vector<DTensor> LanguageModel::gathered(const std::vector<DTensor>& params,
                                              const std::vector<size_t>& indices) const {
   if (params.size() != indices.size()) {

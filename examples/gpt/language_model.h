@@ -42,6 +42,11 @@ struct ForwardOptions {
   uint64_t dropout_seed = 0;  // a new one per step: masks keyed by (seed, site, global index)
 };
 
+// x @ w (w^T when transpose_w) with the matmul in `dtype` (TrainingConfig::dtype): f32 as it
+// is; for bf16 both cast to bf16, the product (f32 sums, rounded to bf16) cast back to f32; for
+// f16 likewise with gemm_f16's product. The weight's gradient comes back in f32 (cast's VJP).
+DTensor mixed_matmul(const DTensor& x, const DTensor& w, DType dtype, bool transpose_w = false);
+
 // The global value of `t` on the host of every process: gathered first (a replicated relayout)
 // when the mesh spans several processes, whose to_host sees only local blocks.
 Tensor host_value(const DTensor& t);

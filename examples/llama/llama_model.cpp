@@ -60,24 +60,28 @@ DTensor LlamaModel::repeat_kv(const DTensor& x) const {
                  Shape{s[0], s[1] * groups, s[2], s[3]});
 }
 
+DTensor LlamaModel::project(const DTensor& x, const DTensor& w, bool transpose_w) const {
+  return gpt::mixed_matmul(x, w, config_.dtype, transpose_w);
+}
+
 DTensor LlamaModel::attention(const std::vector<DTensor>& p, const LayerParams& l,
                               const DTensor& h) const {
   const int64_t batch = h.shape()[0], t = h.shape()[1];
   const int64_t heads = config_.n_head, d = config_.head_dim();
   // [B, T, n D] (columns over model: whole heads, or replicated kv heads) -> [B, T, n, D].
-  const auto project = [&](size_t w, int64_t n) {
-    return reshape(matmul(h, gathered(p[w], w)), Shape{batch, t, n, d});
+  const auto heads_of = [&](size_t w, int64_t n) {
+    return reshape(project(h, gathered(p[w], w)), Shape{batch, t, n, d});
   };
   const auto heads_first = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
-  const DTensor q = heads_first(rotary_embedding(project(l.wq, heads), config_.rope_theta));
+  const DTensor q = heads_first(rotary_embedding(heads_of(l.wq, heads), config_.rope_theta));
   const DTensor k = repeat_kv(
-      heads_first(rotary_embedding(project(l.wk, config_.n_kv_head), config_.rope_theta)));
-  const DTensor v = repeat_kv(heads_first(project(l.wv, config_.n_kv_head)));
+      heads_first(rotary_embedding(heads_of(l.wk, config_.n_kv_head), config_.rope_theta)));
+  const DTensor v = repeat_kv(heads_first(heads_of(l.wv, config_.n_kv_head)));
   // With replicated kv heads, the matmuls take each device's query heads' share of k and v (a
   // local slice): no communication.
   const DTensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(double(d)));
   const DTensor y = reshape(heads_first(matmul(att, v)), Shape{batch, t, heads * d});
-  return matmul(y, gathered(p[l.wo], l.wo));  // row-parallel: Partial(sum) over model
+  return project(y, gathered(p[l.wo], l.wo));  // row-parallel: Partial(sum) over model
 }
 
 DTensor LlamaModel::layer(const std::vector<DTensor>& p, const LayerParams& l,
@@ -98,7 +102,7 @@ DTensor LlamaModel::layer(const std::vector<DTensor>& p, const LayerParams& l,
       relayout(add(r, attention(q, l, rms_norm(r, w(l.attention_norm), config_.norm_eps))),
                residual_layout());
   const DTensor h = rms_norm(a, w(l.ffn_norm), config_.norm_eps);
-  const DTensor ffn = matmul(multiply(silu(matmul(h, w(l.w1))), matmul(h, w(l.w3))), w(l.w2));
+  const DTensor ffn = project(multiply(silu(project(h, w(l.w1))), project(h, w(l.w3))), w(l.w2));
   return add(a, ffn);  // Partial(sum) over model
 }
 
@@ -112,7 +116,7 @@ DTensor LlamaModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
   const DTensor h =
       rms_norm(relayout(x, residual_layout()), gathered(p[norm_], norm_), config_.norm_eps);
   const DTensor head = config_.tie_embeddings ? embeddings : gathered(p[output_], output_);
-  return matmul(h, head, false, true);  // [B, T, V], V over model
+  return project(h, head, true);  // [B, T, V], V over model
 }
 
 }  // namespace tessel::llama

@@ -29,6 +29,9 @@
 // - The norms: replicated. Activations: rows over `batch` (data parallel). The residual
 //   stream is reduced once before each norm (an all-reduce of the Partial sum, two per layer as
 //   Megatron's), so the norm and the residual add use the same whole value.
+// config().dtype bf16 or f16: the matmuls of activations by weights (the projections, the
+// SwiGLU's and the head) run in it (mixed_matmul); attention's q k^T and probabilities times v,
+// the norms and RoPE stay f32, as in the GPT.
 // n_head must be a multiple of the model dimension's size (kInvalidArgument). Mesh dimensions and
 // the parameter registry (init, from_host, tokens, loss) as LanguageModel's
 // (examples/gpt/language_model.h).
@@ -74,6 +77,8 @@ class LlamaModel : public gpt::LanguageModel {
 
   DTensor layer(const std::vector<DTensor>& p, const LayerParams& l, const DTensor& x) const;
   DTensor attention(const std::vector<DTensor>& p, const LayerParams& l, const DTensor& h) const;
+  // x @ w (w^T when transpose_w) in config().dtype (mixed_matmul, language_model.h).
+  DTensor project(const DTensor& x, const DTensor& w, bool transpose_w = false) const;
   // [B, K, T, D] -> [B, H, T, D]: kv head k serves query heads k g .. k g + g - 1.
   DTensor repeat_kv(const DTensor& x) const;
   // The residual stream [B, T, C]: rows over batch, whole (not Partial) over model.

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "tessel/core/dtype.h"
+
 namespace tessel::train {
 
 struct TrainingConfig {
@@ -29,6 +31,13 @@ struct TrainingConfig {
   // the forward pass uses it (gpt::LanguageModel, docs/memory.md). No effect without a `batch`
   // dimension of size > 1.
   bool fsdp = false;
+  // The dtype of the matmuls of activations by weights (the GPT's q, k, v, projections, MLP and
+  // head; the Llama's likewise): f32, or bf16 as torch's CPU autocast runs them (both operands
+  // cast to bf16, f32 sums, the product cast back to f32), or f16 the same way with f16 products
+  // (blas.h's gemm_f16: MKL's hgemm, twice sgemm's rate on a CPU with AVX512-FP16) and the loss
+  // scaled (loss_scale, which the f16 run needs). Parameters, gradients, AdamW, norms, softmax
+  // and the loss stay f32 (mixed precision with f32 master weights; docs/gpt.md).
+  DType dtype = DType::kF32;
   // Dynamic loss scaling (loss_scale.h) from this initial scale; 0: none. f16 mixed precision
   // needs it (`tessel train gpt --dtype f16` sets 65536); f32 and bf16 do not.
   double loss_scale = 0;
