@@ -251,6 +251,31 @@ TEST(ReplicateClients, MirroredVariablesOverTwoClientsEqualOneProcess) {
   }
 }
 
+TEST(ReplicateClients, MirroredVariablesOfReplicasWithTwoCoresOverTwoClients) {
+  // 2 replicas x 2 cores (SPMD), one replica per client: the exchange runs on each replica's
+  // logical core 0 group; both clients end with the one-process values.
+  constexpr int kTwoCoreReplicas = 2;
+  Runtime one({.num_cpu_devices = kTwoCoreReplicas * 2});
+  const std::vector<ReplicatedVariable> reference = testing::mirrored_variables();
+  testing::run_mirrored_case(one, kTwoCoreReplicas, reference, -1, /*cores=*/2);
+  const auto want = testing::expected_mirrored_values(kTwoCoreReplicas);
+  testing::SimulatedClients clients(kClients, kLocal);
+  std::vector<std::vector<ReplicatedVariable>> variables;
+  for (int c = 0; c < kClients; ++c) variables.push_back(testing::mirrored_variables());
+  run_clients(clients, [&](testing::SimulatedClient& c) {
+    testing::run_mirrored_case(c.runtime(), kTwoCoreReplicas,
+                               variables[static_cast<size_t>(c.id())], -1, /*cores=*/2);
+  });
+  for (int c = 0; c < kClients; ++c) {
+    for (size_t k = 0; k < want.size(); ++k) {
+      const ReplicatedVariable& v = variables[static_cast<size_t>(c)][k];
+      EXPECT_EQ(v.values[0].to_vector<float>(), want[k]) << "client " << c << " " << v.name;
+      EXPECT_EQ(v.values[0].to_vector<float>(), reference[k].values[0].to_vector<float>())
+          << "client " << c << " " << v.name;
+    }
+  }
+}
+
 TEST(ReplicateClients, AMirroredVariableAReplicaDidNotAssignIsRefusedOnEveryClient) {
   // Replica 2 (client 1) assigns nothing: both clients raise the one-process error naming it
   // and write nothing back.
@@ -267,6 +292,40 @@ TEST(ReplicateClients, AMirroredVariableAReplicaDidNotAssignIsRefusedOnEveryClie
         std::rethrow_exception(errors[static_cast<size_t>(c)]), ErrorCode::kInvalidArgument,
         "replicate: variable 'sum' is mirrored: replica 0 assigned it and replica 2 "
         "did not");
+    for (const ReplicatedVariable& v : variables[static_cast<size_t>(c)]) {
+      EXPECT_EQ(v.values[0].to_vector<float>(), testing::replica_weights().to_vector<float>())
+          << "client " << c << " " << v.name;
+    }
+  }
+}
+
+TEST(ReplicateClients, AFailingReplicaStopsTheMirroredWriteBackOfEveryClient) {
+  // Replica 0 (client 0) throws; the computation has no collective, so client 1's replicas
+  // learn of it only in the write-back's exchange: kAborted, long before the deadline, and
+  // neither client writes anything back.
+  testing::SimulatedClients clients(kClients, kLocal);
+  std::vector<std::vector<ReplicatedVariable>> variables;
+  for (int c = 0; c < kClients; ++c) variables.push_back(testing::mirrored_variables());
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<std::exception_ptr> errors = clients.run([&](testing::SimulatedClient& c) {
+    ReplicateOptions options = testing::case_options(c.runtime(), kReplicas);
+    options.timeout = std::chrono::seconds(20);
+    replicate(
+        [](ReplicaContext& ctx, const std::vector<DTensor>& in) {
+          if (ctx.replica_id() == 0) {
+            throw Error(ErrorCode::kInvalidArgument, "test", "replica 0 gives up");
+          }
+          ctx.assign_variable(0, in[0]);
+          return std::vector<DTensor>{};
+        },
+        {}, {}, variables[static_cast<size_t>(c.id())], {}, options);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  ASSERT_TRUE(errors[0] && errors[1]);
+  EXPECT_TESSEL_ERROR(std::rethrow_exception(errors[0]), ErrorCode::kInvalidArgument,
+                      "replica 0: test: replica 0 gives up");
+  EXPECT_TESSEL_ERROR(std::rethrow_exception(errors[1]), ErrorCode::kAborted, "replica 0 gives up");
+  for (int c = 0; c < kClients; ++c) {
     for (const ReplicatedVariable& v : variables[static_cast<size_t>(c)]) {
       EXPECT_EQ(v.values[0].to_vector<float>(), testing::replica_weights().to_vector<float>())
           << "client " << c << " " << v.name;

@@ -48,9 +48,12 @@ inline ReplicaComputation replicate_case_computation(int replicas) {
   };
 }
 
-inline ReplicateOptions case_options(Runtime& runtime, int replicas) {
+// `cores` > 1: each replica's computation is DTensor SPMD over its cores.
+inline ReplicateOptions case_options(Runtime& runtime, int replicas, int cores = 1) {
   ReplicateOptions options;
   options.metadata.num_replicas = replicas;
+  options.metadata.num_cores_per_replica = cores;
+  options.metadata.use_spmd_for_xla_partitioning = cores > 1;
   options.runtime = &runtime;
   options.timeout = std::chrono::seconds(30);
   return options;
@@ -91,7 +94,8 @@ inline std::vector<ReplicatedVariable> mirrored_variables() {
 // (a cross-replica collective before the write-back), unless it is `skipping` (-1: none);
 // replicate() writes the results back into `variables`' tensors.
 inline void run_mirrored_case(Runtime& runtime, int replicas,
-                              const std::vector<ReplicatedVariable>& variables, int skipping = -1) {
+                              const std::vector<ReplicatedVariable>& variables, int skipping = -1,
+                              int cores = 1) {
   replicate(
       [skipping](ReplicaContext& ctx, const std::vector<DTensor>& in) {
         const DTensor total = ctx.all_reduce(in[0]);
@@ -102,7 +106,7 @@ inline void run_mirrored_case(Runtime& runtime, int replicas,
         }
         return std::vector<DTensor>{total};
       },
-      replica_inputs(replicas), {}, variables, {}, case_options(runtime, replicas));
+      replica_inputs(replicas), {}, variables, {}, case_options(runtime, replicas, cores));
 }
 
 // What mirrored_variables() hold after run_mirrored_case, computed here as the write-back
