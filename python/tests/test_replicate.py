@@ -486,6 +486,117 @@ def test_replicas_over_simulated_clients_equal_one_process():
     assert ran == 4
 
 
+AGGREGATIONS = [("sum", tessel.VariableAggregation.SUM), ("mean", tessel.VariableAggregation.MEAN),
+                ("first", tessel.VariableAggregation.ONLY_FIRST_REPLICA)]
+
+
+def _mirrored_variables(w):
+    return [tessel.ReplicatedVariable.mirrored(name, w.copy(), aggregation=aggregation)
+            for name, aggregation in AGGREGATIONS]
+
+
+def _update_mirrored(runtime, replicas, variables, skipping=-1):
+    """Replica r (but `skipping`) sets every variable to its value * x_r + r after an
+    all-reduce; the write-back combines them by the variables' aggregations."""
+    xs = [np.arange(4, dtype=np.float32) + 0.5 * (r + 1) for r in range(replicas)]
+
+    def step(ctx, inputs):
+        total = ctx.all_reduce(inputs[0])
+        if ctx.replica_id != skipping:
+            for k in range(len(variables)):
+                ctx.assign_variable(k, tessel.add(tessel.multiply(ctx.read_variable(k), inputs[0]),
+                                                  float(ctx.replica_id)))
+        return [total]
+
+    opts = tessel.ReplicateOptions(tessel.ReplicateMetadata(replicas), runtime=runtime, timeout=30)
+    tessel.replicate(step, [xs], variables=variables, options=opts)
+    return xs
+
+
+def test_mirrored_variables_over_simulated_clients_equal_one_process():
+    # Each client holds its own copy of the variables, as a process does; every client ends
+    # with the one-process values: NumPy's sum, mean and replica 0's value.
+    w = np.arange(1, 5, dtype=np.float32)
+    runtimes = client_runtimes(2)
+    copies = [_mirrored_variables(w) for _ in runtimes]
+    run_as_clients(runtimes, lambda c: _update_mirrored(runtimes[c], 4, copies[c]), timeout=60)
+    one = _mirrored_variables(w)
+    xs = _update_mirrored(tessel.Runtime(num_cpu_devices=4), 4, one)
+    values = np.stack([x * w + r for r, x in enumerate(xs)])
+    want = [values.sum(axis=0), values.sum(axis=0) / 4, values[0]]
+    for variables in copies:
+        for k, v in enumerate(variables):
+            assert_array_equal(np.asarray(v.values[0]), want[k])
+            assert_array_equal(np.asarray(v.values[0]), np.asarray(one[k].values[0]))
+
+
+def test_mirrored_variable_a_replica_did_not_assign_is_refused_on_every_client():
+    w = np.arange(1, 5, dtype=np.float32)
+    runtimes = client_runtimes(2)
+    copies = [_mirrored_variables(w) for _ in runtimes]
+
+    def client(c):
+        with pytest.raises(tessel.InvalidArgumentError,
+                           match="variable 'sum' is mirrored: replica 0 assigned it and replica 2 "
+                                 "did not"):
+            _update_mirrored(runtimes[c], 4, copies[c], skipping=2)
+
+    run_as_clients(runtimes, client, timeout=60)
+    for variables in copies:
+        for v in variables:
+            assert_array_equal(np.asarray(v.values[0]), w)  # nothing written back
+
+
+def _compiled_case(runtime, replicas):
+    """compile() and run [sum of x * w, all_gather(x), broadcast of the last x]."""
+    xs = [np.arange(4, dtype=np.float32) + 0.5 * (r + 1) for r in range(replicas)]
+    w = np.arange(1, 5, dtype=np.float32)
+
+    def step(ctx, inputs):
+        return [ctx.all_reduce(tessel.multiply(inputs[0], inputs[1])),
+                ctx.all_gather(inputs[0], 0), ctx.broadcast(inputs[0], replicas - 1)]
+
+    opts = tessel.CompileOptions(tessel.ReplicateMetadata(replicas), runtime=runtime, timeout=30)
+    r = tessel.compile(tessel.Function("case", step),
+                       [tessel.InputSpec((4,)), tessel.InputSpec((4,))], opts)
+    assert r.ok(), r.status_string()
+    outs = r.computation.run([xs], [w])
+    return xs, w, [[np.asarray(tessel.to_host(d)) for d in replica] for replica in outs]
+
+
+def test_compile_over_simulated_clients_equals_one_process():
+    runtimes = client_runtimes(2)
+    results = run_as_clients(runtimes, lambda c: _compiled_case(runtimes[c], 4)[2], timeout=60)
+    xs, w, one = _compiled_case(tessel.Runtime(num_cpu_devices=4), 4)
+    want = [np.sum([x * w for x in xs], axis=0), np.concatenate(xs), xs[-1]]
+    ran = 0
+    for c in range(2):
+        for r in range(4):
+            got = results[c][r]
+            if not got:
+                continue
+            ran += 1
+            for k in range(3):
+                assert_array_equal(got[k], want[k])
+                assert_array_equal(got[k], one[r][k])
+    assert ran == 4
+
+
+def test_compile_with_an_assignment_naming_a_missing_task_fails():
+    runtimes = client_runtimes(2)
+    md = tessel.ReplicateMetadata(2, topology=tessel.Topology.for_hosts(3, 2),
+                                  device_assignment=[0, 0, 0, 0, 1, 2, 0, 0])
+    r = tessel.compile(tessel.Function("identity", lambda ctx, xs: [xs[0]]),
+                       [tessel.InputSpec((2,))],
+                       tessel.CompileOptions(md, runtime=runtimes[0]))
+    assert not r.ok()
+    assert r.code == tessel.ErrorCode.INVALID_ARGUMENT, r.status_string()
+    assert ("replica 1 logical core 0 is assigned to /job:worker/replica:0/task:2/device:CPU:1, "
+            "which is not a device of this job") in r.status_string()
+    for rt in runtimes:
+        tessel.set_cluster(rt, None)
+
+
 def test_assignment_naming_a_missing_host_device_is_refused():
     clusters = tessel.make_in_process_cluster(2)
     rt = tessel.Runtime(num_cpu_devices=2, job="worker", task=0)

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <optional>
 
 #include "core/errors.h"
 #include "distribute/replica_thread.h"
@@ -82,6 +83,21 @@ std::shared_ptr<const Graph> trace(const Function& function, const InputSignatur
   return std::make_shared<const Graph>(tracer.finish(outputs));
 }
 
+// The core mesh the function is traced on: the first of this client's replicas (replica 0's
+// in one process). A client that runs no replica (the job has more devices than replicas x
+// cores) traces on its first num_cores_per_replica devices, so that it holds the same graph.
+Mesh trace_mesh(const std::vector<std::optional<Mesh>>& meshes,
+                const detail::ReplicaPlacement& placement, Runtime& runtime) {
+  for (const std::optional<Mesh>& mesh : meshes) {
+    if (mesh) return *mesh;
+  }
+  std::vector<Device*> cores;
+  for (size_t c = 0; c < placement.devices.front().size(); ++c) {
+    cores.push_back(&runtime.device(static_cast<int>(c)));
+  }
+  return detail::replica_core_mesh(0, cores);
+}
+
 CompilationResult compile_uncached(const Function& function, const InputSignature& signature,
                                    const CompileOptions& options, Runtime& runtime) {
   const auto fail = [&](ErrorCode code, const std::string& what) {
@@ -89,15 +105,23 @@ CompilationResult compile_uncached(const Function& function, const InputSignatur
         Error(code, kComponent, fmt::format("function '{}': {}", function.name(), what)));
   };
   try {
-    std::vector<Mesh> meshes;
-    const auto cores = detail::assign_replica_devices(options.replicate.metadata, runtime);
-    for (size_t r = 0; r < cores.size(); ++r) {
-      meshes.push_back(detail::replica_core_mesh(static_cast<int>(r), cores[r]));
+    // Across clients (processes), this client's replicas only: the others replay in theirs.
+    const detail::ReplicaPlacement placement =
+        detail::place_replicas(options.replicate.metadata, runtime);
+    std::vector<std::optional<Mesh>> meshes;  // [replica]; none: another client's
+    for (size_t r = 0; r < placement.devices.size(); ++r) {
+      if (!placement.is_local(static_cast<int>(r))) {
+        meshes.emplace_back();
+        continue;
+      }
+      meshes.push_back(detail::replica_core_mesh(static_cast<int>(r), placement.devices[r]));
     }
-    auto graph = trace(function, signature, options, meshes.front(), runtime);
-    std::vector<std::shared_ptr<const detail::ReplayPlan>> plans;
-    for (const Mesh& mesh : meshes) {
-      plans.push_back(std::make_shared<const detail::ReplayPlan>(graph, mesh, runtime));
+    auto graph =
+        trace(function, signature, options, trace_mesh(meshes, placement, runtime), runtime);
+    std::vector<std::shared_ptr<const detail::ReplayPlan>> plans;  // null: another client's
+    for (const std::optional<Mesh>& mesh : meshes) {
+      plans.push_back(mesh ? std::make_shared<const detail::ReplayPlan>(graph, *mesh, runtime)
+                           : nullptr);
     }
     return CompilationResult::success(
         std::make_shared<const CompiledComputation>(function.name(), function.id(), signature,
@@ -191,7 +215,7 @@ CompiledComputation::~CompiledComputation() = default;
 
 const detail::ReplayPlan& CompiledComputation::plan_for(const ReplicaContext& ctx) const {
   const size_t r = static_cast<size_t>(ctx.replica_id());
-  if (r < replica_plans_.size() && replica_plans_[r]->mesh() == ctx.mesh()) {
+  if (r < replica_plans_.size() && replica_plans_[r] && replica_plans_[r]->mesh() == ctx.mesh()) {
     return *replica_plans_[r];
   }
   std::lock_guard<std::mutex> lock(other_plans_mu_);

@@ -24,6 +24,13 @@ class GroupReplicaContext final : public ReplicaContext {
   using ReplicaContext::variables;
   using ReplicaContext::VariableSlot;
 
+  // replicate()'s write-back across clients (variable_write_back.h): every replica's `value`
+  // (a contiguous 1-D tensor in host memory, of one dtype and length on every replica),
+  // concatenated in replica order, through logical core 0's group. A collective of the call as
+  // the others are (rendezvous, order check, the call's deadline), `what` naming it in errors;
+  // called after the computation returned, so not through the context's expiring API.
+  Tensor gather_for_write_back(const Tensor& value, const std::string& what);
+
  private:
   // The collectives (the expiry checks are the base class's).
   DTensor run_all_reduce(const DTensor& x, ReduceOp op) override;

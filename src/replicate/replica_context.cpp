@@ -325,6 +325,16 @@ DTensor GroupReplicaContext::run_broadcast(const DTensor& x, int root_replica) {
   return DTensor(x.layout(), x.shape(), x.dtype(), outputs, runtime());
 }
 
+Tensor GroupReplicaContext::gather_for_write_back(const Tensor& value, const std::string& what) {
+  auto result = std::make_shared<Tensor>();
+  run_on_cores("all_gather", what, [&](int c, Communicator* comm, const Group& group) {
+    return [c, comm, value, result, group]() {
+      if (c == 0) *result = comm->all_gather(value, 0, group->collective_options());
+    };
+  });
+  return *result;
+}
+
 void GroupReplicaContext::run_barrier() {
   run_on_cores("barrier", "barrier", [&](int, Communicator* comm, const Group& group) {
     return [comm, group]() { comm->barrier(group->collective_options()); };

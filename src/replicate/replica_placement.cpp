@@ -144,18 +144,6 @@ ReplicaPlacement place_replicas(const ReplicateMetadata& md, Runtime& runtime) {
   return placement;
 }
 
-std::vector<std::vector<Device*>> assign_replica_devices(const ReplicateMetadata& md,
-                                                         Runtime& runtime) {
-  ReplicaPlacement placement = place_replicas(md, runtime);
-  if (placement.spans_clients()) {
-    throw_error(ErrorCode::kUnimplemented, kComponent,
-                "the replicas are placed over {} clients (processes); compile() runs every "
-                "replica in this process: run the computation with replicate() instead",
-                placement.num_clients);
-  }
-  return std::move(placement.devices);
-}
-
 Mesh replica_core_mesh(int replica, const std::vector<Device*>& cores) {
   std::vector<std::string> names;
   for (const Device* d : cores) names.push_back(d->name());

@@ -35,11 +35,6 @@ struct ReplicaPlacement {
 // kUnimplemented.
 ReplicaPlacement place_replicas(const ReplicateMetadata& metadata, Runtime& runtime);
 
-// [replica][logical core] -> the runtime's device, for callers that run every replica here
-// (compile()): place_replicas, and kUnimplemented when a replica runs in another client.
-std::vector<std::vector<Device*>> assign_replica_devices(const ReplicateMetadata& metadata,
-                                                         Runtime& runtime);
-
 // The 1-D mesh "core" over `cores` (logical core order), named "replica_<replica>". Its global
 // device names are the devices' own, so that the meshes of different replicas never share a
 // collective group (CommunicatorPool keys groups by Mesh::global_fingerprint(), the runtime's

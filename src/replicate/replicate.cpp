@@ -162,6 +162,11 @@ struct Call {
   std::vector<std::vector<Device*>> cores;    // [replica][core]
   std::vector<std::vector<DTensor>> outputs;  // [replica]; read once its thread is done
   std::vector<std::vector<Tensor>> assigned;  // [replica][variable], as outputs
+  // Across clients with a mirrored variable: the replicas exchange their assignments before
+  // returning (variable_write_back.h); the first of this client's replicas fills the rows of
+  // the other clients' replicas.
+  bool exchange_mirrored = false;
+  int first_local = 0;
   std::mutex mu;
   std::condition_variable done_cv;
   std::vector<bool> done;  // [replica]: its thread has nothing more to do
@@ -192,6 +197,18 @@ void run_replica(int r, const std::shared_ptr<Call>& call) {
       const detail::ReplicaThreadScope replica_thread(r, group.num_replicas());
       outputs = call->args.computation(*ctx, inputs);
     }
+    std::vector<Tensor> assigned;
+    if (call->exchange_mirrored) {
+      group.note(r, "exchanging its assignments of mirrored variables with the other replicas");
+      assigned = assigned_values(*ctx);
+      std::vector<std::vector<Tensor>> all =
+          detail::exchange_mirrored(*ctx, call->args.variables, assigned);
+      if (r == call->first_local) {
+        for (size_t q = 0; q < all.size(); ++q) {
+          if (call->cores[q][0] == nullptr) call->assigned[q] = std::move(all[q]);
+        }
+      }
+    }
     group.finished(r);
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (!outputs[k].defined()) {
@@ -201,7 +218,8 @@ void run_replica(int r, const std::shared_ptr<Call>& call) {
     }
     group.note(r, "waiting for its cores' work");
     synchronize_cores(cores, group);
-    call->assigned[static_cast<size_t>(r)] = assigned_values(*ctx);
+    call->assigned[static_cast<size_t>(r)] =
+        call->exchange_mirrored ? std::move(assigned) : assigned_values(*ctx);
     call->outputs[static_cast<size_t>(r)] = std::move(outputs);
   } catch (const abi::__forced_unwind&) {
     throw;  // the thread is being ended (an exiting Python interpreter does that): let it end
@@ -329,18 +347,7 @@ std::vector<std::vector<DTensor>> replicate(
                          guaranteed_constants,
                          std::set<int>(options.packed_inputs.begin(), options.packed_inputs.end())};
   check_per_replica_inputs(call->args, replicas);
-  if (placement.spans_clients()) {
-    for (const ReplicatedVariable& v : variables) {
-      if (v.is_mirrored_variable) {
-        detail::throw_error(ErrorCode::kUnimplemented, kComponent,
-                            "variable '{}' is mirrored, and the replicas run in {} clients "
-                            "(processes): its write-back would combine values of other "
-                            "processes' replicas, which replicate() does not do yet; reduce "
-                            "with ctx.all_reduce and assign per-replica variables instead",
-                            v.name, placement.num_clients);
-      }
-    }
-  }
+  call->exchange_mirrored = placement.spans_clients() && detail::any_mirrored(variables);
 
   const auto timeout =
       options.timeout.count() == 0 ? default_collective_timeout() : options.timeout;
@@ -354,6 +361,7 @@ std::vector<std::vector<DTensor>> replicate(
   call->assigned.assign(static_cast<size_t>(replicas), std::vector<Tensor>(variables.size()));
   std::vector<bool> local;
   for (int r = 0; r < replicas; ++r) local.push_back(placement.is_local(r));
+  call->first_local = static_cast<int>(std::find(local.begin(), local.end(), true) - local.begin());
   call->done.assign(static_cast<size_t>(replicas), false);
   for (int r = 0; r < replicas; ++r) call->done[static_cast<size_t>(r)] = !local[static_cast<size_t>(r)];
   std::vector<std::thread> threads(static_cast<size_t>(replicas));  // not joinable: not started

@@ -1,6 +1,10 @@
 // replicate()'s variable write-back (variable_write_back.h).
 #include "replicate/variable_write_back.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string>
 #include <utility>
 
 #include "comm/reduce_kernels.h"
@@ -46,7 +50,64 @@ Tensor combine_mirrored(const ReplicatedVariable& v, size_t k,
   return result;
 }
 
+// Variable k's value as one row of the exchange: contiguous, flattened; zeros when the replica
+// did not assign it.
+Tensor flat_row(const ReplicatedVariable& v, const Tensor& assigned, int64_t elements) {
+  if (!assigned.defined()) return Tensor::zeros(Shape{elements}, v.dtype);
+  return assigned.contiguous().reshape(Shape{elements});
+}
+
 }  // namespace
+
+bool any_mirrored(const std::vector<ReplicatedVariable>& variables) {
+  for (const ReplicatedVariable& v : variables) {
+    if (v.is_mirrored_variable) return true;
+  }
+  return false;
+}
+
+std::vector<std::vector<Tensor>> exchange_mirrored(GroupReplicaContext& ctx,
+                                                   const std::vector<ReplicatedVariable>& variables,
+                                                   const std::vector<Tensor>& mine) {
+  const auto replicas = static_cast<size_t>(ctx.num_replicas());
+  std::vector<std::vector<Tensor>> assigned(replicas, std::vector<Tensor>(variables.size()));
+  assigned[static_cast<size_t>(ctx.replica_id())] = mine;
+  std::vector<size_t> mirrored;
+  std::vector<std::string> names;
+  std::vector<int32_t> flags;  // this replica assigned mirrored variable mirrored[i]
+  for (size_t k = 0; k < variables.size(); ++k) {
+    if (!variables[k].is_mirrored_variable) continue;
+    mirrored.push_back(k);
+    names.push_back(fmt::format("'{}'", variables[k].name));
+    flags.push_back(mine[k].defined() ? 1 : 0);
+  }
+  if (mirrored.empty()) return assigned;
+  const auto m = static_cast<int64_t>(mirrored.size());
+  const std::vector<int32_t> all_flags =
+      ctx.gather_for_write_back(Tensor::from_vector<int32_t>(flags, Shape{m}),
+                                fmt::format("write-back: which replicas assigned the mirrored "
+                                            "variables {}",
+                                            fmt::join(names, ", ")))
+          .to_vector<int32_t>();
+  for (size_t i = 0; i < mirrored.size(); ++i) {
+    const size_t k = mirrored[i];
+    const ReplicatedVariable& v = variables[k];
+    bool any = false;
+    for (size_t r = 0; r < replicas; ++r) any = any || all_flags[r * mirrored.size() + i] != 0;
+    if (!any) continue;  // nothing to write back on any client
+    const Shape& shape = v.value(0).shape();
+    const int64_t n = shape.num_elements();
+    const Tensor values = ctx.gather_for_write_back(
+        flat_row(v, mine[k], n), fmt::format("write-back of mirrored variable '{}' ({}{})", v.name,
+                                             dtype_name(v.dtype), shape.to_string()));
+    for (size_t r = 0; r < replicas; ++r) {
+      if (all_flags[r * mirrored.size() + i] == 0) continue;
+      const auto start = static_cast<int64_t>(r) * n;
+      assigned[r][k] = values.slice(0, start, start + n).reshape(shape);
+    }
+  }
+  return assigned;
+}
 
 void write_back_variables(const std::vector<ReplicatedVariable>& variables,
                           const std::vector<std::vector<Tensor>>& assigned) {

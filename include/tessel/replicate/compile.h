@@ -35,6 +35,13 @@
 // its device is idle; values live until the replay returns (as an eager step's tape keeps
 // them). Nodes nothing returned depends on are not run (graph.h).
 //
+// Across processes (a runtime that is a client of a multi-client program, replicate.h): every
+// client compiles the same function with the same signature and options; the trace runs on the
+// core mesh of the client's first replica (replica 0's in one process; a client that runs no
+// replica traces on its first devices), replay plans are made for the client's own replicas,
+// and run() is replicate() over the job, so the replayed collectives meet the other clients'
+// replicas.
+//
 // Signature. One InputSpec per input the computation receives, in replicate()'s order:
 // per-replica inputs, broadcast inputs, variables, guaranteed constants. replicate() hands each
 // replica its inputs replicated on the core mesh; an InputSpec with sharding_specs (on the mesh
@@ -56,8 +63,8 @@
 // Errors. compile() does not throw: CompilationResult holds the error (code, and a message
 // from component "compile" naming the function) and no computation — nothing runs on any
 // replica. Caught there: bad metadata or device assignment (ReplicateMetadata::validate_for_run,
-// replica placement on the runtime's devices: kInvalidArgument; cores > 1 without SPMD:
-// kUnimplemented); a bad InputSpec (its layout: kInvalidArgument naming the input); a shape
+// replica placement on the runtime's (or the job's) devices: kInvalidArgument; cores > 1 without
+// SPMD: kUnimplemented); a bad InputSpec (its layout: kInvalidArgument naming the input); a shape
 // mismatch (the op's inference error, kInvalidArgument); an unknown op (kNotFound); no sharding
 // rule for the layouts (kUnimplemented); a bad collective argument (kInvalidArgument); outputs
 // other than options.output_types (count or dtypes: kInvalidArgument) or null; anything else

@@ -39,8 +39,12 @@
 // joined through the cluster, for this call), and the result lists only its own replicas'
 // outputs (another client's replica has an empty list). An assigned device beyond the clients
 // or beyond the devices of a client: kInvalidArgument naming the replica, core and device; a
-// replica over several clients, a mirrored variable, and compile(): kUnimplemented. A replica's
-// failure reaches the other clients' replicas through their collectives (kAborted).
+// replica over several clients: kUnimplemented. A replica's failure reaches the other clients'
+// replicas through their collectives (kAborted). Per-replica variables are written back by the
+// client of each replica; mirrored ones by every client running a replica, with the value of
+// the one-process call: the replicas exchange their assignments through the call's groups
+// before returning (a collective of the call, by its deadline), and each client combines them
+// alike (or raises the same error). compile() works across processes the same way (compile.h).
 //
 // Checks before anything runs, each Error kInvalidArgument from "replicate" unless noted:
 // metadata.validate_for_run() (num_replicas >= 1, ...); num_replicas * num_cores_per_replica
