@@ -212,7 +212,8 @@ std::vector<DTensor> GptPipeline::view(const std::vector<DTensor>& params, int s
 }
 
 PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, const Tensor& idx,
-                                         const Tensor& targets, const ForwardOptions& options) const {
+                                         const Tensor& targets, const ForwardOptions& options,
+                                         double loss_scale) const {
   check_params(params);
   const int p = stages(), m = schedule_.microbatches, last_k = schedule_.virtual_stages() - 1;
   if (idx.shape().rank() != 2 || idx.shape() != targets.shape() || idx.shape().dim(0) % m != 0) {
@@ -268,7 +269,7 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
         const DTensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(
             model.tokens(targets.slice(0, mb * rows, (mb + 1) * rows)), model.head(pv, x)));
         loss_sum = add_or_take(loss_sum, loss);
-        x = multiply(loss, 1.0 / m);
+        x = multiply(loss, loss_scale / m);
       }
       w.tape->stop_recording();
       w.output = x;

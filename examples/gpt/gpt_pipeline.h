@@ -105,10 +105,12 @@ class GptPipeline {
   std::vector<DTensor> init(uint64_t seed) const;
 
   // The loss and the accumulated gradients of host token ids and targets [B, T] (B the
-  // configuration's batch size), running schedule(). Wrong parameter count or batch shape:
-  // kInvalidArgument.
+  // configuration's batch size), running schedule(); the gradients are those of the loss times
+  // `loss_scale` (dynamic loss scaling; the loss reported is unscaled). Wrong parameter count or
+  // batch shape: kInvalidArgument.
   PipelineGradients gradients(const std::vector<DTensor>& params, const Tensor& idx,
-                              const Tensor& targets, const ForwardOptions& options) const;
+                              const Tensor& targets, const ForwardOptions& options,
+                              double loss_scale = 1.0) const;
   // Logits [B, T, V] of host token ids [B, T] (on every stage's devices: the mesh's layout, its
   // stage dimension replicated), the whole batch through the stages in turn (no microbatches, no
   // tape); loss() their mean cross-entropy.

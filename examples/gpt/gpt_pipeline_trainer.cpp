@@ -25,22 +25,21 @@ GptPipelineTrainer::GptPipelineTrainer(GptConfig config, const Mesh& mesh, Pipel
           "gpt", std::move(data), config,
           [this](int) { return std::make_unique<GptModel>(pipeline().stage_model(0)); }, runtime,
           [this](const LanguageModel&, uint64_t seed) { return pipeline().init(seed); }) {
-  if (config.loss_scale > 0) {
-    throw Error(ErrorCode::kUnimplemented, "gpt",
-                "loss scaling (f16 matmuls) is not in the pipelined trainer yet: its schedule "
-                "computes the gradients itself; use f32 or bf16 with --mesh stage=...");
-  }
 }
 
 LanguageModelTrainer::BatchGradients GptPipelineTrainer::batch_gradients(
     const Tensor& idx, const Tensor& targets, const ForwardOptions& options) {
+  // With loss scaling (f16 matmuls) each microbatch's backward pass starts from its scaled loss;
+  // the gradients are clipped to the scaled bound and unscaled as the plain trainer's.
+  const double scale = loss_scale();
   PipelineGradients g = [&] {
     const ProfilePhase phase("pipeline");
-    return pipeline().gradients(params(), idx, targets, options);
+    return pipeline().gradients(params(), idx, targets, options, scale);
   }();
   const ProfilePhase phase("optimizer");
-  auto [clipped, norm] = pipeline().clip_by_global_norm(g.gradients, training().grad_clip);
-  return {g.loss, std::move(clipped), norm};
+  auto [clipped, norm] =
+      pipeline().clip_by_global_norm(g.gradients, training().grad_clip * scale);
+  return unscaled(g.loss, std::move(clipped), norm, scale);
 }
 
 double GptPipelineTrainer::batch_loss(const Tensor& idx, const Tensor& targets) {

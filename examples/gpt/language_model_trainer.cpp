@@ -106,11 +106,17 @@ LanguageModelTrainer::BatchGradients LanguageModelTrainer::batch_gradients(
   // Clipping the scaled gradients to the scaled bound, then unscaling them: the clipped unscaled
   // gradients (one more pass over them only when scaled).
   auto [clipped, norm] = clip_by_global_norm(std::move(grads), training_.grad_clip * scale);
-  const double scaled_norm = scalar_of(norm);
+  return unscaled(scalar_of(loss) / scale, std::move(clipped), scalar_of(norm), scale);
+}
+
+LanguageModelTrainer::BatchGradients LanguageModelTrainer::unscaled(double loss,
+                                                                    std::vector<DTensor> clipped,
+                                                                    double scaled_norm,
+                                                                    double scale) {
   if (scale != 1.0 && std::isfinite(scaled_norm)) {
     for (DTensor& g : clipped) g = multiply(g, 1.0 / scale);
   }
-  return {scalar_of(loss) / scale, std::move(clipped), scaled_norm / scale};
+  return {loss, std::move(clipped), scaled_norm / scale};
 }
 
 double LanguageModelTrainer::batch_loss(const Tensor& idx, const Tensor& targets) {

@@ -104,6 +104,11 @@ class LanguageModelTrainer : public train::Trainable {
                                          const ForwardOptions& options);
   // The current dynamic loss scale; 1 without loss scaling.
   double loss_scale() const { return loss_scale_ ? loss_scale_->scale() : 1.0; }
+  // Gradients computed at loss_scale() `scale` and clipped to the scaled bound (scaled norm
+  // `scaled_norm`), divided by the scale when it is not 1 and they did not overflow: the
+  // BatchGradients of the unscaled loss.
+  static BatchGradients unscaled(double loss, std::vector<DTensor> clipped, double scaled_norm,
+                                 double scale);
   // The mean loss of a batch without dropout (evaluations).
   virtual double batch_loss(const Tensor& idx, const Tensor& targets);
   // The logits [1, T, V] of one row of token ids [1, T] (generation).
