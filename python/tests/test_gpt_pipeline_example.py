@@ -2,6 +2,7 @@
 plain run on one stage's batch x model mesh with the same global batch; the schedules as data;
 the refusals."""
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -42,18 +43,47 @@ def small_config():
     return config
 
 
-@pytest.mark.parametrize("mesh_name", list(MESHES))
-@pytest.mark.parametrize("schedule", pipeline_schedule.KINDS)
-def test_losses_equal_the_plain_runs(mesh_name, schedule):
+def assert_losses_equal_the_plain_runs(dims, schedule, microbatches=2, **options):
     config = small_config()
-    mesh = tessel.create_mesh(MESHES[mesh_name])
-    pipeline = gpt_pipeline.GptPipeline(config, mesh, schedule, microbatches=2)
+    config.__dict__.update(options)
+    mesh = tessel.create_mesh(dims)
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, schedule, microbatches)
     data = batches(config, STEPS)
     trainer = gpt_pipeline.Trainer(pipeline, pipeline.init(3))
     piped = [trainer.step(x, y) for x, y in data]
     plain = plain_losses(config, pipeline.meshes[0], data)
     np.testing.assert_allclose(piped, plain, atol=1e-5, rtol=0)
     assert piped[-1] < piped[0]  # it trains
+    for p in trainer.params:  # fsdp: stored sharded over the stage's batch
+        assert ("batch" in tessel.fetch_layout(p).sharding_specs) == config.fsdp
+
+
+@pytest.mark.parametrize("mesh_name", list(MESHES))
+@pytest.mark.parametrize("schedule", pipeline_schedule.KINDS)
+def test_losses_equal_the_plain_runs(mesh_name, schedule):
+    assert_losses_equal_the_plain_runs(MESHES[mesh_name], schedule)
+
+
+@pytest.mark.parametrize("options", [{"fsdp": True}, {"recompute": "full"},
+                                     {"recompute": "selective", "fsdp": True}])
+def test_gpts_other_options_work_inside_the_stages(options):
+    """gpt.py's fsdp (over each stage's batch) and recomputation: the plain run's losses with
+    the same options."""
+    assert_losses_equal_the_plain_runs(MESHES["stage=2,batch=2"], "1f1b", **options)
+
+
+def test_losses_equal_the_plain_runs_on_eight_devices():
+    """stage=2 x batch=2 x model=2, 4 microbatches, both schedules: in a process of 8 CPU
+    devices (TESSEL_CPU_DEVICES is read when the runtime starts)."""
+    script = ("import test_gpt_pipeline_example as t\n"
+              "for kind in t.pipeline_schedule.KINDS:\n"
+              "    t.assert_losses_equal_the_plain_runs([('stage', 2), ('batch', 2), "
+              "('model', 2)], kind, 4)\n"
+              "print('ok')\n")
+    env = dict(os.environ, TESSEL_CPU_DEVICES="8")
+    done = subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(__file__), env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
 def test_gradients_and_placement_equal_the_plain_runs():
