@@ -32,6 +32,7 @@ schedule. One process only: under mpirun use `tessel train gpt --mesh stage=...`
 import argparse
 import math
 import os
+import re
 import sys
 import time
 
@@ -69,9 +70,12 @@ def stage_meshes(mesh):
 
 class GptPipeline:
     """gpt.py's model on a `stage x batch x model` mesh, run by a schedule of `microbatches`.
-    timeout: the deadline in seconds of each transfer between stages (the relayout's)."""
+    timeout: the deadline in seconds of each transfer between stages (the relayout's);
+    before_action: called with each Action of a step before it runs (tracing; the tests stall a
+    stage there)."""
 
-    def __init__(self, config, mesh, schedule="1f1b", microbatches=1, timeout=60.0):
+    def __init__(self, config, mesh, schedule="1f1b", microbatches=1, timeout=60.0,
+                 before_action=None):
         if mesh.rank() < 2 or mesh.dim_names[0] != "stage":
             raise ValueError(f"pipeline: the pipeline's mesh must have `stage` as its first "
                              f"dimension (e.g. stage=2,batch=1,model=2), got dimensions "
@@ -88,6 +92,7 @@ class GptPipeline:
                              f"into {microbatches} microbatches of equal size")
         self.order = pipeline_schedule.simulate(self.schedule).timeline
         self.config, self.mesh, self.timeout = config, mesh, timeout
+        self.before_action = before_action
         self.meshes = stage_meshes(mesh)
         self.names = [n for n, *_ in gpt.parameter_specs(config, self.meshes[0].dim_names)]
 
@@ -129,8 +134,9 @@ class GptPipeline:
         return {n: made[n] for n in self.names}
 
     def transfer(self, x, to, what):
-        """x on stage `to`'s sub-mesh, its sharding kept and pending sums reduced; a failure
-        (DeadlineExceededError past self.timeout) names `what` and the stages."""
+        """x on stage `to`'s sub-mesh, its sharding kept and pending sums reduced. A failure keeps
+        its class (DeadlineExceededError past self.timeout) and names `what`, both stages and the
+        late one (whose devices the relayout's error says it waited for)."""
         layout = tessel.fetch_layout(x)
         target = self.meshes[to]
         if layout.mesh == target:
@@ -139,7 +145,17 @@ class GptPipeline:
             return tessel.relayout(x, tessel.Layout(layout.sharding_specs, target), self.timeout)
         except tessel.Error as e:
             source = next(s for s, m in enumerate(self.meshes) if m == layout.mesh)
-            raise type(e)(f"pipeline: {what} from stage {source} to stage {to} failed: {e}") from e
+            cause = str(e)
+            waited = cause.find("for ranks [")
+            named = cause[waited:cause.find("]", waited)] if waited >= 0 else cause
+            late = [s for s in (source, to)
+                    if any(re.search(re.escape(d) + r"(?!\d)", named)
+                           for d in self.meshes[s].global_devices() or
+                           self.meshes[s].local_devices())]
+            who = (f"stage {late[0]} is late" if len(late) == 1 else
+                   f"stages {source} and {to} named" if late else "no stage named")
+            raise type(e)(f"pipeline: {what} from stage {source} to stage {to} did not arrive "
+                          f"within {self.timeout * 1000:.0f} ms ({who}): {cause}") from e
 
     def gradients(self, params, idx, targets, dropout_seed=None):
         """(the step's loss, {name: gradient}) of host token ids and targets [B, T] through the
@@ -149,8 +165,6 @@ class GptPipeline:
         rows = idx.shape[0] // m
         last = p - 1
         views = [dict(params) for _ in range(p)]  # the parameters as each stage reads them
-        if p > 1:
-            views[last]["wte"] = self.transfer(params["wte"], last, "the tied token embedding")
         work = {}  # (stage, microbatch) -> what it keeps between its forward and its backward
         sums, loss_sum = {}, None
 
@@ -162,6 +176,8 @@ class GptPipeline:
 
         for timed in self.order:
             s, mb, op = timed.action
+            if self.before_action is not None:
+                self.before_action(timed.action)
             used = self.used_by(s)
             view = views[s]
             seed = None if dropout_seed is None else dropout_seed * 1009 + mb
@@ -170,6 +186,8 @@ class GptPipeline:
                 if s > 0:
                     w["input"] = self.transfer(work[s - 1, mb]["output"], s,
                                                f"the forward activation of microbatch {mb}")
+                if s == last and s > 0 and view["wte"] is params["wte"]:  # the tied head's copy
+                    view["wte"] = self.transfer(params["wte"], last, "the tied token embedding")
                 with w["tape"] as tape:
                     if s > 0:
                         tape.watch(w["input"])
@@ -196,7 +214,7 @@ class GptPipeline:
         if "wte copy" in sums:  # the head's share of the tied embedding's gradient
             sums["wte"] = sums["wte"] + self.transfer(sums.pop("wte copy"), 0,
                                                       "the tied token embedding's gradient")
-        value = float(np.asarray(tessel.to_host(loss_sum))) / m  # read once: no stall per microbatch
+        value = float(np.asarray(tessel.to_host(loss_sum))) / m  # read once, not per microbatch
         return value, {n: sums[n] for n in self.names}
 
     def clip_by_global_norm(self, grads, clip_norm):

@@ -2,8 +2,10 @@
 plain run on one stage's batch x model mesh with the same global batch; the schedules as data;
 the refusals."""
 import os
+import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -203,6 +205,40 @@ def test_bad_schedules_are_refused_naming_the_stuck_stages():
         pipeline_schedule.make_schedule("gpipe", 2, 0)
 
 
+@pytest.mark.parametrize("kind", pipeline_schedule.KINDS)
+@pytest.mark.parametrize("stalled,at,message", [
+    (1, Action(1, 0, "F"), "the forward activation of microbatch 0 from stage 0 to stage 1 did "
+                           "not arrive within 200 ms (stage 1 is late)"),
+    (0, Action(1, 0, "B"), "the backward gradient of microbatch 0 from stage 1 to stage 0 did "
+                           "not arrive within 200 ms (stage 0 is late)")])
+def test_a_stalled_stage_is_named_by_its_neighbour_within_the_deadline(kind, stalled, at,
+                                                                       message):
+    """A stage whose device is busy (two 3000^3 matmuls queued on its stream, about a second)
+    as its neighbour transfers to or from it: DeadlineExceededError naming it, the microbatch and
+    the direction, after the 0.2 s deadline and within 1.1x it (+ 0.3 s for a loaded machine)."""
+    config = small_config()
+    mesh = tessel.create_mesh(MESHES["stage=2"])
+    stall, stalled_at = [], []
+
+    def before_action(action):
+        if action == at and not stall:  # the first step only
+            big = tessel.ones((3000, 3000), tessel.Layout([gpt.U, gpt.U], pipeline.meshes[stalled]))
+            stall.append(tessel.matmul(tessel.matmul(big, big), big))
+            stalled_at.append(time.monotonic())
+
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, kind, 2, timeout=0.2,
+                                        before_action=before_action)
+    params = pipeline.init(3)
+    (x, y), = batches(config, 1)
+    with pytest.raises(tessel.DeadlineExceededError, match=re.escape(message)):
+        pipeline.gradients(params, x, y)
+    waited = time.monotonic() - stalled_at[0]
+    tessel.to_host(tessel.reduce_sum(stall[0]))  # the stall ends before the next test
+    assert 0.19 <= waited <= 0.2 * 1.1 + 0.3, waited
+    value, _ = pipeline.gradients(params, x, y)  # the stages work again afterwards
+    assert np.isfinite(value)
+
+
 def test_bad_configurations_are_refused_naming_the_values():
     config = small_config()  # 2 layers, batch 4
     with pytest.raises(ValueError, match=r"the batch of 4 rows does not split into 3 microbatches"):
@@ -232,6 +268,6 @@ def test_main_trains_and_prints_the_schedule(capsys):
     assert "schedule gpipe: 2 stages, 2 microbatches" in out
     assert "stage 1: layers 1..1, final norm and head" in out
     assert "step    2 loss" in out
-    assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1", "--microbatches", "4",
-                              "--print-schedule"]) == 0
+    assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1",
+                              "--microbatches", "4", "--print-schedule"]) == 0
     assert "stage 1: F0 B0 F1 B1 F2 B2 F3 B3" in capsys.readouterr().out
