@@ -263,18 +263,6 @@ class Trainer(gpt.Trainer):
         return value
 
 
-def parse_mesh(text):
-    """'stage=2,batch=1,model=2' -> [("stage", 2), ("batch", 1), ("model", 2)]."""
-    dims = []
-    for part in text.split(","):
-        name, _, size = part.partition("=")
-        if not size.isdigit():
-            raise ValueError(f"pipeline: --mesh takes name=size pairs such as "
-                             f"stage=2,batch=1,model=2, got '{text}'")
-        dims.append((name.strip(), int(size)))
-    return dims
-
-
 def main(argv=None):
     """Trains the pipelined GPT on tiny Shakespeare, as gpt.py's main."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -295,7 +283,7 @@ def main(argv=None):
     config.recompute, config.fsdp = args.recompute, args.fsdp
     config.lr_decay_iters = args.steps
     config.warmup_iters = min(config.warmup_iters, args.steps // 10)
-    mesh = tessel.create_mesh(parse_mesh(args.mesh))  # TESSEL_CPU_DEVICES=8 for 8 devices
+    mesh = tessel.parse_mesh(args.mesh)  # more than 4 devices: TESSEL_CPU_DEVICES=8
     pipeline = GptPipeline(config, mesh, args.schedule, args.microbatches)
     print(pipeline.schedule, flush=True)
     if args.print_schedule:

@@ -57,13 +57,20 @@ def assert_losses_equal_the_plain_runs(dims, schedule, microbatches=2, **options
     np.testing.assert_allclose(piped, plain, atol=1e-5, rtol=0)
     assert piped[-1] < piped[0]  # it trains
     for p in trainer.params:  # fsdp: stored sharded over the stage's batch
-        assert ("batch" in tessel.fetch_layout(p).sharding_specs) == config.fsdp
+        assert ("batch" in tessel.fetch_layout(p).sharding_specs) == (
+            config.fsdp and pipeline.meshes[0].dim_size("batch") > 1)
 
 
 @pytest.mark.parametrize("mesh_name", list(MESHES))
 @pytest.mark.parametrize("schedule", pipeline_schedule.KINDS)
 def test_losses_equal_the_plain_runs(mesh_name, schedule):
     assert_losses_equal_the_plain_runs(MESHES[mesh_name], schedule)
+
+
+@pytest.mark.parametrize("schedule", pipeline_schedule.KINDS)
+def test_losses_equal_the_plain_runs_on_four_stages_with_uneven_layers(schedule):
+    """stage=4, 5 layers (2, 1, 1, 1), 4 microbatches: against the plain run on one device."""
+    assert_losses_equal_the_plain_runs([("stage", 4), ("batch", 1)], schedule, 4, n_layer=5)
 
 
 @pytest.mark.parametrize("options", [{"fsdp": True}, {"recompute": "full"},
