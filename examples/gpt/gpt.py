@@ -248,6 +248,29 @@ class Trainer:
         self.step_count += 1
         return float(np.asarray(tessel.to_host(value)))
 
+    def state(self):
+        """What a checkpoint holds (tessel.checkpoint.save): the parameters and AdamW's moments
+        ("m", "v"), each a dict by parameter name, the optimizer's iterations and the step. The
+        names are the model's on any mesh, so it restores onto another mesh or pipeline split."""
+        names = self.names
+        out = {slot: dict(zip(names, tensors)) for slot, tensors in self.optimizer.slots().items()}
+        out.update(params=dict(zip(names, self.params)), iterations=self.optimizer.iterations,
+                   step=self.step_count)
+        return out
+
+    def state_layouts(self):
+        """The restore target (tessel.checkpoint.restore) of a state() saved after a step: this
+        trainer's parameters' layouts for the parameters and the moments."""
+        layouts = {n: tessel.fetch_layout(p) for n, p in zip(self.names, self.params)}
+        return {"params": layouts, "m": layouts, "v": layouts}
+
+    def load(self, state):
+        """Continues from a restored state(): the next step is the saved trainer's next one."""
+        self.params = [state["params"][n] for n in self.names]
+        slots = {slot: [state[slot][n] for n in self.names] for slot in ("m", "v") if slot in state}
+        self.optimizer.restore(int(state["iterations"]), self.params, slots)
+        self.step_count = int(state["step"])
+
 
 def main(model=None):
     """Trains `model` (a module with Config, init and loss: this one by default) on tiny

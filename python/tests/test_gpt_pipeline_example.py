@@ -73,6 +73,35 @@ def test_losses_equal_the_plain_runs_on_four_stages_with_uneven_layers(schedule)
     assert_losses_equal_the_plain_runs([("stage", 4), ("batch", 1)], schedule, 4, n_layer=5)
 
 
+@pytest.mark.parametrize("pipelined_first", [True, False])
+def test_a_checkpoint_moves_between_the_pipeline_and_the_plain_mesh(tmp_path, pipelined_first):
+    """2 steps on stage=2 x model=2 (1f1b) saved with tessel.checkpoint, 3 more on the plain
+    batch x model mesh (and the other way round): the losses of 5 uninterrupted plain steps
+    within 1e-5 (the parameter names are the model's whatever the split)."""
+    config = small_config()
+    mesh = tessel.create_mesh(MESHES["stage=2,model=2"])
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, "1f1b", 2)
+    plain_mesh = pipeline.meshes[0]
+    rows = tessel.Layout(["batch", gpt.U], plain_mesh)
+    data = batches(config, STEPS)
+
+    def plain_step(trainer, x, y):
+        return trainer.step(tessel.copy_to_mesh(x, rows), tessel.copy_to_mesh(y, rows))
+
+    piped = gpt_pipeline.Trainer(pipeline, pipeline.init(3))
+    plain = gpt.Trainer(gpt.init(config, plain_mesh, 3), config)
+    steps = [lambda x, y: piped.step(x, y), lambda x, y: plain_step(plain, x, y)]
+    first, then = (piped, plain) if pipelined_first else (plain, piped)
+    first_step, then_step = steps if pipelined_first else steps[::-1]
+    losses = [first_step(x, y) for x, y in data[:2]]
+    tessel.checkpoint.save(str(tmp_path / "c"), first.state())
+    then.load(tessel.checkpoint.restore(str(tmp_path / "c"), then.state_layouts()))
+    losses += [then_step(x, y) for x, y in data[2:]]
+    for name, p in zip(then.names, then.params):
+        assert tessel.fetch_layout(p) == then.state_layouts()["params"][name]
+    np.testing.assert_allclose(losses, plain_losses(config, plain_mesh, data), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("options", [{"fsdp": True}, {"recompute": "full"},
                                      {"recompute": "selective", "fsdp": True}])
 def test_gpts_other_options_work_inside_the_stages(options):
