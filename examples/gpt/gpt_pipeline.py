@@ -160,6 +160,7 @@ class GptPipeline:
     def gradients(self, params, idx, targets, dropout_seed=None):
         """(the step's loss, {name: gradient}) of host token ids and targets [B, T] through the
         schedule; each gradient in its parameter's layout on its stage."""
+        idx, targets = np.asarray(idx), np.asarray(targets)
         self.check(params, idx, targets)
         p, m = self.stages, self.microbatches
         rows = idx.shape[0] // m
@@ -221,6 +222,8 @@ class GptPipeline:
         """({name: gradient scaled to a global norm of at most clip_norm}, that norm): each
         stage's sum of squares where its gradients live, summed on the host
         (tessel.clip_by_global_norm's scale, clip_norm / max(norm, clip_norm))."""
+        if not (clip_norm > 0 and math.isfinite(clip_norm)):
+            raise ValueError(f"pipeline: clip_norm must be a finite number > 0, got {clip_norm}")
         squares = 0.0
         for s in range(self.stages):
             on_stage = [tessel.reduce_sum(tessel.square(grads[n])) for n in self.names
@@ -234,10 +237,11 @@ class GptPipeline:
         return {n: g * scale if scale < 1 else g for n, g in grads.items()}, norm
 
     def check(self, params, idx, targets):
+        """The parameters by name and host token ids and targets [B, T] (numpy), B a multiple
+        of the microbatches; else ValueError naming them."""
         if sorted(params) != sorted(self.names):
             raise ValueError(f"pipeline: parameters {sorted(set(params) ^ set(self.names))} "
                              f"missing or unknown")
-        idx, targets = np.asarray(idx), np.asarray(targets)
         if (idx.ndim != 2 or idx.shape != targets.shape or
                 idx.shape[0] % self.microbatches != 0):
             raise ValueError(f"pipeline: token ids {list(idx.shape)} and targets "

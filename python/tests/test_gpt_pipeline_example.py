@@ -295,6 +295,11 @@ def test_bad_configurations_are_refused_naming_the_values():
     x = np.zeros((3, config.block_size), np.int32)
     with pytest.raises(ValueError, match=r"token ids \[3, 16\] .* multiple of the 2 microbatches"):
         pipeline.gradients(pipeline.init(3), x, x)
+    params = pipeline.init(3)
+    with pytest.raises(ValueError, match=r"parameters \['h.0.attn.wq'\] missing or unknown"):
+        pipeline.gradients({n: w for n, w in params.items() if n != "h.0.attn.wq"}, x, x)
+    with pytest.raises(ValueError, match="clip_norm must be a finite number > 0, got 0"):
+        pipeline.clip_by_global_norm(params, 0)
 
 
 def test_main_trains_and_prints_the_schedule(capsys):
