@@ -29,7 +29,9 @@ Action = collections.namedtuple("Action", ["stage", "microbatch", "op"])
 
 
 def label(action):
-    return f"{action.op}{action.microbatch}"
+    """"F3" / "B3" of an Action or a plain (stage, microbatch, op) tuple."""
+    _, microbatch, op = action
+    return f"{op}{microbatch}"
 
 
 def check_sizes(kind, stages, microbatches):
@@ -113,16 +115,21 @@ class Simulation:
 
 
 def _check_actions(schedule):
-    """One F and one B of each (stage, microbatch) on that stage's list, the F first."""
+    """Each stage's list as Actions (plain (stage, microbatch, op) tuples too), after checking
+    one F and one B of each (stage, microbatch) on that stage's list, the F first."""
     broken = _refusal(schedule)
     if len(schedule.per_stage) != schedule.stages:
         broken(f"{len(schedule.per_stage)} action lists for {schedule.stages} stages")
-    seen = set()
+    seen, per_stage = set(), []
     for s, actions in enumerate(schedule.per_stage):
+        per_stage.append([])
         for a in actions:
-            if (not isinstance(a, Action) or a.stage != s or a.op not in ("F", "B") or
-                    not 0 <= a.microbatch < schedule.microbatches):
-                broken(f"stage {s} lists {a!r}: out of range or on another stage")
+            if (not isinstance(a, tuple) or len(a) != 3 or a[0] != s or a[2] not in ("F", "B")
+                    or a[1] not in range(schedule.microbatches)):
+                broken(f"stage {s} lists {a!r}: not (stage, microbatch, 'F' or 'B') of this "
+                       f"stage with a microbatch in range")
+            a = Action(*a)
+            per_stage[-1].append(a)
             if a in seen:
                 broken(f"stage {s} runs {label(a)} twice")
             if a.op == "B" and Action(s, a.microbatch, "F") not in seen:
@@ -133,6 +140,7 @@ def _check_actions(schedule):
             for op in "FB":
                 if Action(s, mb, op) not in seen:
                     broken(f"{op}{mb} of stage {s} is missing")
+    return per_stage
 
 
 def _refusal(schedule):
@@ -154,16 +162,16 @@ def dependencies(schedule, action):
 def simulate(schedule, forward_cost=1.0, backward_cost=2.0):
     """Runs the lists as a pipeline would: each stage its actions in order, each as soon as the
     stage is free and what it depends on has ended (transfers take no time)."""
-    _check_actions(schedule)
+    per_stage = _check_actions(schedule)
     ended, timeline = {}, []
     position = [0] * schedule.stages
     free_at = [0.0] * schedule.stages
     busy = [0.0] * schedule.stages
     in_flight, max_in_flight = [0] * schedule.stages, [0] * schedule.stages
-    remaining = sum(len(actions) for actions in schedule.per_stage)
+    remaining = sum(len(actions) for actions in per_stage)
     while remaining:
         progressed = False
-        for s, actions in enumerate(schedule.per_stage):
+        for s, actions in enumerate(per_stage):
             while position[s] < len(actions):
                 a = actions[position[s]]
                 deps = dependencies(schedule, a)
@@ -181,7 +189,7 @@ def simulate(schedule, forward_cost=1.0, backward_cost=2.0):
                 progressed = True
         if not progressed:
             waits = []
-            for s, actions in enumerate(schedule.per_stage):
+            for s, actions in enumerate(per_stage):
                 if position[s] < len(actions):
                     a = actions[position[s]]
                     d = next(d for d in dependencies(schedule, a) if d not in ended)

@@ -235,6 +235,13 @@ def test_bad_schedules_are_refused_naming_the_stuck_stages():
     s.per_stage[0][0], s.per_stage[0][2] = s.per_stage[0][2], s.per_stage[0][0]
     with pytest.raises(ValueError, match="stage 0 runs B0 before its forward"):
         pipeline_schedule.simulate(s)
+    s = pipeline_schedule.make_schedule("gpipe", 2, 1)
+    s.per_stage = [[(0, 0, "F"), (0, 0, "B")], [(1, 0, "F"), (1, 0, "B")]]  # plain tuples
+    assert pipeline_schedule.simulate(s).max_in_flight == [1, 1]
+    assert "stage 1: F0 B0" in str(s)
+    s.per_stage[1][0] = (1, 2, "F")
+    with pytest.raises(ValueError, match=r"stage 1 lists \(1, 2, 'F'\): not \(stage, "):
+        pipeline_schedule.simulate(s)
     with pytest.raises(ValueError, match="unknown schedule 'interleaved'"):
         pipeline_schedule.make_schedule("interleaved", 2, 4)
     with pytest.raises(ValueError, match="microbatches must be an integer >= 1, got 0"):
