@@ -110,12 +110,16 @@ def place(values, config, mesh, specs=None):
             for name, _, s, _ in specs}
 
 
-def init(config, mesh, seed, specs=None):
-    """nanoGPT's initialisation, keyed by (seed, parameter index): the same on every mesh."""
+def init(config, mesh, seed, specs=None, names=None):
+    """nanoGPT's initialisation, keyed by (seed, parameter index): the same on every mesh.
+    names: only these parameters (each still keyed by its index in the whole list), e.g. one
+    pipeline stage's (gpt_pipeline.py)."""
     params = {}
     specs = stored_specs(config, mesh,
                          specs if specs is not None else parameter_specs(config, mesh.dim_names))
     for i, (name, shape, s, std) in enumerate(specs):
+        if names is not None and name not in names:
+            continue
         layout = tessel.Layout(s, mesh)
         params[name] = (tessel.ones(shape, layout) if std == 0 else
                         tessel.random_normal(shape, layout, seed * 1000 + i, 0.0, std))
@@ -127,24 +131,38 @@ BLOCK_PARAMS = ("ln_1.weight", "attn.wq", "attn.wk", "attn.wv", "attn.c_proj", "
                 "mlp.c_fc", "mlp.c_proj")
 
 
-def forward(params, idx, config, dropout_seed=None):
-    """Logits [B, T, V] (the vocabulary sharded over `model`). With a dropout_seed (training),
-    config.dropout applies to the embeddings (site 1), the attention probabilities and each
-    block's outputs (sites 3i + 2, 3i + 3, 3i + 4 in block i); the masks are keyed by (seed, site,
-    global element index): the same on every mesh, and in a recomputation."""
+def dropper(config, dropout_seed):
+    """drop(y, site): config.dropout on y with the mask keyed by (dropout_seed, site, global
+    element index); y itself without a dropout_seed (no training) or without dropout."""
 
     def drop(y, site):
         if dropout_seed is None or config.dropout == 0:
             return y
         return tessel.dropout(y, config.dropout, dropout_seed * 1000003 + site)
 
-    b, t = idx.shape
-    heads, d = config.n_head, config.n_embd // config.n_head
+    return drop
+
+
+def embed(params, idx, config, dropout_seed=None, wte=None):
+    """The residual stream's start [B, T, C] of token ids [B, T]: token and position embeddings
+    (a Partial sum over `model`, the positions added once), dropout site 1. wte: the token
+    embedding already in its compute layout (gathered), else gathered here."""
+    t = idx.shape[1]
     mesh = tessel.fetch_layout(idx).mesh
-    use = functools.partial(gather, config=config, mesh=mesh)  # fsdp: gathered where used
-    wte, wpe = use(params, "wte"), use(params, "wpe")
+    wte = wte if wte is not None else gather(params, "wte", config, mesh)
+    wpe = gather(params, "wpe", config, mesh)
     pos = wpe if t == config.block_size else tessel.slice(wpe, [0, 0], [t, -1])
-    x = drop(tessel.embedding_lookup(wte, idx) + pos, 1)  # Partial over model, pos once
+    return dropper(config, dropout_seed)(tessel.embedding_lookup(wte, idx) + pos, 1)
+
+
+def blocks(params, x, config, layers=None, dropout_seed=None):
+    """The residual stream x [B, T, C] through the transformer blocks `layers` (block indices
+    in order: all of them by default; a pipeline stage runs its own range)."""
+    b, t, _ = x.shape
+    heads, d = config.n_head, config.n_embd // config.n_head
+    mesh = tessel.fetch_layout(x).mesh
+    use = functools.partial(gather, config=config, mesh=mesh)  # fsdp: gathered where used
+    drop = dropper(config, dropout_seed)
 
     def split_heads(y):
         return tessel.transpose(tessel.reshape(y, (b, t, heads, d)), [0, 2, 1, 3])
@@ -169,18 +187,40 @@ def forward(params, idx, config, dropout_seed=None):
         return x + drop(tessel.matmul(tessel.gelu(tessel.matmul(h, c_fc), approximate=False),
                                       mlp_proj), 3 * i + 4)
 
-    for i in range(config.n_layer):
+    for i in (range(config.n_layer) if layers is None else layers):
         run = functools.partial(block, i)
         if config.recompute == "full":
             run = tessel.recompute_grad(run)
         x = run(x, *(params[f"h.{i}.{n}"] for n in BLOCK_PARAMS))
-    h = tessel.layer_norm(x, use(params, "ln_f.weight"))
+    return x
+
+
+def head(params, x, config, wte=None):
+    """Logits [B, T, V] (the vocabulary sharded over `model`) of the residual stream x: the
+    final layer norm and the tied output head (wte: as in embed)."""
+    mesh = tessel.fetch_layout(x).mesh
+    wte = wte if wte is not None else gather(params, "wte", config, mesh)
+    h = tessel.layer_norm(x, gather(params, "ln_f.weight", config, mesh))
     return tessel.matmul(h, wte, transpose_b=True)  # tied output head
 
 
-def loss(params, idx, targets, config, dropout_seed=None):
-    logits = forward(params, idx, config, dropout_seed)
+def forward(params, idx, config, dropout_seed=None):
+    """Logits [B, T, V] (the vocabulary sharded over `model`). With a dropout_seed (training),
+    config.dropout applies to the embeddings (site 1), the attention probabilities and each
+    block's outputs (sites 3i + 2, 3i + 3, 3i + 4 in block i); the masks are keyed by (seed, site,
+    global element index): the same on every mesh, and in a recomputation."""
+    wte = gather(params, "wte", config, tessel.fetch_layout(idx).mesh)  # gathered once (fsdp)
+    x = embed(params, idx, config, dropout_seed, wte)
+    return head(params, blocks(params, x, config, None, dropout_seed), config, wte)
+
+
+def cross_entropy(logits, targets):
+    """The mean cross-entropy of logits [B, T, V] against target ids [B, T]."""
     return tessel.reduce_mean(tessel.sparse_softmax_cross_entropy_with_logits(targets, logits))
+
+
+def loss(params, idx, targets, config, dropout_seed=None):
+    return cross_entropy(forward(params, idx, config, dropout_seed), targets)
 
 
 class Trainer:
@@ -207,6 +247,29 @@ class Trainer:
         self.params = self.optimizer.apply(self.params, clipped)
         self.step_count += 1
         return float(np.asarray(tessel.to_host(value)))
+
+    def state(self):
+        """What a checkpoint holds (tessel.checkpoint.save): the parameters and AdamW's moments
+        ("m", "v"), each a dict by parameter name, the optimizer's iterations and the step. The
+        names are the model's on any mesh, so it restores onto another mesh or pipeline split."""
+        names = self.names
+        out = {slot: dict(zip(names, tensors)) for slot, tensors in self.optimizer.slots().items()}
+        out.update(params=dict(zip(names, self.params)), iterations=self.optimizer.iterations,
+                   step=self.step_count)
+        return out
+
+    def state_layouts(self):
+        """The restore target (tessel.checkpoint.restore) of a state() saved after a step: this
+        trainer's parameters' layouts for the parameters and the moments."""
+        layouts = {n: tessel.fetch_layout(p) for n, p in zip(self.names, self.params)}
+        return {"params": layouts, "m": layouts, "v": layouts}
+
+    def load(self, state):
+        """Continues from a restored state(): the next step is the saved trainer's next one."""
+        self.params = [state["params"][n] for n in self.names]
+        slots = {slot: [state[slot][n] for n in self.names] for slot in ("m", "v") if slot in state}
+        self.optimizer.restore(int(state["iterations"]), self.params, slots)
+        self.step_count = int(state["step"])
 
 
 def main(model=None):

@@ -1,0 +1,316 @@
+"""The GPT of gpt.py cut into pipeline stages, from Python (docs/pipeline.md, "From Python"; the
+C++ is examples/gpt/gpt_pipeline.h).
+
+    PYTHONPATH=build/python /usr/bin/python3 examples/gpt/gpt_pipeline.py \\
+        --mesh stage=2,batch=1,model=2 --microbatches 4 --schedule 1f1b --steps 50
+
+The mesh is `stage x batch x model`: each stage's sub-mesh is the `batch x model` of its devices,
+with gpt.py's data and tensor parallelism inside it. The n_layer blocks are split over the p
+stages in order (the first n_layer % p stages one more); the embeddings live on the first stage,
+the final layer norm on the last. The tied token embedding is also the last stage's head: a step
+copies it there once and sends that copy's accumulated gradient back, added to the embedding's
+own (Megatron's tied-embedding all-reduce). The model code is gpt.py's (embed, blocks, head),
+run piece by piece.
+
+A step runs the microbatches in the order of a schedule (pipeline_schedule.py: gpipe or 1f1b,
+issued by this one thread in its simulated timeline's order). A forward records its stage's ops
+on a GradientTape of its own (watching its input and its stage's parameters) and relays its
+output to the next stage's sub-mesh (a relayout to the same sharding there, pending sums
+reduced first); the last stage computes the microbatch's mean loss scaled by 1/m. A backward
+calls that tape's gradient() with the output gradient received from the next stage, lets the
+tape go (a stage keeps the activations of the microbatches between their forward and backward,
+as the schedule says), relays its input's gradient back and adds its parameters' to the step's
+sums. Gradient clipping uses the norm over every stage, then one AdamW updates each parameter
+on its stage. The step's loss (the mean of the microbatches' means) is the plain run's on the
+same batch up to rounding. Dropout masks are keyed per microbatch, so with dropout they differ
+from a plain run's.
+
+Refused before the first step (ValueError naming the values): a mesh whose first dimension is not
+`stage`, fewer layers than stages, a batch that does not split into the microbatches, an unknown
+schedule. One process only: under mpirun use `tessel train gpt --mesh stage=...` (C++).
+"""
+import argparse
+import math
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+import tessel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt  # noqa: E402
+import pipeline_schedule  # noqa: E402
+
+U = tessel.UNSHARDED
+
+
+def stage_meshes(mesh):
+    """The sub-meshes of `mesh` along its first dimension: for each of its indices, the mesh of
+    the remaining dimensions over those devices."""
+    if mesh.rank() < 2:
+        raise ValueError(f"pipeline: a pipeline's mesh has the stage dimension first and then the "
+                         f"stages' own, got {mesh.rank()} dimension(s): {mesh.to_string()}")
+    ids = np.asarray(mesh.global_device_ids())
+    local = dict(zip(mesh.local_device_ids(), mesh.local_devices()))
+    everywhere = list(mesh.global_devices())
+    out = []
+    for s in range(mesh.shape()[0]):
+        stage_ids = ids[s]
+        flat = [int(i) for i in stage_ids.ravel()]
+        local_ids = [i for i in mesh.local_device_ids() if i in flat]
+        offsets = range(s * len(flat), (s + 1) * len(flat))  # row-major: stage s's block
+        out.append(tessel.Mesh(mesh.dim_names[1:], stage_ids, local_ids,
+                               [local[i] for i in local_ids], "",
+                               [everywhere[o] for o in offsets] if everywhere else None))
+    return out
+
+
+class GptPipeline:
+    """gpt.py's model on a `stage x batch x model` mesh, run by a schedule of `microbatches`.
+    timeout: the deadline in seconds of each transfer between stages (the relayout's);
+    before_action: called with each Action of a step before it runs (tracing; the tests stall a
+    stage there)."""
+
+    def __init__(self, config, mesh, schedule="1f1b", microbatches=1, timeout=60.0,
+                 before_action=None):
+        if mesh.rank() < 2 or mesh.dim_names[0] != "stage":
+            raise ValueError(f"pipeline: the pipeline's mesh must have `stage` as its first "
+                             f"dimension (e.g. stage=2,batch=1,model=2), got dimensions "
+                             f"{list(mesh.dim_names)}")
+        if not timeout > 0:
+            raise ValueError(f"pipeline: the transfers' timeout must be > 0 seconds, got {timeout}")
+        p = mesh.dim_size("stage")
+        self.schedule = pipeline_schedule.make_schedule(schedule, p, microbatches)
+        if config.n_layer < p:
+            raise ValueError(f"pipeline: {config.n_layer} layers do not fill {p} stages: each "
+                             f"needs at least one layer")
+        if config.batch_size % microbatches != 0:
+            raise ValueError(f"pipeline: the batch of {config.batch_size} rows does not split "
+                             f"into {microbatches} microbatches of equal size")
+        self.order = pipeline_schedule.simulate(self.schedule).timeline
+        self.config, self.mesh, self.timeout = config, mesh, timeout
+        self.before_action = before_action
+        self.meshes = stage_meshes(mesh)
+        self.names = [n for n, *_ in gpt.parameter_specs(config, self.meshes[0].dim_names)]
+
+    @property
+    def stages(self):
+        return self.schedule.stages
+
+    @property
+    def microbatches(self):
+        return self.schedule.microbatches
+
+    def layers(self, stage):
+        """The blocks of `stage`: the first n_layer % p stages one more."""
+        base, extra = divmod(self.config.n_layer, self.stages)
+        first = stage * base + min(stage, extra)
+        return range(first, first + base + (1 if stage < extra else 0))
+
+    def stage_of(self, name):
+        """The stage parameter `name` lives on."""
+        if name in ("wte", "wpe"):
+            return 0
+        if name == "ln_f.weight":
+            return self.stages - 1
+        layer = int(name.split(".")[1])  # h.<layer>.<...>
+        return next(s for s in range(self.stages) if layer in self.layers(s))
+
+    def used_by(self, stage):
+        """The parameters `stage` reads, in gpt.py's order (the last stage: the tied wte too)."""
+        return [n for n in self.names if self.stage_of(n) == stage or
+                (n == "wte" and stage == self.stages - 1)]
+
+    def init(self, seed):
+        """gpt.init's values (keyed by seed, parameter and global index: the plain run's), each
+        parameter made on its own stage only; a dict in gpt.py's order."""
+        made = {}
+        for s, mesh in enumerate(self.meshes):
+            made.update(gpt.init(self.config, mesh, seed,
+                                 names={n for n in self.names if self.stage_of(n) == s}))
+        return {n: made[n] for n in self.names}
+
+    def transfer(self, x, to, what):
+        """x on stage `to`'s sub-mesh, its sharding kept and pending sums reduced. A failure keeps
+        its class (DeadlineExceededError past self.timeout) and names `what`, both stages and the
+        late one (whose devices the relayout's error says it waited for)."""
+        layout = tessel.fetch_layout(x)
+        target = self.meshes[to]
+        if layout.mesh == target:
+            return x
+        try:
+            return tessel.relayout(x, tessel.Layout(layout.sharding_specs, target), self.timeout)
+        except tessel.Error as e:
+            source = next(s for s, m in enumerate(self.meshes) if m == layout.mesh)
+            cause = str(e)
+            waited = cause.find("for ranks [")
+            named = cause[waited:cause.find("]", waited)] if waited >= 0 else cause
+            late = [s for s in (source, to)
+                    if any(re.search(re.escape(d) + r"(?!\d)", named)
+                           for d in self.meshes[s].global_devices() or
+                           self.meshes[s].local_devices())]
+            who = (f"stage {late[0]} is late" if len(late) == 1 else
+                   f"stages {source} and {to} named" if late else "no stage named")
+            raise type(e)(f"pipeline: {what} from stage {source} to stage {to} did not arrive "
+                          f"within {self.timeout * 1000:.0f} ms ({who}): {cause}") from e
+
+    def gradients(self, params, idx, targets, dropout_seed=None):
+        """(the step's loss, {name: gradient}) of host token ids and targets [B, T] through the
+        schedule; each gradient in its parameter's layout on its stage."""
+        idx, targets = np.asarray(idx), np.asarray(targets)
+        self.check(params, idx, targets)
+        p, m = self.stages, self.microbatches
+        rows = idx.shape[0] // m
+        last = p - 1
+        views = [dict(params) for _ in range(p)]  # the parameters as each stage reads them
+        work = {}  # (stage, microbatch) -> what it keeps between its forward and its backward
+        sums, loss_sum = {}, None
+
+        def on_stage(array, stage, mb):
+            layout = tessel.Layout(["batch" if "batch" in self.meshes[stage].dim_names else U, U],
+                                   self.meshes[stage])
+            return tessel.copy_to_mesh(np.ascontiguousarray(array[mb * rows:(mb + 1) * rows]),
+                                       layout)
+
+        for timed in self.order:
+            s, mb, op = timed.action
+            if self.before_action is not None:
+                self.before_action(timed.action)
+            used = self.used_by(s)
+            view = views[s]
+            seed = None if dropout_seed is None else dropout_seed * 1009 + mb
+            if op == "F":
+                w = work[s, mb] = {"tape": tessel.GradientTape()}
+                if s > 0:
+                    w["input"] = self.transfer(work[s - 1, mb]["output"], s,
+                                               f"the forward activation of microbatch {mb}")
+                if s == last and s > 0 and view["wte"] is params["wte"]:  # the tied head's copy
+                    view["wte"] = self.transfer(params["wte"], last, "the tied token embedding")
+                with w["tape"] as tape:
+                    if s > 0:
+                        tape.watch(w["input"])
+                    tape.watch([view[n] for n in used])
+                    x = (gpt.embed(view, on_stage(idx, 0, mb), self.config, seed) if s == 0
+                         else w["input"])
+                    x = gpt.blocks(view, x, self.config, self.layers(s), seed)
+                    if s == last:
+                        loss = gpt.cross_entropy(gpt.head(view, x, self.config),
+                                                 on_stage(targets, last, mb))
+                        loss_sum = loss if loss_sum is None else loss_sum + loss
+                        x = loss * (1.0 / m)
+                w["output"] = x
+                continue
+            w = work.pop((s, mb))  # the activations kept for this microbatch are let go after
+            sources = ([w["input"]] if s > 0 else []) + [view[n] for n in used]
+            grads = w["tape"].gradient(w["output"], sources, w.get("output_gradient"))
+            if s > 0:
+                work[s - 1, mb]["output_gradient"] = self.transfer(
+                    grads.pop(0), s - 1, f"the backward gradient of microbatch {mb}")
+            for name, g in zip(used, grads):
+                key = "wte copy" if name == "wte" and s != 0 else name
+                sums[key] = sums[key] + g if key in sums else g
+        if "wte copy" in sums:  # the head's share of the tied embedding's gradient
+            sums["wte"] = sums["wte"] + self.transfer(sums.pop("wte copy"), 0,
+                                                      "the tied token embedding's gradient")
+        value = float(np.asarray(tessel.to_host(loss_sum))) / m  # read once, not per microbatch
+        return value, {n: sums[n] for n in self.names}
+
+    def clip_by_global_norm(self, grads, clip_norm):
+        """({name: gradient scaled to a global norm of at most clip_norm}, that norm): each
+        stage's sum of squares where its gradients live, summed on the host
+        (tessel.clip_by_global_norm's scale, clip_norm / max(norm, clip_norm))."""
+        if not (clip_norm > 0 and math.isfinite(clip_norm)):
+            raise ValueError(f"pipeline: clip_norm must be a finite number > 0, got {clip_norm}")
+        squares = 0.0
+        for s in range(self.stages):
+            on_stage = [tessel.reduce_sum(tessel.square(grads[n])) for n in self.names
+                        if self.stage_of(n) == s]
+            total = on_stage[0]
+            for term in on_stage[1:]:
+                total = total + term
+            squares += float(np.asarray(tessel.to_host(total)))
+        norm = math.sqrt(squares)
+        scale = clip_norm / max(norm, clip_norm)
+        return {n: g * scale if scale < 1 else g for n, g in grads.items()}, norm
+
+    def check(self, params, idx, targets):
+        """The parameters by name and host token ids and targets [B, T] (numpy), B a multiple
+        of the microbatches; else ValueError naming them."""
+        if sorted(params) != sorted(self.names):
+            raise ValueError(f"pipeline: parameters {sorted(set(params) ^ set(self.names))} "
+                             f"missing or unknown")
+        if (idx.ndim != 2 or idx.shape != targets.shape or
+                idx.shape[0] % self.microbatches != 0):
+            raise ValueError(f"pipeline: token ids {list(idx.shape)} and targets "
+                             f"{list(targets.shape)} must be [B, T] with B a multiple of the "
+                             f"{self.microbatches} microbatches")
+
+
+class Trainer(gpt.Trainer):
+    """gpt.Trainer's AdamW, learning-rate schedule and clipping, on a GptPipeline: step() takes
+    host token ids and targets [B, T]."""
+
+    def __init__(self, pipeline, params):
+        super().__init__(params, pipeline.config)
+        self.pipeline = pipeline
+
+    def step(self, idx, targets):
+        self.optimizer.learning_rate = self.schedule(self.step_count)
+        value, grads = self.pipeline.gradients(dict(zip(self.names, self.params)), idx, targets,
+                                               7919 + self.step_count)
+        clipped, _ = self.pipeline.clip_by_global_norm(grads, self.config.grad_clip)
+        self.params = self.optimizer.apply(self.params, [clipped[n] for n in self.names])
+        self.step_count += 1
+        return value
+
+
+def main(argv=None):
+    """Trains the pipelined GPT on tiny Shakespeare, as gpt.py's main."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="tiny")
+    parser.add_argument("--mesh", default="stage=2,batch=1,model=2", help="stage x batch x model")
+    parser.add_argument("--microbatches", type=int, default=4)
+    parser.add_argument("--schedule", default="1f1b", choices=pipeline_schedule.KINDS)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--print-schedule", action="store_true",
+                        help="print the schedule and its simulation, then exit")
+    parser.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    parser.add_argument("--fsdp", action="store_true",
+                        help="parameters sharded over each stage's batch (ZeRO-3)")
+    parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                       "data", "shakespeare_char", "input.txt"))
+    args = parser.parse_args(argv)
+    config = gpt.Config(args.config)
+    config.recompute, config.fsdp = args.recompute, args.fsdp
+    config.lr_decay_iters = args.steps
+    config.warmup_iters = min(config.warmup_iters, args.steps // 10)
+    mesh = tessel.parse_mesh(args.mesh)  # more than 4 devices: TESSEL_CPU_DEVICES=8
+    pipeline = GptPipeline(config, mesh, args.schedule, args.microbatches)
+    print(pipeline.schedule, flush=True)
+    if args.print_schedule:
+        return 0
+    for s in range(pipeline.stages):
+        print(f"stage {s}: layers {pipeline.layers(s).start}..{pipeline.layers(s).stop - 1}"
+              f"{', embeddings' if s == 0 else ''}"
+              f"{', final norm and head' if s == pipeline.stages - 1 else ''}")
+    text = open(args.data).read()
+    chars = sorted(set(text))
+    ids = np.array([chars.index(ch) for ch in text[: int(len(text) * 0.9)]], dtype=np.int32)
+    rng = np.random.default_rng(1337)
+    trainer = Trainer(pipeline, pipeline.init(1337))
+    start = time.time()
+    for s in range(args.steps):
+        offsets = rng.integers(0, len(ids) - config.block_size - 1, config.batch_size)
+        x = np.stack([ids[o:o + config.block_size] for o in offsets])
+        y = np.stack([ids[o + 1:o + 1 + config.block_size] for o in offsets])
+        value = trainer.step(x, y)
+        if s % 20 == 0 or s == args.steps - 1:
+            print(f"step {s:4d} loss {value:.4f} ({time.time() - start:.1f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

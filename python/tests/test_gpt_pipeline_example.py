@@ -1,0 +1,321 @@
+"""examples/gpt/gpt_pipeline.py (the GPT cut into pipeline stages from Python) against gpt.py's
+plain run on one stage's batch x model mesh with the same global batch; the schedules as data;
+the refusals."""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import tessel
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
+import gpt  # noqa: E402
+import gpt_pipeline  # noqa: E402
+import pipeline_schedule  # noqa: E402
+from pipeline_schedule import Action  # noqa: E402
+
+STEPS = 5
+MESHES = {"stage=2": [("stage", 2), ("batch", 1), ("model", 1)],
+          "stage=2,batch=2": [("stage", 2), ("batch", 2), ("model", 1)],
+          "stage=2,model=2": [("stage", 2), ("batch", 1), ("model", 2)]}
+
+
+def batches(config, steps, seed=5):
+    ids = np.random.default_rng(seed).integers(0, config.vocab_size,
+                                               (steps, 2, config.batch_size, config.block_size))
+    return ids.astype(np.int32)
+
+
+def plain_losses(config, mesh, data):
+    """gpt.py's Trainer on `mesh` (batch x model): a loss per step."""
+    trainer = gpt.Trainer(gpt.init(config, mesh, 3), config)
+    rows = tessel.Layout(["batch", gpt.U], mesh)
+    return [trainer.step(tessel.copy_to_mesh(x, rows), tessel.copy_to_mesh(y, rows))
+            for x, y in data]
+
+
+def small_config():
+    config = gpt.Config("test")  # 2 layers, batch 4
+    config.warmup_iters, config.lr_decay_iters = 2, 10
+    return config
+
+
+def assert_losses_equal_the_plain_runs(dims, schedule, microbatches=2, **options):
+    config = small_config()
+    config.__dict__.update(options)
+    mesh = tessel.create_mesh(dims)
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, schedule, microbatches)
+    data = batches(config, STEPS)
+    trainer = gpt_pipeline.Trainer(pipeline, pipeline.init(3))
+    piped = [trainer.step(x, y) for x, y in data]
+    plain = plain_losses(config, pipeline.meshes[0], data)
+    np.testing.assert_allclose(piped, plain, atol=1e-5, rtol=0)
+    assert piped[-1] < piped[0]  # it trains
+    for p in trainer.params:  # fsdp: stored sharded over the stage's batch
+        assert ("batch" in tessel.fetch_layout(p).sharding_specs) == (
+            config.fsdp and pipeline.meshes[0].dim_size("batch") > 1)
+
+
+@pytest.mark.parametrize("mesh_name", list(MESHES))
+@pytest.mark.parametrize("schedule", pipeline_schedule.KINDS)
+def test_losses_equal_the_plain_runs(mesh_name, schedule):
+    assert_losses_equal_the_plain_runs(MESHES[mesh_name], schedule)
+
+
+@pytest.mark.parametrize("schedule", pipeline_schedule.KINDS)
+def test_losses_equal_the_plain_runs_on_four_stages_with_uneven_layers(schedule):
+    """stage=4, 5 layers (2, 1, 1, 1), 4 microbatches: against the plain run on one device."""
+    assert_losses_equal_the_plain_runs([("stage", 4), ("batch", 1)], schedule, 4, n_layer=5)
+
+
+@pytest.mark.parametrize("pipelined_first", [True, False])
+def test_a_checkpoint_moves_between_the_pipeline_and_the_plain_mesh(tmp_path, pipelined_first):
+    """2 steps on stage=2 x model=2 (1f1b) saved with tessel.checkpoint, 3 more on the plain
+    batch x model mesh (and the other way round): the losses of 5 uninterrupted plain steps
+    within 1e-5 (the parameter names are the model's whatever the split)."""
+    config = small_config()
+    mesh = tessel.create_mesh(MESHES["stage=2,model=2"])
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, "1f1b", 2)
+    plain_mesh = pipeline.meshes[0]
+    rows = tessel.Layout(["batch", gpt.U], plain_mesh)
+    data = batches(config, STEPS)
+
+    def plain_step(trainer, x, y):
+        return trainer.step(tessel.copy_to_mesh(x, rows), tessel.copy_to_mesh(y, rows))
+
+    piped = gpt_pipeline.Trainer(pipeline, pipeline.init(3))
+    plain = gpt.Trainer(gpt.init(config, plain_mesh, 3), config)
+    steps = [lambda x, y: piped.step(x, y), lambda x, y: plain_step(plain, x, y)]
+    first, then = (piped, plain) if pipelined_first else (plain, piped)
+    first_step, then_step = steps if pipelined_first else steps[::-1]
+    losses = [first_step(x, y) for x, y in data[:2]]
+    tessel.checkpoint.save(str(tmp_path / "c"), first.state())
+    then.load(tessel.checkpoint.restore(str(tmp_path / "c"), then.state_layouts()))
+    losses += [then_step(x, y) for x, y in data[2:]]
+    for name, p in zip(then.names, then.params):
+        assert tessel.fetch_layout(p) == then.state_layouts()["params"][name]
+    np.testing.assert_allclose(losses, plain_losses(config, plain_mesh, data), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("options", [{"fsdp": True}, {"recompute": "full"},
+                                     {"recompute": "selective", "fsdp": True}])
+def test_gpts_other_options_work_inside_the_stages(options):
+    """gpt.py's fsdp (over each stage's batch) and recomputation: the plain run's losses with
+    the same options."""
+    assert_losses_equal_the_plain_runs(MESHES["stage=2,batch=2"], "1f1b", **options)
+
+
+def test_losses_equal_the_plain_runs_on_eight_devices():
+    """stage=2 x batch=2 x model=2, 4 microbatches, both schedules: in a process of 8 CPU
+    devices (TESSEL_CPU_DEVICES is read when the runtime starts)."""
+    script = ("import test_gpt_pipeline_example as t\n"
+              "for kind in t.pipeline_schedule.KINDS:\n"
+              "    t.assert_losses_equal_the_plain_runs([('stage', 2), ('batch', 2), "
+              "('model', 2)], kind, 4)\n"
+              "print('ok')\n")
+    env = dict(os.environ, TESSEL_CPU_DEVICES="8")
+    done = subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(__file__), env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_gradients_and_placement_equal_the_plain_runs():
+    """Every gradient (the tied wte's with the head's share sent back) within 1e-5 of
+    value_and_grad's on the plain mesh; each parameter on its stage's sub-mesh in gpt.py's
+    layout there; an uneven split (3 layers on 2 stages: 2 and 1)."""
+    config = small_config()
+    config.n_layer = 3
+    mesh = tessel.create_mesh(MESHES["stage=2,model=2"])
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, "1f1b", microbatches=4)
+    assert [list(pipeline.layers(s)) for s in range(2)] == [[0, 1], [2]]
+    params = pipeline.init(3)
+    for name, w in params.items():
+        stage = pipeline.stage_of(name)
+        assert stage == (0 if name in ("wte", "wpe") or name.startswith(("h.0.", "h.1.")) else 1)
+        specs = next(s for n, _, s, _ in gpt.parameter_specs(config, ["batch", "model"])
+                     if n == name)
+        assert tessel.fetch_layout(w) == tessel.Layout(specs, pipeline.meshes[stage]), name
+    (x, y), = batches(config, 1)
+    value, grads = pipeline.gradients(params, x, y)
+
+    plain_mesh = pipeline.meshes[0]
+    names = list(params)
+    plain = gpt.init(config, plain_mesh, 3)
+    rows = tessel.Layout(["batch", gpt.U], plain_mesh)
+    want, want_grads = tessel.value_and_grad(
+        lambda ps: gpt.loss(dict(zip(names, ps)), tessel.copy_to_mesh(x, rows),
+                            tessel.copy_to_mesh(y, rows), config), [plain[n] for n in names])
+    assert abs(value - float(np.asarray(tessel.to_host(want)))) < 1e-5
+    for name, g in zip(names, want_grads):
+        assert tessel.fetch_layout(grads[name]) == tessel.fetch_layout(params[name]), name
+        expected = np.asarray(tessel.to_host(g))
+        np.testing.assert_allclose(tessel.to_host(grads[name]), expected, rtol=0,
+                                   atol=1e-5 * np.abs(expected).max(), err_msg=name)
+    clipped, norm = pipeline.clip_by_global_norm(grads, 0.5)
+    _, want_norm = tessel.clip_by_global_norm(list(want_grads), 0.5)
+    assert norm == pytest.approx(float(np.asarray(tessel.to_host(want_norm))), rel=1e-5)
+    total = sum(float(np.sum(np.square(tessel.to_host(g)))) for g in clipped.values())
+    assert np.sqrt(total) == pytest.approx(min(norm, 0.5), rel=1e-5)
+
+
+def test_1f1b_keeps_at_most_p_minus_s_microbatches_activations_on_stage_s():
+    """What the gradient tapes keep at most on each stage's device (tape_memory_stats) in a
+    step of 4 microbatches on 2 stages: 1f1b's is 2/4 of gpipe's on stage 0 and 1/4 on stage 1
+    (+10 %): the executor lets each microbatch's tape go at its backward."""
+    config = small_config()
+    mesh = tessel.create_mesh(MESHES["stage=2"])  # one device per stage
+    (x, y), = batches(config, 1)
+    peaks = {}
+    for kind in pipeline_schedule.KINDS:
+        pipeline = gpt_pipeline.GptPipeline(config, mesh, kind, microbatches=4)
+        params = pipeline.init(3)
+        tessel.reset_tape_memory_peak()
+        pipeline.gradients(params, x, y)
+        stats = {s.device: s for s in tessel.tape_memory_stats()}
+        peaks[kind] = [stats[m.local_devices()[0]].peak_bytes for m in pipeline.meshes]
+        assert all(stats[m.local_devices()[0]].live_bytes == 0 for m in pipeline.meshes)
+    assert min(peaks["gpipe"]) > 0
+    for stage, share in enumerate([2 / 4, 1 / 4]):
+        assert peaks["1f1b"][stage] <= 1.1 * share * peaks["gpipe"][stage], peaks
+
+
+@pytest.mark.parametrize("kind", pipeline_schedule.KINDS)
+@pytest.mark.parametrize("p,m", [(1, 1), (2, 1), (2, 4), (3, 2), (4, 4), (4, 8), (5, 3)])
+def test_schedules_hold_every_action_once_run_without_deadlock_and_idle_the_formula(kind, p, m):
+    s = pipeline_schedule.make_schedule(kind, p, m)
+    want = {Action(st, mb, op) for st in range(p) for mb in range(m) for op in "FB"}
+    assert sorted(s.actions()) == sorted(want)  # each once
+    for st, actions in enumerate(s.per_stage):
+        assert all(a.stage == st for a in actions)
+    sim = pipeline_schedule.simulate(s)
+    assert len(sim.timeline) == 2 * p * m  # ran to its end: no deadlock
+    done = set()
+    for t in sim.timeline:  # the issue order puts every action after what it needs
+        assert all(d in done for d in pipeline_schedule.dependencies(s, t.action)), t
+        done.add(t.action)
+    bubble = pipeline_schedule.bubble_formula(p, m)
+    assert bubble == pytest.approx((p - 1) / (m + p - 1))
+    for idle in sim.idle_fraction:
+        assert idle == pytest.approx(bubble)
+    # 1f1b keeps at most p - s microbatches' activations on stage s; gpipe all m.
+    for st, kept in enumerate(sim.max_in_flight):
+        assert kept == (min(p - st, m) if kind == "1f1b" else m)
+
+
+def test_the_schedule_prints_as_the_clis():
+    text = str(pipeline_schedule.make_schedule("1f1b", 2, 4))
+    assert text.splitlines()[1:] == [
+        "stage 0: F0 F1 B0 F2 B1 F3 B2 B3",
+        "stage 1: F0 B0 F1 B1 F2 B2 F3 B3",
+        "time (one column per forward; a backward takes two):",
+        "stage 0 |F0|F1|. |. |B0|B0|F2|B1|B1|F3|B2|B2|. |B3|B3|",
+        "stage 1 |. |F0|B0|B0|F1|B1|B1|F2|B2|B2|F3|B3|B3|. |. |"]
+    assert "bubble (p-1)/(m+p-1) = 0.2000" in text
+    assert "activations kept at most: 2, 1 microbatches per stage" in text
+
+
+def test_bad_schedules_are_refused_naming_the_stuck_stages():
+    s = pipeline_schedule.make_schedule("gpipe", 2, 2)
+    # Stage 0 waits for a backward before sending stage 1 its forward of microbatch 1.
+    s.per_stage[0] = [Action(0, 0, "F"), Action(0, 0, "B"), Action(0, 1, "F"), Action(0, 1, "B")]
+    s.per_stage[1] = [Action(1, 0, "F"), Action(1, 1, "F"), Action(1, 0, "B"), Action(1, 1, "B")]
+    with pytest.raises(ValueError, match="deadlock: stage 0 at B0 waits for B0 of stage 1; "
+                                         "stage 1 at F1 waits for F1 of stage 0"):
+        pipeline_schedule.simulate(s)
+    s = pipeline_schedule.make_schedule("1f1b", 2, 2)
+    s.per_stage[1].pop()
+    with pytest.raises(ValueError, match="B1 of stage 1 is missing"):
+        pipeline_schedule.simulate(s)
+    s = pipeline_schedule.make_schedule("1f1b", 2, 2)
+    s.per_stage[0][0], s.per_stage[0][2] = s.per_stage[0][2], s.per_stage[0][0]
+    with pytest.raises(ValueError, match="stage 0 runs B0 before its forward"):
+        pipeline_schedule.simulate(s)
+    s = pipeline_schedule.make_schedule("gpipe", 2, 1)
+    s.per_stage = [[(0, 0, "F"), (0, 0, "B")], [(1, 0, "F"), (1, 0, "B")]]  # plain tuples
+    assert pipeline_schedule.simulate(s).max_in_flight == [1, 1]
+    assert "stage 1: F0 B0" in str(s)
+    s.per_stage[1][0] = (1, 2, "F")
+    with pytest.raises(ValueError, match=r"stage 1 lists \(1, 2, 'F'\): not \(stage, "):
+        pipeline_schedule.simulate(s)
+    with pytest.raises(ValueError, match="unknown schedule 'interleaved'"):
+        pipeline_schedule.make_schedule("interleaved", 2, 4)
+    with pytest.raises(ValueError, match="microbatches must be an integer >= 1, got 0"):
+        pipeline_schedule.make_schedule("gpipe", 2, 0)
+
+
+@pytest.mark.parametrize("kind", pipeline_schedule.KINDS)
+@pytest.mark.parametrize("stalled,at,message", [
+    (1, Action(1, 0, "F"), "the forward activation of microbatch 0 from stage 0 to stage 1 did "
+                           "not arrive within 200 ms (stage 1 is late)"),
+    (0, Action(1, 0, "B"), "the backward gradient of microbatch 0 from stage 1 to stage 0 did "
+                           "not arrive within 200 ms (stage 0 is late)")])
+def test_a_stalled_stage_is_named_by_its_neighbour_within_the_deadline(kind, stalled, at,
+                                                                       message):
+    """A stage whose device is busy (two 3000^3 matmuls queued on its stream, about a second)
+    as its neighbour transfers to or from it: DeadlineExceededError naming it, the microbatch and
+    the direction, after the 0.2 s deadline and within 1.1x it (+ 0.3 s for a loaded machine)."""
+    config = small_config()
+    mesh = tessel.create_mesh(MESHES["stage=2"])
+    stall, stalled_at = [], []
+
+    def before_action(action):
+        if action == at and not stall:  # the first step only
+            big = tessel.ones((3000, 3000), tessel.Layout([gpt.U, gpt.U], pipeline.meshes[stalled]))
+            stall.append(tessel.matmul(tessel.matmul(big, big), big))
+            stalled_at.append(time.monotonic())
+
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, kind, 2, timeout=0.2,
+                                        before_action=before_action)
+    params = pipeline.init(3)
+    (x, y), = batches(config, 1)
+    with pytest.raises(tessel.DeadlineExceededError, match=re.escape(message)):
+        pipeline.gradients(params, x, y)
+    waited = time.monotonic() - stalled_at[0]
+    tessel.to_host(tessel.reduce_sum(stall[0]))  # the stall ends before the next test
+    assert 0.19 <= waited <= 0.2 * 1.1 + 0.3, waited
+    value, _ = pipeline.gradients(params, x, y)  # the stages work again afterwards
+    assert np.isfinite(value)
+
+
+def test_bad_configurations_are_refused_naming_the_values():
+    config = small_config()  # 2 layers, batch 4
+    with pytest.raises(ValueError, match=r"the batch of 4 rows does not split into 3 microbatches"):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "1f1b", 3)
+    with pytest.raises(ValueError, match="2 layers do not fill 4 stages"):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh([("stage", 4), ("batch", 1)]),
+                                 "gpipe", 2)
+    with pytest.raises(ValueError, match=r"`stage` as its first dimension.*\['batch', 'stage'\]"):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh([("batch", 1), ("stage", 2)]),
+                                 "1f1b", 2)
+    with pytest.raises(ValueError, match=r"`stage` as its first dimension.*\['stage'\]"):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh([("stage", 2)]), "1f1b", 2)
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds, got -1"):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "1f1b", 2, -1)
+    with pytest.raises(ValueError, match="unknown schedule 'zb'"):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "zb", 2)
+    pipeline = gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "1f1b", 2)
+    x = np.zeros((3, config.block_size), np.int32)
+    with pytest.raises(ValueError, match=r"token ids \[3, 16\] .* multiple of the 2 microbatches"):
+        pipeline.gradients(pipeline.init(3), x, x)
+    params = pipeline.init(3)
+    with pytest.raises(ValueError, match=r"parameters \['h.0.attn.wq'\] missing or unknown"):
+        pipeline.gradients({n: w for n, w in params.items() if n != "h.0.attn.wq"}, x, x)
+    with pytest.raises(ValueError, match="clip_norm must be a finite number > 0, got 0"):
+        pipeline.clip_by_global_norm(params, 0)
+
+
+def test_main_trains_and_prints_the_schedule(capsys):
+    assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1,model=2",
+                              "--microbatches", "2", "--schedule", "gpipe", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "schedule gpipe: 2 stages, 2 microbatches" in out
+    assert "stage 1: layers 1..1, final norm and head" in out
+    assert "step    2 loss" in out
+    assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1",
+                              "--microbatches", "4", "--print-schedule"]) == 0
+    assert "stage 1: F0 B0 F1 B1 F2 B2 F3 B3" in capsys.readouterr().out
