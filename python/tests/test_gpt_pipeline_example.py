@@ -118,7 +118,10 @@ def test_losses_equal_the_plain_runs_on_eight_devices():
               "    t.assert_losses_equal_the_plain_runs([('stage', 2), ('batch', 2), "
               "('model', 2)], kind, 4)\n"
               "print('ok')\n")
-    env = dict(os.environ, TESSEL_CPU_DEVICES="8")
+    # The subprocess runs in this folder: a relative PYTHONPATH (make test's build/python) is
+    # made absolute first.
+    paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, TESSEL_CPU_DEVICES="8", PYTHONPATH=os.pathsep.join(paths))
     done = subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(__file__), env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
