@@ -38,6 +38,8 @@ LanguageModelTrainer::BatchGradients GptPipelineTrainer::batch_gradients(
     const ProfilePhase phase("pipeline");
     return pipeline().gradients(params(), idx, targets, options);
   }();
+  last_idle_ = g.idle;
+  if (g.idle) idle_total_.add(*g.idle);
   const ProfilePhase phase("optimizer");
   auto [clipped, norm] = pipeline().clip_by_global_norm(g.gradients, training().grad_clip);
   return {g.loss, std::move(clipped), norm};
