@@ -427,12 +427,15 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
   for (int s = 0; s < p; ++s) st.views.push_back(view(params, s, DTensor()));
   st.work.resize(static_cast<size_t>((last_k + 1) * m));
   st.sums.resize(params.size());
-  // The last stage's copy of the tied embedding.
-  if (p > 1) {
-    st.views[static_cast<size_t>(p - 1)][wte_] =
-        move(params[wte_], 0, p - 1, "the tied token embedding");
-  }
+  // The last stage's copy of the tied embedding: made before the stage threads start, or by the
+  // single controller when the last stage's first forward has its input (so that a stage=2 step
+  // under mpirun first meets across the processes in the forward activation's transfer).
+  const auto copy_wte = [&] {
+    DTensor& copy = st.views[static_cast<size_t>(p - 1)][wte_];
+    if (p > 1 && !copy.defined()) copy = move(params[wte_], 0, p - 1, "the tied token embedding");
+  };
   if (options_.stage_threads && p > 1) {
+    copy_wte();
     run_stage_threads(st, move);
   } else {
     // One controller thread issues every action in the order of the simulated timeline; the
@@ -443,10 +446,12 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
       if (options_.before_action) options_.before_action(a);
       const int k = a.virtual_stage(p), mb = a.microbatch;
       if (a.pass == train::Pass::kForward) {
-        forward(a, st,
-                k == 0 ? DTensor()
-                       : move(st.work[static_cast<size_t>((k - 1) * m + mb)].output, (k - 1) % p,
-                              a.stage, fmt::format("the forward activation of microbatch {}", mb)));
+        DTensor input =
+            k == 0 ? DTensor()
+                   : move(st.work[static_cast<size_t>((k - 1) * m + mb)].output, (k - 1) % p,
+                          a.stage, fmt::format("the forward activation of microbatch {}", mb));
+        if (k == last_k) copy_wte();
+        forward(a, st, std::move(input));
         continue;
       }
       const DTensor g = backward(a, st, output_gradients[static_cast<size_t>(k * m + mb)]);
