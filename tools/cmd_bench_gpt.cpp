@@ -68,12 +68,13 @@ constexpr const char* kHelp =
     "ratios fsdp / replicated of the state bytes, the peak and the step time. --dtype bf16: the\n"
     "matmuls of activations by weights in bf16 with f32 sums; --dtype f16: in f16 (MKL's hgemm)\n"
     "with dynamic loss scaling (docs/gpt.md, mixed precision).\n"
-    "Pipeline stages: --meshes takes named meshes separated by ';' (\"stage=2,batch=1,model=1;1x1\")\n"
+    "Pipeline stages: --meshes takes named meshes separated by ';' "
+    "(\"stage=2,batch=1,model=1;1x1\")\n"
     "and a mesh with a stage dimension trains the pipelined GPT (docs/pipeline.md) with\n"
     "--schedule (default 1f1b), --microbatches (default the stages) and --chunks (interleaved,\n"
     "default 2). Per stage, over the timed steps' schedules (forward and backward passes, the\n"
     "streams drained at both ends; clipping and AdamW not in it): the measured idle fraction (1 -\n"
-    "the time its devices' streams computed / wall time), the formula's bubble ((p-1)/(m+p-1),\n"
+    "the time its devices ran op kernels / wall time), the formula's bubble ((p-1)/(m+p-1),\n"
     "interleaved (p-1)/(v m+p-1)), the simulated one (forward 1, backward 2), the measured\n"
     "transfer time between stages as a fraction of the wall time, and (idle - transfer) / bubble\n"
     "(the goal: <= 1.2). --stage-threads: each stage mesh runs twice, with one controller thread\n"
@@ -129,9 +130,9 @@ double sgemm_peak(int n, int threads) {
 // A stage mesh's schedule and its measured idle (pipeline_idle.h) over the timed steps.
 struct PipelineResult {
   train::PipelineSchedule schedule;
-  double bubble = 0;             // bubble_formula
+  double bubble = 0;                     // bubble_formula
   train::ScheduleSimulation simulation;  // forward 1, backward 2
-  train::PipelineIdle idle;      // the timed steps' windows added
+  train::PipelineIdle idle;              // the timed steps' windows added
 };
 
 struct MeshResult {
@@ -149,10 +150,11 @@ struct MeshResult {
 
 // The pipeline options of a stage mesh from the flags (measuring each stage's idle time).
 gpt::PipelineOptions pipeline_options(const Flags& f, int64_t stages, bool stage_threads) {
-  const train::ScheduleKind kind = train::parse_schedule_kind(f.schedule.empty() ? "1f1b" : f.schedule);
+  const train::ScheduleKind kind =
+      train::parse_schedule_kind(f.schedule.empty() ? "1f1b" : f.schedule);
   return {.schedule = kind,
           .microbatches = static_cast<int>(f.microbatches > 0 ? f.microbatches : stages),
-          .chunks = static_cast<int>(f.chunks > 0                                ? f.chunks
+          .chunks = static_cast<int>(f.chunks > 0                                    ? f.chunks
                                      : kind == train::ScheduleKind::kInterleaved1F1B ? 2
                                                                                      : 1),
           .measure_idle = true,
@@ -161,7 +163,8 @@ gpt::PipelineOptions pipeline_options(const Flags& f, int64_t stages, bool stage
 
 MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data,
                     const MeshShape& shape, const Flags& f, double peak, bool stage_threads) {
-  const int64_t batch = shape.batch, model = shape.model, stages = std::max<int64_t>(shape.stage, 1);
+  const int64_t batch = shape.batch, model = shape.model,
+                stages = std::max<int64_t>(shape.stage, 1);
   const int64_t warmup = f.warmup, steps = f.steps;
   MeshResult r;
   r.stage = shape.stage;
@@ -200,11 +203,10 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data,
   const RelayoutStats after = relayout_stats();
   if (piped != nullptr) {
     const train::PipelineSchedule& schedule = piped->pipeline().schedule();
-    r.pipeline = PipelineResult{
-        schedule,
-        train::bubble_formula(schedule.kind, schedule.stages, schedule.microbatches,
-                              schedule.chunks),
-        train::simulate(schedule), piped->idle_total()};
+    r.pipeline = PipelineResult{schedule,
+                                train::bubble_formula(schedule.kind, schedule.stages,
+                                                      schedule.microbatches, schedule.chunks),
+                                train::simulate(schedule), piped->idle_total()};
   }
   std::sort(times.begin(), times.end());
   r.step_seconds = times[times.size() / 2];
@@ -254,8 +256,8 @@ std::string pipeline_text(const MeshResult& r) {
       mesh_label(r), train::schedule_kind_name(p.schedule.kind), p.schedule.microbatches,
       p.schedule.chunks > 1 ? fmt::format(" x {} chunks", p.schedule.chunks) : "",
       p.idle.wall_seconds / steps, r.step_seconds, p.idle.transfers / steps);
-  out += fmt::format("{:>7} {:>8} {:>8} {:>10} {:>10} {:>12} {:>22}\n", "stage", "idle",
-                     "formula", "simulated", "transfer", "transfer ms", "(idle-transfer)/formula");
+  out += fmt::format("{:>7} {:>8} {:>8} {:>10} {:>10} {:>12} {:>22}\n", "stage", "idle", "formula",
+                     "simulated", "transfer", "transfer ms", "(idle-transfer)/formula");
   for (size_t s = 0; s < p.idle.stages.size(); ++s) {
     const train::StageIdle& st = p.idle.stages[s];
     if (st.devices == 0) {
@@ -319,9 +321,10 @@ Flags parse(const Args& args) {
   const bool named = f.meshes.find('=') != std::string::npos;
   for (const std::string& item : split_list(f.meshes, named ? ';' : ',')) {
     if (!named && item.find('x') == std::string::npos) {
-      flags.fail(fmt::format("--meshes takes BxM,BxM,... or named meshes separated by ';' "
-                             "(stage=2,batch=1,model=1;1x1), got '{}'",
-                             item));
+      flags.fail(
+          fmt::format("--meshes takes BxM,BxM,... or named meshes separated by ';' "
+                      "(stage=2,batch=1,model=1;1x1), got '{}'",
+                      item));
     }
     MeshShape shape;
     std::tie(shape.batch, shape.model) = parse_mesh_shape(flags, "--meshes", item, &shape.stage);
@@ -330,8 +333,10 @@ Flags parse(const Args& args) {
   const bool stages = std::any_of(f.mesh_shapes.begin(), f.mesh_shapes.end(),
                                   [](const MeshShape& s) { return s.stage > 0; });
   if (!stages && (!f.schedule.empty() || f.microbatches > 0 || f.chunks > 0 || f.stage_threads)) {
-    flags.fail("--schedule, --microbatches, --chunks and --stage-threads need a mesh with a stage dimension in "
-               "--meshes (e.g. stage=2,batch=1,model=1)");
+    flags.fail(
+        "--schedule, --microbatches, --chunks and --stage-threads need a mesh with a stage "
+        "dimension in "
+        "--meshes (e.g. stage=2,batch=1,model=1)");
   }
   if (stages && f.fsdp) flags.fail("--fsdp runs the meshes without stages only");
   if (!f.schedule.empty()) {
@@ -386,7 +391,8 @@ int gpt_benchmark(const Flags& f) {
                {"state_bytes_per_device", json_number(r.state_bytes, 15)},
                {"memory", memory_json(r)},
                {"losses", r.losses}});
-      if (r.pipeline) rows.back()["pipeline"] = pipeline_idle_json(r.pipeline->schedule, r.pipeline->idle);
+      if (r.pipeline)
+        rows.back()["pipeline"] = pipeline_idle_json(r.pipeline->schedule, r.pipeline->idle);
     }
     print_json(Json{{"config", f.config},
                     {"warmup_steps", f.warmup},
@@ -448,7 +454,7 @@ int gpt_benchmark(const Flags& f) {
   for (const MeshResult& r : results) {
     if (!r.pipeline) continue;
     if (first_pipeline) {
-      std::cout << "\n(pipeline stages: idle = 1 - the time the stage's devices' streams computed "
+      std::cout << "\n(pipeline stages: idle = 1 - the time the stage's devices ran op kernels "
                    "/ the schedule's wall time; transfer: the time of its transfers between "
                    "stages, the same fraction; the goal is (idle - transfer)/formula <= 1.2)\n";
       first_pipeline = false;

@@ -41,9 +41,8 @@ void PipelineIdle::add(const PipelineIdle& other) {
   }
 }
 
-StageIdle stage_idle(const std::vector<BusyTime>& before,
-                     const std::vector<BusyTime>& after, double wall_seconds,
-                     double transfer_seconds) {
+StageIdle stage_idle(const std::vector<BusyTime>& before, const std::vector<BusyTime>& after,
+                     double wall_seconds, double transfer_seconds) {
   if (before.size() != after.size() || before.empty() || !(wall_seconds > 0)) {
     throw Error(ErrorCode::kInvalidArgument, kComponent,
                 fmt::format("a stage's figures need as many readings after the window as before "
@@ -64,8 +63,7 @@ StageIdle stage_idle(const std::vector<BusyTime>& before,
   return out;
 }
 
-double transfer_seconds(const std::vector<BusyTime>& before,
-                        const std::vector<BusyTime>& after) {
+double transfer_seconds(const std::vector<BusyTime>& before, const std::vector<BusyTime>& after) {
   double least = std::numeric_limits<double>::infinity();
   for (size_t d = 0; d < std::min(before.size(), after.size()); ++d) {
     const double t = after[d].communication_seconds - before[d].communication_seconds;
@@ -107,8 +105,7 @@ std::vector<BusyTime> PipelineIdleMeter::read(int from, int to) const {
   return out;
 }
 
-void PipelineIdleMeter::count_transfer(int from, int to,
-                                       const std::vector<BusyTime>& before) {
+void PipelineIdleMeter::count_transfer(int from, int to, const std::vector<BusyTime>& before) {
   const double seconds = transfer_seconds(before, read(from, to));
   std::lock_guard<std::mutex> lock(mu_);
   transfer_seconds_.at(static_cast<size_t>(from)) += seconds;

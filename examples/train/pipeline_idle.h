@@ -34,8 +34,8 @@
 #include <utility>
 #include <vector>
 
-#include "tessel/runtime/device.h"
 #include "tessel/runtime/busy_time.h"
+#include "tessel/runtime/device.h"
 
 namespace tessel::train {
 
@@ -60,22 +60,20 @@ struct PipelineIdle {
 // The figures of one stage from its devices' stream readings at both ends of a window of
 // `wall_seconds` (one reading per device, the same order in both) and its transfers' seconds.
 // Readings of different sizes, none, or wall_seconds <= 0: kInvalidArgument.
-StageIdle stage_idle(const std::vector<BusyTime>& before,
-                     const std::vector<BusyTime>& after, double wall_seconds,
-                     double transfer_seconds);
+StageIdle stage_idle(const std::vector<BusyTime>& before, const std::vector<BusyTime>& after,
+                     double wall_seconds, double transfer_seconds);
 
 // The time of one transfer from its devices' readings around it: the least communication time
 // among the devices that communicated (0 when none did).
-double transfer_seconds(const std::vector<BusyTime>& before,
-                        const std::vector<BusyTime>& after);
+double transfer_seconds(const std::vector<BusyTime>& before, const std::vector<BusyTime>& after);
 
 class PipelineIdleMeter {
  public:
   using Clock = std::chrono::steady_clock;
   // `stages`: each stage's devices of this process (a stage with none is not measured: its
-  // figures stay 0, devices 0). Drains every device's stream by `deadline` (kDeadlineExceeded naming the device
-  // whose work did not end; a stream's pending error is thrown as Stream::synchronize throws it),
-  // then reads them and the clock.
+  // figures stay 0, devices 0). Drains every device's stream by `deadline` (kDeadlineExceeded
+  // naming the device whose work did not end; a stream's pending error is thrown as
+  // Stream::synchronize throws it), then reads them and the clock.
   PipelineIdleMeter(std::vector<std::vector<Device*>> stages, Clock::time_point deadline);
 
   // Runs `fn`, a transfer from stage `from` to stage `to` (which waits for its collectives: a
@@ -99,8 +97,8 @@ class PipelineIdleMeter {
 
   std::vector<std::vector<Device*>> stages_;
   std::vector<std::vector<BusyTime>> start_;  // per stage, per device
-  std::mutex mu_;                                  // guards the two below
-  std::vector<double> transfer_seconds_;           // per stage
+  std::mutex mu_;                             // guards the two below
+  std::vector<double> transfer_seconds_;      // per stage
   int transfers_ = 0;
   Clock::time_point started_;
 };

@@ -46,7 +46,7 @@ class StageThreads {
   uint64_t generation_ = 0;                  // runs started
   size_t finished_ = 0;                      // jobs of this run ended
   bool running_ = false, stopping_ = false;
-  std::exception_ptr error_;                 // the run's first
+  std::exception_ptr error_;  // the run's first
   std::vector<std::thread> threads_;
 };
 

@@ -34,7 +34,7 @@ TEST(BusyTime, CountsEachKernelOnItsDevice) {
   EXPECT_EQ(start0.kernels, before0.kernels);  // copying onto the mesh runs no op kernel
   DTensor b = a;
   for (int i = 0; i < 5; ++i) b = matmul(b, w);  // [128, 256] x [256, 256] on each device
-  const DTensor c = add(tiny, tiny);  // small enough to run inline on this thread
+  const DTensor c = add(tiny, tiny);             // small enough to run inline on this thread
   to_host(b);
   to_host(c);
   const BusyTime after0 = busy_time(rt.device(0)), after1 = busy_time(rt.device(1));

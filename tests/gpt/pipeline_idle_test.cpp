@@ -34,8 +34,8 @@ void enqueue_kernel(Device& device, std::chrono::milliseconds time) {
 
 TEST(PipelineIdle, StageIdleIsOneLessTheDevicesMeanComputingTimeOverTheWall) {
   // Device 0 ran kernels 0.5 s and collectives 0.1 s, device 1 kernels 0.4 s: 0.45 s mean.
-  const StageIdle s = stage_idle({times(1.0, 0.2), times(3.0, 0.5)},
-                                 {times(1.5, 0.3), times(3.4, 0.5)}, 1.0, 0.05);
+  const StageIdle s =
+      stage_idle({times(1.0, 0.2), times(3.0, 0.5)}, {times(1.5, 0.3), times(3.4, 0.5)}, 1.0, 0.05);
   EXPECT_EQ(s.devices, 2);
   EXPECT_NEAR(s.computing_seconds, 0.45, 1e-12);
   EXPECT_NEAR(s.communication_seconds, 0.05, 1e-12);
@@ -79,8 +79,8 @@ TEST(PipelineIdle, WindowsAddUpOverTheirTotalWallTime) {
 TEST(PipelineIdle, RefusesMismatchedReadingsAndAnEmptyWindow) {
   EXPECT_TESSEL_ERROR(stage_idle({times(0, 0)}, {}, 1.0, 0), ErrorCode::kInvalidArgument,
                       "got 1 and 0");
-  EXPECT_TESSEL_ERROR(stage_idle({times(0, 0)}, {times(0, 0)}, 0.0, 0),
-                      ErrorCode::kInvalidArgument, "a wall time > 0 (got 0 s)");
+  EXPECT_TESSEL_ERROR(stage_idle({times(0, 0)}, {times(0, 0)}, 0.0, 0), ErrorCode::kInvalidArgument,
+                      "a wall time > 0 (got 0 s)");
 }
 
 // Two stages of one device each: stage 0's stream runs a (synthetic) kernel of 120 ms, stage
@@ -130,8 +130,9 @@ TEST(PipelineIdleMeter, NamesADeviceWhoseWorkDoesNotEndByTheDeadline) {
   Device& d0 = rt.device(0);
   d0.stream().enqueue("slow_op", [] { std::this_thread::sleep_for(300ms); });
   EXPECT_TESSEL_ERROR(PipelineIdleMeter({{&d0}}, std::chrono::steady_clock::now() + 50ms),
-                      ErrorCode::kDeadlineExceeded, "did not finish its work by the deadline "
-                                                    "(running 'slow_op')");
+                      ErrorCode::kDeadlineExceeded,
+                      "did not finish its work by the deadline "
+                      "(running 'slow_op')");
   d0.stream().synchronize();
 }
 

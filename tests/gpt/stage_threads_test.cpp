@@ -77,7 +77,8 @@ GptConfig config() {
 
 Mesh pipeline_mesh(int64_t stages, int64_t model, const Runtime& rt) {
   std::vector<std::string> names;
-  for (int64_t i = 0; i < stages * model; ++i) names.push_back(rt.device(static_cast<int>(i)).name());
+  for (int64_t i = 0; i < stages * model; ++i)
+    names.push_back(rt.device(static_cast<int>(i)).name());
   return Mesh::create_on_devices({{"stage", stages}, {"batch", 1}, {"model", model}}, names);
 }
 
@@ -144,11 +145,11 @@ TEST(GptPipelineStageThreads, RefuseAMeshAcrossProcesses) {
   const Mesh mesh({"stage", "batch", "model"}, {2, 1, 2}, {0, 1, 2, 3}, {0, 1},
                   {rt.device(0).name(), rt.device(1).name()}, "");
   EXPECT_TESSEL_ERROR(
-      GptPipeline(config(), mesh, {.schedule = ScheduleKind::k1F1B, .microbatches = 4,
-                                   .stage_threads = true},
-                  &rt),
-      ErrorCode::kInvalidArgument, "stage threads run every stage in this process; 2 of the "
-                                   "mesh's 4 devices are here");
+      GptPipeline(config(), mesh,
+                  {.schedule = ScheduleKind::k1F1B, .microbatches = 4, .stage_threads = true}, &rt),
+      ErrorCode::kInvalidArgument,
+      "stage threads run every stage in this process; 2 of the "
+      "mesh's 4 devices are here");
 }
 
 }  // namespace
