@@ -134,9 +134,11 @@ TEST(GptPipelineStageThreads, AStageThatDoesNotSendIsNamed) {
   EXPECT_TESSEL_ERROR(trainer.step(), ErrorCode::kDeadlineExceeded,
                       "the forward activation of microbatch 0 from stage 0 to stage 1 did not "
                       "arrive within 400 ms (stage 0 is late)");
-  // The step ends when the stalled thread comes back (1 s): the receiver's deadline fired first.
+  // The step ends when the stalled thread comes back (1 s) and sees the failure: no hang (a
+  // margin for a loaded machine and the sanitizer builds).
   const auto took = std::chrono::steady_clock::now() - stalled;
-  EXPECT_LT(took, 1s + 500ms);
+  EXPECT_GE(took, 1s);
+  EXPECT_LT(took, 3s);
 }
 
 TEST(GptPipelineStageThreads, RefuseAMeshAcrossProcesses) {
