@@ -5,6 +5,7 @@
 
 #include "casters.h"
 #include "tessel/core/error.h"
+#include "tessel/runtime/busy_time.h"
 #include "tessel/runtime/device.h"
 #include "tessel/runtime/gpu.h"
 #include "tessel/runtime/gpu_event.h"
@@ -32,6 +33,20 @@ them back). Obtained from a Runtime; keeps its Runtime alive.)doc")
           "memory_stats", [](const Device& d) { return memory_stats_dict(d.memory_stats()); },
           "A dict: live_bytes, peak_bytes, total_allocated_bytes, num_allocations, limit_bytes "
           "(the memory limit) and cached_bytes (always 0 for a device).")
+      .def(
+          "busy_time",
+          [](const Device& d) {
+            const BusyTime t = busy_time(d);
+            py::dict out;
+            out["kernel_seconds"] = t.kernel_seconds;
+            out["communication_seconds"] = t.communication_seconds;
+            out["kernels"] = t.kernels;
+            out["collectives"] = t.collectives;
+            return out;
+          },
+          "A dict of the device's totals so far (tessel/runtime/busy_time.h): kernel_seconds and "
+          "kernels (op kernels run), communication_seconds and collectives (collective tasks, "
+          "waiting for peers included). Read differences.")
       .def("reset_peak_memory", &Device::reset_peak_memory)
       .def_property_readonly("memory_limit", &Device::memory_limit,
                              "Bytes this device's tensors may hold at once.")

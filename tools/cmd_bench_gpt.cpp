@@ -1,12 +1,16 @@
 // tessel bench gpt: the GPT training step (examples/gpt) on several meshes of one process, against
 // baselines measured in the same run: the 2-thread sgemm peak of OpenBLAS (for MFU) and the 1x1
-// mesh's step time (for the speedup of the parallel meshes).
+// mesh's step time (for the speedup of the parallel meshes). A mesh with pipeline stages also
+// gets each stage's measured idle fraction beside the formula's bubble (pipeline_idle.h).
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,8 +20,10 @@
 #include "char_dataset.h"
 #include "commands.h"
 #include "gpt_memory.h"
+#include "gpt_pipeline_trainer.h"
 #include "gpt_trainer.h"
 #include "json_output.h"
+#include "pipeline_idle_json.h"
 #include "process_mesh.h"
 #include "tessel/core/blas.h"
 #include "tessel/dtensor/relayout.h"
@@ -33,6 +39,8 @@ constexpr const char* kHelp =
     "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--batch B]\n"
     "                        [--recompute none|selective|full] [--fsdp] [--dtype f32|bf16|f16]\n"
     "                        [--data FILE] [--json]\n"
+    "                        [--schedule gpipe|1f1b|interleaved] [--microbatches M] [--chunks V]\n"
+    "                        [--stage-threads]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
     "virtual devices in this process, after --warmup untimed steps (default 1); medians of\n"
@@ -59,12 +67,28 @@ constexpr const char* kHelp =
     "parameters, gradients and AdamW's moments sharded over batch, docs/memory.md), with the\n"
     "ratios fsdp / replicated of the state bytes, the peak and the step time. --dtype bf16: the\n"
     "matmuls of activations by weights in bf16 with f32 sums; --dtype f16: in f16 (MKL's hgemm)\n"
-    "with dynamic loss scaling (docs/gpt.md, mixed precision).\n";
+    "with dynamic loss scaling (docs/gpt.md, mixed precision).\n"
+    "Pipeline stages: --meshes takes named meshes separated by ';' "
+    "(\"stage=2,batch=1,model=1;1x1\")\n"
+    "and a mesh with a stage dimension trains the pipelined GPT (docs/pipeline.md) with\n"
+    "--schedule (default 1f1b), --microbatches (default the stages) and --chunks (interleaved,\n"
+    "default 2). Per stage, over the timed steps' schedules (forward and backward passes, the\n"
+    "streams drained at both ends; clipping and AdamW not in it): the measured idle fraction (1 -\n"
+    "the time its devices ran op kernels / wall time), the formula's bubble ((p-1)/(m+p-1),\n"
+    "interleaved (p-1)/(v m+p-1)), the simulated one (forward 1, backward 2), the measured\n"
+    "transfer time between stages as a fraction of the wall time, and (idle - transfer) / bubble\n"
+    "(the goal: <= 1.2). --stage-threads: each stage mesh runs twice, with one controller thread\n"
+    "for the step and then with one per stage (PipelineOptions::stage_threads), for the ratio.\n";
+
+struct MeshShape {
+  int64_t stage = 0;  // 0: no stage dimension
+  int64_t batch = 1, model = 1;
+};
 
 struct Flags {
   std::string config = "baby";
   std::string meshes = "1x1,2x2";
-  std::vector<std::pair<int64_t, int64_t>> mesh_shapes;  // --meshes read: (batch, model) each
+  std::vector<MeshShape> mesh_shapes;  // --meshes read
   int64_t steps = 3, warmup = 1, sgemm_threads = 2;
   double dropout = -1;  // -1: the configuration's
   int64_t batch = 0;    // 0: the configuration's
@@ -73,6 +97,9 @@ struct Flags {
   std::string dtype = "f32";
   std::string data = "data/shakespeare_char/input.txt";
   bool json = false;
+  std::string schedule;  // "": 1f1b (flags for the stage meshes only)
+  int64_t microbatches = 0, chunks = 0;
+  bool stage_threads = false;  // each stage mesh with one controller, then a thread per stage
 };
 
 // FLOP/s of an n^3 sgemm on `threads` threads, best of 3 after a warm-up, the better of two ways
@@ -100,9 +127,19 @@ double sgemm_peak(int n, int threads) {
   return std::max(own, split);
 }
 
+// A stage mesh's schedule and its measured idle (pipeline_idle.h) over the timed steps.
+struct PipelineResult {
+  train::PipelineSchedule schedule;
+  double bubble = 0;                     // bubble_formula
+  train::ScheduleSimulation simulation;  // forward 1, backward 2
+  train::PipelineIdle idle;              // the timed steps' windows added
+};
+
 struct MeshResult {
-  int64_t batch = 1, model = 1;
+  int64_t stage = 0, batch = 1, model = 1;
   bool fsdp = false;
+  bool stage_threads = false;
+  std::optional<PipelineResult> pipeline;
   double step_seconds = 0, tokens_per_second = 0, mfu = 0;
   double collectives = 0, bytes = 0, collective_seconds = 0;  // per step; seconds per device
   double peak_bytes = 0, state_bytes = 0;  // the busiest device; parameters + grads + 2 moments
@@ -111,20 +148,51 @@ struct MeshResult {
   std::vector<double> losses;
 };
 
-MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, int64_t batch,
-                    int64_t model, int64_t warmup, int64_t steps, double peak) {
+// The pipeline options of a stage mesh from the flags (measuring each stage's idle time).
+gpt::PipelineOptions pipeline_options(const Flags& f, int64_t stages, bool stage_threads) {
+  const train::ScheduleKind kind =
+      train::parse_schedule_kind(f.schedule.empty() ? "1f1b" : f.schedule);
+  return {.schedule = kind,
+          .microbatches = static_cast<int>(f.microbatches > 0 ? f.microbatches : stages),
+          .chunks = static_cast<int>(f.chunks > 0                                    ? f.chunks
+                                     : kind == train::ScheduleKind::kInterleaved1F1B ? 2
+                                                                                     : 1),
+          .measure_idle = true,
+          .stage_threads = stage_threads};
+}
+
+MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data,
+                    const MeshShape& shape, const Flags& f, double peak, bool stage_threads) {
+  const int64_t batch = shape.batch, model = shape.model,
+                stages = std::max<int64_t>(shape.stage, 1);
+  const int64_t warmup = f.warmup, steps = f.steps;
   MeshResult r;
+  r.stage = shape.stage;
   r.batch = batch;
   r.model = model;
   r.fsdp = config.fsdp;
-  Runtime rt({.num_cpu_devices = static_cast<int>(batch * model)});
+  r.stage_threads = stage_threads;
+  Runtime rt({.num_cpu_devices = static_cast<int>(stages * batch * model)});
   std::vector<std::string> names;
   for (const Device* d : rt.devices()) names.push_back(d->name());
-  const Mesh mesh = Mesh::create_on_devices({{"batch", batch}, {"model", model}}, names);
-  gpt::GptTrainer trainer(config, mesh, data, &rt);
+  std::unique_ptr<gpt::LanguageModelTrainer> owned;
+  gpt::GptPipelineTrainer* piped = nullptr;
+  if (shape.stage > 0) {
+    const Mesh mesh = Mesh::create_on_devices(
+        {{"stage", shape.stage}, {"batch", batch}, {"model", model}}, names);
+    auto t = std::make_unique<gpt::GptPipelineTrainer>(
+        config, mesh, pipeline_options(f, shape.stage, stage_threads), data, &rt);
+    piped = t.get();
+    owned = std::move(t);
+  } else {
+    const Mesh mesh = Mesh::create_on_devices({{"batch", batch}, {"model", model}}, names);
+    owned = std::make_unique<gpt::GptTrainer>(config, mesh, data, &rt);
+  }
+  gpt::LanguageModelTrainer& trainer = *owned;
   // Warm-up: first allocations, the op registry, the host memory settling.
   for (int64_t s = 0; s < warmup; ++s) r.losses.push_back(trainer.step().loss);
   gpt::reset_memory_peaks(trainer);
+  if (piped != nullptr) piped->reset_idle();
   std::vector<double> times;
   const RelayoutStats before = relayout_stats();
   for (int64_t s = 0; s < steps; ++s) {
@@ -133,6 +201,13 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
     r.losses.push_back(step.loss);
   }
   const RelayoutStats after = relayout_stats();
+  if (piped != nullptr) {
+    const train::PipelineSchedule& schedule = piped->pipeline().schedule();
+    r.pipeline = PipelineResult{schedule,
+                                train::bubble_formula(schedule.kind, schedule.stages,
+                                                      schedule.microbatches, schedule.chunks),
+                                train::simulate(schedule), piped->idle_total()};
+  }
   std::sort(times.begin(), times.end());
   r.step_seconds = times[times.size() / 2];
   const double tokens = static_cast<double>(config.batch_size) * config.block_size;
@@ -141,33 +216,73 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data, 
   r.collectives = static_cast<double>(after.collectives - before.collectives) / steps;
   r.bytes = static_cast<double>(after.bytes - before.bytes) / steps;
   r.collective_seconds =
-      (after.seconds - before.seconds) / steps / static_cast<double>(batch * model);
+      (after.seconds - before.seconds) / steps / static_cast<double>(stages * batch * model);
   for (const gpt::DeviceMemory& d : gpt::memory_report(trainer)) {
     if (static_cast<double>(d.peak_bytes) >= r.peak_bytes) {
       r.peak_bytes = static_cast<double>(d.peak_bytes);
       r.memory = d;
     }
   }
-  r.korthikanti_bytes = gpt::korthikanti_activation_bytes(trainer.config(), batch, model, false);
+  // Korthikanti's count is for the whole model on each device: not a stage's (no figure then).
+  if (piped == nullptr) {
+    r.korthikanti_bytes = gpt::korthikanti_activation_bytes(config, batch, model, false);
+  }
   // Parameters, gradients and AdamW's two moments: four copies of what a device holds of each.
   const std::vector<DTensor>& params = trainer.params();
   std::vector<double> held(rt.devices().size(), 0.0);
   for (const DTensor& p : params) {
     for (int i = 0; i < p.num_components(); ++i) {
-      held[static_cast<size_t>(i)] += 4.0 * static_cast<double>(p.component(i).nbytes());
+      held[static_cast<size_t>(p.device(i).index())] +=
+          4.0 * static_cast<double>(p.component(i).nbytes());
     }
   }
   r.state_bytes = *std::max_element(held.begin(), held.end());
   return r;
 }
 
-// "2x2", or "2x2 fsdp" for a fully sharded run.
+// "2x2", "2x2 fsdp" for a fully sharded run, "s2 1x1" with stages.
 std::string mesh_label(const MeshResult& r) {
-  return fmt::format("{}x{}{}", r.batch, r.model, r.fsdp ? " fsdp" : "");
+  return fmt::format("{}{}x{}{}{}", r.stage > 0 ? fmt::format("s{} ", r.stage) : "", r.batch,
+                     r.model, r.fsdp ? " fsdp" : "", r.stage_threads ? " threads" : "");
+}
+
+// The text table of a stage mesh's idle per stage.
+std::string pipeline_text(const MeshResult& r) {
+  const PipelineResult& p = *r.pipeline;
+  const double steps = std::max(p.idle.windows, 1);
+  std::string out = fmt::format(
+      "{}: {} schedule, {} microbatches{}: the schedule took {:.4f} s of the {:.4f} s step, {:.0f} "
+      "transfers between stages\n",
+      mesh_label(r), train::schedule_kind_name(p.schedule.kind), p.schedule.microbatches,
+      p.schedule.chunks > 1 ? fmt::format(" x {} chunks", p.schedule.chunks) : "",
+      p.idle.wall_seconds / steps, r.step_seconds, p.idle.transfers / steps);
+  out += fmt::format("{:>7} {:>8} {:>8} {:>10} {:>10} {:>12} {:>22}\n", "stage", "idle", "formula",
+                     "simulated", "transfer", "transfer ms", "(idle-transfer)/formula");
+  for (size_t s = 0; s < p.idle.stages.size(); ++s) {
+    const train::StageIdle& st = p.idle.stages[s];
+    if (st.devices == 0) {
+      out += fmt::format("{:>7} (its devices are another process's)\n", s);
+      continue;
+    }
+    out += fmt::format("{:>7} {:>8.4f} {:>8.4f} {:>10.4f} {:>10.4f} {:>12.3f} {:>22.3f}\n", s,
+                       st.idle_fraction, p.bubble, p.simulation.idle_fraction.at(s),
+                       st.transfer_fraction, 1e3 * st.transfer_seconds / steps,
+                       idle_less_transfer_over_bubble(st, p.bubble));
+  }
+  return out;
 }
 
 Json memory_json(const MeshResult& r) {
   const gpt::DeviceMemory& m = r.memory;
+  if (r.korthikanti_bytes <= 0) {  // a stage mesh: no count to compare with
+    return Json{{"device", m.device},
+                {"peak_bytes", m.peak_bytes},
+                {"parameter_bytes", m.parameter_bytes},
+                {"gradient_bytes", m.gradient_bytes},
+                {"optimizer_bytes", m.optimizer_bytes},
+                {"activation_bytes", m.activation_bytes},
+                {"saved_activation_bytes", m.saved_bytes}};
+  }
   return Json{
       {"device", m.device},
       {"peak_bytes", m.peak_bytes},
@@ -197,12 +312,39 @@ Flags parse(const Args& args) {
   flags.set({"--fsdp"}, f.fsdp);
   flags.text({"--dtype"}, f.dtype);
   flags.set({"--json"}, f.json);
+  flags.text({"--schedule"}, f.schedule);
+  flags.integer({"--microbatches"}, f.microbatches, 1, 4096);
+  flags.integer({"--chunks"}, f.chunks, 1, 64);
+  flags.set({"--stage-threads"}, f.stage_threads);
   flags.parse(args);
-  for (const std::string& item : split_list(f.meshes, ',')) {
-    if (item.find('x') == std::string::npos) {
-      flags.fail(fmt::format("--meshes takes BxM,BxM,..., got '{}'", item));
+  // Named meshes ("stage=2,batch=1,model=1") hold commas: then ';' separates the meshes.
+  const bool named = f.meshes.find('=') != std::string::npos;
+  for (const std::string& item : split_list(f.meshes, named ? ';' : ',')) {
+    if (!named && item.find('x') == std::string::npos) {
+      flags.fail(
+          fmt::format("--meshes takes BxM,BxM,... or named meshes separated by ';' "
+                      "(stage=2,batch=1,model=1;1x1), got '{}'",
+                      item));
     }
-    f.mesh_shapes.push_back(parse_mesh_shape(flags, "--meshes", item));
+    MeshShape shape;
+    std::tie(shape.batch, shape.model) = parse_mesh_shape(flags, "--meshes", item, &shape.stage);
+    f.mesh_shapes.push_back(shape);
+  }
+  const bool stages = std::any_of(f.mesh_shapes.begin(), f.mesh_shapes.end(),
+                                  [](const MeshShape& s) { return s.stage > 0; });
+  if (!stages && (!f.schedule.empty() || f.microbatches > 0 || f.chunks > 0 || f.stage_threads)) {
+    flags.fail(
+        "--schedule, --microbatches, --chunks and --stage-threads need a mesh with a stage "
+        "dimension in "
+        "--meshes (e.g. stage=2,batch=1,model=1)");
+  }
+  if (stages && f.fsdp) flags.fail("--fsdp runs the meshes without stages only");
+  if (!f.schedule.empty()) {
+    try {
+      train::parse_schedule_kind(f.schedule);
+    } catch (const Error& e) {
+      flags.fail(fmt::format("--schedule: {}", e.what()));
+    }
   }
   return f;
 }
@@ -220,19 +362,24 @@ int gpt_benchmark(const Flags& f) {
   const bench::CpuSample cpu_before = bench::sample_cpu();
   const double peak = sgemm_peak(2048, static_cast<int>(f.sgemm_threads));
   std::vector<MeshResult> results;
-  for (const auto& [b, m] : f.mesh_shapes) {
+  for (const MeshShape& shape : f.mesh_shapes) {
     for (const bool fsdp : f.fsdp ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
       config.fsdp = fsdp;
-      results.push_back(run_mesh(config, data, b, m, f.warmup, f.steps, peak));
+      const bool both = shape.stage > 0 && f.stage_threads;
+      for (const bool threads : both ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+        results.push_back(run_mesh(config, data, shape, f, peak, threads));
+      }
     }
   }
   const double others = bench::other_cpu_fraction(cpu_before, bench::sample_cpu());
   if (f.json) {
     Json rows = Json::array();
     for (const MeshResult& r : results) {
+      Json mesh = r.stage > 0 ? Json{r.stage, r.batch, r.model} : Json{r.batch, r.model};
       rows.push_back(
-          Json{{"mesh", {r.batch, r.model}},
+          Json{{"mesh", mesh},
                {"fsdp", r.fsdp},
+               {"stage_threads", r.stage_threads},
                {"step_seconds", json_number(r.step_seconds)},
                {"tokens_per_second", json_number(r.tokens_per_second)},
                {"mfu", json_number(r.mfu, 4)},
@@ -244,6 +391,8 @@ int gpt_benchmark(const Flags& f) {
                {"state_bytes_per_device", json_number(r.state_bytes, 15)},
                {"memory", memory_json(r)},
                {"losses", r.losses}});
+      if (r.pipeline)
+        rows.back()["pipeline"] = pipeline_idle_json(r.pipeline->schedule, r.pipeline->idle);
     }
     print_json(Json{{"config", f.config},
                     {"warmup_steps", f.warmup},
@@ -301,6 +450,27 @@ int gpt_benchmark(const Flags& f) {
   std::cout << "\n(the busiest device's peak: act = peak - parameters - gradients - AdamW, what "
                "the step keeps for its backward pass and its temporaries; saved: the most the "
                "gradient tapes kept; K: Korthikanti et al.'s activation count in fp32)\n";
+  bool first_pipeline = true;
+  for (const MeshResult& r : results) {
+    if (!r.pipeline) continue;
+    if (first_pipeline) {
+      std::cout << "\n(pipeline stages: idle = 1 - the time the stage's devices ran op kernels "
+                   "/ the schedule's wall time; transfer: the time of its transfers between "
+                   "stages, the same fraction; the goal is (idle - transfer)/formula <= 1.2)\n";
+      first_pipeline = false;
+    }
+    std::cout << "\n" << pipeline_text(r);
+  }
+  // Each stage-threads run against the single controller's on its mesh, the row before it.
+  for (size_t i = 1; i < results.size(); ++i) {
+    const MeshResult &one = results[i - 1], &threads = results[i];
+    if (!threads.stage_threads) continue;
+    std::cout << fmt::format(
+        "{} / one controller: step time {:.3f}, schedule time {:.3f}\n", mesh_label(threads),
+        threads.step_seconds / one.step_seconds,
+        (threads.pipeline->idle.wall_seconds / threads.pipeline->idle.windows) /
+            (one.pipeline->idle.wall_seconds / one.pipeline->idle.windows));
+  }
   // Each fully sharded run against the replicated run on its mesh, the row before it.
   for (size_t i = 1; i < results.size(); ++i) {
     const MeshResult &plain = results[i - 1], &sharded = results[i];

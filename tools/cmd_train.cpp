@@ -22,6 +22,7 @@
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
 #include "json_output.h"
+#include "pipeline_idle_json.h"
 #include "llama_model.h"
 #include "llama_reference.h"
 #include "llama_trainer.h"
@@ -60,6 +61,8 @@ constexpr const char* kHelp =
     "  --microbatches N    with stages: microbatches per step (default: the stages); the\n"
     "                      batch must split into them\n"
     "  --chunks V          with stages: model chunks per stage (interleaved: default 2)\n"
+    "  --stage-threads     with stages: a controller thread per stage instead of one for the\n"
+    "                      step (one process; docs/pipeline.md, \"Stage threads\")\n"
     "  --print-schedule    with stages: print the schedule (each stage's actions, the bubble,\n"
     "                      a time chart) and the layers of each stage, then exit\n"
     "  --device cpu|gpu    the mesh's devices: virtual CPU devices (default) or GPU devices\n"
@@ -94,7 +97,9 @@ constexpr const char* kHelp =
     "                      AdamW, the gathered layer under --fsdp, estimated activations) and the\n"
     "                      limit, then exit without training (docs/memory.md)\n"
     "  --json              print one JSON object at the end instead of the progress output\n"
-    "                      (one line; a number that is NaN or infinite is written as null)\n"
+    "                      (one line; a number that is NaN or infinite is written as null); with\n"
+    "                      stages, \"pipeline\": each stage's measured idle over every step's\n"
+    "                      schedule beside the formula's bubble (docs/pipeline.md)\n"
     "  --checkpoint-dir D  keep checkpoints in D (docs/checkpoints.md; step-NNNNNNNN/, last 3)\n"
     "  --checkpoint-every N  save a checkpoint after every N steps (needs --checkpoint-dir)\n"
     "  --async-checkpoint  write the checkpoints in the background (the step waits only for a\n"
@@ -121,6 +126,7 @@ struct Options {
   std::string schedule = "1f1b";
   int64_t microbatches = 0, chunks = 0;  // 0: the stages / 1 (interleaved: 2)
   bool print_schedule = false;
+  bool stage_threads = false;  // a controller thread per stage
   std::string device_type = "CPU";                                  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   int64_t layers = 0;                                               // 0: the config's
@@ -165,6 +171,7 @@ Options parse(const Args& args) {
   flags.integer({"--microbatches"}, o.microbatches, 1, 100000);
   flags.integer({"--chunks"}, o.chunks, 1, 1000);
   flags.set({"--print-schedule"}, o.print_schedule);
+  flags.set({"--stage-threads"}, o.stage_threads);
   flags.integer({"--steps"}, o.steps, 1, 100000000);
   flags.integer({"--layers"}, o.layers, 1, 100000);
   flags.integer({"--eval-interval"}, o.eval_interval, 1, 100000000);
@@ -220,9 +227,11 @@ Options parse(const Args& args) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
   }
   const bool pipeline_flags =
-      o.microbatches > 0 || o.chunks > 0 || o.print_schedule || o.schedule != "1f1b";
+      o.microbatches > 0 || o.chunks > 0 || o.print_schedule || o.schedule != "1f1b" ||
+      o.stage_threads;
   if (o.mesh_stage == 0 && pipeline_flags) {
-    flags.fail("--schedule, --microbatches, --chunks and --print-schedule need a stage dimension "
+    flags.fail("--schedule, --microbatches, --chunks, --print-schedule and --stage-threads need a "
+               "stage dimension "
                "in --mesh (e.g. stage=2,batch=1,model=2)");
   }
   if (o.mesh_stage > 0) {
@@ -452,7 +461,9 @@ int train_model(const Options& o) {
         .schedule = kind,
         .microbatches = static_cast<int>(o.microbatches > 0 ? o.microbatches : o.mesh_stage),
         .chunks = static_cast<int>(o.chunks > 0 ? o.chunks
-                                   : kind == train::ScheduleKind::kInterleaved1F1B ? 2 : 1)};
+                                   : kind == train::ScheduleKind::kInterleaved1F1B ? 2 : 1),
+        .measure_idle = o.json,  // --json reports each stage's measured idle
+        .stage_threads = o.stage_threads};
     auto t = std::make_unique<gpt::GptPipelineTrainer>(*gpt_config, mesh, pipeline,
                                                        std::move(data), &rt, o.sp);
     shape = shape_of(t->config());
@@ -510,7 +521,11 @@ int train_model(const Options& o) {
     train::write_metrics_csv(out, history);
   }
   if (o.json) {
-    print_json(run_json(o, client, history, memory_json(*trainer, korthikanti)));
+    Json out = run_json(o, client, history, memory_json(*trainer, korthikanti));
+    if (const auto* piped = dynamic_cast<const gpt::GptPipelineTrainer*>(trainer.get())) {
+      out["pipeline"] = pipeline_idle_json(piped->pipeline().schedule(), piped->idle_total());
+    }
+    print_json(out);
     return kExitOk;
   }
   std::cout << history.summary() << "\n" << memory_line(*trainer, korthikanti) << "\n";

@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <condition_variable>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -36,6 +40,50 @@ ForwardOptions for_microbatch(ForwardOptions options, int microbatch) {
 DTensor add_or_take(const DTensor& sum, const DTensor& term) {
   return sum.defined() ? add(sum, term) : term;
 }
+
+// What the stage threads hand each other (activations and gradients under a key), and the
+// step's first failure, which ends every wait.
+class Mailbox {
+ public:
+  void put(size_t key, DTensor value) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      values_[key] = std::move(value);
+    }
+    changed_.notify_all();
+  }
+  // The value under `key`, once there (taken out); nullopt when the step failed meanwhile. Not
+  // there by `deadline`: kDeadlineExceeded with `late` as the message.
+  std::optional<DTensor> take(size_t key, std::chrono::steady_clock::time_point deadline,
+                              const std::function<std::string()>& late) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!changed_.wait_until(lock, deadline,
+                             [&] { return failed_ || values_.count(key) > 0; })) {
+      throw Error(ErrorCode::kDeadlineExceeded, kComponent, late());
+    }
+    if (failed_) return std::nullopt;
+    DTensor out = std::move(values_[key]);
+    values_.erase(key);
+    return out;
+  }
+  void fail() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failed_ = true;
+    }
+    changed_.notify_all();
+  }
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<size_t, DTensor> values_;
+  bool failed_ = false;
+};
 
 }  // namespace
 
@@ -86,6 +134,11 @@ GptPipeline::GptPipeline(GptConfig config, const Mesh& mesh, PipelineOptions opt
   }
   const int p = static_cast<int>(mesh.dim_size("stage"));
   const int m = options_.microbatches, v = options_.chunks;
+  if (options_.stage_threads && mesh.num_local_devices() != mesh.size()) {
+    invalid(fmt::format("stage threads run every stage in this process; {} of the mesh's {} "
+                        "devices are here",
+                        mesh.num_local_devices(), mesh.size()));
+  }
   schedule_ = train::make_schedule(options_.schedule, p, m, v);
   order_ = train::simulate(schedule_);
   if (config_.n_layer < p * v) {
@@ -100,6 +153,7 @@ GptPipeline::GptPipeline(GptConfig config, const Mesh& mesh, PipelineOptions opt
   for (const Mesh& sub : stage_meshes(mesh)) {
     models_.emplace_back(config_, sub, runtime_, sequence_parallel);
   }
+  if (options_.stage_threads) threads_ = std::make_shared<train::StageThreads>(p);
   const GptModel& first = models_.front();
   wte_ = first.index("wte");
   wpe_ = first.index("wpe");
@@ -204,11 +258,153 @@ DTensor GptPipeline::transfer(const DTensor& x, int from, int to, const std::str
   }
 }
 
+std::vector<std::vector<Device*>> GptPipeline::local_stage_devices() const {
+  std::vector<std::vector<Device*>> out;
+  for (int s = 0; s < stages(); ++s) {
+    std::vector<Device*> devices;
+    for (const std::string& name : stage_mesh(s).local_devices()) {
+      devices.push_back(&runtime_->device(name));
+    }
+    out.push_back(std::move(devices));
+  }
+  return out;
+}
+
 std::vector<DTensor> GptPipeline::view(const std::vector<DTensor>& params, int stage,
                                        const DTensor& wte_copy) const {
   std::vector<DTensor> out = params;
   if (stage == stages() - 1 && stage != 0) out[wte_] = wte_copy;
   return out;
+}
+
+// A step's state: what each (virtual stage, microbatch) keeps between its forward and its
+// backward, and the sums. With stage threads each thread touches only its own stage's entries
+// (its virtual stages' work, its parameters' sums; the last stage the loss and the head's copy of
+// the tied embedding), so they share it without a lock.
+struct GptPipeline::StepState {
+  struct Work {
+    std::unique_ptr<GradientTape> tape;
+    DTensor input;   // the activation received (null for the first virtual stage)
+    DTensor output;  // the activation sent on, or the last stage's scaled loss
+  };
+  const Tensor& idx;
+  const Tensor& targets;
+  ForwardOptions options;
+  int64_t rows = 0;                        // per microbatch
+  std::vector<std::vector<DTensor>> views;  // the parameters as each stage reads them
+  std::vector<Work> work;                  // [virtual stage * m + microbatch]
+  std::vector<DTensor> sums;
+  DTensor wte_copy_sum, loss_sum;
+  double loss_scale = 1.0;  // each microbatch's backward pass starts from its loss times this / m
+};
+
+void GptPipeline::forward(const train::PipelineAction& a, StepState& st, DTensor input) const {
+  const int p = stages(), m = schedule_.microbatches, last_k = schedule_.virtual_stages() - 1;
+  const int k = a.virtual_stage(p), mb = a.microbatch;
+  StepState::Work& w = st.work[static_cast<size_t>(k * m + mb)];
+  const GptModel& model = models_[static_cast<size_t>(a.stage)];
+  const std::vector<DTensor>& pv = st.views[static_cast<size_t>(a.stage)];
+  const ForwardOptions mb_options = for_microbatch(st.options, mb);
+  w.input = std::move(input);
+  w.tape = std::make_unique<GradientTape>();
+  if (k > 0) w.tape->watch(w.input);
+  for (size_t i : parameters_of(k)) w.tape->watch(pv[i]);
+  const auto [first, last] = layers(k);
+  const int64_t rows = st.rows;
+  DTensor x = k == 0 ? model.embed(pv, model.tokens(st.idx.slice(0, mb * rows, (mb + 1) * rows)),
+                                   mb_options)
+                     : w.input;
+  x = model.blocks(pv, x, first, last, mb_options);
+  if (k == last_k) {
+    const DTensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(
+        model.tokens(st.targets.slice(0, mb * rows, (mb + 1) * rows)), model.head(pv, x)));
+    st.loss_sum = add_or_take(st.loss_sum, loss);
+    x = multiply(loss, st.loss_scale / m);
+  }
+  w.tape->stop_recording();
+  w.output = x;
+}
+
+DTensor GptPipeline::backward(const train::PipelineAction& a, StepState& st,
+                              const DTensor& output_gradient) const {
+  const int p = stages(), m = schedule_.microbatches;
+  const int k = a.virtual_stage(p);
+  StepState::Work& w = st.work[static_cast<size_t>(k * m + a.microbatch)];
+  const std::vector<DTensor>& pv = st.views[static_cast<size_t>(a.stage)];
+  const std::vector<size_t> used = parameters_of(k);
+  std::vector<DTensor> sources;
+  if (k > 0) sources.push_back(w.input);
+  for (size_t i : used) sources.push_back(pv[i]);
+  const std::vector<DTensor> g = w.tape->gradient(w.output, sources, output_gradient);
+  w = StepState::Work{};  // the activations this microbatch kept here are let go
+  size_t next = 0;
+  DTensor input_gradient = k > 0 ? g[next++] : DTensor();
+  for (size_t i : used) {
+    const DTensor& gi = g[next++];
+    if (i == wte_ && k != 0) {
+      st.wte_copy_sum = add_or_take(st.wte_copy_sum, gi);
+    } else {
+      st.sums[i] = add_or_take(st.sums[i], gi);
+    }
+  }
+  return input_gradient;
+}
+
+void GptPipeline::run_stage_threads(StepState& st, const Mover& move) const {
+  const int p = stages(), m = schedule_.microbatches, last_k = schedule_.virtual_stages() - 1;
+  const size_t backward_keys = st.work.size();  // forward inputs first, then backward gradients
+  const auto key = [m](int k, int mb) { return static_cast<size_t>(k * m + mb); };
+  Mailbox mail;
+  std::vector<std::function<void()>> jobs;
+  for (int s = 0; s < p; ++s) {
+    jobs.emplace_back([&, s] {
+      try {
+        for (const train::PipelineAction& a : schedule_.per_stage[static_cast<size_t>(s)]) {
+          if (mail.failed()) return;
+          if (options_.before_action) options_.before_action(a);
+          const int k = a.virtual_stage(p), mb = a.microbatch;
+          const bool forward_pass = a.pass == train::Pass::kForward;
+          // What this action receives: the previous virtual stage's activation, or the next
+          // one's gradient.
+          DTensor received;
+          if (forward_pass ? k > 0 : k < last_k) {
+            const int from = forward_pass ? (k - 1) % p : (k + 1) % p;
+            const std::string what =
+                fmt::format("the {} of microbatch {}",
+                            forward_pass ? "forward activation" : "backward gradient", mb);
+            std::optional<DTensor> value =
+                mail.take(forward_pass ? key(k, mb) : backward_keys + key(k, mb),
+                          std::chrono::steady_clock::now() + options_.timeout, [&] {
+                            return fmt::format("{} from stage {} to stage {} did not arrive "
+                                               "within {} ms (stage {} is late): it was not sent",
+                                               what, from, s, options_.timeout.count(), from);
+                          });
+            if (!value) return;  // another stage failed: its error ends the step
+            received = std::move(*value);
+          }
+          if (forward_pass) {
+            forward(a, st, received);
+            if (k < last_k) {
+              mail.put(key(k + 1, mb),
+                       move(st.work[key(k, mb)].output, s, (k + 1) % p,
+                            fmt::format("the forward activation of microbatch {}", mb)));
+            }
+            continue;
+          }
+          const DTensor g = backward(a, st, received);
+          if (k > 0) {
+            mail.put(backward_keys + key(k - 1, mb),
+                     move(g, s, (k - 1) % p,
+                          fmt::format("the backward gradient of microbatch {}", mb)));
+          }
+        }
+      } catch (...) {
+        mail.fail();
+        throw;
+      }
+    });
+  }
+  threads_->run(std::move(jobs));
 }
 
 PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, const Tensor& idx,
@@ -221,87 +417,60 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
                         "microbatches",
                         idx.shape().to_string(), targets.shape().to_string(), m));
   }
-  const int64_t rows = idx.shape().dim(0) / m;
-  // The last stage's copy of the tied embedding, made when its first forward has its input.
-  std::vector<std::vector<DTensor>> views;
-  for (int s = 0; s < p; ++s) views.push_back(view(params, s, DTensor()));
-  const auto ensure_wte_copy = [&](int stage) {
-    if (stage == p - 1 && stage != 0 && !views[static_cast<size_t>(stage)][wte_].defined()) {
-      views[static_cast<size_t>(stage)][wte_] =
-          transfer(params[wte_], 0, stage, "the tied token embedding");
-    }
+  std::optional<train::PipelineIdleMeter> meter;
+  const auto deadline = [this] { return std::chrono::steady_clock::now() + options_.timeout; };
+  if (options_.measure_idle) meter.emplace(local_stage_devices(), deadline());
+  // A transfer between stages, timed for the meter when there is one.
+  const Mover move = [&](const DTensor& x, int from, int to, const std::string& what) {
+    if (!meter) return transfer(x, from, to, what);
+    return meter->transfer(from, to, [&] { return transfer(x, from, to, what); });
   };
-
-  // What each (virtual stage, microbatch) keeps between its forward and its backward.
-  struct Work {
-    DTensor input;   // the activation received (null for the first virtual stage)
-    std::unique_ptr<GradientTape> tape;
-    DTensor output;  // the activation sent on, or the last stage's scaled loss
-    DTensor output_gradient;  // received from the next virtual stage
+  StepState st{idx, targets, options, idx.shape().dim(0) / m, {}, {}, {}, {}, {}, loss_scale};
+  for (int s = 0; s < p; ++s) st.views.push_back(view(params, s, DTensor()));
+  st.work.resize(static_cast<size_t>((last_k + 1) * m));
+  st.sums.resize(params.size());
+  // The last stage's copy of the tied embedding: made before the stage threads start, or by the
+  // single controller when the last stage's first forward has its input (so that a stage=2 step
+  // under mpirun first meets across the processes in the forward activation's transfer).
+  const auto copy_wte = [&] {
+    DTensor& copy = st.views[static_cast<size_t>(p - 1)][wte_];
+    if (p > 1 && !copy.defined()) copy = move(params[wte_], 0, p - 1, "the tied token embedding");
   };
-  std::vector<Work> work(static_cast<size_t>((last_k + 1) * m));
-  std::vector<DTensor> sums(params.size());
-  DTensor wte_copy_sum, loss_sum;
-  for (const train::TimedAction& timed : order_.timeline) {
-    const train::PipelineAction& a = timed.action;
-    if (options_.before_action) options_.before_action(a);
-    const int k = a.virtual_stage(p), mb = a.microbatch;
-    Work& w = work[static_cast<size_t>(k * m + mb)];
-    const GptModel& model = models_[static_cast<size_t>(a.stage)];
-    const std::vector<DTensor>& pv = views[static_cast<size_t>(a.stage)];
-    const std::vector<size_t> used = parameters_of(k);
-    if (a.pass == train::Pass::kForward) {
-      const ForwardOptions mb_options = for_microbatch(options, mb);
+  if (options_.stage_threads && p > 1) {
+    copy_wte();
+    run_stage_threads(st, move);
+  } else {
+    // One controller thread issues every action in the order of the simulated timeline; the
+    // receiving action fetches its input.
+    std::vector<DTensor> output_gradients(st.work.size());
+    for (const train::TimedAction& timed : order_.timeline) {
+      const train::PipelineAction& a = timed.action;
+      if (options_.before_action) options_.before_action(a);
+      const int k = a.virtual_stage(p), mb = a.microbatch;
+      if (a.pass == train::Pass::kForward) {
+        DTensor input =
+            k == 0 ? DTensor()
+                   : move(st.work[static_cast<size_t>((k - 1) * m + mb)].output, (k - 1) % p,
+                          a.stage, fmt::format("the forward activation of microbatch {}", mb));
+        if (k == last_k) copy_wte();
+        forward(a, st, std::move(input));
+        continue;
+      }
+      const DTensor g = backward(a, st, output_gradients[static_cast<size_t>(k * m + mb)]);
       if (k > 0) {
-        w.input = transfer(work[static_cast<size_t>((k - 1) * m + mb)].output, (k - 1) % p,
-                           a.stage, fmt::format("the forward activation of microbatch {}", mb));
-      }
-      if (k == last_k) ensure_wte_copy(a.stage);
-      w.tape = std::make_unique<GradientTape>();
-      if (k > 0) w.tape->watch(w.input);
-      for (size_t i : used) w.tape->watch(pv[i]);
-      const auto [first, last] = layers(k);
-      DTensor x = k == 0 ? model.embed(pv, model.tokens(idx.slice(0, mb * rows, (mb + 1) * rows)),
-                                       mb_options)
-                         : w.input;
-      x = model.blocks(pv, x, first, last, mb_options);
-      if (k == last_k) {
-        const DTensor loss = reduce_mean(sparse_softmax_cross_entropy_with_logits(
-            model.tokens(targets.slice(0, mb * rows, (mb + 1) * rows)), model.head(pv, x)));
-        loss_sum = add_or_take(loss_sum, loss);
-        x = multiply(loss, loss_scale / m);
-      }
-      w.tape->stop_recording();
-      w.output = x;
-      continue;
-    }
-    std::vector<DTensor> sources;
-    if (k > 0) sources.push_back(w.input);
-    for (size_t i : used) sources.push_back(pv[i]);
-    const std::vector<DTensor> g = w.tape->gradient(w.output, sources, w.output_gradient);
-    w = Work{};  // the activations this microbatch kept here are let go
-    size_t next = 0;
-    if (k > 0) {
-      Work& before = work[static_cast<size_t>((k - 1) * m + mb)];
-      before.output_gradient =
-          transfer(g[next++], a.stage, (k - 1) % p,
-                   fmt::format("the backward gradient of microbatch {}", mb));
-    }
-    for (size_t i : used) {
-      const DTensor& gi = g[next++];
-      if (i == wte_ && k != 0) {
-        wte_copy_sum = add_or_take(wte_copy_sum, gi);
-      } else {
-        sums[i] = add_or_take(sums[i], gi);
+        output_gradients[static_cast<size_t>((k - 1) * m + mb)] =
+            move(g, a.stage, (k - 1) % p, fmt::format("the backward gradient of microbatch {}", mb));
       }
     }
   }
-  if (wte_copy_sum.defined()) {
+  if (st.wte_copy_sum.defined()) {
     // The head's share of the tied embedding's gradient, sent back to stage 0.
-    sums[wte_] = add_or_take(
-        sums[wte_], transfer(wte_copy_sum, p - 1, 0, "the tied token embedding's gradient"));
+    st.sums[wte_] = add_or_take(
+        st.sums[wte_], move(st.wte_copy_sum, p - 1, 0, "the tied token embedding's gradient"));
   }
-  return {scalar_of(everywhere(loss_sum)) / m, std::move(sums)};
+  std::optional<train::PipelineIdle> idle;
+  if (meter) idle = meter->finish(deadline());
+  return {scalar_of(everywhere(st.loss_sum)) / m, std::move(st.sums), std::move(idle)};
 }
 
 DTensor GptPipeline::whole_batch(const std::vector<DTensor>& params, const Tensor& idx,

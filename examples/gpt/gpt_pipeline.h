@@ -46,13 +46,17 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gpt_config.h"
 #include "gpt_model.h"
+#include "pipeline_idle.h"
 #include "pipeline_schedule.h"
+#include "stage_threads.h"
 #include "tessel/core/tensor.h"
 #include "tessel/dtensor/dtensor.h"
 #include "tessel/mesh/mesh.h"
@@ -68,6 +72,17 @@ struct PipelineOptions {
   std::chrono::milliseconds timeout{60000};
   // Called before each action of a step runs (tracing; the tests stall a stage here).
   std::function<void(const train::PipelineAction&)> before_action = nullptr;
+  // gradients() measures each stage's idle time and its transfers' (pipeline_idle.h: the
+  // devices' streams drained before the schedule's first action and after its last transfer,
+  // which costs the overlap of a step's schedule with the work before and after it).
+  bool measure_idle = false;
+  // One controller thread per stage instead of one for the step (docs/pipeline.md, "Stage
+  // threads"): each issues its stage's actions in the schedule's order, sends what its actions
+  // produce to the neighbouring stage as soon as they are enqueued, and waits (up to `timeout`)
+  // for what its actions receive, so a stage's work is not held behind another stage's transfer.
+  // One process only (every stage's devices local: kInvalidArgument otherwise); before_action is
+  // then called from the stage's thread.
+  bool stage_threads = false;
 };
 
 // The sub-meshes of a mesh along its first dimension: for each index of that dimension, the
@@ -78,6 +93,8 @@ std::vector<Mesh> stage_meshes(const Mesh& mesh);
 struct PipelineGradients {
   double loss = 0;                 // the mean of the microbatches' mean losses
   std::vector<DTensor> gradients;  // in the parameters' order and layouts, reduced
+  // With PipelineOptions::measure_idle: the schedule's window, each stage's idle and transfers.
+  std::optional<train::PipelineIdle> idle;
 };
 
 class GptPipeline {
@@ -123,6 +140,18 @@ class GptPipeline {
                                                               double clip_norm) const;
 
  private:
+  struct StepState;  // a step's activations, tapes and sums (gpt_pipeline.cpp)
+  // A transfer between stages (transfer(), timed when the idle is measured).
+  using Mover = std::function<DTensor(const DTensor&, int, int, const std::string&)>;
+  // Action `a`'s forward on `input` (null for the first virtual stage): its tape recorded, its
+  // output kept in `st`.
+  void forward(const train::PipelineAction& a, StepState& st, DTensor input) const;
+  // Action `a`'s backward given its output's gradient (null for the last virtual stage): the
+  // parameters' gradients added to the sums, the input's gradient returned (null for the first).
+  DTensor backward(const train::PipelineAction& a, StepState& st,
+                   const DTensor& output_gradient) const;
+  // Every stage's actions, each stage on its own thread (PipelineOptions::stage_threads).
+  void run_stage_threads(StepState& st, const Mover& move) const;
   // The parameters as stage `stage` reads them: the last stage's token embedding is `wte_copy`
   // (when it is not stage 0).
   std::vector<DTensor> view(const std::vector<DTensor>& params, int stage,
@@ -140,6 +169,8 @@ class GptPipeline {
   // `what` names it in errors ("the forward activation of microbatch 3").
   DTensor transfer(const DTensor& x, int from, int to, const std::string& what) const;
   void check_params(const std::vector<DTensor>& params) const;
+  // Each stage's devices of this process (the idle meter's view).
+  std::vector<std::vector<Device*>> local_stage_devices() const;
 
   GptConfig config_;
   Mesh mesh_;  // stage x batch x model
@@ -150,6 +181,7 @@ class GptPipeline {
   train::ScheduleSimulation order_;  // the timeline the single controller thread follows
   std::vector<int> placement_;       // stage of each parameter
   size_t wte_ = 0, wpe_ = 0, ln_f_ = 0;
+  std::shared_ptr<train::StageThreads> threads_;  // with stage_threads
 };
 
 }  // namespace tessel::gpt

@@ -36,6 +36,8 @@ LanguageModelTrainer::BatchGradients GptPipelineTrainer::batch_gradients(
     const ProfilePhase phase("pipeline");
     return pipeline().gradients(params(), idx, targets, options, scale);
   }();
+  last_idle_ = g.idle;
+  if (g.idle) idle_total_.add(*g.idle);
   const ProfilePhase phase("optimizer");
   auto [clipped, norm] =
       pipeline().clip_by_global_norm(g.gradients, training().grad_clip * scale);

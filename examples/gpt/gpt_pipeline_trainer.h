@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "char_dataset.h"
 #include "gpt_pipeline.h"
@@ -33,12 +34,21 @@ class GptPipelineTrainer : private detail::PipelineHolder, public LanguageModelT
 
   const GptPipeline& pipeline() const { return *PipelineHolder::pipeline; }
   const GptConfig& config() const { return pipeline().config(); }
+  // With PipelineOptions::measure_idle: the last step's schedule window (pipeline_idle.h), and
+  // every step's since the trainer was made or the last reset_idle() (windows added).
+  const std::optional<train::PipelineIdle>& last_idle() const { return last_idle_; }
+  const train::PipelineIdle& idle_total() const { return idle_total_; }
+  void reset_idle() { idle_total_ = {}; }
 
  protected:
   BatchGradients batch_gradients(const Tensor& idx, const Tensor& targets,
                                  const ForwardOptions& options) override;
   double batch_loss(const Tensor& idx, const Tensor& targets) override;
   DTensor row_logits(const Tensor& ids) override;
+
+ private:
+  std::optional<train::PipelineIdle> last_idle_;
+  train::PipelineIdle idle_total_;
 };
 
 }  // namespace tessel::gpt

@@ -33,6 +33,7 @@
 #include "tessel/mesh/topology.h"
 
 // runtime
+#include "tessel/runtime/busy_time.h"
 #include "tessel/runtime/clients.h"
 #include "tessel/runtime/device.h"
 #include "tessel/runtime/gpu.h"

@@ -128,3 +128,25 @@ def test_global_runtime_is_shared():
     assert g.device(0).name == cpu(0)
     assert Runtime.global_runtime().device(0).name == g.device(0).name
     g.synchronize(timeout_seconds=5)
+
+
+def test_busy_time_counts_each_devices_kernels_and_collectives(mesh):
+    from conftest import host, put, rand
+
+    rt = tessel.Runtime.global_runtime()
+    devices = [rt.device(i) for i in range(4)]
+    before = [d.busy_time() for d in devices]
+    assert set(before[0]) == {"kernel_seconds", "communication_seconds", "kernels", "collectives"}
+    a = put(rand((64, 64), 1), ("x", "unsharded"), mesh)
+    w = put(rand((64, 64), 2), ("unsharded", "unsharded"), mesh)
+    c = tessel.matmul(a, w)  # a block per device, no communication
+    host(c)
+    after_matmul = [d.busy_time() for d in devices]
+    for b, m in zip(before, after_matmul):
+        assert m["kernels"] > b["kernels"]
+        assert m["kernel_seconds"] > b["kernel_seconds"]
+    host(tessel.relayout(c, tessel.Layout(["unsharded", "unsharded"], mesh)))  # an all-gather
+    after_relayout = [d.busy_time() for d in devices]
+    for m, r in zip(after_matmul, after_relayout):
+        assert r["collectives"] > m["collectives"]
+        assert r["communication_seconds"] > m["communication_seconds"]

@@ -1,7 +1,10 @@
 // One collective step on every device's stream (group_step.h).
 #include "comm/group_step.h"
 
+#include <chrono>
 #include <utility>
+
+#include "tessel/runtime/busy_time.h"
 
 namespace tessel::detail {
 
@@ -27,9 +30,17 @@ void GroupStep::add(Device& device, Communicator* comm, std::function<void()> fn
   }
   comms_.push_back(comm);
   Allocator* scratch = scratch_ == Scratch::kDevice ? device.allocator() : nullptr;
-  // `owner` keeps comm alive for as long as the task exists (see group_step.h, Lifetime).
-  tasks_.push_back({&device, [owner = owner_, comm, scratch, fn = std::move(fn)] {
+  // `owner` keeps comm alive for as long as the task exists (see group_step.h, Lifetime). The
+  // task's time counts as its device's communication (busy_time.h), failed or not.
+  tasks_.push_back({&device, [owner = owner_, comm, scratch, device = &device, fn = std::move(fn)] {
                       comm->set_scratch_allocator(scratch);
+                      struct Count {
+                        const Device* device;
+                        std::chrono::steady_clock::time_point start;
+                        ~Count() {
+                          add_communication_time(*device, std::chrono::steady_clock::now() - start);
+                        }
+                      } count{device, std::chrono::steady_clock::now()};
                       fn();
                     }});
 }

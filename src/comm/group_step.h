@@ -21,6 +21,8 @@
 //   because groups are shared (relayout and CrossDeviceOps use the same group over the same
 //   devices) and every user of a rank runs on that rank's stream. A task without a
 //   communicator (a local copy between collective steps) runs as given.
+// - Time: a task with a communicator counts its time as its device's communication
+//   (tessel/runtime/busy_time.h).
 // - Abort: a task that fails, a task its stream drops (an earlier op on it failed) and the
 //   deadline abort the step's communicators, so that the peers still waiting in a collective
 //   fail at once with kAborted instead of waiting out their deadline. Over a pool: every

@@ -7,6 +7,7 @@
 
 #include "dtensor/framework/kernel_runner.h"
 #include "tessel/dtensor/op_profile.h"
+#include "tessel/runtime/busy_time.h"
 
 namespace tessel::detail {
 namespace {
@@ -14,6 +15,18 @@ namespace {
 // Calls whose local blocks hold at most this many elements in all (inputs and outputs, every
 // local device) run inline: a few microseconds of work at most.
 constexpr int64_t kInlineElements = 16384;
+
+// One device's kernel, its time counted in the op profile (when on) and in the device's busy
+// time (busy_time.h).
+void run_counted_kernel(const OpDef& def, const std::vector<Tensor>& inputs, Tensor& output,
+                        const OpAttrs& attrs, const LocalContext& context, const Device& device,
+                        int phase) {
+  const double start = profile_clock();
+  const auto begun = std::chrono::steady_clock::now();
+  run_kernel(def, inputs, output, attrs, context);
+  add_kernel_time(device, std::chrono::steady_clock::now() - begun);
+  record_profile(phase, def.name, start);
+}
 
 // One device's kernel call with its arguments, run by reference on the calling thread: a
 // std::function holding a single reference needs no allocation.
@@ -23,11 +36,10 @@ struct InlineKernel {
   Tensor& output;
   const OpAttrs& attrs;
   size_t device;
+  const Device* on;  // the device whose kernel it is
   int phase;  // op_profile.h
   void operator()() const {
-    const double start = profile_clock();
-    run_kernel(*plan.def, inputs, output, attrs, plan.contexts[device]);
-    record_profile(phase, plan.def->name, start);
+    run_counted_kernel(*plan.def, inputs, output, attrs, plan.contexts[device], *on, phase);
   }
 };
 
@@ -141,15 +153,13 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
     local.clear();
     for (const DTensor& in : ready) local.push_back(in.component(static_cast<int>(i)));
     if (on_caller) {
-      const InlineKernel call{p, local, outputs.back(), attrs.get(), i, phase};
+      const InlineKernel call{p, local, outputs.back(), attrs.get(), i, device, phase};
       if (device->stream().run_inline_if_idle(p.def->name, [&call] { call(); })) continue;
     }
-    device->stream().enqueue(p.def->name, [plan, i, phase, local = std::move(local),
+    device->stream().enqueue(p.def->name, [plan, i, phase, device, local = std::move(local),
                                            output = outputs.back(),
                                            shared = attrs.shared()]() mutable {
-      const double start = profile_clock();
-      run_kernel(*plan->def, local, output, *shared, plan->contexts[i]);
-      record_profile(phase, plan->def->name, start);
+      run_counted_kernel(*plan->def, local, output, *shared, plan->contexts[i], *device, phase);
     });
     local = std::vector<Tensor>();  // moved into the task
     local.reserve(ready.size());
