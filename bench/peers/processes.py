@@ -7,8 +7,11 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import json
 import signal
+import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +38,24 @@ def run_with_deadline(cmd, env, timeout_s):
             except subprocess.TimeoutExpired:
                 continue
         return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(worker, args, nprocs: int) -> dict:
+    """Runs worker(rank, args, port, out_path) in nprocs processes (torch.multiprocessing.spawn,
+    in the peers' venv; port: a free one for the gloo rendezvous) and returns the JSON object
+    rank 0 wrote to out_path (torch_fsdp.py, torch_pipeline.py)."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        mp.spawn(worker, args=(args, free_port(), out), nprocs=nprocs, join=True)
+        return json.loads(Path(out).read_text())
 
 
 def cpu_sample():

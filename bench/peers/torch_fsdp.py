@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import socket
 import statistics
 import sys
 import time
@@ -64,12 +62,6 @@ def parse_args(argv=None):
     if not args.data.is_file():
         ap.error(f"--data {args.data}: no such file (tiny Shakespeare, as tessel's)")
     return args
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def peak_excess_bytes(profiler) -> int:
@@ -194,14 +186,9 @@ def worker(rank: int, args, port: int, out_path: str) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
-    import tempfile
+    from processes import spawn_ranks
 
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "result.json")
-        mp.spawn(worker, args=(args, free_port(), out), nprocs=args.procs, join=True)
-        result = json.loads(Path(out).read_text())
+    result = spawn_ranks(worker, args, args.procs)
     if args.json:
         print(json.dumps(result))
         return 0
