@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -68,6 +69,16 @@ struct Job {
   }
 };
 
+// How long a pool thread polls for the next job before it sleeps, and a caller for its ranges'
+// end before it waits on a futex.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // machine_cores() - 1 threads (the caller is the other), started on first use and kept for the
 // life of the process (never destroyed: no thread is joined during static destruction).
 class Pool {
@@ -80,6 +91,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int i = 0; i < tickets; ++i) queue_.push_back(job);
+      queued_.fetch_add(tickets, std::memory_order_release);
     }
     if (tickets == 1) {
       cv_.notify_one();
@@ -91,20 +103,34 @@ class Pool {
  private:
   void work() {
     for (;;) {
+      // A model's ops come back to back: a worker that just finished polls for the next job for
+      // a while before it sleeps, so that the next op's ranges start without a futex wake-up
+      // (tens of microseconds on a VM, against ranges of a hundred), as OpenMP's workers spin.
+      spin_for_work();
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [this] { return !queue_.empty(); });
         job = std::move(queue_.front());
         queue_.pop_front();
+        queued_.fetch_sub(1, std::memory_order_relaxed);
       }
       job->run_ranges();
+    }
+  }
+
+  void spin_for_work() const {
+    const auto until = std::chrono::steady_clock::now() + kSpinTime;
+    while (queued_.load(std::memory_order_acquire) == 0) {
+      for (int i = 0; i < 64; ++i) cpu_relax();
+      if (std::chrono::steady_clock::now() > until) return;
     }
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   std::vector<std::thread> workers_;
 };
 
@@ -173,6 +199,10 @@ void run_parallel_for_threads(int64_t n, int64_t grain, int threads,
   job->run_ranges();
   // Ranges a pool thread claimed may still be running: wait for them (they are computing, not
   // waiting on anything, so this ends when they do).
+  const auto until = std::chrono::steady_clock::now() + kSpinTime;
+  while (job->done.load() < job->chunks && std::chrono::steady_clock::now() < until) {
+    for (int i = 0; i < 16; ++i) cpu_relax();
+  }
   for (int done = job->done.load(); done < job->chunks; done = job->done.load()) {
     job->done.wait(done);
   }
