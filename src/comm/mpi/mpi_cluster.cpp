@@ -56,6 +56,16 @@ class MpiCluster : public Cluster {
     std::shared_ptr<detail::MpiTransport> transport;
     try {
       transport = detail::MpiTransport::create(comm, options);
+    } catch (const Error& e) {
+      // A deadline (or an abort) may have ended create's wait while its MPI_Comm_idup of `comm`
+      // was still pending: MPI keeps progressing that collective, which reads `comm`, so freeing
+      // it here left a dangling communicator that the next MPI call of the process crashed in
+      // (libnbc's progress). The group's communicator is then leaked, as idup_until leaks the
+      // new handle (mpi_env.h).
+      if (e.code() != ErrorCode::kDeadlineExceeded && e.code() != ErrorCode::kAborted) {
+        free_comm(comm);
+      }
+      throw;
     } catch (...) {
       free_comm(comm);
       throw;
