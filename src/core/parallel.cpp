@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cpu_relax.h"
 #include "core/env.h"
 #include "core/errors.h"
 
@@ -73,12 +74,6 @@ struct Job {
 // end before it waits on a futex.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
 
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 // machine_cores() - 1 threads (the caller is the other), started on first use and kept for the
 // life of the process (never destroyed: no thread is joined during static destruction).
 class Pool {
@@ -122,7 +117,7 @@ class Pool {
   void spin_for_work() const {
     const auto until = std::chrono::steady_clock::now() + kSpinTime;
     while (queued_.load(std::memory_order_acquire) == 0) {
-      for (int i = 0; i < 64; ++i) cpu_relax();
+      for (int i = 0; i < 64; ++i) detail::cpu_relax();
       if (std::chrono::steady_clock::now() > until) return;
     }
   }

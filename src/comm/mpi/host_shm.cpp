@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "comm/mpi/mpi_transport.h"
+#include "core/cpu_relax.h"
 #include "core/errors.h"
 
 namespace tessel::detail {
@@ -39,13 +40,6 @@ constexpr auto kTick = std::chrono::milliseconds(2);
 constexpr int kSpins = 256;
 constexpr auto kYieldTime = std::chrono::microseconds(50);
 
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
