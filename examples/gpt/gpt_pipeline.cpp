@@ -440,26 +440,50 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
     copy_wte();
     run_stage_threads(st, move);
   } else {
-    // One controller thread issues every action in the order of the simulated timeline; the
-    // receiving action fetches its input.
+    // One controller thread issues every action in the order of the simulated timeline, the
+    // actions that start at the same simulated time as a group: first every transfer the group
+    // receives, each fetched for the action that reads it (the previous virtual stage's
+    // activation, the next one's gradient), then the group's work. A transfer across processes
+    // holds this process's controller until the other side arrives, and issuing an action's
+    // kernels holds it for about the action's run time (dispatch runs a few kernels ahead of a
+    // device): a transfer fetched after a local action of the same time, or when its sender's
+    // action started rather than when its reader's does, kept the neighbouring stage waiting
+    // for data that was ready (the `baby` pipeline over 2 processes ran its stages in turn).
     std::vector<DTensor> output_gradients(st.work.size());
-    for (const train::TimedAction& timed : order_.timeline) {
-      const train::PipelineAction& a = timed.action;
-      if (options_.before_action) options_.before_action(a);
-      const int k = a.virtual_stage(p), mb = a.microbatch;
-      if (a.pass == train::Pass::kForward) {
-        DTensor input =
-            k == 0 ? DTensor()
-                   : move(st.work[static_cast<size_t>((k - 1) * m + mb)].output, (k - 1) % p,
-                          a.stage, fmt::format("the forward activation of microbatch {}", mb));
-        if (k == last_k) copy_wte();
-        forward(a, st, std::move(input));
-        continue;
+    const std::vector<train::TimedAction>& timeline = order_.timeline;
+    std::vector<DTensor> received;
+    for (size_t first = 0, end = 0; first < timeline.size(); first = end) {
+      end = first + 1;
+      while (end < timeline.size() && timeline[end].start <= timeline[first].start) ++end;
+      received.assign(end - first, DTensor());
+      for (size_t i = first; i < end; ++i) {
+        const train::PipelineAction& a = timeline[i].action;
+        if (options_.before_action) options_.before_action(a);
+        const int k = a.virtual_stage(p), mb = a.microbatch;
+        if (a.pass == train::Pass::kForward) {
+          if (k > 0) {
+            received[i - first] =
+                move(st.work[static_cast<size_t>((k - 1) * m + mb)].output, (k - 1) % p, a.stage,
+                     fmt::format("the forward activation of microbatch {}", mb));
+          }
+          if (k == last_k) copy_wte();
+        } else if (k < last_k) {
+          DTensor& sent = output_gradients[static_cast<size_t>(k * m + mb)];
+          received[i - first] = move(sent, (k + 1) % p, a.stage,
+                                     fmt::format("the backward gradient of microbatch {}", mb));
+          sent = DTensor();
+        }
       }
-      const DTensor g = backward(a, st, output_gradients[static_cast<size_t>(k * m + mb)]);
-      if (k > 0) {
-        output_gradients[static_cast<size_t>((k - 1) * m + mb)] =
-            move(g, a.stage, (k - 1) % p, fmt::format("the backward gradient of microbatch {}", mb));
+      for (size_t i = first; i < end; ++i) {
+        const train::PipelineAction& a = timeline[i].action;
+        const int k = a.virtual_stage(p), mb = a.microbatch;
+        if (a.pass == train::Pass::kForward) {
+          forward(a, st, std::move(received[i - first]));
+          continue;
+        }
+        const DTensor g = backward(a, st, received[i - first]);
+        received[i - first] = DTensor();
+        if (k > 0) output_gradients[static_cast<size_t>((k - 1) * m + mb)] = g;
       }
     }
   }
