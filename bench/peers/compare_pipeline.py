@@ -5,7 +5,10 @@ side-by-side figure): `tessel train gpt --mesh stage=P,batch=1,model=1 --schedul
 model split, initial parameters, batches, microbatches and learning-rate schedule, dropout 0,
 alternating the two (tessel first in even rounds, PyTorch first in odd ones) for --repeat
 rounds of every schedule and microbatch count. Run with Debian's python; PyTorch runs in the
-peers' venv (scripts/peers-venv.sh).
+peers' venv (scripts/peers-venv.sh). --tessel-mode says how tessel runs its stages: in one
+process with one controller thread (`one-process`, the default), in one process with a
+controller thread per stage (`stage-threads`, `--stage-threads`), or one process per stage
+under `mpirun -np P --oversubscribe` (`mpirun`, the process layout of PyTorch's side).
 
     /usr/bin/python3 bench/peers/compare_pipeline.py --config tiny --stages 2 \
         --schedules gpipe,1f1b --microbatches 4,12 --steps 10 --warmup 3 --repeat 2
@@ -41,6 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCHEDULES = ("gpipe", "1f1b")
 LOSS_TOLERANCE = 1e-4  # run_peers.py's for the GPT's curves (float32 rounding over the steps)
 RUN_TIMEOUT_S = 1800
+TESSEL_MODES = ("one-process", "stage-threads", "mpirun")
 
 
 def int_list(text: str) -> list[int]:
@@ -74,6 +78,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=2, help="alternating rounds")
     ap.add_argument("--tolerance", type=float, default=LOSS_TOLERANCE,
                     help=f"largest loss difference allowed (default {LOSS_TOLERANCE:g})")
+    ap.add_argument("--tessel-mode", choices=TESSEL_MODES, default="one-process",
+                    help="how tessel runs its stages (default one-process)")
     ap.add_argument("--tessel", default=str(REPO / "build" / "tools" / "tessel"))
     ap.add_argument("--venv-python", default=str(REPO / ".venv-peers" / "bin" / "python"))
     ap.add_argument("--json-out", type=Path, default=None, help="write every run as JSON")
@@ -94,11 +100,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def tessel_command(args, schedule: str, microbatches: int, metrics: Path) -> list[str]:
     total = args.warmup + args.steps
-    return [args.tessel, "train", "gpt", "--config", args.config, "--mesh",
-            f"stage={args.stages},batch=1,model=1", "--schedule", schedule, "--microbatches",
-            str(microbatches), "--steps", str(total), "--eval-interval", str(10 * total),
-            "--eval-iters", "1", "--sample", "0", "--dropout", "0", "--metrics", str(metrics),
-            "--json"]
+    cmd = [args.tessel, "train", "gpt", "--config", args.config, "--mesh",
+           f"stage={args.stages},batch=1,model=1", "--schedule", schedule, "--microbatches",
+           str(microbatches), "--steps", str(total), "--eval-interval", str(10 * total),
+           "--eval-iters", "1", "--sample", "0", "--dropout", "0", "--metrics", str(metrics),
+           "--json"]
+    if args.tessel_mode == "stage-threads":
+        cmd.append("--stage-threads")
+    if args.tessel_mode == "mpirun":
+        # Rank 0 writes the metrics and the JSON line.
+        cmd = ["mpirun", "--oversubscribe", "-np", str(args.stages)] + cmd
+    return cmd
 
 
 def torch_command(args, schedule: str, microbatches: int) -> list[str]:
@@ -110,7 +122,10 @@ def torch_command(args, schedule: str, microbatches: int) -> list[str]:
 
 def run(cmd: list[str]) -> str:
     """The command's stdout; a failure or an overrun ends the comparison (exit status 2)."""
-    done = run_with_deadline(cmd, dict(os.environ), RUN_TIMEOUT_S)
+    env = dict(os.environ)
+    if cmd[0] == "mpirun" and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    done = run_with_deadline(cmd, env, RUN_TIMEOUT_S)
     if done is None:
         raise SystemExit(f"compare_pipeline: {' '.join(cmd)} ran past {RUN_TIMEOUT_S} s; "
                          "stopped")

@@ -61,6 +61,7 @@ def fake_executables(tmp_path):
     (["--microbatches", "0"], "each must be >= 1"),
     (["--repeat", "0"], "--repeat 0"),
     (["--tolerance", "nan"], "--tolerance nan"),
+    (["--tessel-mode", "threads"], "invalid choice: 'threads'"),
 ])
 def test_the_driver_refuses_bad_arguments(args, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
@@ -88,6 +89,19 @@ def test_both_sides_run_the_same_split_schedule_and_steps(tmp_path):
     assert opt(p, "--steps") == "10" and opt(p, "--warmup") == "3"
     assert opt(t, "--dropout") == opt(p, "--dropout") == "0"
     assert opt(t, "--metrics") == str(tmp_path / "m.csv") and "--json" in t and "--json" in p
+
+
+def test_tessel_modes_run_its_stages_as_asked(tmp_path):
+    """one-process: the plain command; stage-threads: with --stage-threads; mpirun: a process
+    per stage, as PyTorch's side."""
+    def command(mode):
+        args = compare_pipeline.parse_args(["--stages", "2", "--tessel-mode", mode]
+                                           + fake_executables(tmp_path))
+        return compare_pipeline.tessel_command(args, "1f1b", 4, tmp_path / "m.csv")
+    plain = command("one-process")
+    assert plain[0].endswith("tessel") and "--stage-threads" not in plain
+    assert command("stage-threads") == plain + ["--stage-threads"]
+    assert command("mpirun") == ["mpirun", "--oversubscribe", "-np", "2"] + plain
 
 
 @needs_cli
