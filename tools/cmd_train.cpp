@@ -514,6 +514,10 @@ int train_model(const Options& o) {
   const OpProfile profile = stop_op_profile();
   std::string sample;
   if (o.sample > 0) sample = trainer->generate("\n", static_cast<int>(o.sample), 1.0, 0, c.seed);
+  // Every stage's measured idle, from the process that holds it (a collective under mpirun).
+  std::optional<train::PipelineIdle> idle;
+  const auto* piped = dynamic_cast<const gpt::GptPipelineTrainer*>(trainer.get());
+  if (o.json && piped != nullptr) idle = piped->pipeline().idle_everywhere(piped->idle_total());
   if (!prints) return kExitOk;
   if (!o.metrics.empty()) {
     std::ofstream out(o.metrics);
@@ -522,9 +526,7 @@ int train_model(const Options& o) {
   }
   if (o.json) {
     Json out = run_json(o, client, history, memory_json(*trainer, korthikanti));
-    if (const auto* piped = dynamic_cast<const gpt::GptPipelineTrainer*>(trainer.get())) {
-      out["pipeline"] = pipeline_idle_json(piped->pipeline().schedule(), piped->idle_total());
-    }
+    if (idle) out["pipeline"] = pipeline_idle_json(piped->pipeline().schedule(), *idle);
     print_json(out);
     return kExitOk;
   }

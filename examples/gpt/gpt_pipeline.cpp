@@ -218,6 +218,34 @@ DTensor GptPipeline::everywhere(const DTensor& x) const {
                   RelayoutOptions{options_.timeout});
 }
 
+train::PipelineIdle GptPipeline::idle_everywhere(const train::PipelineIdle& idle) const {
+  if (idle.stages.size() != static_cast<size_t>(stages())) {
+    invalid(fmt::format("the idle figures name {} stages, the pipeline has {}", idle.stages.size(),
+                        stages()));
+  }
+  if (mesh_.num_local_devices() == mesh_.size()) return idle;
+  train::PipelineIdle out = idle;
+  for (int s = 0; s < stages(); ++s) {
+    const train::StageIdle& here = idle.stages[static_cast<size_t>(s)];
+    const Tensor figures = Tensor::from_vector<double>(
+        {static_cast<double>(here.devices), here.computing_seconds, here.communication_seconds,
+         here.transfer_seconds, here.idle_fraction, here.transfer_fraction},
+        Shape{6});
+    // Replicated on the stage's devices (none here: no components), then on every stage's.
+    const Mesh& sub = stage_mesh(s);
+    const std::vector<Tensor> parts(std::max<size_t>(sub.num_local_devices(), 1), figures);
+    const std::vector<double> got =
+        host_value(everywhere(pack(parts, Layout::replicated(sub, 1), *runtime_))).to_doubles();
+    out.stages[static_cast<size_t>(s)] = {.devices = static_cast<int>(got[0]),
+                                          .computing_seconds = got[1],
+                                          .communication_seconds = got[2],
+                                          .transfer_seconds = got[3],
+                                          .idle_fraction = got[4],
+                                          .transfer_fraction = got[5]};
+  }
+  return out;
+}
+
 DTensor GptPipeline::transfer(const DTensor& x, int from, int to, const std::string& what) const {
   const Mesh& target = stage_mesh(to);
   if (x.layout().mesh() == target) return x;

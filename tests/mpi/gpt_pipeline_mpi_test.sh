@@ -2,9 +2,9 @@
 # The pipelined GPT as 2 processes, one stage per process (mpirun -np 2, --mesh
 # stage=2,batch=1,model=2: each process holds one stage's batch x model sub-mesh of 2 devices),
 # must give the losses of the non-pipelined run in one process on a 1x2 mesh with the same global
-# batch, step by step, within 1e-5, for each schedule (issue 36, "What it must show" 1). Then
-# checkpoints between the two: a pipelined 3-step run's checkpoint (saved by both processes)
-# continued by a plain run, and a plain run's continued by the pipeline under mpirun, must
+# batch, step by step, within 1e-5, for each schedule (issue 36, "What it must show" 1), and
+# rank 0's JSON must have each stage's measured idle. Then checkpoints between the two: a
+# pipelined 3-step run's checkpoint (saved by both processes) continued by a plain run, and a plain run's continued by the pipeline under mpirun, must
 # continue as a plain run continued from its own checkpoint does.
 # Usage: gpt_pipeline_mpi_test.sh <tessel binary> <mpiexec> "<mpiexec flags>" <training text> [steps]
 set -euo pipefail
@@ -52,6 +52,13 @@ for schedule in ("gpipe", "1f1b", "interleaved"):
     n = len(got)
     print(f"{schedule}: {n} steps on 2 processes, largest loss difference {worst:.3g} (limit 1e-5)")
     ok = ok and n == steps and worst <= 1e-5
+    # Each stage's measured idle comes from the process that holds it (idle_everywhere): both
+    # stages' 2 devices, a fraction in [0, 1), some computing.
+    for s in run["pipeline"]["stage_idle"]:
+        print(f"  stage {s['stage']}: {s['devices']} devices, idle {s['idle_fraction']}, "
+              f"computing {s['computing_seconds_per_step']} s a step")
+        ok = ok and s["devices"] == 2 and 0 <= s["idle_fraction"] < 1
+        ok = ok and s["computing_seconds_per_step"] > 0
 reference = losses("ck_reference")
 ok = ok and len(reference) == 3
 for name in ("ck_piped_to_plain", "ck_plain_to_piped"):
