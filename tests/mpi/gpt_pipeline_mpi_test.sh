@@ -4,8 +4,9 @@
 # must give the losses of the non-pipelined run in one process on a 1x2 mesh with the same global
 # batch, step by step, within 1e-5, for each schedule (issue 36, "What it must show" 1), and
 # rank 0's JSON must have each stage's measured idle. Then checkpoints between the two: a
-# pipelined 3-step run's checkpoint (saved by both processes) continued by a plain run, and a plain run's continued by the pipeline under mpirun, must
-# continue as a plain run continued from its own checkpoint does.
+# pipelined 3-step run's checkpoint (saved by both processes) continued by a plain run, and a
+# plain run's continued by the pipeline under mpirun, must continue as a plain run continued from
+# its own checkpoint does.
 # Usage: gpt_pipeline_mpi_test.sh <tessel binary> <mpiexec> "<mpiexec flags>" <training text> [steps]
 set -euo pipefail
 tessel=$1 mpiexec=$2 flags=$3 data=$4 steps=${5:-50}
