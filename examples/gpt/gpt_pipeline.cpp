@@ -153,7 +153,13 @@ GptPipeline::GptPipeline(GptConfig config, const Mesh& mesh, PipelineOptions opt
   for (const Mesh& sub : stage_meshes(mesh)) {
     models_.emplace_back(config_, sub, runtime_, sequence_parallel);
   }
-  if (options_.stage_threads) threads_ = std::make_shared<train::StageThreads>(p);
+  // Stage threads; or, for the single controller when several stages are in this process,
+  // threads that issue each group's work (gradients()).
+  int local_stages = 0;
+  for (const Mesh& sub : stage_meshes(mesh)) local_stages += sub.num_local_devices() > 0 ? 1 : 0;
+  if (options_.stage_threads || local_stages > 1) {
+    threads_ = std::make_shared<train::StageThreads>(p);
+  }
   const GptModel& first = models_.front();
   wte_ = first.index("wte");
   wpe_ = first.index("wpe");
@@ -502,16 +508,38 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
           sent = DTensor();
         }
       }
-      for (size_t i = first; i < end; ++i) {
+      // The group's work: each action on its stage's devices. A stage runs one action at a
+      // time, so each action of a group is a different stage's; when several are in this
+      // process they are issued at once, one thread each (issuing an action takes about its run
+      // time), else one after the other here. Each stage's ops are the same, in the same order.
+      const auto work = [&](size_t i) {
         const train::PipelineAction& a = timeline[i].action;
         const int k = a.virtual_stage(p), mb = a.microbatch;
         if (a.pass == train::Pass::kForward) {
           forward(a, st, std::move(received[i - first]));
-          continue;
+          return;
         }
         const DTensor g = backward(a, st, received[i - first]);
         received[i - first] = DTensor();
         if (k > 0) output_gradients[static_cast<size_t>((k - 1) * m + mb)] = g;
+      };
+      std::vector<std::function<void()>> jobs(static_cast<size_t>(p));
+      int local = 0;
+      for (size_t i = first; i < end; ++i) {
+        const int stage = timeline[i].action.stage;
+        if (stage_mesh(stage).num_local_devices() > 0) ++local;
+        std::function<void()>& job = jobs[static_cast<size_t>(stage)];
+        job = [previous = std::move(job), i, &work] {
+          if (previous) previous();
+          work(i);
+        };
+      }
+      if (local > 1 && threads_) {
+        threads_->run(std::move(jobs));
+      } else {
+        for (const std::function<void()>& job : jobs) {
+          if (job) job();
+        }
       }
     }
   }

@@ -189,7 +189,9 @@ class GptPipeline {
   train::ScheduleSimulation order_;  // the timeline the single controller thread follows
   std::vector<int> placement_;       // stage of each parameter
   size_t wte_ = 0, wpe_ = 0, ln_f_ = 0;
-  std::shared_ptr<train::StageThreads> threads_;  // with stage_threads
+  // With stage_threads, or one controller with several stages in this process: a thread per
+  // stage (the stage's actions, or the single controller's groups of actions).
+  std::shared_ptr<train::StageThreads> threads_;
 };
 
 }  // namespace tessel::gpt
