@@ -276,6 +276,51 @@ void bind_api(py::module_& m) {
 
 // ---- relayout -----------------------------------------------------------------------------
 
+// `with RelayoutTimeoutScope(seconds):`: each __enter__ opens a C++ RelayoutTimeoutScope on the
+// calling thread, the matching __exit__ closes it.
+class RelayoutTimeout {
+ public:
+  explicit RelayoutTimeout(double seconds)
+      : timeout_(seconds_arg(seconds, "timeout_seconds", "relayout")) {}
+  RelayoutTimeout(const RelayoutTimeout&) = delete;  // the open scopes belong to this object
+  RelayoutTimeout(RelayoutTimeout&&) = default;
+  double seconds() const { return std::chrono::duration<double>(timeout_).count(); }
+  void enter() { scopes_.push_back(std::make_unique<RelayoutTimeoutScope>(timeout_)); }
+  void exit() {
+    if (!scopes_.empty()) scopes_.pop_back();
+  }
+
+ private:
+  std::chrono::milliseconds timeout_;
+  std::vector<std::unique_ptr<RelayoutTimeoutScope>> scopes_;  // innermost last
+};
+
+void bind_relayout_timeout(py::module_& m) {
+  py::class_<RelayoutTimeout>(m, "RelayoutTimeoutScope", R"doc(
+`with RelayoutTimeoutScope(seconds):` sets default_relayout_timeout() on this thread for the block:
+the timeout of the relayouts that run without one of their own (those inside ops, gradient tapes
+and relayout_batch); the block's end restores the previous value. seconds <= 0: ValueError as
+the block starts.)doc")
+      .def(py::init<double>(), py::arg("timeout_seconds"))
+      .def_property_readonly("timeout_seconds", &RelayoutTimeout::seconds)
+      .def("__enter__", [](RelayoutTimeout& self) -> RelayoutTimeout& {
+        self.enter();
+        return self;
+      }, py::return_value_policy::reference)
+      .def(
+          "__exit__",
+          [](RelayoutTimeout& self, py::handle, py::handle, py::handle) {
+            self.exit();
+            return false;  // exceptions propagate
+          },
+          py::arg("exc_type"), py::arg("exc_value"), py::arg("traceback"));
+  m.def(
+      "default_relayout_timeout",
+      [] { return std::chrono::duration<double>(default_relayout_timeout()).count(); },
+      "Seconds: the timeout of this thread's relayouts that have none of their own (60, or the "
+      "innermost RelayoutTimeoutScope's).");
+}
+
 void bind_relayout(py::module_& m) {
   m.def(
       "relayout",
@@ -452,6 +497,7 @@ void bind_dtensor(py::module_& m) {
   bind_api(m);
   bind_plan(m);
   bind_relayout(m);
+  bind_relayout_timeout(m);
 }
 
 }  // namespace tessel::python

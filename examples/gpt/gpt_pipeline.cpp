@@ -333,6 +333,8 @@ struct GptPipeline::StepState {
 };
 
 void GptPipeline::forward(const train::PipelineAction& a, StepState& st, DTensor input) const {
+  // The stage's own collectives (its model-parallel sums) have the transfers' deadline.
+  const RelayoutTimeoutScope deadline(options_.timeout);
   const int p = stages(), m = schedule_.microbatches, last_k = schedule_.virtual_stages() - 1;
   const int k = a.virtual_stage(p), mb = a.microbatch;
   StepState::Work& w = st.work[static_cast<size_t>(k * m + mb)];
@@ -361,6 +363,9 @@ void GptPipeline::forward(const train::PipelineAction& a, StepState& st, DTensor
 
 DTensor GptPipeline::backward(const train::PipelineAction& a, StepState& st,
                               const DTensor& output_gradient) const {
+  // The stage's own collectives (its gradients' reductions over batch) have the transfers'
+  // deadline.
+  const RelayoutTimeoutScope deadline(options_.timeout);
   const int p = stages(), m = schedule_.microbatches;
   const int k = a.virtual_stage(p);
   StepState::Work& w = st.work[static_cast<size_t>(k * m + a.microbatch)];

@@ -154,6 +154,32 @@ def test_relayout_errors(mesh_x4):
         tessel.relayout(d, "x,unsharded")
 
 
+def test_relayout_timeout_scope_sets_this_threads_default(mesh_x4):
+    import threading
+    assert tessel.default_relayout_timeout() == 60.0
+    with tessel.RelayoutTimeoutScope(0.5) as outer:
+        assert outer.timeout_seconds == 0.5 and tessel.default_relayout_timeout() == 0.5
+        with tessel.RelayoutTimeoutScope(2):
+            assert tessel.default_relayout_timeout() == 2.0
+        assert tessel.default_relayout_timeout() == 0.5
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(tessel.default_relayout_timeout()))
+        other.start()
+        other.join()
+        assert seen == [60.0]  # another thread keeps its own
+        # A relayout under the scope still works within its budget.
+        d = tessel.copy_to_mesh(matrix(4, 4), layout(["x", "unsharded"], mesh_x4))
+        assert_array_equal(tessel.to_host(tessel.relayout(d, layout(["unsharded", "x"], mesh_x4))),
+                           matrix(4, 4))
+    assert tessel.default_relayout_timeout() == 60.0
+    with pytest.raises(ValueError, match="a relayout timeout must be positive, got 0 ms"):
+        with tessel.RelayoutTimeoutScope(0):
+            pass
+    with pytest.raises(ValueError, match="timeout_seconds is NaN"):
+        tessel.RelayoutTimeoutScope(float("nan"))
+    assert tessel.default_relayout_timeout() == 60.0
+
+
 # ---- plan_relayout ------------------------------------------------------------------------
 
 

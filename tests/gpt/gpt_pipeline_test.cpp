@@ -277,6 +277,31 @@ TEST(GptPipeline, AStalledStageIsNamedWithTheMicrobatchAndDirection) {
   }
 }
 
+// A stage's own collectives have the transfers' deadline (RelayoutTimeoutScope), not the 60 s
+// default: on stage=2 x model=2, stage 0's second device stalls 2 s as stage 0 starts the first
+// forward, whose embedding lookup sums its vocabulary shards over model.
+TEST(GptPipeline, AStageDeviceStalledInsideTheStageIsNamedWithinTheDeadline) {
+  using namespace std::chrono_literals;
+  const auto timeout = 400ms;
+  const CharDataset data = CharDataset::load(kText);
+  Runtime rt({.num_cpu_devices = 4});
+  std::chrono::steady_clock::time_point stalled;
+  PipelineOptions options = options_for(ScheduleKind::k1F1B);
+  options.timeout = timeout;
+  options.before_action = [&](const train::PipelineAction& a) {
+    if (a.stage == 0 && a.microbatch == 0 && a.pass == train::Pass::kForward) {
+      stalled = std::chrono::steady_clock::now();
+      rt.device(1).stream().enqueue("stall", [] { std::this_thread::sleep_for(2s); });
+    }
+  };
+  GptPipelineTrainer trainer(config(4), pipeline_mesh(2, 1, 2, rt), options, data, &rt);
+  EXPECT_TESSEL_ERROR(trainer.step(), ErrorCode::kDeadlineExceeded, rt.device(1).name());
+  const auto took = std::chrono::steady_clock::now() - stalled;
+  EXPECT_GE(took, 380ms);
+  EXPECT_LT(took, 1.1 * timeout + 50ms + 300ms);
+  rt.synchronize(std::chrono::seconds(10));
+}
+
 TEST(GptPipeline, RefusesBadConfigurationsBeforeTheFirstStep) {
   Runtime rt({.num_cpu_devices = 8});
   const Mesh four = pipeline_mesh(4, 1, 1, rt);

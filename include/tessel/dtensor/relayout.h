@@ -27,10 +27,32 @@
 
 namespace tessel {
 
+// The timeout of the relayouts this thread runs without one of their own (RelayoutOptions{}: the
+// relayouts inside ops, gradient tapes and relayout_batch): 60 s, or what the innermost
+// RelayoutTimeoutScope of this thread says.
+std::chrono::milliseconds default_relayout_timeout();
+
+// Sets default_relayout_timeout() on this thread while it lives; closing it restores the value
+// it found (scopes nest). A pipeline stage bounds the collectives inside its forward and backward
+// passes by its transfers' deadline this way. A timeout <= 0: kInvalidArgument.
+//
+//   RelayoutTimeoutScope scope(std::chrono::milliseconds(500));
+//   DTensor y = matmul(x, w);  // a Partial reduced inside: DeadlineExceeded after 500 ms
+class RelayoutTimeoutScope {
+ public:
+  explicit RelayoutTimeoutScope(std::chrono::milliseconds timeout);
+  ~RelayoutTimeoutScope();
+  RelayoutTimeoutScope(const RelayoutTimeoutScope&) = delete;
+  RelayoutTimeoutScope& operator=(const RelayoutTimeoutScope&) = delete;
+
+ private:
+  std::chrono::milliseconds previous_;
+};
+
 struct RelayoutOptions {
   // For the whole call: every step (and the communicator groups it sets up) shares this budget,
   // so a relayout of several steps ends within `timeout` (+10%, + 50 ms), not steps x timeout.
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = default_relayout_timeout();
 };
 
 DTensor relayout(const DTensor& tensor, const Layout& layout, const RelayoutOptions& options);

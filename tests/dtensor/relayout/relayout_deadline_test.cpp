@@ -1,11 +1,14 @@
 // One budget per relayout call: RelayoutOptions.timeout bounds all the steps of a plan together,
-// so a device that is a little late at every step cannot stretch a call to steps x timeout.
+// so a device that is a little late at every step cannot stretch a call to steps x timeout. A
+// RelayoutTimeoutScope sets the budget of the relayouts a thread runs without options (those
+// inside ops).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
 #include "testing/expect_error.h"
 
@@ -70,6 +73,47 @@ TEST(RelayoutDeadline, ABudgetThatCoversTheDelaysSucceeds) {
   const Tensor all = to_host(relayout(d, c.to, RelayoutOptions{5000ms}));
   ASSERT_EQ(all.shape(), Shape({8, 8}));
   for (float v : all.to_vector<float>()) ASSERT_EQ(v, 2.0f);  // the sum over y of ones
+}
+
+TEST(RelayoutTimeoutScope, SetsThisThreadsDefaultWhileItLives) {
+  EXPECT_EQ(default_relayout_timeout(), 60000ms);
+  EXPECT_EQ(RelayoutOptions{}.timeout, 60000ms);
+  {
+    const RelayoutTimeoutScope outer(500ms);
+    EXPECT_EQ(RelayoutOptions{}.timeout, 500ms);
+    {
+      const RelayoutTimeoutScope inner(2000ms);
+      EXPECT_EQ(default_relayout_timeout(), 2000ms);
+    }
+    EXPECT_EQ(default_relayout_timeout(), 500ms);
+    // Another thread keeps its own.
+    std::chrono::milliseconds there{0};
+    std::thread([&] { there = default_relayout_timeout(); }).join();
+    EXPECT_EQ(there, 60000ms);
+  }
+  EXPECT_EQ(default_relayout_timeout(), 60000ms);
+  EXPECT_TESSEL_ERROR(RelayoutTimeoutScope(0ms), ErrorCode::kInvalidArgument,
+                      "relayout: a relayout timeout must be positive, got 0 ms");
+  EXPECT_EQ(default_relayout_timeout(), 60000ms);
+}
+
+// The relayout an op runs inside (a partial sum reduced before an elementwise op with a
+// replicated operand) gets the scope's budget: CPU:1 is 1.5 s late, the call ends at 0.4 s.
+TEST(RelayoutTimeoutScope, BoundsTheRelayoutsInsideOps) {
+  TwoStepCase c;
+  const DTensor d = c.ones();
+  const DTensor replicated = relayout(d, c.to);
+  c.delay_cpu1(1500ms, 0ms);
+  const auto start = Clock::now();
+  {
+    const RelayoutTimeoutScope scope(400ms);
+    EXPECT_TESSEL_ERROR(to_host(add(d, replicated)), ErrorCode::kDeadlineExceeded, "CPU:1");
+  }
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, 380ms);
+  EXPECT_LT(took, 900ms);  // 0.4 s + 10% + 50 ms, and slack for a loaded machine
+  c.rt.synchronize(std::chrono::seconds(10));
+  (void)replicated;
 }
 
 }  // namespace

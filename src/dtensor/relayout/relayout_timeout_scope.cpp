@@ -1,0 +1,31 @@
+// default_relayout_timeout and RelayoutTimeoutScope (tessel/dtensor/relayout.h): a per-thread
+// value, so that a scope on one thread (a pipeline stage's) leaves the others' relayouts alone.
+#include "core/errors.h"
+#include "tessel/dtensor/relayout.h"
+
+namespace tessel {
+namespace {
+
+constexpr std::chrono::milliseconds kDefaultTimeout{60000};
+
+std::chrono::milliseconds& thread_timeout() {
+  thread_local std::chrono::milliseconds timeout = kDefaultTimeout;
+  return timeout;
+}
+
+}  // namespace
+
+std::chrono::milliseconds default_relayout_timeout() { return thread_timeout(); }
+
+RelayoutTimeoutScope::RelayoutTimeoutScope(std::chrono::milliseconds timeout)
+    : previous_(thread_timeout()) {
+  if (timeout.count() <= 0) {
+    detail::throw_invalid("relayout", "a relayout timeout must be positive, got {} ms",
+                          timeout.count());
+  }
+  thread_timeout() = timeout;
+}
+
+RelayoutTimeoutScope::~RelayoutTimeoutScope() { thread_timeout() = previous_; }
+
+}  // namespace tessel
