@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -155,6 +156,13 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
   const int H = shm->size();
   shm->rounds_.assign(static_cast<size_t>(H), 0);
   shm->first_local_ = shm->index_of_rank(participants_of[me][0]);
+  // More participants than cores: a waiter polls without pausing the core for the one it waits
+  // for, which may be descheduled on it; it yields at once.
+  cpu_set_t cpus;
+  const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0
+                        ? CPU_COUNT(&cpus)
+                        : static_cast<int>(std::thread::hardware_concurrency());
+  shm->spins_ = H > cores ? 0 : kSpins;
   shm->poll_mpi_ = [&mpi] { mpi.poll_aborts(); };
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   shm->data_offset_ = (sizeof(Control) + page - 1) / page * page;
@@ -341,7 +349,7 @@ void HostShm::barrier(int me, uint64_t round, const Signature& signature, Deadli
     if (c->sleepers.load(std::memory_order_seq_cst) > 0) futex(&c->generation, FUTEX_WAKE, INT_MAX, nullptr);
     return;
   }
-  for (int i = 0; i < kSpins; ++i) {
+  for (int i = 0; i < spins_; ++i) {
     if (c->generation.load(std::memory_order_acquire) != generation) return;
     cpu_relax();
   }

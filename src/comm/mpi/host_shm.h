@@ -122,6 +122,7 @@ class HostShm {
   // host or in another collective, ends the wait with kAborted).
   std::function<void()> poll_mpi_;
   int first_local_ = 0;
+  int spins_ = 0;  // polls of the barrier before it yields (none when oversubscribed)
   // The other processes of the host: MPI rank, pid, pidfd (-1: watched through kill and /proc).
   struct Watched {
     int process;
