@@ -17,6 +17,7 @@
 #include "tessel/core/error.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_profile.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
 
@@ -395,8 +396,10 @@ void GptPipeline::run_stage_threads(StepState& st, const Mover& move) const {
   const auto key = [m](int k, int mb) { return static_cast<size_t>(k * m + mb); };
   Mailbox mail;
   std::vector<std::function<void()>> jobs;
+  const int phase = detail::current_profile_phase();  // the trainer's, for the stage threads
   for (int s = 0; s < p; ++s) {
     jobs.emplace_back([&, s] {
+      const detail::InheritedProfilePhase inherit(phase);
       try {
         for (const train::PipelineAction& a : schedule_.per_stage[static_cast<size_t>(s)]) {
           if (mail.failed()) return;
@@ -529,13 +532,17 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
         if (k > 0) output_gradients[static_cast<size_t>((k - 1) * m + mb)] = g;
       };
       std::vector<std::function<void()>> jobs(static_cast<size_t>(p));
+      const int phase = detail::current_profile_phase();  // the trainer's, for the threads
       int local = 0;
       for (size_t i = first; i < end; ++i) {
         const int stage = timeline[i].action.stage;
         if (stage_mesh(stage).num_local_devices() > 0) ++local;
         std::function<void()>& job = jobs[static_cast<size_t>(stage)];
-        job = [previous = std::move(job), i, &work] {
-          if (previous) previous();
+        job = [previous = std::move(job), i, &work, phase] {
+          if (previous) {
+            previous();
+          }
+          const detail::InheritedProfilePhase inherit(phase);
           work(i);
         };
       }

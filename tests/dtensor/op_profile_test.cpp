@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "tessel/core/error.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/ops.h"
@@ -54,6 +56,29 @@ TEST(OpProfile, CountsEachDevicesKernelUnderItsPhase) {
   const std::string table = p.table(2);
   EXPECT_NE(table.find("matmul"), std::string::npos) << table;
   EXPECT_NE(table.find("wall clock"), std::string::npos) << table;
+}
+
+// A worker thread handed the phase of the thread that gave it work counts toward that phase
+// (a pipeline's stage threads), and its own afterwards.
+TEST(OpProfile, AWorkerThreadInheritsTheHandersPhase) {
+  Mesh mesh = Mesh::create({{"x", 1}}, "CPU", "", 1);
+  DTensor a = copy_to_mesh(Tensor::full(Shape{64}, DType::kF32, 1.0), Layout::replicated(mesh, 1));
+  start_op_profile();
+  {
+    ProfilePhase pipeline("pipeline");
+    const int phase = detail::current_profile_phase();
+    std::thread([&] {
+      {
+        const detail::InheritedProfilePhase inherit(phase);
+        to_host(exp(a));
+      }
+      to_host(sqrt(a));  // back to this thread's own phase: "other"
+    }).join();
+  }
+  const OpProfile p = stop_op_profile();
+  EXPECT_NE(find_row(p, "pipeline", "exp"), nullptr) << p.table();
+  EXPECT_EQ(find_row(p, "other", "exp"), nullptr) << p.table();
+  EXPECT_NE(find_row(p, "other", "sqrt"), nullptr) << p.table();
 }
 
 TEST(OpProfile, RecordsNothingWhileOff) {

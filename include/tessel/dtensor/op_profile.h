@@ -68,6 +68,19 @@ namespace detail {
 // For the op launcher: the phase id this thread launches in, a clock read when profiling (else
 // 0), and the record of one timed interval.
 int current_profile_phase();
+// Makes this thread launch in phase `phase` (another thread's current_profile_phase()) while it
+// lives, then restores its own: worker threads count toward the phase of the thread that handed
+// them their work (a pipeline's stage threads toward the trainer's).
+class InheritedProfilePhase {
+ public:
+  explicit InheritedProfilePhase(int phase);
+  ~InheritedProfilePhase();
+  InheritedProfilePhase(const InheritedProfilePhase&) = delete;
+  InheritedProfilePhase& operator=(const InheritedProfilePhase&) = delete;
+
+ private:
+  int previous_;
+};
 double profile_clock();
 void record_profile(int phase, std::string_view op, double start);
 }  // namespace detail

@@ -157,6 +157,10 @@ namespace detail {
 
 int current_profile_phase() { return t_phase; }
 
+InheritedProfilePhase::InheritedProfilePhase(int phase) : previous_(t_phase) { t_phase = phase; }
+
+InheritedProfilePhase::~InheritedProfilePhase() { t_phase = previous_; }
+
 double profile_clock() { return g_enabled.load(std::memory_order_relaxed) ? now() : 0.0; }
 
 void record_profile(int phase, std::string_view op, double start) {
