@@ -34,7 +34,8 @@ double scalar_of(const DTensor& t) { return host_value(t).to_doubles().at(0); }
 
 // Each microbatch its own dropout masks: the step's seed mixed with the microbatch.
 ForwardOptions for_microbatch(ForwardOptions options, int microbatch) {
-  options.dropout_seed = options.dropout_seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(microbatch);
+  options.dropout_seed =
+      options.dropout_seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(microbatch);
   return options;
 }
 
@@ -58,8 +59,7 @@ class Mailbox {
   std::optional<DTensor> take(size_t key, std::chrono::steady_clock::time_point deadline,
                               const std::function<std::string()>& late) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!changed_.wait_until(lock, deadline,
-                             [&] { return failed_ || values_.count(key) > 0; })) {
+    if (!changed_.wait_until(lock, deadline, [&] { return failed_ || values_.count(key) > 0; })) {
       throw Error(ErrorCode::kDeadlineExceeded, kComponent, late());
     }
     if (failed_) return std::nullopt;
@@ -90,9 +90,10 @@ class Mailbox {
 
 std::vector<Mesh> stage_meshes(const Mesh& mesh) {
   if (mesh.rank() < 2) {
-    invalid(fmt::format("a pipeline's mesh has the stage dimension first and then the stages' "
-                        "own, got {} dimension(s): {}",
-                        mesh.rank(), mesh.to_string()));
+    invalid(
+        fmt::format("a pipeline's mesh has the stage dimension first and then the stages' "
+                    "own, got {} dimension(s): {}",
+                    mesh.rank(), mesh.to_string()));
   }
   const std::vector<std::string> names = mesh.dim_names();
   const std::vector<int64_t> shape = mesh.shape();
@@ -129,23 +130,26 @@ GptPipeline::GptPipeline(GptConfig config, const Mesh& mesh, PipelineOptions opt
       runtime_(runtime != nullptr ? runtime : &Runtime::global()) {
   config_.validate();
   if (mesh.rank() < 2 || mesh.dim_names().front() != "stage") {
-    invalid(fmt::format("the pipeline's mesh must have `stage` as its first dimension (e.g. "
-                        "stage=2,batch=1,model=2), got {}",
-                        mesh.to_string()));
+    invalid(
+        fmt::format("the pipeline's mesh must have `stage` as its first dimension (e.g. "
+                    "stage=2,batch=1,model=2), got {}",
+                    mesh.to_string()));
   }
   const int p = static_cast<int>(mesh.dim_size("stage"));
   const int m = options_.microbatches, v = options_.chunks;
   if (options_.stage_threads && mesh.num_local_devices() != mesh.size()) {
-    invalid(fmt::format("stage threads run every stage in this process; {} of the mesh's {} "
-                        "devices are here",
-                        mesh.num_local_devices(), mesh.size()));
+    invalid(
+        fmt::format("stage threads run every stage in this process; {} of the mesh's {} "
+                    "devices are here",
+                    mesh.num_local_devices(), mesh.size()));
   }
   schedule_ = train::make_schedule(options_.schedule, p, m, v);
   order_ = train::simulate(schedule_);
   if (config_.n_layer < p * v) {
-    invalid(fmt::format("{} layers do not fill {} virtual stages ({} stages x {} chunks): each "
-                        "needs at least one layer",
-                        config_.n_layer, p * v, p, v));
+    invalid(
+        fmt::format("{} layers do not fill {} virtual stages ({} stages x {} chunks): each "
+                    "needs at least one layer",
+                    config_.n_layer, p * v, p, v));
   }
   if (config_.batch_size % m != 0) {
     invalid(fmt::format("the batch of {} rows does not split into {} microbatches of equal size",
@@ -283,10 +287,10 @@ DTensor GptPipeline::transfer(const DTensor& x, int from, int to, const std::str
         }
       }
     }
-    const std::string who =
-        late.size() == 1 ? fmt::format("stage {} is late", late.front())
-        : late.empty()   ? std::string("no stage named")
-                         : fmt::format("stages {} named", fmt::join(late, " and "));
+    const std::string who = late.size() == 1 ? fmt::format("stage {} is late", late.front())
+                            : late.empty()
+                                ? std::string("no stage named")
+                                : fmt::format("stages {} named", fmt::join(late, " and "));
     throw Error(e.code(), kComponent,
                 fmt::format("{} from stage {} to stage {} did not arrive within {} ms ({}): {}",
                             what, from, to, options_.timeout.count(), who, cause));
@@ -325,9 +329,9 @@ struct GptPipeline::StepState {
   const Tensor& idx;
   const Tensor& targets;
   ForwardOptions options;
-  int64_t rows = 0;                        // per microbatch
+  int64_t rows = 0;                         // per microbatch
   std::vector<std::vector<DTensor>> views;  // the parameters as each stage reads them
-  std::vector<Work> work;                  // [virtual stage * m + microbatch]
+  std::vector<Work> work;                   // [virtual stage * m + microbatch]
   std::vector<DTensor> sums;
   DTensor wte_copy_sum, loss_sum;
   double loss_scale = 1.0;  // each microbatch's backward pass starts from its loss times this / m
@@ -417,9 +421,10 @@ void GptPipeline::run_stage_threads(StepState& st, const Mover& move) const {
             std::optional<DTensor> value =
                 mail.take(forward_pass ? key(k, mb) : backward_keys + key(k, mb),
                           std::chrono::steady_clock::now() + options_.timeout, [&] {
-                            return fmt::format("{} from stage {} to stage {} did not arrive "
-                                               "within {} ms (stage {} is late): it was not sent",
-                                               what, from, s, options_.timeout.count(), from);
+                            return fmt::format(
+                                "{} from stage {} to stage {} did not arrive "
+                                "within {} ms (stage {} is late): it was not sent",
+                                what, from, s, options_.timeout.count(), from);
                           });
             if (!value) return;  // another stage failed: its error ends the step
             received = std::move(*value);
@@ -435,9 +440,9 @@ void GptPipeline::run_stage_threads(StepState& st, const Mover& move) const {
           }
           const DTensor g = backward(a, st, received);
           if (k > 0) {
-            mail.put(backward_keys + key(k - 1, mb),
-                     move(g, s, (k - 1) % p,
-                          fmt::format("the backward gradient of microbatch {}", mb)));
+            mail.put(
+                backward_keys + key(k - 1, mb),
+                move(g, s, (k - 1) % p, fmt::format("the backward gradient of microbatch {}", mb)));
           }
         }
       } catch (...) {
@@ -449,15 +454,93 @@ void GptPipeline::run_stage_threads(StepState& st, const Mover& move) const {
   threads_->run(std::move(jobs));
 }
 
+void GptPipeline::run_one_controller(StepState& st, const Mover& move,
+                                     const std::function<void()>& copy_wte) const {
+  const int p = stages(), m = schedule_.microbatches, last_k = schedule_.virtual_stages() - 1;
+  // One controller thread issues every action in the order of the simulated timeline, the
+  // actions that start at the same simulated time as a group: first every transfer the group
+  // receives, each fetched for the action that reads it (the previous virtual stage's
+  // activation, the next one's gradient), then the group's work. A transfer across processes
+  // holds this process's controller until the other side arrives, and issuing an action's
+  // kernels holds it for about the action's run time (dispatch runs a few kernels ahead of a
+  // device): a transfer fetched after a local action of the same time, or when its sender's
+  // action started rather than when its reader's does, kept the neighbouring stage waiting
+  // for data that was ready (the `baby` pipeline over 2 processes ran its stages in turn).
+  std::vector<DTensor> output_gradients(st.work.size());
+  const std::vector<train::TimedAction>& timeline = order_.timeline;
+  std::vector<DTensor> received;
+  for (size_t first = 0, end = 0; first < timeline.size(); first = end) {
+    end = first + 1;
+    while (end < timeline.size() && timeline[end].start <= timeline[first].start) ++end;
+    received.assign(end - first, DTensor());
+    for (size_t i = first; i < end; ++i) {
+      const train::PipelineAction& a = timeline[i].action;
+      if (options_.before_action) options_.before_action(a);
+      const int k = a.virtual_stage(p), mb = a.microbatch;
+      if (a.pass == train::Pass::kForward) {
+        if (k > 0) {
+          received[i - first] =
+              move(st.work[static_cast<size_t>((k - 1) * m + mb)].output, (k - 1) % p, a.stage,
+                   fmt::format("the forward activation of microbatch {}", mb));
+        }
+        if (k == last_k) copy_wte();
+      } else if (k < last_k) {
+        DTensor& sent = output_gradients[static_cast<size_t>(k * m + mb)];
+        received[i - first] = move(sent, (k + 1) % p, a.stage,
+                                   fmt::format("the backward gradient of microbatch {}", mb));
+        sent = DTensor();
+      }
+    }
+    // The group's work: each action on its stage's devices. A stage runs one action at a
+    // time, so each action of a group is a different stage's; when several are in this
+    // process they are issued at once, one thread each (issuing an action takes about its run
+    // time), else one after the other here. Each stage's ops are the same, in the same order.
+    const auto work = [&](size_t i) {
+      const train::PipelineAction& a = timeline[i].action;
+      const int k = a.virtual_stage(p), mb = a.microbatch;
+      if (a.pass == train::Pass::kForward) {
+        forward(a, st, std::move(received[i - first]));
+        return;
+      }
+      const DTensor g = backward(a, st, received[i - first]);
+      received[i - first] = DTensor();
+      if (k > 0) output_gradients[static_cast<size_t>((k - 1) * m + mb)] = g;
+    };
+    std::vector<std::function<void()>> jobs(static_cast<size_t>(p));
+    const int phase = detail::current_profile_phase();  // the trainer's, for the threads
+    int local = 0;
+    for (size_t i = first; i < end; ++i) {
+      const int stage = timeline[i].action.stage;
+      if (stage_mesh(stage).num_local_devices() > 0) ++local;
+      std::function<void()>& job = jobs[static_cast<size_t>(stage)];
+      job = [previous = std::move(job), i, &work, phase] {
+        if (previous) {
+          previous();
+        }
+        const detail::InheritedProfilePhase inherit(phase);
+        work(i);
+      };
+    }
+    if (local > 1 && threads_) {
+      threads_->run(std::move(jobs));
+    } else {
+      for (const std::function<void()>& job : jobs) {
+        if (job) job();
+      }
+    }
+  }
+}
+
 PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, const Tensor& idx,
                                          const Tensor& targets, const ForwardOptions& options,
                                          double loss_scale) const {
   check_params(params);
   const int p = stages(), m = schedule_.microbatches, last_k = schedule_.virtual_stages() - 1;
   if (idx.shape().rank() != 2 || idx.shape() != targets.shape() || idx.shape().dim(0) % m != 0) {
-    invalid(fmt::format("token ids {} and targets {} must be [B, T] with B a multiple of the {} "
-                        "microbatches",
-                        idx.shape().to_string(), targets.shape().to_string(), m));
+    invalid(
+        fmt::format("token ids {} and targets {} must be [B, T] with B a multiple of the {} "
+                    "microbatches",
+                    idx.shape().to_string(), targets.shape().to_string(), m));
   }
   std::optional<train::PipelineIdleMeter> meter;
   const auto deadline = [this] { return std::chrono::steady_clock::now() + options_.timeout; };
@@ -482,78 +565,7 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
     copy_wte();
     run_stage_threads(st, move);
   } else {
-    // One controller thread issues every action in the order of the simulated timeline, the
-    // actions that start at the same simulated time as a group: first every transfer the group
-    // receives, each fetched for the action that reads it (the previous virtual stage's
-    // activation, the next one's gradient), then the group's work. A transfer across processes
-    // holds this process's controller until the other side arrives, and issuing an action's
-    // kernels holds it for about the action's run time (dispatch runs a few kernels ahead of a
-    // device): a transfer fetched after a local action of the same time, or when its sender's
-    // action started rather than when its reader's does, kept the neighbouring stage waiting
-    // for data that was ready (the `baby` pipeline over 2 processes ran its stages in turn).
-    std::vector<DTensor> output_gradients(st.work.size());
-    const std::vector<train::TimedAction>& timeline = order_.timeline;
-    std::vector<DTensor> received;
-    for (size_t first = 0, end = 0; first < timeline.size(); first = end) {
-      end = first + 1;
-      while (end < timeline.size() && timeline[end].start <= timeline[first].start) ++end;
-      received.assign(end - first, DTensor());
-      for (size_t i = first; i < end; ++i) {
-        const train::PipelineAction& a = timeline[i].action;
-        if (options_.before_action) options_.before_action(a);
-        const int k = a.virtual_stage(p), mb = a.microbatch;
-        if (a.pass == train::Pass::kForward) {
-          if (k > 0) {
-            received[i - first] =
-                move(st.work[static_cast<size_t>((k - 1) * m + mb)].output, (k - 1) % p, a.stage,
-                     fmt::format("the forward activation of microbatch {}", mb));
-          }
-          if (k == last_k) copy_wte();
-        } else if (k < last_k) {
-          DTensor& sent = output_gradients[static_cast<size_t>(k * m + mb)];
-          received[i - first] = move(sent, (k + 1) % p, a.stage,
-                                     fmt::format("the backward gradient of microbatch {}", mb));
-          sent = DTensor();
-        }
-      }
-      // The group's work: each action on its stage's devices. A stage runs one action at a
-      // time, so each action of a group is a different stage's; when several are in this
-      // process they are issued at once, one thread each (issuing an action takes about its run
-      // time), else one after the other here. Each stage's ops are the same, in the same order.
-      const auto work = [&](size_t i) {
-        const train::PipelineAction& a = timeline[i].action;
-        const int k = a.virtual_stage(p), mb = a.microbatch;
-        if (a.pass == train::Pass::kForward) {
-          forward(a, st, std::move(received[i - first]));
-          return;
-        }
-        const DTensor g = backward(a, st, received[i - first]);
-        received[i - first] = DTensor();
-        if (k > 0) output_gradients[static_cast<size_t>((k - 1) * m + mb)] = g;
-      };
-      std::vector<std::function<void()>> jobs(static_cast<size_t>(p));
-      const int phase = detail::current_profile_phase();  // the trainer's, for the threads
-      int local = 0;
-      for (size_t i = first; i < end; ++i) {
-        const int stage = timeline[i].action.stage;
-        if (stage_mesh(stage).num_local_devices() > 0) ++local;
-        std::function<void()>& job = jobs[static_cast<size_t>(stage)];
-        job = [previous = std::move(job), i, &work, phase] {
-          if (previous) {
-            previous();
-          }
-          const detail::InheritedProfilePhase inherit(phase);
-          work(i);
-        };
-      }
-      if (local > 1 && threads_) {
-        threads_->run(std::move(jobs));
-      } else {
-        for (const std::function<void()>& job : jobs) {
-          if (job) job();
-        }
-      }
-    }
+    run_one_controller(st, move, copy_wte);
   }
   if (st.wte_copy_sum.defined()) {
     // The head's share of the tied embedding's gradient, sent back to stage 0.

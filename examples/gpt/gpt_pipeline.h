@@ -160,6 +160,10 @@ class GptPipeline {
                    const DTensor& output_gradient) const;
   // Every stage's actions, each stage on its own thread (PipelineOptions::stage_threads).
   void run_stage_threads(StepState& st, const Mover& move) const;
+  // Every action from this thread, in the simulated timeline's order (gradients()); copy_wte
+  // makes the last stage's copy of the tied embedding before its first forward.
+  void run_one_controller(StepState& st, const Mover& move,
+                          const std::function<void()>& copy_wte) const;
   // The parameters as stage `stage` reads them: the last stage's token embedding is `wte_copy`
   // (when it is not stage 0).
   std::vector<DTensor> view(const std::vector<DTensor>& params, int stage,
