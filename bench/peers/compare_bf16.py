@@ -10,7 +10,8 @@ same batches and schedule, dropout 0:
   tessel f32 and bf16     tessel train gpt --dtype f32|bf16 --metrics (every step's loss)
 and reports JAX's largest relative loss difference bf16 vs f32 over the steps, tessel's, and
 tessel's / JAX's. It also checks that tessel's f32 curve is JAX's f32 curve (the largest
-|difference| within run_peers.py's GPT tolerance), so both sides trained the same model.
+|difference| within run_peers.py's GPT tolerance), so both sides trained the same model, and
+prints (unchecked) the largest relative difference between the two bf16 curves.
 
     /usr/bin/python3 bench/peers/compare_bf16.py --config tiny --meshes 1x1,2x2 --steps 10
 
@@ -126,13 +127,17 @@ def verdict(losses: dict, ratio_limit: float, f32_tolerance: float) -> dict:
     jax_dev, jax_at = largest_relative_difference(losses["jax", "bf16"], losses["jax", "f32"])
     tes_dev, tes_at = largest_relative_difference(losses["tessel", "bf16"], losses["tessel", "f32"])
     f32 = compare_curves(losses["tessel", "f32"], losses["jax", "f32"], f32_tolerance)
+    # Information, not checked: how close the two bf16 runs are to each other.
+    bf16_diff, bf16_at = largest_relative_difference(losses["tessel", "bf16"], losses["jax", "bf16"])
     ratio = tes_dev / jax_dev if jax_dev > 0 else (1.0 if tes_dev == 0 else math.inf)
     ratio_ok = math.isfinite(tes_dev) and tes_dev <= ratio_limit * jax_dev
     return {"jax_bf16_deviation": jax_dev, "jax_at_step": jax_at,
             "tessel_bf16_deviation": tes_dev, "tessel_at_step": tes_at,
             "ratio": ratio, "ratio_limit": ratio_limit, "ratio_ok": ratio_ok,
             "f32_max_abs_diff": f32["max_abs_diff"], "f32_at_step": f32["at_step"],
-            "f32_tolerance": f32_tolerance, "f32_ok": f32["ok"], "ok": ratio_ok and f32["ok"]}
+            "f32_tolerance": f32_tolerance, "f32_ok": f32["ok"],
+            "bf16_tessel_vs_jax": bf16_diff, "bf16_tessel_vs_jax_at_step": bf16_at,
+            "ok": ratio_ok and f32["ok"]}
 
 
 def format_mesh(mesh, v: dict) -> str:
@@ -143,7 +148,9 @@ def format_mesh(mesh, v: dict) -> str:
             f"{v['ratio']:.2f} (limit {v['ratio_limit']:g}): "
             f"{'ok' if v['ratio_ok'] else 'TOO LARGE'}; f32 curves tessel vs JAX max |diff| "
             f"{v['f32_max_abs_diff']:.2e} at step {v['f32_at_step']} (tolerance "
-            f"{v['f32_tolerance']:.0e}): {'ok' if v['f32_ok'] else 'DIFFERENT'}")
+            f"{v['f32_tolerance']:.0e}): {'ok' if v['f32_ok'] else 'DIFFERENT'}; bf16 curves "
+            f"tessel vs JAX largest relative difference {v['bf16_tessel_vs_jax']:.2e} (step "
+            f"{v['bf16_tessel_vs_jax_at_step']})")
 
 
 def fail(message: str):

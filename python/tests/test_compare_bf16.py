@@ -92,6 +92,7 @@ def test_the_verdict_compares_tessels_deviation_with_a_multiple_of_jaxs():
     assert v["jax_bf16_deviation"] == pytest.approx(1e-3) and v["jax_at_step"] == 1
     assert v["tessel_bf16_deviation"] == pytest.approx(1.5e-3) and v["ratio"] == pytest.approx(1.5)
     assert v["ratio_ok"] and v["f32_ok"] and v["ok"]
+    assert v["bf16_tessel_vs_jax"] == pytest.approx(1.5e-3 / 3.003) and v["bf16_tessel_vs_jax_at_step"] == 1
     too_far = compare_bf16.verdict(curves([4.0, 3.003], [4.0, 3.0075]), 2.0, 1e-4)
     assert too_far["ratio"] == pytest.approx(2.5) and not too_far["ratio_ok"] and not too_far["ok"]
     assert "TOO LARGE" in compare_bf16.format_mesh((1, 1), too_far)
