@@ -19,11 +19,11 @@ Exit status 1 when tessel's bf16 deviation exceeds --ratio-limit times JAX's on 
 f32 curves disagree; 2 on bad arguments or a failed run. --json-out FILE writes every run.
 
 Why a ratio limit of 2 (--ratio-limit): the deviation is the largest over the steps of a sum of
-many independent bf16 roundings, so two correct implementations whose rounding differs only in
-summation order (tessel's GEMM against XLA's, the mesh's partial sums) give deviations of the
-same size but not the same value; a recipe that rounded more than JAX's (an extra bf16 cast, a
-bf16 sum) would raise the deviation by more than 2x, a wrong product far more (see
-docs/gpt.md, "Mixed precision", for the measured figures).
+many bf16 roundings, so two correct implementations whose rounding differs (tessel's GEMM
+against XLA's, the order of the mesh's partial sums) give deviations of the same size but not
+the same value. Measured (docs/gpt.md, "Mixed precision"): tessel / JAX between 0.93 and 1.65
+over the `tiny` and `test` models, 10 and 50 steps, 1x1 and 2x2, while the two bf16 curves
+stayed closer to each other than to either f32 curve; 2 leaves room above that spread.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """bench/peers/compare_bf16.py without the peers' venv: its refusals, the two sides' command
 lines, the loss-curve figures and the verdict; with the venv (skipped without it), the JAX peer's
---inputs tessel f32 run against tessel's own curve and its bf16 run moving the losses."""
+--inputs tessel f32 run against tessel's own curve, its bf16 run moving the losses, and
+gpt_jax.project's bf16 product and gradients against the rounded f64 products."""
 
 import json
 import math
@@ -129,3 +130,34 @@ def test_the_jax_peer_trains_tessels_model_and_its_bf16_moves_the_losses(tmp_pat
     assert compare_bf16.compare_curves(tessel_f32, jax_f32, 1e-4)["ok"]
     moved = compare_bf16.largest_relative_difference(jax_bf16, jax_f32)[0]
     assert 0 < moved < 1e-2
+
+
+PROJECT_CHECK = """
+import sys
+import numpy as np, jax, jax.numpy as jnp
+sys.path.insert(0, sys.argv[1])
+import gpt_jax as G
+rng = np.random.default_rng(0)
+x, w, c = (rng.standard_normal(s).astype(np.float32) for s in ((3, 7, 40), (40, 9), (3, 7, 9)))
+bf = lambda a: np.asarray(jnp.asarray(a).astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+y = np.asarray(G.project(x, w, "bfloat16"))
+gx, gw = jax.grad(lambda x, w: jnp.sum(G.project(x, w, "bfloat16") * c), (0, 1))(x, w)
+assert (y == bf(bf(x) @ bf(w))).all()
+assert (np.asarray(gx) == bf(bf(c) @ bf(w).T)).all()
+assert (np.asarray(gw) == bf(np.einsum("btk,btn->kn", bf(x), bf(c)))).all()
+assert (np.asarray(G.project(x, w)) == x @ w).all()
+print("ok")
+"""
+
+
+@needs_venv
+def test_jax_project_is_tessels_mixed_matmul():
+    """gpt_jax.project "bfloat16": the forward product and both gradients are the f64 products
+    of the bf16-rounded operands (and the bf16-rounded incoming gradient), rounded to bf16, as
+    tessel's mixed_matmul and its VJP (the f32 sums' own rounding, far below bf16's, changes no
+    bf16 result for these inputs); the float32 path is the plain x @ w."""
+    out = subprocess.run([str(VENV_PYTHON), "-c", PROJECT_CHECK,
+                          str(REPO / "examples" / "gpt" / "reference")],
+                         capture_output=True, text=True, timeout=300,
+                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
