@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_args import add_program_args, check_programs  # noqa: E402
 from peer_programs import rows_tessel_gpt  # noqa: E402
 from processes import (cpu_sample, git_describe, machine_facts, other_cpu,  # noqa: E402
                        run_with_deadline)
@@ -80,8 +81,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help=f"largest loss difference allowed (default {LOSS_TOLERANCE:g})")
     ap.add_argument("--tessel-mode", choices=TESSEL_MODES, default="one-process",
                     help="how tessel runs its stages (default one-process)")
-    ap.add_argument("--tessel", default=str(REPO / "build" / "tools" / "tessel"))
-    ap.add_argument("--venv-python", default=str(REPO / ".venv-peers" / "bin" / "python"))
+    add_program_args(ap)
     ap.add_argument("--json-out", type=Path, default=None, help="write every run as JSON")
     args = ap.parse_args(argv)
     if args.stages < 2:
@@ -91,10 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                  "--steps and --repeat must be >= 1, --warmup >= 0")
     if not math.isfinite(args.tolerance) or args.tolerance <= 0:
         ap.error(f"--tolerance {args.tolerance}: must be a positive number")
-    for path, what in ((args.tessel, "--tessel"), (args.venv_python, "--venv-python")):
-        if not os.access(path, os.X_OK):
-            ap.error(f"{what} {path}: not an executable (build tessel: make build; the venv: "
-                     "scripts/peers-venv.sh)")
+    check_programs(ap, args)
     return args
 
 

@@ -9,7 +9,7 @@ curve can be compared with tessel's step by step.
     idx, targets = CharText.load(path).batch(step, cfg)
 
 Each rule is tessel's, element for element (integer arithmetic exact, float64 as tessel's):
-- examples/gpt/gpt_config.cpp: the `tiny` and `baby` presets;
+- examples/gpt/gpt_config.cpp: the `tiny`, `baby` and `test` presets;
 - examples/gpt/gpt_model.cpp GptModel::init: parameter i (nanoGPT's order) is
   random_normal(seed * 1000 + i, 0, std) or ones; src/core/tensor_random.cpp: element j of a
   normal tensor is Box-Muller's cosine branch on splitmix64 counters 2j and 2j + 1;
@@ -61,6 +61,7 @@ PRESETS = {
     "tiny": {},  # nanoGPT's CPU recipe: 4 layers, 4 heads, width 128, context 64, batch 12
     "baby": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2, batch_size=64,
                  lr_decay_iters=5000),  # config/train_shakespeare_char.py
+    "test": dict(n_layer=2, n_head=4, n_embd=32, block_size=16, batch_size=4),  # tests/gpt's
 }
 
 

@@ -1,9 +1,15 @@
 """The command line every peer's program of bench/peers takes (jax_peer.py, torch_peer.py):
-one workload and its sizes, so that the runner drives every peer with the same options."""
+one workload and its sizes, so that the runner drives every peer with the same options; and the
+programs a side-by-side driver runs (compare_pipeline.py, compare_bf16.py): tessel's CLI and the
+peers' venv python."""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 WORKLOADS = ("all_reduce", "relayout", "matmul", "dispatch")
 
@@ -31,3 +37,17 @@ def parse_peer_args(description: str, argv=None) -> argparse.Namespace:
         ap.error(f"--sizes {args.sizes!r}: each a multiple of 16 bytes (4 ranks x f32)")
     args.sizes = sizes
     return args
+
+
+def add_program_args(ap: argparse.ArgumentParser):
+    """--tessel (the CLI, default build/tools/tessel) and --venv-python (the peers' venv)."""
+    ap.add_argument("--tessel", default=str(REPO / "build" / "tools" / "tessel"))
+    ap.add_argument("--venv-python", default=str(REPO / ".venv-peers" / "bin" / "python"))
+
+
+def check_programs(ap: argparse.ArgumentParser, args: argparse.Namespace):
+    """ap.error (exit status 2) naming --tessel or --venv-python when it is not an executable."""
+    for path, what in ((args.tessel, "--tessel"), (args.venv_python, "--venv-python")):
+        if not os.access(path, os.X_OK):
+            ap.error(f"{what} {path}: not an executable (build tessel: make build; the venv: "
+                     "scripts/peers-venv.sh)")

@@ -16,6 +16,16 @@ def devices(n, template=CPU):
 
 
 @pytest.fixture
+def fake_programs(tmp_path):
+    """--tessel and --venv-python pointing at an executable that does nothing: the arguments
+    bench/peers' side-by-side drivers (compare_pipeline.py, compare_bf16.py) check exist."""
+    tool = tmp_path / "tessel"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    return ["--tessel", str(tool), "--venv-python", str(tool)]
+
+
+@pytest.fixture
 def mesh_2x2():
     """x=2,y=2 over 4 local CPU devices, built with TF's constructor."""
     return tessel.Mesh(["x", "y"], np.arange(4).reshape(2, 2), [0, 1, 2, 3], devices(4))

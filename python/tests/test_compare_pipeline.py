@@ -47,13 +47,6 @@ def test_the_torch_peer_refuses_what_tessel_refuses(args, message, capsys):
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
-def fake_executables(tmp_path):
-    tool = tmp_path / "tessel"
-    tool.write_text("#!/bin/sh\n")
-    tool.chmod(0o755)
-    return ["--tessel", str(tool), "--venv-python", str(tool)]
-
-
 @pytest.mark.parametrize("args,message", [
     (["--stages", "1"], "at least 2 stages"),
     (["--schedules", "gpipe,zb"], "'zb': one of gpipe, 1f1b"),
@@ -63,22 +56,22 @@ def fake_executables(tmp_path):
     (["--tolerance", "nan"], "--tolerance nan"),
     (["--tessel-mode", "threads"], "invalid choice: 'threads'"),
 ])
-def test_the_driver_refuses_bad_arguments(args, message, tmp_path, capsys):
+def test_the_driver_refuses_bad_arguments(args, message, capsys, fake_programs):
     with pytest.raises(SystemExit) as e:
-        compare_pipeline.parse_args(args + fake_executables(tmp_path))
+        compare_pipeline.parse_args(args + fake_programs)
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_the_driver_says_where_the_venv_is_missing(tmp_path, capsys):
+def test_the_driver_says_where_the_venv_is_missing(tmp_path, capsys, fake_programs):
     with pytest.raises(SystemExit):
-        compare_pipeline.parse_args(fake_executables(tmp_path)[:2] +
+        compare_pipeline.parse_args(fake_programs[:2] +
                                     ["--venv-python", str(tmp_path / "none" / "python")])
     assert f"--venv-python {tmp_path}/none/python: not an executable" in capsys.readouterr().err
 
 
-def test_both_sides_run_the_same_split_schedule_and_steps(tmp_path):
+def test_both_sides_run_the_same_split_schedule_and_steps(tmp_path, fake_programs):
     args = compare_pipeline.parse_args(["--stages", "2", "--steps", "10", "--warmup", "3"]
-                                       + fake_executables(tmp_path))
+                                       + fake_programs)
     t = compare_pipeline.tessel_command(args, "1f1b", 12, tmp_path / "m.csv")
     p = compare_pipeline.torch_command(args, "1f1b", 12)
     opt = lambda cmd, name: cmd[cmd.index(name) + 1]  # noqa: E731
@@ -91,12 +84,12 @@ def test_both_sides_run_the_same_split_schedule_and_steps(tmp_path):
     assert opt(t, "--metrics") == str(tmp_path / "m.csv") and "--json" in t and "--json" in p
 
 
-def test_tessel_modes_run_its_stages_as_asked(tmp_path):
+def test_tessel_modes_run_its_stages_as_asked(tmp_path, fake_programs):
     """one-process: the plain command; stage-threads: with --stage-threads; mpirun: a process
     per stage, as PyTorch's side."""
     def command(mode):
         args = compare_pipeline.parse_args(["--stages", "2", "--tessel-mode", mode]
-                                           + fake_executables(tmp_path))
+                                           + fake_programs)
         return compare_pipeline.tessel_command(args, "1f1b", 4, tmp_path / "m.csv")
     plain = command("one-process")
     assert plain[0].endswith("tessel") and "--stage-threads" not in plain

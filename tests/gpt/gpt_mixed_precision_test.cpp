@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "char_dataset.h"
 #include "gpt_trainer.h"
@@ -58,22 +59,26 @@ double follows(const TrainingRun& run, const TrainingRun& f32, double tolerance)
 
 class GptMixedPrecision : public ::testing::TestWithParam<std::pair<int, int>> {};
 
-// Tolerance 2e-3 relative, half a bf16 unit in the last place (2^-9): the bf16 run's losses
-// agree with the f32 run's to better than bf16 could represent the loss itself. Why they can:
-// each cast operand carries a relative error up to 2^-9 and each product ~2^-8, but these
-// errors are independent across the 32 to 128 terms of each sum and across the seven matmul
-// layers' outputs, so the logits move by ~1e-4 relative and the loss (about 4.2, a mean of
-// log-softmax terms) by less; AdamW's normalised updates (lr 1e-3) turn gradient noise of that
-// size into parameter changes far below the learning rate's scale over 10 steps. Measured: about
-// 1e-5 on the 2x2 mesh. A transposed operand or a product that skipped a term would be off by
-// 1e-2 or more.
+// Tolerance 1e-4 relative, from a bf16 reference that shares no code with tessel: JAX running
+// the same recipe (examples/gpt/reference/gpt_jax.py `project`: bf16 operands, f32 sums, the
+// product rounded to bf16) on this model, start, batches and schedule moves the 10 losses by at
+// most 1.39e-5 (1x1), 2.81e-5 (2x1), 2.81e-5 (1x2) and 1.54e-5 (2x2) relative from its f32 run
+// (its f32 losses are this test's f32 losses to 1e-6); tessel's own, the same day: 2.1e-5,
+// 1.7e-5, 1.7e-5, 1.4e-5. 1e-4 is 3.6x JAX's largest: twice it (bench/peers/compare_bf16.py's
+// limit on tessel / JAX, as two correct implementations round differently) plus room for other
+// GEMM kernels and thread splits. Commands and date: docs/gpt.md, "Mixed precision". (Before the
+// JAX measurement the bound was 2e-3, half a bf16 ulp, argued from independent rounding errors.)
+// A transposed operand or a product that skipped a term would be off by 1e-2 or more.
 TEST_P(GptMixedPrecision, Bf16LossesFollowTheF32RunOver10Steps) {
   const auto [batch, model] = GetParam();
   Runtime rt({.num_cpu_devices = 4});
   const CharDataset data = CharDataset::load(kText);
   const TrainingRun f32 = train(DType::kF32, batch, model, rt, data);
   const TrainingRun bf16 = train(DType::kBF16, batch, model, rt, data);
-  const double largest = follows(bf16, f32, 2e-3);
+  const double largest = follows(bf16, f32, 1e-4);
+  char measured[32];
+  std::snprintf(measured, sizeof measured, "%.3e", largest);
+  RecordProperty("largest_relative_loss_difference", measured);  // in --gtest_output=xml
   // The bf16 path did run: rounding moves the losses.
   EXPECT_GT(largest, 0.0);
   EXPECT_LT(bf16.losses.back(), bf16.losses.front());  // and it trains
@@ -82,8 +87,9 @@ TEST_P(GptMixedPrecision, Bf16LossesFollowTheF32RunOver10Steps) {
 }
 
 // f16 products (gemm_f16: MKL's hgemm sums in f16, relative error ~3e-3 per product) with the
-// loss scaled by 1024: the same 2e-3 bound as bf16's, for the same reasons (independent errors
-// over the terms, the layers and AdamW's normalised updates); measured about 1e-4.
+// loss scaled by 1024: 2e-3 relative, half a bf16 ulp, argued from independent errors over the
+// terms, the layers and AdamW's normalised updates (no f16 reference run has measured it; the
+// bf16 bound above comes from JAX); measured about 1e-4.
 TEST_P(GptMixedPrecision, F16LossesFollowTheF32RunOver10StepsWithTheLossScaled) {
   const auto [batch, model] = GetParam();
   Runtime rt({.num_cpu_devices = 4});

@@ -24,10 +24,24 @@ Configs:
   tiny  nanoGPT's CPU recipe: 4 layers, 4 heads, width 128, context 64, batch 12
   baby  nanoGPT shakespeare_char: 6 layers, 6 heads, width 384, context 256, batch 64
         (about 10.7 M parameters; dropout is 0 here)
+  test  tessel's `test` preset (tests/gpt): 2 layers, 4 heads, width 32, context 16, batch 4
 Training hyper-parameters are nanoGPT shakespeare_char's (lr 1e-3, warm-up 100, cosine to
 1e-4 at 5000, beta2 0.99, weight decay 0.1, clip 1.0). Batches are nanoGPT-style random
 windows of the tiny Shakespeare train split when the file is found (else random token ids),
 made and placed on the devices before timing, so the timings are the steps alone.
+
+Inputs: ``--inputs tessel`` trains from tessel's start instead (bench/peers/gpt_recipe.py
+recomputes it): GptModel::init's parameters, CharDataset::batch's windows of
+data/shakespeare_char/input.txt (its byte vocabulary) and the schedule of
+``tessel train gpt --steps <warmup + steps>`` (``--schedule-steps N``: of ``--steps N``; 0: the
+preset's own, warm-up 100 and decay over 2000 steps, as GptTrainer trains in tests/gpt), so with dropout 0 the losses are tessel's up to
+rounding (bench/peers/compare_bf16.py compares them).
+
+Precision: ``--dtype bf16`` is tessel's mixed precision (``tessel train gpt --dtype bf16``):
+the matmuls of activations by weights (q, k, v, attention's output projection, the MLP's two,
+the tied head) on bfloat16 operands with float32 sums, the product rounded to bfloat16
+(gpt_jax.project); attention's q k^T and att v, the parameters, gradients and AdamW state
+float32. The default f32 runs every matmul in float32.
 
 Threads: ``--threads N`` pins the process to N CPUs (os.sched_setaffinity, the same as
 ``taskset -c 0..N-1``) before jax starts, which sizes XLA's CPU thread pools; N = 1 also sets
@@ -39,6 +53,8 @@ Examples:
     .venv-peers/bin/python examples/gpt/reference/bench_gpt_jax.py --config tiny
     .venv-peers/bin/python examples/gpt/reference/bench_gpt_jax.py --config baby --steps 2
     .venv-peers/bin/python examples/gpt/reference/bench_gpt_jax.py --mesh 1x1 --json
+    .venv-peers/bin/python examples/gpt/reference/bench_gpt_jax.py --config tiny --mesh 1x1 \
+        --inputs tessel --dtype bf16 --steps 10 --warmup 0 --json
 """
 
 from __future__ import annotations
@@ -54,6 +70,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
+DTYPES = {"f32": "float32", "bf16": "bfloat16"}  # --dtype: gpt_jax.GPTConfig.matmul_dtype
 TRAIN_CHARS = 1_003_854
 PEAK_GFLOPS = 187.1  # this machine kind's measured 2-thread OpenBLAS sgemm (machine-baselines)
 
@@ -74,18 +91,31 @@ def parse_mesh(text: str):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", choices=("tiny", "baby"), default="baby")
+    ap.add_argument("--config", choices=("tiny", "baby", "test"), default="baby")
     ap.add_argument("--mesh", type=parse_mesh, default=(2, 2),
                     help="batch=B,model=M or BxM (default batch=2,model=2)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     ap.add_argument("--threads", type=int, default=None,
                     help="pin to this many CPUs before jax starts (default: as launched)")
-    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="default 1234; with --inputs tessel, tessel's 1337")
+    ap.add_argument("--dtype", choices=tuple(DTYPES), default="f32",
+                    help="f32, or bf16: tessel's mixed precision (default f32)")
+    ap.add_argument("--schedule-steps", type=int, default=None,
+                    help="with --inputs tessel: the schedule of `tessel train gpt --steps N` "
+                         "(default warmup + steps; 0: the preset's own)")
+    ap.add_argument("--inputs", choices=("own", "tessel"), default="own",
+                    help="own: gpt_jax.init_params and random windows; tessel: tessel's initial "
+                         "parameters, batches and schedule (default own)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         ap.error("--steps must be >= 1 and --warmup >= 0")
+    if args.schedule_steps is not None and (args.schedule_steps < 0 or args.inputs != "tessel"):
+        ap.error(f"--schedule-steps {args.schedule_steps}: >= 0, with --inputs tessel only")
+    if args.seed is None:
+        args.seed = 1337 if args.inputs == "tessel" else 1234
     return args
 
 
@@ -123,6 +153,60 @@ def load_train_ids():
     return None, "random token ids (tinyshakespeare.txt not found)"
 
 
+def tessel_inputs(args, G):
+    """(GPTConfig, TrainConfig, batch, host params, [(x, y)], lr of step, note): tessel's start,
+    batches and `tessel train gpt --steps N` schedule, recomputed by bench/peers/gpt_recipe.py."""
+    sys.path.insert(0, str(REPO / "bench" / "peers"))
+    import gpt_recipe as R
+
+    path = REPO / "data" / "shakespeare_char" / "input.txt"
+    text = R.CharText.load(path)
+    total = args.warmup + args.steps
+    rc = R.config(args.config, seed=args.seed, vocab_size=text.vocab_size)
+    schedule_steps = total if args.schedule_steps is None else args.schedule_steps
+    if schedule_steps:
+        rc = R.train_schedule(rc, schedule_steps)
+    cfg = G.GPTConfig(n_layer=rc.n_layer, n_head=rc.n_head, n_embd=rc.n_embd,
+                      block_size=rc.block_size, vocab_size=rc.vocab_size,
+                      matmul_dtype=DTYPES[args.dtype])
+    tc = G.TrainConfig(learning_rate=rc.learning_rate, min_lr=rc.min_lr,
+                       warmup_iters=rc.warmup_iters, lr_decay_iters=rc.lr_decay_iters,
+                       beta1=rc.beta1, beta2=rc.beta2, eps=rc.eps,
+                       weight_decay=rc.weight_decay, grad_clip=rc.grad_clip)
+    batches = [tuple(a.astype("int32") for a in text.batch(s, rc)) for s in range(total)]
+    return (cfg, tc, rc.batch_size, R.init_params(rc), batches,
+            lambda it: R.learning_rate(rc, it), f"tessel's batches of {path}")
+
+
+def own_inputs(args, G, np):
+    """The same tuple as tessel_inputs for this benchmark's own start and random windows."""
+    configs = {
+        "tiny": (G.GPTConfig(n_layer=4, n_head=4, n_embd=128, block_size=64), 12),
+        "baby": (G.GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=256), 64),
+        "test": (G.GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=16), 4),
+    }
+    shape, batch = configs[args.config]
+    cfg = G.GPTConfig(n_layer=shape.n_layer, n_head=shape.n_head, n_embd=shape.n_embd,
+                      block_size=shape.block_size, matmul_dtype=DTYPES[args.dtype])
+    tc = G.TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, lr_decay_iters=5000,
+                       beta1=0.9, beta2=0.99, weight_decay=0.1, grad_clip=1.0)
+    T = cfg.block_size
+    train, data_note = load_train_ids()
+    rng = np.random.default_rng(args.seed + 1)
+    batches = []
+    for _ in range(args.warmup + args.steps):
+        if train is None:
+            ids = rng.integers(0, cfg.vocab_size, size=(batch, T + 1)).astype(np.int32)
+            x, y = ids[:, :-1], ids[:, 1:]
+        else:
+            off = rng.integers(0, len(train) - T, size=batch)
+            x = np.stack([train[o:o + T] for o in off])
+            y = np.stack([train[o + 1:o + T + 1] for o in off])
+        batches.append((x, y))
+    return (cfg, tc, batch, G.init_params(cfg, args.seed, dtype=np.float32), batches,
+            lambda it: G.get_lr(it, tc), data_note)
+
+
 def main(argv=None):
     args = parse_args(argv)
     load_before = os.getloadavg()[0]  # other work on the machine, before this process adds any
@@ -136,13 +220,10 @@ def main(argv=None):
     sys.path.insert(0, str(HERE))
     import gpt_jax as G
 
-    configs = {
-        "tiny": (G.GPTConfig(n_layer=4, n_head=4, n_embd=128, block_size=64), 12),
-        "baby": (G.GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=256), 64),
-    }
-    cfg, batch = configs[args.config]
-    tc = G.TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, lr_decay_iters=5000,
-                       beta1=0.9, beta2=0.99, weight_decay=0.1, grad_clip=1.0)
+    if args.inputs == "tessel":
+        cfg, tc, batch, host, host_batches, lr_of, data_note = tessel_inputs(args, G)
+    else:
+        cfg, tc, batch, host, host_batches, lr_of, data_note = own_inputs(args, G, np)
     nb, nm = args.mesh
     T = cfg.block_size
     if batch % nb:
@@ -161,7 +242,6 @@ def main(argv=None):
         return P()  # wpe, LayerNorm weights
 
     # Parameters: the documented init, wte padded to a multiple of the 'model' size.
-    host = G.init_params(cfg, args.seed, dtype=np.float32)
     v_pad = -(-cfg.vocab_size // nm) * nm
     host["wte"] = np.concatenate(
         [host["wte"], np.zeros((v_pad - cfg.vocab_size, cfg.n_embd), np.float32)])
@@ -172,19 +252,8 @@ def main(argv=None):
     opt_state = jax.jit(G.adamw_init, out_shardings=opt_sh)(params)
     data_sh = NamedSharding(mesh, P("batch", None))
 
-    # Batches, made and placed before timing.
-    train, data_note = load_train_ids()
-    rng = np.random.default_rng(args.seed + 1)
-    batches = []
-    for _ in range(args.warmup + args.steps):
-        if train is None:
-            ids = rng.integers(0, cfg.vocab_size, size=(batch, T + 1)).astype(np.int32)
-            x, y = ids[:, :-1], ids[:, 1:]
-        else:
-            off = rng.integers(0, len(train) - T, size=batch)
-            x = np.stack([train[o:o + T] for o in off])
-            y = np.stack([train[o + 1:o + T + 1] for o in off])
-        batches.append((jax.device_put(x, data_sh), jax.device_put(y, data_sh)))
+    # Batches, placed before timing.
+    batches = [(jax.device_put(x, data_sh), jax.device_put(y, data_sh)) for x, y in host_batches]
 
     def step_fn(params, opt_state, idx, targets, lr):
         return G.train_step(params, opt_state, idx, targets, lr, cfg, tc)
@@ -203,7 +272,7 @@ def main(argv=None):
 
     losses, norms, times, cpu_times = [], [], [], []
     for it, (x, y) in enumerate(batches):
-        lr = jnp.float32(G.get_lr(it, tc))
+        lr = jnp.float32(lr_of(it))
         t0, c0 = time.perf_counter(), time.process_time()
         params, opt_state, loss, norm = compiled(params, opt_state, x, y, lr)
         jax.block_until_ready((params, opt_state, loss))
@@ -233,7 +302,9 @@ def main(argv=None):
         "xla_flags": env["xla_flags"],
         "data": data_note,
         "loadavg_1min": [load_before, os.getloadavg()[0]],
-        "dtype": "float32",
+        "dtype": args.dtype,  # the matmuls' (f32 or bf16); parameters and AdamW float32
+        "inputs": args.inputs,
+        "seed": args.seed,
         "compile_s": compile_s,
         "warmup_steps": args.warmup,
         "timed_steps": args.steps,
@@ -249,13 +320,14 @@ def main(argv=None):
         "flops_per_token": G.flops_per_token(cfg),
         "losses": losses,
         "grad_norms": norms,
+        "lrs": [lr_of(it) for it in range(len(batches))],
         "collectives_in_step": collectives,
     }
     if args.json:
         print(json.dumps(result))
         return result
     print(f"jax {jax.__version__} GPT {args.config}: {cfg.n_layer}L {cfg.n_head}H {cfg.n_embd}d "
-          f"T={T} batch={batch} ({n_params:,} params, f32); mesh batch={nb} model={nm} "
+          f"T={T} batch={batch} ({n_params:,} params, {args.dtype} matmuls, {args.inputs} inputs); mesh batch={nb} model={nm} "
           f"on {nb * nm} host CPU devices, {len(env['cpus'])} CPU(s) {env['cpus']}")
     print(f"  XLA_FLAGS={env['xla_flags']}")
     print(f"  data: {data_note}")

@@ -34,7 +34,12 @@ Parameters (weights stored [in, out], so y = x @ W), in the canonical order that
     ln_f.weight [C]
 
 Precision follows the parameters' dtype: enable ``jax_enable_x64`` and pass float64
-parameters for the reference dump, float32 for benchmarks.
+parameters for the reference dump, float32 for benchmarks. ``GPTConfig.matmul_dtype``
+"bfloat16" is tessel's mixed precision (``--dtype bf16``, examples/gpt/language_model.cpp
+``mixed_matmul``): the seven matmuls of activations by weights per block and head (``project``)
+take operands rounded to bfloat16, sum in float32 and round the product to bfloat16 before it
+goes on in float32; attention's q k^T and att v, everything else, the parameters, gradients
+and AdamW state stay float32.
 """
 
 from __future__ import annotations
@@ -62,10 +67,13 @@ class GPTConfig:
     n_embd: int
     block_size: int
     vocab_size: int = 65  # nanoGPT shakespeare_char's character vocabulary
+    matmul_dtype: str = "float32"  # or "bfloat16": tessel's mixed precision (``project``)
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
+        if self.matmul_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"matmul_dtype {self.matmul_dtype!r}: float32 or bfloat16")
 
     @property
     def head_dim(self) -> int:
@@ -163,7 +171,21 @@ def layer_norm(x, weight, eps: float = LN_EPS):
     return (x - mean) * jax.lax.rsqrt(var + eps) * weight
 
 
-def causal_self_attention(x, wq, wk, wv, c_proj, n_head: int):
+def project(x, w, matmul_dtype: str = "float32"):
+    """x @ w, a matmul of activations by a weight. "bfloat16": as tessel's mixed_matmul, both
+    operands rounded to bfloat16, the products summed in float32 (preferred_element_type), the
+    sum rounded to bfloat16 and widened back. Autodiff gives the gradients tessel's VJP does:
+    the incoming gradient rounded to bfloat16, its products with the bfloat16 operands summed
+    in float32 and rounded to bfloat16, then widened to float32."""
+    if matmul_dtype == "float32":
+        return x @ w
+    bf16 = jnp.bfloat16
+    y = jax.lax.dot_general(x.astype(bf16), w.astype(bf16), (((x.ndim - 1,), (0,)), ((), ())),
+                            preferred_element_type=jnp.float32)
+    return y.astype(bf16).astype(x.dtype)
+
+
+def causal_self_attention(x, wq, wk, wv, c_proj, n_head: int, matmul_dtype: str = "float32"):
     """Multi-head causal self-attention; x [B, T, C] -> [B, T, C]."""
     B, T, C = x.shape
     D = C // n_head
@@ -171,19 +193,20 @@ def causal_self_attention(x, wq, wk, wv, c_proj, n_head: int):
     def split_heads(y):  # [B, T, C] -> [B, H, T, D]; head j = columns j*D .. (j+1)*D
         return y.reshape(B, T, n_head, D).transpose(0, 2, 1, 3)
 
-    q, k, v = split_heads(x @ wq), split_heads(x @ wk), split_heads(x @ wv)
+    q, k, v = (split_heads(project(x, w, matmul_dtype)) for w in (wq, wk, wv))
     att = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(D)  # [B, H, T, T]
     causal = jnp.tril(jnp.ones((T, T), dtype=bool))
     att = jnp.where(causal, att, -jnp.inf)  # row t sees positions 0..t
     att = jax.nn.softmax(att, axis=-1)
     y = att @ v  # [B, H, T, D]
     y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # merge heads back
-    return y @ c_proj
+    return project(y, c_proj, matmul_dtype)
 
 
-def mlp(x, c_fc, c_proj):
+def mlp(x, c_fc, c_proj, matmul_dtype: str = "float32"):
     """Position-wise MLP with the exact (erf) GELU, as torch.nn.GELU()."""
-    return jax.nn.gelu(x @ c_fc, approximate=False) @ c_proj
+    return project(jax.nn.gelu(project(x, c_fc, matmul_dtype), approximate=False), c_proj,
+                   matmul_dtype)
 
 
 def block(x, params: Params, i: int, cfg: GPTConfig):
@@ -192,9 +215,9 @@ def block(x, params: Params, i: int, cfg: GPTConfig):
     x = x + causal_self_attention(
         layer_norm(x, params[p + "ln_1.weight"]),
         params[p + "attn.wq"], params[p + "attn.wk"], params[p + "attn.wv"],
-        params[p + "attn.c_proj"], cfg.n_head)
+        params[p + "attn.c_proj"], cfg.n_head, cfg.matmul_dtype)
     x = x + mlp(layer_norm(x, params[p + "ln_2.weight"]),
-                params[p + "mlp.c_fc"], params[p + "mlp.c_proj"])
+                params[p + "mlp.c_fc"], params[p + "mlp.c_proj"], cfg.matmul_dtype)
     return x
 
 
@@ -213,7 +236,7 @@ def forward(params: Params, idx, cfg: GPTConfig):
     for i in range(cfg.n_layer):
         x = block(x, params, i, cfg)
     x = layer_norm(x, params["ln_f.weight"])
-    logits = x @ wte.T  # weight tying: the output head is the token embedding
+    logits = project(x, wte.T, cfg.matmul_dtype)  # weight tying: the output head is the token embedding
     if wte.shape[0] > cfg.vocab_size:
         real = jnp.arange(wte.shape[0]) < cfg.vocab_size
         logits = jnp.where(real, logits, -jnp.inf)
