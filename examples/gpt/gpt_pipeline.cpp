@@ -235,24 +235,54 @@ train::PipelineIdle GptPipeline::idle_everywhere(const train::PipelineIdle& idle
                         stages()));
   }
   if (mesh_.num_local_devices() == mesh_.size()) return idle;
+  // Values of the process that holds stage s, on every process: replicated on the stage's
+  // devices (none here: no components, `values` only gives the shape), then on every stage's.
+  const auto from_stage = [&](int s, const std::vector<double>& values) {
+    const Tensor t = Tensor::from_vector<double>(values, Shape{static_cast<int64_t>(values.size())});
+    const Mesh& sub = stage_mesh(s);
+    const std::vector<Tensor> parts(std::max<size_t>(sub.num_local_devices(), 1), t);
+    return host_value(everywhere(pack(parts, Layout::replicated(sub, 1), *runtime_))).to_doubles();
+  };
   train::PipelineIdle out = idle;
+  std::vector<double> walls(static_cast<size_t>(stages()));
+  std::vector<size_t> log_sizes(static_cast<size_t>(stages()));
   for (int s = 0; s < stages(); ++s) {
     const train::StageIdle& here = idle.stages[static_cast<size_t>(s)];
-    const Tensor figures = Tensor::from_vector<double>(
-        {static_cast<double>(here.devices), here.computing_seconds, here.communication_seconds,
-         here.transfer_seconds, here.idle_fraction, here.transfer_fraction},
-        Shape{6});
-    // Replicated on the stage's devices (none here: no components), then on every stage's.
-    const Mesh& sub = stage_mesh(s);
-    const std::vector<Tensor> parts(std::max<size_t>(sub.num_local_devices(), 1), figures);
-    const std::vector<double> got =
-        host_value(everywhere(pack(parts, Layout::replicated(sub, 1), *runtime_))).to_doubles();
+    const std::vector<double> got = from_stage(
+        s, {static_cast<double>(here.devices), here.computing_seconds, here.communication_seconds,
+            here.transfer_seconds, here.idle_fraction, here.transfer_fraction, idle.wall_seconds,
+            static_cast<double>(idle.log.size())});
     out.stages[static_cast<size_t>(s)] = {.devices = static_cast<int>(got[0]),
                                           .computing_seconds = got[1],
                                           .communication_seconds = got[2],
                                           .transfer_seconds = got[3],
                                           .idle_fraction = got[4],
                                           .transfer_fraction = got[5]};
+    walls[static_cast<size_t>(s)] = got[6];
+    log_sizes[static_cast<size_t>(s)] = static_cast<size_t>(got[7]);
+  }
+  // Each transfer's time is the shorter of its two sides' (the side that arrived last waited for
+  // nobody), from the logs of the processes holding its stages; every process decides alike from
+  // the sizes they all received whether the logs line up.
+  const bool aligned = !idle.log.empty() &&
+                       std::all_of(log_sizes.begin(), log_sizes.end(),
+                                   [&](size_t n) { return n == idle.log.size(); });
+  if (!aligned) return out;
+  std::vector<std::vector<train::TransferRecord>> logs;
+  for (int s = 0; s < stages(); ++s) {
+    std::vector<double> mine;
+    for (const train::TransferRecord& r : idle.log) mine.push_back(r.seconds);
+    const std::vector<double> got = from_stage(s, mine);
+    std::vector<train::TransferRecord> log = idle.log;
+    for (size_t i = 0; i < log.size(); ++i) log[i].seconds = got[i];
+    logs.push_back(std::move(log));
+  }
+  const std::vector<double> moved = train::transfer_seconds_across(logs);
+  for (int s = 0; s < stages(); ++s) {
+    train::StageIdle& st = out.stages[static_cast<size_t>(s)];
+    if (st.devices == 0 || !(walls[static_cast<size_t>(s)] > 0)) continue;
+    st.transfer_seconds = moved[static_cast<size_t>(s)];
+    st.transfer_fraction = st.transfer_seconds / walls[static_cast<size_t>(s)];
   }
   return out;
 }

@@ -135,11 +135,14 @@ class GptPipeline {
   double loss(const std::vector<DTensor>& params, const Tensor& idx, const Tensor& targets) const;
   // Each stage's figures of `idle` (a window this process measured, gradients()' idle or a sum
   // of them) as the process holding the stage's devices measured them, on every process: under
-  // mpirun a stage on another process has devices 0 here and its figures there. A collective
+  // mpirun a stage on another process has devices 0 here and its figures there. Each stage's
+  // transfer time is then recomputed from every process's transfer log, a transfer counting the
+  // shorter of its two sides' times (train::transfer_seconds_across: a side's time includes its
+  // wait for the other process, and the side that arrived last waited for nobody). A collective
   // when the mesh spans processes (every process calls it, in the same order as its other
-  // collectives; each stage's figures move with one relayout); in one process `idle` itself.
-  // The wall time, windows and transfer count stay this process's. `idle` without one figure
-  // per stage: kInvalidArgument.
+  // collectives; a few relayouts per stage); in one process `idle` itself. The wall time,
+  // windows and transfer count stay this process's. `idle` without one figure per stage:
+  // kInvalidArgument.
   train::PipelineIdle idle_everywhere(const train::PipelineIdle& idle) const;
   // The gradients scaled to global norm at most clip_norm, the norm summed over every stage's
   // gradients (clip_by_global_norm's arithmetic: scale clip_norm / max(norm, clip_norm)), and

@@ -28,6 +28,19 @@ void PipelineIdle::add(const PipelineIdle& other) {
   wall_seconds += other.wall_seconds;
   transfers += other.transfers;
   windows += other.windows;
+  const bool same_transfers =
+      log.size() == other.log.size() &&
+      std::equal(log.begin(), log.end(), other.log.begin(),
+                 [](const TransferRecord& x, const TransferRecord& y) {
+                   return x.from == y.from && x.to == y.to && (x.seconds < 0) == (y.seconds < 0);
+                 });
+  if (same_transfers) {
+    for (size_t i = 0; i < log.size(); ++i) {
+      if (log[i].seconds >= 0) log[i].seconds += other.log[i].seconds;
+    }
+  } else {
+    log.clear();
+  }
   for (size_t s = 0; s < stages.size(); ++s) {
     StageIdle& a = stages[s];
     const StageIdle& b = other.stages[s];
@@ -39,6 +52,41 @@ void PipelineIdle::add(const PipelineIdle& other) {
       a.transfer_fraction = a.transfer_seconds / wall_seconds;
     }
   }
+}
+
+std::vector<double> transfer_seconds_across(const std::vector<std::vector<TransferRecord>>& logs) {
+  const size_t n = logs.empty() ? 0 : logs.front().size();
+  for (const std::vector<TransferRecord>& log : logs) {
+    bool same = log.size() == n;
+    for (size_t i = 0; same && i < n; ++i) {
+      same = log[i].from == logs.front()[i].from && log[i].to == logs.front()[i].to;
+    }
+    if (!same) {
+      throw Error(ErrorCode::kInvalidArgument, kComponent,
+                  fmt::format("the stages' transfer logs differ ({} and {} transfers, or other "
+                              "stages): they are not of the same schedule",
+                              n, log.size()));
+    }
+  }
+  std::vector<double> out(logs.size(), 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const int from = logs.front()[i].from, to = logs.front()[i].to;
+    if (from < 0 || to < 0 || static_cast<size_t>(from) >= logs.size() ||
+        static_cast<size_t>(to) >= logs.size()) {
+      throw Error(ErrorCode::kInvalidArgument, kComponent,
+                  fmt::format("transfer {} is between stages {} and {}, of {}", i, from, to,
+                              logs.size()));
+    }
+    double least = std::numeric_limits<double>::infinity();
+    for (int s : {from, to}) {
+      const double t = logs[static_cast<size_t>(s)][i].seconds;
+      if (t >= 0) least = std::min(least, t);
+    }
+    if (least == std::numeric_limits<double>::infinity()) continue;
+    out[static_cast<size_t>(from)] += least;
+    if (to != from) out[static_cast<size_t>(to)] += least;
+  }
+  return out;
 }
 
 StageIdle stage_idle(const std::vector<BusyTime>& before, const std::vector<BusyTime>& after,
@@ -107,9 +155,12 @@ std::vector<BusyTime> PipelineIdleMeter::read(int from, int to) const {
 
 void PipelineIdleMeter::count_transfer(int from, int to, const std::vector<BusyTime>& before) {
   const double seconds = transfer_seconds(before, read(from, to));
+  const bool here = !stages_.at(static_cast<size_t>(from)).empty() ||
+                    !stages_.at(static_cast<size_t>(to)).empty();
   std::lock_guard<std::mutex> lock(mu_);
   transfer_seconds_.at(static_cast<size_t>(from)) += seconds;
   if (to != from) transfer_seconds_.at(static_cast<size_t>(to)) += seconds;
+  log_.push_back({from, to, here ? seconds : -1.0});
   ++transfers_;
 }
 
@@ -119,6 +170,7 @@ PipelineIdle PipelineIdleMeter::finish(Clock::time_point deadline) {
   out.wall_seconds = std::chrono::duration<double>(Clock::now() - started_).count();
   out.transfers = transfers_;
   out.windows = 1;
+  out.log = log_;
   for (size_t s = 0; s < stages_.size(); ++s) {
     if (stages_[s].empty()) {
       out.stages.emplace_back();

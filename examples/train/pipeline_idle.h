@@ -18,7 +18,9 @@
 // collectives: the device that arrived last waited for nobody, so its time is the data's
 // movement (and the pending sums' reduction) without the wait for a late peer, which is the
 // bubble's. It counts for both the sending and the receiving stage. Under several processes only
-// this process's devices are seen: a transfer whose other side is elsewhere counts its waiting.
+// this process's devices are seen: a transfer whose other side is elsewhere counts its waiting,
+// until the processes' logs of their transfers are put together (transfer_seconds_across, which
+// GptPipeline::idle_everywhere runs), where each transfer counts its shorter side.
 //
 // On CPU devices the time a kernel's thread is descheduled (more devices than cores) counts as
 // computing: the devices' view, not the cores'.
@@ -48,14 +50,31 @@ struct StageIdle {
   double transfer_fraction = 0;      // transfer / wall
 };
 
+// One transfer of a window as this process saw it: its stages, and the shortest time any of this
+// process's devices in it spent in its collectives (-1: none of them took part).
+struct TransferRecord {
+  int from = 0, to = 0;
+  double seconds = -1;
+};
+
 struct PipelineIdle {
   double wall_seconds = 0;
   std::vector<StageIdle> stages;
   int transfers = 0;  // transfers between stages counted
   int windows = 0;    // windows added (a step's schedule each)
+  // Every transfer of the window in order, the seconds summed over the windows added (emptied
+  // when two windows' transfers differ: stage threads issue them in no fixed order).
+  std::vector<TransferRecord> log;
   // Another window's figures added (sums of seconds; fractions recomputed over the total wall).
   void add(const PipelineIdle& other);
 };
+
+// Each stage's transfer seconds from the logs of the processes that hold the stages (logs[s]:
+// the log of stage s's process; all of the same transfers in the same order): a transfer counts
+// the shorter of its two sides' times, for both its stages. Under several processes a side's
+// time includes its wait for the other process; the side that arrived last waited for nobody.
+// Logs of other lengths or transfers, or not one per stage: kInvalidArgument.
+std::vector<double> transfer_seconds_across(const std::vector<std::vector<TransferRecord>>& logs);
 
 // The figures of one stage from its devices' stream readings at both ends of a window of
 // `wall_seconds` (one reading per device, the same order in both) and its transfers' seconds.
@@ -99,6 +118,7 @@ class PipelineIdleMeter {
   std::vector<std::vector<BusyTime>> start_;  // per stage, per device
   std::mutex mu_;                             // guards the two below
   std::vector<double> transfer_seconds_;      // per stage
+  std::vector<TransferRecord> log_;
   int transfers_ = 0;
   Clock::time_point started_;
 };

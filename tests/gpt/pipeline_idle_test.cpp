@@ -76,6 +76,45 @@ TEST(PipelineIdle, WindowsAddUpOverTheirTotalWallTime) {
                       "adding a window of 2 stages to one of 1");
 }
 
+// Under several processes each process logs its side of every transfer, its wait included:
+// stage 0's process waited 0.5 s in the first transfer, stage 1's 0.01 s (it arrived last);
+// each transfer counts its shorter side for both its stages; a side that is -1 (no device of
+// that process took part) does not count.
+TEST(PipelineIdle, ATransferAcrossProcessesCountsItsShorterSide) {
+  const std::vector<TransferRecord> stage0 = {{0, 1, 0.5}, {1, 0, 0.02}, {1, 2, -1}};
+  const std::vector<TransferRecord> stage1 = {{0, 1, 0.01}, {1, 0, 0.3}, {1, 2, 0.04}};
+  const std::vector<TransferRecord> stage2 = {{0, 1, -1}, {1, 0, -1}, {1, 2, 0.2}};
+  const std::vector<double> seconds = transfer_seconds_across({stage0, stage1, stage2});
+  ASSERT_EQ(seconds.size(), 3u);
+  EXPECT_NEAR(seconds[0], 0.01 + 0.02, 1e-12);
+  EXPECT_NEAR(seconds[1], 0.01 + 0.02 + 0.04, 1e-12);
+  EXPECT_NEAR(seconds[2], 0.04, 1e-12);
+  EXPECT_TESSEL_ERROR(transfer_seconds_across({stage0, {{0, 1, 0.1}}, stage2}),
+                      ErrorCode::kInvalidArgument, "the stages' transfer logs differ (3 and 1");
+  EXPECT_TESSEL_ERROR(transfer_seconds_across({{{0, 5, 0.1}}}), ErrorCode::kInvalidArgument,
+                      "transfer 0 is between stages 0 and 5, of 1");
+}
+
+// Windows of the same transfers add their logs' seconds; windows whose transfers differ leave no
+// log (their transfers cannot be lined up).
+TEST(PipelineIdle, WindowsOfTheSameTransfersAddTheirLogs) {
+  PipelineIdle total;
+  PipelineIdle a{.wall_seconds = 1.0,
+                 .stages = {stage_idle({times(0, 0)}, {times(0.5, 0)}, 1.0, 0.1)},
+                 .transfers = 2,
+                 .windows = 1,
+                 .log = {{0, 0, 0.05}, {0, 0, -1}}};
+  total.add(a);
+  total.add(a);
+  ASSERT_EQ(total.log.size(), 2u);
+  EXPECT_NEAR(total.log[0].seconds, 0.1, 1e-12);
+  EXPECT_EQ(total.log[1].seconds, -1);
+  PipelineIdle other = a;
+  other.log[0].to = 1;
+  total.add(other);
+  EXPECT_TRUE(total.log.empty());
+}
+
 TEST(PipelineIdle, RefusesMismatchedReadingsAndAnEmptyWindow) {
   EXPECT_TESSEL_ERROR(stage_idle({times(0, 0)}, {}, 1.0, 0), ErrorCode::kInvalidArgument,
                       "got 1 and 0");
@@ -123,6 +162,11 @@ TEST(PipelineIdleMeter, MeasuresKnownBusyIntervalsAndATransfer) {
   EXPECT_EQ(s0.transfer_seconds, s1.transfer_seconds);
   EXPECT_LT(s0.transfer_seconds, s1.communication_seconds);
   EXPECT_LE(s0.transfer_seconds, s0.communication_seconds + 1e-12);
+  // The transfer's log: its stages and the time both sides' shorter one.
+  ASSERT_EQ(idle.log.size(), 1u);
+  EXPECT_EQ(idle.log[0].from, 0);
+  EXPECT_EQ(idle.log[0].to, 1);
+  EXPECT_EQ(idle.log[0].seconds, s0.transfer_seconds);
 }
 
 TEST(PipelineIdleMeter, NamesADeviceWhoseWorkDoesNotEndByTheDeadline) {

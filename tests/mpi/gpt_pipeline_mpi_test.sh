@@ -54,12 +54,19 @@ for schedule in ("gpipe", "1f1b", "interleaved"):
     print(f"{schedule}: {n} steps on 2 processes, largest loss difference {worst:.3g} (limit 1e-5)")
     ok = ok and n == steps and worst <= 1e-5
     # Each stage's measured idle comes from the process that holds it (idle_everywhere): both
-    # stages' 2 devices, a fraction in [0, 1), some computing.
-    for s in run["pipeline"]["stage_idle"]:
+    # stages' 2 devices, a fraction in [0, 1), some computing; every transfer is between the two
+    # stages and counts its shorter side for both, so their transfer times are equal (and no
+    # longer than the stage's whole communication time).
+    st = run["pipeline"]["stage_idle"]
+    for s in st:
         print(f"  stage {s['stage']}: {s['devices']} devices, idle {s['idle_fraction']}, "
-              f"computing {s['computing_seconds_per_step']} s a step")
+              f"computing {s['computing_seconds_per_step']} s a step, transfers "
+              f"{s['transfer_seconds_per_step']} s of {s['communication_seconds_per_step']} s "
+              "communicating")
         ok = ok and s["devices"] == 2 and 0 <= s["idle_fraction"] < 1
         ok = ok and s["computing_seconds_per_step"] > 0
+        ok = ok and s["transfer_seconds_per_step"] <= s["communication_seconds_per_step"] * 1.001
+    ok = ok and st[0]["transfer_seconds_per_step"] == st[1]["transfer_seconds_per_step"]
 reference = losses("ck_reference")
 ok = ok and len(reference) == 3
 for name in ("ck_piped_to_plain", "ck_plain_to_piped"):
