@@ -50,7 +50,8 @@ py::object wrap(DTensor tensor) {
   return obj;
 }
 
-// Python seconds -> the timeout of the whole relayout (seconds_arg, as every binding converts timeouts).
+// Python seconds -> the timeout of the whole relayout (seconds_arg, as every binding converts
+// timeouts).
 RelayoutOptions to_options(std::optional<double> timeout_seconds) {
   RelayoutOptions options;
   if (timeout_seconds) {
@@ -269,8 +270,8 @@ void bind_api(py::module_& m) {
   m.def("_create_distributed_mesh",
         py::overload_cast<const std::vector<MeshDimension>&, const std::vector<std::string>&,
                           const std::string&, bool>(&create_distributed_mesh),
-        py::arg("mesh_dims"),
-        py::arg("local_devices"), py::arg("mesh_name") = "", py::arg("use_xla_spmd") = false);
+        py::arg("mesh_dims"), py::arg("local_devices"), py::arg("mesh_name") = "",
+        py::arg("use_xla_spmd") = false);
   m.def("visualize", py::overload_cast<const DTensor&>(&visualize), py::arg("tensor"));
 }
 
@@ -303,10 +304,13 @@ and relayout_batch); the block's end restores the previous value. seconds <= 0: 
 the block starts.)doc")
       .def(py::init<double>(), py::arg("timeout_seconds"))
       .def_property_readonly("timeout_seconds", &RelayoutTimeout::seconds)
-      .def("__enter__", [](RelayoutTimeout& self) -> RelayoutTimeout& {
-        self.enter();
-        return self;
-      }, py::return_value_policy::reference)
+      .def(
+          "__enter__",
+          [](RelayoutTimeout& self) -> RelayoutTimeout& {
+            self.enter();
+            return self;
+          },
+          py::return_value_policy::reference)
       .def(
           "__exit__",
           [](RelayoutTimeout& self, py::handle, py::handle, py::handle) {
@@ -480,10 +484,11 @@ void bind_op_profile(py::module_& m) {
              return PyProfilePhase{name, nullptr};
            }),
            py::arg("name"))
-      .def("__enter__", [](PyProfilePhase& p) -> PyProfilePhase& {
-        p.phase = std::make_unique<ProfilePhase>(p.name);
-        return p;
-      })
+      .def("__enter__",
+           [](PyProfilePhase& p) -> PyProfilePhase& {
+             p.phase = std::make_unique<ProfilePhase>(p.name);
+             return p;
+           })
       .def("__exit__", [](PyProfilePhase& p, const py::args&) { p.phase.reset(); });
 }
 

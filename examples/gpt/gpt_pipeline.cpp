@@ -238,7 +238,8 @@ train::PipelineIdle GptPipeline::idle_everywhere(const train::PipelineIdle& idle
   // Values of the process that holds stage s, on every process: replicated on the stage's
   // devices (none here: no components, `values` only gives the shape), then on every stage's.
   const auto from_stage = [&](int s, const std::vector<double>& values) {
-    const Tensor t = Tensor::from_vector<double>(values, Shape{static_cast<int64_t>(values.size())});
+    const Tensor t =
+        Tensor::from_vector<double>(values, Shape{static_cast<int64_t>(values.size())});
     const Mesh& sub = stage_mesh(s);
     const std::vector<Tensor> parts(std::max<size_t>(sub.num_local_devices(), 1), t);
     return host_value(everywhere(pack(parts, Layout::replicated(sub, 1), *runtime_))).to_doubles();
@@ -264,9 +265,9 @@ train::PipelineIdle GptPipeline::idle_everywhere(const train::PipelineIdle& idle
   // Each transfer's time is the shorter of its two sides' (the side that arrived last waited for
   // nobody), from the logs of the processes holding its stages; every process decides alike from
   // the sizes they all received whether the logs line up.
-  const bool aligned = !idle.log.empty() &&
-                       std::all_of(log_sizes.begin(), log_sizes.end(),
-                                   [&](size_t n) { return n == idle.log.size(); });
+  const bool aligned =
+      !idle.log.empty() && std::all_of(log_sizes.begin(), log_sizes.end(),
+                                       [&](size_t n) { return n == idle.log.size(); });
   if (!aligned) return out;
   std::vector<std::vector<train::TransferRecord>> logs;
   for (int s = 0; s < stages(); ++s) {

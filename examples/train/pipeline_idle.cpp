@@ -73,9 +73,9 @@ std::vector<double> transfer_seconds_across(const std::vector<std::vector<Transf
     const int from = logs.front()[i].from, to = logs.front()[i].to;
     if (from < 0 || to < 0 || static_cast<size_t>(from) >= logs.size() ||
         static_cast<size_t>(to) >= logs.size()) {
-      throw Error(ErrorCode::kInvalidArgument, kComponent,
-                  fmt::format("transfer {} is between stages {} and {}, of {}", i, from, to,
-                              logs.size()));
+      throw Error(
+          ErrorCode::kInvalidArgument, kComponent,
+          fmt::format("transfer {} is between stages {} and {}, of {}", i, from, to, logs.size()));
     }
     double least = std::numeric_limits<double>::infinity();
     for (int s : {from, to}) {

@@ -27,8 +27,8 @@ TEST(OpProfile, CountsEachDevicesKernelUnderItsPhase) {
   Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}}, "CPU", "", 4);
   const Layout rows({"x", "unsharded"}, mesh);
   DTensor a = copy_to_mesh(Tensor::full(Shape{256, 256}, DType::kF32, 1.0), rows);
-  DTensor b = copy_to_mesh(Tensor::full(Shape{256, 256}, DType::kF32, 1.0),
-                           Layout::replicated(mesh, 2));
+  DTensor b =
+      copy_to_mesh(Tensor::full(Shape{256, 256}, DType::kF32, 1.0), Layout::replicated(mesh, 2));
   start_op_profile();
   {
     ProfilePhase forward("forward");

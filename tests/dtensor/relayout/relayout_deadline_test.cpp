@@ -23,9 +23,9 @@ using Clock = std::chrono::steady_clock;
 struct TwoStepCase {
   Runtime rt{RuntimeOptions{.num_cpu_devices = 4}};
   Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
-  Layout from = Layout::create(LayoutType::kStatic,
-                               {ShardingSpec::sharded({"x"}), ShardingSpec::unsharded()}, mesh,
-                               {{"y", ReduceOp::kSum}});
+  Layout from =
+      Layout::create(LayoutType::kStatic, {ShardingSpec::sharded({"x"}), ShardingSpec::unsharded()},
+                     mesh, {{"y", ReduceOp::kSum}});
   Layout to = Layout({"unsharded", "unsharded"}, mesh);
   DTensor ones() {
     std::vector<Tensor> blocks(4, Tensor::full(Shape{4, 8}, DType::kF32, 1.0));
@@ -62,7 +62,7 @@ TEST(RelayoutDeadline, TheTimeoutBoundsTheWholeCallNotEachStep) {
                       "CPU:1");
   const auto took = Clock::now() - start;
   EXPECT_GE(took, 950ms);
-  EXPECT_LT(took, 1450ms);  // 1 s + 10% + 50 ms, and some slack
+  EXPECT_LT(took, 1450ms);                     // 1 s + 10% + 50 ms, and some slack
   c.rt.synchronize(std::chrono::seconds(10));  // CPU:1's part fails quietly once it runs
 }
 
