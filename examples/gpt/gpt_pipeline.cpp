@@ -160,8 +160,9 @@ GptPipeline::GptPipeline(GptConfig config, const Mesh& mesh, PipelineOptions opt
   }
   // Stage threads; or, for the single controller when several stages are in this process,
   // threads that issue each group's work (gradients()).
-  int local_stages = 0;
-  for (const Mesh& sub : stage_meshes(mesh)) local_stages += sub.num_local_devices() > 0 ? 1 : 0;
+  const auto local_stages = std::count_if(models_.begin(), models_.end(), [](const GptModel& m) {
+    return m.mesh().num_local_devices() > 0;
+  });
   if (options_.stage_threads || local_stages > 1) {
     threads_ = std::make_shared<train::StageThreads>(p);
   }

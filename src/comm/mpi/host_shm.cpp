@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -25,6 +24,7 @@
 #include "comm/mpi/mpi_transport.h"
 #include "core/cpu_relax.h"
 #include "core/errors.h"
+#include "tessel/core/parallel.h"
 
 namespace tessel::detail {
 namespace {
@@ -158,11 +158,7 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
   shm->first_local_ = shm->index_of_rank(participants_of[me][0]);
   // More participants than cores: a waiter polls without pausing the core for the one it waits
   // for, which may be descheduled on it; it yields at once.
-  cpu_set_t cpus;
-  const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0
-                        ? CPU_COUNT(&cpus)
-                        : static_cast<int>(std::thread::hardware_concurrency());
-  shm->spins_ = H > cores ? 0 : kSpins;
+  shm->spins_ = H > machine_cores() ? 0 : kSpins;
   shm->poll_mpi_ = [&mpi] { mpi.poll_aborts(); };
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   shm->data_offset_ = (sizeof(Control) + page - 1) / page * page;

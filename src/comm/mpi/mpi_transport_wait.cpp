@@ -3,12 +3,10 @@
 // watch); wait_collective for MPI's own collectives, which say nothing about who is missing,
 // probes the peers before the deadline; watch_stuck wires the operation to the stuck-call
 // watchdog.
-#include <sched.h>
-
-#include <thread>
 
 #include "comm/mpi/mpi_transport.h"
 #include "core/errors.h"
+#include "tessel/core/parallel.h"
 
 namespace tessel::detail {
 namespace {
@@ -36,11 +34,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 Clock::duration MpiTransport::spin_time_for(int here) {
-  cpu_set_t cpus;
-  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0
-                        ? CPU_COUNT(&cpus)
-                        : static_cast<int>(std::thread::hardware_concurrency());
-  return here > cores ? std::chrono::duration_cast<Clock::duration>(kOversubscribedSpinTime)
+  return here > machine_cores() ? std::chrono::duration_cast<Clock::duration>(kOversubscribedSpinTime)
                       : std::chrono::duration_cast<Clock::duration>(kSpinTime);
 }
 
