@@ -217,6 +217,16 @@ void bind_nn(py::module_& m) {
       },
       py::arg("scores"), py::arg("scale") = 1.0,
       "softmax(scale * scores) over the last axis with the causal mask implied.");
+  m.def(
+      "causal_attention",
+      [](const DTensor& q, const DTensor& k, const DTensor& v, double scale, double dropout_rate,
+         uint64_t seed) {
+        return run([&] { return causal_attention(q, k, v, scale, dropout_rate, seed); });
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale") = 1.0,
+      py::arg("dropout_rate") = 0.0, py::arg("seed") = 0,
+      "Causal self-attention in one op: dropout(causal_softmax(q k^T, scale)) v without a "
+      "[B, H, T, T] map kept for the backward pass.");
   bind_unary(m, "stop_gradient", &tessel::stop_gradient, "input");
   m.def(
       "layer_norm",

@@ -38,6 +38,7 @@ constexpr const char* kHelp =
     "usage: tessel bench gpt [--config baby|tiny|test] [--meshes 1x1,2x2] [--steps N]\n"
     "                        [--warmup N] [--sgemm-threads T] [--dropout X] [--batch B]\n"
     "                        [--recompute none|selective|full] [--fsdp] [--dtype f32|bf16|f16]\n"
+    "                        [--attention fused|composed]\n"
     "                        [--data FILE] [--json]\n"
     "                        [--schedule gpipe|1f1b|interleaved] [--microbatches M] [--chunks V]\n"
     "                        [--stage-threads]\n"
@@ -63,6 +64,8 @@ constexpr const char* kHelp =
     "a heads, t model shards), with the ratios act/K and saved/K. --recompute: what the backward\n"
     "pass computes again (none, attention's [B,H,T,T] part: selective, each block: full; the\n"
     "same losses bit for bit: --json lists each mesh's step losses, warm-up included).\n"
+    "--attention: fused (default; one causal_attention op, no [B,H,T,T] map kept) or composed\n"
+    "(matmul, causal_softmax, dropout, matmul).\n"
     "--fsdp: each mesh runs twice, replicated parameters and then fully sharded ones (ZeRO-3:\n"
     "parameters, gradients and AdamW's moments sharded over batch, docs/memory.md), with the\n"
     "ratios fsdp / replicated of the state bytes, the peak and the step time. --dtype bf16: the\n"
@@ -93,6 +96,7 @@ struct Flags {
   double dropout = -1;  // -1: the configuration's
   int64_t batch = 0;    // 0: the configuration's
   std::string recompute = "none";
+  std::string attention = "fused";
   bool fsdp = false;  // every mesh replicated, then fully sharded
   std::string dtype = "f32";
   std::string data = "data/shakespeare_char/input.txt";
@@ -309,6 +313,7 @@ Flags parse(const Args& args) {
   flags.number({"--dropout"}, f.dropout);
   flags.integer({"--batch"}, f.batch, 1, 1 << 20);
   flags.text({"--recompute"}, f.recompute);
+  flags.text({"--attention"}, f.attention);
   flags.set({"--fsdp"}, f.fsdp);
   flags.text({"--dtype"}, f.dtype);
   flags.set({"--json"}, f.json);
@@ -356,6 +361,7 @@ int gpt_benchmark(const Flags& f) {
     config.validate();
   }
   config.recompute = gpt::parse_recompute(f.recompute);
+  config.attention = gpt::parse_attention(f.attention);
   gpt::set_matmul_dtype(config, f.dtype);
   if (f.batch > 0) config.batch_size = static_cast<int>(f.batch);
   const gpt::CharDataset data = gpt::CharDataset::load(f.data);
@@ -398,6 +404,7 @@ int gpt_benchmark(const Flags& f) {
                     {"warmup_steps", f.warmup},
                     {"dropout", json_number(config.dropout)},
                     {"recompute", f.recompute},
+                    {"attention", f.attention},
                     {"fsdp", f.fsdp},
                     {"dtype", f.dtype},
                     {"batch", config.batch_size},
@@ -412,11 +419,11 @@ int gpt_benchmark(const Flags& f) {
   }
   std::cout << fmt::format(
       "tessel bench gpt: {} ({:.2f} M parameters, {:.1f} MFLOP per token, dropout {}, recompute "
-      "{}, matmuls in {}), "
+      "{}, attention {}, matmuls in {}), "
       "{} timed steps after {} warm-up\nbaseline: OpenBLAS sgemm 2048^3 with {} threads = {:.1f} "
       "GFLOP/s; load {}, other processes took {:.0f}% of the CPUs\n\n",
       f.config, config.num_parameters() / 1e6, config.flops_per_token() / 1e6, config.dropout,
-      f.recompute, f.dtype, f.steps, f.warmup, f.sgemm_threads, peak / 1e9,
+      f.recompute, f.attention, f.dtype, f.steps, f.warmup, f.sgemm_threads, peak / 1e9,
       bench::load_average_text(), others * 100);
   std::cout << fmt::format("{:>11} {:>10} {:>9} {:>7} {:>9} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
                            "mesh", "step (s)", "tokens/s", "MFU", "vs first", "collectives",

@@ -76,6 +76,8 @@ constexpr const char* kHelp =
     "  --recompute WHAT    gpt: what the backward pass computes again instead of keeping: none\n"
     "                      (default), selective (attention's [B,H,T,T] maps) or full (each\n"
     "                      transformer block from its input); the same losses bit for bit\n"
+    "  --attention HOW     gpt: fused (default: one causal_attention op, no [B,H,T,T] map kept)\n"
+    "                      or composed (matmul, causal_softmax, dropout, matmul)\n"
     "  --fsdp              fully sharded parameters (ZeRO-3): parameters, gradients and AdamW's\n"
     "                      moments stored sharded over batch, each parameter all-gathered where\n"
     "                      it is used, its gradient reduce-scattered (docs/memory.md); no effect\n"
@@ -132,6 +134,7 @@ struct Options {
   int64_t layers = 0;                                               // 0: the config's
   std::optional<double> dropout, lr;
   std::string recompute = "none";
+  std::string attention = "fused";
   std::string dtype = "f32";  // --dtype: gpt's matmul dtype
   bool sp = false, fsdp = false, json = false, profile = false, memory_plan = false;
   std::string data = "data/shakespeare_char/input.txt";
@@ -187,6 +190,12 @@ Options parse(const Args& args) {
     }
     o.recompute = v;
   });
+  flags.custom({"--attention"}, [&](const std::string& flag, const std::string& v) {
+    if (v != "fused" && v != "composed") {
+      flags.fail(fmt::format("{} expects fused or composed, got '{}'", flag, v));
+    }
+    o.attention = v;
+  });
   flags.custom({"--dtype"}, [&](const std::string& flag, const std::string& v) {
     if (v != "f32" && v != "bf16" && v != "f16")
       flags.fail(fmt::format("{} expects f32, bf16 or f16, got '{}'", flag, v));
@@ -222,6 +231,9 @@ Options parse(const Args& args) {
   }
   if (o.model == "llama" && o.recompute != "none") {
     flags.fail("--recompute is gpt's: the llama has no recomputation path");
+  }
+  if (o.model == "llama" && o.attention != "fused") {
+    flags.fail("--attention is gpt's: the llama runs the composed ops");
   }
   if (o.model == "llama" && dropout != -1) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
@@ -273,6 +285,7 @@ gpt::GptConfig gpt_config_of(const Options& o) {
   if (o.layers > 0) c.n_layer = static_cast<int>(o.layers);
   if (o.dropout) c.dropout = *o.dropout;
   c.recompute = gpt::parse_recompute(o.recompute);
+  c.attention = gpt::parse_attention(o.attention);
   gpt::set_matmul_dtype(c, o.dtype);
   return c;
 }
@@ -378,6 +391,7 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"model", o.model},
               {"sequence_parallel", o.sp},
               {"recompute", o.recompute},
+              {"attention", o.attention},
               {"fsdp", o.fsdp},
               {"dtype", o.dtype},
               {"steps", history.total_steps},
@@ -492,12 +506,13 @@ int train_model(const Options& o) {
   const bool progress = prints && !o.json;
   if (progress) {
     std::cout << fmt::format(
-        "tessel train {}: {} ({}), batch {}, {} steps, mesh {}batch={} model={}{}{}{}{}{}{}{}\n",
+        "tessel train {}: {} ({}), batch {}, {} steps, mesh {}batch={} model={}{}{}{}{}{}{}{}{}\n",
         o.model, o.config, shape, c.batch_size, c.max_iters,
         o.mesh_stage > 0 ? fmt::format("stage={} ", o.mesh_stage) : "", o.mesh_batch,
         o.mesh_model, pipeline_summary(*trainer),
         o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
         o.recompute != "none" ? ", recompute " + o.recompute : "",
+        o.attention != "fused" ? ", attention " + o.attention : "",
         trainer->language_model().fsdp() ? ", parameters sharded over batch (fsdp)" : "",
         o.fsdp && !trainer->language_model().fsdp() ? ", --fsdp without effect (batch 1)" : "",
         o.dtype != "f32" ? ", matmuls in " + o.dtype : "",

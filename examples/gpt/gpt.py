@@ -40,6 +40,9 @@ class Config:
         # What the backward pass computes again instead of keeping (tessel.recompute_grad):
         # "none", "selective" (attention's [B, H, T, T] part) or "full" (each block).
         self.recompute = "none"
+        # Attention's [B, H, T, T] part: "fused" (one tessel.causal_attention op, no map kept for
+        # the backward pass) or "composed" (matmul, causal_softmax, dropout, matmul).
+        self.attention = "fused"
         # Fully sharded parameters (ZeRO-3): stored sharded over `batch` as well (fsdp_specs),
         # each all-gathered where the forward pass uses it (gather), its gradient reduce-scattered.
         self.fsdp = False
@@ -168,6 +171,10 @@ def blocks(params, x, config, layers=None, dropout_seed=None):
         return tessel.transpose(tessel.reshape(y, (b, t, heads, d)), [0, 2, 1, 3])
 
     def attention(q, k, v, i):  # the [B, H, T, T] part
+        if config.attention == "fused":
+            rate = config.dropout if dropout_seed is not None else 0.0
+            seed = dropout_seed * 1000003 + 3 * i + 2 if rate else 0
+            return tessel.causal_attention(q, k, v, 1.0 / math.sqrt(d), rate, seed)
         att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d))
         return tessel.matmul(drop(att, 3 * i + 2), v)
 
@@ -179,8 +186,8 @@ def blocks(params, x, config, layers=None, dropout_seed=None):
         h = tessel.layer_norm(x, ln_1)
         q, k, v = (split_heads(tessel.matmul(h, w)) for w in (wq, wk, wv))
         core = functools.partial(attention, i=i)
-        if config.recompute == "selective":
-            core = tessel.recompute_grad(core)
+        if config.recompute == "selective" and config.attention == "composed":
+            core = tessel.recompute_grad(core)  # the fused op keeps no map to recompute
         y = tessel.reshape(tessel.transpose(core(q, k, v), [0, 2, 1, 3]), (b, t, heads * d))
         x = x + drop(tessel.matmul(y, c_proj), 3 * i + 3)
         h = tessel.layer_norm(x, ln_2)
@@ -281,6 +288,9 @@ def main(model=None):
     parser.add_argument("--mesh", default="2x2", help="batch x model")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    parser.add_argument("--attention", default="fused", choices=["fused", "composed"],
+                        help="gpt: one causal_attention op, or matmul, causal_softmax, dropout, "
+                             "matmul")
     parser.add_argument("--fsdp", action="store_true",
                         help="parameters, gradients and AdamW state sharded over batch (ZeRO-3)")
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..",
@@ -288,6 +298,7 @@ def main(model=None):
     args = parser.parse_args()
     config = model.Config(args.config)
     config.recompute = args.recompute
+    config.attention = args.attention
     config.fsdp = args.fsdp
     config.lr_decay_iters = args.steps
     config.warmup_iters = min(config.warmup_iters, args.steps // 10)

@@ -24,6 +24,17 @@ std::string_view recompute_name(Recompute recompute) {
   return "none";
 }
 
+Attention parse_attention(std::string_view name) {
+  if (name == "fused") return Attention::kFused;
+  if (name == "composed") return Attention::kComposed;
+  throw Error(ErrorCode::kInvalidArgument, "gpt",
+              "unknown attention '" + std::string(name) + "': one of fused, composed");
+}
+
+std::string_view attention_name(Attention attention) {
+  return attention == Attention::kFused ? "fused" : "composed";
+}
+
 DType parse_matmul_dtype(std::string_view name) {
   if (name == "f32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;

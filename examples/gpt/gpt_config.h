@@ -16,13 +16,25 @@ namespace tessel::gpt {
 
 // What the backward pass computes again instead of keeping from the forward pass
 // (recompute_grad.h): nothing; attention's [B, H, T, T] part, from the queries, keys and values
-// (Korthikanti et al.'s "selective activation recomputation"); each transformer block, from its
-// input. Every choice gives bit for bit the same losses and gradients.
+// (Korthikanti et al.'s "selective activation recomputation"; with the fused attention below,
+// which keeps no such map, the same as nothing); each transformer block, from its input. Every
+// choice gives bit for bit the same losses and gradients.
 enum class Recompute { kNone, kSelective, kFull };
 
 // "none", "selective" or "full"; another name: kInvalidArgument listing them.
 Recompute parse_recompute(std::string_view name);
 std::string_view recompute_name(Recompute recompute);
+
+// How attention's [B, H, T, T] part runs: one fused op (causal_attention, ops.h: no map kept for
+// the backward pass, the probabilities recomputed tile by tile there) or the composed ops
+// (matmul, causal_softmax, dropout, matmul: two maps kept per layer, three more made in the
+// backward pass). The same dropout mask; losses equal within float rounding. A mesh of GPU
+// devices runs the composed ops while causal_attention has no GPU kernel.
+enum class Attention { kFused, kComposed };
+
+// "fused" or "composed"; another name: kInvalidArgument listing them.
+Attention parse_attention(std::string_view name);
+std::string_view attention_name(Attention attention);
 
 // GptConfig::dtype from its name: "f32", "bf16" or "f16"; another name: kInvalidArgument
 // listing them.
@@ -43,6 +55,7 @@ struct GptConfig : train::TrainingConfig {
   int vocab_size = 65;   // tiny Shakespeare's characters
   double dropout = 0.0;  // on attention probabilities and on each block's two outputs
   Recompute recompute = Recompute::kNone;  // what the training step recomputes (memory)
+  Attention attention = Attention::kFused;
 
   // "tiny": nanoGPT's CPU recipe (published validation loss about 1.88 after 2000 steps).
   // "baby": the 6-layer, 6-head, width-384 model of config/train_shakespeare_char.py (10.65 M

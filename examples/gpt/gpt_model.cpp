@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.h"
+#include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/recompute_grad.h"
 #include "tessel/dtensor/relayout.h"
@@ -30,6 +31,9 @@ GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_
       config_(std::move(config)),
       sequence_parallel_(sequence_parallel) {
   config_.validate();
+  fused_attention_ = config_.attention == Attention::kFused &&
+                     (this->mesh().device_type() != "GPU" ||
+                      OpRegistry::global().get("causal_attention").gpu_kernel != nullptr);
   const int64_t c = config_.n_embd;
   const double init_std = 0.02;  // nanoGPT's normal(0, 0.02)
   const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
@@ -65,14 +69,24 @@ DTensor GptModel::project(const DTensor& x, const DTensor& w, bool transpose_w) 
 DTensor GptModel::maybe_dropout(const DTensor& x, const ForwardOptions& options,
                                 uint64_t site) const {
   if (!options.training || config_.dropout == 0) return x;
-  return dropout(x, config_.dropout, options.dropout_seed * 1000003 + site);
+  return dropout(x, config_.dropout, dropout_seed(options, site));
+}
+
+uint64_t GptModel::dropout_seed(const ForwardOptions& options, uint64_t site) {
+  return options.dropout_seed * 1000003 + site;
 }
 
 DTensor GptModel::attention_core(const std::vector<DTensor>& qkv, int layer,
                                  const ForwardOptions& options) const {
   const double scale = 1.0 / std::sqrt(double(config_.head_dim()));
+  const uint64_t site = 3 * static_cast<uint64_t>(layer);
+  if (fused_attention_) {
+    const bool drop = options.training && config_.dropout > 0;
+    return causal_attention(qkv[0], qkv[1], qkv[2], scale, drop ? config_.dropout : 0.0,
+                            dropout_seed(options, site));
+  }
   DTensor att = causal_softmax(matmul(qkv[0], qkv[1], false, true), scale);
-  att = maybe_dropout(att, options, 3 * static_cast<uint64_t>(layer));
+  att = maybe_dropout(att, options, site);
   return matmul(att, qkv[2]);
 }
 
@@ -88,7 +102,7 @@ DTensor GptModel::attention(const std::vector<DTensor>& in, int layer, const DTe
                                  split_heads(project(h, in[kWv]))};
   // Selective recomputation: the backward pass computes the [B, H, T, T] maps again from q, k, v.
   const DTensor out = call_maybe_recomputed(
-      config_.recompute == Recompute::kSelective,
+      config_.recompute == Recompute::kSelective && !fused_attention_,
       [this, layer, options](const std::vector<DTensor>& in) {
         return attention_core(in, layer, options);
       },

@@ -83,12 +83,14 @@ class GptModel : public LanguageModel {
   DTensor attention(const std::vector<DTensor>& in, int layer, const DTensor& h,
                     const ForwardOptions& options) const;
   // softmax(q k^T / sqrt(D)) (causal, dropped out) times v: attention's [B, H, T, T] part, from
-  // {q, k, v}, each [B, heads, T, D].
+  // {q, k, v}, each [B, heads, T, D]; one causal_attention op where fused_attention_.
   DTensor attention_core(const std::vector<DTensor>& qkv, int layer,
                          const ForwardOptions& options) const;
   // x @ w (w^T when transpose_w) in config().dtype (mixed_matmul, language_model.h).
   DTensor project(const DTensor& x, const DTensor& w, bool transpose_w = false) const;
   DTensor maybe_dropout(const DTensor& x, const ForwardOptions& options, uint64_t site) const;
+  // The dropout seed of `site` (3 per layer) in a training step.
+  static uint64_t dropout_seed(const ForwardOptions& options, uint64_t site);
   // embed() and head() with the token embedding already in its compute layout (logits() gathers
   // it once for both).
   DTensor embed_with(const DTensor& wte, const std::vector<DTensor>& params, const DTensor& idx,
@@ -98,6 +100,8 @@ class GptModel : public LanguageModel {
   Layout activation_layout() const;
 
   GptConfig config_;
+  // config().attention is fused and the mesh's devices have its kernel (GPU devices: not yet).
+  bool fused_attention_ = false;
   bool sequence_parallel_;
   size_t wte_ = 0, wpe_ = 0, ln_f_ = 0;  // indices of the parameters outside the blocks
   std::vector<BlockParams> blocks_;      // one per layer

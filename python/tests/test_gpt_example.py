@@ -82,6 +82,14 @@ def test_recomputation_gives_the_plain_runs_loss_and_gradients_bit_for_bit():
     for recompute in ["selective", "full"]:
         for plain, got in zip(results["none"], results[recompute]):
             np.testing.assert_array_equal(got, plain, err_msg=recompute)
+    # The composed attention (matmul, causal_softmax, dropout, matmul; the same dropout mask)
+    # against the fused op: float rounding apart.
+    config.recompute, config.attention = "none", "composed"
+    value, grads = tessel.value_and_grad(
+        lambda ps: gpt.loss(dict(zip(names, ps)), idx, targets, config, dropout_seed=11),
+        [params[n] for n in names])
+    for fused, composed in zip(results["none"], [tessel.to_host(value)] + [tessel.to_host(g) for g in grads]):
+        np.testing.assert_allclose(fused, composed, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("module", ["gpt", "llama"])

@@ -4,29 +4,15 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/counter_random.h"
 #include "core/tensor_impl.h"
 
 namespace tessel {
 namespace {
 
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // splitmix64's Weyl increment
-
-// splitmix64's output function (Steele, Lea, Flood 2014).
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// The counter-th output of a splitmix64 stream whose start state is derived from the seed.
-uint64_t counter_hash(uint64_t seed, uint64_t counter) {
-  return mix64(mix64(seed + kGolden) + counter * kGolden);
-}
-
-// Uniform in [0, 1) with 53 random bits.
-double unit_open_high(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1p-53; }
-// Uniform in (0, 1], safe for log().
-double unit_open_low(uint64_t bits) { return static_cast<double>((bits >> 11) + 1) * 0x1p-53; }
+using detail::counter_hash;
+using detail::unit_open_high;
+using detail::unit_open_low;
 
 void check_finite(const char* what, double a, const char* a_name, double b, const char* b_name) {
   if (!std::isfinite(a) || !std::isfinite(b)) {

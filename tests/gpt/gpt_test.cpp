@@ -53,11 +53,13 @@ TEST_P(GptReference, MatchesTheJaxReferenceInF64) {
 INSTANTIATE_TEST_SUITE_P(EveryMesh, GptReference, ::testing::ValuesIn(kMeshShapes), mesh_name);
 
 // The loss and gradients of one training-mode step (dropout on) of the `test` model with
-// `recompute`, as host values.
-std::vector<std::vector<double>> step_values(const Mesh& mesh, Runtime& rt, Recompute recompute) {
+// `recompute` and `attention`, as host values.
+std::vector<std::vector<double>> step_values(const Mesh& mesh, Runtime& rt, Recompute recompute,
+                                             Attention attention = Attention::kFused) {
   GptConfig c = GptConfig::preset("test");
   c.dropout = 0.1;
   c.recompute = recompute;
+  c.attention = attention;
   const GptModel model(c, mesh, &rt);
   const std::vector<DTensor> params = model.init(3);
   auto [x, y] = CharDataset::load(kText).batch(Split::kTrain, 0, c.batch_size, c.block_size, 5);
@@ -81,6 +83,17 @@ TEST_P(GptRecompute, GivesTheLossAndGradientsOfThePlainRunBitForBit) {
   const std::vector<std::vector<double>> plain = step_values(mesh, rt, Recompute::kNone);
   EXPECT_EQ(step_values(mesh, rt, Recompute::kSelective), plain) << "selective";
   EXPECT_EQ(step_values(mesh, rt, Recompute::kFull), plain) << "full";
+  const std::vector<std::vector<double>> composed =
+      step_values(mesh, rt, Recompute::kNone, Attention::kComposed);
+  EXPECT_EQ(step_values(mesh, rt, Recompute::kSelective, Attention::kComposed), composed);
+  // The fused attention against the composed ops (the same dropout mask): float rounding apart.
+  ASSERT_EQ(composed.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    for (size_t j = 0; j < plain[i].size(); ++j) {
+      ASSERT_NEAR(plain[i][j], composed[i][j], 1e-5 * (1 + std::abs(composed[i][j])))
+          << "value " << i << " element " << j;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryMesh, GptRecompute, ::testing::ValuesIn(kMeshShapes), mesh_name);
@@ -89,9 +102,10 @@ TEST(Gpt, RecomputationKeepsLessForTheBackwardPass) {
   Runtime rt({.num_cpu_devices = 1});
   const Mesh mesh = batch_model_mesh(1, 1, rt);
   std::vector<int64_t> kept;
+  // With the composed attention, whose [B, H, T, T] maps selective recomputation drops.
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     reset_tape_memory_peak();
-    step_values(mesh, rt, r);
+    step_values(mesh, rt, r, Attention::kComposed);
     int64_t peak = 0;
     for (const TapeMemoryStats& s : tape_memory_stats()) {
       if (s.device == rt.device(0).name()) peak = s.peak_bytes;
@@ -105,13 +119,14 @@ TEST(Gpt, RecomputationKeepsLessForTheBackwardPass) {
 }
 
 // The most the tape keeps in a training step of the `test` model with `layers` layers on 1x1.
-int64_t tape_peak(int layers, Recompute recompute) {
+int64_t tape_peak(int layers, Recompute recompute, Attention attention = Attention::kComposed) {
   Runtime rt({.num_cpu_devices = 1});
   const Mesh mesh = batch_model_mesh(1, 1, rt);
   GptConfig c = GptConfig::preset("test");
   c.n_layer = layers;
   c.dropout = 0.1;
   c.recompute = recompute;
+  c.attention = attention;
   const GptModel model(c, mesh, &rt);
   auto [x, y] = CharDataset::load(kText).batch(Split::kTrain, 0, c.batch_size, c.block_size, 5);
   reset_tape_memory_peak();
@@ -138,6 +153,11 @@ TEST(Gpt, EachLayerKeepsExactlyWhatItsBackwardPassReads) {
   EXPECT_EQ(tape_peak(3, Recompute::kSelective) - tape_peak(2, Recompute::kSelective),
             16 * btc + 2 * stats);
   EXPECT_EQ(tape_peak(3, Recompute::kFull) - tape_peak(2, Recompute::kFull), btc);
+  // The fused attention keeps no map either, and its own output (q, k, v are kept already).
+  const auto fused = [](int layers, Recompute r) { return tape_peak(layers, r, Attention::kFused); };
+  EXPECT_EQ(fused(3, Recompute::kNone) - fused(2, Recompute::kNone), 17 * btc + 2 * stats);
+  EXPECT_EQ(fused(3, Recompute::kSelective), fused(3, Recompute::kNone));  // nothing to recompute
+  EXPECT_EQ(fused(3, Recompute::kFull) - fused(2, Recompute::kFull), btc);
 }
 
 TEST(Gpt, TrainingWithRecomputationFollowsThePlainRun) {
@@ -178,6 +198,9 @@ TEST(Gpt, KorthikantisCountFollowsTheFormula) {
                    korthikanti_activation_bytes(baby, 1, 1, false) / 2);
   EXPECT_EQ(parse_recompute("selective"), Recompute::kSelective);
   EXPECT_THROW(parse_recompute("some"), Error);
+  EXPECT_EQ(parse_attention("composed"), Attention::kComposed);
+  EXPECT_EQ(attention_name(parse_attention("fused")), "fused");
+  EXPECT_THROW(parse_attention("flash"), Error);
 }
 
 TEST(Gpt, SequenceParallelGivesTheSameLossAndGradients) {

@@ -112,14 +112,16 @@ struct OpAttrs {
   std::optional<double> mean;           // random_normal
   std::optional<double> stddev;         // random_normal
   std::optional<double> scale;          // reduce_sum_grad: the factor on the broadcast gradient;
-                                        // causal_softmax: the factor on the scores;
+                                        // causal_softmax, causal_attention: the factor on
+                                        // the scores;
                                         // sample_categorical: 1 / temperature;
                                         // rotary_embedding: 1, or -1 to rotate back
   std::optional<double> beta;           // ema, ema_square: the decay
   std::optional<double> learning_rate;  // adam_apply: the step's (bias-corrected) learning rate
   std::optional<double> epsilon;        // adam_apply; layer_norm: added to the variance;
                                         // rms_norm: added to the mean square
-  std::optional<double> rate;           // dropout: the fraction of elements dropped
+  std::optional<double> rate;           // dropout, causal_attention: the fraction of elements
+                                        // (probabilities) dropped
   std::optional<int64_t> top_k;         // sample_categorical: draw among the k largest;
                                         // top_k: how many (required)
   // The rest.
@@ -129,8 +131,8 @@ struct OpAttrs {
   bool transpose_b = false;      // matmul
   bool exclusive = false;        // cumsum: each sum leaves its own element out
   bool reverse = false;          // cumsum: summed from the end of the axis
-  std::optional<uint64_t> seed;  // random_uniform, random_normal, dropout, sample_categorical
-                                 // (unset: 0)
+  std::optional<uint64_t> seed;  // random_uniform, random_normal, dropout, causal_attention,
+                                 // sample_categorical (unset: 0)
   std::optional<Layout> layout;  // creation ops: the output's layout (required);
                                  // reduce_sum_grad: the reduced input's (its sharding is
                                  // preferred for the broadcast axes; optional);

@@ -18,6 +18,7 @@ void register_creation_ops(OpRegistry& registry);     // ops_creation.cpp
 void register_optimizer_ops(OpRegistry& registry);    // ops_optimizer.cpp
 void register_norm_ops(OpRegistry& registry);         // ops_norm.cpp
 void register_attention_ops(OpRegistry& registry);    // ops_attention.cpp
+void register_fused_attention_ops(OpRegistry& registry);  // ops_fused_attention.cpp
 void register_dropout_ops(OpRegistry& registry);      // ops_dropout.cpp
 void register_parallel_xent_ops(OpRegistry& registry);  // ops_parallel_xent.cpp
 void register_sampling_ops(OpRegistry& registry);     // ops_sampling.cpp
@@ -50,6 +51,7 @@ inline void register_builtin_ops(OpRegistry& registry) {
   register_optimizer_ops(registry);
   register_norm_ops(registry);
   register_attention_ops(registry);
+  register_fused_attention_ops(registry);
   register_dropout_ops(registry);
   register_parallel_xent_ops(registry);
   register_sampling_ops(registry);

@@ -1,0 +1,319 @@
+// The fused causal-attention op (registered by register_fused_attention_ops): causal
+// self-attention in one op, flash attention's algorithm on the CPU, so that no [B, H, T, T] map
+// of scores or probabilities lives in memory beyond one tile per thread.
+//   "causal_attention"(q, k, v [B, H, T, D]) -> dropout(causal_softmax(q k^T, scale), rate,
+//   seed) v, [B, H, T, D]: query i sees keys j <= i; the scale in OpAttrs::scale (unset: 1),
+//   the dropout rate in OpAttrs::rate (unset: 0, in [0, 1)) and its seed in OpAttrs::seed. The
+//   dropout mask is the one the composed ops draw: element (b, h, i, j) of the [B, H, T, T]
+//   probabilities is kept when random_uniform([B, H, T, T], seed) is >= rate there (global
+//   indices), so the op equals matmul(dropout(causal_softmax(matmul(q, k^T), scale), rate,
+//   seed), v) on every mesh (PyTorch's scaled_dot_product_attention(is_causal=True)).
+//
+// Sharding rule: B and H keep q's sharding (k and v are demanded the same), T and D are demanded
+// whole (every query reads every earlier key); a Partial input is reduced first. The output has
+// q's layout so arranged.
+//
+// Kernel, per (b, h) and per tile of kTile queries: S = q_tile k[0, visible)^T (only the keys the
+// tile's last query sees: the causal triangle's work, not the square's), P = the causal softmax of
+// scale * S row by row, dropout applied in place, out_tile = P v[0, visible). The tiles of one
+// thread reuse one [kTile, T] buffer.
+//
+// VJP: "causal_attention_grad"(q, k, v, out, g) -> [3, B, H, T, D] holding dq, dk, dv (one op,
+// so the probabilities are recomputed once for all three; sliced apart by the VJP). Per tile:
+// S and P again, A = P with dropout (Z: 0 or 1 / (1 - rate)), dA = g_tile v^T, dP = dA Z,
+// dS = scale P (dP - rowsum(g_tile out_tile)) (rowsum(P dP) = rowsum(A dA) = rowsum(g out): the
+// softmax gradient without a second pass over the row), dq_tile = dS k, dk += dS^T q_tile,
+// dv += A^T g_tile. The VJP saves q, k, v and out: no [B, H, T, T] map, where the composed ops
+// keep two (the probabilities before and after dropout) and make three more in their backward.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/counter_random.h"
+#include "dtensor/framework/op_util.h"
+#include "dtensor/ops/cpu_row_math.h"
+#include "dtensor/ops/op_families.h"
+#include "tessel/core/blas.h"
+#include "tessel/core/parallel.h"
+#include "tessel/dtensor/ops.h"
+
+namespace tessel {
+namespace detail {
+namespace {
+
+constexpr std::string_view kCausalAttention = "causal_attention";
+constexpr std::string_view kCausalAttentionGrad = "causal_attention_grad";
+
+// Queries per tile: a [kTile, T] f32 tile of a 256-token context is 64 KiB, in L2 with the
+// tile's q, out and g rows; small enough that the causal triangle skips most of the upper half.
+constexpr int64_t kTile = 64;
+
+// What the kernels need to know about a call: the local block's extents, where it lies in the
+// global [B, H, T, T] probabilities (for the dropout draws) and the attributes.
+struct AttentionGeometry {
+  int64_t pairs = 0;  // local (b, h) pairs
+  int64_t local_heads = 0;
+  int64_t first_batch = 0, first_head = 0;  // the block's offsets in the global B and H
+  int64_t heads = 0;                        // global H
+  int64_t t = 0, d = 0;
+  double scale = 1.0, rate = 0.0;
+  uint64_t seed = 0;
+
+  // The global flat index of probability (pair, query 0, key 0) in [B, H, T, T].
+  uint64_t first_index(int64_t pair) const {
+    const int64_t b = first_batch + pair / local_heads;
+    const int64_t h = first_head + pair % local_heads;
+    return static_cast<uint64_t>((b * heads + h) * t * t);
+  }
+};
+
+AttentionGeometry geometry(const Shape& local, const Box& block, const Shape& global,
+                           const OpAttrs& attrs) {
+  AttentionGeometry g;
+  g.local_heads = local[1];
+  g.pairs = local[0] * local[1];
+  g.first_batch = block.offsets[0];
+  g.first_head = block.offsets[1];
+  g.heads = global[1];
+  g.t = local[2];
+  g.d = local[3];
+  g.scale = attrs.scale.value_or(1.0);
+  g.rate = attrs.rate.value_or(0.0);
+  g.seed = attrs.seed.value_or(0);
+  return g;
+}
+
+// One row of probabilities: y[0, visible) = softmax(scale * x[0, visible)), zeros after.
+template <typename T>
+void softmax_row(const T* x, T* y, int64_t n, int64_t visible, T scale) {
+  if constexpr (std::is_same_v<T, float>) {
+    vec::causal_softmax_row(x, y, n, visible, scale);
+  } else {
+    T most = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < visible; ++j) most = std::max(most, scale * x[j]);
+    T total = 0;
+    for (int64_t j = 0; j < visible; ++j) total += (y[j] = std::exp(scale * x[j] - most));
+    const T inv = visible > 0 ? T(1) / total : T(0);
+    for (int64_t j = 0; j < visible; ++j) y[j] *= inv;
+    std::fill(y + visible, y + n, T(0));
+  }
+}
+
+// The dropout factor of probability `index`: 0 (dropped) or keep_scale (dropout's 1 / (1 - rate)).
+template <typename T>
+T dropout_factor(const AttentionGeometry& g, uint64_t index, T keep_scale) {
+  return uniform_at(g.seed, index) >= g.rate ? keep_scale : T(0);
+}
+
+// P = the tile's probabilities (rows x keys, leading dimension keys) from q's rows and k's first
+// `keys` rows; S is scratch of the same size.
+template <typename T>
+void tile_probabilities(const AttentionGeometry& g, const T* q, const T* k, int64_t i0,
+                        int64_t rows, int64_t keys, T* s, T* p) {
+  blas_gemm(false, true, rows, keys, g.d, q + i0 * g.d, g.d, k, g.d, s, keys);
+  for (int64_t r = 0; r < rows; ++r) {
+    softmax_row(s + r * keys, p + r * keys, keys, i0 + r + 1, static_cast<T>(g.scale));
+  }
+}
+
+template <typename T>
+void attention_forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* out) {
+  const int64_t block = g.t * g.d;
+  const T keep_scale = static_cast<T>(1.0 / (1.0 - g.rate));
+  parallel_for(g.pairs, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> s(static_cast<size_t>(kTile * g.t)), p(s.size());
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const int64_t at = pair * block;
+      const uint64_t first = g.first_index(pair);
+      for (int64_t i0 = 0; i0 < g.t; i0 += kTile) {
+        const int64_t rows = std::min(kTile, g.t - i0), keys = i0 + rows;
+        tile_probabilities(g, q + at, k + at, i0, rows, keys, s.data(), p.data());
+        if (g.rate > 0) {
+          for (int64_t r = 0; r < rows; ++r) {
+            T* row = p.data() + r * keys;
+            const uint64_t index = first + static_cast<uint64_t>((i0 + r) * g.t);
+            for (int64_t j = 0; j <= i0 + r; ++j)
+              row[j] *= dropout_factor(g, index + j, keep_scale);
+          }
+        }
+        blas_gemm(false, false, rows, g.d, keys, p.data(), keys, v + at, g.d, out + at + i0 * g.d,
+                  g.d);
+      }
+    }
+  });
+}
+
+// acc[0, n) += add[0, n).
+template <typename T>
+void accumulate(T* acc, const T* add, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += add[i];
+}
+
+template <typename T>
+void attention_backward(const AttentionGeometry& g, const T* q, const T* k, const T* v,
+                        const T* out, const T* grad, T* dq, T* dk, T* dv) {
+  const int64_t block = g.t * g.d;
+  const T keep_scale = static_cast<T>(1.0 / (1.0 - g.rate));
+  const T scale = static_cast<T>(g.scale);
+  parallel_for(g.pairs, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> s(static_cast<size_t>(kTile * g.t)), p(s.size());
+    std::vector<T> part(static_cast<size_t>(block));  // one tile's share of dk or dv
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const int64_t at = pair * block;
+      const uint64_t first = g.first_index(pair);
+      std::fill(dk + at, dk + at + block, T(0));
+      std::fill(dv + at, dv + at + block, T(0));
+      for (int64_t i0 = 0; i0 < g.t; i0 += kTile) {
+        const int64_t rows = std::min(kTile, g.t - i0), keys = i0 + rows;
+        const T* g_tile = grad + at + i0 * g.d;
+        const T* out_tile = out + at + i0 * g.d;
+        tile_probabilities(g, q + at, k + at, i0, rows, keys, s.data(), p.data());
+        // s := dA = g_tile v^T (rows x keys).
+        blas_gemm(false, true, rows, keys, g.d, g_tile, g.d, v + at, g.d, s.data(), keys);
+        for (int64_t r = 0; r < rows; ++r) {
+          T* pr = p.data() + r * keys;  // P, then A (P with dropout)
+          T* sr = s.data() + r * keys;  // dA, then dS
+          T inner = 0;                  // rowsum(g out) = rowsum(P dP)
+          for (int64_t c = 0; c < g.d; ++c) inner += g_tile[r * g.d + c] * out_tile[r * g.d + c];
+          const int64_t visible = i0 + r + 1;
+          const uint64_t index = first + static_cast<uint64_t>((i0 + r) * g.t);
+          for (int64_t j = 0; j < visible; ++j) {
+            const T z = g.rate > 0 ? dropout_factor(g, index + j, keep_scale) : T(1);
+            sr[j] = scale * pr[j] * (sr[j] * z - inner);
+            pr[j] *= z;
+          }
+          std::fill(sr + visible, sr + keys, T(0));
+        }
+        blas_gemm(true, false, keys, g.d, rows, p.data(), keys, g_tile, g.d, part.data(), g.d);
+        accumulate(dv + at, part.data(), keys * g.d);
+        blas_gemm(false, false, rows, g.d, keys, s.data(), keys, k + at, g.d, dq + at + i0 * g.d,
+                  g.d);
+        blas_gemm(true, false, keys, g.d, rows, s.data(), keys, q + at + i0 * g.d, g.d, part.data(),
+                  g.d);
+        accumulate(dk + at, part.data(), keys * g.d);
+      }
+    }
+  });
+}
+
+// q, k and v must be one shape [B, H, T, D] and one float dtype.
+void check_operands(const std::vector<TensorSpec>& in, std::string_view op, size_t count) {
+  const Shape& q = in[0].shape;
+  bool same = q.rank() == 4;
+  for (size_t i = 1; i < count; ++i) same = same && in[i].shape == q && in[i].dtype == in[0].dtype;
+  if (!same) {
+    std::string got;
+    for (size_t i = 0; i < count; ++i) {
+      got +=
+          fmt::format("{}{} {}", i ? ", " : "", dtype_name(in[i].dtype), in[i].shape.to_string());
+    }
+    throw_invalid(op,
+                  "q, k and v must be one shape [batch, heads, sequence, head_dim] and one "
+                  "dtype, got {}",
+                  got);
+  }
+  require_float(in[0].dtype, op, "dtype", NotFloat::kNeedsFloating);
+}
+
+// q's layout with T and D whole and no Partial: what every operand is demanded and the output
+// gets.
+Layout attention_layout(const Layout& q) {
+  SpecList specs = spec_list(q);
+  specs[2].clear();
+  specs[3].clear();
+  return make_layout(q.mesh(), specs);
+}
+
+void register_causal_attention_grad(OpRegistry& registry) {
+  OpDef def;
+  def.name = std::string(kCausalAttentionGrad);
+  def.num_inputs = 5;  // q, k, v, out, d loss / d out
+  def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs&) {
+    check_operands(in, kCausalAttentionGrad, 5);
+    std::vector<int64_t> dims{3};
+    for (int64_t n : in[0].shape.dims()) dims.push_back(n);
+    return TensorSpec{Shape(dims), in[0].dtype, {}};
+  };
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    const Layout want = attention_layout(in[0].layout);
+    SpecList stacked = spec_list(want);
+    stacked.insert(stacked.begin(), std::vector<std::string>{});
+    return ShardingDecision{{want, want, want, want, want}, make_layout(want.mesh(), stacked)};
+  };
+  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                  const LocalContext& context) {
+    if (out.num_elements() == 0) return;
+    const AttentionGeometry g =
+        geometry(in[0].shape(), context.input_blocks[0], context.input_shapes[0], attrs);
+    const int64_t n = in[0].num_elements();
+    dispatch_float(out.dtype(), kCausalAttentionGrad, [&]<typename T>() {
+      T* d = out.data<T>();
+      attention_backward(g, in[0].data<T>(), in[1].data<T>(), in[2].data<T>(), in[3].data<T>(),
+                         in[4].data<T>(), d, d + n, d + 2 * n);
+    });
+  };
+  registry.add(std::move(def));
+}
+
+}  // namespace
+
+void register_fused_attention_ops(OpRegistry& registry) {
+  OpDef def;
+  def.name = std::string(kCausalAttention);
+  def.num_inputs = 3;
+  def.infer = [](const std::vector<TensorSpec>& in, const OpAttrs& attrs) {
+    check_operands(in, kCausalAttention, 3);
+    const double rate = attrs.rate.value_or(0.0);
+    if (!(rate >= 0.0 && rate < 1.0)) {
+      throw_invalid(kCausalAttention, "dropout rate must be in [0, 1), got {}", rate);
+    }
+    const double scale = attrs.scale.value_or(1.0);
+    if (!std::isfinite(scale)) {
+      throw_invalid(kCausalAttention, "scale must be finite, got {}", scale);
+    }
+    return TensorSpec{in[0].shape, in[0].dtype, {}};
+  };
+  def.shard = [](const std::vector<TensorSpec>& in, const TensorSpec&, const OpAttrs&) {
+    const Layout want = attention_layout(in[0].layout);
+    return ShardingDecision{{want, want, want}, want};
+  };
+  def.kernel = [](const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                  const LocalContext& context) {
+    if (out.num_elements() == 0) return;
+    const AttentionGeometry g =
+        geometry(out.shape(), context.output_block, context.output_shape, attrs);
+    dispatch_float(out.dtype(), kCausalAttention, [&]<typename T>() {
+      attention_forward(g, in[0].data<T>(), in[1].data<T>(), in[2].data<T>(), out.data<T>());
+    });
+  };
+  def.vjp = [](const VjpArgs& a) {
+    const DTensor stacked = call_op(
+        kCausalAttentionGrad, {a.inputs[0], a.inputs[1], a.inputs[2], a.output, a.grad}, *a.attrs);
+    const Shape& s = a.output.shape();
+    std::vector<DTensor> grads;
+    for (int64_t i = 0; i < 3; ++i) {
+      grads.push_back(reshape(slice(stacked, {i, 0, 0, 0, 0}, {1, s[0], s[1], s[2], s[3]}), s));
+    }
+    return grads;
+  };
+  def.saves = VjpSaves::of_inputs({0, 1, 2}, /*with_output=*/true);
+  registry.add(std::move(def));
+  register_causal_attention_grad(registry);
+}
+
+}  // namespace detail
+
+DTensor causal_attention(const DTensor& q, const DTensor& k, const DTensor& v, double scale,
+                         double dropout_rate, uint64_t seed) {
+  OpAttrs attrs;
+  if (scale != 1.0) attrs.scale = scale;
+  if (dropout_rate != 0.0) {
+    attrs.rate = dropout_rate;
+    attrs.seed = seed;
+  }
+  return call_op(detail::kCausalAttention, {q, k, v}, attrs);
+}
+
+}  // namespace tessel
