@@ -4,6 +4,7 @@
 // the value the whole tensor would hold there.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace tessel::detail {
@@ -17,9 +18,13 @@ inline uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// The start state of the stream of `seed`: counter_hash(seed, c) is
+// mix64(counter_stream(seed) + c * kCounterGolden), so a loop over counters derives it once.
+inline uint64_t counter_stream(uint64_t seed) { return mix64(seed + kCounterGolden); }
+
 // The counter-th output of a splitmix64 stream whose start state is derived from the seed.
 inline uint64_t counter_hash(uint64_t seed, uint64_t counter) {
-  return mix64(mix64(seed + kCounterGolden) + counter * kCounterGolden);
+  return mix64(counter_stream(seed) + counter * kCounterGolden);
 }
 
 // Uniform in [0, 1) with 53 random bits.
@@ -27,6 +32,13 @@ inline double unit_open_high(uint64_t bits) { return static_cast<double>(bits >>
 // Uniform in (0, 1], safe for log().
 inline double unit_open_low(uint64_t bits) {
   return static_cast<double>((bits >> 11) + 1) * 0x1p-53;
+}
+
+// unit_open_high(bits) >= rate exactly when (bits >> 11) >= keep_threshold(rate), rate in [0, 1):
+// the uniform is (bits >> 11) * 2^-53 and rate * 2^53 is exact, so dropout's test can be done on
+// integers (vector lanes).
+inline uint64_t keep_threshold(double rate) {
+  return static_cast<uint64_t>(std::ceil(std::ldexp(rate, 53)));
 }
 
 // random_uniform's value at global flat index i (low 0, high 1, a floating dtype): dropout keeps

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/counter_random.h"
 #include "dtensor/ops/cpu_vector_approx.h"
 
 // The lane vectors below live in registers inside always-inlined helpers: no function passes
@@ -243,6 +244,15 @@ void causal_softmax_row(const float* x, float* y, int64_t n, int64_t visible, fl
 
 void softmax_grad_row(const float* s, const float* g, float* dx, int64_t n, float scale) {
   softmax_grad_range(s, g, dx, n, scale);
+}
+
+// Eight 64-bit lanes per step where the clone has AVX-512 (vpmullq): the hashes' multiplies.
+TESSEL_VECTOR_CLONES void dropout_factors(float* __restrict z, int64_t n, uint64_t stream,
+                                          uint64_t first, uint64_t threshold, float keep_scale) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t bits = mix64(stream + (first + static_cast<uint64_t>(j)) * kCounterGolden);
+    z[j] = (bits >> 11) >= threshold ? keep_scale : 0.0f;
+  }
 }
 
 }  // namespace tessel::detail::vec

@@ -37,4 +37,11 @@ void causal_softmax_row(const float* x, float* y, int64_t n, int64_t visible, fl
 // (a masked key has s = 0, so its gradient is 0).
 void softmax_grad_row(const float* s, const float* g, float* dx, int64_t n, float scale);
 
+// Dropout's factors for n consecutive elements: z[j] = keep_scale where element first + j is kept,
+// else 0; kept means (mix64(stream + (first + j) * kCounterGolden) >> 11) >= threshold
+// (counter_random.h: stream = counter_stream(seed), threshold = keep_threshold(rate)), which is
+// Tensor::random_uniform(seed)'s value there >= rate: the composed dropout op's mask.
+void dropout_factors(float* z, int64_t n, uint64_t stream, uint64_t first, uint64_t threshold,
+                     float keep_scale);
+
 }  // namespace tessel::detail::vec

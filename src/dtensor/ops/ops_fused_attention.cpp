@@ -101,10 +101,17 @@ void softmax_row(const T* x, T* y, int64_t n, int64_t visible, T scale) {
   }
 }
 
-// The dropout factor of probability `index`: 0 (dropped) or keep_scale (dropout's 1 / (1 - rate)).
+// z[0, n) = the dropout factors of probabilities index .. index + n - 1: 0 (dropped) or
+// keep_scale (dropout's 1 / (1 - rate)); float32 in vector lanes (cpu_row_math.h).
 template <typename T>
-T dropout_factor(const AttentionGeometry& g, uint64_t index, T keep_scale) {
-  return uniform_at(g.seed, index) >= g.rate ? keep_scale : T(0);
+void dropout_factors(const AttentionGeometry& g, uint64_t index, int64_t n, T keep_scale, T* z) {
+  if constexpr (std::is_same_v<T, float>) {
+    vec::dropout_factors(z, n, counter_stream(g.seed), index, keep_threshold(g.rate), keep_scale);
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      z[j] = uniform_at(g.seed, index + static_cast<uint64_t>(j)) >= g.rate ? keep_scale : T(0);
+    }
+  }
 }
 
 // P = the tile's probabilities (rows x keys, leading dimension keys) from q's rows and k's first
@@ -123,20 +130,19 @@ void attention_forward(const AttentionGeometry& g, const T* q, const T* k, const
   const int64_t block = g.t * g.d;
   const T keep_scale = static_cast<T>(1.0 / (1.0 - g.rate));
   parallel_for(g.pairs, 1, [&](int64_t begin, int64_t end) {
-    std::vector<T> s(static_cast<size_t>(kTile * g.t)), p(s.size());
+    std::vector<T> s(static_cast<size_t>(kTile * g.t)), p(s.size()), z(static_cast<size_t>(g.t));
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t at = pair * block;
       const uint64_t first = g.first_index(pair);
       for (int64_t i0 = 0; i0 < g.t; i0 += kTile) {
         const int64_t rows = std::min(kTile, g.t - i0), keys = i0 + rows;
         tile_probabilities(g, q + at, k + at, i0, rows, keys, s.data(), p.data());
-        if (g.rate > 0) {
-          for (int64_t r = 0; r < rows; ++r) {
-            T* row = p.data() + r * keys;
-            const uint64_t index = first + static_cast<uint64_t>((i0 + r) * g.t);
-            for (int64_t j = 0; j <= i0 + r; ++j)
-              row[j] *= dropout_factor(g, index + j, keep_scale);
-          }
+        for (int64_t r = 0; r < rows && g.rate > 0; ++r) {
+          const int64_t visible = i0 + r + 1;
+          dropout_factors(g, first + static_cast<uint64_t>((i0 + r) * g.t), visible, keep_scale,
+                          z.data());
+          T* row = p.data() + r * keys;
+          for (int64_t j = 0; j < visible; ++j) row[j] *= z[static_cast<size_t>(j)];
         }
         blas_gemm(false, false, rows, g.d, keys, p.data(), keys, v + at, g.d, out + at + i0 * g.d,
                   g.d);
@@ -159,7 +165,8 @@ void attention_backward(const AttentionGeometry& g, const T* q, const T* k, cons
   const T scale = static_cast<T>(g.scale);
   parallel_for(g.pairs, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> s(static_cast<size_t>(kTile * g.t)), p(s.size());
-    std::vector<T> part(static_cast<size_t>(block));  // one tile's share of dk or dv
+    std::vector<T> z(static_cast<size_t>(g.t), T(1));  // a row's dropout factors (1 without)
+    std::vector<T> part(static_cast<size_t>(block));   // one tile's share of dk or dv
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t at = pair * block;
       const uint64_t first = g.first_index(pair);
@@ -178,11 +185,14 @@ void attention_backward(const AttentionGeometry& g, const T* q, const T* k, cons
           T inner = 0;                  // rowsum(g out) = rowsum(P dP)
           for (int64_t c = 0; c < g.d; ++c) inner += g_tile[r * g.d + c] * out_tile[r * g.d + c];
           const int64_t visible = i0 + r + 1;
-          const uint64_t index = first + static_cast<uint64_t>((i0 + r) * g.t);
+          if (g.rate > 0) {
+            dropout_factors(g, first + static_cast<uint64_t>((i0 + r) * g.t), visible, keep_scale,
+                            z.data());
+          }
+          const T* zr = z.data();
           for (int64_t j = 0; j < visible; ++j) {
-            const T z = g.rate > 0 ? dropout_factor(g, index + j, keep_scale) : T(1);
-            sr[j] = scale * pr[j] * (sr[j] * z - inner);
-            pr[j] *= z;
+            sr[j] = scale * pr[j] * (sr[j] * zr[j] - inner);
+            pr[j] *= zr[j];
           }
           std::fill(sr + visible, sr + keys, T(0));
         }
