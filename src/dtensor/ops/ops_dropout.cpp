@@ -11,9 +11,15 @@
 // is per element of the whole tensor). VJP of dropout: dropout(g) with the same rate and seed (the
 // same mask, whatever g's layout).
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
-#include "dtensor/ops/op_families.h"
+#include "core/counter_random.h"
 #include "dtensor/framework/op_util.h"
+#include "dtensor/ops/cpu_row_math.h"
+#include "dtensor/ops/cpu_vector_math.h"
+#include "dtensor/ops/op_families.h"
+#include "tessel/core/parallel.h"
 #include "tessel/dtensor/ops.h"
 
 namespace tessel {
@@ -37,16 +43,48 @@ void dropout_kernel(const Tensor& x, Tensor& out, const OpAttrs& attrs,
                     const LocalContext& context) {
   if (out.num_elements() == 0) return;
   const Box& block = context.output_block;
-  const Tensor u = Tensor::random_uniform_block(context.output_shape, block.offsets,
-                                                block.extents, DType::kF64, attrs.seed.value_or(0));
   const double rate = attrs.rate.value_or(0.0);
-  const double* pu = u.data<double>();
+  const uint64_t seed = attrs.seed.value_or(0);
+  // Row by row along the last axis: a row's elements are consecutive global indices.
+  const int rank = out.rank();
+  const int64_t row_length = rank > 0 ? out.shape()[rank - 1] : 1;
+  const int64_t rows = out.num_elements() / row_length;
+  const std::vector<int64_t> global_strides = context.output_shape.strides();
+  const auto first_index = [&](int64_t row) {  // the global flat index of the row's first element
+    int64_t index = rank > 0 ? block.offsets[static_cast<size_t>(rank - 1)] : 0;
+    for (int d = rank - 2; d >= 0; --d) {
+      const int64_t extent = out.shape()[d];
+      index += (block.offsets[static_cast<size_t>(d)] + row % extent) *
+               global_strides[static_cast<size_t>(d)];
+      row /= extent;
+    }
+    return static_cast<uint64_t>(index);
+  };
   dispatch_float(out.dtype(), kDropout, [&]<typename T>() {
     const T* px = x.data<T>();
     T* po = out.data<T>();
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
-    const int64_t n = out.num_elements();
-    for (int64_t i = 0; i < n; ++i) po[i] = pu[i] >= rate ? px[i] * scale : T(0);
+    parallel_for(rows, vec::rows_per_range(row_length), [&](int64_t begin, int64_t end) {
+      std::vector<T> z(static_cast<size_t>(row_length));
+      for (int64_t r = begin; r < end; ++r) {
+        const uint64_t first = first_index(r);
+        if constexpr (std::is_same_v<T, float>) {  // the same test in vector lanes
+          vec::dropout_factors(z.data(), row_length, counter_stream(seed), first,
+                               keep_threshold(rate), scale);
+        } else {
+          for (int64_t j = 0; j < row_length; ++j) {
+            z[static_cast<size_t>(j)] =
+                uniform_at(seed, first + static_cast<uint64_t>(j)) >= rate ? scale : T(0);
+          }
+        }
+        const T* xr = px + r * row_length;
+        T* yr = po + r * row_length;
+        for (int64_t j = 0; j < row_length; ++j) {  // a dropped NaN or -x is a plain 0 too
+          const T f = z[static_cast<size_t>(j)];
+          yr[j] = f != T(0) ? xr[j] * f : T(0);
+        }
+      }
+    });
   });
 }
 
