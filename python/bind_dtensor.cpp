@@ -466,10 +466,12 @@ void bind_op_profile(py::module_& m) {
       .def_readonly("seconds", &OpProfileRow::seconds);
   py::class_<OpProfile>(m, "OpProfile")
       .def_readonly("rows", &OpProfile::rows)
+      .def_readonly("collective_rows", &OpProfile::collective_rows)
       .def_readonly("wall_seconds", &OpProfile::wall_seconds)
       .def_readonly("collective_seconds", &OpProfile::collective_seconds)
       .def_readonly("collectives", &OpProfile::collectives)
       .def("phase_seconds", &OpProfile::phase_seconds, py::arg("phase"))
+      .def("phase_collective_seconds", &OpProfile::phase_collective_seconds, py::arg("phase"))
       .def("table", &OpProfile::table, py::arg("steps") = 1, py::arg("top") = 12);
   m.def("start_op_profile", &start_op_profile);
   m.def("stop_op_profile", &stop_op_profile);

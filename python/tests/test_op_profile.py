@@ -30,9 +30,30 @@ def test_ops_are_counted_per_phase_and_device(mesh):
     assert "matmul" in table and "wall clock" in table
 
 
+def test_collectives_count_toward_the_launching_phase(mesh):
+    """A tape's final reduction of its sources' gradients is the phase "gradient reduction"."""
+    x = put(np.ones((32, 16), np.float32), ["x", "unsharded"], mesh)
+    w = put(np.full((16, 8), 0.5, np.float32), ["unsharded", "unsharded"], mesh)
+    tessel.start_op_profile()
+    with tessel.ProfilePhase("step"):
+        with tessel.GradientTape() as tape:
+            tape.watch(w)
+            loss = tessel.reduce_sum(tessel.matmul(x, w))
+        [gw] = tape.gradient(loss, [w])
+        np.testing.assert_array_equal(host(gw), np.full((16, 8), 32.0, np.float32))
+    profile = tessel.stop_op_profile()
+    rows = {(r.phase, r.op): r for r in profile.collective_rows}
+    reduction = rows[("gradient reduction", "fused all_reduce")]
+    assert reduction.calls == 4 and reduction.seconds > 0  # one part per device
+    assert profile.phase_collective_seconds("gradient reduction") == reduction.seconds
+    assert ("step", "matmul") in {(r.phase, r.op) for r in profile.rows}
+    assert "(collective) fused all_reduce" in profile.table()
+
+
 def test_nothing_is_recorded_while_off(mesh):
     host(tessel.exp(put(np.zeros((4, 4), np.float32), ["x", "y"], mesh)))
-    assert tessel.stop_op_profile().rows == []
+    profile = tessel.stop_op_profile()
+    assert profile.rows == [] and profile.collective_rows == []
 
 
 def test_an_empty_phase_name_is_refused():

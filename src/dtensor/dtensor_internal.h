@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "tessel/dtensor/op_profile.h"
+#include "tessel/dtensor/relayout.h"
 #include "tessel/mesh/layout.h"
 #include "tessel/runtime/device.h"
-#include "tessel/dtensor/relayout.h"
 #include "tessel/runtime/runtime.h"
 
 namespace tessel {
@@ -47,12 +49,26 @@ const OpDef& relayout_op();
 void count_collective(int64_t bytes);
 // Adds one device's time inside a relayout collective to relayout_stats().seconds.
 void count_collective_time(std::chrono::steady_clock::duration time);
-// Runs `call` (one device's part of a collective) and counts its time.
-template <typename F>
-void timed_collective(F&& call) {
-  const auto start = std::chrono::steady_clock::now();
-  call();
-  count_collective_time(std::chrono::steady_clock::now() - start);
-}
+// Times one device's part of a relayout collective: made on the launching thread, whose profile
+// phase it keeps (op_profile.h), and called on the device's stream with the collective.
+class CollectiveTimer {
+ public:
+  // `step` names the collective in the op profile ("all_reduce", "fused all_reduce").
+  explicit CollectiveTimer(std::string step)
+      : step_(std::move(step)), phase_(current_profile_phase()) {}
+  // Runs `call` and counts its time in relayout_stats() and in the op profile.
+  template <typename F>
+  void operator()(F&& call) const {
+    const double profiled = profile_clock();
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    count_collective_time(std::chrono::steady_clock::now() - start);
+    record_collective_profile(phase_, step_, profiled);
+  }
+
+ private:
+  std::string step_;
+  int phase_;
+};
 
 }  // namespace tessel::detail

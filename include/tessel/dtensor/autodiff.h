@@ -14,7 +14,7 @@
 // Each input's gradient is relaid out to the layout that input had (TF: the gradient of
 // relayout is relayout_like to the forward input), Partial terms kept until the end; the
 // sources' gradients are then reduced in one fused batch per group of mesh dimensions and dtype
-// (relayout_batch).
+// (relayout_batch), in the op profile's phase "gradient reduction" (op_profile.h).
 //
 // Activation memory: a tape keeps nothing a VJP does not read, and a non-persistent tape lets go
 // of each record's tensors as soon as its VJP has run, and of each gradient as soon as the VJP it

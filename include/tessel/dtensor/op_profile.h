@@ -9,6 +9,12 @@
 // Times are device time summed over the devices (a 2x2 mesh running one op for 1 ms on each of
 // its 4 devices adds 4 ms), as torch.profiler's "Self CPU total" sums its threads.
 //
+// A relayout's collectives count toward the phase of the thread that launched the relayout, per
+// collective step ("all_reduce", "fused all_reduce", "all_gather", ...): collective_rows, apart
+// from the kernels (a device's time in a collective includes its wait for the slowest peer).
+// A gradient tape's final reduction of its sources' gradients runs in the phase "gradient
+// reduction" (autodiff.h), so that its share of a training step can be read off the table.
+//
 //   tessel::start_op_profile();
 //   { tessel::ProfilePhase p("forward");  loss = model.loss(x, y); }
 //   { tessel::ProfilePhase p("backward"); grads = tape.gradient(loss, params); }
@@ -35,13 +41,19 @@ struct OpProfileRow {
 
 struct OpProfile {
   std::vector<OpProfileRow> rows;  // by phase, then by seconds (most first)
-  double wall_seconds = 0;         // from start_op_profile to stop_op_profile
-  double collective_seconds = 0;   // relayouts' time in collectives (summed over devices)
-  int64_t collectives = 0;         // relayout collectives run
-  // Seconds per phase, summed over its rows.
+  // The relayouts' collectives per phase and step: op is the step's name, calls one device's
+  // part of one collective, seconds summed over devices; ordered as rows.
+  std::vector<OpProfileRow> collective_rows;
+  double wall_seconds = 0;        // from start_op_profile to stop_op_profile
+  double collective_seconds = 0;  // relayouts' time in collectives (summed over devices)
+  int64_t collectives = 0;        // relayout collectives run
+  // Seconds per phase, summed over its rows (kernels; collectives not included).
   double phase_seconds(std::string_view phase) const;
+  // Seconds in the relayouts' collectives launched in `phase`, summed over devices.
+  double phase_collective_seconds(std::string_view phase) const;
   // A text table: per phase, its total and its ops (the `top` most expensive, the rest summed),
-  // with ms per step (divided by `steps` >= 1) and the share of all kernel time.
+  // with ms per step (divided by `steps` >= 1) and the share of all kernel time; then the
+  // collectives per phase and step, with their share of all collective time.
   std::string table(int64_t steps = 1, int top = 12) const;
 };
 
@@ -83,6 +95,8 @@ class InheritedProfilePhase {
 };
 double profile_clock();
 void record_profile(int phase, std::string_view op, double start);
+// The same for one device's part of a relayout collective (collective_rows), `step` its name.
+void record_collective_profile(int phase, std::string_view step, double start);
 }  // namespace detail
 
 }  // namespace tessel

@@ -141,6 +141,7 @@ void gather_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
     Communicator* comm = step.communicator(d, deadline);
     Device* device = step.devices[d];
     const CollectiveOptions options = step.options;
+    const CollectiveTimer timed("fused all_gather");
     step.group_step.add(*device, comm, [=]() {
       Tensor packed = device->allocate(Shape{own}, dtype, /*zero_fill=*/false);
       int64_t offset = 0;
@@ -151,7 +152,7 @@ void gather_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
         offset += mine.num_elements();
       }
       Tensor gathered;
-      timed_collective([&] { gathered = comm->all_gather(packed, 0, options); });
+      timed([&] { gathered = comm->all_gather(packed, 0, options); });
       std::vector<Tensor>& mine = (*results)[d];
       for (size_t i = 0; i < inputs.size(); ++i) {
         const Box& target = blocks->after[i][k];
@@ -200,6 +201,7 @@ void reduce_scatter_fused(const std::vector<DTensor>& tensors, const std::vector
     Communicator* comm = step.communicator(d, deadline);
     Device* device = step.devices[d];
     const CollectiveOptions options = step.options;
+    const CollectiveTimer timed("fused reduce_scatter");
     step.group_step.add(*device, comm, [=]() {
       int64_t total = 0;
       for (int64_t c : counts) total += c;
@@ -215,7 +217,7 @@ void reduce_scatter_fused(const std::vector<DTensor>& tensors, const std::vector
         }
       }
       Tensor reduced;
-      timed_collective([&] { reduced = comm->reduce_scatter(packed, op, counts, options); });
+      timed([&] { reduced = comm->reduce_scatter(packed, op, counts, options); });
       std::vector<Tensor>& mine = (*results)[d];
       offset = 0;
       for (size_t i = 0; i < inputs.size(); ++i) {

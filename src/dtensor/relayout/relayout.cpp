@@ -112,9 +112,8 @@ class StepRunner {
         case RelayoutStepKind::kAllReduce: {
           Communicator* comm = communicator(mesh, step.mesh_dims, offset);
           used = comm;
-          fn = [=]() mutable {
-            detail::timed_collective([&] { comm->all_reduce(input, output, op, copts); });
-          };
+          const detail::CollectiveTimer timed("all_reduce");
+          fn = [=]() mutable { timed([&] { comm->all_reduce(input, output, op, copts); }); };
           break;
         }
         case RelayoutStepKind::kReduceScatter: {
@@ -124,8 +123,9 @@ class StepRunner {
           for (int64_t member : group_position(mesh, step.mesh_dims, offset).members) {
             boxes.push_back(after[static_cast<size_t>(member)]);
           }
+          const detail::CollectiveTimer timed("reduce_scatter");
           fn = [=]() mutable {
-            detail::timed_collective([&] {
+            timed([&] {
               comm->reduce_scatter_boxes(input, before[k].offsets, output, boxes, op, copts);
             });
           };
@@ -184,8 +184,9 @@ class StepRunner {
       }
       const std::string label = step.kind_name();
       const CollectiveOptions copts = collective_;
+      const detail::CollectiveTimer timed(label);
       group_step.add(*device, comm, [=]() mutable {
-        detail::timed_collective([&] {
+        timed([&] {
           comm->transfer_boxes(input, in_origins, output, out_origins, transfers, label, copts);
         });
       });

@@ -68,13 +68,14 @@ void reduce_fused(const std::vector<DTensor>& tensors, const std::vector<size_t>
     Communicator* comm = &pool->get(mesh, step.mesh_dims, offsets[d], deadline.left());
     Device* device = devices[d];
     const DType dtype = first.dtype();
+    const detail::CollectiveTimer timed("fused all_reduce");
     group_step.add(*device, comm, [=]() {
       ScopedAllocator scope(shapes, dtype, "relayout_batch", 0, static_cast<int>(shapes.size()),
                             device->allocator());
       const std::vector<Tensor>& fields = scope.allocate_all();
       for (size_t f = 0; f < fields.size(); ++f) Tensor(fields[f]).copy_from(inputs[f]);
       Tensor all = scope.concat(scope.backing(), fields);
-      detail::timed_collective([&] { comm->all_reduce(all, all, op, copts); });
+      timed([&] { comm->all_reduce(all, all, op, copts); });
       scope.close();
       (*results)[d] = fields;
     });
