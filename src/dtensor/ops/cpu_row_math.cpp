@@ -255,4 +255,14 @@ TESSEL_VECTOR_CLONES void dropout_factors(float* __restrict z, int64_t n, uint64
   }
 }
 
+TESSEL_VECTOR_CLONES void dropout_row(const float* __restrict x, float* __restrict y, int64_t n,
+                                      uint64_t stream, uint64_t first, uint64_t threshold,
+                                      float keep_scale) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t bits = mix64(stream + (first + static_cast<uint64_t>(j)) * kCounterGolden);
+    const float kept = x[j] * keep_scale;
+    y[j] = (bits >> 11) >= threshold ? kept : 0.0f;
+  }
+}
+
 }  // namespace tessel::detail::vec

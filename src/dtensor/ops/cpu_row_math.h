@@ -43,5 +43,9 @@ void softmax_grad_row(const float* s, const float* g, float* dx, int64_t n, floa
 // Tensor::random_uniform(seed)'s value there >= rate: the composed dropout op's mask.
 void dropout_factors(float* z, int64_t n, uint64_t stream, uint64_t first, uint64_t threshold,
                      float keep_scale);
+// Dropout applied to n consecutive elements with that mask: y[j] = x[j] * keep_scale where
+// element first + j is kept, else 0 (a dropped NaN too); x and y do not overlap.
+void dropout_row(const float* x, float* y, int64_t n, uint64_t stream, uint64_t first,
+                 uint64_t threshold, float keep_scale);
 
 }  // namespace tessel::detail::vec

@@ -65,23 +65,18 @@ void dropout_kernel(const Tensor& x, Tensor& out, const OpAttrs& attrs,
     T* po = out.data<T>();
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
     parallel_for(rows, vec::rows_per_range(row_length), [&](int64_t begin, int64_t end) {
-      std::vector<T> z(static_cast<size_t>(row_length));
       for (int64_t r = begin; r < end; ++r) {
         const uint64_t first = first_index(r);
-        if constexpr (std::is_same_v<T, float>) {  // the same test in vector lanes
-          vec::dropout_factors(z.data(), row_length, counter_stream(seed), first,
-                               keep_threshold(rate), scale);
-        } else {
-          for (int64_t j = 0; j < row_length; ++j) {
-            z[static_cast<size_t>(j)] =
-                uniform_at(seed, first + static_cast<uint64_t>(j)) >= rate ? scale : T(0);
-          }
-        }
         const T* xr = px + r * row_length;
         T* yr = po + r * row_length;
-        for (int64_t j = 0; j < row_length; ++j) {  // a dropped NaN or -x is a plain 0 too
-          const T f = z[static_cast<size_t>(j)];
-          yr[j] = f != T(0) ? xr[j] * f : T(0);
+        if constexpr (std::is_same_v<T, float>) {  // the same test in vector lanes
+          vec::dropout_row(xr, yr, row_length, counter_stream(seed), first, keep_threshold(rate),
+                           scale);
+        } else {
+          for (int64_t j = 0; j < row_length; ++j) {
+            yr[j] =
+                uniform_at(seed, first + static_cast<uint64_t>(j)) >= rate ? xr[j] * scale : T(0);
+          }
         }
       }
     });
