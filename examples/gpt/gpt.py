@@ -167,16 +167,20 @@ def blocks(params, x, config, layers=None, dropout_seed=None):
     use = functools.partial(gather, config=config, mesh=mesh)  # fsdp: gathered where used
     drop = dropper(config, dropout_seed)
 
-    def split_heads(y):
-        return tessel.transpose(tessel.reshape(y, (b, t, heads, d)), [0, 2, 1, 3])
+    def split_heads(y):  # [B, T, C] -> [B, T, heads, D], a view
+        return tessel.reshape(y, (b, t, heads, d))
 
-    def attention(q, k, v, i):  # the [B, H, T, T] part
+    def swap(y):  # [B, T, heads, D] <-> [B, heads, T, D]
+        return tessel.transpose(y, [0, 2, 1, 3])
+
+    def attention(q, k, v, i):  # the [B, H, T, T] part, on [B, T, heads, D]
         if config.attention == "fused":
             rate = config.dropout if dropout_seed is not None else 0.0
             seed = dropout_seed * 1000003 + 3 * i + 2 if rate else 0
             return tessel.causal_attention(q, k, v, 1.0 / math.sqrt(d), rate, seed)
-        att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d))
-        return tessel.matmul(drop(att, 3 * i + 2), v)
+        att = tessel.causal_softmax(tessel.matmul(swap(q), swap(k), transpose_b=True),
+                                    1.0 / math.sqrt(d))
+        return swap(tessel.matmul(drop(att, 3 * i + 2), swap(v)))
 
     def block(i, x, *stored):
         # Gathered inside what full recomputation runs again: dropped after the block's forward
@@ -188,7 +192,7 @@ def blocks(params, x, config, layers=None, dropout_seed=None):
         core = functools.partial(attention, i=i)
         if config.recompute == "selective" and config.attention == "composed":
             core = tessel.recompute_grad(core)  # the fused op keeps no map to recompute
-        y = tessel.reshape(tessel.transpose(core(q, k, v), [0, 2, 1, 3]), (b, t, heads * d))
+        y = tessel.reshape(core(q, k, v), (b, t, heads * d))
         x = x + drop(tessel.matmul(y, c_proj), 3 * i + 3)
         h = tessel.layer_norm(x, ln_2)
         return x + drop(tessel.matmul(tessel.gelu(tessel.matmul(h, c_fc), approximate=False),

@@ -71,12 +71,11 @@ int64_t planned_activation_bytes(const GptConfig& config, int64_t batch_shards,
   const double s = config.block_size, h = config.n_embd, a = config.n_head;
   const double b = static_cast<double>(config.batch_size) / static_cast<double>(batch_shards);
   const double t = static_cast<double>(model_shards);
-  const double kept = s * b * h * (10 + 24 / t);    // a layer's count without attention's part
-  // The [B, H, T, T] maps; the fused attention keeps its output instead (2 bytes per element
-  // in the 16-bit count).
-  const double attention = config.attention == Attention::kFused
-                               ? 2 * s * b * h / t
-                               : s * b * h * 5 * a * s / (h * t);
+  const double kept = s * b * h * (10 + 24 / t);  // a layer's count without attention's part
+  // The [B, H, T, T] maps; the fused attention keeps none (its operands and output are views
+  // of tensors kept anyway).
+  const double attention =
+      config.attention == Attention::kFused ? 0.0 : s * b * h * 5 * a * s / (h * t);
   double per_step = 0;  // 16-bit bytes
   switch (config.recompute) {
     case Recompute::kNone:

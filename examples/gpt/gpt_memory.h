@@ -50,8 +50,7 @@ double korthikanti_activation_bytes(const GptConfig& config, int64_t batch_shard
 // The activation bytes a training step of `config` is planned to keep per device (memory_plan.h),
 // in fp32: Korthikanti's count for the recomputation chosen (selective: without attention's
 // 5*a*s/h part except for the one layer rebuilt at a time; full: each block's input plus one
-// block; the fused attention: no 5*a*s/h part at all, attention's output instead), plus the
-// logits and their gradient.
+// block; the fused attention: no 5*a*s/h part at all), plus the logits and their gradient.
 int64_t planned_activation_bytes(const GptConfig& config, int64_t batch_shards,
                                  int64_t model_shards);
 

@@ -85,19 +85,19 @@ DTensor GptModel::attention_core(const std::vector<DTensor>& qkv, int layer,
     return causal_attention(qkv[0], qkv[1], qkv[2], scale, drop ? config_.dropout : 0.0,
                             dropout_seed(options, site));
   }
-  DTensor att = causal_softmax(matmul(qkv[0], qkv[1], false, true), scale);
+  // [B, T, heads, D] <-> [B, heads, T, D], for the composed ops' batched matmuls.
+  const auto swap = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
+  DTensor att = causal_softmax(matmul(swap(qkv[0]), swap(qkv[1]), false, true), scale);
   att = maybe_dropout(att, options, site);
-  return matmul(att, qkv[2]);
+  return swap(matmul(att, swap(qkv[2])));
 }
 
 DTensor GptModel::attention(const std::vector<DTensor>& in, int layer, const DTensor& h,
                             const ForwardOptions& options) const {
   const int64_t batch = h.shape()[0], t = h.shape()[1];
   const int64_t heads = config_.n_head, d = config_.head_dim();
-  // [B, T, C] (C over model: whole heads) -> [B, heads, T, D].
-  const auto split_heads = [&](const DTensor& x) {
-    return transpose(reshape(x, Shape{batch, t, heads, d}), {0, 2, 1, 3});
-  };
+  // [B, T, C] (C over model: whole heads) -> [B, T, heads, D] (a view).
+  const auto split_heads = [&](const DTensor& x) { return reshape(x, Shape{batch, t, heads, d}); };
   const std::vector<DTensor> qkv{split_heads(project(h, in[kWq])), split_heads(project(h, in[kWk])),
                                  split_heads(project(h, in[kWv]))};
   // Selective recomputation: the backward pass computes the [B, H, T, T] maps again from q, k, v.
@@ -107,7 +107,7 @@ DTensor GptModel::attention(const std::vector<DTensor>& in, int layer, const DTe
         return attention_core(in, layer, options);
       },
       qkv);
-  const DTensor y = reshape(transpose(out, {0, 2, 1, 3}), Shape{batch, t, heads * d});
+  const DTensor y = reshape(out, Shape{batch, t, heads * d});
   return project(y, in[kAttnProj]);  // row-parallel: Partial(sum) over model
 }
 
@@ -144,7 +144,8 @@ DTensor GptModel::logits(const std::vector<DTensor>& p, const DTensor& idx,
                          const ForwardOptions& options) const {
   check_inputs(p, idx);
   const DTensor wte = gathered(p[wte_], wte_);  // once for the lookup and the tied head
-  return head_with(wte, p, blocks(p, embed_with(wte, p, idx, options), 0, config_.n_layer, options));
+  return head_with(wte, p,
+                   blocks(p, embed_with(wte, p, idx, options), 0, config_.n_layer, options));
 }
 
 DTensor GptModel::embed(const std::vector<DTensor>& p, const DTensor& idx,

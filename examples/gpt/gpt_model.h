@@ -83,7 +83,7 @@ class GptModel : public LanguageModel {
   DTensor attention(const std::vector<DTensor>& in, int layer, const DTensor& h,
                     const ForwardOptions& options) const;
   // softmax(q k^T / sqrt(D)) (causal, dropped out) times v: attention's [B, H, T, T] part, from
-  // {q, k, v}, each [B, heads, T, D]; one causal_attention op where fused_attention_.
+  // {q, k, v}, each [B, T, heads, D]; one causal_attention op where fused_attention_.
   DTensor attention_core(const std::vector<DTensor>& qkv, int layer,
                          const ForwardOptions& options) const;
   // x @ w (w^T when transpose_w) in config().dtype (mixed_matmul, language_model.h).

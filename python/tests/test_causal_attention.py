@@ -1,4 +1,4 @@
-"""The fused causal-attention op against numpy (forward and the three gradients, with and
+"""The fused causal-attention op ([batch, sequence, heads, head_dim] operands) against numpy (forward and the three gradients, with and
 without dropout, over tiles of queries and on sharded layouts) and against the composed ops
 it replaces (matmul, causal_softmax, dropout, matmul) in float32 at 1e-5."""
 import numpy as np
@@ -12,7 +12,8 @@ U = tessel.UNSHARDED
 
 
 def np_attention(q, k, v, scale, keep):
-    """keep: the dropout factor per probability (0 or 1 / (1 - rate)), [B, H, T, T]."""
+    """q, k, v [B, H, T, D]; keep: the dropout factor per probability (0 or 1 / (1 - rate)),
+    [B, H, T, T]."""
     t = q.shape[2]
     s = np.where(np.tril(np.ones((t, t))) == 1, scale * q @ k.swapaxes(-1, -2), -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
@@ -40,32 +41,35 @@ def keep_factors(shape, rate, seed, mesh):
 @pytest.mark.parametrize("specs", [("x", "y", U, U), (U, "x", U, "y"), (U, U, "x", U)])
 @pytest.mark.parametrize("rate", [0.0, 0.3])
 def test_forward_and_gradients_match_numpy(mesh, specs, rate):
-    b, h, t, d = 2, 2, 70, 4  # 70 queries: a whole tile of 64 and a part
-    q, k, v, g = (rand((b, h, t, d), seed) for seed in (1, 2, 3, 4))
+    b, t, h, d = 2, 70, 2, 4  # 70 queries: a whole tile of 64 and a part
+    q, k, v, g = (rand((b, t, h, d), seed) for seed in (1, 2, 3, 4))  # [B, T, H, D]
     scale, seed = 0.5, 17
     keep = keep_factors((b, h, t, t), rate, seed, mesh)
     dq_, dk_, dv_ = (put(x, specs, mesh) for x in (q, k, v))
+    swap = lambda x: x.swapaxes(1, 2)  # [B, T, H, D] <-> [B, H, T, D]
     out = tessel.causal_attention(dq_, dk_, dv_, scale, rate, seed)
-    assert_allclose(host(out), np_attention(q, k, v, scale, keep)[2], rtol=1e-12, atol=1e-12)
+    want = np_attention(swap(q), swap(k), swap(v), scale, keep)[2]
+    assert_allclose(host(out), swap(want), rtol=1e-12, atol=1e-12)
     dg = put(g, [U] * 4, mesh)
     _, grads = tessel.value_and_grad(
         lambda p: tessel.reduce_sum(tessel.causal_attention(p[0], p[1], p[2], scale, rate, seed) * dg),
         [dq_, dk_, dv_])
-    for got, want in zip(grads, np_attention_grads(q, k, v, g, scale, keep)):
-        assert_allclose(host(got), want, rtol=1e-11, atol=1e-12)
+    for got, want in zip(grads, np_attention_grads(swap(q), swap(k), swap(v), swap(g), scale, keep)):
+        assert_allclose(host(got), swap(want), rtol=1e-11, atol=1e-12)
     assert [tessel.fetch_layout(x) for x in grads] == [tessel.fetch_layout(x) for x in (dq_, dk_, dv_)]
 
 
 def composed(q, k, v, scale, rate, seed):
+    q, k, v = (tessel.transpose(x, [0, 2, 1, 3]) for x in (q, k, v))
     p = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), scale)
-    return tessel.matmul(tessel.dropout(p, rate, seed) if rate else p, v)
+    return tessel.transpose(tessel.matmul(tessel.dropout(p, rate, seed) if rate else p, v), [0, 2, 1, 3])
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.2])
 def test_float32_equals_the_composed_ops_within_1e_5(mesh, rate):
-    b, h, t, d = 2, 2, 130, 8
-    arrays = [rand((b, h, t, d), seed).astype(np.float32) for seed in (5, 6, 7, 8)]
-    q, k, v, g = (put(x, ("x", "y", U, U), mesh) for x in arrays)
+    b, t, h, d = 2, 130, 2, 8
+    arrays = [rand((b, t, h, d), seed).astype(np.float32) for seed in (5, 6, 7, 8)]
+    q, k, v, g = (put(x, ("x", U, "y", U), mesh) for x in arrays)
     scale = 1 / np.sqrt(d)
     grads = {}
     for name, fn in (("fused", tessel.causal_attention), ("composed", composed)):

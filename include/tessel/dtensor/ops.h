@@ -140,14 +140,16 @@ DTensor rotary_embedding(const DTensor& x, double theta = 10000.0);
 // visible to query i when j <= i + keys - queries (causal self-attention: the mask is implied,
 // never built; the scale, attention's 1 / sqrt(head_dim), costs no pass of its own).
 DTensor causal_softmax(const DTensor& scores, double scale = 1.0);
-// Causal self-attention in one op (PyTorch's scaled_dot_product_attention(q, k, v,
-// is_causal=True, dropout_p, scale); flash attention's algorithm on the CPU): equal to
-// matmul(dropout(causal_softmax(matmul(q, k, false, true), scale), dropout_rate, seed), v), the
-// same dropout mask included, but no [B, H, T, T] map of scores or probabilities is kept for the
-// backward pass or made whole in it (they are recomputed tile by tile). q, k, v: one shape
-// [batch, heads, sequence, head_dim] and one dtype (f32, f64); batch and heads keep q's sharding,
-// sequence and head_dim are gathered if sharded. Other shapes, a rate outside [0, 1), a non-finite
-// scale: kInvalidArgument naming the values.
+// Causal self-attention in one op (flash attention's algorithm and layout on the CPU; PyTorch's
+// scaled_dot_product_attention(is_causal=True, dropout_p, scale) on [B, H, T, D] views): q, k, v
+// and the output are [batch, sequence, heads, head_dim] (a projection's [B, T, C] output
+// reshaped: no transpose), and in each head the result equals matmul(dropout(causal_softmax(
+// matmul(q, k, false, true), scale), dropout_rate, seed), v) on the [B, H, T, D] transposes, the
+// dropout mask included (drawn over the [B, H, T, T] probabilities). No [B, H, T, T] map of
+// scores or probabilities is kept for the backward pass or made whole in it (they are recomputed
+// tile by tile). One shape and dtype (f32, f64) for q, k, v; batch and heads keep q's sharding,
+// sequence and head_dim are gathered if sharded. Other shapes, a rate outside [0, 1), a
+// non-finite scale: kInvalidArgument naming the values.
 DTensor causal_attention(const DTensor& q, const DTensor& k, const DTensor& v, double scale = 1.0,
                          double dropout_rate = 0.0, uint64_t seed = 0);
 // Each element zeroed with probability `rate`, the others scaled by 1 / (1 - rate); the mask is

@@ -1,13 +1,15 @@
 // The fused causal-attention op (registered by register_fused_attention_ops): causal
 // self-attention in one op, flash attention's algorithm on the CPU, so that no [B, H, T, T] map
 // of scores or probabilities lives in memory beyond one tile per thread.
-//   "causal_attention"(q, k, v [B, H, T, D]) -> dropout(causal_softmax(q k^T, scale), rate,
-//   seed) v, [B, H, T, D]: query i sees keys j <= i; the scale in OpAttrs::scale (unset: 1),
-//   the dropout rate in OpAttrs::rate (unset: 0, in [0, 1)) and its seed in OpAttrs::seed. The
-//   dropout mask is the one the composed ops draw: element (b, h, i, j) of the [B, H, T, T]
-//   probabilities is kept when random_uniform([B, H, T, T], seed) is >= rate there (global
-//   indices), so the op equals matmul(dropout(causal_softmax(matmul(q, k^T), scale), rate,
-//   seed), v) on every mesh (PyTorch's scaled_dot_product_attention(is_causal=True)).
+//   "causal_attention"(q, k, v [B, T, H, D]) -> dropout(causal_softmax(q k^T, scale), rate,
+//   seed) v, [B, T, H, D] (flash attention's layout: the projections' [B, T, C] output reshaped,
+//   no transpose; each head's rows are strided by H * D): in each head, query i sees keys j <= i;
+//   the scale in OpAttrs::scale (unset: 1), the dropout rate in OpAttrs::rate (unset: 0, in [0, 1))
+//   and its seed in OpAttrs::seed. The dropout mask is the one the composed ops draw: element (b,
+//   h, i, j) of the [B, H, T, T] probabilities is kept when random_uniform([B, H, T, T], seed) is
+//   >= rate there (global indices), so the op equals matmul(dropout(causal_softmax(matmul(q',
+//   k'^T), scale), rate, seed), v') on every mesh, x' = transpose(x, {0, 2, 1, 3}) ([B, H, T, D]),
+//   transposed back (PyTorch's scaled_dot_product_attention(is_causal=True) on [B, H, T, D] views).
 //
 // Sharding rule: B and H keep q's sharding (k and v are demanded the same), T and D are demanded
 // whole (every query reads every earlier key); a Partial input is reduced first. The output has
@@ -18,7 +20,7 @@
 // scale * S row by row, dropout applied in place, out_tile = P v[0, visible). The tiles of one
 // thread reuse one [kTile, T] buffer.
 //
-// VJP: "causal_attention_grad"(q, k, v, out, g) -> [3, B, H, T, D] holding dq, dk, dv (one op,
+// VJP: "causal_attention_grad"(q, k, v, out, g) -> [3, B, T, H, D] holding dq, dk, dv (one op,
 // so the probabilities are recomputed once for all three; sliced apart by the VJP). Per tile:
 // S and P again, A = P with dropout (Z: 0 or 1 / (1 - rate)), dA = g_tile v^T, dP = dA Z,
 // dS = scale P (dP - rowsum(g_tile out_tile)) (rowsum(P dP) = rowsum(A dA) = rowsum(g out): the
@@ -50,17 +52,22 @@ constexpr std::string_view kCausalAttentionGrad = "causal_attention_grad";
 // tile's q, out and g rows; small enough that the causal triangle skips most of the upper half.
 constexpr int64_t kTile = 64;
 
-// What the kernels need to know about a call: the local block's extents, where it lies in the
-// global [B, H, T, T] probabilities (for the dropout draws) and the attributes.
+// What the kernels need to know about a call: the local [B, T, H, D] block's extents, where it
+// lies in the global [B, H, T, T] probabilities (for the dropout draws) and the attributes.
 struct AttentionGeometry {
   int64_t pairs = 0;  // local (b, h) pairs
   int64_t local_heads = 0;
   int64_t first_batch = 0, first_head = 0;  // the block's offsets in the global B and H
   int64_t heads = 0;                        // global H
   int64_t t = 0, d = 0;
+  int64_t row_stride = 0;  // elements from one position's row of a head to the next: H_local * D
   double scale = 1.0, rate = 0.0;
   uint64_t seed = 0;
 
+  // Where (pair, position 0) starts in the local block.
+  int64_t offset(int64_t pair) const {
+    return (pair / local_heads) * t * row_stride + (pair % local_heads) * d;
+  }
   // The global flat index of probability (pair, query 0, key 0) in [B, H, T, T].
   uint64_t first_index(int64_t pair) const {
     const int64_t b = first_batch + pair / local_heads;
@@ -72,13 +79,14 @@ struct AttentionGeometry {
 AttentionGeometry geometry(const Shape& local, const Box& block, const Shape& global,
                            const OpAttrs& attrs) {
   AttentionGeometry g;
-  g.local_heads = local[1];
-  g.pairs = local[0] * local[1];
+  g.local_heads = local[2];
+  g.pairs = local[0] * local[2];
   g.first_batch = block.offsets[0];
-  g.first_head = block.offsets[1];
-  g.heads = global[1];
-  g.t = local[2];
+  g.first_head = block.offsets[2];
+  g.heads = global[2];
+  g.t = local[1];
   g.d = local[3];
+  g.row_stride = local[2] * local[3];
   g.scale = attrs.scale.value_or(1.0);
   g.rate = attrs.rate.value_or(0.0);
   g.seed = attrs.seed.value_or(0);
@@ -114,12 +122,14 @@ void dropout_factors(const AttentionGeometry& g, uint64_t index, int64_t n, T ke
   }
 }
 
-// P = the tile's probabilities (rows x keys, leading dimension keys) from q's rows and k's first
-// `keys` rows; S is scratch of the same size.
+// P = the tile's probabilities (rows x keys, leading dimension keys) from the head's query rows
+// i0 .. i0 + rows - 1 and its first `keys` key rows (q and k at the head's position 0, rows
+// g.row_stride apart); S is scratch of the same size.
 template <typename T>
 void tile_probabilities(const AttentionGeometry& g, const T* q, const T* k, int64_t i0,
                         int64_t rows, int64_t keys, T* s, T* p) {
-  blas_gemm(false, true, rows, keys, g.d, q + i0 * g.d, g.d, k, g.d, s, keys);
+  blas_gemm(false, true, rows, keys, g.d, q + i0 * g.row_stride, g.row_stride, k, g.row_stride, s,
+            keys);
   for (int64_t r = 0; r < rows; ++r) {
     softmax_row(s + r * keys, p + r * keys, keys, i0 + r + 1, static_cast<T>(g.scale));
   }
@@ -127,12 +137,12 @@ void tile_probabilities(const AttentionGeometry& g, const T* q, const T* k, int6
 
 template <typename T>
 void attention_forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* out) {
-  const int64_t block = g.t * g.d;
   const T keep_scale = static_cast<T>(1.0 / (1.0 - g.rate));
+  const int64_t ld = g.row_stride;
   parallel_for(g.pairs, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> s(static_cast<size_t>(kTile * g.t)), p(s.size()), z(static_cast<size_t>(g.t));
     for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t at = pair * block;
+      const int64_t at = g.offset(pair);
       const uint64_t first = g.first_index(pair);
       for (int64_t i0 = 0; i0 < g.t; i0 += kTile) {
         const int64_t rows = std::min(kTile, g.t - i0), keys = i0 + rows;
@@ -144,46 +154,52 @@ void attention_forward(const AttentionGeometry& g, const T* q, const T* k, const
           T* row = p.data() + r * keys;
           for (int64_t j = 0; j < visible; ++j) row[j] *= z[static_cast<size_t>(j)];
         }
-        blas_gemm(false, false, rows, g.d, keys, p.data(), keys, v + at, g.d, out + at + i0 * g.d,
-                  g.d);
+        blas_gemm(false, false, rows, g.d, keys, p.data(), keys, v + at, ld, out + at + i0 * ld,
+                  ld);
       }
     }
   });
 }
 
-// acc[0, n) += add[0, n).
+// rows of n elements, `stride` apart: acc[r * stride + c] += add[r * n + c] (add contiguous).
 template <typename T>
-void accumulate(T* acc, const T* add, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += add[i];
+void accumulate_rows(T* acc, int64_t stride, const T* add, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* a = acc + r * stride;
+    const T* b = add + r * n;
+    for (int64_t c = 0; c < n; ++c) a[c] += b[c];
+  }
 }
 
 template <typename T>
 void attention_backward(const AttentionGeometry& g, const T* q, const T* k, const T* v,
                         const T* out, const T* grad, T* dq, T* dk, T* dv) {
-  const int64_t block = g.t * g.d;
   const T keep_scale = static_cast<T>(1.0 / (1.0 - g.rate));
   const T scale = static_cast<T>(g.scale);
+  const int64_t ld = g.row_stride;
   parallel_for(g.pairs, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> s(static_cast<size_t>(kTile * g.t)), p(s.size());
-    std::vector<T> z(static_cast<size_t>(g.t), T(1));  // a row's dropout factors (1 without)
-    std::vector<T> part(static_cast<size_t>(block));   // one tile's share of dk or dv
+    std::vector<T> z(static_cast<size_t>(g.t), T(1));     // a row's dropout factors (1 without)
+    std::vector<T> part(static_cast<size_t>(g.t * g.d));  // one tile's share of dk or dv
     for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t at = pair * block;
+      const int64_t at = g.offset(pair);
       const uint64_t first = g.first_index(pair);
-      std::fill(dk + at, dk + at + block, T(0));
-      std::fill(dv + at, dv + at + block, T(0));
+      for (int64_t i = 0; i < g.t; ++i) {
+        std::fill_n(dk + at + i * ld, g.d, T(0));
+        std::fill_n(dv + at + i * ld, g.d, T(0));
+      }
       for (int64_t i0 = 0; i0 < g.t; i0 += kTile) {
         const int64_t rows = std::min(kTile, g.t - i0), keys = i0 + rows;
-        const T* g_tile = grad + at + i0 * g.d;
-        const T* out_tile = out + at + i0 * g.d;
+        const T* g_tile = grad + at + i0 * ld;
+        const T* out_tile = out + at + i0 * ld;
         tile_probabilities(g, q + at, k + at, i0, rows, keys, s.data(), p.data());
         // s := dA = g_tile v^T (rows x keys).
-        blas_gemm(false, true, rows, keys, g.d, g_tile, g.d, v + at, g.d, s.data(), keys);
+        blas_gemm(false, true, rows, keys, g.d, g_tile, ld, v + at, ld, s.data(), keys);
         for (int64_t r = 0; r < rows; ++r) {
           T* pr = p.data() + r * keys;  // P, then A (P with dropout)
           T* sr = s.data() + r * keys;  // dA, then dS
           T inner = 0;                  // rowsum(g out) = rowsum(P dP)
-          for (int64_t c = 0; c < g.d; ++c) inner += g_tile[r * g.d + c] * out_tile[r * g.d + c];
+          for (int64_t c = 0; c < g.d; ++c) inner += g_tile[r * ld + c] * out_tile[r * ld + c];
           const int64_t visible = i0 + r + 1;
           if (g.rate > 0) {
             dropout_factors(g, first + static_cast<uint64_t>((i0 + r) * g.t), visible, keep_scale,
@@ -196,19 +212,18 @@ void attention_backward(const AttentionGeometry& g, const T* q, const T* k, cons
           }
           std::fill(sr + visible, sr + keys, T(0));
         }
-        blas_gemm(true, false, keys, g.d, rows, p.data(), keys, g_tile, g.d, part.data(), g.d);
-        accumulate(dv + at, part.data(), keys * g.d);
-        blas_gemm(false, false, rows, g.d, keys, s.data(), keys, k + at, g.d, dq + at + i0 * g.d,
+        blas_gemm(true, false, keys, g.d, rows, p.data(), keys, g_tile, ld, part.data(), g.d);
+        accumulate_rows(dv + at, ld, part.data(), keys, g.d);
+        blas_gemm(false, false, rows, g.d, keys, s.data(), keys, k + at, ld, dq + at + i0 * ld, ld);
+        blas_gemm(true, false, keys, g.d, rows, s.data(), keys, q + at + i0 * ld, ld, part.data(),
                   g.d);
-        blas_gemm(true, false, keys, g.d, rows, s.data(), keys, q + at + i0 * g.d, g.d, part.data(),
-                  g.d);
-        accumulate(dk + at, part.data(), keys * g.d);
+        accumulate_rows(dk + at, ld, part.data(), keys, g.d);
       }
     }
   });
 }
 
-// q, k and v must be one shape [B, H, T, D] and one float dtype.
+// q, k and v must be one shape [B, T, H, D] and one float dtype.
 void check_operands(const std::vector<TensorSpec>& in, std::string_view op, size_t count) {
   const Shape& q = in[0].shape;
   bool same = q.rank() == 4;
@@ -220,7 +235,7 @@ void check_operands(const std::vector<TensorSpec>& in, std::string_view op, size
           fmt::format("{}{} {}", i ? ", " : "", dtype_name(in[i].dtype), in[i].shape.to_string());
     }
     throw_invalid(op,
-                  "q, k and v must be one shape [batch, heads, sequence, head_dim] and one "
+                  "q, k and v must be one shape [batch, sequence, heads, head_dim] and one "
                   "dtype, got {}",
                   got);
   }
@@ -231,7 +246,7 @@ void check_operands(const std::vector<TensorSpec>& in, std::string_view op, size
 // gets.
 Layout attention_layout(const Layout& q) {
   SpecList specs = spec_list(q);
-  specs[2].clear();
+  specs[1].clear();
   specs[3].clear();
   return make_layout(q.mesh(), specs);
 }

@@ -26,11 +26,13 @@ using testing::random_host;
 using testing::random_op_layout;
 using testing::values;
 
+// The same on [B, H, T, D] transposes of the [B, T, H, D] operands, transposed back.
 DTensor composed_attention(const std::vector<DTensor>& in, double scale, double rate,
                            uint64_t seed) {
-  DTensor p = causal_softmax(matmul(in[0], in[1], false, true), scale);
+  const auto swap = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
+  DTensor p = causal_softmax(matmul(swap(in[0]), swap(in[1]), false, true), scale);
   if (rate > 0) p = dropout(p, rate, seed);
-  return matmul(p, in[2]);
+  return swap(matmul(p, swap(in[2])));
 }
 
 TEST(FusedAttention, MatchesSingleDeviceAndFiniteDifferences) {
@@ -44,7 +46,7 @@ TEST(FusedAttention, MatchesSingleDeviceAndFiniteDifferences) {
       return causal_attention(in[0], in[1], in[2], 0.6, rate, 19);
     };
     const Mesh& mesh = meshes[static_cast<size_t>(t) % meshes.size()];
-    const Shape shape = t % 3 == 2 ? Shape{3, 2, 7, 4} : Shape{2, 3, 5, 4};
+    const Shape shape = t % 3 == 2 ? Shape{3, 7, 2, 4} : Shape{2, 5, 3, 4};  // [B, T, H, D]
     std::vector<Tensor> hosts;
     std::vector<Layout> layouts;
     for (int i = 0; i < 3; ++i) {
@@ -61,8 +63,8 @@ TEST(FusedAttention, MatchesSingleDeviceAndFiniteDifferences) {
 TEST(FusedAttention, EqualsTheComposedOpsInFloat32) {
   Runtime rt({.num_cpu_devices = 4});
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
-  const Layout layout({"x", "y", "unsharded", "unsharded"}, mesh);
-  const Shape shape{2, 2, 130, 8};
+  const Layout layout({"x", "unsharded", "y", "unsharded"}, mesh);
+  const Shape shape{2, 130, 2, 8};
   std::vector<DTensor> in;
   for (int i = 0; i < 3; ++i) {
     in.push_back(copy_to_mesh(random_host(shape, DType::kF32, 800 + i), layout, rt));
@@ -100,7 +102,7 @@ TEST(FusedAttention, TheTapeKeepsNoScoreMap) {
   const int64_t b = 2, h = 2, t = 128, d = 8;
   std::vector<DTensor> in;
   for (int i = 0; i < 3; ++i) {
-    in.push_back(copy_to_mesh(random_host(Shape{b, h, t, d}, DType::kF32, 900 + i), layout, rt));
+    in.push_back(copy_to_mesh(random_host(Shape{b, t, h, d}, DType::kF32, 900 + i), layout, rt));
   }
   const auto kept = [&](bool fused) {
     reset_tape_memory_peak();
