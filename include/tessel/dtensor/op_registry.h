@@ -279,6 +279,12 @@ struct OpDef {
   // (no allocation, no kernel) wherever that block is contiguous, on the same device and holds
   // as many elements. Safe because blocks are never written after their kernel has run.
   bool output_views_input = false;
+  // For an op whose kernel only copies one box of the first input's block into the output block
+  // (slice): the box's offsets in that block, for the device's context. The launch then makes the
+  // output block a view of the box wherever the box is contiguous and on the same device (no
+  // allocation, no kernel), on the same grounds. Null: none.
+  std::function<std::vector<int64_t>(const LocalContext& context, const OpAttrs& attrs)>
+      output_view_offsets;
 };
 
 class OpRegistry {

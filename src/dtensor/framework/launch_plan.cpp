@@ -37,7 +37,7 @@ struct InlineKernel {
   const OpAttrs& attrs;
   size_t device;
   const Device* on;  // the device whose kernel it is
-  int phase;  // op_profile.h
+  int phase;         // op_profile.h
   void operator()() const {
     run_counted_kernel(*plan.def, inputs, output, attrs, plan.contexts[device], *on, phase);
   }
@@ -54,14 +54,21 @@ constexpr std::string_view kAllocateOutputs = "(allocate outputs)";
 constexpr size_t kMaxQueuedKernels = 4;
 constexpr std::chrono::seconds kQueueWait{60};
 
-// Device i's output block as a view of its first input block (OpDef::output_views_input), or
-// nullopt when that block cannot serve: on another device, strided, or another element count.
+// Device i's output block as a view of its first input block (OpDef::output_views_input) or of
+// a box of it (OpDef::output_view_offsets), or nullopt when that cannot serve: on another device,
+// strided, or another element count.
 std::optional<Tensor> view_of_input(const LaunchPlan& p, const std::vector<DTensor>& ready,
-                                    size_t i, const Device* device) {
+                                    size_t i, const Device* device, const OpAttrs& attrs) {
   const DTensor& in = ready.front();
   const int index = static_cast<int>(i);
   if (in.num_components() <= index || &in.device(index) != device) return std::nullopt;
   const Tensor& block = in.component(index);
+  if (p.def->output_view_offsets) {
+    Tensor box =
+        block.block(p.def->output_view_offsets(p.contexts[i], attrs), p.out_blocks[i].dims());
+    if (!box.is_contiguous()) return std::nullopt;
+    return box;
+  }
   if (!block.is_contiguous() || block.num_elements() != p.out_blocks[i].num_elements()) {
     return std::nullopt;
   }
@@ -137,8 +144,8 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
   local.reserve(ready.size());
   for (size_t i = 0; i < n; ++i) {
     Device* device = out_place.devices[i];
-    if (p.def->output_views_input) {
-      if (std::optional<Tensor> view = view_of_input(p, ready, i, device)) {
+    if (p.def->output_views_input || p.def->output_view_offsets) {
+      if (std::optional<Tensor> view = view_of_input(p, ready, i, device, attrs.get())) {
         outputs.push_back(std::move(*view));
         continue;
       }
@@ -156,11 +163,11 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
       const InlineKernel call{p, local, outputs.back(), attrs.get(), i, device, phase};
       if (device->stream().run_inline_if_idle(p.def->name, [&call] { call(); })) continue;
     }
-    device->stream().enqueue(p.def->name, [plan, i, phase, device, local = std::move(local),
-                                           output = outputs.back(),
-                                           shared = attrs.shared()]() mutable {
-      run_counted_kernel(*plan->def, local, output, *shared, plan->contexts[i], *device, phase);
-    });
+    device->stream().enqueue(
+        p.def->name, [plan, i, phase, device, local = std::move(local), output = outputs.back(),
+                      shared = attrs.shared()]() mutable {
+          run_counted_kernel(*plan->def, local, output, *shared, plan->contexts[i], *device, phase);
+        });
     local = std::vector<Tensor>();  // moved into the task
     local.reserve(ready.size());
   }

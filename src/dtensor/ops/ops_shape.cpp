@@ -413,13 +413,21 @@ ShardingDecision shard_slice(const std::vector<TensorSpec>& in, const TensorSpec
 
 // Dims where the slice is a partial range: the input block is the whole dim there, the output
 // block is the slice; elsewhere both blocks are the same.
-void slice_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
-                  const LocalContext& context) {
-  std::vector<int64_t> src_offsets(static_cast<size_t>(out.rank()), 0);
-  for (int d = 0; d < out.rank(); ++d) {
+// Where the output block starts in the input block: at begin along the sliced dims (whole in
+// both: the sharding rule demands it), at 0 along the others (sharded alike).
+std::vector<int64_t> slice_source_offsets(const LocalContext& context, const OpAttrs& attrs) {
+  const int rank = context.output_shape.rank();
+  std::vector<int64_t> src_offsets(static_cast<size_t>(rank), 0);
+  for (int d = 0; d < rank; ++d) {
     const size_t k = static_cast<size_t>(d);
     if (context.input_shapes[0][d] != context.output_shape[d]) src_offsets[k] = attrs.begin[k];
   }
+  return src_offsets;
+}
+
+void slice_kernel(const std::vector<Tensor>& in, Tensor& out, const OpAttrs& attrs,
+                  const LocalContext& context) {
+  const std::vector<int64_t> src_offsets = slice_source_offsets(context, attrs);
   copy_box(bytes_of(in[0]), in[0].shape().dims(), src_offsets, bytes_of(out), out.shape().dims(),
            std::vector<int64_t>(static_cast<size_t>(out.rank()), 0), out.shape().dims(),
            dtype_size(out.dtype()));
@@ -591,6 +599,8 @@ void register_shape_ops(OpRegistry& registry) {
       return shard_slice(in, out);
     };
     def.kernel = slice_kernel;
+    // A contiguous box (a range of the leading dims: qkv's thirds) is served as a view.
+    def.output_view_offsets = slice_source_offsets;
     def.vjp = [](const VjpArgs& a) {
       return std::vector<DTensor>{call_op(
           kSliceGrad, {a.grad}, slice_grad_attrs(a.attrs->begin, a.inputs[0].shape().dims()))};

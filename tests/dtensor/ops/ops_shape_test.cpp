@@ -220,6 +220,25 @@ TEST(ShapeOps, SliceExactValuesWithSizeMinusOneToTheEnd) {
   EXPECT_EQ(slice(x, {3, 0}, {0, 4}).shape(), (Shape{0, 4}));
 }
 
+// A slice whose blocks are contiguous ranges of the input's blocks (leading dims) is a view of
+// them: no copy; one along an inner dim is copied.
+TEST(ShapeOps, SliceOfALeadingRangeIsAViewOfTheInputBlocks) {
+  Runtime rt({.num_cpu_devices = 4});
+  const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
+  const Tensor host = random_host(Shape{3, 4, 6}, DType::kF32, 41);
+  const DTensor x = copy_to_mesh(host, layout_of(mesh, {"unsharded", "x", "y"}), rt);
+  const DTensor middle = slice(x, {1, 0, 0}, {1, -1, -1});
+  const DTensor inner = slice(x, {0, 0, 1}, {-1, -1, 2});
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(middle.component(i).shares_storage_with(x.component(i))) << i;
+    EXPECT_FALSE(inner.component(i).shares_storage_with(x.component(i))) << i;
+  }
+  const Tensor got = to_host(middle);
+  for (int64_t j = 0; j < 24; ++j) {
+    EXPECT_EQ(got.data<float>()[j], host.data<float>()[24 + j]) << j;
+  }
+}
+
 TEST(ShapeOps, SliceRuleGathersPartialRangeDimsKeepsFullRangeDimsAndPartial) {
   const Mesh mesh = Mesh::create({{"x", 2}, {"y", 2}});
   OpAttrs attrs;
