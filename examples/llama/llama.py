@@ -76,12 +76,12 @@ def init(config, mesh, seed):
 
 
 def repeat_kv(x, groups):
-    """[B, K, T, D] -> [B, K * groups, T, D]: kv head k serves query heads k g .. k g + g - 1."""
+    """[B, T, K, D] -> [B, T, K * groups, D]: kv head k serves query heads k g .. k g + g - 1."""
     if groups == 1:
         return x
-    b, k, t, d = x.shape
-    one = tessel.reshape(x, (b, k, 1, t, d))
-    return tessel.reshape(tessel.concat([one] * groups, 2), (b, k * groups, t, d))
+    b, t, k, d = x.shape
+    one = tessel.reshape(x, (b, t, k, 1, d))
+    return tessel.reshape(tessel.concat([one] * groups, 3), (b, t, k * groups, d))
 
 
 def forward(params, idx, config):
@@ -95,9 +95,6 @@ def forward(params, idx, config):
     specs = parameter_specs(config, mesh)
     params = {name: gpt.gather(params, name, config, mesh, specs) for name in params}
 
-    def heads_first(y):
-        return tessel.transpose(y, [0, 2, 1, 3])
-
     def project(h, w, n):
         return tessel.reshape(tessel.matmul(h, w), (b, t, n, d))
 
@@ -106,12 +103,11 @@ def forward(params, idx, config):
         p = lambda n: params[f"layers.{i}.{n}"]
         x = tessel.relayout(x, whole)  # the Partial residual reduced once, for norm and add
         h = tessel.rms_norm(x, p("attention_norm.weight"), config.norm_eps)
-        q = heads_first(tessel.rotary_embedding(project(h, p("attention.wq"), heads), theta))
-        k = repeat_kv(heads_first(tessel.rotary_embedding(project(h, p("attention.wk"), kv_heads),
-                                                          theta)), heads // kv_heads)
-        v = repeat_kv(heads_first(project(h, p("attention.wv"), kv_heads)), heads // kv_heads)
-        att = tessel.causal_softmax(tessel.matmul(q, k, transpose_b=True), 1.0 / math.sqrt(d))
-        y = tessel.reshape(heads_first(tessel.matmul(att, v)), (b, t, heads * d))
+        q = tessel.rotary_embedding(project(h, p("attention.wq"), heads), theta)  # [B, T, H, D]
+        k = repeat_kv(tessel.rotary_embedding(project(h, p("attention.wk"), kv_heads), theta),
+                      heads // kv_heads)
+        v = repeat_kv(project(h, p("attention.wv"), kv_heads), heads // kv_heads)
+        y = tessel.reshape(tessel.causal_attention(q, k, v, 1.0 / math.sqrt(d)), (b, t, heads * d))
         x = tessel.relayout(x + tessel.matmul(y, p("attention.wo")), whole)
         h = tessel.rms_norm(x, p("ffn_norm.weight"), config.norm_eps)
         gate = tessel.silu(tessel.matmul(h, p("feed_forward.w1")))

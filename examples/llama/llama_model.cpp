@@ -54,10 +54,10 @@ Layout LlamaModel::residual_layout() const {
 DTensor LlamaModel::repeat_kv(const DTensor& x) const {
   const int64_t groups = config_.n_head / config_.n_kv_head;
   if (groups == 1) return x;
-  const Shape& s = x.shape();
-  const DTensor one = reshape(x, Shape{s[0], s[1], 1, s[2], s[3]});
-  return reshape(concat(std::vector<DTensor>(static_cast<size_t>(groups), one), 2),
-                 Shape{s[0], s[1] * groups, s[2], s[3]});
+  const Shape& s = x.shape();  // [B, T, K, D]
+  const DTensor one = reshape(x, Shape{s[0], s[1], s[2], 1, s[3]});
+  return reshape(concat(std::vector<DTensor>(static_cast<size_t>(groups), one), 3),
+                 Shape{s[0], s[1], s[2] * groups, s[3]});
 }
 
 DTensor LlamaModel::project(const DTensor& x, const DTensor& w, bool transpose_w) const {
@@ -72,15 +72,15 @@ DTensor LlamaModel::attention(const std::vector<DTensor>& p, const LayerParams& 
   const auto heads_of = [&](size_t w, int64_t n) {
     return reshape(project(h, gathered(p[w], w)), Shape{batch, t, n, d});
   };
-  const auto heads_first = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
-  const DTensor q = heads_first(rotary_embedding(heads_of(l.wq, heads), config_.rope_theta));
-  const DTensor k = repeat_kv(
-      heads_first(rotary_embedding(heads_of(l.wk, config_.n_kv_head), config_.rope_theta)));
-  const DTensor v = repeat_kv(heads_first(heads_of(l.wv, config_.n_kv_head)));
-  // With replicated kv heads, the matmuls take each device's query heads' share of k and v (a
-  // local slice): no communication.
-  const DTensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(double(d)));
-  const DTensor y = reshape(heads_first(matmul(att, v)), Shape{batch, t, heads * d});
+  const DTensor q = rotary_embedding(heads_of(l.wq, heads), config_.rope_theta);
+  const DTensor k =
+      repeat_kv(rotary_embedding(heads_of(l.wk, config_.n_kv_head), config_.rope_theta));
+  const DTensor v = repeat_kv(heads_of(l.wv, config_.n_kv_head));
+  // One fused op on the [B, T, heads, D] views (no [B, H, T, T] map kept). With replicated kv
+  // heads, it takes each device's query heads' share of k and v (a local slice): no
+  // communication.
+  const DTensor y =
+      reshape(causal_attention(q, k, v, 1.0 / std::sqrt(double(d))), Shape{batch, t, heads * d});
   return project(y, gathered(p[l.wo], l.wo));  // row-parallel: Partial(sum) over model
 }
 

@@ -13,8 +13,8 @@
 //   rms_norm(x) = x * rsqrt(mean(x^2) + eps) * weight (the rms_norm op). ffn(h) = (silu(h @ w1)
 //   * (h @ w3)) @ w2. Attention: q = rope(h @ wq) [B, T, H, D], k = rope(h @ wk), v = h @ wv
 //   [B, T, K, D]; query head j attends with kv head j / (H / K), the kv heads repeated to the
-//   query heads (Llama's repeat_kv: a concat of H / K copies); causal_softmax(q k^T / sqrt(D)) v,
-//   merged and projected by wo. rope (the rotary_embedding op) rotates the pairs (j, j + D/2) of
+//   query heads (Llama's repeat_kv: a concat of H / K copies); causal_softmax(q k^T / sqrt(D)) v
+//   as one fused causal_attention op on the [B, T, heads, D] views, merged and projected by wo. rope (the rotary_embedding op) rotates the pairs (j, j + D/2) of
 //   each head at position t by t * theta^(-2j/D) ("rotate_half", as Hugging Face's Llama).
 //
 // Layouts (docs/llama.md):
@@ -79,7 +79,7 @@ class LlamaModel : public gpt::LanguageModel {
   DTensor attention(const std::vector<DTensor>& p, const LayerParams& l, const DTensor& h) const;
   // x @ w (w^T when transpose_w) in config().dtype (mixed_matmul, language_model.h).
   DTensor project(const DTensor& x, const DTensor& w, bool transpose_w = false) const;
-  // [B, K, T, D] -> [B, H, T, D]: kv head k serves query heads k g .. k g + g - 1.
+  // [B, T, K, D] -> [B, T, H, D]: kv head k serves query heads k g .. k g + g - 1.
   DTensor repeat_kv(const DTensor& x) const;
   // The residual stream [B, T, C]: rows over batch, whole (not Partial) over model.
   Layout residual_layout() const;
