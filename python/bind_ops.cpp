@@ -899,6 +899,8 @@ layout (may be Partial: reduced later, by the consumer that needs it).)doc")
 
   m.def(
       "op_names", [] { return OpRegistry::global().names(); }, "Every registered op's name.");
+  m.def("has_gpu_kernel", &has_gpu_kernel, py::arg("op"),
+        "Whether the op has a GPU kernel (else its GPU blocks run host-staged).");
   m.def("host_staged_kernel_calls", &host_staged_kernel_calls,
         "{op: blocks run host-staged on GPU devices} (ops without a GPU kernel), this process.");
   m.def(

@@ -22,11 +22,11 @@
 #include "gpt_reference.h"
 #include "gpt_trainer.h"
 #include "json_output.h"
-#include "pipeline_idle_json.h"
 #include "llama_model.h"
 #include "llama_reference.h"
 #include "llama_trainer.h"
 #include "memory_plan.h"
+#include "pipeline_idle_json.h"
 #include "process_mesh.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
@@ -131,7 +131,7 @@ struct Options {
   std::string schedule = "1f1b";
   int64_t microbatches = 0, chunks = 0;  // 0: the stages / 1 (interleaved: 2)
   bool print_schedule = false;
-  bool stage_threads = false;  // a controller thread per stage
+  bool stage_threads = false;                                       // a controller thread per stage
   std::string device_type = "CPU";                                  // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   int64_t layers = 0;                                               // 0: the config's
@@ -226,8 +226,9 @@ Options parse(const Args& args) {
   }
   if (!model_named) flags.fail("the model to train: `tessel train gpt|llama [options]`");
   if (o.memory_plan && o.mesh_stage > 0) {
-    flags.fail("--memory-plan plans meshes without a stage dimension (which stage holds a layer "
-               "is not planned yet)");
+    flags.fail(
+        "--memory-plan plans meshes without a stage dimension (which stage holds a layer "
+        "is not planned yet)");
   }
   if (o.model == "llama" && o.sp) {
     flags.fail("--sp is gpt's: the llama has no sequence parallel path");
@@ -236,18 +237,18 @@ Options parse(const Args& args) {
     flags.fail("--recompute is gpt's: the llama has no recomputation path");
   }
   if (o.model == "llama" && o.attention != "fused") {
-    flags.fail("--attention is gpt's: the llama runs the composed ops");
+    flags.fail("--attention is gpt's: the llama runs causal_attention wherever it has a kernel");
   }
   if (o.model == "llama" && dropout != -1) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
   }
-  const bool pipeline_flags =
-      o.microbatches > 0 || o.chunks > 0 || o.print_schedule || o.schedule != "1f1b" ||
-      o.stage_threads;
+  const bool pipeline_flags = o.microbatches > 0 || o.chunks > 0 || o.print_schedule ||
+                              o.schedule != "1f1b" || o.stage_threads;
   if (o.mesh_stage == 0 && pipeline_flags) {
-    flags.fail("--schedule, --microbatches, --chunks, --print-schedule and --stage-threads need a "
-               "stage dimension "
-               "in --mesh (e.g. stage=2,batch=1,model=2)");
+    flags.fail(
+        "--schedule, --microbatches, --chunks, --print-schedule and --stage-threads need a "
+        "stage dimension "
+        "in --mesh (e.g. stage=2,batch=1,model=2)");
   }
   if (o.mesh_stage > 0) {
     if (o.model != "gpt") flags.fail("pipeline stages (--mesh stage=...) are gpt's");
@@ -282,13 +283,20 @@ void apply_training_flags(const Options& o, train::TrainingConfig& c) {
   c.fsdp = o.fsdp;
 }
 
+// The attention that runs: --attention, or the composed ops on GPU devices while the fused op
+// has no GPU kernel (gpt::attention_on).
+std::string attention_run(const Options& o) {
+  return std::string(
+      gpt::attention_name(gpt::attention_on(gpt::parse_attention(o.attention), o.device_type)));
+}
+
 gpt::GptConfig gpt_config_of(const Options& o) {
   gpt::GptConfig c = gpt::GptConfig::preset(o.config);
   apply_training_flags(o, c);
   if (o.layers > 0) c.n_layer = static_cast<int>(o.layers);
   if (o.dropout) c.dropout = *o.dropout;
   c.recompute = gpt::parse_recompute(o.recompute);
-  c.attention = gpt::parse_attention(o.attention);
+  c.attention = gpt::attention_on(gpt::parse_attention(o.attention), o.device_type);
   gpt::set_matmul_dtype(c, o.dtype);
   return c;
 }
@@ -320,10 +328,10 @@ std::string pipeline_text(const gpt::GptPipeline& pipeline) {
   std::string out = pipeline.schedule().to_string();
   for (int k = 0; k < pipeline.schedule().virtual_stages(); ++k) {
     const auto [first, last] = pipeline.layers(k);
-    out += fmt::format("virtual stage {} (stage {}, chunk {}): layers {}..{}{}{}\n", k,
-                       k % pipeline.stages(), k / pipeline.stages(), first, last - 1,
-                       k == 0 ? ", embeddings" : "",
-                       k == pipeline.schedule().virtual_stages() - 1 ? ", final norm and head" : "");
+    out += fmt::format(
+        "virtual stage {} (stage {}, chunk {}): layers {}..{}{}{}\n", k, k % pipeline.stages(),
+        k / pipeline.stages(), first, last - 1, k == 0 ? ", embeddings" : "",
+        k == pipeline.schedule().virtual_stages() - 1 ? ", final norm and head" : "");
   }
   return out;
 }
@@ -394,7 +402,7 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"model", o.model},
               {"sequence_parallel", o.sp},
               {"recompute", o.recompute},
-              {"attention", o.attention},
+              {"attention", attention_run(o)},
               {"fsdp", o.fsdp},
               {"dtype", o.dtype},
               {"steps", history.total_steps},
@@ -418,7 +426,7 @@ int print_memory_plan(const Options& o, const std::optional<gpt::GptConfig>& gpt
                       const gpt::CharDataset& data, const Mesh& mesh, Runtime& rt,
                       const ClientConfig& client) {
   std::unique_ptr<gpt::LanguageModel> model;
-  int64_t activations = 0;        // the llama's are not estimated
+  int64_t activations = 0;       // the llama's are not estimated
   bool keeps_gathered = o.fsdp;  // the llama has no recomputation
   if (gpt_config) {
     gpt::GptConfig c = *gpt_config;
@@ -477,12 +485,13 @@ int train_model(const Options& o) {
     const gpt::PipelineOptions pipeline{
         .schedule = kind,
         .microbatches = static_cast<int>(o.microbatches > 0 ? o.microbatches : o.mesh_stage),
-        .chunks = static_cast<int>(o.chunks > 0 ? o.chunks
-                                   : kind == train::ScheduleKind::kInterleaved1F1B ? 2 : 1),
+        .chunks = static_cast<int>(o.chunks > 0                                    ? o.chunks
+                                   : kind == train::ScheduleKind::kInterleaved1F1B ? 2
+                                                                                   : 1),
         .measure_idle = o.json,  // --json reports each stage's measured idle
         .stage_threads = o.stage_threads};
-    auto t = std::make_unique<gpt::GptPipelineTrainer>(*gpt_config, mesh, pipeline,
-                                                       std::move(data), &rt, o.sp);
+    auto t = std::make_unique<gpt::GptPipelineTrainer>(*gpt_config, mesh, pipeline, std::move(data),
+                                                       &rt, o.sp);
     shape = shape_of(t->config());
     if (o.print_schedule) {
       if (client.client_id == 0) std::cout << pipeline_text(t->pipeline());
@@ -511,11 +520,11 @@ int train_model(const Options& o) {
     std::cout << fmt::format(
         "tessel train {}: {} ({}), batch {}, {} steps, mesh {}batch={} model={}{}{}{}{}{}{}{}{}\n",
         o.model, o.config, shape, c.batch_size, c.max_iters,
-        o.mesh_stage > 0 ? fmt::format("stage={} ", o.mesh_stage) : "", o.mesh_batch,
-        o.mesh_model, pipeline_summary(*trainer),
-        o.device_type == "GPU" ? " of GPU devices" : "", o.sp ? ", sequence parallel" : "",
+        o.mesh_stage > 0 ? fmt::format("stage={} ", o.mesh_stage) : "", o.mesh_batch, o.mesh_model,
+        pipeline_summary(*trainer), o.device_type == "GPU" ? " of GPU devices" : "",
+        o.sp ? ", sequence parallel" : "",
         o.recompute != "none" ? ", recompute " + o.recompute : "",
-        o.attention != "fused" ? ", attention " + o.attention : "",
+        attention_run(o) != "fused" ? ", attention " + attention_run(o) : "",
         trainer->language_model().fsdp() ? ", parameters sharded over batch (fsdp)" : "",
         o.fsdp && !trainer->language_model().fsdp() ? ", --fsdp without effect (batch 1)" : "",
         o.dtype != "f32" ? ", matmuls in " + o.dtype : "",

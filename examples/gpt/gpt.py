@@ -134,6 +134,13 @@ BLOCK_PARAMS = ("ln_1.weight", "attn.wq", "attn.wk", "attn.wv", "attn.c_proj", "
                 "mlp.c_fc", "mlp.c_proj")
 
 
+def fused_attention_runs(attention, mesh):
+    """Whether attention "fused" runs as tessel.causal_attention on `mesh`: not on GPU devices
+    while the op has no GPU kernel (host-staged, every block would go to the host and back)."""
+    return attention == "fused" and (mesh.device_type() != "GPU" or
+                                     tessel.has_gpu_kernel("causal_attention"))
+
+
 def dropper(config, dropout_seed):
     """drop(y, site): config.dropout on y with the mask keyed by (dropout_seed, site, global
     element index); y itself without a dropout_seed (no training) or without dropout."""
@@ -173,8 +180,10 @@ def blocks(params, x, config, layers=None, dropout_seed=None):
     def swap(y):  # [B, T, heads, D] <-> [B, heads, T, D]
         return tessel.transpose(y, [0, 2, 1, 3])
 
+    fused = fused_attention_runs(config.attention, mesh)
+
     def attention(q, k, v, i):  # the [B, H, T, T] part, on [B, T, heads, D]
-        if config.attention == "fused":
+        if fused:
             rate = config.dropout if dropout_seed is not None else 0.0
             seed = dropout_seed * 1000003 + 3 * i + 2 if rate else 0
             return tessel.causal_attention(q, k, v, 1.0 / math.sqrt(d), rate, seed)
@@ -190,7 +199,7 @@ def blocks(params, x, config, layers=None, dropout_seed=None):
         h = tessel.layer_norm(x, ln_1)
         q, k, v = (split_heads(tessel.matmul(h, w)) for w in (wq, wk, wv))
         core = functools.partial(attention, i=i)
-        if config.recompute == "selective" and config.attention == "composed":
+        if config.recompute == "selective" and not fused:
             core = tessel.recompute_grad(core)  # the fused op keeps no map to recompute
         y = tessel.reshape(core(q, k, v), (b, t, heads * d))
         x = x + drop(tessel.matmul(y, c_proj), 3 * i + 3)

@@ -1,6 +1,7 @@
 #include "gpt_config.h"
 
 #include "tessel/core/error.h"
+#include "tessel/dtensor/op_registry.h"
 
 namespace tessel::gpt {
 
@@ -33,6 +34,11 @@ Attention parse_attention(std::string_view name) {
 
 std::string_view attention_name(Attention attention) {
   return attention == Attention::kFused ? "fused" : "composed";
+}
+
+Attention attention_on(Attention requested, std::string_view device_type) {
+  if (device_type == "GPU" && !has_gpu_kernel("causal_attention")) return Attention::kComposed;
+  return requested;
 }
 
 DType parse_matmul_dtype(std::string_view name) {

@@ -35,6 +35,11 @@ enum class Attention { kFused, kComposed };
 // "fused" or "composed"; another name: kInvalidArgument listing them.
 Attention parse_attention(std::string_view name);
 std::string_view attention_name(Attention attention);
+// The attention that runs on devices of `device_type` ("CPU", "GPU", ...) when `requested` is
+// asked for: kComposed on GPU devices while causal_attention has no GPU kernel (host-staged, it
+// would copy every block to the host and back), else `requested`. The models call it; the CLIs
+// put its answer in the config, so that memory plans and reports show what runs.
+Attention attention_on(Attention requested, std::string_view device_type);
 
 // GptConfig::dtype from its name: "f32", "bf16" or "f16"; another name: kInvalidArgument
 // listing them.

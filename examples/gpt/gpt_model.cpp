@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.h"
-#include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/recompute_grad.h"
 #include "tessel/dtensor/relayout.h"
@@ -31,9 +30,8 @@ GptModel::GptModel(GptConfig config, Mesh mesh, Runtime* runtime, bool sequence_
       config_(std::move(config)),
       sequence_parallel_(sequence_parallel) {
   config_.validate();
-  fused_attention_ = config_.attention == Attention::kFused &&
-                     (this->mesh().device_type() != "GPU" ||
-                      OpRegistry::global().get("causal_attention").gpu_kernel != nullptr);
+  fused_attention_ =
+      attention_on(config_.attention, this->mesh().device_type()) == Attention::kFused;
   const int64_t c = config_.n_embd;
   const double init_std = 0.02;  // nanoGPT's normal(0, 0.02)
   const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);

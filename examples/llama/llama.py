@@ -98,6 +98,8 @@ def forward(params, idx, config):
     def project(h, w, n):
         return tessel.reshape(tessel.matmul(h, w), (b, t, n, d))
 
+    fused = gpt.fused_attention_runs("fused", mesh)
+
     x = tessel.embedding_lookup(params["tok_embeddings"], idx)  # Partial over model
     for i in range(config.n_layer):
         p = lambda n: params[f"layers.{i}.{n}"]
@@ -107,7 +109,14 @@ def forward(params, idx, config):
         k = repeat_kv(tessel.rotary_embedding(project(h, p("attention.wk"), kv_heads), theta),
                       heads // kv_heads)
         v = repeat_kv(project(h, p("attention.wv"), kv_heads), heads // kv_heads)
-        y = tessel.reshape(tessel.causal_attention(q, k, v, 1.0 / math.sqrt(d)), (b, t, heads * d))
+        if fused:
+            out = tessel.causal_attention(q, k, v, 1.0 / math.sqrt(d))
+        else:  # the composed ops on [B, H, T, D]
+            swap = lambda y: tessel.transpose(y, [0, 2, 1, 3])
+            att = tessel.causal_softmax(tessel.matmul(swap(q), swap(k), transpose_b=True),
+                                        1.0 / math.sqrt(d))
+            out = swap(tessel.matmul(att, swap(v)))
+        y = tessel.reshape(out, (b, t, heads * d))
         x = tessel.relayout(x + tessel.matmul(y, p("attention.wo")), whole)
         h = tessel.rms_norm(x, p("ffn_norm.weight"), config.norm_eps)
         gate = tessel.silu(tessel.matmul(h, p("feed_forward.w1")))

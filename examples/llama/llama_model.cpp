@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "gpt_config.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
 
@@ -76,11 +77,18 @@ DTensor LlamaModel::attention(const std::vector<DTensor>& p, const LayerParams& 
   const DTensor k =
       repeat_kv(rotary_embedding(heads_of(l.wk, config_.n_kv_head), config_.rope_theta));
   const DTensor v = repeat_kv(heads_of(l.wv, config_.n_kv_head));
-  // One fused op on the [B, T, heads, D] views (no [B, H, T, T] map kept). With replicated kv
-  // heads, it takes each device's query heads' share of k and v (a local slice): no
-  // communication.
-  const DTensor y =
-      reshape(causal_attention(q, k, v, 1.0 / std::sqrt(double(d))), Shape{batch, t, heads * d});
+  // One fused op on the [B, T, heads, D] views (no [B, H, T, T] map kept), or the composed ops
+  // on [B, heads, T, D] where it has no kernel. With replicated kv heads, either takes each
+  // device's query heads' share of k and v (a local slice): no communication.
+  const double scale = 1.0 / std::sqrt(double(d));
+  DTensor out;
+  if (gpt::attention_on(gpt::Attention::kFused, mesh().device_type()) == gpt::Attention::kFused) {
+    out = causal_attention(q, k, v, scale);
+  } else {
+    const auto swap = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
+    out = swap(matmul(causal_softmax(matmul(swap(q), swap(k), false, true), scale), swap(v)));
+  }
+  const DTensor y = reshape(out, Shape{batch, t, heads * d});
   return project(y, gathered(p[l.wo], l.wo));  // row-parallel: Partial(sum) over model
 }
 

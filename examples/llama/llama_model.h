@@ -14,8 +14,10 @@
 //   * (h @ w3)) @ w2. Attention: q = rope(h @ wq) [B, T, H, D], k = rope(h @ wk), v = h @ wv
 //   [B, T, K, D]; query head j attends with kv head j / (H / K), the kv heads repeated to the
 //   query heads (Llama's repeat_kv: a concat of H / K copies); causal_softmax(q k^T / sqrt(D)) v
-//   as one fused causal_attention op on the [B, T, heads, D] views, merged and projected by wo. rope (the rotary_embedding op) rotates the pairs (j, j + D/2) of
-//   each head at position t by t * theta^(-2j/D) ("rotate_half", as Hugging Face's Llama).
+//   as one fused causal_attention op on the [B, T, heads, D] views (the composed ops on GPU
+//   devices: gpt::attention_on), merged and projected by wo. rope (the rotary_embedding op)
+//   rotates the pairs (j, j + D/2) of each head at position t by t * theta^(-2j/D)
+//   ("rotate_half", as Hugging Face's Llama).
 //
 // Layouts (docs/llama.md):
 // - tok_embeddings [V, C] and output [V, C]: rows over `model` (vocabulary-parallel lookup and

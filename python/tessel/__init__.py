@@ -210,6 +210,7 @@ from tessel._tessel import (
     TopK,
     call_op,
     concat,
+    has_gpu_kernel,
     host_staged_kernel_calls,
     ones_like,
     op_names,

@@ -81,6 +81,12 @@ def test_float32_equals_the_composed_ops_within_1e_5(mesh, rate):
         assert_allclose(fused, composed_, rtol=1e-5, atol=1e-5)
 
 
+def test_has_gpu_kernel_says_the_op_runs_host_staged_on_gpus():
+    assert not tessel.has_gpu_kernel("causal_attention")  # no CUDA kernel yet
+    with pytest.raises(tessel.NotFoundError, match="no op named 'flash'"):
+        tessel.has_gpu_kernel("flash")
+
+
 def test_bad_operands_are_refused(mesh):
     q = put(rand((2, 2, 4, 4), 9), ("x", "y", U, U), mesh)
     k = put(rand((2, 2, 5, 4), 10), ("x", "y", U, U), mesh)

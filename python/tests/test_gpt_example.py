@@ -113,3 +113,19 @@ def test_fully_sharded_parameters_train_as_the_replicated_ones(module, batch, mo
         for p in trainer.params:
             assert ("batch" in tessel.fetch_layout(p).sharding_specs) == fsdp
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
+
+
+def test_the_fused_attention_falls_back_where_it_has_no_gpu_kernel():
+    """A GPU mesh would run causal_attention host-staged (no GPU kernel yet): gpt.py (and
+    llama.py, which asks the same function) take the composed ops there."""
+
+    class Devices:
+        def __init__(self, kind):
+            self.kind = kind
+
+        def device_type(self):
+            return self.kind
+
+    assert gpt.fused_attention_runs("fused", Devices("CPU"))
+    assert gpt.fused_attention_runs("fused", Devices("GPU")) == tessel.has_gpu_kernel("causal_attention")
+    assert not gpt.fused_attention_runs("composed", Devices("CPU"))

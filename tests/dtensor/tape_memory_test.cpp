@@ -80,6 +80,27 @@ TEST_F(TapeMemory, EachOpKeepsOnlyWhatItsVjpReads) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-9 * std::abs(want[i]));
 }
 
+// A slice of a leading range is a view at an offset into its input's storage: kept, it keeps
+// the storage before it alive too, and is counted so.
+TEST_F(TapeMemory, AKeptSliceViewCountsTheStorageUpToItsEnd) {
+  const DTensor x = random(Shape{4, 8}, 4);
+  const int64_t before = kept_bytes();
+  GradientTape tape;
+  tape.watch(x);
+  const DTensor h = exp(x);                            // keeps h (its output): 128 bytes
+  const DTensor tail = slice(h, {2, 0}, {2, -1});      // a view of h's last 64 bytes
+  const DTensor y = reduce_sum(multiply(tail, tail));  // multiply keeps tail: h's storage
+  EXPECT_TRUE(tail.component(0).shares_storage_with(h.component(0)));
+  EXPECT_EQ(kept_bytes() - before, h.nbytes());
+  // add keeps nothing: only the view is kept, the second half of a storage of h's size.
+  const DTensor second = slice(add(x, x), {2, 0}, {2, -1});
+  const DTensor z = reduce_sum(multiply(second, second));
+  EXPECT_EQ(second.nbytes(), h.nbytes() / 2);
+  EXPECT_EQ(kept_bytes() - before, 2 * h.nbytes());
+  tape.gradient(add(y, z), {x});
+  EXPECT_EQ(kept_bytes(), before);
+}
+
 TEST_F(TapeMemory, EachRecordIsLetGoRightAfterItsVjp) {
   // Four layers of tanh, each keeping its output (n bytes); a probe after each. In the backward
   // pass the probes see the kept bytes and the device's live bytes fall by one layer each time.

@@ -15,6 +15,7 @@
 #include "testing/batch_model_mesh.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
+#include "tessel/dtensor/op_registry.h"
 #include "tessel/dtensor/tape_memory.h"
 
 namespace tessel::gpt {
@@ -202,6 +203,11 @@ TEST(Gpt, KorthikantisCountFollowsTheFormula) {
   EXPECT_EQ(parse_attention("composed"), Attention::kComposed);
   EXPECT_EQ(attention_name(parse_attention("fused")), "fused");
   EXPECT_THROW(parse_attention("flash"), Error);
+  // GPU devices take the composed ops while causal_attention has no GPU kernel.
+  EXPECT_EQ(attention_on(Attention::kFused, "CPU"), Attention::kFused);
+  EXPECT_EQ(attention_on(Attention::kComposed, "CPU"), Attention::kComposed);
+  EXPECT_EQ(attention_on(Attention::kFused, "GPU"),
+            has_gpu_kernel("causal_attention") ? Attention::kFused : Attention::kComposed);
 }
 
 TEST(Gpt, SequenceParallelGivesTheSameLossAndGradients) {

@@ -282,7 +282,8 @@ struct OpDef {
   // For an op whose kernel only copies one box of the first input's block into the output block
   // (slice): the box's offsets in that block, for the device's context. The launch then makes the
   // output block a view of the box wherever the box is contiguous and on the same device (no
-  // allocation, no kernel), on the same grounds. Null: none.
+  // allocation, no kernel), on the same grounds; the view keeps the whole input block's storage
+  // alive while it lives (as a numpy or PyTorch view does). Null: none.
   std::function<std::vector<int64_t>(const LocalContext& context, const OpAttrs& attrs)>
       output_view_offsets;
 };
@@ -315,6 +316,9 @@ ShardingDecision plan_op(std::string_view name, const std::vector<TensorSpec>& i
 
 // How many blocks of each op ran host-staged on GPU devices (no gpu_kernel) in this process.
 std::map<std::string, int64_t> host_staged_kernel_calls();
+// Whether op `name` has a GPU kernel (without one its blocks on GPU devices run host-staged).
+// kNotFound naming the op.
+bool has_gpu_kernel(std::string_view name);
 
 // Deprecated (the fallback is now on by default): set_replicate_fallback(e) is
 // set_sharding_fallback_strict(!e), replicate_fallback() is !sharding_fallback_strict().

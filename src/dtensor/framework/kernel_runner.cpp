@@ -27,6 +27,10 @@ std::map<std::string, int64_t> host_staged_kernel_calls() {
   return staged_counts();
 }
 
+bool has_gpu_kernel(std::string_view name) {
+  return OpRegistry::global().get(name).gpu_kernel != nullptr;
+}
+
 void detail::run_kernel(const OpDef& op, const std::vector<Tensor>& inputs, Tensor& output,
                         const OpAttrs& attrs, const LocalContext& context) {
   if (context.cuda_stream == nullptr) {

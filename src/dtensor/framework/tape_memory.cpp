@@ -33,14 +33,16 @@ const void* storage_key(const Tensor& t) {
          t.storage_offset() * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
-// Calls f(key, device name, bytes) for each component of `t` that holds memory.
+// Calls f(key, device name, bytes) for each component of `t` that holds memory; bytes: the
+// storage up to the view's end (a slice view at an offset keeps the storage before it alive too).
 template <typename F>
 void for_each_block(const DTensor& t, const F& f) {
   if (!t.defined() || t.is_abstract()) return;
   for (int i = 0; i < t.num_components(); ++i) {
     const Tensor& block = t.component(i);
     if (!block.defined() || block.nbytes() == 0) continue;
-    f(storage_key(block), t.device(i).name(), static_cast<int64_t>(block.nbytes()));
+    const int64_t before = block.storage_offset() * static_cast<int64_t>(dtype_size(block.dtype()));
+    f(storage_key(block), t.device(i).name(), before + static_cast<int64_t>(block.nbytes()));
   }
 }
 

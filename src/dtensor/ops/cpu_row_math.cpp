@@ -216,6 +216,26 @@ TESSEL_VECTOR_CLONES void softmax_grad_range(const float* __restrict s, const fl
       [&](int64_t c) { return scale * s[c] * (g[c] - inner); });
 }
 
+// Eight 64-bit lanes per step where the clone has AVX-512 (vpmullq): the hashes' multiplies.
+TESSEL_VECTOR_CLONES void dropout_factors_range(float* __restrict z, int64_t n, uint64_t stream,
+                                                uint64_t first, uint64_t threshold,
+                                                float keep_scale) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t bits = mix64(stream + (first + static_cast<uint64_t>(j)) * kCounterGolden);
+    z[j] = (bits >> 11) >= threshold ? keep_scale : 0.0f;
+  }
+}
+
+TESSEL_VECTOR_CLONES void dropout_row_range(const float* __restrict x, float* __restrict y,
+                                            int64_t n, uint64_t stream, uint64_t first,
+                                            uint64_t threshold, float keep_scale) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t bits = mix64(stream + (first + static_cast<uint64_t>(j)) * kCounterGolden);
+    const float kept = x[j] * keep_scale;
+    y[j] = (bits >> 11) >= threshold ? kept : 0.0f;
+  }
+}
+
 }  // namespace
 
 void layer_norm_rows(const float* x, const float* w, const float* b, float* y, int64_t rows,
@@ -246,23 +266,14 @@ void softmax_grad_row(const float* s, const float* g, float* dx, int64_t n, floa
   softmax_grad_range(s, g, dx, n, scale);
 }
 
-// Eight 64-bit lanes per step where the clone has AVX-512 (vpmullq): the hashes' multiplies.
-TESSEL_VECTOR_CLONES void dropout_factors(float* __restrict z, int64_t n, uint64_t stream,
-                                          uint64_t first, uint64_t threshold, float keep_scale) {
-  for (int64_t j = 0; j < n; ++j) {
-    const uint64_t bits = mix64(stream + (first + static_cast<uint64_t>(j)) * kCounterGolden);
-    z[j] = (bits >> 11) >= threshold ? keep_scale : 0.0f;
-  }
+void dropout_factors(float* z, int64_t n, uint64_t stream, uint64_t first, uint64_t threshold,
+                     float keep_scale) {
+  dropout_factors_range(z, n, stream, first, threshold, keep_scale);
 }
 
-TESSEL_VECTOR_CLONES void dropout_row(const float* __restrict x, float* __restrict y, int64_t n,
-                                      uint64_t stream, uint64_t first, uint64_t threshold,
-                                      float keep_scale) {
-  for (int64_t j = 0; j < n; ++j) {
-    const uint64_t bits = mix64(stream + (first + static_cast<uint64_t>(j)) * kCounterGolden);
-    const float kept = x[j] * keep_scale;
-    y[j] = (bits >> 11) >= threshold ? kept : 0.0f;
-  }
+void dropout_row(const float* x, float* y, int64_t n, uint64_t stream, uint64_t first,
+                 uint64_t threshold, float keep_scale) {
+  dropout_row_range(x, y, n, stream, first, threshold, keep_scale);
 }
 
 }  // namespace tessel::detail::vec
