@@ -16,9 +16,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <functional>
 #include <map>
+#include <string_view>
 #include <thread>
 
 #include "comm/mpi/mpi_transport.h"
@@ -40,7 +40,6 @@ constexpr auto kTick = std::chrono::milliseconds(2);
 // with more participants than cores, the one being waited for gets the core.
 constexpr int kSpins = 256;
 constexpr auto kYieldTime = std::chrono::microseconds(50);
-
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
@@ -85,7 +84,8 @@ struct HostShm::Control {
   CallRecord call[2][kMaxParticipants];
 };
 
-static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+static_assert(std::atomic<uint32_t>::is_always_lock_free &&
+                  std::atomic<uint64_t>::is_always_lock_free,
               "the segment's atomics must be lock-free to work across processes");
 
 void HostShm::remove_stale_segments() {
@@ -122,11 +122,13 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
   }
   // Test seam: TESSEL_SHM_SPLIT_HOSTS=k (on every process) splits each host's processes, in rank
   // order, into k "hosts", so that one machine runs the several-hosts path.
-  if (const char* split = std::getenv("TESSEL_SHM_SPLIT_HOSTS"); split != nullptr && std::atoi(split) > 1) {
+  if (const char* split = std::getenv("TESSEL_SHM_SPLIT_HOSTS");
+      split != nullptr && std::atoi(split) > 1) {
     const size_t k = static_cast<size_t>(std::atoi(split));
     std::map<std::string, std::vector<int>> parts;
     for (const auto& [host, procs] : hosts) {
-      for (size_t i = 0; i < procs.size(); ++i) parts[fmt::format("{}#{}", host, i * k / procs.size())].push_back(procs[i]);
+      for (size_t i = 0; i < procs.size(); ++i)
+        parts[fmt::format("{}#{}", host, i * k / procs.size())].push_back(procs[i]);
     }
     hosts = std::move(parts);
   }
@@ -184,7 +186,8 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
   if (H > kMaxParticipants) {
     status = fmt::format("0{} participants on host {} (at most {})", H, my_host, kMaxParticipants);
   } else if (mine.size() == 1) {
-    void* p = ::mmap(nullptr, shm->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void* p =
+        ::mmap(nullptr, shm->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       status = fmt::format("0mmap of {} bytes: {}", shm->bytes_, std::strerror(errno));
     } else {
@@ -196,20 +199,35 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
     segment_name = fmt::format("/{}{}.{}", kPrefix, ::getpid(), counter++);
     fd = ::shm_open(segment_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(shm->bytes_)) != 0) {
-      status = fmt::format("0creating {} ({} bytes): {}", segment_name, shm->bytes_, std::strerror(errno));
+      status = fmt::format("0creating {} ({} bytes): {}", segment_name, shm->bytes_,
+                           std::strerror(errno));
     } else {
       status = "1" + segment_name;
     }
   }
-  auto records = mpi.exchange_records(signature, Post{}, status, deadline);
+  // A process lost during the set-up may be the creator, killed before it unlinked the name: a
+  // survivor that gives up removes the segments of processes that are gone.
+  const auto exchange = [&] {
+    try {
+      return mpi.exchange_records(signature, Post{}, status, deadline);
+    } catch (...) {
+      remove_stale_segments();
+      throw;
+    }
+  };
+  auto records = exchange();
   // 2. The others map it; everyone says whether that worked.
+  std::string mapped_name;  // the creator's segment, as another process opened it
   if (status[0] == '1' && mine.size() > 1) {
     const std::string& created = records[static_cast<size_t>(mine[0])].payload;
     if (created.empty() || created[0] != '1') {
       status = "0the segment's creator failed";
     } else {
-      if (!creator) fd = ::shm_open(created.c_str() + 1, O_RDWR, 0600);
-      struct stat st{};
+      if (!creator) {
+        mapped_name = created.substr(1);
+        fd = ::shm_open(mapped_name.c_str(), O_RDWR, 0600);
+      }
+      struct stat st {};
       void* p = MAP_FAILED;
       if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == shm->bytes_) {
         p = ::mmap(nullptr, shm->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
@@ -222,9 +240,11 @@ std::shared_ptr<HostShm> HostShm::create(MpiTransport& mpi,
       }
     }
   }
-  records = mpi.exchange_records(signature, Post{}, status, deadline);
-  // 3. Everyone has mapped it (or given up): the name goes.
+  records = exchange();
+  // 3. Everyone has mapped it (or given up): the name goes. Every process unlinks it (the others'
+  // calls find it gone), so that a creator killed right here leaves nothing behind.
   if (!segment_name.empty()) ::shm_unlink(segment_name.c_str());
+  if (!mapped_name.empty()) ::shm_unlink(mapped_name.c_str());
   segment_name.clear();
   for (int q = 0; q < mpi.size(); ++q) {
     const std::string& s = records[static_cast<size_t>(q)].payload;
@@ -255,12 +275,15 @@ int HostShm::index_of_rank(int rank) const {
 }
 
 unsigned char* HostShm::slot(int bank, int participant) const {
-  return base_ + data_offset_ + (static_cast<size_t>(bank) * static_cast<size_t>(size()) +
-                                 static_cast<size_t>(participant)) * slot_bytes_;
+  return base_ + data_offset_ +
+         (static_cast<size_t>(bank) * static_cast<size_t>(size()) +
+          static_cast<size_t>(participant)) *
+             slot_bytes_;
 }
 
 unsigned char* HostShm::result(int bank) const {
-  return base_ + data_offset_ + (2 * static_cast<size_t>(size()) + static_cast<size_t>(bank)) * slot_bytes_;
+  return base_ + data_offset_ +
+         (2 * static_cast<size_t>(size()) + static_cast<size_t>(bank)) * slot_bytes_;
 }
 
 void HostShm::publish_call(int me, uint64_t round, const Signature& signature, int64_t count) {
@@ -328,7 +351,8 @@ void HostShm::check_alive(int me, const Signature& signature) {
     const std::string reason = fmt::format(
         "rank {} ({}) lost {}: the process of MPI rank {} (pid {}) is no longer running; waited "
         "in the shared-memory barrier of {} (sequence {})",
-        x.rank, x.name, fmt::join(lost, ", "), w.process, w.pid, signature.text, signature.sequence);
+        x.rank, x.name, fmt::join(lost, ", "), w.process, w.pid, signature.text,
+        signature.sequence);
     abort(reason);
     throw_error(ErrorCode::kAborted, kComm, "{}", reason);
   }
@@ -342,7 +366,8 @@ void HostShm::barrier(int me, uint64_t round, const Signature& signature, Deadli
   if (c->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(size())) {
     c->arrived.store(0, std::memory_order_relaxed);
     c->generation.fetch_add(1, std::memory_order_seq_cst);
-    if (c->sleepers.load(std::memory_order_seq_cst) > 0) futex(&c->generation, FUTEX_WAKE, INT_MAX, nullptr);
+    if (c->sleepers.load(std::memory_order_seq_cst) > 0)
+      futex(&c->generation, FUTEX_WAKE, INT_MAX, nullptr);
     return;
   }
   for (int i = 0; i < spins_; ++i) {
