@@ -141,6 +141,19 @@ def fused_attention_runs(attention, mesh):
                                      tessel.has_gpu_kernel("causal_attention"))
 
 
+def causal_self_attention(q, k, v, scale, fused, rate=0.0, seed=0):
+    """Causal self-attention of q, k, v [B, T, heads, D]: one tessel.causal_attention op when
+    `fused`, else the composed ops on the [B, heads, T, D] transposes (the same dropout mask)."""
+    if fused:
+        return tessel.causal_attention(q, k, v, scale, rate, seed)
+
+    def swap(y):  # [B, T, heads, D] <-> [B, heads, T, D]
+        return tessel.transpose(y, [0, 2, 1, 3])
+
+    att = tessel.causal_softmax(tessel.matmul(swap(q), swap(k), transpose_b=True), scale)
+    return swap(tessel.matmul(tessel.dropout(att, rate, seed) if rate else att, swap(v)))
+
+
 def dropper(config, dropout_seed):
     """drop(y, site): config.dropout on y with the mask keyed by (dropout_seed, site, global
     element index); y itself without a dropout_seed (no training) or without dropout."""
@@ -177,19 +190,12 @@ def blocks(params, x, config, layers=None, dropout_seed=None):
     def split_heads(y):  # [B, T, C] -> [B, T, heads, D], a view
         return tessel.reshape(y, (b, t, heads, d))
 
-    def swap(y):  # [B, T, heads, D] <-> [B, heads, T, D]
-        return tessel.transpose(y, [0, 2, 1, 3])
-
     fused = fused_attention_runs(config.attention, mesh)
 
     def attention(q, k, v, i):  # the [B, H, T, T] part, on [B, T, heads, D]
-        if fused:
-            rate = config.dropout if dropout_seed is not None else 0.0
-            seed = dropout_seed * 1000003 + 3 * i + 2 if rate else 0
-            return tessel.causal_attention(q, k, v, 1.0 / math.sqrt(d), rate, seed)
-        att = tessel.causal_softmax(tessel.matmul(swap(q), swap(k), transpose_b=True),
-                                    1.0 / math.sqrt(d))
-        return swap(tessel.matmul(drop(att, 3 * i + 2), swap(v)))
+        rate = config.dropout if dropout_seed is not None else 0.0
+        seed = dropout_seed * 1000003 + 3 * i + 2 if rate else 0  # dropper's key for site 3i+2
+        return causal_self_attention(q, k, v, 1.0 / math.sqrt(d), fused, rate, seed)
 
     def block(i, x, *stored):
         # Gathered inside what full recomputation runs again: dropped after the block's forward

@@ -77,17 +77,10 @@ uint64_t GptModel::dropout_seed(const ForwardOptions& options, uint64_t site) {
 DTensor GptModel::attention_core(const std::vector<DTensor>& qkv, int layer,
                                  const ForwardOptions& options) const {
   const double scale = 1.0 / std::sqrt(double(config_.head_dim()));
-  const uint64_t site = 3 * static_cast<uint64_t>(layer);
-  if (fused_attention_) {
-    const bool drop = options.training && config_.dropout > 0;
-    return causal_attention(qkv[0], qkv[1], qkv[2], scale, drop ? config_.dropout : 0.0,
-                            dropout_seed(options, site));
-  }
-  // [B, T, heads, D] <-> [B, heads, T, D], for the composed ops' batched matmuls.
-  const auto swap = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
-  DTensor att = causal_softmax(matmul(swap(qkv[0]), swap(qkv[1]), false, true), scale);
-  att = maybe_dropout(att, options, site);
-  return swap(matmul(att, swap(qkv[2])));
+  const bool drop = options.training && config_.dropout > 0;
+  return causal_self_attention(qkv[0], qkv[1], qkv[2], scale, fused_attention_,
+                               drop ? config_.dropout : 0.0,
+                               dropout_seed(options, 3 * static_cast<uint64_t>(layer)));
 }
 
 DTensor GptModel::attention(const std::vector<DTensor>& in, int layer, const DTensor& h,

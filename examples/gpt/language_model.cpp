@@ -76,6 +76,15 @@ DTensor LanguageModel::gathered(const DTensor& param, size_t index) const {
   return param.layout() == compute ? param : relayout(param, compute);
 }
 
+DTensor causal_self_attention(const DTensor& q, const DTensor& k, const DTensor& v, double scale,
+                              bool fused, double rate, uint64_t seed) {
+  if (fused) return causal_attention(q, k, v, scale, rate, seed);
+  const auto swap = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
+  DTensor att = causal_softmax(matmul(swap(q), swap(k), false, true), scale);
+  if (rate > 0) att = dropout(att, rate, seed);
+  return swap(matmul(att, swap(v)));
+}
+
 DTensor mixed_matmul(const DTensor& x, const DTensor& w, DType dtype, bool transpose_w) {
   if (dtype == DType::kF32) return matmul(x, w, false, transpose_w);
   return cast(matmul(cast(x, dtype), cast(w, dtype), false, transpose_w), DType::kF32);
@@ -84,9 +93,9 @@ DTensor mixed_matmul(const DTensor& x, const DTensor& w, DType dtype, bool trans
 std::vector<DTensor> LanguageModel::gathered(const std::vector<DTensor>& params,
                                              const std::vector<size_t>& indices) const {
   if (params.size() != indices.size()) {
-    throw Error(ErrorCode::kInvalidArgument, component_,
-                fmt::format("gathered: {} parameters but {} indices", params.size(),
-                            indices.size()));
+    throw Error(
+        ErrorCode::kInvalidArgument, component_,
+        fmt::format("gathered: {} parameters but {} indices", params.size(), indices.size()));
   }
   std::vector<DTensor> out = params;
   std::vector<DTensor> moving;

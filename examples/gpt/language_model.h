@@ -47,6 +47,13 @@ struct ForwardOptions {
 // f16 likewise with gemm_f16's product. The weight's gradient comes back in f32 (cast's VJP).
 DTensor mixed_matmul(const DTensor& x, const DTensor& w, DType dtype, bool transpose_w = false);
 
+// Causal self-attention of q, k, v [B, T, heads, D] (the GPT's and the Llama's): one
+// causal_attention op when `fused`, else the composed ops on the [B, heads, T, D] transposes
+// (matmul, causal_softmax, dropout where rate > 0, matmul). The same dropout mask; the two agree
+// within float rounding. Output [B, T, heads, D].
+DTensor causal_self_attention(const DTensor& q, const DTensor& k, const DTensor& v, double scale,
+                              bool fused, double rate = 0.0, uint64_t seed = 0);
+
 // The global value of `t` on the host of every process: gathered first (a replicated relayout)
 // when the mesh spans several processes, whose to_host sees only local blocks.
 Tensor host_value(const DTensor& t);

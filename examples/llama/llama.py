@@ -109,13 +109,7 @@ def forward(params, idx, config):
         k = repeat_kv(tessel.rotary_embedding(project(h, p("attention.wk"), kv_heads), theta),
                       heads // kv_heads)
         v = repeat_kv(project(h, p("attention.wv"), kv_heads), heads // kv_heads)
-        if fused:
-            out = tessel.causal_attention(q, k, v, 1.0 / math.sqrt(d))
-        else:  # the composed ops on [B, H, T, D]
-            swap = lambda y: tessel.transpose(y, [0, 2, 1, 3])
-            att = tessel.causal_softmax(tessel.matmul(swap(q), swap(k), transpose_b=True),
-                                        1.0 / math.sqrt(d))
-            out = swap(tessel.matmul(att, swap(v)))
+        out = gpt.causal_self_attention(q, k, v, 1.0 / math.sqrt(d), fused)
         y = tessel.reshape(out, (b, t, heads * d))
         x = tessel.relayout(x + tessel.matmul(y, p("attention.wo")), whole)
         h = tessel.rms_norm(x, p("ffn_norm.weight"), config.norm_eps)

@@ -81,14 +81,10 @@ DTensor LlamaModel::attention(const std::vector<DTensor>& p, const LayerParams& 
   // on [B, heads, T, D] where it has no kernel. With replicated kv heads, either takes each
   // device's query heads' share of k and v (a local slice): no communication.
   const double scale = 1.0 / std::sqrt(double(d));
-  DTensor out;
-  if (gpt::attention_on(gpt::Attention::kFused, mesh().device_type()) == gpt::Attention::kFused) {
-    out = causal_attention(q, k, v, scale);
-  } else {
-    const auto swap = [](const DTensor& x) { return transpose(x, {0, 2, 1, 3}); };
-    out = swap(matmul(causal_softmax(matmul(swap(q), swap(k), false, true), scale), swap(v)));
-  }
-  const DTensor y = reshape(out, Shape{batch, t, heads * d});
+  const bool fused =
+      gpt::attention_on(gpt::Attention::kFused, mesh().device_type()) == gpt::Attention::kFused;
+  const DTensor y =
+      reshape(gpt::causal_self_attention(q, k, v, scale, fused), Shape{batch, t, heads * d});
   return project(y, gathered(p[l.wo], l.wo));  // row-parallel: Partial(sum) over model
 }
 

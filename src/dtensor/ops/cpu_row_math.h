@@ -10,7 +10,11 @@
 // intra-op threads.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 namespace tessel::detail::vec {
 
@@ -33,6 +37,23 @@ void layer_norm_weight_grad_rows(const float* x, const float* g, const double* s
 
 // y[0, visible) = softmax(scale * x[0, visible)), y[visible, n) = 0: one row of a causal softmax.
 void causal_softmax_row(const float* x, float* y, int64_t n, int64_t visible, float scale);
+// The same for f32 (the loop above) and f64 (scalar, double sums): causal_softmax's and
+// causal_attention's rows.
+template <typename T>
+void causal_softmax_row_of(const T* x, T* y, int64_t n, int64_t visible, T scale) {
+  if constexpr (std::is_same_v<T, float>) {
+    causal_softmax_row(x, y, n, visible, scale);
+  } else {
+    visible = std::clamp<int64_t>(visible, 0, n);
+    T most = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < visible; ++j) most = std::max(most, scale * x[j]);
+    T total = 0;
+    for (int64_t j = 0; j < visible; ++j) total += (y[j] = std::exp(scale * x[j] - most));
+    const T inv = visible > 0 ? T(1) / total : T(0);
+    for (int64_t j = 0; j < visible; ++j) y[j] *= inv;
+    std::fill(y + visible, y + n, T(0));
+  }
+}
 // dx = scale * s * (g - sum(g * s)): one row of a (causal) softmax's gradient from its output s
 // (a masked key has s = 0, so its gradient is 0).
 void softmax_grad_row(const float* s, const float* g, float* dx, int64_t n, float scale);

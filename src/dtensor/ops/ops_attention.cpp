@@ -47,23 +47,6 @@ constexpr std::string_view kCausalSoftmax = "causal_softmax";
 constexpr std::string_view kCausalSoftmaxGrad = "causal_softmax_grad";
 constexpr std::string_view kRotaryEmbedding = "rotary_embedding";
 
-// One query row: softmax over the first `visible` keys, zeros after (the float32 rows run
-// vec::causal_softmax_row).
-template <typename T>
-void causal_row(const T* x, T* y, int64_t keys, int64_t visible, T scale) {
-  visible = std::clamp<int64_t>(visible, 0, keys);
-  T most = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < visible; ++j) most = std::max(most, scale * x[j]);
-  T total = 0;
-  for (int64_t j = 0; j < visible; ++j) {
-    y[j] = std::exp(scale * x[j] - most);
-    total += y[j];
-  }
-  const T inv = visible > 0 ? T(1) / total : T(0);
-  for (int64_t j = 0; j < visible; ++j) y[j] *= inv;
-  std::fill(y + visible, y + keys, T(0));
-}
-
 // One row of the gradient: dx = scale * s * (g - sum(g * s)) over the visible keys, 0 after.
 template <typename T>
 void causal_grad_row(const T* s, const T* g, T* dx, int64_t keys, int64_t visible, T scale) {
@@ -99,11 +82,7 @@ void causal_softmax_kernel(const Tensor& in, Tensor& out, double scale,
     const T* x = in.data<T>();
     T* y = out.data<T>();
     for_each_query_row(out, context, [&](int64_t r, int64_t visible) {
-      if constexpr (std::is_same_v<T, float>) {
-        vec::causal_softmax_row(x + r * keys, y + r * keys, keys, visible, static_cast<T>(scale));
-      } else {
-        causal_row(x + r * keys, y + r * keys, keys, visible, static_cast<T>(scale));
-      }
+      vec::causal_softmax_row_of(x + r * keys, y + r * keys, keys, visible, static_cast<T>(scale));
     });
   });
 }

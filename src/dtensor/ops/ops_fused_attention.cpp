@@ -93,22 +93,6 @@ AttentionGeometry geometry(const Shape& local, const Box& block, const Shape& gl
   return g;
 }
 
-// One row of probabilities: y[0, visible) = softmax(scale * x[0, visible)), zeros after.
-template <typename T>
-void softmax_row(const T* x, T* y, int64_t n, int64_t visible, T scale) {
-  if constexpr (std::is_same_v<T, float>) {
-    vec::causal_softmax_row(x, y, n, visible, scale);
-  } else {
-    T most = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < visible; ++j) most = std::max(most, scale * x[j]);
-    T total = 0;
-    for (int64_t j = 0; j < visible; ++j) total += (y[j] = std::exp(scale * x[j] - most));
-    const T inv = visible > 0 ? T(1) / total : T(0);
-    for (int64_t j = 0; j < visible; ++j) y[j] *= inv;
-    std::fill(y + visible, y + n, T(0));
-  }
-}
-
 // z[0, n) = the dropout factors of probabilities index .. index + n - 1: 0 (dropped) or
 // keep_scale (dropout's 1 / (1 - rate)); float32 in vector lanes (cpu_row_math.h).
 template <typename T>
@@ -131,7 +115,8 @@ void tile_probabilities(const AttentionGeometry& g, const T* q, const T* k, int6
   blas_gemm(false, true, rows, keys, g.d, q + i0 * g.row_stride, g.row_stride, k, g.row_stride, s,
             keys);
   for (int64_t r = 0; r < rows; ++r) {
-    softmax_row(s + r * keys, p + r * keys, keys, i0 + r + 1, static_cast<T>(g.scale));
+    vec::causal_softmax_row_of(s + r * keys, p + r * keys, keys, i0 + r + 1,
+                               static_cast<T>(g.scale));
   }
 }
 
