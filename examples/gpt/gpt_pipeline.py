@@ -3,31 +3,41 @@ C++ is examples/gpt/gpt_pipeline.h).
 
     PYTHONPATH=build/python /usr/bin/python3 examples/gpt/gpt_pipeline.py \\
         --mesh stage=2,batch=1,model=2 --microbatches 4 --schedule 1f1b --steps 50
+    ... --schedule interleaved --chunks 2          # 2 model chunks per stage
+    mpirun -np 2 ... examples/gpt/gpt_pipeline.py --mesh stage=2,batch=1,model=1   # a stage each
 
 The mesh is `stage x batch x model`: each stage's sub-mesh is the `batch x model` of its devices,
-with gpt.py's data and tensor parallelism inside it. The n_layer blocks are split over the p
-stages in order (the first n_layer % p stages one more); the embeddings live on the first stage,
-the final layer norm on the last. The tied token embedding is also the last stage's head: a step
-copies it there once and sends that copy's accumulated gradient back, added to the embedding's
-own (Megatron's tied-embedding all-reduce). The model code is gpt.py's (embed, blocks, head),
-run piece by piece.
+with gpt.py's data and tensor parallelism inside it. The model is cut into p * v virtual stages
+(v = chunks, 1 unless interleaved), virtual stage k on stage k % p as its chunk k // p; the
+n_layer blocks are split over them in order (the first n_layer % (p v) one more); the
+embeddings live with the first, the final layer norm with the last. The tied token embedding is
+also the last stage's head: a step copies it there once and sends that copy's accumulated
+gradient back, added to the embedding's own (Megatron's tied-embedding all-reduce). The model
+code is gpt.py's (embed, blocks, head), run piece by piece.
 
-A step runs the microbatches in the order of a schedule (pipeline_schedule.py: gpipe or 1f1b,
-issued by this one thread in its simulated timeline's order). A forward records its stage's ops
-on a GradientTape of its own (watching its input and its stage's parameters) and relays its
-output to the next stage's sub-mesh (a relayout to the same sharding there, pending sums
-reduced first); the last stage computes the microbatch's mean loss scaled by 1/m. A backward
-calls that tape's gradient() with the output gradient received from the next stage, lets the
-tape go (a stage keeps the activations of the microbatches between their forward and backward,
-as the schedule says), relays its input's gradient back and adds its parameters' to the step's
-sums. Gradient clipping uses the norm over every stage, then one AdamW updates each parameter
-on its stage. The step's loss (the mean of the microbatches' means) is the plain run's on the
+A step runs the microbatches in the order of a schedule (pipeline_schedule.py: gpipe, 1f1b or
+interleaved, issued by this one thread in its simulated timeline's order). A forward records its
+virtual stage's ops on a GradientTape of its own (watching its input and its parameters) and
+relays its output to the next virtual stage's sub-mesh (a relayout to the same sharding there,
+pending sums reduced first); the last virtual stage computes the microbatch's mean loss scaled
+by 1/m. A backward calls that tape's gradient() with the output gradient received from the next
+virtual stage, lets the tape go (a stage keeps the activations of the microbatches between
+their forward and backward, as the schedule says), relays its input's gradient back and adds
+its parameters' to the step's sums. Gradient clipping uses the norm over every stage, then one
+AdamW updates each parameter on its stage.
+
+Several processes (mpirun; the mesh made by create_distributed_mesh, process_mesh()): every
+process runs the same schedule; the ops of a stage whose devices are all elsewhere do nothing
+there (their DTensors have no local components), and a transfer between two processes' stages
+is the same relayout, across them. The loss and each stage's sum of squared gradients are relaid
+out onto every stage's devices (everywhere()) before they are read, so every process reports
+the same values. The step's loss (the mean of the microbatches' means) is the plain run's on the
 same batch up to rounding. Dropout masks are keyed per microbatch, so with dropout they differ
 from a plain run's.
 
 Refused before the first step (ValueError naming the values): a mesh whose first dimension is not
-`stage`, fewer layers than stages, a batch that does not split into the microbatches, an unknown
-schedule. One process only: under mpirun use `tessel train gpt --mesh stage=...` (C++).
+`stage`, fewer layers than virtual stages, a batch that does not split into the microbatches, an
+unknown schedule or sizes it does not take (interleaved: chunks >= 2, m a multiple of p).
 """
 import argparse
 import math
@@ -69,13 +79,13 @@ def stage_meshes(mesh):
 
 
 class GptPipeline:
-    """gpt.py's model on a `stage x batch x model` mesh, run by a schedule of `microbatches`.
-    timeout: the deadline in seconds of each transfer between stages (the relayout's);
-    before_action: called with each Action of a step before it runs (tracing; the tests stall a
-    stage there)."""
+    """gpt.py's model on a `stage x batch x model` mesh, run by a schedule of `microbatches`
+    (and `chunks` model chunks per stage: interleaved). timeout: the deadline in seconds of each
+    transfer between stages (the relayout's); before_action: called with each Action of a step
+    before it runs (tracing; the tests stall a stage there)."""
 
     def __init__(self, config, mesh, schedule="1f1b", microbatches=1, timeout=60.0,
-                 before_action=None):
+                 before_action=None, chunks=1):
         if mesh.rank() < 2 or mesh.dim_names[0] != "stage":
             raise ValueError(f"pipeline: the pipeline's mesh must have `stage` as its first "
                              f"dimension (e.g. stage=2,batch=1,model=2), got dimensions "
@@ -83,10 +93,11 @@ class GptPipeline:
         if not timeout > 0:
             raise ValueError(f"pipeline: the transfers' timeout must be > 0 seconds, got {timeout}")
         p = mesh.dim_size("stage")
-        self.schedule = pipeline_schedule.make_schedule(schedule, p, microbatches)
-        if config.n_layer < p:
-            raise ValueError(f"pipeline: {config.n_layer} layers do not fill {p} stages: each "
-                             f"needs at least one layer")
+        self.schedule = pipeline_schedule.make_schedule(schedule, p, microbatches, chunks)
+        if config.n_layer < p * chunks:
+            raise ValueError(f"pipeline: {config.n_layer} layers do not fill {p * chunks} "
+                             f"virtual stages ({p} stages x {chunks} chunks): each needs at "
+                             f"least one layer")
         if config.batch_size % microbatches != 0:
             raise ValueError(f"pipeline: the batch of {config.batch_size} rows does not split "
                              f"into {microbatches} microbatches of equal size")
@@ -104,11 +115,20 @@ class GptPipeline:
     def microbatches(self):
         return self.schedule.microbatches
 
-    def layers(self, stage):
-        """The blocks of `stage`: the first n_layer % p stages one more."""
-        base, extra = divmod(self.config.n_layer, self.stages)
-        first = stage * base + min(stage, extra)
-        return range(first, first + base + (1 if stage < extra else 0))
+    @property
+    def virtual_stages(self):
+        return self.schedule.virtual_stages
+
+    def virtual_stage(self, action):
+        """The virtual stage an Action of the schedule runs: chunk * p + stage."""
+        return pipeline_schedule.virtual_stage(self.schedule, action)
+
+    def layers(self, k):
+        """The blocks of virtual stage k (with one chunk, stage k): the first n_layer % (p v)
+        virtual stages one more."""
+        base, extra = divmod(self.config.n_layer, self.virtual_stages)
+        first = k * base + min(k, extra)
+        return range(first, first + base + (1 if k < extra else 0))
 
     def stage_of(self, name):
         """The stage parameter `name` lives on."""
@@ -117,12 +137,17 @@ class GptPipeline:
         if name == "ln_f.weight":
             return self.stages - 1
         layer = int(name.split(".")[1])  # h.<layer>.<...>
-        return next(s for s in range(self.stages) if layer in self.layers(s))
+        k = next(k for k in range(self.virtual_stages) if layer in self.layers(k))
+        return k % self.stages
 
-    def used_by(self, stage):
-        """The parameters `stage` reads, in gpt.py's order (the last stage: the tied wte too)."""
-        return [n for n in self.names if self.stage_of(n) == stage or
-                (n == "wte" and stage == self.stages - 1)]
+    def used_by(self, k):
+        """The parameters virtual stage k reads, in gpt.py's order: the first the embeddings,
+        the last the final norm and (unless it is the first) the tied wte."""
+        last = self.virtual_stages - 1
+        return [n for n in self.names
+                if (n in ("wte", "wpe") and k == 0) or (n == "ln_f.weight" and k == last) or
+                (n == "wte" and k == last) or
+                (n.startswith("h.") and int(n.split(".")[1]) in self.layers(k))]
 
     def init(self, seed):
         """gpt.init's values (keyed by seed, parameter and global index: the plain run's), each
@@ -157,6 +182,16 @@ class GptPipeline:
             raise type(e)(f"pipeline: {what} from stage {source} to stage {to} did not arrive "
                           f"within {self.timeout * 1000:.0f} ms ({who}): {cause}") from e
 
+    def everywhere(self, x):
+        """`x` (a value on one stage) on every stage's devices, its sharding kept: what every
+        process can read when the stages are on different processes (the loss, the norm)."""
+        layout = tessel.Layout(tessel.fetch_layout(x).sharding_specs, self.mesh)
+        return tessel.relayout(x, layout, self.timeout)
+
+    def read(self, x):
+        """The float value of scalar `x` (on one stage), the same on every process."""
+        return float(np.asarray(tessel.to_host(self.everywhere(x))))
+
     def gradients(self, params, idx, targets, dropout_seed=None):
         """(the step's loss, {name: gradient}) of host token ids and targets [B, T] through the
         schedule; each gradient in its parameter's layout on its stage."""
@@ -164,9 +199,9 @@ class GptPipeline:
         self.check(params, idx, targets)
         p, m = self.stages, self.microbatches
         rows = idx.shape[0] // m
-        last = p - 1
+        last, last_k = p - 1, self.virtual_stages - 1
         views = [dict(params) for _ in range(p)]  # the parameters as each stage reads them
-        work = {}  # (stage, microbatch) -> what it keeps between its forward and its backward
+        work = {}  # (virtual stage, microbatch) -> what it keeps between forward and backward
         sums, loss_sum = {}, None
 
         def on_stage(array, stage, mb):
@@ -176,52 +211,53 @@ class GptPipeline:
                                        layout)
 
         for timed in self.order:
-            s, mb, op = timed.action
+            s, mb, op, _ = timed.action
+            k = self.virtual_stage(timed.action)
             if self.before_action is not None:
                 self.before_action(timed.action)
-            used = self.used_by(s)
+            used = self.used_by(k)
             view = views[s]
             seed = None if dropout_seed is None else dropout_seed * 1009 + mb
             if op == "F":
-                w = work[s, mb] = {"tape": tessel.GradientTape()}
-                if s > 0:
-                    w["input"] = self.transfer(work[s - 1, mb]["output"], s,
+                w = work[k, mb] = {"tape": tessel.GradientTape()}
+                if k > 0:
+                    w["input"] = self.transfer(work[k - 1, mb]["output"], s,
                                                f"the forward activation of microbatch {mb}")
-                if s == last and s > 0 and view["wte"] is params["wte"]:  # the tied head's copy
+                if k == last_k and s > 0 and view["wte"] is params["wte"]:  # the head's copy
                     view["wte"] = self.transfer(params["wte"], last, "the tied token embedding")
                 with w["tape"] as tape:
-                    if s > 0:
+                    if k > 0:
                         tape.watch(w["input"])
                     tape.watch([view[n] for n in used])
-                    x = (gpt.embed(view, on_stage(idx, 0, mb), self.config, seed) if s == 0
+                    x = (gpt.embed(view, on_stage(idx, 0, mb), self.config, seed) if k == 0
                          else w["input"])
-                    x = gpt.blocks(view, x, self.config, self.layers(s), seed)
-                    if s == last:
+                    x = gpt.blocks(view, x, self.config, self.layers(k), seed)
+                    if k == last_k:
                         loss = gpt.cross_entropy(gpt.head(view, x, self.config),
                                                  on_stage(targets, last, mb))
                         loss_sum = loss if loss_sum is None else loss_sum + loss
                         x = loss * (1.0 / m)
                 w["output"] = x
                 continue
-            w = work.pop((s, mb))  # the activations kept for this microbatch are let go after
-            sources = ([w["input"]] if s > 0 else []) + [view[n] for n in used]
+            w = work.pop((k, mb))  # the activations kept for this microbatch are let go after
+            sources = ([w["input"]] if k > 0 else []) + [view[n] for n in used]
             grads = w["tape"].gradient(w["output"], sources, w.get("output_gradient"))
-            if s > 0:
-                work[s - 1, mb]["output_gradient"] = self.transfer(
-                    grads.pop(0), s - 1, f"the backward gradient of microbatch {mb}")
+            if k > 0:
+                work[k - 1, mb]["output_gradient"] = self.transfer(
+                    grads.pop(0), (k - 1) % p, f"the backward gradient of microbatch {mb}")
             for name, g in zip(used, grads):
-                key = "wte copy" if name == "wte" and s != 0 else name
+                key = "wte copy" if name == "wte" and k != 0 else name
                 sums[key] = sums[key] + g if key in sums else g
         if "wte copy" in sums:  # the head's share of the tied embedding's gradient
             sums["wte"] = sums["wte"] + self.transfer(sums.pop("wte copy"), 0,
                                                       "the tied token embedding's gradient")
-        value = float(np.asarray(tessel.to_host(loss_sum))) / m  # read once, not per microbatch
-        return value, {n: sums[n] for n in self.names}
+        return self.read(loss_sum) / m, {n: sums[n] for n in self.names}  # read once a step
 
     def clip_by_global_norm(self, grads, clip_norm):
         """({name: gradient scaled to a global norm of at most clip_norm}, that norm): each
-        stage's sum of squares where its gradients live, summed on the host
-        (tessel.clip_by_global_norm's scale, clip_norm / max(norm, clip_norm))."""
+        stage's sum of squares where its gradients live, read on every process (everywhere())
+        and summed on the host (tessel.clip_by_global_norm's scale, clip_norm / max(norm,
+        clip_norm))."""
         if not (clip_norm > 0 and math.isfinite(clip_norm)):
             raise ValueError(f"pipeline: clip_norm must be a finite number > 0, got {clip_norm}")
         squares = 0.0
@@ -231,7 +267,7 @@ class GptPipeline:
             total = on_stage[0]
             for term in on_stage[1:]:
                 total = total + term
-            squares += float(np.asarray(tessel.to_host(total)))
+            squares += self.read(total)
         norm = math.sqrt(squares)
         scale = clip_norm / max(norm, clip_norm)
         return {n: g * scale if scale < 1 else g for n, g in grads.items()}, norm
@@ -267,13 +303,36 @@ class Trainer(gpt.Trainer):
         return value
 
 
+def process_mesh(text):
+    """The mesh of `text` ("stage=2,batch=1,model=2"): alone, over this process's devices; under
+    mpirun (tessel.client_config().num_clients > 1; call it after tessel.MpiEnvironment()),
+    create_distributed_mesh's over every process's devices, each process holding an equal share
+    in row-major order (-np 2 with stage=2: a stage each). Devices that do not split evenly over
+    the processes: ValueError naming the counts."""
+    mesh = tessel.parse_mesh(text)  # more than 4 devices in one process: TESSEL_CPU_DEVICES=8
+    processes = tessel.client_config().num_clients
+    if processes == 1:
+        return mesh
+    if mesh.size % processes != 0:
+        raise ValueError(f"pipeline: the mesh {text}'s {mesh.size} devices do not split evenly "
+                         f"over {processes} processes")
+    return tessel.create_distributed_mesh(
+        list(zip(mesh.dim_names, mesh.shape())),
+        local_devices=[f"CPU:{i}" for i in range(mesh.size // processes)])
+
+
 def main(argv=None):
-    """Trains the pipelined GPT on tiny Shakespeare, as gpt.py's main."""
+    """Trains the pipelined GPT on tiny Shakespeare, as gpt.py's main; under mpirun the first
+    process prints (every process computes the same losses)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="tiny")
     parser.add_argument("--mesh", default="stage=2,batch=1,model=2", help="stage x batch x model")
     parser.add_argument("--microbatches", type=int, default=4)
     parser.add_argument("--schedule", default="1f1b", choices=pipeline_schedule.KINDS)
+    parser.add_argument("--chunks", type=int, default=None,
+                        help="model chunks per stage (interleaved: default 2; else 1)")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="the number of transformer blocks (default: the config's)")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--print-schedule", action="store_true",
                         help="print the schedule and its simulation, then exit")
@@ -285,21 +344,30 @@ def main(argv=None):
     args = parser.parse_args(argv)
     config = gpt.Config(args.config)
     config.recompute, config.fsdp = args.recompute, args.fsdp
+    if args.layers is not None:
+        config.n_layer = args.layers
     config.lr_decay_iters = args.steps
     config.warmup_iters = min(config.warmup_iters, args.steps // 10)
-    mesh = tessel.parse_mesh(args.mesh)  # more than 4 devices: TESSEL_CPU_DEVICES=8
-    pipeline = GptPipeline(config, mesh, args.schedule, args.microbatches)
-    print(pipeline.schedule, flush=True)
+    chunks = args.chunks if args.chunks is not None else 2 if args.schedule == "interleaved" else 1
+    client = tessel.client_config()
+    mpi = tessel.MpiEnvironment() if client.num_clients > 1 else None  # noqa: F841 (lives on)
+    say = print if client.client_id == 0 else lambda *a, **k: None
+    pipeline = GptPipeline(config, process_mesh(args.mesh), args.schedule, args.microbatches,
+                           chunks=chunks)
+    say(pipeline.schedule, flush=True)
+    last = pipeline.virtual_stages - 1
+    for k in range(pipeline.virtual_stages):
+        layers = pipeline.layers(k)
+        where = (f"virtual stage {k} (stage {k % pipeline.stages}, chunk {k // pipeline.stages})"
+                 if chunks > 1 else f"stage {k}")
+        say(f"{where}: layers {layers.start}..{layers.stop - 1}"
+            f"{', embeddings' if k == 0 else ''}{', final norm and head' if k == last else ''}")
     if args.print_schedule:
         return 0
-    for s in range(pipeline.stages):
-        print(f"stage {s}: layers {pipeline.layers(s).start}..{pipeline.layers(s).stop - 1}"
-              f"{', embeddings' if s == 0 else ''}"
-              f"{', final norm and head' if s == pipeline.stages - 1 else ''}")
     text = open(args.data).read()
     chars = sorted(set(text))
     ids = np.array([chars.index(ch) for ch in text[: int(len(text) * 0.9)]], dtype=np.int32)
-    rng = np.random.default_rng(1337)
+    rng = np.random.default_rng(1337)  # the same batches on every process
     trainer = Trainer(pipeline, pipeline.init(1337))
     start = time.time()
     for s in range(args.steps):
@@ -308,7 +376,7 @@ def main(argv=None):
         y = np.stack([ids[o + 1:o + 1 + config.block_size] for o in offsets])
         value = trainer.step(x, y)
         if s % 20 == 0 or s == args.steps - 1:
-            print(f"step {s:4d} loss {value:.4f} ({time.time() - start:.1f} s)", flush=True)
+            say(f"step {s:4d} loss {value:.4f} ({time.time() - start:.1f} s)", flush=True)
     return 0
 
 

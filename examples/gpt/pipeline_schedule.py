@@ -1,20 +1,29 @@
-"""Pipeline schedules as data, in Python: for p stages and m microbatches, the ordered forward and
-backward actions each stage runs in a training step, made and checked before anything runs (the
-Python side of examples/train/pipeline_schedule.h; docs/pipeline.md).
+"""Pipeline schedules as data, in Python: for p stages, m microbatches and v model chunks per
+stage (virtual stages), the ordered forward and backward actions each stage runs in a training
+step, made and checked before anything runs (the Python side of
+examples/train/pipeline_schedule.h; docs/pipeline.md).
 
     s = make_schedule("1f1b", stages=2, microbatches=4)
-    s.per_stage[0]        # [Action(stage=0, microbatch=0, op='F'), Action(0, 1, 'F'), ...]
+    s.per_stage[0]        # [Action(stage=0, microbatch=0, op='F', chunk=0), ...]
     print(s)              # the actions per stage, the bubble and a time chart
     sim = simulate(s)     # idle fraction per stage, activations kept, an order to issue them
     bubble_formula(2, 4)  # (p - 1) / (m + p - 1) = 0.2
+    make_schedule("interleaved", 2, 4, chunks=2)   # labels "F3.1": microbatch 3, chunk 1
 
-Piece s of the model runs on stage s. Dependencies: F(s, mb) needs F(s - 1, mb) (its input
-activation); B(s, mb) needs F(s, mb) and B(s + 1, mb) (its output's gradient); the last stage's
+The model is cut into p * v pieces, the virtual stages 0 .. p v - 1 in the model's order;
+virtual stage k runs on stage k % p as its chunk k // p (Megatron's interleaving: with v = 1,
+stage s holds the piece s). Dependencies: F(k, mb) needs F(k - 1, mb) (its input activation);
+B(k, mb) needs F(k, mb) and B(k + 1, mb) (its output's gradient); the last virtual stage's
 B(mb) needs only its own F(mb) (the loss is computed there).
 
 - gpipe: every stage all its forwards, then all its backwards; keeps m microbatches' activations.
 - 1f1b (PipeDream-flush): stage s runs min(p - s - 1, m) forwards, then one forward and one
   backward alternately, then the remaining backwards; keeps at most min(p - s, m).
+- interleaved (Narayanan et al. 2021, Megatron-LM's interleaved 1F1B): v >= 2 chunks per
+  stage, forwards in groups of p microbatches per chunk, warm-up (p - s - 1) * 2 + (v - 1) * p
+  forwards (all of them when m == p); m must be a multiple of p.
+The bubble of gpipe and 1f1b is (p - 1) / (m + p - 1); interleaving cuts it to
+(p - 1) / (v m + p - 1). The C++'s lists, rules, costs and printout, built the same way.
 
 Bad sizes or an unknown kind: ValueError naming the values. simulate() refuses a list that
 cannot run (a deadlock, a missing, repeated or misplaced action, a backward before its forward)
@@ -22,81 +31,124 @@ with a ValueError naming each stuck stage, the action it is at and the one it wa
 """
 import collections
 
-KINDS = ("gpipe", "1f1b")
+KINDS = ("gpipe", "1f1b", "interleaved")
+ONE_CHUNK_KINDS = ("gpipe", "1f1b")  # the kinds of one model chunk per stage
+MAX_CHART_COLUMNS = 240  # wider time charts are left out of str(schedule)
 
-# One action: `op` "F" (forward) or "B" (backward) of `microbatch` on `stage`.
-Action = collections.namedtuple("Action", ["stage", "microbatch", "op"])
-
-
-def label(action):
-    """"F3" / "B3" of an Action or a plain (stage, microbatch, op) tuple."""
-    _, microbatch, op = action
-    return f"{op}{microbatch}"
+# One action: `op` "F" (forward) or "B" (backward) of `microbatch` on `stage`, of its model
+# chunk `chunk` (virtual stage chunk * p + stage; 0 unless interleaved).
+Action = collections.namedtuple("Action", ["stage", "microbatch", "op", "chunk"], defaults=[0])
 
 
-def check_sizes(kind, stages, microbatches):
+def label(action, with_chunk=False):
+    """"F3" / "B3" of an Action or a plain (stage, microbatch, op[, chunk]) tuple; with_chunk:
+    "F3.1" (microbatch 3, chunk 1)."""
+    a = Action(*action)
+    return f"{a.op}{a.microbatch}.{a.chunk}" if with_chunk else f"{a.op}{a.microbatch}"
+
+
+def check_sizes(kind, stages, microbatches, chunks=1):
     if kind not in KINDS:
         raise ValueError(f"pipeline: unknown schedule '{kind}': expected one of {', '.join(KINDS)}")
-    for what, n in (("stages", stages), ("microbatches", microbatches)):
+    for what, n in (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"pipeline: {what} must be an integer >= 1, got {n!r}")
+    if kind != "interleaved" and chunks != 1:
+        raise ValueError(f"pipeline: schedule {kind} runs one chunk per stage, got {chunks} "
+                         f"chunks (interleaved runs several)")
+    if kind == "interleaved":
+        if chunks < 2:
+            raise ValueError(f"pipeline: schedule interleaved needs >= 2 chunks per stage, got "
+                             f"{chunks}")
+        if microbatches % stages != 0:
+            raise ValueError(f"pipeline: schedule interleaved needs the microbatches "
+                             f"({microbatches}) to be a multiple of the stages ({stages}): its "
+                             f"forwards go in groups of one microbatch per stage")
 
 
-def bubble_formula(stages, microbatches):
-    """The idle fraction of a gpipe or 1f1b step: (p - 1) / (m + p - 1)."""
-    check_sizes("gpipe", stages, microbatches)
-    return (stages - 1) / (microbatches + stages - 1)
+def bubble_formula(stages, microbatches, chunks=1):
+    """The idle fraction of a step: (p - 1) / (m + p - 1) for gpipe and 1f1b (chunks 1),
+    (p - 1) / (v m + p - 1) for interleaved (chunks v >= 2)."""
+    check_sizes("gpipe" if chunks == 1 else "interleaved", stages, microbatches, chunks)
+    return (stages - 1) / (chunks * microbatches + stages - 1)
 
 
 class Schedule:
-    """`kind`, `stages`, `microbatches` and `per_stage`: each stage's actions in its order."""
+    """`kind`, `stages`, `microbatches`, `chunks` and `per_stage`: each stage's actions in its
+    order."""
 
-    def __init__(self, kind, stages, microbatches, per_stage):
+    def __init__(self, kind, stages, microbatches, per_stage, chunks=1):
         self.kind, self.stages, self.microbatches = kind, stages, microbatches
+        self.chunks = chunks
         self.per_stage = [list(actions) for actions in per_stage]
+
+    @property
+    def virtual_stages(self):
+        return self.stages * self.chunks
 
     def actions(self):
         """Every action, stage by stage."""
         return [a for actions in self.per_stage for a in actions]
 
     def __str__(self):
+        """As `tessel train gpt --print-schedule` prints it (PipelineSchedule::to_string)."""
         sim = simulate(self)
-        lines = [f"schedule {self.kind}: {self.stages} stages, {self.microbatches} microbatches; "
-                 f"bubble (p-1)/(m+p-1) = {bubble_formula(self.stages, self.microbatches):.4f}, "
+        chunked = self.chunks > 1
+        lines = [f"schedule {self.kind}: {self.stages} stages x {self.chunks} "
+                 f"chunk{'s' if chunked else ''}, {self.microbatches} microbatches; bubble "
+                 f"{'(p-1)/(v*m+p-1)' if chunked else '(p-1)/(m+p-1)'} = "
+                 f"{bubble_formula(self.stages, self.microbatches, self.chunks):.4f}, "
                  f"simulated idle {max(sim.idle_fraction):.4f} on the idlest stage (forward 1, "
                  f"backward 2); activations kept at most: "
-                 f"{', '.join(map(str, sim.max_in_flight))} microbatches per stage"]
-        lines += [f"stage {s}: {' '.join(label(a) for a in actions)}"
+                 f"{', '.join(map(str, sim.max_in_flight))} "
+                 f"microbatch{' chunks' if chunked else 'es'} per stage"]
+        lines += [f"stage {s}: {' '.join(label(a, chunked) for a in actions)}"
                   for s, actions in enumerate(self.per_stage)]
         columns = int(sim.makespan)
-        if columns > 240:
+        if columns > MAX_CHART_COLUMNS:
             lines.append(f"(time chart left out: {columns} columns)")
             return "\n".join(lines)
-        width = max(len(label(t.action)) for t in sim.timeline)
+        width = max(len(label(t.action, chunked)) for t in sim.timeline)
         chart = [["."] * columns for _ in range(self.stages)]
         for t in sim.timeline:
             for c in range(int(t.start), int(t.end)):
-                chart[t.action.stage][c] = label(t.action)
+                chart[t.action.stage][c] = label(t.action, chunked)
         lines.append("time (one column per forward; a backward takes two):")
         lines += [f"stage {s} |" + "".join(f"{cell:<{width}}|" for cell in row)
                   for s, row in enumerate(chart)]
         return "\n".join(lines)
 
 
-def make_schedule(kind, stages, microbatches):
-    """The schedule `kind` ("gpipe" or "1f1b") of `stages` stages and `microbatches`."""
-    check_sizes(kind, stages, microbatches)
+def _one_forward_one_backward(forwards, backwards, warmup):
+    """`warmup` forwards, then one forward and one backward alternately, then the remaining
+    backwards."""
+    actions = forwards[:warmup]
+    for f, b in zip(forwards[warmup:], backwards):
+        actions += [f, b]
+    return actions + backwards[len(forwards) - warmup:]
+
+
+def make_schedule(kind, stages, microbatches, chunks=1):
+    """The schedule `kind` ("gpipe", "1f1b" or "interleaved" with chunks >= 2) of `stages`
+    stages and `microbatches`."""
+    check_sizes(kind, stages, microbatches, chunks)
+    p, m, v = stages, microbatches, chunks
     per_stage = []
-    for s in range(stages):
-        forwards = [Action(s, mb, "F") for mb in range(microbatches)]
-        backwards = [Action(s, mb, "B") for mb in range(microbatches)]
-        warmup = microbatches if kind == "gpipe" else min(stages - s - 1, microbatches)
-        actions = forwards[:warmup]
-        for f, b in zip(forwards[warmup:], backwards):  # one forward, one backward
-            actions += [f, b]
-        actions += backwards[microbatches - warmup:]
-        per_stage.append(actions)
-    return Schedule(kind, stages, microbatches, per_stage)
+    for s in range(p):
+        if kind != "interleaved":
+            forwards = [Action(s, mb, "F") for mb in range(m)]
+            backwards = [Action(s, mb, "B") for mb in range(m)]
+            warmup = m if kind == "gpipe" else min(p - s - 1, m)
+        else:
+            # Megatron-LM's order: the k-th forward is of chunk (k mod p v) // p and of
+            # microbatch (k // p v) p + k mod p; the backwards go through the chunks the
+            # other way.
+            order = [((k % (p * v)) // p, (k // (p * v)) * p + k % p) for k in range(m * v)]
+            forwards = [Action(s, mb, "F", chunk) for chunk, mb in order]
+            backwards = [Action(s, mb, "B", v - 1 - chunk) for chunk, mb in order]
+            warmup = m * v if m == p else min((p - s - 1) * 2 + (v - 1) * p, m * v)
+        per_stage.append(_one_forward_one_backward(forwards, backwards, warmup))
+    return Schedule(kind, p, m, per_stage, v)
 
 
 TimedAction = collections.namedtuple("TimedAction", ["action", "start", "end"])
@@ -104,9 +156,9 @@ TimedAction = collections.namedtuple("TimedAction", ["action", "start", "end"])
 
 class Simulation:
     """makespan; per stage busy time, idle_fraction (1 - busy / makespan) and max_in_flight (the
-    most microbatches whose forward has run there and whose backward has not: the activations
-    kept); timeline: every action with its times, by start (ties by stage): an order in which one
-    thread can issue the whole step."""
+    most microbatch chunks whose forward has run there and whose backward has not: the
+    activations kept); timeline: every action with its times, by start (ties by stage): an order
+    in which one thread can issue the whole step."""
 
     def __init__(self, makespan, busy, max_in_flight, timeline):
         self.makespan, self.busy = makespan, busy
@@ -115,31 +167,35 @@ class Simulation:
 
 
 def _check_actions(schedule):
-    """Each stage's list as Actions (plain (stage, microbatch, op) tuples too), after checking
-    one F and one B of each (stage, microbatch) on that stage's list, the F first."""
+    """Each stage's list as Actions (plain (stage, microbatch, op[, chunk]) tuples too), after
+    checking one F and one B of each (virtual stage, microbatch) on that stage's list, the F
+    first."""
     broken = _refusal(schedule)
+    chunked = schedule.chunks > 1
     if len(schedule.per_stage) != schedule.stages:
         broken(f"{len(schedule.per_stage)} action lists for {schedule.stages} stages")
     seen, per_stage = set(), []
     for s, actions in enumerate(schedule.per_stage):
         per_stage.append([])
         for a in actions:
-            if (not isinstance(a, tuple) or len(a) != 3 or a[0] != s or a[2] not in ("F", "B")
-                    or a[1] not in range(schedule.microbatches)):
-                broken(f"stage {s} lists {a!r}: not (stage, microbatch, 'F' or 'B') of this "
-                       f"stage with a microbatch in range")
+            if (not isinstance(a, tuple) or len(a) not in (3, 4) or a[0] != s
+                    or a[2] not in ("F", "B") or a[1] not in range(schedule.microbatches)
+                    or Action(*a).chunk not in range(schedule.chunks)):
+                broken(f"stage {s} lists {a!r}: not (stage, microbatch, 'F' or 'B'[, chunk]) "
+                       f"of this stage with a microbatch and a chunk in range")
             a = Action(*a)
             per_stage[-1].append(a)
             if a in seen:
-                broken(f"stage {s} runs {label(a)} twice")
-            if a.op == "B" and Action(s, a.microbatch, "F") not in seen:
-                broken(f"stage {s} runs {label(a)} before its forward")
+                broken(f"stage {s} runs {label(a, chunked)} twice")
+            if a.op == "B" and a._replace(op="F") not in seen:
+                broken(f"stage {s} runs {label(a, chunked)} before its forward")
             seen.add(a)
-    for s in range(schedule.stages):
+    for k in range(schedule.virtual_stages):
         for mb in range(schedule.microbatches):
             for op in "FB":
-                if Action(s, mb, op) not in seen:
-                    broken(f"{op}{mb} of stage {s} is missing")
+                a = _on_virtual_stage(schedule, k, mb, op)
+                if a not in seen:
+                    broken(f"{label(a, chunked)} of stage {a.stage} is missing")
     return per_stage
 
 
@@ -147,21 +203,33 @@ def _refusal(schedule):
     """A function raising ValueError naming the schedule and its sizes, then `message`."""
     def broken(message):
         raise ValueError(f"pipeline: schedule {schedule.kind} ({schedule.stages} stages, "
-                         f"{schedule.microbatches} microbatches): {message}")
+                         f"{schedule.microbatches} microbatches, {schedule.chunks} chunks): "
+                         f"{message}")
     return broken
+
+
+def virtual_stage(schedule, action):
+    """The virtual stage `action` runs: chunk * p + stage."""
+    return action.chunk * schedule.stages + action.stage
+
+
+def _on_virtual_stage(schedule, k, microbatch, op):
+    return Action(k % schedule.stages, microbatch, op, k // schedule.stages)
 
 
 def dependencies(schedule, action):
     """What `action` waits for besides its stage's previous action."""
-    s, mb = action.stage, action.microbatch
+    k, mb = virtual_stage(schedule, action), action.microbatch
     if action.op == "F":
-        return [Action(s - 1, mb, "F")] if s > 0 else []
-    return [Action(s, mb, "F")] + ([Action(s + 1, mb, "B")] if s + 1 < schedule.stages else [])
+        return [_on_virtual_stage(schedule, k - 1, mb, "F")] if k > 0 else []
+    return [action._replace(op="F")] + ([_on_virtual_stage(schedule, k + 1, mb, "B")]
+                                        if k + 1 < schedule.virtual_stages else [])
 
 
 def simulate(schedule, forward_cost=1.0, backward_cost=2.0):
     """Runs the lists as a pipeline would: each stage its actions in order, each as soon as the
-    stage is free and what it depends on has ended (transfers take no time)."""
+    stage is free and what it depends on has ended (transfers take no time). Costs are one
+    chunk's."""
     per_stage = _check_actions(schedule)
     ended, timeline = {}, []
     position = [0] * schedule.stages
@@ -188,12 +256,13 @@ def simulate(schedule, forward_cost=1.0, backward_cost=2.0):
                 remaining -= 1
                 progressed = True
         if not progressed:
-            waits = []
+            chunked, waits = schedule.chunks > 1, []
             for s, actions in enumerate(per_stage):
                 if position[s] < len(actions):
                     a = actions[position[s]]
                     d = next(d for d in dependencies(schedule, a) if d not in ended)
-                    waits.append(f"stage {s} at {label(a)} waits for {label(d)} of stage {d.stage}")
+                    waits.append(f"stage {s} at {label(a, chunked)} waits for "
+                                 f"{label(d, chunked)} of stage {d.stage}")
             _refusal(schedule)(f"deadlock: {'; '.join(waits)}")
     timeline.sort(key=lambda t: (t.start, t.action.stage))
     return Simulation(max(free_at), busy, max_in_flight, timeline)

@@ -1,7 +1,9 @@
 """examples/gpt/gpt_pipeline.py (the GPT cut into pipeline stages from Python) against gpt.py's
-plain run on one stage's batch x model mesh with the same global batch; the schedules as data;
-the refusals."""
+plain run on one stage's batch x model mesh with the same global batch; the schedules as data
+(against the C++'s, `tessel train gpt --print-schedule`); the refusals. Under mpirun:
+python/tests/mpi/gpt_pipeline_under_mpirun.py."""
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -19,6 +21,8 @@ import gpt_pipeline  # noqa: E402
 import pipeline_schedule  # noqa: E402
 from pipeline_schedule import Action  # noqa: E402
 
+CLI = pathlib.Path(tessel.__file__).resolve().parents[2] / "tools" / "tessel"  # build/tools
+ONE_CHUNK = pipeline_schedule.ONE_CHUNK_KINDS
 STEPS = 5
 MESHES = {"stage=2": [("stage", 2), ("batch", 1), ("model", 1)],
           "stage=2,batch=2": [("stage", 2), ("batch", 2), ("model", 1)],
@@ -45,11 +49,11 @@ def small_config():
     return config
 
 
-def assert_losses_equal_the_plain_runs(dims, schedule, microbatches=2, **options):
+def assert_losses_equal_the_plain_runs(dims, schedule, microbatches=2, chunks=1, **options):
     config = small_config()
     config.__dict__.update(options)
     mesh = tessel.create_mesh(dims)
-    pipeline = gpt_pipeline.GptPipeline(config, mesh, schedule, microbatches)
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, schedule, microbatches, chunks=chunks)
     data = batches(config, STEPS)
     trainer = gpt_pipeline.Trainer(pipeline, pipeline.init(3))
     piped = [trainer.step(x, y) for x, y in data]
@@ -62,12 +66,22 @@ def assert_losses_equal_the_plain_runs(dims, schedule, microbatches=2, **options
 
 
 @pytest.mark.parametrize("mesh_name", list(MESHES))
-@pytest.mark.parametrize("schedule", pipeline_schedule.KINDS)
+@pytest.mark.parametrize("schedule", ONE_CHUNK)
 def test_losses_equal_the_plain_runs(mesh_name, schedule):
     assert_losses_equal_the_plain_runs(MESHES[mesh_name], schedule)
 
 
-@pytest.mark.parametrize("schedule", pipeline_schedule.KINDS)
+@pytest.mark.parametrize("mesh_name,microbatches,chunks,layers", [
+    ("stage=2", 2, 2, 4), ("stage=2", 4, 2, 4), ("stage=2", 2, 2, 5), ("stage=2,model=2", 2, 2, 4),
+    ("stage=2,batch=2", 2, 3, 6)])
+def test_interleaved_losses_equal_the_plain_runs(mesh_name, microbatches, chunks, layers):
+    """Interleaved 1F1B with v chunks: n_layer over the p v virtual stages (5 layers on 4: 2, 1,
+    1, 1), virtual stage k on stage k % p."""
+    assert_losses_equal_the_plain_runs(MESHES[mesh_name], "interleaved", microbatches, chunks,
+                                       n_layer=layers)
+
+
+@pytest.mark.parametrize("schedule", ONE_CHUNK)
 def test_losses_equal_the_plain_runs_on_four_stages_with_uneven_layers(schedule):
     """stage=4, 5 layers (2, 1, 1, 1), 4 microbatches: against the plain run on one device."""
     assert_losses_equal_the_plain_runs([("stage", 4), ("batch", 1)], schedule, 4, n_layer=5)
@@ -114,7 +128,7 @@ def test_losses_equal_the_plain_runs_on_eight_devices():
     """stage=2 x batch=2 x model=2, 4 microbatches, both schedules: in a process of 8 CPU
     devices (TESSEL_CPU_DEVICES is read when the runtime starts)."""
     script = ("import test_gpt_pipeline_example as t\n"
-              "for kind in t.pipeline_schedule.KINDS:\n"
+              "for kind in t.ONE_CHUNK:\n"
               "    t.assert_losses_equal_the_plain_runs([('stage', 2), ('batch', 2), "
               "('model', 2)], kind, 4)\n"
               "print('ok')\n")
@@ -145,7 +159,13 @@ def test_gradients_and_placement_equal_the_plain_runs():
         assert tessel.fetch_layout(w) == tessel.Layout(specs, pipeline.meshes[stage]), name
     (x, y), = batches(config, 1)
     value, grads = pipeline.gradients(params, x, y)
+    assert_gradients_equal_the_plain_runs(config, pipeline, params, x, y, value, grads)
 
+
+def assert_gradients_equal_the_plain_runs(config, pipeline, params, x, y, value, grads):
+    """The step's loss and every gradient (the tied wte's with the head's share sent back)
+    within 1e-5 of value_and_grad's on the plain mesh, each in its parameter's layout; the
+    global norm clip_by_global_norm's."""
     plain_mesh = pipeline.meshes[0]
     names = list(params)
     plain = gpt.init(config, plain_mesh, 3)
@@ -174,7 +194,7 @@ def test_1f1b_keeps_at_most_p_minus_s_microbatches_activations_on_stage_s():
     mesh = tessel.create_mesh(MESHES["stage=2"])  # one device per stage
     (x, y), = batches(config, 1)
     peaks = {}
-    for kind in pipeline_schedule.KINDS:
+    for kind in ONE_CHUNK:
         pipeline = gpt_pipeline.GptPipeline(config, mesh, kind, microbatches=4)
         params = pipeline.init(3)
         tessel.reset_tape_memory_peak()
@@ -187,7 +207,7 @@ def test_1f1b_keeps_at_most_p_minus_s_microbatches_activations_on_stage_s():
         assert peaks["1f1b"][stage] <= 1.1 * share * peaks["gpipe"][stage], peaks
 
 
-@pytest.mark.parametrize("kind", pipeline_schedule.KINDS)
+@pytest.mark.parametrize("kind", ONE_CHUNK)
 @pytest.mark.parametrize("p,m", [(1, 1), (2, 1), (2, 4), (3, 2), (4, 4), (4, 8), (5, 3)])
 def test_schedules_hold_every_action_once_run_without_deadlock_and_idle_the_formula(kind, p, m):
     s = pipeline_schedule.make_schedule(kind, p, m)
@@ -222,6 +242,109 @@ def test_the_schedule_prints_as_the_clis():
     assert "activations kept at most: 2, 1 microbatches per stage" in text
 
 
+@pytest.mark.skipif(not CLI.exists(), reason=f"no tessel CLI at {CLI}")
+@pytest.mark.parametrize("kind,p,m,v", [
+    ("interleaved", 1, 2, 2), ("interleaved", 2, 2, 2), ("interleaved", 2, 4, 2),
+    ("interleaved", 2, 4, 3), ("interleaved", 2, 6, 4), ("interleaved", 3, 3, 2),
+    ("interleaved", 3, 6, 2), ("interleaved", 4, 4, 2), ("interleaved", 4, 12, 3),
+    ("gpipe", 3, 4, 1), ("1f1b", 4, 6, 1)])
+def test_schedules_equal_the_clis(kind, p, m, v):
+    """str(make_schedule(...)): the header (bubble, simulated idle, activations kept), each
+    stage's action list and the time chart (or its omission past 240 columns) as `tessel train
+    gpt --print-schedule` prints them (the lines before its layer split)."""
+    out = subprocess.run([str(CLI), "train", "gpt", "--mesh", f"stage={p},batch=1,model=1",
+                          "--microbatches", str(m), "--schedule", kind, "--chunks", str(v),
+                          "--layers", str(p * v), "--print-schedule"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    cut = next(i for i, line in enumerate(lines) if re.match(r"(virtual )?stage \d+.*: layers", line))
+    assert str(pipeline_schedule.make_schedule(kind, p, m, chunks=v)).splitlines() == lines[:cut]
+
+
+@pytest.mark.parametrize("p,m,v", [(1, 1, 2), (2, 2, 2), (2, 4, 2), (2, 8, 3), (3, 6, 2),
+                                   (4, 4, 4), (4, 8, 2), (5, 10, 2)])
+def test_interleaved_schedules_hold_every_action_once_and_idle_the_formula(p, m, v):
+    s = pipeline_schedule.make_schedule("interleaved", p, m, chunks=v)
+    assert (s.chunks, s.virtual_stages) == (v, p * v)
+    want = {Action(k % p, mb, op, k // p) for k in range(p * v) for mb in range(m)
+            for op in "FB"}
+    assert sorted(s.actions()) == sorted(want)  # each once, on its virtual stage's stage
+    sim = pipeline_schedule.simulate(s)
+    assert len(sim.timeline) == 2 * p * v * m
+    done = set()
+    for t in sim.timeline:  # every action after what it needs: the previous / next chunk's
+        assert all(d in done for d in pipeline_schedule.dependencies(s, t.action)), t
+        done.add(t.action)
+    bubble = pipeline_schedule.bubble_formula(p, m, v)
+    assert bubble == pytest.approx((p - 1) / (v * m + p - 1))
+    assert max(sim.idle_fraction) == pytest.approx(bubble)
+    assert bubble <= pipeline_schedule.bubble_formula(p, m)  # interleaving cuts the bubble
+
+
+def test_interleaved_schedules_are_refused_naming_the_values():
+    with pytest.raises(ValueError, match="interleaved needs >= 2 chunks per stage, got 1"):
+        pipeline_schedule.make_schedule("interleaved", 2, 4)
+    with pytest.raises(ValueError, match=re.escape("microbatches (6) to be a multiple of the "
+                                                   "stages (4)")):
+        pipeline_schedule.make_schedule("interleaved", 4, 6, chunks=2)
+    with pytest.raises(ValueError, match="schedule 1f1b runs one chunk per stage, got 2 chunks"):
+        pipeline_schedule.make_schedule("1f1b", 2, 4, chunks=2)
+    with pytest.raises(ValueError, match="chunks must be an integer >= 1, got 0"):
+        pipeline_schedule.make_schedule("interleaved", 2, 4, chunks=0)
+    with pytest.raises(ValueError, match=re.escape("microbatches (3) to be a multiple")):
+        pipeline_schedule.bubble_formula(2, 3, 2)
+    s = pipeline_schedule.make_schedule("interleaved", 2, 2, chunks=2)
+    s.per_stage[1].remove(Action(1, 1, "B", 1))
+    with pytest.raises(ValueError, match=re.escape("schedule interleaved (2 stages, 2 "
+                                                   "microbatches, 2 chunks): B1.1 of stage 1 is "
+                                                   "missing")):
+        pipeline_schedule.simulate(s)
+    s = pipeline_schedule.make_schedule("interleaved", 2, 2, chunks=2)
+    s.per_stage[0][0] = (0, 0, "F", 2)  # no chunk 2
+    with pytest.raises(ValueError, match=r"stage 0 lists \(0, 0, 'F', 2\): not \(stage, "):
+        pipeline_schedule.simulate(s)
+    # Stage 0 runs its second chunk's forward first: it waits for stage 1's first chunk, which
+    # waits for stage 0's first.
+    s = pipeline_schedule.make_schedule("interleaved", 2, 2, chunks=2)
+    first = s.per_stage[0].index(Action(0, 0, "F", 1))
+    s.per_stage[0].insert(0, s.per_stage[0].pop(first))
+    with pytest.raises(ValueError, match=re.escape("deadlock: stage 0 at F0.1 waits for F0.0 of "
+                                                   "stage 1; stage 1 at F0.0 waits for F0.0 of "
+                                                   "stage 0")):
+        pipeline_schedule.simulate(s)
+
+
+def test_interleaved_placement_and_gradients_equal_the_plain_runs():
+    """5 layers over 2 stages x 2 chunks (virtual stages 0..3: layers [0, 1], [2], [3], [4];
+    stage 0 holds layers 0, 1 and 3, stage 1 layers 2 and 4, the final norm and the head): every
+    gradient of one step within 1e-5 of value_and_grad's on the plain mesh, in its parameter's
+    layout on its stage."""
+    config = small_config()
+    config.n_layer = 5
+    mesh = tessel.create_mesh(MESHES["stage=2,model=2"])
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, "interleaved", 2, chunks=2)
+    assert [list(pipeline.layers(k)) for k in range(4)] == [[0, 1], [2], [3], [4]]
+    assert {n: pipeline.stage_of(n) for n in ("wte", "wpe", "h.0.mlp.c_fc", "h.1.attn.wq",
+                                              "h.2.ln_1.weight", "h.3.mlp.c_proj",
+                                              "h.4.attn.wk", "ln_f.weight")} == {
+        "wte": 0, "wpe": 0, "h.0.mlp.c_fc": 0, "h.1.attn.wq": 0, "h.2.ln_1.weight": 1,
+        "h.3.mlp.c_proj": 0, "h.4.attn.wk": 1, "ln_f.weight": 1}
+    names = pipeline.names
+    assert pipeline.used_by(0) == [n for n in names if n in ("wte", "wpe") or
+                                   n.startswith(("h.0.", "h.1."))]
+    assert pipeline.used_by(2) == [n for n in names if n.startswith("h.3.")]
+    assert pipeline.used_by(3) == [n for n in names if n in ("wte", "ln_f.weight") or
+                                   n.startswith("h.4.")]  # the tied head's wte
+    params = pipeline.init(3)
+    (x, y), = batches(config, 1)
+    seen = []
+    pipeline.before_action = seen.append
+    value, grads = pipeline.gradients(params, x, y)
+    assert [t.action for t in pipeline.order] == seen
+    assert_gradients_equal_the_plain_runs(config, pipeline, params, x, y, value, grads)
+
+
 def test_bad_schedules_are_refused_naming_the_stuck_stages():
     s = pipeline_schedule.make_schedule("gpipe", 2, 2)
     # Stage 0 waits for a backward before sending stage 1 its forward of microbatch 1.
@@ -245,13 +368,13 @@ def test_bad_schedules_are_refused_naming_the_stuck_stages():
     s.per_stage[1][0] = (1, 2, "F")
     with pytest.raises(ValueError, match=r"stage 1 lists \(1, 2, 'F'\): not \(stage, "):
         pipeline_schedule.simulate(s)
-    with pytest.raises(ValueError, match="unknown schedule 'interleaved'"):
-        pipeline_schedule.make_schedule("interleaved", 2, 4)
+    with pytest.raises(ValueError, match="unknown schedule 'zb'"):
+        pipeline_schedule.make_schedule("zb", 2, 4)
     with pytest.raises(ValueError, match="microbatches must be an integer >= 1, got 0"):
         pipeline_schedule.make_schedule("gpipe", 2, 0)
 
 
-@pytest.mark.parametrize("kind", pipeline_schedule.KINDS)
+@pytest.mark.parametrize("kind", ONE_CHUNK)
 @pytest.mark.parametrize("stalled,at,message", [
     (1, Action(1, 0, "F"), "the forward activation of microbatch 0 from stage 0 to stage 1 did "
                            "not arrive within 200 ms (stage 1 is late)"),
@@ -289,7 +412,8 @@ def test_bad_configurations_are_refused_naming_the_values():
     config = small_config()  # 2 layers, batch 4
     with pytest.raises(ValueError, match=r"the batch of 4 rows does not split into 3 microbatches"):
         gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "1f1b", 3)
-    with pytest.raises(ValueError, match="2 layers do not fill 4 stages"):
+    with pytest.raises(ValueError, match=re.escape("2 layers do not fill 4 virtual stages "
+                                                   "(4 stages x 1 chunks)")):
         gpt_pipeline.GptPipeline(config, tessel.create_mesh([("stage", 4), ("batch", 1)]),
                                  "gpipe", 2)
     with pytest.raises(ValueError, match=r"`stage` as its first dimension.*\['batch', 'stage'\]"):
@@ -301,6 +425,18 @@ def test_bad_configurations_are_refused_naming_the_values():
         gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "1f1b", 2, -1)
     with pytest.raises(ValueError, match="unknown schedule 'zb'"):
         gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "zb", 2)
+    with pytest.raises(ValueError, match=re.escape("2 layers do not fill 4 virtual stages "
+                                                   "(2 stages x 2 chunks)")):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "interleaved", 2,
+                                 chunks=2)
+    config.n_layer = 4
+    with pytest.raises(ValueError, match=re.escape("microbatches (1) to be a multiple of the "
+                                                   "stages (2)")):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "interleaved", 1,
+                                 chunks=2)
+    with pytest.raises(ValueError, match="interleaved needs >= 2 chunks per stage, got 1"):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "interleaved", 2)
+    config.n_layer = 2
     pipeline = gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "1f1b", 2)
     x = np.zeros((3, config.block_size), np.int32)
     with pytest.raises(ValueError, match=r"token ids \[3, 16\] .* multiple of the 2 microbatches"):
@@ -316,9 +452,16 @@ def test_main_trains_and_prints_the_schedule(capsys):
     assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1,model=2",
                               "--microbatches", "2", "--schedule", "gpipe", "--steps", "3"]) == 0
     out = capsys.readouterr().out
-    assert "schedule gpipe: 2 stages, 2 microbatches" in out
+    assert "schedule gpipe: 2 stages x 1 chunk, 2 microbatches" in out
     assert "stage 1: layers 1..1, final norm and head" in out
     assert "step    2 loss" in out
     assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1",
                               "--microbatches", "4", "--print-schedule"]) == 0
     assert "stage 1: F0 B0 F1 B1 F2 B2 F3 B3" in capsys.readouterr().out
+    assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1,model=1",
+                              "--microbatches", "2", "--schedule", "interleaved", "--layers", "4",
+                              "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "schedule interleaved: 2 stages x 2 chunks, 2 microbatches" in out
+    assert "virtual stage 2 (stage 0, chunk 1): layers 2..2\n" in out
+    assert "step    1 loss" in out
