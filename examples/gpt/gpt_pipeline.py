@@ -342,6 +342,15 @@ def main(argv=None):
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                        "data", "shakespeare_char", "input.txt"))
     args = parser.parse_args(argv)
+    # Under mpirun, MPI for the whole run (MPI_Finalize once it has ended).
+    mpi = tessel.MpiEnvironment() if tessel.client_config().num_clients > 1 else None
+    status = train(args)
+    del mpi
+    return status
+
+
+def train(args):
+    """main()'s run of its parsed arguments."""
     config = gpt.Config(args.config)
     config.recompute, config.fsdp = args.recompute, args.fsdp
     if args.layers is not None:
@@ -349,9 +358,7 @@ def main(argv=None):
     config.lr_decay_iters = args.steps
     config.warmup_iters = min(config.warmup_iters, args.steps // 10)
     chunks = args.chunks if args.chunks is not None else 2 if args.schedule == "interleaved" else 1
-    client = tessel.client_config()
-    mpi = tessel.MpiEnvironment() if client.num_clients > 1 else None  # noqa: F841 (lives on)
-    say = print if client.client_id == 0 else lambda *a, **k: None
+    say = print if tessel.client_config().client_id == 0 else lambda *a, **k: None
     pipeline = GptPipeline(config, process_mesh(args.mesh), args.schedule, args.microbatches,
                            chunks=chunks)
     say(pipeline.schedule, flush=True)

@@ -258,7 +258,8 @@ def test_schedules_equal_the_clis(kind, p, m, v):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    cut = next(i for i, line in enumerate(lines) if re.match(r"(virtual )?stage \d+.*: layers", line))
+    cut = next(i for i, line in enumerate(lines)
+               if re.match(r"(virtual )?stage \d+.*: layers", line))
     assert str(pipeline_schedule.make_schedule(kind, p, m, chunks=v)).splitlines() == lines[:cut]
 
 
