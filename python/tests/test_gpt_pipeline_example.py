@@ -449,6 +449,24 @@ def test_bad_configurations_are_refused_naming_the_values():
         pipeline.clip_by_global_norm(params, 0)
 
 
+def test_process_mesh_gives_each_process_its_share(monkeypatch):
+    """process_mesh under mpirun's variables (no MPI needed to make the mesh): process 1 of 2
+    holds stage 1's devices; devices that do not split over 3 processes are refused."""
+    for name in ["TESSEL_NUM_CLIENTS", "DTENSOR_NUM_CLIENTS", "TESSEL_CLIENT_ID",
+                 "DTENSOR_CLIENT_ID", "TESSEL_JOB_NAME", "DTENSOR_JOB_NAME"]:
+        monkeypatch.delenv(name, raising=False)
+    assert gpt_pipeline.process_mesh("stage=2,batch=1,model=2").num_local_devices() == 4
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    mesh = gpt_pipeline.process_mesh("stage=2,batch=1,model=2")
+    assert list(mesh.local_device_ids()) == [2, 3]
+    assert [m.num_local_devices() for m in gpt_pipeline.stage_meshes(mesh)] == [0, 2]
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
+    with pytest.raises(ValueError, match=re.escape("the mesh stage=2,batch=1,model=2's 4 devices "
+                                                   "do not split evenly over 3 processes")):
+        gpt_pipeline.process_mesh("stage=2,batch=1,model=2")
+
+
 def test_main_trains_and_prints_the_schedule(capsys):
     assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1,model=2",
                               "--microbatches", "2", "--schedule", "gpipe", "--steps", "3"]) == 0
