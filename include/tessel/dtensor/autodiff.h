@@ -22,10 +22,25 @@
 // (tape_memory.h counts what tapes keep). recompute_grad.h keeps even less: a function's inputs,
 // its inside recomputed in the backward pass.
 //
+// The backward pass in two halves (zero-bubble pipeline schedules, Qi et al. 2024; PyTorch's
+// stage_backward_input / stage_backward_weight):
+//
+//   std::vector<DTensor> dx = tape.backward_input(y, {x}, dy);   // what the previous stage needs
+//   ...                                                           // other work meanwhile
+//   std::vector<DTensor> dw = tape.backward_weight({w1, w2});     // the weights' gradients
+//
+// backward_input runs the VJPs of the ops a watched input `x` flows into, asking each only for
+// the gradients on that path (VjpArgs::wanted): matmul then computes dx = dy w^T and not dw =
+// x^T dy. The records whose other gradients wait stay on the tape with their output's gradient;
+// backward_weight computes those, then walks the rest (the ops on the weights alone: a cast, an
+// fsdp gather). Together they give gradient()'s values: the same VJPs, summed in the same order.
+// What the weight half reads stays alive until it runs (a pipeline stage keeps it in between).
+//
 // Errors: a non-scalar target is summed first (TF), or weighted by output_gradient; an op
 // without a VJP on the path: kUnimplemented naming it; gradient() twice on a non-persistent
-// tape: kFailedPrecondition; an output_gradient of another shape or dtype than the target:
-// kInvalidArgument naming both.
+// tape, backward_weight without backward_input before it, backward_input twice, gradient()
+// between the two halves, the halves on a persistent tape: kFailedPrecondition; an
+// output_gradient of another shape or dtype than the target: kInvalidArgument naming both.
 //
 // Thread safety: a tape records the ops of the thread that made it; nested tapes record
 // independently (higher-order gradients). A tape may be destroyed on any thread.
@@ -63,6 +78,13 @@ class GradientTape {
   // target does not depend on gets zeros.
   std::vector<DTensor> gradient(const DTensor& target, const std::vector<DTensor>& sources,
                                 const DTensor& output_gradient = DTensor());
+  // The first half of gradient(): the gradients of `inputs` only (see above). A non-persistent
+  // tape only.
+  std::vector<DTensor> backward_input(const DTensor& target, const std::vector<DTensor>& inputs,
+                                      const DTensor& output_gradient = DTensor());
+  // The second half: the gradients of `weights` (any watched tensors) from what backward_input
+  // left on the tape, each reduced to its tensor's layout as gradient() reduces it.
+  std::vector<DTensor> backward_weight(const std::vector<DTensor>& weights);
 
   // ---- internal: called by call_op, relayout and recompute_grad --------------------------
   struct Record;
@@ -92,14 +114,25 @@ class GradientTape {
   bool records(const std::vector<DTensor>& original_inputs) const;
   void add_record(Record record);
   void release(Record& record);
+  // Which records a walk of the tape runs (see backward_input).
+  enum class Half { kWhole, kInput, kWeight };
+  struct Split;  // what backward_input leaves for backward_weight
   std::vector<DTensor> backward(const DTensor& target, const std::vector<DTensor>& sources,
                                 const DTensor& output_gradient, bool reduce);
+  // The gradients of the target (d target = output_gradient, or ones) to start a walk with.
+  void start(const DTensor& target, const DTensor& output_gradient);
+  // Walks the records backwards from the gradients in split_, running the VJPs `half` takes;
+  // the gradients of `sources` are kept (not let go after use).
+  void walk(Half half, const std::vector<DTensor>& sources);
+  // Each source's gradient (zeros where none reached it), reduced to its layout when `reduce`.
+  std::vector<DTensor> collect(const std::vector<DTensor>& sources, bool reduce);
   bool persistent_;
   bool used_ = false;
   bool recording_ = true;
   std::vector<uint64_t> watched_;  // ids, sorted: the watched tensors and what depends on them
   std::vector<uint64_t> sources_;  // ids, sorted: the tensors watch() was given
   std::vector<Record> records_;
+  std::unique_ptr<Split> split_;  // a walk's gradients; between the halves, what waits
 };
 
 // fn(params) and the gradients of its (summed) result with respect to params.

@@ -244,6 +244,12 @@ struct VjpArgs {
   DTensor grad;                 // d loss / d output, in the output's layout
   const OpAttrs* attrs = nullptr;
   std::vector<DTensor> saved;  // what OpDef::save computed when the call was recorded
+  // The inputs whose gradients the tape needs now (empty: all). A VJP may return a null DTensor
+  // for an input that is not wanted, and skip its work (matmul's weight gradient while a
+  // zero-bubble pipeline's backward pass computes only the input gradients; an input that no
+  // watched tensor flows into); it may also compute it, which is never wrong.
+  std::vector<bool> wanted;
+  bool wants(size_t k) const { return wanted.empty() || (k < wanted.size() && wanted[k]); }
 };
 
 struct OpDef {

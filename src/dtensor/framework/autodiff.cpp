@@ -8,6 +8,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/errors.h"
 #include "dtensor/dtensor_internal.h"
@@ -31,6 +32,22 @@ struct GradientTape::Record {
   std::vector<DTensor> saved;  // OpDef::save's
   std::shared_ptr<const OpAttrs> attrs;
   std::vector<DTensor> counted;  // what tape_memory counts for this record
+};
+
+// A walk's gradients, and what a split backward pass keeps between its halves: which records
+// the input half runs (those whose output a watched input flows into: on_input_path, with the
+// ids on that path), and per record the inputs whose gradients wait for the weight half with the
+// output gradient they are computed from.
+struct GradientTape::Split {
+  std::unordered_map<uint64_t, DTensor> grads;
+  std::vector<uint64_t> input_path_ids;  // sorted
+  std::vector<char> on_input_path;       // per record
+  std::vector<std::vector<bool>> waiting;
+  std::vector<DTensor> waiting_grad;
+  bool between = false;  // backward_input ran, backward_weight has not
+  bool on_path(uint64_t id) const {
+    return std::binary_search(input_path_ids.begin(), input_path_ids.end(), id);
+  }
 };
 
 namespace {
@@ -145,11 +162,6 @@ GradientTape::GradientTape(bool persistent) : persistent_(persistent) {
   t.count.fetch_add(1);
 }
 
-GradientTape::~GradientTape() {
-  unregister(this);
-  for (Record& r : records_) release(r);
-}
-
 void GradientTape::stop_recording() { unregister(this); }
 
 bool GradientTape::any() { return tapes().count.load(std::memory_order_relaxed) != 0; }
@@ -261,9 +273,17 @@ std::vector<DTensor> GradientTape::gradient_with_pending(const DTensor& target,
   return backward(target, sources, output_gradient, /*reduce=*/false);
 }
 
-std::vector<DTensor> GradientTape::backward(const DTensor& target,
-                                            const std::vector<DTensor>& sources,
-                                            const DTensor& output_gradient, bool reduce) {
+GradientTape::~GradientTape() {
+  unregister(this);
+  for (Record& r : records_) release(r);
+}
+
+void GradientTape::start(const DTensor& target, const DTensor& output_gradient) {
+  if (split_ && split_->between) {
+    detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
+                        "backward_input() ran on this tape and backward_weight() has not: the "
+                        "backward pass is half done");
+  }
   if (used_ && !persistent_) {
     detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
                         "gradient() was already called on this non-persistent tape");
@@ -277,26 +297,29 @@ std::vector<DTensor> GradientTape::backward(const DTensor& target,
                           dtype_name(target.dtype()), target.shape().to_string());
   }
   used_ = true;
+  split_ = std::make_unique<Split>();
+  DTensor& g = split_->grads[target.id()];
+  if (output_gradient.defined()) {
+    const Layout want = keep_pending(output_gradient.layout(), target.layout().without_partial());
+    g = output_gradient.layout() == want ? output_gradient : relayout(output_gradient, want);
+  } else {
+    g = ones_like(target.layout().is_partial()
+                      ? DTensor(target.layout().without_partial(), target.shape(), target.dtype(),
+                                target.components(), target.runtime())
+                      : target);
+  }
+}
+
+void GradientTape::walk(Half half, const std::vector<DTensor>& sources) {
   recording_ = false;  // the VJPs' ops are not part of this tape (outer tapes still record them)
   struct Resume {
     bool& flag;
     ~Resume() { flag = true; }
   } resume{recording_};
-
+  Split& split = *split_;
+  std::unordered_map<uint64_t, DTensor>& grads = split.grads;
   std::unordered_set<uint64_t> source_ids;
   for (const DTensor& s : sources) source_ids.insert(s.id());
-  std::unordered_map<uint64_t, DTensor> grads;
-  if (output_gradient.defined()) {
-    const Layout want = keep_pending(output_gradient.layout(), target.layout().without_partial());
-    grads[target.id()] =
-        output_gradient.layout() == want ? output_gradient : relayout(output_gradient, want);
-  } else {
-    grads[target.id()] =
-        ones_like(target.layout().is_partial()
-                      ? DTensor(target.layout().without_partial(), target.shape(), target.dtype(),
-                                target.components(), target.runtime())
-                      : target);
-  }
   const auto accumulate = [&](uint64_t id, const DTensor& gk) {
     auto [slot, fresh] = grads.try_emplace(id, gk);
     if (!fresh) slot->second = add(slot->second, gk);
@@ -308,17 +331,34 @@ std::vector<DTensor> GradientTape::backward(const DTensor& target,
     for (size_t i = 0; i < relaid.size(); ++i) accumulate(pending.ids[i], relaid[i]);
     pending = PendingRelayouts{};
   };
-  for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
-    Record& r = *it;
+  for (size_t i = records_.size(); i-- > 0;) {
+    Record& r = records_[i];
+    const bool input_half = half != Half::kWhole && split.on_input_path[i] != 0;
+    if (half == Half::kInput && !input_half) continue;  // the weight half's
+    DTensor grad;
+    std::vector<bool> wanted(r.original_ids.size());
+    if (half == Half::kWeight && input_half) {
+      if (split.waiting[i].empty()) continue;  // the input half ran it whole
+      wanted = std::exchange(split.waiting[i], {});
+      grad = std::exchange(split.waiting_grad[i], DTensor());
+    } else {
+      auto g = grads.find(r.output_id);
+      if (g == grads.end()) {
+        if (!persistent_) release(r);
+        continue;
+      }
+      grad = g->second;
+      // The output's gradient has no other use once its VJP has it (a source's is returned).
+      if (source_ids.count(r.output_id) == 0) grads.erase(g);
+      for (size_t k = 0; k < wanted.size(); ++k) {
+        wanted[k] = half == Half::kInput ? split.on_path(r.original_ids[k])
+                                         : depends(r.original_ids[k]);
+      }
+    }
     const bool defers = r.def == &detail::relayout_op() && r.original_ids.size() == 1 &&
                         source_ids.count(r.original_ids[0]) != 0 &&
                         !pending.holds(r.original_ids[0]);
     if (!defers) flush();
-    auto g = grads.find(r.output_id);
-    if (g == grads.end()) {
-      if (!persistent_) release(r);
-      continue;
-    }
     if (!r.def->vjp) {
       detail::throw_error(ErrorCode::kUnimplemented, kComponent,
                           "op '{}' has no gradient (VJP) and lies on the path to the target",
@@ -329,12 +369,28 @@ std::vector<DTensor> GradientTape::backward(const DTensor& target,
     const std::shared_ptr<const OpDef> owned_def = r.owned_def;
     const std::shared_ptr<const OpAttrs> attrs = r.attrs;
     const OpDef& def = *r.def;
-    VjpArgs args{r.inputs, r.output, g->second, attrs.get(), r.saved};
-    // The output's gradient has no other use once its VJP has it (a source's is returned).
-    if (source_ids.count(r.output_id) == 0) grads.erase(g);
-    if (!persistent_) release(r);
+    VjpArgs args{r.inputs, r.output, grad, attrs.get(), r.saved, wanted};
+    if (!persistent_ && half != Half::kInput) release(r);
     const std::vector<DTensor> input_grads = def.vjp(args);
     args = VjpArgs{};
+    if (half == Half::kInput) {
+      // The gradients the VJP left out that a watched tensor needs wait for the weight half,
+      // with the record.
+      std::vector<bool> waits(wanted.size());
+      bool any = false;
+      for (size_t k = 0; k < waits.size(); ++k) {
+        const bool given = k < input_grads.size() && input_grads[k].defined();
+        waits[k] = !wanted[k] && !given && depends(r.original_ids[k]);
+        any = any || waits[k];
+      }
+      if (any) {
+        split.waiting[i] = std::move(waits);
+        split.waiting_grad[i] = grad;
+      } else {
+        release(r);
+      }
+    }
+    grad = DTensor();
     for (size_t k = 0; k < input_grads.size() && k < r.original_ids.size(); ++k) {
       DTensor gk = input_grads[k];
       if (!gk.defined() || !depends(r.original_ids[k])) continue;
@@ -350,22 +406,73 @@ std::vector<DTensor> GradientTape::backward(const DTensor& target,
     }
   }
   flush();
-  if (!persistent_) records_.clear();
+}
+
+std::vector<DTensor> GradientTape::collect(const std::vector<DTensor>& sources, bool reduce) {
   std::vector<DTensor> out;
   std::vector<Layout> layouts;
   for (const DTensor& s : sources) {
-    auto g = grads.find(s.id());
+    auto g = split_->grads.find(s.id());
     if (!reduce) {
-      out.push_back(g != grads.end() ? g->second : DTensor());
+      out.push_back(g != split_->grads.end() ? g->second : DTensor());
       continue;
     }
-    out.push_back(g != grads.end() ? g->second : zeros_like(s));
+    out.push_back(g != split_->grads.end() ? g->second : zeros_like(s));
     layouts.push_back(s.layout());
   }
   if (!reduce) return out;
   // Its own phase in the op profile: the reduction's share of a step is read off the table.
   const ProfilePhase reduction("gradient reduction");
   return relayout_batch(out, layouts);
+}
+
+std::vector<DTensor> GradientTape::backward(const DTensor& target,
+                                            const std::vector<DTensor>& sources,
+                                            const DTensor& output_gradient, bool reduce) {
+  start(target, output_gradient);
+  walk(Half::kWhole, sources);
+  if (!persistent_) records_.clear();
+  std::vector<DTensor> out = collect(sources, reduce);
+  split_.reset();
+  return out;
+}
+
+std::vector<DTensor> GradientTape::backward_input(const DTensor& target,
+                                                  const std::vector<DTensor>& inputs,
+                                                  const DTensor& output_gradient) {
+  if (persistent_) {
+    detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
+                        "backward_input() on a persistent tape: the split backward pass lets go "
+                        "of each record as it runs; use gradient()");
+  }
+  start(target, output_gradient);
+  Split& split = *split_;
+  for (const DTensor& x : inputs) insert_sorted(split.input_path_ids, x.id());
+  split.on_input_path.assign(records_.size(), 0);
+  for (size_t i = 0; i < records_.size(); ++i) {
+    for (uint64_t id : records_[i].original_ids) {
+      if (split.on_path(id)) split.on_input_path[i] = 1;
+    }
+    if (split.on_input_path[i] != 0) insert_sorted(split.input_path_ids, records_[i].output_id);
+  }
+  split.waiting.assign(records_.size(), {});
+  split.waiting_grad.assign(records_.size(), DTensor());
+  walk(Half::kInput, inputs);
+  split.between = true;
+  return collect(inputs, /*reduce=*/true);
+}
+
+std::vector<DTensor> GradientTape::backward_weight(const std::vector<DTensor>& weights) {
+  if (!split_ || !split_->between) {
+    detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
+                        "backward_weight() needs backward_input() on this tape first");
+  }
+  split_->between = false;
+  walk(Half::kWeight, weights);
+  records_.clear();
+  std::vector<DTensor> out = collect(weights, /*reduce=*/true);
+  split_.reset();
+  return out;
 }
 
 std::pair<DTensor, std::vector<DTensor>> value_and_grad(

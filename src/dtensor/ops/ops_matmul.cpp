@@ -650,8 +650,8 @@ std::vector<DTensor> einsum_vjp(std::string_view op, const VjpArgs& args) {
   const DTensor& a = args.inputs[0];
   const DTensor& b = args.inputs[1];
   const Equation eq = equation_of(op, a.shape(), b.shape(), *args.attrs);
-  return {operand_grad(args.grad, eq.out, b, eq.b, eq.a, a),
-          operand_grad(a, eq.a, args.grad, eq.out, eq.b, b)};
+  return {args.wants(0) ? operand_grad(args.grad, eq.out, b, eq.b, eq.a, a) : DTensor(),
+          args.wants(1) ? operand_grad(a, eq.a, args.grad, eq.out, eq.b, b) : DTensor()};
 }
 
 void add_op(OpRegistry& registry, std::string_view name) {

@@ -308,9 +308,10 @@ void register_norm(OpRegistry& registry, std::string_view name, bool with_bias, 
     // Both gradient ops demand g laid out as x's rows: relaid out once here, a Partial g (after a
     // column-parallel matmul's backward) is reduced once instead of by each op.
     const DTensor g = relayout(a.grad, rows_layout(x.layout()));
-    std::vector<DTensor> grads{call_op(ops.grad, {x, a.inputs[1], g, stats}),
-                               call_op(ops.weight_grad, {x, g, stats})};
-    if (a.inputs.size() > 2) {
+    std::vector<DTensor> grads{
+        a.wants(0) ? call_op(ops.grad, {x, a.inputs[1], g, stats}) : DTensor(),
+        a.wants(1) ? call_op(ops.weight_grad, {x, g, stats}) : DTensor()};
+    if (a.inputs.size() > 2 && a.wants(2)) {
       std::vector<int64_t> rows(static_cast<size_t>(x.rank() - 1));
       for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
       grads.push_back(reduce_sum(g, rows));

@@ -243,7 +243,7 @@ TEST(NnOps, CrossEntropyGradientOfLabelsIsNull) {
   const DTensor out = sparse_softmax_cross_entropy_with_logits(labels, logits);
   const OpAttrs attrs;
   const std::vector<DTensor> grads =
-      def.vjp(VjpArgs{{labels, logits}, out, ones_like(out), &attrs, {}});
+      def.vjp(VjpArgs{{labels, logits}, out, ones_like(out), &attrs, {}, {}});
   ASSERT_EQ(grads.size(), 2u);
   EXPECT_FALSE(grads[0].defined());
   // softmax = 1/2 each; minus the one-hot of the label.
