@@ -151,6 +151,40 @@ several gradient() calls. A source the target does not depend on gets zeros (TF:
           py::arg("target"), py::arg("sources"), py::arg("output_gradients") = py::none(),
           "d sum(target * output_gradients) / d source in each source's layout (None: "
           "d sum(target)): a DTensor for a DTensor, a list for a list.")
+      .def(
+          "backward_input",
+          [](Tape& self, const DTensor& target, py::handle inputs,
+             const std::optional<DTensor>& output_gradients) -> py::object {
+            GradientTape& tape = self.tape("backward_input");
+            auto [list, single] = to_dtensors(inputs, "backward_input: inputs");
+            std::vector<DTensor> grads;
+            {
+              py::gil_scoped_release release;
+              grads = tape.backward_input(target, list, output_gradients.value_or(DTensor()));
+            }
+            if (single) return wrap_dtensor(std::move(grads.at(0)));
+            return wrap_dtensors(std::move(grads));
+          },
+          py::arg("target"), py::arg("inputs"), py::arg("output_gradients") = py::none(),
+          "The first half of gradient() (zero-bubble pipelines; PyTorch's "
+          "stage_backward_input): the gradients of `inputs` only; each matmul's weight "
+          "gradient waits on the tape for backward_weight(). A non-persistent tape only.")
+      .def(
+          "backward_weight",
+          [](Tape& self, py::handle weights) -> py::object {
+            GradientTape& tape = self.tape("backward_weight");
+            auto [list, single] = to_dtensors(weights, "backward_weight: weights");
+            std::vector<DTensor> grads;
+            {
+              py::gil_scoped_release release;
+              grads = tape.backward_weight(list);
+            }
+            if (single) return wrap_dtensor(std::move(grads.at(0)));
+            return wrap_dtensors(std::move(grads));
+          },
+          py::arg("weights"),
+          "The second half: the gradients of `weights` (watched DTensors) from what "
+          "backward_input() left; with it, gradient()'s values bit for bit.")
       .def("reset", &Tape::reset,
            "Forgets what was recorded and watched (inside a `with`: records afresh).");
 }

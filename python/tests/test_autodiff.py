@@ -114,6 +114,46 @@ def test_non_persistent_tape_gives_one_gradient(mesh):
     assert isinstance(info.value, tessel.FailedPreconditionError)
 
 
+def test_backward_in_two_halves_matches_numpy_and_gradient(mesh):
+    """backward_input then backward_weight (zero-bubble pipelines): the input's gradient first,
+    the weights' after, each the numpy value and gradient()'s bit for bit."""
+    x, w1, w2, g = rand((4, 6), 21), rand((6, 8), 22), rand((8, 6), 23), rand((4, 6), 24)
+    dx, dg = put(x, ("x", "unsharded"), mesh), put(g, ("x", "unsharded"), mesh)
+    d1, d2 = put(w1, ("unsharded", "y"), mesh), put(w2, ("y", "unsharded"), mesh)
+
+    def recorded():
+        with tessel.GradientTape() as tape:
+            tape.watch([dx, d1, d2])
+            y = tessel.matmul(tessel.tanh(tessel.matmul(dx, d1)), d2)
+        return tape, y
+
+    tape, y = recorded()
+    whole = tape.gradient(y, [dx, d1, d2], output_gradients=dg)
+    tape, y = recorded()
+    gx = tape.backward_input(y, dx, output_gradients=dg)
+    assert isinstance(gx, tessel.DTensor)
+    g1, g2 = tape.backward_weight([d1, d2])
+    t = np.tanh(x @ w1)
+    dh = (g @ w2.T) * (1 - t ** 2)
+    assert_allclose(host(gx), dh @ w1.T, rtol=1e-12, atol=1e-14)
+    assert_allclose(host(g1), x.T @ dh, rtol=1e-12, atol=1e-14)
+    assert_allclose(host(g2), t.T @ g, rtol=1e-12, atol=1e-14)
+    for split, plain in zip([gx, g1, g2], whole):
+        assert split.layout == plain.layout
+        assert_array_equal(host(split), host(plain))
+    with pytest.raises(tessel.FailedPreconditionError, match="needs backward_input"):
+        tape.backward_weight([d1])
+    tape, y = recorded()
+    tape.backward_input(y, [dx], output_gradients=dg)
+    with pytest.raises(tessel.FailedPreconditionError, match="half done"):
+        tape.gradient(y, [d1])
+    with tessel.GradientTape(persistent=True) as tape:
+        tape.watch(dx)
+        y = tessel.tanh(dx)
+    with pytest.raises(tessel.FailedPreconditionError, match="persistent tape"):
+        tape.backward_input(y, [dx])
+
+
 def test_persistent_tape_gives_several_gradients(mesh):
     a = rand((4,), 13)
     d = put(a, ("x",), mesh)
