@@ -40,7 +40,7 @@ constexpr const char* kHelp =
     "                        [--recompute none|selective|full] [--fsdp] [--dtype f32|bf16|f16]\n"
     "                        [--attention fused|composed]\n"
     "                        [--data FILE] [--json]\n"
-    "                        [--schedule gpipe|1f1b|interleaved] [--microbatches M] [--chunks V]\n"
+    "                        [--schedule gpipe|1f1b|interleaved|zero-bubble] [--microbatches M] [--chunks V]\n"
     "                        [--stage-threads]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"

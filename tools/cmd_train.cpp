@@ -57,7 +57,7 @@ constexpr const char* kHelp =
     "  --mesh BxM          batch x model mesh, also batch=B,model=M (default 2x2); gpt:\n"
     "                      stage=S,batch=B,model=M cuts the model into S pipeline stages\n"
     "                      (docs/pipeline.md), each on a batch x model sub-mesh\n"
-    "  --schedule NAME     with stages: gpipe, 1f1b (default) or interleaved\n"
+    "  --schedule NAME     with stages: gpipe, 1f1b (default), interleaved or zero-bubble\n"
     "  --microbatches N    with stages: microbatches per step (default: the stages); the\n"
     "                      batch must split into them\n"
     "  --chunks V          with stages: model chunks per stage (interleaved: default 2)\n"
@@ -169,8 +169,10 @@ Options parse(const Args& args) {
     std::tie(o.mesh_batch, o.mesh_model) = parse_mesh_shape(flags, flag, v, &o.mesh_stage);
   });
   flags.custom({"--schedule"}, [&](const std::string& flag, const std::string& v) {
-    if (v != "gpipe" && v != "1f1b" && v != "interleaved") {
-      flags.fail(fmt::format("{} expects gpipe, 1f1b or interleaved, got '{}'", flag, v));
+    try {
+      train::parse_schedule_kind(v);
+    } catch (const Error& e) {
+      flags.fail(fmt::format("{}: {}", flag, e.what()));
     }
     o.schedule = v;
   });

@@ -407,23 +407,51 @@ DTensor GptPipeline::backward(const train::PipelineAction& a, StepState& st,
   const int k = a.virtual_stage(p);
   StepState::Work& w = st.work[static_cast<size_t>(k * m + a.microbatch)];
   const std::vector<DTensor>& pv = st.views[static_cast<size_t>(a.stage)];
+  if (schedule_.splits_backward()) {
+    // The input's gradient only; the weights' wait on the tape for the W action.
+    std::vector<DTensor> inputs;
+    if (k > 0) inputs.push_back(w.input);
+    const std::vector<DTensor> g = w.tape->backward_input(w.output, inputs, output_gradient);
+    w.input = w.output = DTensor();  // the tape keeps what the weight gradients read
+    return k > 0 ? g[0] : DTensor();
+  }
   const std::vector<size_t> used = parameters_of(k);
   std::vector<DTensor> sources;
   if (k > 0) sources.push_back(w.input);
   for (size_t i : used) sources.push_back(pv[i]);
-  const std::vector<DTensor> g = w.tape->gradient(w.output, sources, output_gradient);
+  std::vector<DTensor> g = w.tape->gradient(w.output, sources, output_gradient);
   w = StepState::Work{};  // the activations this microbatch kept here are let go
-  size_t next = 0;
-  DTensor input_gradient = k > 0 ? g[next++] : DTensor();
-  for (size_t i : used) {
-    const DTensor& gi = g[next++];
+  DTensor input_gradient;
+  if (k > 0) {
+    input_gradient = g.front();
+    g.erase(g.begin());
+  }
+  add_to_sums(k, g, st);
+  return input_gradient;
+}
+
+void GptPipeline::weight_backward(const train::PipelineAction& a, StepState& st) const {
+  const RelayoutTimeoutScope deadline(options_.timeout);  // the gradients' reductions over batch
+  const int k = a.virtual_stage(stages());
+  StepState::Work& w = st.work[static_cast<size_t>(k * schedule_.microbatches + a.microbatch)];
+  const std::vector<DTensor>& pv = st.views[static_cast<size_t>(a.stage)];
+  std::vector<DTensor> weights;
+  for (size_t i : parameters_of(k)) weights.push_back(pv[i]);
+  const std::vector<DTensor> g = w.tape->backward_weight(weights);
+  w = StepState::Work{};  // the activations this microbatch kept here are let go
+  add_to_sums(k, g, st);
+}
+
+void GptPipeline::add_to_sums(int k, const std::vector<DTensor>& grads, StepState& st) const {
+  const std::vector<size_t> used = parameters_of(k);
+  for (size_t j = 0; j < used.size(); ++j) {
+    const size_t i = used[j];
     if (i == wte_ && k != 0) {
-      st.wte_copy_sum = add_or_take(st.wte_copy_sum, gi);
+      st.wte_copy_sum = add_or_take(st.wte_copy_sum, grads[j]);
     } else {
-      st.sums[i] = add_or_take(st.sums[i], gi);
+      st.sums[i] = add_or_take(st.sums[i], grads[j]);
     }
   }
-  return input_gradient;
 }
 
 void GptPipeline::run_stage_threads(StepState& st, const Mover& move) const {
@@ -440,6 +468,10 @@ void GptPipeline::run_stage_threads(StepState& st, const Mover& move) const {
         for (const train::PipelineAction& a : schedule_.per_stage[static_cast<size_t>(s)]) {
           if (mail.failed()) return;
           if (options_.before_action) options_.before_action(a);
+          if (a.pass == train::Pass::kWeight) {  // local: nothing moves
+            weight_backward(a, st);
+            continue;
+          }
           const int k = a.virtual_stage(p), mb = a.microbatch;
           const bool forward_pass = a.pass == train::Pass::kForward;
           // What this action receives: the previous virtual stage's activation, or the next
@@ -509,6 +541,7 @@ void GptPipeline::run_one_controller(StepState& st, const Mover& move,
       const train::PipelineAction& a = timeline[i].action;
       if (options_.before_action) options_.before_action(a);
       const int k = a.virtual_stage(p), mb = a.microbatch;
+      if (a.pass == train::Pass::kWeight) continue;  // receives nothing
       if (a.pass == train::Pass::kForward) {
         if (k > 0) {
           received[i - first] =
@@ -532,6 +565,10 @@ void GptPipeline::run_one_controller(StepState& st, const Mover& move,
       const int k = a.virtual_stage(p), mb = a.microbatch;
       if (a.pass == train::Pass::kForward) {
         forward(a, st, std::move(received[i - first]));
+        return;
+      }
+      if (a.pass == train::Pass::kWeight) {
+        weight_backward(a, st);
         return;
       }
       const DTensor g = backward(a, st, received[i - first]);

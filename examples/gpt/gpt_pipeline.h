@@ -2,8 +2,8 @@
 // stage's layers and parameters on its sub-mesh (batch x model: data and tensor parallel within
 // the stage as GptModel is), the activations and their gradients moved between neighbouring
 // stages by relayouts to the other stage's sub-mesh (one send_recv each), the microbatches run
-// in the order of a schedule (train::PipelineSchedule: gpipe, 1f1b or interleaved), their
-// gradients accumulated.
+// in the order of a schedule (train::PipelineSchedule: gpipe, 1f1b, interleaved or
+// zero-bubble), their gradients accumulated.
 //
 //   Mesh mesh = parse_mesh("stage=2,batch=1,model=2");
 //   GptPipeline pipe(GptConfig::preset("tiny"), mesh,
@@ -159,8 +159,13 @@ class GptPipeline {
   void forward(const train::PipelineAction& a, StepState& st, DTensor input) const;
   // Action `a`'s backward given its output's gradient (null for the last virtual stage): the
   // parameters' gradients added to the sums, the input's gradient returned (null for the first).
+  // When the schedule splits backwards (zero-bubble), only the input's gradient: the
+  // parameters' wait on the microbatch's tape for weight_backward (the W action).
   DTensor backward(const train::PipelineAction& a, StepState& st,
                    const DTensor& output_gradient) const;
+  void weight_backward(const train::PipelineAction& a, StepState& st) const;
+  // Virtual stage k's parameters' gradients (in parameters_of(k)'s order) added to the sums.
+  void add_to_sums(int k, const std::vector<DTensor>& grads, StepState& st) const;
   // Every stage's actions, each stage on its own thread (PipelineOptions::stage_threads).
   void run_stage_threads(StepState& st, const Mover& move) const;
   // Every action from this thread, in the simulated timeline's order (gradients()); copy_wte

@@ -64,8 +64,30 @@ std::vector<PipelineAction> one_forward_one_backward(const std::vector<PipelineA
   return out;
 }
 
+// ZB-H1: `one_f_one_b` (stage s's 1f1b order, its backwards now input backwards B) with each
+// weight backward W run `s` backwards after its B (the first s wait), the waiting ones last.
+std::vector<PipelineAction> with_weight_backwards(const std::vector<PipelineAction>& one_f_one_b,
+                                                  int s) {
+  std::vector<PipelineAction> out, waiting;
+  int backwards = 0;
+  for (const PipelineAction& a : one_f_one_b) {
+    out.push_back(a);
+    if (a.pass != Pass::kBackward) continue;
+    waiting.push_back(action(a.stage, a.chunk, a.microbatch, Pass::kWeight));
+    if (++backwards > s) {
+      out.push_back(waiting.front());
+      waiting.erase(waiting.begin());
+    }
+  }
+  out.insert(out.end(), waiting.begin(), waiting.end());
+  return out;
+}
+
 std::vector<PipelineAction> stage_actions(ScheduleKind kind, int s, int p, int m, int v) {
   std::vector<PipelineAction> forwards, backwards;
+  if (kind == ScheduleKind::kZeroBubble) {
+    return with_weight_backwards(stage_actions(ScheduleKind::k1F1B, s, p, m, v), s);
+  }
   if (kind != ScheduleKind::kInterleaved1F1B) {
     for (int mb = 0; mb < m; ++mb) {
       forwards.push_back(action(s, 0, mb, Pass::kForward));
@@ -88,12 +110,20 @@ std::vector<PipelineAction> stage_actions(ScheduleKind kind, int s, int p, int m
   return one_forward_one_backward(forwards, backwards, static_cast<size_t>(warmup));
 }
 
+constexpr size_t kPasses = 3;  // forward, backward, weight
+
 // Where an action's end time is kept: one slot per (pass, virtual stage, microbatch).
 size_t slot(const PipelineSchedule& s, int virtual_stage, int microbatch, Pass pass) {
-  return ((pass == Pass::kBackward ? 1u : 0u) * static_cast<size_t>(s.virtual_stages()) +
+  return (static_cast<size_t>(pass) * static_cast<size_t>(s.virtual_stages()) +
           static_cast<size_t>(virtual_stage)) *
              static_cast<size_t>(s.microbatches) +
          static_cast<size_t>(microbatch);
+}
+
+// The passes each (virtual stage, microbatch) has in `s`.
+std::vector<Pass> passes(const PipelineSchedule& s) {
+  if (s.splits_backward()) return {Pass::kForward, Pass::kBackward, Pass::kWeight};
+  return {Pass::kForward, Pass::kBackward};
 }
 
 std::string describe(const PipelineSchedule& s, int virtual_stage, int microbatch, Pass pass) {
@@ -103,12 +133,13 @@ std::string describe(const PipelineSchedule& s, int virtual_stage, int microbatc
 }
 
 // Every action on its own stage, chunk and microbatch in range, each (virtual stage,
-// microbatch) with exactly one F and one B, the F first.
+// microbatch) with exactly one F and one B (and one W when the schedule splits backwards), in
+// that order.
 void check_actions(const PipelineSchedule& s) {
   if (static_cast<int>(s.per_stage.size()) != s.stages) {
     broken(s, fmt::format("{} action lists for {} stages", s.per_stage.size(), s.stages));
   }
-  std::vector<int> seen(2 * static_cast<size_t>(s.virtual_stages() * s.microbatches), 0);
+  std::vector<int> seen(kPasses * static_cast<size_t>(s.virtual_stages() * s.microbatches), 0);
   for (int st = 0; st < s.stages; ++st) {
     for (const PipelineAction& a : s.per_stage[static_cast<size_t>(st)]) {
       const bool with_chunk = s.chunks > 1;
@@ -121,14 +152,22 @@ void check_actions(const PipelineSchedule& s) {
       const int vs = a.virtual_stage(s.stages);
       int& count = seen[slot(s, vs, a.microbatch, a.pass)];
       if (++count > 1) broken(s, fmt::format("stage {} runs {} twice", st, a.label(with_chunk)));
+      if (a.pass == Pass::kWeight && !s.splits_backward()) {
+        broken(s, fmt::format("stage {} lists {}: schedule {} does not split backwards", st,
+                              a.label(with_chunk), schedule_kind_name(s.kind)));
+      }
       if (a.pass == Pass::kBackward && seen[slot(s, vs, a.microbatch, Pass::kForward)] == 0) {
         broken(s, fmt::format("stage {} runs {} before its forward", st, a.label(with_chunk)));
+      }
+      if (a.pass == Pass::kWeight && seen[slot(s, vs, a.microbatch, Pass::kBackward)] == 0) {
+        broken(s, fmt::format("stage {} runs {} before its input backward", st,
+                              a.label(with_chunk)));
       }
     }
   }
   for (int vs = 0; vs < s.virtual_stages(); ++vs) {
     for (int mb = 0; mb < s.microbatches; ++mb) {
-      for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+      for (Pass pass : passes(s)) {
         if (seen[slot(s, vs, mb, pass)] == 0) {
           broken(s, fmt::format("{} is missing", describe(s, vs, mb, pass)));
         }
@@ -141,6 +180,7 @@ void check_actions(const PipelineSchedule& s) {
 // stage's forwards).
 std::vector<size_t> dependencies(const PipelineSchedule& s, const PipelineAction& a) {
   const int vs = a.virtual_stage(s.stages);
+  if (a.pass == Pass::kWeight) return {slot(s, vs, a.microbatch, Pass::kBackward)};
   if (a.pass == Pass::kForward) {
     if (vs == 0) return {};
     return {slot(s, vs - 1, a.microbatch, Pass::kForward)};
@@ -156,7 +196,9 @@ ScheduleKind parse_schedule_kind(std::string_view name) {
   if (name == "gpipe") return ScheduleKind::kGPipe;
   if (name == "1f1b") return ScheduleKind::k1F1B;
   if (name == "interleaved") return ScheduleKind::kInterleaved1F1B;
-  invalid(fmt::format("unknown schedule '{}': expected gpipe, 1f1b or interleaved", name));
+  if (name == "zero-bubble") return ScheduleKind::kZeroBubble;
+  invalid(fmt::format("unknown schedule '{}': expected gpipe, 1f1b, interleaved or zero-bubble",
+                      name));
 }
 
 std::string_view schedule_kind_name(ScheduleKind kind) {
@@ -164,12 +206,13 @@ std::string_view schedule_kind_name(ScheduleKind kind) {
     case ScheduleKind::kGPipe: return "gpipe";
     case ScheduleKind::k1F1B: return "1f1b";
     case ScheduleKind::kInterleaved1F1B: return "interleaved";
+    case ScheduleKind::kZeroBubble: return "zero-bubble";
   }
   return "?";
 }
 
 std::string PipelineAction::label(bool with_chunk) const {
-  const char pass_letter = pass == Pass::kForward ? 'F' : 'B';
+  const char pass_letter = pass == Pass::kForward ? 'F' : pass == Pass::kBackward ? 'B' : 'W';
   return with_chunk ? fmt::format("{}{}.{}", pass_letter, microbatch, chunk)
                     : fmt::format("{}{}", pass_letter, microbatch);
 }
@@ -186,6 +229,8 @@ PipelineSchedule make_schedule(ScheduleKind kind, int stages, int microbatches, 
 double bubble_formula(ScheduleKind kind, int stages, int microbatches, int chunks) {
   check_sizes(kind, stages, microbatches, chunks);
   const double p = stages, m = microbatches, v = chunks;
+  // A zero-bubble stage's W's fill all but (p - 1) of its 3 m units (F, B, W one each).
+  if (kind == ScheduleKind::kZeroBubble) return (p - 1) / (3 * m + p - 1);
   return (p - 1) / (v * m + p - 1);
 }
 
@@ -195,7 +240,9 @@ double ScheduleSimulation::max_idle_fraction() const {
 
 ScheduleSimulation simulate(const PipelineSchedule& s, double forward_cost, double backward_cost) {
   check_actions(s);
-  std::vector<std::optional<double>> ended(2 * static_cast<size_t>(s.virtual_stages() * s.microbatches));
+  std::vector<std::optional<double>> ended(kPasses *
+                                          static_cast<size_t>(s.virtual_stages() * s.microbatches));
+  const double split = s.splits_backward() ? 0.5 : 1.0;  // a split backward's share in B and W
   std::vector<size_t> next(static_cast<size_t>(s.stages), 0);
   std::vector<double> free_at(static_cast<size_t>(s.stages), 0.0);
   ScheduleSimulation sim;
@@ -220,11 +267,13 @@ ScheduleSimulation simulate(const PipelineSchedule& s, double forward_cost, doub
           start = std::max(start, *ended[dep]);
         }
         if (!ready) break;
-        const double cost = a.pass == Pass::kForward ? forward_cost : backward_cost;
+        const double cost = a.pass == Pass::kForward ? forward_cost : backward_cost * split;
         ended[slot(s, a.virtual_stage(s.stages), a.microbatch, a.pass)] = start + cost;
         free_at[st] = start + cost;
         sim.busy[st] += cost;
-        in_flight[st] += a.pass == Pass::kForward ? 1 : -1;
+        // Activations are let go at the end of the backward: W when split, else B.
+        const Pass frees = s.splits_backward() ? Pass::kWeight : Pass::kBackward;
+        in_flight[st] += a.pass == Pass::kForward ? 1 : a.pass == frees ? -1 : 0;
         sim.max_in_flight[st] = std::max(sim.max_in_flight[st], in_flight[st]);
         sim.timeline.push_back({a, start, start + cost});
         ++next[st];
@@ -240,7 +289,7 @@ ScheduleSimulation simulate(const PipelineSchedule& s, double forward_cost, doub
         for (size_t dep : dependencies(s, a)) {
           if (ended[dep]) continue;
           const size_t per_pass = static_cast<size_t>(s.virtual_stages() * s.microbatches);
-          const Pass pass = dep >= per_pass ? Pass::kBackward : Pass::kForward;
+          const Pass pass = static_cast<Pass>(dep / per_pass);
           const int vs = static_cast<int>((dep % per_pass) / static_cast<size_t>(s.microbatches));
           const int mb = static_cast<int>(dep % static_cast<size_t>(s.microbatches));
           waits.push_back(fmt::format("stage {} at {} waits for {}", st, a.label(s.chunks > 1),
@@ -269,11 +318,15 @@ std::string PipelineSchedule::to_string() const {
   std::ostringstream out;
   out << fmt::format(
       "schedule {}: {} stages x {} chunk{}, {} microbatches; bubble {} = {:.4f}, simulated "
-      "idle {:.4f} on the idlest stage (forward 1, backward 2); activations kept at most: {} "
+      "idle {:.4f} on the idlest stage ({}); activations kept at most: {} "
       "microbatch{} per stage\n",
       schedule_kind_name(kind), stages, chunks, chunks == 1 ? "" : "s", microbatches,
-      with_chunk ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)",
+      with_chunk               ? "(p-1)/(v*m+p-1)"
+      : splits_backward()      ? "(p-1)/(3*m+p-1)"
+                               : "(p-1)/(m+p-1)",
       bubble_formula(kind, stages, microbatches, chunks), sim.max_idle_fraction(),
+      splits_backward() ? "forward 1, input backward 1, weight backward 1"
+                        : "forward 1, backward 2",
       fmt::join(sim.max_in_flight, ", "), with_chunk ? " chunks" : "es");
   for (int st = 0; st < stages; ++st) {
     std::vector<std::string> labels;
@@ -298,7 +351,8 @@ std::string PipelineSchedule::to_string() const {
           t.action.label(with_chunk);
     }
   }
-  out << "time (one column per forward; a backward takes two):\n";
+  out << (splits_backward() ? "time (one column per forward, input backward or weight backward):\n"
+                            : "time (one column per forward; a backward takes two):\n");
   for (int st = 0; st < stages; ++st) {
     out << fmt::format("stage {} |", st);
     for (const std::string& cell : chart[static_cast<size_t>(st)]) {

@@ -12,7 +12,10 @@
 // virtual stage k runs on stage k % p as its chunk k / p (Megatron's interleaving: with v = 1,
 // stage s holds the piece s). Dependencies: F(k, mb) needs F(k - 1, mb) (its input activation),
 // B(k, mb) needs F(k, mb) and B(k + 1, mb) (its output's gradient); the last virtual stage's
-// B(mb) needs only its own F(mb) (the loss is computed there).
+// B(mb) needs only its own F(mb) (the loss is computed there). A zero-bubble schedule splits
+// each backward in two: B(k, mb) computes only its input's gradient (what the previous stage
+// waits for), W(k, mb) the weights' gradients later, after B(k, mb) on the same stage
+// (GradientTape::backward_input / backward_weight).
 //
 // Schedules:
 // - gpipe: every stage all its forwards, then all its backwards, microbatches in order; keeps
@@ -24,9 +27,14 @@
 //   stage, forwards in groups of p microbatches per chunk, warm-up (p - s - 1) * 2 + (v - 1) * p
 //   forwards (all of them when m == p); needs m to be a multiple of p (kInvalidArgument naming
 //   m and p otherwise).
+// - zero-bubble (ZB-H1 of Qi et al. 2024, "Zero Bubble Pipeline Parallelism"): 1f1b's order of
+//   forwards and input backwards B; stage s runs each W s backwards after its B (the first s
+//   W's wait), the waiting ones at the end, so the W's fill the time a stage would wait for a
+//   gradient. At most p microbatches' activations on every stage (1f1b's stage 0); any m >= 1.
 // The bubble (idle fraction of a step) of gpipe and 1f1b is (p - 1) / (m + p - 1); interleaving
-// cuts it to (p - 1) / (v m + p - 1) (bubble_formula). simulate() measures it on the schedule
-// itself (unit costs: a chunk's forward 1, its backward 2), and the CLI prints both.
+// cuts it to (p - 1) / (v m + p - 1); zero-bubble to (p - 1) / (3 m + p - 1) when F, B and W take
+// the same time and m >= p (bubble_formula). simulate() measures it on the schedule itself (unit
+// costs: a chunk's forward 1, its backward 2, split as B 1 and W 1), and the CLI prints both.
 //
 // Errors: stages, microbatches or chunks < 1, v != 1 for gpipe or 1f1b, v < 2 or m % p != 0
 // for interleaved: kInvalidArgument from "pipeline" naming the values. check_schedule throws
@@ -39,13 +47,15 @@
 
 namespace tessel::train {
 
-enum class ScheduleKind { kGPipe, k1F1B, kInterleaved1F1B };
+enum class ScheduleKind { kGPipe, k1F1B, kInterleaved1F1B, kZeroBubble };
 
-// "gpipe", "1f1b", "interleaved"; another name: kInvalidArgument listing them.
+// "gpipe", "1f1b", "interleaved", "zero-bubble"; another name: kInvalidArgument listing them.
 ScheduleKind parse_schedule_kind(std::string_view name);
 std::string_view schedule_kind_name(ScheduleKind kind);
 
-enum class Pass { kForward, kBackward };
+// kBackward: the whole backward pass of an action, or only its input's gradient when the
+// schedule splits backwards (zero-bubble), kWeight then its weights' gradients.
+enum class Pass { kForward, kBackward, kWeight };
 
 struct PipelineAction {
   int stage = 0;
@@ -53,7 +63,7 @@ struct PipelineAction {
   int microbatch = 0;
   Pass pass = Pass::kForward;
   int virtual_stage(int stages) const { return chunk * stages + stage; }
-  // "F3" / "B3"; with chunks, "F3.1" (microbatch 3, chunk 1).
+  // "F3" / "B3" / "W3"; with chunks, "F3.1" (microbatch 3, chunk 1).
   std::string label(bool with_chunk) const;
   friend bool operator==(const PipelineAction&, const PipelineAction&) = default;
 };
@@ -67,16 +77,19 @@ struct PipelineSchedule {
   std::vector<std::vector<PipelineAction>> per_stage;
 
   int virtual_stages() const { return stages * chunks; }
+  // Whether each backward is two actions, B and W (zero-bubble).
+  bool splits_backward() const { return kind == ScheduleKind::kZeroBubble; }
   // A header line (kind, sizes, the formula's bubble and the simulated one, the most
   // microbatches in flight per stage), each stage's actions, and a time chart of the
-  // simulation (a column per unit of time: a forward 1, a backward 2).
+  // simulation (a column per unit of time: a forward 1, a backward 2, or B 1 and W 1).
   std::string to_string() const;
 };
 
 // The schedule of `kind` (see above for the requirements on the sizes).
 PipelineSchedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks = 1);
 
-// (p - 1) / (m + p - 1) for gpipe and 1f1b; (p - 1) / (v m + p - 1) for interleaved.
+// (p - 1) / (m + p - 1) for gpipe and 1f1b; (p - 1) / (v m + p - 1) for interleaved;
+// (p - 1) / (3 m + p - 1) for zero-bubble (F, B and W of equal cost, m >= p).
 double bubble_formula(ScheduleKind kind, int stages, int microbatches, int chunks = 1);
 
 struct TimedAction {
@@ -91,8 +104,8 @@ struct ScheduleSimulation {
   double makespan = 0;
   std::vector<double> busy;          // per stage: the time it computes
   std::vector<double> idle_fraction;  // per stage: 1 - busy / makespan
-  // Per stage: the most microbatch chunks whose forward has run and whose backward has not (the
-  // activations the stage keeps at once).
+  // Per stage: the most microbatch chunks whose forward has run and whose backward (W when the
+  // backward is split) has not (the activations the stage keeps at once).
   std::vector<int> max_in_flight;
   // Every action with its times, ordered by start (ties by stage): an order in which one
   // thread can issue the whole schedule.
@@ -100,9 +113,10 @@ struct ScheduleSimulation {
   double max_idle_fraction() const;
 };
 
-// Simulates `schedule` (forward_cost, backward_cost: one chunk's). A schedule that cannot run to
-// its end (a deadlock: each stage left waits for an action that waits on it) or whose actions
-// are not one F and one B per (virtual stage, microbatch) on the right stage, F before B:
+// Simulates `schedule` (forward_cost, backward_cost: one chunk's; a split backward's B and W
+// each half of it). A schedule that cannot run to its end (a deadlock: each stage left waits for
+// an action that waits on it) or whose actions are not one F and one B (and one W when split)
+// per (virtual stage, microbatch) on the right stage, F before B before W:
 // kFailedPrecondition naming the stage, the action and what it waits for.
 ScheduleSimulation simulate(const PipelineSchedule& schedule, double forward_cost = 1.0,
                             double backward_cost = 2.0);

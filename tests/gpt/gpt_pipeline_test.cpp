@@ -83,8 +83,8 @@ void expect_same_losses(const MeshCase& m, int steps) {
   Runtime rt({.num_cpu_devices = 8});
   const CharDataset data = CharDataset::load(kText);
   const std::vector<double> want = plain_losses(config(), m.batch, m.model, rt, data, steps);
-  for (ScheduleKind kind :
-       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+                            ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubble}) {
     const std::vector<double> got = pipelined_losses(
         config(), pipeline_mesh(m.stages, m.batch, m.model, rt), options_for(kind), rt, data, steps);
     ASSERT_EQ(got.size(), want.size());
@@ -123,8 +123,8 @@ TEST(GptPipeline, UnevenLayersPerStage) {
 
 // Within a stage, the GPT's other options: recomputation, fully sharded parameters over the
 // stage's batch dimension, sequence parallelism over its model dimension and bf16 matmuls give
-// the plain run's losses with the same options (1e-5; bf16 within 2e-3 relative, as
-// gpt_mixed_precision_test's bound).
+// the plain run's losses with the same options, under 1f1b and zero-bubble (1e-5; bf16 within
+// 2e-3 relative, as gpt_mixed_precision_test's bound).
 TEST(GptPipeline, CombinesWithTheGptsOtherOptions) {
   Runtime rt({.num_cpu_devices = 8});
   const CharDataset data = CharDataset::load(kText);
@@ -147,12 +147,17 @@ TEST(GptPipeline, CombinesWithTheGptsOtherOptions) {
   GptConfig bf16 = config(4);
   bf16.dtype = DType::kBF16;
   cases.push_back({"bf16", bf16, false, 2e-3 * 4.2});
-  for (const Case& k : cases) {
-    GptTrainer plain(k.config, testing::batch_model_mesh(2, 2, rt), data, &rt, k.sp);
-    GptPipelineTrainer piped(k.config, pipeline_mesh(2, 2, 2, rt),
-                             options_for(ScheduleKind::k1F1B), data, &rt, k.sp);
-    for (int s = 0; s < 3; ++s) {
-      EXPECT_NEAR(piped.step().loss, plain.step().loss, k.tolerance) << k.name << " step " << s;
+  // Zero-bubble's split backward passes too: recomputed blocks (their gradients in the input
+  // half), gathered fsdp weights (the gathers' gradients in the weight half).
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZeroBubble}) {
+    for (const Case& k : cases) {
+      GptTrainer plain(k.config, testing::batch_model_mesh(2, 2, rt), data, &rt, k.sp);
+      GptPipelineTrainer piped(k.config, pipeline_mesh(2, 2, 2, rt), options_for(kind), data, &rt,
+                               k.sp);
+      for (int s = 0; s < 3; ++s) {
+        EXPECT_NEAR(piped.step().loss, plain.step().loss, k.tolerance)
+            << schedule_kind_name(kind) << ", " << k.name << " step " << s;
+      }
     }
   }
 }
@@ -181,7 +186,9 @@ TEST(GptPipeline, ParametersLiveOnTheirStages) {
             (std::vector<std::string>{rt.device(2).name(), rt.device(3).name()}));
 }
 
-// What the tapes keep at once: 1F1B at most p microbatches' activations per stage, GPipe m.
+// What the tapes keep at once: 1F1B at most p microbatches' activations per stage, GPipe m;
+// zero-bubble at most p on every stage, until each microbatch's weight backward (the inputs of
+// the matmuls and the norms' statistics only, after its input backward).
 TEST(GptPipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
   Runtime rt({.num_cpu_devices = 2});
   const CharDataset data = CharDataset::load(kText);
@@ -189,7 +196,7 @@ TEST(GptPipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
   c.batch_size = 16;
   // The most each stage's device kept, under GPipe then 1F1B.
   std::vector<std::vector<int64_t>> peaks;
-  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZeroBubble}) {
     GptPipelineTrainer trainer(c, pipeline_mesh(2, 1, 1, rt),
                                {.schedule = kind, .microbatches = 8}, data, &rt);
     reset_tape_memory_peak();
@@ -207,6 +214,10 @@ TEST(GptPipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
     EXPECT_GT(peaks[0][stage], 0);
     EXPECT_LE(static_cast<double>(peaks[1][stage]), 1.1 * 2.0 / 8.0 * peaks[0][stage])
         << "stage " << stage << ": gpipe " << peaks[0][stage] << ", 1f1b " << peaks[1][stage];
+    // Zero-bubble keeps at most 2 (p) microbatches on both stages.
+    EXPECT_LE(static_cast<double>(peaks[2][stage]), 1.1 * 2.0 / 8.0 * peaks[0][stage])
+        << "stage " << stage << ": gpipe " << peaks[0][stage] << ", zero-bubble "
+        << peaks[2][stage];
   }
 }
 
@@ -247,8 +258,8 @@ TEST(GptPipeline, AStalledStageIsNamedWithTheMicrobatchAndDirection) {
   using namespace std::chrono_literals;
   const auto timeout = 400ms;
   const CharDataset data = CharDataset::load(kText);
-  for (ScheduleKind kind :
-       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+                            ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubble}) {
     for (train::Pass pass : {train::Pass::kForward, train::Pass::kBackward}) {
       Runtime rt({.num_cpu_devices = 2});
       std::chrono::steady_clock::time_point stalled;

@@ -59,6 +59,40 @@ TEST(PipelineSchedule, InterleavedByHand) {
   check_schedule(s);
 }
 
+TEST(PipelineSchedule, ZeroBubbleByHand) {
+  // ZB-H1: 1f1b's forwards and input backwards; stage s's weight backwards s backwards late.
+  const PipelineSchedule s = make_schedule(ScheduleKind::kZeroBubble, 2, 4);
+  EXPECT_EQ(labels(s, 0), "F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3");
+  EXPECT_EQ(labels(s, 1), "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3");
+  const ScheduleSimulation sim = simulate(s);
+  EXPECT_EQ(sim.max_in_flight, (std::vector<int>{2, 2}));
+  EXPECT_DOUBLE_EQ(sim.makespan, 3.0 * 4 + 1);  // 1f1b's: 3 * 4 + 3
+  EXPECT_TRUE(s.splits_backward());
+  EXPECT_FALSE(make_schedule(ScheduleKind::k1F1B, 2, 4).splits_backward());
+}
+
+// Zero-bubble for p in 1..8, m in 1..16: runs to its end; idles exactly (p - 1) / (3 m + p - 1)
+// on its idlest stage once m >= p, less than 1f1b whenever 1f1b has a bubble; keeps at most
+// min(p, m) microbatches on every stage (1f1b's stage 0).
+TEST(PipelineSchedule, ZeroBubbleCutsOneFOneBsBubble) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 16; ++m) {
+      const PipelineSchedule s = make_schedule(ScheduleKind::kZeroBubble, p, m);
+      const ScheduleSimulation sim = simulate(s);
+      const std::string where = "p=" + std::to_string(p) + " m=" + std::to_string(m);
+      if (m >= p) {
+        EXPECT_NEAR(sim.max_idle_fraction(), bubble_formula(ScheduleKind::kZeroBubble, p, m),
+                    1e-12)
+            << where;
+      }
+      if (p > 1) {
+        EXPECT_LT(sim.max_idle_fraction(), bubble_formula(ScheduleKind::k1F1B, p, m)) << where;
+      }
+      for (int in_flight : sim.max_in_flight) EXPECT_LE(in_flight, std::min(p, m)) << where;
+    }
+  }
+}
+
 // Every schedule of p in 1..6, m in 1..12 (interleaved: v in 2..3 and m a multiple of p) runs to
 // its end; gpipe and 1f1b idle exactly the formula's bubble on every stage, interleaved at most
 // its formula's plus 20 % (the formula is Narayanan et al.'s approximation); 1f1b keeps at most
@@ -138,6 +172,19 @@ TEST(PipelineSchedule, CheckerFindsBadActions) {
   elsewhere.per_stage[0][0].stage = 1;
   expect_error([&] { check_schedule(elsewhere); }, ErrorCode::kFailedPrecondition,
                {"stage 0 lists F0 of stage 1"});
+  PipelineSchedule weight_in_1f1b = make_schedule(ScheduleKind::k1F1B, 2, 2);
+  weight_in_1f1b.per_stage[1].push_back({1, 0, 0, Pass::kWeight});
+  expect_error([&] { check_schedule(weight_in_1f1b); }, ErrorCode::kFailedPrecondition,
+               {"stage 1 lists W0", "1f1b does not split backwards"});
+  const PipelineSchedule zb = make_schedule(ScheduleKind::kZeroBubble, 2, 2);
+  PipelineSchedule no_weight = zb;
+  no_weight.per_stage[0].pop_back();
+  expect_error([&] { check_schedule(no_weight); }, ErrorCode::kFailedPrecondition,
+               {"W1 of stage 0 is missing"});
+  PipelineSchedule weight_first = zb;  // stage 1: F0 B0 F1 B1 W0 W1 -> W0 before B0
+  std::swap(weight_first.per_stage[1][1], weight_first.per_stage[1][4]);
+  expect_error([&] { check_schedule(weight_first); }, ErrorCode::kFailedPrecondition,
+               {"stage 1 runs W0 before its input backward"});
 }
 
 TEST(PipelineSchedule, RefusesSizesNamingTheValues) {
@@ -152,8 +199,11 @@ TEST(PipelineSchedule, RefusesSizesNamingTheValues) {
   expect_error([] { bubble_formula(ScheduleKind::kGPipe, 2, 0); }, ErrorCode::kInvalidArgument,
                {"microbatches (0)"});
   expect_error([] { parse_schedule_kind("zb"); }, ErrorCode::kInvalidArgument,
-               {"'zb'", "gpipe, 1f1b or interleaved"});
+               {"'zb'", "gpipe, 1f1b, interleaved or zero-bubble"});
   EXPECT_EQ(parse_schedule_kind("interleaved"), ScheduleKind::kInterleaved1F1B);
+  EXPECT_EQ(parse_schedule_kind("zero-bubble"), ScheduleKind::kZeroBubble);
+  expect_error([] { make_schedule(ScheduleKind::kZeroBubble, 2, 4, 2); },
+               ErrorCode::kInvalidArgument, {"zero-bubble", "got 2 chunks"});
 }
 
 TEST(PipelineSchedule, PrintsActionsBubbleAndChart) {
@@ -164,6 +214,9 @@ TEST(PipelineSchedule, PrintsActionsBubbleAndChart) {
   EXPECT_NE(text.find("stage 0: F0 F1 B0 F2 B1 F3 B2 B3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("stage 1 |. |F0|B0|B0|F1|"), std::string::npos) << text;
   EXPECT_NE(text.find("at most: 2, 1 microbatches"), std::string::npos) << text;
+  const std::string zb = make_schedule(ScheduleKind::kZeroBubble, 2, 4).to_string();
+  EXPECT_NE(zb.find("(p-1)/(3*m+p-1) = 0.0769, simulated idle 0.0769"), std::string::npos) << zb;
+  EXPECT_NE(zb.find("stage 1 |. |F0|B0|F1|B1|W0|"), std::string::npos) << zb;
 }
 
 }  // namespace

@@ -96,8 +96,8 @@ TEST(GptPipelineStageThreads, GiveTheSingleControllersLosses) {
   Runtime rt({.num_cpu_devices = 4});
   const CharDataset data = CharDataset::load(kText);
   for (const auto& [stages, model] : {std::pair<int64_t, int64_t>{2, 1}, {4, 1}, {2, 2}}) {
-    for (ScheduleKind kind :
-         {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+    for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+                              ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubble}) {
       PipelineOptions options{.schedule = kind,
                               .microbatches = 4,
                               .chunks = kind == ScheduleKind::kInterleaved1F1B ? 2 : 1};

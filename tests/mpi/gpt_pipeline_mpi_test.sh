@@ -16,7 +16,7 @@ trap 'rm -rf "$dir"' EXIT
 export OPENBLAS_NUM_THREADS=1
 # The metrics CSV has the losses to 6 decimals (the JSON to 6 significant digits).
 timeout 300 "$tessel" "${opts[@]}" --mesh 1x2 --metrics "$dir/plain.csv" > "$dir/plain.json"
-for schedule in gpipe 1f1b interleaved; do
+for schedule in gpipe 1f1b interleaved zero-bubble; do
   # shellcheck disable=SC2086  # flags is a list of words
   timeout 300 "$mpiexec" -np 2 $flags "$tessel" "${opts[@]}" --mesh stage=2,batch=1,model=2 \
     --schedule "$schedule" --microbatches 4 --metrics "$dir/$schedule.csv" > "$dir/$schedule.json"
@@ -45,7 +45,7 @@ def losses(name):
     return [float(r["loss"]) for r in csv.DictReader(open(f"{d}/{name}.csv")) if r["kind"] == "train"]
 plain = losses("plain")
 ok = len(plain) == steps
-for schedule in ("gpipe", "1f1b", "interleaved"):
+for schedule in ("gpipe", "1f1b", "interleaved", "zero-bubble"):
     run = json.load(open(f"{d}/{schedule}.json"))
     assert run["processes"] == 2 and run["mesh"] == [2, 1, 2], run
     got = losses(schedule)
