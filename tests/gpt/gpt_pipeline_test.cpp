@@ -313,6 +313,34 @@ TEST(GptPipeline, AStageDeviceStalledInsideTheStageIsNamedWithinTheDeadline) {
   rt.synchronize(std::chrono::seconds(10));
 }
 
+// A one-device stage stalled in the middle of its forward (no collective inside the stage to
+// notice): the launches that wait for room on its stream give up by the stage's deadline and
+// name the device, in every schedule; before, dispatch waited up to 60 s there.
+TEST(GptPipeline, AOneDeviceStageStalledInsideItsForwardIsNamedWithinTheDeadline) {
+  using namespace std::chrono_literals;
+  const auto timeout = 400ms;
+  const CharDataset data = CharDataset::load(kText);
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZeroBubble}) {
+    Runtime rt({.num_cpu_devices = 2});
+    std::chrono::steady_clock::time_point stalled;
+    PipelineOptions options = options_for(kind);
+    options.timeout = timeout;
+    options.before_action = [&](const train::PipelineAction& a) {
+      if (a.stage == 0 && a.microbatch == 0 && a.pass == train::Pass::kForward) {
+        stalled = std::chrono::steady_clock::now();
+        rt.device(0).stream().enqueue("stall", [] { std::this_thread::sleep_for(1500ms); });
+      }
+    };
+    GptPipelineTrainer trainer(config(4), pipeline_mesh(2, 1, 1, rt), options, data, &rt);
+    EXPECT_TESSEL_ERROR(trainer.step(), ErrorCode::kDeadlineExceeded,
+                        rt.device(0).name() + ": the device's stream made no room within 400 ms");
+    const auto took = std::chrono::steady_clock::now() - stalled;
+    EXPECT_GE(took, 380ms) << schedule_kind_name(kind);
+    EXPECT_LT(took, 1.1 * timeout + 50ms + 300ms) << schedule_kind_name(kind);
+    rt.synchronize(std::chrono::seconds(10));
+  }
+}
+
 TEST(GptPipeline, RefusesBadConfigurationsBeforeTheFirstStep) {
   Runtime rt({.num_cpu_devices = 8});
   const Mesh four = pipeline_mesh(4, 1, 1, rt);

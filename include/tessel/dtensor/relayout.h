@@ -19,6 +19,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 
 #include "tessel/core/tensor.h"
 #include "tessel/dtensor/dtensor.h"
@@ -31,10 +32,17 @@ namespace tessel {
 // relayouts inside ops, gradient tapes and relayout_batch): 60 s, or what the innermost
 // RelayoutTimeoutScope of this thread says.
 std::chrono::milliseconds default_relayout_timeout();
+// The timeout of this thread's innermost RelayoutTimeoutScope; nullopt outside any.
+std::optional<std::chrono::milliseconds> scoped_relayout_timeout();
 
 // Sets default_relayout_timeout() on this thread while it lives; closing it restores the value
 // it found (scopes nest). A pipeline stage bounds the collectives inside its forward and backward
-// passes by its transfers' deadline this way. A timeout <= 0: kInvalidArgument.
+// passes by its transfers' deadline this way. Inside a scope an op launch that waits for room on
+// a device's stream (dispatch runs a few kernels ahead of each device) waits as long too, then
+// throws kDeadlineExceeded naming the device and the kernel it is running: a device whose
+// kernel does not end within the scope's timeout is stalled, as a peer that does not join a
+// collective is (outside any scope the launch waits 60 s, then enqueues anyway). A timeout <= 0:
+// kInvalidArgument.
 //
 //   RelayoutTimeoutScope scope(std::chrono::milliseconds(500));
 //   DTensor y = matmul(x, w);  // a Partial reduced inside: DeadlineExceeded after 500 ms

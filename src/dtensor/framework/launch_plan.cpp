@@ -5,8 +5,10 @@
 #include <optional>
 #include <utility>
 
+#include "core/errors.h"
 #include "dtensor/framework/kernel_runner.h"
 #include "tessel/dtensor/op_profile.h"
+#include "tessel/dtensor/relayout.h"
 #include "tessel/runtime/busy_time.h"
 
 namespace tessel::detail {
@@ -50,9 +52,25 @@ constexpr std::string_view kAllocateOutputs = "(allocate outputs)";
 // running ahead of a busy device would otherwise keep alive every tensor the program has let go
 // of since (a whole forward pass's intermediates: a training step's memory would be its queue's,
 // not its activations'). Four keep a device fed: one kernel running, three waiting. Past
-// kQueueWait the launch enqueues anyway: the bound is for memory, never for correctness.
+// kQueueWait the launch enqueues anyway: the bound is for memory, never for correctness. Inside
+// a RelayoutTimeoutScope (a pipeline stage's forward or backward) a stream that makes no room
+// within the scope's timeout is a stalled device, named as a collective names a late peer.
 constexpr size_t kMaxQueuedKernels = 4;
 constexpr std::chrono::seconds kQueueWait{60};
+
+void wait_for_room(Device& device, std::string_view op) {
+  const std::optional<std::chrono::milliseconds> scoped = scoped_relayout_timeout();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        (scoped ? std::chrono::steady_clock::duration(*scoped)
+                                : std::chrono::steady_clock::duration(kQueueWait));
+  if (device.stream().wait_until_pending_below(kMaxQueuedKernels, deadline) || !scoped) return;
+  throw_error(ErrorCode::kDeadlineExceeded, "launch",
+              "{} on {}: the device's stream made no room within {} ms (the relayout timeout "
+              "of this thread's scope): '{}' has been running since, {} kernels pending; the "
+              "device is stalled",
+              op, device.name(), scoped->count(), device.stream().current_op(),
+              device.stream().pending());
+}
 
 // Device i's output block as a view of its first input block (OpDef::output_views_input) or of
 // a box of it (OpDef::output_view_offsets), or nullopt when that cannot serve: on another device,
@@ -152,8 +170,7 @@ DTensor launch_op(const std::shared_ptr<const LaunchPlan>& plan, const std::vect
     }
     // Room on the stream first, so that the tensors its kernels held are free before the output
     // is allocated.
-    device->stream().wait_until_pending_below(kMaxQueuedKernels,
-                                              std::chrono::steady_clock::now() + kQueueWait);
+    wait_for_room(*device, p.def->name);
     const double allocation = profile_clock();
     outputs.push_back(device->allocate(p.out_blocks[i], p.out.dtype, /*zero_fill=*/false));
     record_profile(phase, kAllocateOutputs, allocation);

@@ -13,9 +13,19 @@ std::chrono::milliseconds& thread_timeout() {
   return timeout;
 }
 
+int& open_scopes() {
+  thread_local int scopes = 0;
+  return scopes;
+}
+
 }  // namespace
 
 std::chrono::milliseconds default_relayout_timeout() { return thread_timeout(); }
+
+std::optional<std::chrono::milliseconds> scoped_relayout_timeout() {
+  if (open_scopes() == 0) return std::nullopt;
+  return thread_timeout();
+}
 
 RelayoutTimeoutScope::RelayoutTimeoutScope(std::chrono::milliseconds timeout)
     : previous_(thread_timeout()) {
@@ -24,8 +34,12 @@ RelayoutTimeoutScope::RelayoutTimeoutScope(std::chrono::milliseconds timeout)
                           timeout.count());
   }
   thread_timeout() = timeout;
+  ++open_scopes();
 }
 
-RelayoutTimeoutScope::~RelayoutTimeoutScope() { thread_timeout() = previous_; }
+RelayoutTimeoutScope::~RelayoutTimeoutScope() {
+  thread_timeout() = previous_;
+  --open_scopes();
+}
 
 }  // namespace tessel
