@@ -9,6 +9,7 @@
 // a fresh numpy array. Calls that wait for the devices release the GIL. A DTensor keeps the Runtime
 // its devices belong to alive.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -323,6 +324,15 @@ the block starts.)doc")
       [] { return std::chrono::duration<double>(default_relayout_timeout()).count(); },
       "Seconds: the timeout of this thread's relayouts that have none of their own (60, or the "
       "innermost RelayoutTimeoutScope's).");
+  m.def(
+      "scoped_relayout_timeout",
+      []() -> std::optional<double> {
+        const std::optional<std::chrono::milliseconds> t = scoped_relayout_timeout();
+        if (!t) return std::nullopt;
+        return std::chrono::duration<double>(*t).count();
+      },
+      "Seconds: the innermost RelayoutTimeoutScope's timeout on this thread, None outside any "
+      "(inside a scope a launch also waits for room on a stalled device's stream no longer).");
 }
 
 void bind_relayout(py::module_& m) {

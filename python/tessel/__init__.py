@@ -171,6 +171,7 @@ from tessel._tessel import (
     copy_to_mesh,
     default_mesh,
     default_relayout_timeout,
+    scoped_relayout_timeout,
     device_name,
     num_clients,
     client_id,

@@ -157,8 +157,10 @@ def test_relayout_errors(mesh_x4):
 def test_relayout_timeout_scope_sets_this_threads_default(mesh_x4):
     import threading
     assert tessel.default_relayout_timeout() == 60.0
+    assert tessel.scoped_relayout_timeout() is None
     with tessel.RelayoutTimeoutScope(0.5) as outer:
         assert outer.timeout_seconds == 0.5 and tessel.default_relayout_timeout() == 0.5
+        assert tessel.scoped_relayout_timeout() == 0.5
         with tessel.RelayoutTimeoutScope(2):
             assert tessel.default_relayout_timeout() == 2.0
         assert tessel.default_relayout_timeout() == 0.5
@@ -172,6 +174,7 @@ def test_relayout_timeout_scope_sets_this_threads_default(mesh_x4):
         assert_array_equal(tessel.to_host(tessel.relayout(d, layout(["unsharded", "x"], mesh_x4))),
                            matrix(4, 4))
     assert tessel.default_relayout_timeout() == 60.0
+    assert tessel.scoped_relayout_timeout() is None
     with pytest.raises(ValueError, match="a relayout timeout must be positive, got 0 ms"):
         with tessel.RelayoutTimeoutScope(0):
             pass
