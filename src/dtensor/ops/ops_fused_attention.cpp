@@ -208,7 +208,8 @@ void attention_backward(const AttentionGeometry& g, const T* q, const T* k, cons
   });
 }
 
-// q, k and v must be one shape [B, T, H, D] and one float dtype.
+// The first `count` operands (q, k, v; the gradient op's also out and d out) must be one shape
+// [B, T, H, D] and one float dtype.
 void check_operands(const std::vector<TensorSpec>& in, std::string_view op, size_t count) {
   const Shape& q = in[0].shape;
   bool same = q.rank() == 4;
@@ -220,9 +221,8 @@ void check_operands(const std::vector<TensorSpec>& in, std::string_view op, size
           fmt::format("{}{} {}", i ? ", " : "", dtype_name(in[i].dtype), in[i].shape.to_string());
     }
     throw_invalid(op,
-                  "q, k and v must be one shape [batch, sequence, heads, head_dim] and one "
-                  "dtype, got {}",
-                  got);
+                  "{} must be one shape [batch, sequence, heads, head_dim] and one dtype, got {}",
+                  count == 3 ? "q, k and v" : "q, k, v, the output and its gradient", got);
   }
   require_float(in[0].dtype, op, "dtype", NotFloat::kNeedsFloating);
 }

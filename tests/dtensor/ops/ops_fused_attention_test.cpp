@@ -147,6 +147,13 @@ TEST(FusedAttention, BadOperandsAreRefusedNamingThem) {
   std::tie(code, message) = code_and_message([&] { causal_attention(ints, ints, ints); });
   EXPECT_EQ(code, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("i32"), std::string::npos) << message;
+  // The gradient op names its five operands.
+  std::tie(code, message) = code_and_message(
+      [&] { call_op("causal_attention_grad", {q, q, q, q, k}, OpAttrs{}); });
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(message.find("q, k, v, the output and its gradient must be one shape"),
+            std::string::npos)
+      << message;
 }
 
 }  // namespace
