@@ -78,7 +78,8 @@ constexpr const char* kHelp =
     "default 2). Per stage, over the timed steps' schedules (forward and backward passes, the\n"
     "streams drained at both ends; clipping and AdamW not in it): the measured idle fraction (1 -\n"
     "the time its devices ran op kernels / wall time), the formula's bubble ((p-1)/(m+p-1),\n"
-    "interleaved (p-1)/(v m+p-1)), the simulated one (forward 1, backward 2), the measured\n"
+    "interleaved (p-1)/(v m+p-1), zero-bubble (p-1)/(3m+p-1)), the simulated one (forward 1,\n"
+    "backward 2; zero-bubble's input and weight backwards 1 each), the measured\n"
     "transfer time between stages as a fraction of the wall time, and (idle - transfer) / bubble\n"
     "(the goal: <= 1.2). --stage-threads: each stage mesh runs twice, with one controller thread\n"
     "for the step and then with one per stage (PipelineOptions::stage_threads), for the ratio.\n";
