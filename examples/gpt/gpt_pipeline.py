@@ -4,6 +4,7 @@ C++ is examples/gpt/gpt_pipeline.h).
     PYTHONPATH=build/python /usr/bin/python3 examples/gpt/gpt_pipeline.py \\
         --mesh stage=2,batch=1,model=2 --microbatches 4 --schedule 1f1b --steps 50
     ... --schedule interleaved --chunks 2          # 2 model chunks per stage
+    ... --schedule zero-bubble                     # each backward as B (input) and W (weights)
     mpirun -np 2 ... examples/gpt/gpt_pipeline.py --mesh stage=2,batch=1,model=1   # a stage each
 
 The mesh is `stage x batch x model`: each stage's sub-mesh is the `batch x model` of its devices,
@@ -15,16 +16,18 @@ also the last stage's head: a step copies it there once and sends that copy's ac
 gradient back, added to the embedding's own (Megatron's tied-embedding all-reduce). The model
 code is gpt.py's (embed, blocks, head), run piece by piece.
 
-A step runs the microbatches in the order of a schedule (pipeline_schedule.py: gpipe, 1f1b or
-interleaved, issued by this one thread in its simulated timeline's order). A forward records its
-virtual stage's ops on a GradientTape of its own (watching its input and its parameters) and
-relays its output to the next virtual stage's sub-mesh (a relayout to the same sharding there,
-pending sums reduced first); the last virtual stage computes the microbatch's mean loss scaled
-by 1/m. A backward calls that tape's gradient() with the output gradient received from the next
-virtual stage, lets the tape go (a stage keeps the activations of the microbatches between
-their forward and backward, as the schedule says), relays its input's gradient back and adds
-its parameters' to the step's sums. Gradient clipping uses the norm over every stage, then one
-AdamW updates each parameter on its stage.
+A step runs the microbatches in the order of a schedule (pipeline_schedule.py: gpipe, 1f1b,
+interleaved or zero-bubble, issued by this one thread in its simulated timeline's order). A forward
+records its virtual stage's ops on a GradientTape of its own (watching its input and its
+parameters) and relays its output to the next virtual stage's sub-mesh (a relayout to the same
+sharding there, pending sums reduced first); the last virtual stage computes the microbatch's mean
+loss scaled by 1/m. A backward calls that tape's gradient() with the output gradient received from
+the next virtual stage, lets the tape go (a stage keeps the activations of the microbatches between
+their forward and backward, as the schedule says), relays its input's gradient back and adds its
+parameters' to the step's sums. Zero-bubble splits it: B calls tape.backward_input for the input's
+gradient only and relays it back, W later tape.backward_weight for the parameters', adds them to
+the sums and lets the tape go (the C++'s backward / weight_backward). Gradient clipping uses the
+norm over every stage, then one AdamW updates each parameter on its stage.
 
 Several processes (mpirun; the mesh made by create_distributed_mesh, process_mesh()): every
 process runs the same schedule; the ops of a stage whose devices are all elsewhere do nothing
@@ -37,7 +40,8 @@ from a plain run's.
 
 Refused before the first step (ValueError naming the values): a mesh whose first dimension is not
 `stage`, fewer layers than virtual stages, a batch that does not split into the microbatches, an
-unknown schedule or sizes it does not take (interleaved: chunks >= 2, m a multiple of p).
+unknown schedule or sizes it does not take (interleaved: chunks >= 2, m a multiple of p; chunks
+other than 1 with the others).
 """
 import argparse
 import math
@@ -239,19 +243,34 @@ class GptPipeline:
                         x = loss * (1.0 / m)
                 w["output"] = x
                 continue
-            w = work.pop((k, mb))  # the activations kept for this microbatch are let go after
-            sources = ([w["input"]] if k > 0 else []) + [view[n] for n in used]
-            grads = w["tape"].gradient(w["output"], sources, w.get("output_gradient"))
+            w, weights = work[k, mb], [view[n] for n in used]
+            if op == "W":  # zero-bubble: the weights' half
+                del work[k, mb]  # the activations kept for this microbatch are let go after
+                self.add_to_sums(sums, k, w["tape"].backward_weight(weights))
+                continue
+            inputs = [w["input"]] if k > 0 else []
+            if self.schedule.splits_backward:  # B: the input's half; the weights' wait for W
+                grads = w["tape"].backward_input(w["output"], inputs,
+                                                 output_gradients=w.get("output_gradient"))
+                work[k, mb] = {"tape": w["tape"]}  # it keeps what the weights' gradients read
+            else:
+                del work[k, mb]  # the activations kept for this microbatch are let go after
+                grads = w["tape"].gradient(w["output"], inputs + weights, w.get("output_gradient"))
             if k > 0:
                 work[k - 1, mb]["output_gradient"] = self.transfer(
                     grads.pop(0), (k - 1) % p, f"the backward gradient of microbatch {mb}")
-            for name, g in zip(used, grads):
-                key = "wte copy" if name == "wte" and k != 0 else name
-                sums[key] = sums[key] + g if key in sums else g
+            self.add_to_sums(sums, k, grads)  # none for B
         if "wte copy" in sums:  # the head's share of the tied embedding's gradient
             sums["wte"] = sums["wte"] + self.transfer(sums.pop("wte copy"), 0,
                                                       "the tied token embedding's gradient")
         return self.read(loss_sum) / m, {n: sums[n] for n in self.names}  # read once a step
+
+    def add_to_sums(self, sums, k, grads):
+        """Adds virtual stage k's parameter gradients (in used_by(k)'s order) to the step's
+        `sums`; the last virtual stage's share of the tied wte under "wte copy"."""
+        for name, g in zip(self.used_by(k), grads):
+            key = "wte copy" if name == "wte" and k != 0 else name
+            sums[key] = sums[key] + g if key in sums else g
 
     def clip_by_global_norm(self, grads, clip_norm):
         """({name: gradient scaled to a global norm of at most clip_norm}, that norm): each

@@ -118,10 +118,11 @@ def test_a_checkpoint_moves_between_the_pipeline_and_the_plain_mesh(tmp_path, pi
 
 @pytest.mark.parametrize("options", [{"fsdp": True}, {"recompute": "full"},
                                      {"recompute": "selective", "fsdp": True}])
-def test_gpts_other_options_work_inside_the_stages(options):
+@pytest.mark.parametrize("schedule", ["1f1b", "zero-bubble"])
+def test_gpts_other_options_work_inside_the_stages(options, schedule):
     """gpt.py's fsdp (over each stage's batch) and recomputation: the plain run's losses with
-    the same options."""
-    assert_losses_equal_the_plain_runs(MESHES["stage=2,batch=2"], "1f1b", **options)
+    the same options (zero-bubble: the recomputed forward's weight gradients at W)."""
+    assert_losses_equal_the_plain_runs(MESHES["stage=2,batch=2"], schedule, **options)
 
 
 def test_losses_equal_the_plain_runs_on_eight_devices():
@@ -141,14 +142,16 @@ def test_losses_equal_the_plain_runs_on_eight_devices():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
-def test_gradients_and_placement_equal_the_plain_runs():
+@pytest.mark.parametrize("schedule", ["1f1b", "zero-bubble"])
+def test_gradients_and_placement_equal_the_plain_runs(schedule):
     """Every gradient (the tied wte's with the head's share sent back) within 1e-5 of
     value_and_grad's on the plain mesh; each parameter on its stage's sub-mesh in gpt.py's
-    layout there; an uneven split (3 layers on 2 stages: 2 and 1)."""
+    layout there; an uneven split (3 layers on 2 stages: 2 and 1). Zero-bubble: the weights'
+    gradients from backward_weight, each microbatch's after its input's backward_input."""
     config = small_config()
     config.n_layer = 3
     mesh = tessel.create_mesh(MESHES["stage=2,model=2"])
-    pipeline = gpt_pipeline.GptPipeline(config, mesh, "1f1b", microbatches=4)
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, schedule, microbatches=4)
     assert [list(pipeline.layers(s)) for s in range(2)] == [[0, 1], [2]]
     params = pipeline.init(3)
     for name, w in params.items():
@@ -189,7 +192,8 @@ def assert_gradients_equal_the_plain_runs(config, pipeline, params, x, y, value,
 def test_1f1b_keeps_at_most_p_minus_s_microbatches_activations_on_stage_s():
     """What the gradient tapes keep at most on each stage's device (tape_memory_stats) in a
     step of 4 microbatches on 2 stages: 1f1b's is 2/4 of gpipe's on stage 0 and 1/4 on stage 1
-    (+10 %): the executor lets each microbatch's tape go at its backward."""
+    (+10 %): the executor lets each microbatch's tape go at its backward. Zero-bubble lets it go
+    at W, one backward later on stage 1: at most p = 2 microbatches' (2/4) on each stage."""
     config = small_config()
     mesh = tessel.create_mesh(MESHES["stage=2"])  # one device per stage
     (x, y), = batches(config, 1)
@@ -205,29 +209,43 @@ def test_1f1b_keeps_at_most_p_minus_s_microbatches_activations_on_stage_s():
     assert min(peaks["gpipe"]) > 0
     for stage, share in enumerate([2 / 4, 1 / 4]):
         assert peaks["1f1b"][stage] <= 1.1 * share * peaks["gpipe"][stage], peaks
+        assert peaks["zero-bubble"][stage] <= 1.1 * 2 / 4 * peaks["gpipe"][stage], peaks
 
 
 @pytest.mark.parametrize("kind", ONE_CHUNK)
 @pytest.mark.parametrize("p,m", [(1, 1), (2, 1), (2, 4), (3, 2), (4, 4), (4, 8), (5, 3)])
 def test_schedules_hold_every_action_once_run_without_deadlock_and_idle_the_formula(kind, p, m):
+    """gpipe and 1f1b idle (p - 1) / (m + p - 1) on every stage; zero-bubble (each backward B
+    and W, of cost 1 each) (p - 1) / (3 m + p - 1) on every stage when m >= p and always less
+    than 1f1b when p > 1."""
     s = pipeline_schedule.make_schedule(kind, p, m)
-    want = {Action(st, mb, op) for st in range(p) for mb in range(m) for op in "FB"}
+    ops = "FBW" if kind == "zero-bubble" else "FB"
+    assert s.ops == ops
+    want = {Action(st, mb, op) for st in range(p) for mb in range(m) for op in ops}
     assert sorted(s.actions()) == sorted(want)  # each once
     for st, actions in enumerate(s.per_stage):
         assert all(a.stage == st for a in actions)
     sim = pipeline_schedule.simulate(s)
-    assert len(sim.timeline) == 2 * p * m  # ran to its end: no deadlock
+    assert len(sim.timeline) == len(ops) * p * m  # ran to its end: no deadlock
     done = set()
     for t in sim.timeline:  # the issue order puts every action after what it needs
         assert all(d in done for d in pipeline_schedule.dependencies(s, t.action)), t
         done.add(t.action)
-    bubble = pipeline_schedule.bubble_formula(p, m)
-    assert bubble == pytest.approx((p - 1) / (m + p - 1))
+    bubble = pipeline_schedule.bubble_formula(kind, p, m)
+    if kind == "zero-bubble":
+        assert bubble == pytest.approx((p - 1) / (3 * m + p - 1))
+        one_f_one_b = pipeline_schedule.simulate(pipeline_schedule.make_schedule("1f1b", p, m))
+        if p > 1:
+            assert max(sim.idle_fraction) < max(one_f_one_b.idle_fraction)
+    else:
+        assert bubble == pytest.approx((p - 1) / (m + p - 1))
     for idle in sim.idle_fraction:
-        assert idle == pytest.approx(bubble)
-    # 1f1b keeps at most p - s microbatches' activations on stage s; gpipe all m.
+        if kind != "zero-bubble" or m >= p:
+            assert idle == pytest.approx(bubble)
+    # 1f1b keeps at most p - s microbatches' activations on stage s; gpipe all m; zero-bubble
+    # (freed at W) min(p, m) on every stage.
     for st, kept in enumerate(sim.max_in_flight):
-        assert kept == (min(p - st, m) if kind == "1f1b" else m)
+        assert kept == {"1f1b": min(p - st, m), "gpipe": m, "zero-bubble": min(p, m)}[kind]
 
 
 def test_the_schedule_prints_as_the_clis():
@@ -240,6 +258,16 @@ def test_the_schedule_prints_as_the_clis():
         "stage 1 |. |F0|B0|B0|F1|B1|B1|F2|B2|B2|F3|B3|B3|. |. |"]
     assert "bubble (p-1)/(m+p-1) = 0.2000" in text
     assert "activations kept at most: 2, 1 microbatches per stage" in text
+    text = str(pipeline_schedule.make_schedule("zero-bubble", 2, 4))
+    assert text.splitlines() == [
+        "schedule zero-bubble: 2 stages x 1 chunk, 4 microbatches; bubble (p-1)/(3*m+p-1) = "
+        "0.0769, simulated idle 0.0769 on the idlest stage (forward 1, input backward 1, weight "
+        "backward 1); activations kept at most: 2, 2 microbatches per stage",
+        "stage 0: F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3",
+        "stage 1: F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3",
+        "time (one column per forward, input backward or weight backward):",
+        "stage 0 |F0|F1|. |B0|W0|F2|B1|W1|F3|B2|W2|B3|W3|",
+        "stage 1 |. |F0|B0|F1|B1|W0|F2|B2|W1|F3|B3|W2|W3|"]
 
 
 @pytest.mark.skipif(not CLI.exists(), reason=f"no tessel CLI at {CLI}")
@@ -247,7 +275,8 @@ def test_the_schedule_prints_as_the_clis():
     ("interleaved", 1, 2, 2), ("interleaved", 2, 2, 2), ("interleaved", 2, 4, 2),
     ("interleaved", 2, 4, 3), ("interleaved", 2, 6, 4), ("interleaved", 3, 3, 2),
     ("interleaved", 3, 6, 2), ("interleaved", 4, 4, 2), ("interleaved", 4, 12, 3),
-    ("gpipe", 3, 4, 1), ("1f1b", 4, 6, 1)])
+    ("gpipe", 3, 4, 1), ("1f1b", 4, 6, 1), ("zero-bubble", 1, 2, 1), ("zero-bubble", 2, 4, 1),
+    ("zero-bubble", 3, 2, 1), ("zero-bubble", 4, 12, 1), ("zero-bubble", 5, 3, 1)])
 def test_schedules_equal_the_clis(kind, p, m, v):
     """str(make_schedule(...)): the header (bubble, simulated idle, activations kept), each
     stage's action list and the time chart (or its omission past 240 columns) as `tessel train
@@ -277,10 +306,10 @@ def test_interleaved_schedules_hold_every_action_once_and_idle_the_formula(p, m,
     for t in sim.timeline:  # every action after what it needs: the previous / next chunk's
         assert all(d in done for d in pipeline_schedule.dependencies(s, t.action)), t
         done.add(t.action)
-    bubble = pipeline_schedule.bubble_formula(p, m, v)
+    bubble = pipeline_schedule.bubble_formula("interleaved", p, m, v)
     assert bubble == pytest.approx((p - 1) / (v * m + p - 1))
     assert max(sim.idle_fraction) == pytest.approx(bubble)
-    assert bubble <= pipeline_schedule.bubble_formula(p, m)  # interleaving cuts the bubble
+    assert bubble <= pipeline_schedule.bubble_formula("1f1b", p, m)  # interleaving cuts it
 
 
 def test_interleaved_schedules_are_refused_naming_the_values():
@@ -294,7 +323,7 @@ def test_interleaved_schedules_are_refused_naming_the_values():
     with pytest.raises(ValueError, match="chunks must be an integer >= 1, got 0"):
         pipeline_schedule.make_schedule("interleaved", 2, 4, chunks=0)
     with pytest.raises(ValueError, match=re.escape("microbatches (3) to be a multiple")):
-        pipeline_schedule.bubble_formula(2, 3, 2)
+        pipeline_schedule.bubble_formula("interleaved", 2, 3, 2)
     s = pipeline_schedule.make_schedule("interleaved", 2, 2, chunks=2)
     s.per_stage[1].remove(Action(1, 1, "B", 1))
     with pytest.raises(ValueError, match=re.escape("schedule interleaved (2 stages, 2 "
@@ -375,6 +404,35 @@ def test_bad_schedules_are_refused_naming_the_stuck_stages():
         pipeline_schedule.make_schedule("gpipe", 2, 0)
 
 
+def test_zero_bubble_schedules_are_refused_as_the_cpps():
+    """chunks other than 1; a W in a schedule that does not split backwards, a missing W, a W
+    before its B: the C++'s wording (pipeline_schedule.cpp)."""
+    for call in (pipeline_schedule.make_schedule, pipeline_schedule.bubble_formula):
+        with pytest.raises(ValueError, match="schedule zero-bubble runs one chunk per stage, got "
+                                             "2 chunks"):
+            call("zero-bubble", 2, 4, 2)
+    s = pipeline_schedule.make_schedule("1f1b", 2, 2)
+    s.per_stage[0].append(Action(0, 0, "W"))
+    with pytest.raises(ValueError, match=re.escape("schedule 1f1b (2 stages, 2 microbatches, 1 "
+                                                   "chunks): stage 0 lists W0: schedule 1f1b "
+                                                   "does not split backwards")):
+        pipeline_schedule.simulate(s)
+    s = pipeline_schedule.make_schedule("zero-bubble", 2, 2)
+    s.per_stage[1].remove(Action(1, 1, "W"))
+    with pytest.raises(ValueError, match="W1 of stage 1 is missing"):
+        pipeline_schedule.simulate(s)
+    s = pipeline_schedule.make_schedule("zero-bubble", 2, 2)
+    b0 = s.per_stage[0].index(Action(0, 0, "B"))
+    s.per_stage[0].insert(b0, s.per_stage[0].pop(s.per_stage[0].index(Action(0, 0, "W"))))
+    with pytest.raises(ValueError, match="stage 0 runs W0 before its input backward"):
+        pipeline_schedule.simulate(s)
+    s = pipeline_schedule.make_schedule("zero-bubble", 2, 2)
+    s.per_stage[0][0] = (0, 0, "X")
+    with pytest.raises(ValueError, match=re.escape("stage 0 lists (0, 0, 'X'): not (stage, "
+                                                   "microbatch, 'F', 'B' or 'W'[, chunk])")):
+        pipeline_schedule.simulate(s)
+
+
 @pytest.mark.parametrize("kind", ONE_CHUNK)
 @pytest.mark.parametrize("stalled,at,message", [
     (1, Action(1, 0, "F"), "the forward activation of microbatch 0 from stage 0 to stage 1 did "
@@ -437,6 +495,9 @@ def test_bad_configurations_are_refused_naming_the_values():
                                  chunks=2)
     with pytest.raises(ValueError, match="interleaved needs >= 2 chunks per stage, got 1"):
         gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "interleaved", 2)
+    with pytest.raises(ValueError, match="schedule zero-bubble runs one chunk per stage, got 2"):
+        gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "zero-bubble", 2,
+                                 chunks=2)
     config.n_layer = 2
     pipeline = gpt_pipeline.GptPipeline(config, tessel.create_mesh(MESHES["stage=2"]), "1f1b", 2)
     x = np.zeros((3, config.block_size), np.int32)
@@ -483,4 +544,10 @@ def test_main_trains_and_prints_the_schedule(capsys):
     out = capsys.readouterr().out
     assert "schedule interleaved: 2 stages x 2 chunks, 2 microbatches" in out
     assert "virtual stage 2 (stage 0, chunk 1): layers 2..2\n" in out
+    assert "step    1 loss" in out
+    assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1",
+                              "--microbatches", "4", "--schedule", "zero-bubble", "--steps",
+                              "2"]) == 0
+    out = capsys.readouterr().out
+    assert "stage 1: F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3" in out
     assert "step    1 loss" in out

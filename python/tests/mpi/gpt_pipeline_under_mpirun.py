@@ -6,8 +6,9 @@ devices on each process) and trains the pipeline 3 steps; each checks its losses
 same pipeline with every stage in this process alone, and against gpt.py's plain Trainer on one
 stage's batch x model mesh, within 1e-5: every process reports the step's loss (read after
 everywhere()) and clips by the same global norm. Cases: stage=2 (1f1b, interleaved with 2 chunks
-of 4 layers) and stage=2 x model=2 (gpipe; 2 devices per process). Then main() for 2 steps:
-only the first process prints. Prints "rank R: PASS".
+of 4 layers, zero-bubble with 4 microbatches) and stage=2 x model=2 (gpipe, zero-bubble; 2
+devices per process). Then main() for 2 steps: only the first process prints. Prints "rank R:
+PASS".
 """
 import contextlib
 import io
@@ -26,7 +27,9 @@ import gpt_pipeline  # noqa: E402
 STEPS = 3
 CASES = [("stage=2,batch=1,model=1", "1f1b", 2, 1, 2),
          ("stage=2,batch=1,model=1", "interleaved", 2, 2, 4),
-         ("stage=2,batch=1,model=2", "gpipe", 2, 1, 2)]  # mesh, schedule, m, chunks, layers
+         ("stage=2,batch=1,model=1", "zero-bubble", 4, 1, 2),
+         ("stage=2,batch=1,model=2", "gpipe", 2, 1, 2),
+         ("stage=2,batch=1,model=2", "zero-bubble", 2, 1, 2)]  # mesh, schedule, m, chunks, layers
 
 
 def train(config, mesh, schedule, microbatches, chunks, data):
