@@ -193,7 +193,9 @@ def test_1f1b_keeps_at_most_p_minus_s_microbatches_activations_on_stage_s():
     """What the gradient tapes keep at most on each stage's device (tape_memory_stats) in a
     step of 4 microbatches on 2 stages: 1f1b's is 2/4 of gpipe's on stage 0 and 1/4 on stage 1
     (+10 %): the executor lets each microbatch's tape go at its backward. Zero-bubble lets it go
-    at W, one backward later on stage 1: at most p = 2 microbatches' (2/4) on each stage."""
+    at W, one backward later on stage 1: at most p = 2 microbatches' activations on each stage
+    and, between a microbatch's B and W, the output gradients its matmuls' weight gradients read
+    (about half a microbatch's activations): within (p + 1) / m = 3/4 of gpipe's."""
     config = small_config()
     mesh = tessel.create_mesh(MESHES["stage=2"])  # one device per stage
     (x, y), = batches(config, 1)
@@ -209,7 +211,8 @@ def test_1f1b_keeps_at_most_p_minus_s_microbatches_activations_on_stage_s():
     assert min(peaks["gpipe"]) > 0
     for stage, share in enumerate([2 / 4, 1 / 4]):
         assert peaks["1f1b"][stage] <= 1.1 * share * peaks["gpipe"][stage], peaks
-        assert peaks["zero-bubble"][stage] <= 1.1 * 2 / 4 * peaks["gpipe"][stage], peaks
+        assert peaks["zero-bubble"][stage] <= 1.1 * 3 / 4 * peaks["gpipe"][stage], peaks
+    assert peaks["zero-bubble"][0] == peaks["1f1b"][0]  # W right after B on stage 0
 
 
 @pytest.mark.parametrize("kind", ONE_CHUNK)

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <thread>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -188,7 +189,8 @@ TEST(GptPipeline, ParametersLiveOnTheirStages) {
 
 // What the tapes keep at once: 1F1B at most p microbatches' activations per stage, GPipe m;
 // zero-bubble at most p on every stage, until each microbatch's weight backward (the inputs of
-// the matmuls and the norms' statistics only, after its input backward).
+// the matmuls and the norms' statistics only, after its input backward, with the output
+// gradients the weight backward reads).
 TEST(GptPipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
   Runtime rt({.num_cpu_devices = 2});
   const CharDataset data = CharDataset::load(kText);
@@ -214,10 +216,14 @@ TEST(GptPipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
     EXPECT_GT(peaks[0][stage], 0);
     EXPECT_LE(static_cast<double>(peaks[1][stage]), 1.1 * 2.0 / 8.0 * peaks[0][stage])
         << "stage " << stage << ": gpipe " << peaks[0][stage] << ", 1f1b " << peaks[1][stage];
-    // Zero-bubble keeps at most 2 (p) microbatches on both stages.
-    EXPECT_LE(static_cast<double>(peaks[2][stage]), 1.1 * 2.0 / 8.0 * peaks[0][stage])
+    // Zero-bubble keeps at most 2 (p) microbatches' activations on both stages and, between a
+    // microbatch's B and its W, the output gradients its matmuls' weight gradients read (about
+    // half a microbatch's activations each): within (p + 1) / m of GPipe's.
+    EXPECT_LE(static_cast<double>(peaks[2][stage]), 1.1 * 3.0 / 8.0 * peaks[0][stage])
         << "stage " << stage << ": gpipe " << peaks[0][stage] << ", zero-bubble "
         << peaks[2][stage];
+    std::cout << "stage " << stage << ": tape peak gpipe " << peaks[0][stage] << ", 1f1b "
+              << peaks[1][stage] << ", zero-bubble " << peaks[2][stage] << "\n";
   }
 }
 

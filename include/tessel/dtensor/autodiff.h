@@ -30,11 +30,13 @@
 //   std::vector<DTensor> dw = tape.backward_weight({w1, w2});     // the weights' gradients
 //
 // backward_input runs the VJPs of the ops a watched input `x` flows into, asking each only for
-// the gradients on that path (VjpArgs::wanted): matmul then computes dx = dy w^T and not dw =
-// x^T dy. The records whose other gradients wait stay on the tape with their output's gradient;
-// backward_weight computes those, then walks the rest (the ops on the weights alone: a cast, an
-// fsdp gather). Together they give gradient()'s values: the same VJPs, summed in the same order.
-// What the weight half reads stays alive until it runs (a pipeline stage keeps it in between).
+// the gradients on that path (VjpArgs::wanted): matmul and layer norm (OpDef::vjp_skips_unwanted)
+// then leave out the weights' (dw = x^T dy); other ops compute them anyway, and those are kept
+// aside. The records whose weight gradients wait stay on the tape with their output's gradient;
+// backward_weight computes those, adds what was kept aside, then walks the rest (the ops on the
+// weights alone: a cast, an fsdp gather). Together they give gradient()'s values bit for bit:
+// the same VJPs, each gradient summed in the same order. What the weight half reads stays alive
+// (and counted in tape_memory.h) until it runs; between the halves the tape records nothing.
 //
 // Errors: a non-scalar target is summed first (TF), or weighted by output_gradient; an op
 // without a VJP on the path: kUnimplemented naming it; gradient() twice on a non-persistent
@@ -82,8 +84,9 @@ class GradientTape {
   // tape only.
   std::vector<DTensor> backward_input(const DTensor& target, const std::vector<DTensor>& inputs,
                                       const DTensor& output_gradient = DTensor());
-  // The second half: the gradients of `weights` (any watched tensors) from what backward_input
-  // left on the tape, each reduced to its tensor's layout as gradient() reduces it.
+  // The second half: the gradients of `weights` (any watched tensors but backward_input's
+  // inputs: kInvalidArgument) from what backward_input left on the tape, each reduced to its
+  // tensor's layout as gradient() reduces it.
   std::vector<DTensor> backward_weight(const std::vector<DTensor>& weights);
 
   // ---- internal: called by call_op, relayout and recompute_grad --------------------------

@@ -271,6 +271,10 @@ struct OpDef {
   Kernel gpu_kernel;
   // Gradients of the inputs (null DTensor: not differentiable there). Empty: no gradient.
   std::function<std::vector<DTensor>(const VjpArgs& args)> vjp;
+  // The VJP returns a null DTensor for each input VjpArgs::wanted leaves out, and skips its
+  // work: a split backward pass (GradientTape::backward_input) then leaves those gradients to
+  // its weight half. Otherwise (the default) the VJP computes every gradient whenever it runs.
+  bool vjp_skips_unwanted = false;
   // What the VJP reads of the call (the tape keeps only that; see VjpSaves).
   VjpSaves saves;
   // Tensors the VJP reads that the call does not return, computed from the inputs (as the kernel

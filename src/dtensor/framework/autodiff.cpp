@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -36,14 +37,20 @@ struct GradientTape::Record {
 
 // A walk's gradients, and what a split backward pass keeps between its halves: which records
 // the input half runs (those whose output a watched input flows into: on_input_path, with the
-// ids on that path), and per record the inputs whose gradients wait for the weight half with the
-// output gradient they are computed from.
+// ids on that path), and per record what the weight half does with it.
 struct GradientTape::Split {
+  // A record's part left to the weight half.
+  struct Waiting {
+    std::vector<bool> compute;   // inputs whose gradients its VJP computes then
+    DTensor grad;                // its output's gradient, for them (null when compute is empty)
+    std::vector<DTensor> given;  // gradients its VJP gave unasked in the input half: added then,
+                                 // in gradient()'s order
+  };
   std::unordered_map<uint64_t, DTensor> grads;
   std::vector<uint64_t> input_path_ids;  // sorted
+  std::vector<uint64_t> inputs;          // backward_input's inputs
   std::vector<char> on_input_path;       // per record
-  std::vector<std::vector<bool>> waiting;
-  std::vector<DTensor> waiting_grad;
+  std::vector<std::optional<Waiting>> waiting;  // per record
   bool between = false;  // backward_input ran, backward_weight has not
   bool on_path(uint64_t id) const {
     return std::binary_search(input_path_ids.begin(), input_path_ids.end(), id);
@@ -189,7 +196,8 @@ bool GradientTape::depends(uint64_t id) const {
 }
 
 bool GradientTape::records(const std::vector<DTensor>& original_inputs) const {
-  if (!recording_) return false;
+  // Between the halves of a split backward pass the records are fixed (each has its plan).
+  if (!recording_ || (split_ && split_->between)) return false;
   for (const DTensor& in : original_inputs) {
     if (depends(in.id())) return true;
   }
@@ -286,7 +294,8 @@ void GradientTape::start(const DTensor& target, const DTensor& output_gradient) 
   }
   if (used_ && !persistent_) {
     detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
-                        "gradient() was already called on this non-persistent tape");
+                        "gradient() was already called on this non-persistent tape (or its "
+                        "backward_input() and backward_weight())");
   }
   if (!target.defined()) detail::throw_invalid(kComponent, "the target is a null DTensor");
   if (output_gradient.defined() &&
@@ -331,16 +340,30 @@ void GradientTape::walk(Half half, const std::vector<DTensor>& sources) {
     for (size_t i = 0; i < relaid.size(); ++i) accumulate(pending.ids[i], relaid[i]);
     pending = PendingRelayouts{};
   };
+  const auto keep_counted = [](Record& r, const DTensor& t) {
+    if (!t.defined() || t.is_abstract()) return;
+    detail::tape_memory_keep(t);
+    r.counted.push_back(t);
+  };
   for (size_t i = records_.size(); i-- > 0;) {
     Record& r = records_[i];
     const bool input_half = half != Half::kWhole && split.on_input_path[i] != 0;
     if (half == Half::kInput && !input_half) continue;  // the weight half's
+    if (half == Half::kWeight && input_half && !split.waiting[i]) continue;  // ran whole before
+    // Gradients waiting to be relaid out together are added before a record reads its own.
+    const bool defers = r.def == &detail::relayout_op() && r.original_ids.size() == 1 &&
+                        source_ids.count(r.original_ids[0]) != 0 &&
+                        !pending.holds(r.original_ids[0]);
+    if (!defers) flush();
     DTensor grad;
     std::vector<bool> wanted(r.original_ids.size());
+    std::vector<DTensor> given;
     if (half == Half::kWeight && input_half) {
-      if (split.waiting[i].empty()) continue;  // the input half ran it whole
-      wanted = std::exchange(split.waiting[i], {});
-      grad = std::exchange(split.waiting_grad[i], DTensor());
+      Split::Waiting w = std::move(*split.waiting[i]);
+      split.waiting[i].reset();
+      wanted = std::move(w.compute);
+      grad = std::move(w.grad);
+      given = std::move(w.given);
     } else {
       auto g = grads.find(r.output_id);
       if (g == grads.end()) {
@@ -355,43 +378,56 @@ void GradientTape::walk(Half half, const std::vector<DTensor>& sources) {
                                          : depends(r.original_ids[k]);
       }
     }
-    const bool defers = r.def == &detail::relayout_op() && r.original_ids.size() == 1 &&
-                        source_ids.count(r.original_ids[0]) != 0 &&
-                        !pending.holds(r.original_ids[0]);
-    if (!defers) flush();
-    if (!r.def->vjp) {
-      detail::throw_error(ErrorCode::kUnimplemented, kComponent,
-                          "op '{}' has no gradient (VJP) and lies on the path to the target",
-                          r.def->name);
-    }
-    // The VJP's arguments are all that is left of the record once it is let go (its op, when
-    // the record owns it, and the attrs the arguments point to are kept until the VJP returns).
-    const std::shared_ptr<const OpDef> owned_def = r.owned_def;
-    const std::shared_ptr<const OpAttrs> attrs = r.attrs;
-    const OpDef& def = *r.def;
-    VjpArgs args{r.inputs, r.output, grad, attrs.get(), r.saved, wanted};
-    if (!persistent_ && half != Half::kInput) release(r);
-    const std::vector<DTensor> input_grads = def.vjp(args);
-    args = VjpArgs{};
-    if (half == Half::kInput) {
-      // The gradients the VJP left out that a watched tensor needs wait for the weight half,
-      // with the record.
-      std::vector<bool> waits(wanted.size());
-      bool any = false;
-      for (size_t k = 0; k < waits.size(); ++k) {
-        const bool given = k < input_grads.size() && input_grads[k].defined();
-        waits[k] = !wanted[k] && !given && depends(r.original_ids[k]);
-        any = any || waits[k];
+    std::vector<DTensor> input_grads;
+    if (std::find(wanted.begin(), wanted.end(), true) != wanted.end()) {
+      if (!r.def->vjp) {
+        detail::throw_error(ErrorCode::kUnimplemented, kComponent,
+                            "op '{}' has no gradient (VJP) and lies on the path to the target",
+                            r.def->name);
       }
-      if (any) {
-        split.waiting[i] = std::move(waits);
-        split.waiting_grad[i] = grad;
+      // The VJP's arguments are all that is left of the record once it is let go (its op, when
+      // the record owns it, and the attrs the arguments point to are kept until the VJP
+      // returns).
+      const std::shared_ptr<const OpDef> owned_def = r.owned_def;
+      const std::shared_ptr<const OpAttrs> attrs = r.attrs;
+      const OpDef& def = *r.def;
+      VjpArgs args{r.inputs, r.output, grad, attrs.get(), r.saved, wanted};
+      if (!persistent_ && half != Half::kInput) release(r);
+      input_grads = def.vjp(args);
+    }
+    input_grads.resize(r.original_ids.size());
+    if (half == Half::kInput) {
+      // What the weight half needs of this record: the gradients its VJP left out (an op that
+      // skips unwanted ones) and those it gave unasked, kept for gradient()'s order of sums.
+      Split::Waiting w{std::vector<bool>(wanted.size()), DTensor(),
+                       std::vector<DTensor>(wanted.size())};
+      bool compute = false, kept = false;
+      for (size_t k = 0; k < wanted.size(); ++k) {
+        if (wanted[k] || !depends(r.original_ids[k])) continue;
+        if (input_grads[k].defined()) {
+          w.given[k] = std::exchange(input_grads[k], DTensor());
+          kept = true;
+        } else if (r.def->vjp_skips_unwanted) {
+          w.compute[k] = compute = true;
+        }
+      }
+      if (compute || kept) {
+        if (compute) w.grad = grad;
+        // Counted with what the record keeps (tape_memory.h), let go with it.
+        for (const DTensor& t : w.given) keep_counted(r, t);
+        keep_counted(r, w.grad);
+        split.waiting[i] = std::move(w);
       } else {
         release(r);
       }
+    } else if (input_half) {
+      for (size_t k = 0; k < given.size(); ++k) {
+        if (given[k].defined()) input_grads[k] = std::move(given[k]);
+      }
+      release(r);
     }
     grad = DTensor();
-    for (size_t k = 0; k < input_grads.size() && k < r.original_ids.size(); ++k) {
+    for (size_t k = 0; k < input_grads.size(); ++k) {
       DTensor gk = input_grads[k];
       if (!gk.defined() || !depends(r.original_ids[k])) continue;
       const Layout want = keep_pending(gk.layout(), r.original_layouts[k]);
@@ -447,7 +483,10 @@ std::vector<DTensor> GradientTape::backward_input(const DTensor& target,
   }
   start(target, output_gradient);
   Split& split = *split_;
-  for (const DTensor& x : inputs) insert_sorted(split.input_path_ids, x.id());
+  for (const DTensor& x : inputs) {
+    insert_sorted(split.input_path_ids, x.id());
+    split.inputs.push_back(x.id());
+  }
   split.on_input_path.assign(records_.size(), 0);
   for (size_t i = 0; i < records_.size(); ++i) {
     for (uint64_t id : records_[i].original_ids) {
@@ -455,17 +494,26 @@ std::vector<DTensor> GradientTape::backward_input(const DTensor& target,
     }
     if (split.on_input_path[i] != 0) insert_sorted(split.input_path_ids, records_[i].output_id);
   }
-  split.waiting.assign(records_.size(), {});
-  split.waiting_grad.assign(records_.size(), DTensor());
+  split.waiting.assign(records_.size(), std::nullopt);
   walk(Half::kInput, inputs);
   split.between = true;
-  return collect(inputs, /*reduce=*/true);
+  std::vector<DTensor> out = collect(inputs, /*reduce=*/true);
+  for (uint64_t id : split.inputs) split.grads.erase(id);  // complete: no later VJP adds to them
+  return out;
 }
 
 std::vector<DTensor> GradientTape::backward_weight(const std::vector<DTensor>& weights) {
   if (!split_ || !split_->between) {
     detail::throw_error(ErrorCode::kFailedPrecondition, kComponent,
                         "backward_weight() needs backward_input() on this tape first");
+  }
+  for (const DTensor& w : weights) {
+    if (std::find(split_->inputs.begin(), split_->inputs.end(), w.id()) != split_->inputs.end()) {
+      detail::throw_invalid(kComponent,
+                            "DTensor #{} ({} {}) was an input of backward_input(), which returned "
+                            "its gradient: pass it there only",
+                            w.id(), dtype_name(w.dtype()), w.shape().to_string());
+    }
   }
   split_->between = false;
   walk(Half::kWeight, weights);

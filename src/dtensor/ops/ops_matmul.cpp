@@ -671,6 +671,7 @@ void add_op(OpRegistry& registry, std::string_view name) {
     einsum_kernel(name, in, out, attrs, context);
   };
   def.vjp = [name](const VjpArgs& args) { return einsum_vjp(name, args); };
+  def.vjp_skips_unwanted = true;
   def.saves = VjpSaves::of_inputs({0, 1});
   registry.add(std::move(def));
 }

@@ -302,6 +302,7 @@ void register_norm(OpRegistry& registry, std::string_view name, bool with_bias, 
     stats.epsilon = attrs.epsilon;
     return std::vector<DTensor>{call_op(ops.stats, {in[0]}, stats)};
   };
+  def.vjp_skips_unwanted = true;
   def.vjp = [ops](const VjpArgs& a) {
     const DTensor& x = a.inputs[0];
     const DTensor& stats = a.saved.at(0);

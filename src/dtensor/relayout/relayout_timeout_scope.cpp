@@ -23,7 +23,7 @@ int& open_scopes() {
 std::chrono::milliseconds default_relayout_timeout() { return thread_timeout(); }
 
 std::optional<std::chrono::milliseconds> scoped_relayout_timeout() {
-  if (open_scopes() == 0) return std::nullopt;
+  if (open_scopes() <= 0) return std::nullopt;
   return thread_timeout();
 }
 
