@@ -100,6 +100,20 @@ class Tape {
   int depth_ = 0;  // open `with` blocks
 };
 
+// `call`'s gradients of `tensors` (a DTensor or a list, TF's convention), run without the GIL
+// (the caller takes the C++ tape while it holds it): a DTensor for a DTensor, a list for a list.
+template <typename Call>
+py::object gradients_of(py::handle tensors, const char* what, const Call& call) {
+  auto [list, single] = to_dtensors(tensors, what);
+  std::vector<DTensor> grads;
+  {
+    py::gil_scoped_release release;
+    grads = call(list);
+  }
+  if (single) return wrap_dtensor(std::move(grads.at(0)));
+  return wrap_dtensors(std::move(grads));
+}
+
 void bind_tape(py::module_& m) {
   py::class_<Tape>(m, "GradientTape", R"doc(
 TF's GradientTape: records the ops (on this thread) whose inputs depend on watched DTensors.
@@ -137,16 +151,11 @@ several gradient() calls. A source the target does not depend on gets zeros (TF:
       .def(
           "gradient",
           [](Tape& self, const DTensor& target, py::handle sources,
-             const std::optional<DTensor>& output_gradients) -> py::object {
+             const std::optional<DTensor>& output_gradients) {
             GradientTape& tape = self.tape("gradient");
-            auto [list, single] = to_dtensors(sources, "gradient: sources");
-            std::vector<DTensor> grads;
-            {
-              py::gil_scoped_release release;
-              grads = tape.gradient(target, list, output_gradients.value_or(DTensor()));
-            }
-            if (single) return wrap_dtensor(std::move(grads.at(0)));
-            return wrap_dtensors(std::move(grads));
+            return gradients_of(sources, "gradient: sources", [&](const auto& list) {
+              return tape.gradient(target, list, output_gradients.value_or(DTensor()));
+            });
           },
           py::arg("target"), py::arg("sources"), py::arg("output_gradients") = py::none(),
           "d sum(target * output_gradients) / d source in each source's layout (None: "
@@ -154,16 +163,11 @@ several gradient() calls. A source the target does not depend on gets zeros (TF:
       .def(
           "backward_input",
           [](Tape& self, const DTensor& target, py::handle inputs,
-             const std::optional<DTensor>& output_gradients) -> py::object {
+             const std::optional<DTensor>& output_gradients) {
             GradientTape& tape = self.tape("backward_input");
-            auto [list, single] = to_dtensors(inputs, "backward_input: inputs");
-            std::vector<DTensor> grads;
-            {
-              py::gil_scoped_release release;
-              grads = tape.backward_input(target, list, output_gradients.value_or(DTensor()));
-            }
-            if (single) return wrap_dtensor(std::move(grads.at(0)));
-            return wrap_dtensors(std::move(grads));
+            return gradients_of(inputs, "backward_input: inputs", [&](const auto& list) {
+              return tape.backward_input(target, list, output_gradients.value_or(DTensor()));
+            });
           },
           py::arg("target"), py::arg("inputs"), py::arg("output_gradients") = py::none(),
           "The first half of gradient() (zero-bubble pipelines; PyTorch's "
@@ -171,16 +175,10 @@ several gradient() calls. A source the target does not depend on gets zeros (TF:
           "gradient waits on the tape for backward_weight(). A non-persistent tape only.")
       .def(
           "backward_weight",
-          [](Tape& self, py::handle weights) -> py::object {
+          [](Tape& self, py::handle weights) {
             GradientTape& tape = self.tape("backward_weight");
-            auto [list, single] = to_dtensors(weights, "backward_weight: weights");
-            std::vector<DTensor> grads;
-            {
-              py::gil_scoped_release release;
-              grads = tape.backward_weight(list);
-            }
-            if (single) return wrap_dtensor(std::move(grads.at(0)));
-            return wrap_dtensors(std::move(grads));
+            return gradients_of(weights, "backward_weight: weights",
+                                [&](const auto& list) { return tape.backward_weight(list); });
           },
           py::arg("weights"),
           "The second half: the gradients of `weights` (watched DTensors) from what "
