@@ -243,6 +243,8 @@ ScheduleSimulation simulate(const PipelineSchedule& s, double forward_cost, doub
   std::vector<std::optional<double>> ended(kPasses *
                                           static_cast<size_t>(s.virtual_stages() * s.microbatches));
   const double split = s.splits_backward() ? 0.5 : 1.0;  // a split backward's share in B and W
+  // Activations are let go at the end of the backward: W when split, else B.
+  const Pass frees = s.splits_backward() ? Pass::kWeight : Pass::kBackward;
   std::vector<size_t> next(static_cast<size_t>(s.stages), 0);
   std::vector<double> free_at(static_cast<size_t>(s.stages), 0.0);
   ScheduleSimulation sim;
@@ -271,8 +273,6 @@ ScheduleSimulation simulate(const PipelineSchedule& s, double forward_cost, doub
         ended[slot(s, a.virtual_stage(s.stages), a.microbatch, a.pass)] = start + cost;
         free_at[st] = start + cost;
         sim.busy[st] += cost;
-        // Activations are let go at the end of the backward: W when split, else B.
-        const Pass frees = s.splits_backward() ? Pass::kWeight : Pass::kBackward;
         in_flight[st] += a.pass == Pass::kForward ? 1 : a.pass == frees ? -1 : 0;
         sim.max_in_flight[st] = std::max(sim.max_in_flight[st], in_flight[st]);
         sim.timeline.push_back({a, start, start + cost});

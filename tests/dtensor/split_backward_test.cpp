@@ -15,6 +15,7 @@
 #include "tessel/dtensor/op_profile.h"
 #include "tessel/dtensor/ops.h"
 #include "tessel/dtensor/relayout.h"
+#include "testing/batch_model_mesh.h"
 #include "testing/expect_error.h"
 #include "testing/op_check.h"
 #include "testing/tape_memory_checks.h"
@@ -51,12 +52,7 @@ struct Stage {
 };
 
 Stage make_stage(Runtime& rt, MeshShape shape) {
-  std::vector<std::string> devices;
-  for (int64_t i = 0; i < shape.batch * shape.model; ++i) {
-    devices.push_back(rt.device(static_cast<int>(i)).name());
-  }
-  const Mesh mesh =
-      Mesh::create_on_devices({{"batch", shape.batch}, {"model", shape.model}}, devices);
+  const Mesh mesh = testing::batch_model_mesh(shape.batch, shape.model, rt);
   const int64_t c = 8;
   const auto normal = [&](Shape s, Layout l, uint64_t seed, double stddev) {
     return random_normal(s, l, seed, 0, stddev, DType::kF32, &rt);
@@ -263,6 +259,36 @@ TEST(SplitBackwardWork, AWatchedIntermediateReachedThroughARelayoutPassesItsGrad
       EXPECT_NEAR(got[i], xi * (1 - t * t), 1e-12) << (split ? "split " : "whole ") << i;
     }
   }
+}
+
+// An input made on the tape from a weight (watched itself): the input half returns its
+// gradient, and the weight half walks on through the op that made it to that weight.
+TEST(SplitBackwardWork, AnInputMadeFromAWeightOnTheTapePassesItsGradientToTheWeight) {
+  Runtime rt({.num_cpu_devices = 1});
+  const Mesh mesh = Mesh::create({{"x", 1}});
+  const auto normal = [&](uint64_t seed) {
+    return random_normal(Shape{4, 4}, Layout::replicated(mesh, 2), seed, 0, 1, DType::kF64, &rt);
+  };
+  const DTensor x0 = normal(1), w0 = normal(2), w1 = normal(3);
+  const auto record = [&](GradientTape& tape, DTensor& x) {
+    tape.watch(w0);
+    tape.watch(w1);
+    x = tanh(multiply(x0, w0));
+    tape.watch(x);
+    const DTensor y = matmul(x, w1);
+    tape.stop_recording();
+    return y;
+  };
+  DTensor x;
+  GradientTape whole;
+  const DTensor y0 = record(whole, x);
+  const std::vector<DTensor> expected = whole.gradient(y0, {x, w0, w1});
+  GradientTape split;
+  const DTensor y1 = record(split, x);
+  EXPECT_EQ(values(split.backward_input(y1, {x})[0]), values(expected[0]));
+  const std::vector<DTensor> dw = split.backward_weight({w0, w1});
+  EXPECT_EQ(values(dw[0]), values(expected[1]));
+  EXPECT_EQ(values(dw[1]), values(expected[2]));
 }
 
 TEST(SplitBackwardErrors, TheHalvesRunOnceInOrderOnANonPersistentTape) {

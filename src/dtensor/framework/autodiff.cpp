@@ -36,8 +36,8 @@ struct GradientTape::Record {
 };
 
 // A walk's gradients, and what a split backward pass keeps between its halves: which records
-// the input half runs (those whose output a watched input flows into: on_input_path, with the
-// ids on that path), and per record what the weight half does with it.
+// the input half runs (those whose output a watched input flows into: the ids on that path), and
+// per record what the weight half does with it.
 struct GradientTape::Split {
   // A record's part left to the weight half.
   struct Waiting {
@@ -49,11 +49,16 @@ struct GradientTape::Split {
   std::unordered_map<uint64_t, DTensor> grads;
   std::vector<uint64_t> input_path_ids;  // sorted
   std::vector<uint64_t> inputs;          // backward_input's inputs
-  std::vector<char> on_input_path;       // per record
   std::vector<std::optional<Waiting>> waiting;  // per record
   bool between = false;  // backward_input ran, backward_weight has not
   bool on_path(uint64_t id) const {
     return std::binary_search(input_path_ids.begin(), input_path_ids.end(), id);
+  }
+  // Whether the input half runs `r`: one of its inputs is on the path (an input made on the tape
+  // from the weights leaves its own record to the weight half).
+  bool reads_path(const Record& r) const {
+    return std::any_of(r.original_ids.begin(), r.original_ids.end(),
+                       [&](uint64_t id) { return on_path(id); });
   }
 };
 
@@ -347,7 +352,7 @@ void GradientTape::walk(Half half, const std::vector<DTensor>& sources) {
   };
   for (size_t i = records_.size(); i-- > 0;) {
     Record& r = records_[i];
-    const bool input_half = half != Half::kWhole && split.on_input_path[i] != 0;
+    const bool input_half = half != Half::kWhole && split.reads_path(r);
     if (half == Half::kInput && !input_half) continue;  // the weight half's
     if (half == Half::kWeight && input_half && !split.waiting[i]) continue;  // ran whole before
     // Gradients waiting to be relaid out together are added before a record reads its own.
@@ -487,18 +492,21 @@ std::vector<DTensor> GradientTape::backward_input(const DTensor& target,
     insert_sorted(split.input_path_ids, x.id());
     split.inputs.push_back(x.id());
   }
-  split.on_input_path.assign(records_.size(), 0);
-  for (size_t i = 0; i < records_.size(); ++i) {
-    for (uint64_t id : records_[i].original_ids) {
-      if (split.on_path(id)) split.on_input_path[i] = 1;
-    }
-    if (split.on_input_path[i] != 0) insert_sorted(split.input_path_ids, records_[i].output_id);
+  for (const Record& r : records_) {
+    if (split.reads_path(r)) insert_sorted(split.input_path_ids, r.output_id);
   }
   split.waiting.assign(records_.size(), std::nullopt);
   walk(Half::kInput, inputs);
   split.between = true;
   std::vector<DTensor> out = collect(inputs, /*reduce=*/true);
-  for (uint64_t id : split.inputs) split.grads.erase(id);  // complete: no later VJP adds to them
+  // The inputs' gradients are complete (every op reading them ran); the weight half needs one
+  // only to walk on through the op that made that input, when the tape recorded it.
+  for (uint64_t id : split.inputs) {
+    if (std::none_of(records_.begin(), records_.end(),
+                     [&](const Record& r) { return r.output_id == id; })) {
+      split.grads.erase(id);
+    }
+  }
   return out;
 }
 
