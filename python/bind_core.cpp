@@ -13,6 +13,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/float16.h"
 #include "tessel/core/host_memory.h"
+#include "tessel/core/matmul_precision.h"
 #include "tessel/core/median.h"
 #include "tessel/core/parallel.h"
 #include "tessel/core/reduce_op.h"
@@ -354,6 +355,18 @@ void bind_blas_and_threads(py::module_& m) {
         "Threads one op of a CPU device may use now: the cores shared by the CPU devices alive.");
   m.def("set_intra_op_threads", &set_intra_op_threads, py::arg("threads"),
         "Fixes intra_op_threads() (>= 1); 0 restores the automatic share.");
+  py::enum_<MatmulPrecision>(m, "MatmulPrecision",
+                             "float32 matmuls on GPUs: HIGHEST strict f32, HIGH TF32 tensor cores.")
+      .value("HIGHEST", MatmulPrecision::kHighest)
+      .value("HIGH", MatmulPrecision::kHigh);
+  m.def("matmul_precision", &matmul_precision,
+        "The float32 matmul precision (default HIGH, or TESSEL_MATMUL_PRECISION).");
+  m.def("set_matmul_precision", &set_matmul_precision, py::arg("precision"));
+  m.def("matmul_precision_name", &matmul_precision_name, py::arg("precision"));
+  m.def("matmul_precision_from_name", &matmul_precision_from_name, py::arg("name"));
+  m.def("enable_tensor_float_32_execution", &enable_tensor_float_32_execution,
+        py::arg("enabled"), "TF's name: True is MatmulPrecision.HIGH, False HIGHEST.");
+  m.def("tensor_float_32_execution_enabled", &tensor_float_32_execution_enabled);
 }
 
 // crc32c of bytes-like objects (bytes, bytearray, memoryview, numpy arrays): their buffer.

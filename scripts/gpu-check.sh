@@ -29,10 +29,16 @@
 #   6. bench: `tessel bench nccl` (all_reduce, all_gather, reduce_scatter) beside raw NCCL, and
 #      the all-reduce at 1 GiB against the issue's 0.95x-of-raw bound (bench_bound);
 #   7. train_baby: the baby GPT (dropout 0.2) on one GPU, 60 steps for the step time, and 3 steps
-#      on the GPU and on one CPU device whose losses must agree to 1e-4 (baby_losses).
+#      on the GPU and on one CPU device whose losses must agree to 1e-4 (baby_losses), in strict
+#      f32; then the same with TF32 matmuls (tessel/core/matmul_precision.h, the default), whose
+#      losses must agree to 1e-2 (baby_tf32_losses: TF32 rounds each operand to 10 mantissa bits,
+#      about 1e-3 relative per product).
+# Checks 2 to 6 and the first half of 7 run with TESSEL_MATMUL_PRECISION=highest (strict f32
+# matmuls on the GPU, as on the CPU), so that they compare GPU and CPU results at f32's tolerance;
+# gpu_tests also checks the TF32 GEMMs themselves.
 # OUTDIR gets summary.txt (a line per check), machine.txt, gpu_tests.log, mesh_suites.log,
-# train.jsonl, bench.txt, python.log and train_baby.jsonl. The exit status is that of the first
-# failed check (0: all passed).
+# train.jsonl, bench.txt, python.log, train_baby.jsonl and train_baby_tf32.jsonl. The exit status
+# is that of the first failed check (0: all passed).
 set -u -o pipefail
 
 mode=${1:-}
@@ -194,14 +200,18 @@ PY
   done
 }
 
-# FILE KEY...: the `tessel train gpt --json` lines of FILE grouped by MESH[sp]/STEPS; for each
-# KEY, the largest difference between the GPU run's losses and the CPU run's, which must be at
-# most 1e-4 (exit 1 otherwise, or when a KEY lacks either run); a run without a partner (a
-# timing run) is listed with its median step time.
+# [--bound B] FILE KEY...: the `tessel train gpt --json` lines of FILE grouped by MESH[sp]/STEPS;
+# for each KEY, the largest difference between the GPU run's losses and the CPU run's, which must
+# be at most B (default 1e-4; exit 1 otherwise, or when a KEY lacks either run); a run without a
+# partner (a timing run) is listed with its median step time.
 compare_losses() {
   python3 - "$@" <<'PY'
 import json, sys
-path, wanted = sys.argv[1], sys.argv[2:]
+args = sys.argv[1:]
+bound = 1e-4
+if args[0] == "--bound":
+    bound, args = float(args[1]), args[2:]
+path, wanted = args[0], args[1:]
 groups = {}
 for line in open(path):
     if line.startswith("{"):
@@ -214,9 +224,9 @@ for key in sorted(set(groups) | set(wanted)):
     g, c = runs.get("GPU"), runs.get("CPU")
     if g and c and len(g["losses"]) == len(c["losses"]) > 0:
         d = max(abs(a - b) for a, b in zip(g["losses"], c["losses"]))
-        ok = ok and d <= 1e-4
+        ok = ok and d <= bound
         print(f"train {g['config']} {key}: largest |GPU - CPU| loss {d:.2e} "
-              f"({'within' if d <= 1e-4 else 'OVER'} 1e-4); median step GPU "
+              f"({'within' if d <= bound else 'OVER'} {bound:g}); median step GPU "
               f"{g['median_step_seconds']:.4f} s, CPU {c['median_step_seconds']:.4f} s")
     elif key in wanted:
         print(f"train {key}: no GPU and CPU losses to compare")
@@ -238,6 +248,8 @@ run() {
   fi
   date -u >>"$out/machine.txt"
   summary machine 0
+  # Strict f32 matmuls until the TF32 runs at the end (the header's note).
+  export TESSEL_MATMUL_PRECISION=highest
   : >"$out/gpu_tests.log"
   timed gpu_tests 150 "$out/gpu_tests.log" "$stage/tessel_gpu_tests"
   : >"$out/mesh_suites.log"
@@ -273,6 +285,18 @@ run() {
   done
   compare_losses "$out/train_baby.jsonl" 1x1/3 >>"$out/summary.txt" 2>&1
   summary baby_losses $?
+  # The same with TF32 matmuls (the default precision): the step time, and the losses against
+  # the CPU's f32 ones within TF32's tolerance.
+  : >"$out/train_baby_tf32.jsonl"
+  for run in gpu:60 gpu:3 cpu:3; do
+    dev=${run%:*} steps=${run#*:}
+    timed "train_baby_tf32_${dev}_$steps" 90 "$out/train_baby_tf32.jsonl" \
+      env TESSEL_MATMUL_PRECISION=high \
+      "$stage/tessel" train gpt --config baby --mesh 1x1 --device "$dev" --steps "$steps" \
+      --eval-interval 1000 --eval-iters 1 --sample 0 --json
+  done
+  compare_losses --bound 1e-2 "$out/train_baby_tf32.jsonl" 1x1/3 >>"$out/summary.txt" 2>&1
+  summary baby_tf32_losses $?
   grep -h -E '^\[  FAILED  \]' "$out"/*.log | sort -u | head -40
   cat "$out/summary.txt"
   return "$status"

@@ -7,6 +7,7 @@
 #include "flags.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/blas.h"
+#include "tessel/core/matmul_precision.h"
 #include "tessel/core/parallel.h"
 #include "tessel/config.h"
 #include "tessel/runtime/runtime.h"
@@ -95,7 +96,12 @@ int print_info(NoOptions) {
             << "hardware threads: " << std::thread::hardware_concurrency() << "\n"
             << "BLAS:             " << blas_info().to_string() << "\n"
             << "intra-op threads: " << machine_cores()
-            << " cores, shared by the CPU devices (TESSEL_INTRA_OP_THREADS fixes it)\n";
+            << " cores, shared by the CPU devices (TESSEL_INTRA_OP_THREADS fixes it)\n"
+            << "f32 matmuls:      " << matmul_precision_name(matmul_precision())
+            << (tensor_float_32_execution_enabled()
+                    ? " (TF32 on GPU tensor cores, f32 on CPUs; TESSEL_MATMUL_PRECISION=highest "
+                      "keeps f32)\n"
+                    : " (f32 on every device; TESSEL_MATMUL_PRECISION=high allows TF32 on GPUs)\n");
   const Runtime& runtime = Runtime::global();  // TESSEL_CPU_DEVICES, default 4
   std::cout << "devices:          " << runtime.num_devices() << " virtual CPU\n";
   for (const Device* d : runtime.devices()) std::cout << "  " << d->name() << "\n";

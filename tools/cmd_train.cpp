@@ -30,6 +30,7 @@
 #include "process_mesh.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
+#include "tessel/core/matmul_precision.h"
 #include "tessel/dtensor/op_profile.h"
 #include "tessel/dtensor/relayout.h"
 #include "tessel/runtime/clients.h"
@@ -407,6 +408,7 @@ Json run_json(const Options& o, const ClientConfig& client, const train::TrainHi
               {"attention", attention_run(o)},
               {"fsdp", o.fsdp},
               {"dtype", o.dtype},
+              {"matmul_precision", matmul_precision_name(matmul_precision())},
               {"steps", history.total_steps},
               {"final_train_loss", json_number(last.train_loss)},
               {"final_val_loss", json_number(last.val_loss)},

@@ -149,15 +149,71 @@ def test_tessel_intra_op_threads_fixes_the_count(value, fixed):
         assert 1 <= threads <= cores
 
 
-@pytest.mark.parametrize("bad", ["lots", "-1", "4097", "2 "])
-def test_a_bad_tessel_intra_op_threads_names_the_variable_and_the_value(bad):
+def value_error_in_fresh_interpreter(call, variable, value):
+    """The ValueError's message of tessel.<call>() in a new interpreter with variable=value (the
+    environment is read once per process), or its stdout and stderr if there was none."""
     code = ("import tessel\n"
             "try:\n"
-            "    tessel.intra_op_threads()\n"
+            f"    tessel.{call}()\n"
             "except ValueError as e:\n"
             "    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code],
-                         env={**os.environ, "TESSEL_INTRA_OP_THREADS": bad},
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, variable: value},
                          capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1", "4097", "2 "])
+def test_a_bad_tessel_intra_op_threads_names_the_variable_and_the_value(bad):
+    message = value_error_in_fresh_interpreter("intra_op_threads", "TESSEL_INTRA_OP_THREADS", bad)
     assert (f"parallel_for: TESSEL_INTRA_OP_THREADS='{bad}' is not a thread count from 0 to 4096"
-            in out.stdout), out.stdout + out.stderr
+            in message), message
+
+
+@pytest.fixture
+def restored_matmul_precision():
+    saved = tessel.matmul_precision()
+    yield
+    tessel.set_matmul_precision(saved)
+
+
+def test_matmul_precision_under_its_names_and_tfs(restored_matmul_precision):
+    tessel.set_matmul_precision(tessel.MatmulPrecision.HIGHEST)
+    assert tessel.matmul_precision() == tessel.MatmulPrecision.HIGHEST
+    assert not tessel.tensor_float_32_execution_enabled()
+    tessel.enable_tensor_float_32_execution(True)
+    assert tessel.matmul_precision() == tessel.MatmulPrecision.HIGH
+    assert tessel.matmul_precision_name(tessel.MatmulPrecision.HIGH) == "high"
+    assert tessel.matmul_precision_from_name("highest") == tessel.MatmulPrecision.HIGHEST
+    with pytest.raises(ValueError, match="unknown float32 matmul precision 'medium'"):
+        tessel.matmul_precision_from_name("medium")
+
+
+def test_cpu_matmuls_are_float32_under_either_precision(restored_matmul_precision, mesh):
+    # No BLAS of the CPU has TF32: the same bits, and numpy's float64 product within f32's error.
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.5, 1.5, (33, 70)).astype(np.float32)
+    b = rng.uniform(0.5, 1.5, (70, 21)).astype(np.float32)
+    layout = tessel.Layout.replicated(mesh, 2)
+    products = []
+    for precision in (tessel.MatmulPrecision.HIGH, tessel.MatmulPrecision.HIGHEST):
+        tessel.set_matmul_precision(precision)
+        products.append(tessel.to_host(tessel.matmul(tessel.copy_to_mesh(a, layout),
+                                                     tessel.copy_to_mesh(b, layout))))
+    np.testing.assert_array_equal(products[0], products[1])
+    np.testing.assert_allclose(products[0], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5)
+
+
+@pytest.mark.parametrize("value, want", [("highest", "HIGHEST"), ("high", "HIGH"), ("", "HIGH")])
+def test_tessel_matmul_precision_sets_the_start_value(value, want):
+    code = "import tessel; print(tessel.matmul_precision().name)"
+    out = subprocess.run([sys.executable, "-c", code],
+                         env={**os.environ, "TESSEL_MATMUL_PRECISION": value},
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == want
+
+
+def test_a_bad_tessel_matmul_precision_names_the_value():
+    message = value_error_in_fresh_interpreter("matmul_precision", "TESSEL_MATMUL_PRECISION",
+                                               "tf32")
+    assert ("matmul_precision: TESSEL_MATMUL_PRECISION='tf32' is not highest or high"
+            in message), message

@@ -6,8 +6,10 @@
 // host_staged_kernel_calls() unchanged for the op, so the GPU kernel ran rather than the CPU
 // kernel on host copies. The cases a GPU kernel leaves to the host (too many broadcast
 // dimensions, reduced axes that are not adjacent) are checked to run host-staged and match too.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -717,6 +719,39 @@ TEST_F(GpuOpKernels, UnshardedCrossEntropyLabelsOutsideTheClassesAreReported) {
       expect_bad_label_reported("sparse_softmax_cross_entropy_grad", {labels, logits, g}, {},
                                 first_bad, 5);
     }
+  }
+}
+
+// f32 matmuls under MatmulPrecision::kHigh run on the TF32 tensor cores: within TF32's rounding
+// of the CPU's f32 product (each operand rounded to 10 mantissa bits, at most 2^-10 relative if
+// the hardware truncates, so 2^-9 for a product; positive terms, so a sum's relative error is at
+// most its terms'), and on GPUs with TF32 (compute capability 8.0 and later) not the f32 result,
+// so the tensor cores did run; kHighest gives the f32 result within 1e-5.
+TEST_F(GpuOpKernels, Float32MatmulsRunOnTf32TensorCoresUnlessHighestIsAsked) {
+  const Tensor a = uniform(Shape({96, 512}), DType::kF32, 11, 0.5, 1.5);
+  const Tensor b = uniform(Shape({512, 80}), DType::kF32, 12, 0.5, 1.5);
+  const std::vector<float> want = cpu_value("matmul", {a, b}, OpAttrs{}).to_vector<float>();
+  const auto worst_relative_error = [&](MatmulPrecision precision) {
+    set_matmul_precision(precision);
+    const int64_t staged_before = host_staged_kernel_calls()["matmul"];
+    const std::vector<float> got =
+        to_host(call_op("matmul", place({a, b}, gpu_mesh(), runtime()), OpAttrs{}))
+            .to_vector<float>();
+    EXPECT_EQ(host_staged_kernel_calls()["matmul"], staged_before) << "cuBLAS did not run";
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(double(got[i]) - want[i]) / std::abs(double(want[i])));
+    }
+    return worst;
+  };
+  const double tf32 = worst_relative_error(MatmulPrecision::kHigh);
+  const double strict = worst_relative_error(MatmulPrecision::kHighest);
+  EXPECT_LE(strict, 1e-5);
+  EXPECT_LE(tf32, std::ldexp(1.0, -9));
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major >= 8) {
+    EXPECT_GT(tf32, 1e-5) << "the same bits as strict f32: TF32 did not run";
   }
 }
 

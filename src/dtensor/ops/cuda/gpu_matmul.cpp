@@ -2,7 +2,9 @@
 // in place (einsum_gemm.h): f32 and f64, and bf16 and f16 on the tensor cores with f32 sums
 // (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F: the output rounded once, as the CPU's bf16
 // kernel rounds it; the CPU's f16 kernel, MKL's hgemm, sums in f16 and is the less exact one).
-// Blocks that need a rearranging copy, and other dtypes, run host-staged.
+// Blocks that need a rearranging copy, and other dtypes, run host-staged. f32 GEMMs run on the
+// TF32 tensor cores while tensor_float_32_execution_enabled() (tessel/core/matmul_precision.h:
+// the default), in strict f32 otherwise.
 #include <cublas_v2.h>
 
 #include <map>
@@ -14,6 +16,7 @@
 #include "dtensor/ops/cuda/gpu_kernels.h"
 #include "dtensor/ops/einsum_gemm.h"
 #include "tessel/core/float16.h"
+#include "tessel/core/matmul_precision.h"
 #include "dtensor/framework/kernel_runner.h"
 #include "runtime/cuda/cuda_check.h"
 
@@ -125,6 +128,12 @@ void gemm_block(const EinsumGemm& g, const Tensor& a, const Tensor& b, Tensor& o
   }
   cublasHandle_t h = handle_for(ordinal);
   check_cublas(cublasSetStream(h, stream), "cublasSetStream");  // also unbinds any workspace
+  // The handle keeps its math mode: set on every call, as the setting may change between them.
+  // CUBLAS_DEFAULT_MATH leaves f32 GEMMs in f32 (cuBLAS 11+); the 16-bit ones use the tensor
+  // cores under either mode, and f64 ones never do.
+  const bool tf32 = std::is_same_v<T, float> && tensor_float_32_execution_enabled();
+  check_cublas(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+               "cublasSetMathMode");
   Tensor workspace = gemm_workspace(out);
   check_cublas(cublasSetWorkspace(h, workspace.defined() ? workspace.data_ptr() : nullptr,
                                   workspace.defined() ? workspace.nbytes() : 0),
