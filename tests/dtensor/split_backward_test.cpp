@@ -161,6 +161,27 @@ TEST(SplitBackwardWork, TheInputHalfLeavesEachMatmulsWeightGradientToTheWeightHa
   EXPECT_EQ(calls_of(weight_half, "layer_norm_grad"), 0) << weight_half.table();
 }
 
+// Under tensor parallelism layer norm's output gradient is Partial over `model` (from the
+// column-parallel matmul's backward); its VJP reduces it once in the input half and hands the
+// reduced gradient to the weight half (VjpArgs::grad_as_used), which then runs no collective:
+// the matmuls' weight gradients are local, and the batch dimension has one device.
+TEST(SplitBackwardWork, TheWeightHalfDoesNotReduceLayerNormsGradientAgain) {
+  Runtime rt({.num_cpu_devices = 2});
+  const Stage st = make_stage(rt, {1, 2});
+  DTensor y;
+  GradientTape tape;
+  recorded(tape, st, y);
+  start_op_profile();
+  tape.backward_input(y, {st.x}, st.output_gradient);
+  const OpProfile input_half = stop_op_profile();
+  start_op_profile();
+  for (const DTensor& g : tape.backward_weight(st.w)) to_host(g);  // its kernels done
+  const OpProfile weight_half = stop_op_profile();
+  EXPECT_FALSE(input_half.collective_rows.empty()) << input_half.table();
+  EXPECT_GT(calls_of(weight_half, "layer_norm_weight_grad"), 0) << weight_half.table();
+  EXPECT_TRUE(weight_half.collective_rows.empty()) << weight_half.table();
+}
+
 TEST(SplitBackwardWork, WhatTheWeightHalfReadsIsKeptBetweenTheHalvesThenLetGo) {
   Runtime rt({.num_cpu_devices = 1});
   const int64_t before = kept_bytes();

@@ -250,6 +250,11 @@ struct VjpArgs {
   // watched tensor flows into); it may also compute it, which is never wrong.
   std::vector<bool> wanted;
   bool wants(size_t k) const { return wanted.empty() || (k < wanted.size() && wanted[k]); }
+  // Set by a VJP that relays `grad` out before using it (layer norm reduces a Partial gradient):
+  // the relaid-out gradient. When the VJP skipped unwanted gradients, the tape's second call for
+  // them (the split backward's weight half) passes it as `grad`, so that the relayout, a
+  // collective under tensor parallelism, runs once.
+  mutable DTensor grad_as_used;
 };
 
 struct OpDef {

@@ -384,6 +384,7 @@ void GradientTape::walk(Half half, const std::vector<DTensor>& sources) {
       }
     }
     std::vector<DTensor> input_grads;
+    DTensor vjp_grad_as_used;  // VjpArgs::grad_as_used
     if (std::find(wanted.begin(), wanted.end(), true) != wanted.end()) {
       if (!r.def->vjp) {
         detail::throw_error(ErrorCode::kUnimplemented, kComponent,
@@ -399,6 +400,7 @@ void GradientTape::walk(Half half, const std::vector<DTensor>& sources) {
       VjpArgs args{r.inputs, r.output, grad, attrs.get(), r.saved, wanted};
       if (!persistent_ && half != Half::kInput) release(r);
       input_grads = def.vjp(args);
+      vjp_grad_as_used = std::move(args.grad_as_used);
     }
     input_grads.resize(r.original_ids.size());
     if (half == Half::kInput) {
@@ -417,7 +419,7 @@ void GradientTape::walk(Half half, const std::vector<DTensor>& sources) {
         }
       }
       if (compute || kept) {
-        if (compute) w.grad = grad;
+        if (compute) w.grad = vjp_grad_as_used.defined() ? vjp_grad_as_used : grad;
         // Counted with what the record keeps (tape_memory.h), let go with it.
         for (const DTensor& t : w.given) keep_counted(r, t);
         keep_counted(r, w.grad);

@@ -309,6 +309,7 @@ void register_norm(OpRegistry& registry, std::string_view name, bool with_bias, 
     // Both gradient ops demand g laid out as x's rows: relaid out once here, a Partial g (after a
     // column-parallel matmul's backward) is reduced once instead of by each op.
     const DTensor g = relayout(a.grad, rows_layout(x.layout()));
+    a.grad_as_used = g;  // a second call for the weights' gradients reads it as it is
     std::vector<DTensor> grads{
         a.wants(0) ? call_op(ops.grad, {x, a.inputs[1], g, stats}) : DTensor(),
         a.wants(1) ? call_op(ops.weight_grad, {x, g, stats}) : DTensor()};
