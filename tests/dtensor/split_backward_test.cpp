@@ -140,18 +140,29 @@ int64_t calls_of(const OpProfile& profile, const std::string& op) {
   return calls;
 }
 
-TEST(SplitBackwardWork, TheInputHalfLeavesEachMatmulsWeightGradientToTheWeightHalf) {
-  Runtime rt({.num_cpu_devices = 1});
-  const Stage st = make_stage(rt, {1, 1});
+// The op profiles of a stage's two halves on a mesh of `shape`, each with its kernels done.
+struct HalvesProfiled {
+  OpProfile input_half, weight_half;
+};
+
+HalvesProfiled profile_halves(MeshShape shape) {
+  Runtime rt({.num_cpu_devices = static_cast<int>(shape.batch * shape.model)});
+  const Stage st = make_stage(rt, shape);
   DTensor y;
   GradientTape tape;
   recorded(tape, st, y);
+  HalvesProfiled out;
   start_op_profile();
-  tape.backward_input(y, {st.x}, st.output_gradient);
-  const OpProfile input_half = stop_op_profile();
+  to_host(tape.backward_input(y, {st.x}, st.output_gradient).at(0));
+  out.input_half = stop_op_profile();
   start_op_profile();
-  tape.backward_weight(st.w);
-  const OpProfile weight_half = stop_op_profile();
+  for (const DTensor& g : tape.backward_weight(st.w)) to_host(g);
+  out.weight_half = stop_op_profile();
+  return out;
+}
+
+TEST(SplitBackwardWork, TheInputHalfLeavesEachMatmulsWeightGradientToTheWeightHalf) {
+  const auto [input_half, weight_half] = profile_halves({1, 1});
   // Four matmuls: the input half computes their four input gradients, the weight half their
   // four weight gradients (each an einsum); layer norm's weight gradient waits too.
   EXPECT_EQ(calls_of(input_half, "einsum"), 4) << input_half.table();
@@ -166,17 +177,7 @@ TEST(SplitBackwardWork, TheInputHalfLeavesEachMatmulsWeightGradientToTheWeightHa
 // reduced gradient to the weight half (VjpArgs::grad_as_used), which then runs no collective:
 // the matmuls' weight gradients are local, and the batch dimension has one device.
 TEST(SplitBackwardWork, TheWeightHalfDoesNotReduceLayerNormsGradientAgain) {
-  Runtime rt({.num_cpu_devices = 2});
-  const Stage st = make_stage(rt, {1, 2});
-  DTensor y;
-  GradientTape tape;
-  recorded(tape, st, y);
-  start_op_profile();
-  tape.backward_input(y, {st.x}, st.output_gradient);
-  const OpProfile input_half = stop_op_profile();
-  start_op_profile();
-  for (const DTensor& g : tape.backward_weight(st.w)) to_host(g);  // its kernels done
-  const OpProfile weight_half = stop_op_profile();
+  const auto [input_half, weight_half] = profile_halves({1, 2});
   EXPECT_FALSE(input_half.collective_rows.empty()) << input_half.table();
   EXPECT_GT(calls_of(weight_half, "layer_norm_weight_grad"), 0) << weight_half.table();
   EXPECT_TRUE(weight_half.collective_rows.empty()) << weight_half.table();
