@@ -268,6 +268,13 @@ const std::vector<ReduceCase> kReductions = {
     {Shape({2, 0, 3}), {1}, false},
     {Shape(), {}, false},
     {Shape({3, 1, 4}), {1}, false},
+    // Few long rows, reduced in pieces by whole blocks (gpu_rows.cu): a full reduction of the
+    // baby GPT's largest weight, odd lengths, the shortest such row, and more pieces than one
+    // row may have (kMaxPieces).
+    {Shape({384, 1536}), {}, false},
+    {Shape({3, 100003}), {1}, false},
+    {Shape({2, 32768}), {-1}, true},
+    {Shape({1 << 23}), {0}, false},
 };
 
 TEST_F(GpuOpKernels, ReductionsMatchTheCpuKernels) {
@@ -294,6 +301,12 @@ TEST_F(GpuOpKernels, ReduceMaxSkipsNanAsTheCpuKernelDoes) {
   expect_matches_cpu("reduce_max", {x}, attrs, Match::kExact);
   attrs.axes = {0};
   expect_matches_cpu("reduce_max", {x}, attrs, Match::kExact);
+  // A long row, reduced in pieces: NaN skipped in every piece, an all-NaN row gives -inf.
+  std::vector<float> values(2 * 70000, nan);
+  for (size_t i = 0; i < 70000; i += 7) values[i] = static_cast<float>(i % 1001);
+  attrs.axes = {1};
+  expect_matches_cpu("reduce_max", {Tensor::from_vector<float>(values, Shape({2, 70000}))}, attrs,
+                     Match::kExact);
 }
 
 TEST_F(GpuOpKernels, ReductionsOverAxesThatAreNotAdjacentRunHostStaged) {

@@ -1,9 +1,9 @@
 // The row-wise ops' CUDA kernels (gpu_launch.h): reductions, softmax, causal softmax, layer norm
 // and its gradients. A row (the reduced or normalised elements, contiguous) belongs to one warp
-// (gpu_warp.cuh). A sum down columns (a reduction over a middle axis,
-// [outer, reduced, inner] with inner > 1, and layer norm's weight gradient) gives each output
-// column a column of threads of one block instead (coalesced reads along the row). Grid-stride
-// loops cover any row count.
+// (gpu_warp.cuh), or, for a few long rows (a full reduction), pieces of it to whole blocks. A sum
+// down columns (a reduction over a middle axis, [outer, reduced, inner] with inner > 1, and layer
+// norm's weight gradient) gives each output column a column of threads of one block instead
+// (coalesced reads along the row). Grid-stride loops cover any row count.
 #include <limits>
 
 #include "dtensor/ops/cuda/gpu_launch.h"
@@ -36,6 +36,74 @@ __global__ void reduce_rows_kernel(const T* x, T* out, int64_t rows, int64_t len
     acc = warp_combine(acc, combine);
     if (lane() == 0) out[r] = static_cast<T>(acc) / divisor;
   }
+}
+
+// Few long rows (a full reduction: the loss, a gradient's squared norm): a warp per row would
+// leave the GPU idle, so each row is cut into `chunks` pieces, a block of kThreads threads
+// reduces each piece into partials[row * chunks + piece] (its warps' results combined through
+// shared memory), and a second kernel, a warp per row, combines the row's partials in order. The
+// order is fixed, so the result is the same on every run.
+template <typename T, typename Acc, typename Combine>
+__global__ void reduce_pieces_kernel(const T* x, Acc* partials, int64_t length, int64_t chunks,
+                                     Acc init, Combine combine) {
+  __shared__ Acc warps[kWarpsPerBlock];
+  const int64_t row = blockIdx.y, piece = blockIdx.x;
+  const int64_t per_piece = (length + chunks - 1) / chunks;
+  const int64_t begin = piece * per_piece;
+  const int64_t end = begin + per_piece < length ? begin + per_piece : length;
+  const T* values = x + row * length;
+  Acc acc = init;
+  for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) {
+    acc = combine(acc, static_cast<Acc>(values[j]));
+  }
+  acc = warp_combine(acc, combine);
+  if (lane() == 0) warps[threadIdx.x / kWarp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarpsPerBlock; ++w) acc = combine(acc, warps[w]);
+    partials[row * chunks + piece] = acc;
+  }
+}
+
+template <typename T, typename Acc, typename Combine>
+__global__ void combine_pieces_kernel(const Acc* partials, T* out, int64_t rows, int64_t chunks,
+                                      Acc init, Combine combine, T divisor) {
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
+    Acc acc = init;
+    for (int64_t j = lane(); j < chunks; j += kWarp) acc = combine(acc, partials[r * chunks + j]);
+    acc = warp_combine(acc, combine);
+    if (lane() == 0) out[r] = static_cast<T>(acc) / divisor;
+  }
+}
+
+// Rows at least this long go through the pieces when there are fewer rows than this GPU-filling
+// count of warps.
+constexpr int64_t kLongRow = int64_t{1} << 15;
+constexpr int64_t kFewRows = 1024;
+// Elements per thread of a piece (at least), and the most pieces of one row.
+constexpr int64_t kPerThread = 16;
+constexpr int64_t kMaxPieces = 1024;
+
+template <typename T, typename Acc, typename Combine>
+cudaError_t launch_reduce_pieces(const T* x, T* out, int64_t rows, int64_t length, Acc init,
+                                 Combine combine, T divisor, cudaStream_t stream) {
+  int64_t chunks = (length + kThreads * kPerThread - 1) / (kThreads * kPerThread);
+  chunks = chunks < kMaxPieces ? chunks : kMaxPieces;
+  Acc* partials = nullptr;
+  cudaError_t status = cudaMallocAsync(reinterpret_cast<void**>(&partials),
+                                       static_cast<size_t>(rows * chunks) * sizeof(Acc), stream);
+  if (status != cudaSuccess) return status;
+  reduce_pieces_kernel<T, Acc, Combine>
+      <<<dim3(static_cast<unsigned int>(chunks), static_cast<unsigned int>(rows)), kThreads, 0,
+         stream>>>(x, partials, length, chunks, init, combine);
+  status = cudaGetLastError();
+  if (status == cudaSuccess) {
+    combine_pieces_kernel<T, Acc, Combine><<<row_blocks(rows), kThreads, 0, stream>>>(
+        partials, out, rows, chunks, init, combine, divisor);
+    status = cudaGetLastError();
+  }
+  const cudaError_t freed = cudaFreeAsync(partials, stream);
+  return status != cudaSuccess ? status : freed;
 }
 
 // Block (kWarp, kColumnThreads): threadIdx.x picks the column within a tile of kWarp columns,
@@ -240,10 +308,13 @@ cudaError_t launch_rows(void (*kernel)(Params...), int64_t rows, int64_t length,
 }
 
 // A reduction's kernel: a warp per output element when the reduced elements are contiguous
-// (inner == 1), else a block per kWarp output columns.
+// (inner == 1), or pieces of blocks for a few long rows, else a block per kWarp output columns.
 template <typename T, typename Acc, typename Combine>
 cudaError_t launch_reduce_as(const T* x, T* out, int64_t outer, int64_t reduced, int64_t inner,
                              Acc init, Combine combine, T divisor, cudaStream_t stream) {
+  if (inner == 1 && reduced >= kLongRow && outer < kFewRows) {
+    return launch_reduce_pieces(x, out, outer, reduced, init, combine, divisor, stream);
+  }
   if (inner == 1) {  // one row per output element, even an empty one (reduced == 0)
     return launch_rows(reduce_rows_kernel<T, Acc, Combine>, outer, 1, stream, x, out, outer,
                        reduced, init, combine, divisor);
