@@ -40,7 +40,8 @@ constexpr const char* kHelp =
     "                        [--recompute none|selective|full] [--fsdp] [--dtype f32|bf16|f16]\n"
     "                        [--attention fused|composed]\n"
     "                        [--data FILE] [--json]\n"
-    "                        [--schedule gpipe|1f1b|interleaved|zero-bubble] [--microbatches M] [--chunks V]\n"
+    "                        [--schedule gpipe|1f1b|interleaved|zero-bubble] [--microbatches M] "
+    "[--chunks V]\n"
     "                        [--stage-threads]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
@@ -253,9 +254,7 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data,
 // "2x2", "2x2 fsdp" for a fully sharded run; with stages "s2 1x1 threads" (a controller thread
 // per stage) or "s2 1x1 one controller".
 std::string mesh_label(const MeshResult& r) {
-  const char* controllers = r.stage == 0        ? ""
-                            : r.stage_threads   ? " threads"
-                                                : " one controller";
+  const char* controllers = r.stage == 0 ? "" : r.stage_threads ? " threads" : " one controller";
   return fmt::format("{}{}x{}{}{}", r.stage > 0 ? fmt::format("s{} ", r.stage) : "", r.batch,
                      r.model, r.fsdp ? " fsdp" : "", controllers);
 }

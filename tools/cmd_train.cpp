@@ -135,7 +135,7 @@ struct Options {
   int64_t microbatches = 0, chunks = 0;  // 0: the stages / 1 (interleaved: 2)
   bool print_schedule = false;
   bool stage_threads = false, one_controller = false;  // explicit: PipelineOptions::controllers
-  std::string device_type = "CPU";                                  // --device: the mesh's devices
+  std::string device_type = "CPU";                     // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   int64_t layers = 0;                                               // 0: the config's
   std::optional<double> dropout, lr;

@@ -35,7 +35,11 @@
 // never receives) is kDeadlineExceeded from "pipeline" naming the late stage (the one whose
 // device the relayout names), the microbatch, the direction (forward activation or backward
 // gradient) and both stages, the relayout's error after it; it ends by the timeout + 10 %
-// (+ 50 ms). Any other failure of a transfer keeps its code and gets the same names.
+// (+ 50 ms). Any other failure of a transfer keeps its code and gets the same names. With stage
+// threads (the default in one process) a stage that waits longer than the timeout for what a
+// neighbour sends names that neighbour ("... (stage 0 is late): it was not sent"), unless a
+// stage's own work failed too (a launch or transfer that ran out names the late device): that
+// error is thrown, once every stage's thread has ended, up to two timeouts after the stall.
 //
 // Errors before anything runs (kInvalidArgument from "pipeline" naming the values): a mesh whose
 // first dimension is not `stage`; fewer layers than virtual stages; a batch size that does not

@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <thread>
 #include <filesystem>
 #include <functional>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -87,8 +87,9 @@ void expect_same_losses(const MeshCase& m, int steps) {
   const std::vector<double> want = plain_losses(config(), m.batch, m.model, rt, data, steps);
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
                             ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubble}) {
-    const std::vector<double> got = pipelined_losses(
-        config(), pipeline_mesh(m.stages, m.batch, m.model, rt), options_for(kind), rt, data, steps);
+    const std::vector<double> got =
+        pipelined_losses(config(), pipeline_mesh(m.stages, m.batch, m.model, rt), options_for(kind),
+                         rt, data, steps);
     ASSERT_EQ(got.size(), want.size());
     for (size_t s = 0; s < want.size(); ++s) {
       EXPECT_NEAR(got[s], want[s], 1e-5)
@@ -200,8 +201,8 @@ TEST(GptPipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
   // The most each stage's device kept, under GPipe then 1F1B.
   std::vector<std::vector<int64_t>> peaks;
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZeroBubble}) {
-    GptPipelineTrainer trainer(c, pipeline_mesh(2, 1, 1, rt),
-                               {.schedule = kind, .microbatches = 8}, data, &rt);
+    GptPipelineTrainer trainer(c, pipeline_mesh(2, 1, 1, rt), {.schedule = kind, .microbatches = 8},
+                               data, &rt);
     reset_tape_memory_peak();
     trainer.step();
     peaks.emplace_back(2, 0);
@@ -285,11 +286,11 @@ void expect_stage_named(const std::function<void()>& step, bool threads, const s
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << what;
-    const bool named = what.find(want) != std::string::npos ||
-                       (threads && (what.find(fmt::format("(stage {} is late)", stage)) !=
-                                        std::string::npos ||
-                                    what.find(device + ": the device's stream made no room") !=
-                                        std::string::npos));
+    const bool named =
+        what.find(want) != std::string::npos ||
+        (threads &&
+         (what.find(fmt::format("(stage {} is late)", stage)) != std::string::npos ||
+          what.find(device + ": the device's stream made no room") != std::string::npos));
     EXPECT_TRUE(named) << what << "\nexpected: " << want;
   }
 }
@@ -390,8 +391,8 @@ TEST_P(GptPipelineStalls, AOneDeviceStageStalledInsideItsForwardIsNamedWithinThe
     };
     GptPipelineTrainer trainer(config(4), pipeline_mesh(2, 1, 1, rt), options, data, &rt);
     expect_stage_named([&] { trainer.step(); }, threads(),
-                       rt.device(0).name() + ": the device's stream made no room within 400 ms",
-                       0, rt.device(0).name());
+                       rt.device(0).name() + ": the device's stream made no room within 400 ms", 0,
+                       rt.device(0).name());
     const auto took = std::chrono::steady_clock::now() - stalled;
     EXPECT_GE(took, 380ms) << schedule_kind_name(kind);
     EXPECT_LT(took, bound(timeout, 300ms)) << schedule_kind_name(kind);
@@ -403,18 +404,18 @@ TEST(GptPipeline, RefusesBadConfigurationsBeforeTheFirstStep) {
   Runtime rt({.num_cpu_devices = 8});
   const Mesh four = pipeline_mesh(4, 1, 1, rt);
   EXPECT_TESSEL_ERROR(GptPipeline(config(3), four, options_for(ScheduleKind::k1F1B), &rt),
-               ErrorCode::kInvalidArgument, "3 layers do not fill 4 virtual stages");
-  EXPECT_TESSEL_ERROR(GptPipeline(config(8), four, {.schedule = ScheduleKind::k1F1B, .microbatches = 3},
-                           &rt),
-               ErrorCode::kInvalidArgument, "batch of 8 rows does not split into 3 microbatches");
-  EXPECT_TESSEL_ERROR(GptPipeline(config(8), four,
-                           {.schedule = ScheduleKind::kInterleaved1F1B, .microbatches = 2,
-                            .chunks = 2},
-                           &rt),
-               ErrorCode::kInvalidArgument, "microbatches (2) to be a multiple of the stages (4)");
+                      ErrorCode::kInvalidArgument, "3 layers do not fill 4 virtual stages");
+  EXPECT_TESSEL_ERROR(
+      GptPipeline(config(8), four, {.schedule = ScheduleKind::k1F1B, .microbatches = 3}, &rt),
+      ErrorCode::kInvalidArgument, "batch of 8 rows does not split into 3 microbatches");
+  EXPECT_TESSEL_ERROR(
+      GptPipeline(config(8), four,
+                  {.schedule = ScheduleKind::kInterleaved1F1B, .microbatches = 2, .chunks = 2},
+                  &rt),
+      ErrorCode::kInvalidArgument, "microbatches (2) to be a multiple of the stages (4)");
   EXPECT_TESSEL_ERROR(GptPipeline(config(8), testing::batch_model_mesh(2, 2, rt),
-                           options_for(ScheduleKind::k1F1B), &rt),
-               ErrorCode::kInvalidArgument, "`stage` as its first dimension");
+                                  options_for(ScheduleKind::k1F1B), &rt),
+                      ErrorCode::kInvalidArgument, "`stage` as its first dimension");
 }
 
 // f16 matmuls with the loss scaled (TrainingConfig::loss_scale): each microbatch's backward pass
@@ -435,7 +436,8 @@ TEST(GptPipeline, F16WithLossScalingFollowsThePlainRun) {
     for (size_t s = 0; s < plain.size(); ++s) {
       const auto report = trainer.step();
       EXPECT_FALSE(report.skipped) << schedule_kind_name(kind) << ", step " << s;
-      EXPECT_NEAR(report.loss, plain[s], 2e-3 * plain[s]) << schedule_kind_name(kind) << ", step " << s;
+      EXPECT_NEAR(report.loss, plain[s], 2e-3 * plain[s])
+          << schedule_kind_name(kind) << ", step " << s;
       EXPECT_NEAR(report.loss, f32[s], 2e-3 * f32[s]) << schedule_kind_name(kind) << ", step " << s;
     }
   }

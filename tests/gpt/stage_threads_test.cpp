@@ -164,8 +164,7 @@ INSTANTIATE_TEST_SUITE_P(Controllers, StageThreadsOrDefault,
 TEST(GptPipelineStageThreads, AreTheDefaultWhenEveryStageIsInThisProcess) {
   Runtime rt({.num_cpu_devices = 4});
   const auto taken = [&](const Mesh& mesh, Controllers c) {
-    return GptPipeline(config(), mesh, {.microbatches = 4, .controllers = c}, &rt)
-        .stage_threads();
+    return GptPipeline(config(), mesh, {.microbatches = 4, .controllers = c}, &rt).stage_threads();
   };
   EXPECT_TRUE(taken(pipeline_mesh(2, 2, rt), Controllers::kAuto));
   EXPECT_TRUE(taken(pipeline_mesh(4, 1, rt), Controllers::kStageThreads));
@@ -182,15 +181,14 @@ TEST(GptPipelineStageThreads, RefuseAMeshAcrossProcesses) {
   // Two of the mesh's four devices are this process's.
   const Mesh mesh({"stage", "batch", "model"}, {2, 1, 2}, {0, 1, 2, 3}, {0, 1},
                   {rt.device(0).name(), rt.device(1).name()}, "");
-  EXPECT_TESSEL_ERROR(
-      GptPipeline(config(), mesh,
-                  {.schedule = ScheduleKind::k1F1B,
-                   .microbatches = 4,
-                   .controllers = Controllers::kStageThreads},
-                  &rt),
-      ErrorCode::kInvalidArgument,
-      "stage threads run every stage in this process; 2 of the "
-      "mesh's 4 devices are here");
+  EXPECT_TESSEL_ERROR(GptPipeline(config(), mesh,
+                                  {.schedule = ScheduleKind::k1F1B,
+                                   .microbatches = 4,
+                                   .controllers = Controllers::kStageThreads},
+                                  &rt),
+                      ErrorCode::kInvalidArgument,
+                      "stage threads run every stage in this process; 2 of the "
+                      "mesh's 4 devices are here");
 }
 
 }  // namespace

@@ -7,7 +7,8 @@ same pipeline with every stage in this process alone, and against gpt.py's plain
 stage's batch x model mesh, within 1e-5: every process reports the step's loss (read after
 everywhere()) and clips by the same global norm. Cases: stage=2 (1f1b, interleaved with 2 chunks
 of 4 layers, zero-bubble with 4 microbatches) and stage=2 x model=2 (gpipe, zero-bubble; 2
-devices per process). Then main() for 2 steps: only the first process prints. Prints "rank R:
+devices per process); stage threads are refused there (a stage per process). Then main() for
+2 steps: only the first process prints. Prints "rank R:
 PASS".
 """
 import contextlib
@@ -54,6 +55,12 @@ def main():
         pipeline, piped = train(config, mesh, schedule, microbatches, chunks, data)
         here = [s for s, m in enumerate(pipeline.meshes) if m.num_local_devices() > 0]
         assert here == [rank], (here, rank)  # one stage per process
+        try:  # stage threads need every stage in this process
+            gpt_pipeline.GptPipeline(config, mesh, schedule, microbatches, chunks=chunks,
+                                     stage_threads=True)
+            raise AssertionError("stage threads were not refused across processes")
+        except ValueError as e:
+            assert "stage threads run every stage in this process" in str(e), e
         # The same mesh over this process's own devices (/job:worker/.../task:<rank>/...).
         prefix = mesh.local_devices()[0].rsplit(":", 1)[0]
         alone_mesh = tessel.create_mesh(list(zip(mesh.dim_names, mesh.shape())),
