@@ -344,13 +344,15 @@ std::string pipeline_text(const gpt::GptPipeline& pipeline) {
   return out;
 }
 
-// ", 1f1b schedule, 8 microbatches" for a pipelined trainer, else "".
+// ", 1f1b schedule, 8 microbatches, stage threads" for a pipelined trainer (or "one
+// controller": who issues the step's actions), else "".
 std::string pipeline_summary(const gpt::LanguageModelTrainer& trainer) {
   const auto* piped = dynamic_cast<const gpt::GptPipelineTrainer*>(&trainer);
   if (piped == nullptr) return "";
   const train::PipelineSchedule& s = piped->pipeline().schedule();
-  return fmt::format(", {} schedule, {} microbatches{}", train::schedule_kind_name(s.kind),
-                     s.microbatches, s.chunks > 1 ? fmt::format(", {} chunks", s.chunks) : "");
+  return fmt::format(", {} schedule, {} microbatches{}, {}", train::schedule_kind_name(s.kind),
+                     s.microbatches, s.chunks > 1 ? fmt::format(", {} chunks", s.chunks) : "",
+                     piped->pipeline().stage_threads() ? "stage threads" : "one controller");
 }
 
 // Each local device's peak memory over the run, split (gpt_memory.h), with Korthikanti's count.
