@@ -7,8 +7,8 @@ same pipeline with every stage in this process alone, and against gpt.py's plain
 stage's batch x model mesh, within 1e-5: every process reports the step's loss (read after
 everywhere()) and clips by the same global norm. Cases: stage=2 (1f1b, interleaved with 2 chunks
 of 4 layers, zero-bubble with 4 microbatches) and stage=2 x model=2 (gpipe, zero-bubble; 2
-devices per process); stage threads are refused there (a stage per process). Then main() for
-2 steps: only the first process prints. Prints "rank R:
+devices per process); stage threads are refused there (a stage per process); measure_idle
+measures this process's stage only. Then main() for 2 steps: only the first process prints. Prints "rank R:
 PASS".
 """
 import contextlib
@@ -77,6 +77,19 @@ def main():
               f"largest difference to one process and to the plain run {worst:.3g}", flush=True)
         assert worst <= 1e-5, (piped, alone, plain)
         assert piped[-1] < piped[0], piped
+    # The measured idle: each process measures its own stage (devices 1), the other's not (0).
+    config = gpt.Config("test")
+    pipeline = gpt_pipeline.GptPipeline(config, gpt_pipeline.process_mesh(
+        "stage=2,batch=1,model=1"), "1f1b", 2, measure_idle=True)
+    (x, y), = np.random.default_rng(5).integers(
+        0, config.vocab_size, (1, 2, config.batch_size, config.block_size)).astype(np.int32)
+    pipeline.gradients(pipeline.init(3), x, y)
+    idle = pipeline.idle
+    assert idle.transfers == 6, idle  # 2 activations, 2 gradients, the tied wte and its gradient
+    assert [s.devices for s in idle.stages] == [int(rank == 0), int(rank == 1)], idle
+    mine = idle.stages[rank]
+    assert 0 <= mine.idle_fraction < 1 and mine.computing_seconds > 0, idle
+    assert 0 < mine.transfer_seconds <= mine.communication_seconds * 1.001, idle
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1,model=1",
