@@ -404,6 +404,34 @@ class GptPipeline:
             return x
         return st.meter.transfer(source, to, lambda: self.transfer(x, to, what))
 
+    def idle_everywhere(self, idle):
+        """Each stage's figures of `idle` (gradients()' self.idle) as the process holding the
+        stage measured them, on every process, and each stage's transfer time recomputed from
+        every process's transfer log (pipeline_idle.shorter_sides); the wall time, the log and
+        the transfer count stay this process's. A collective when the mesh spans processes
+        (every process calls it, in the same order as its other collectives: one relayout per
+        stage); in one process `idle` itself (the C++'s GptPipeline::idle_everywhere)."""
+        if self.mesh.num_local_devices() == self.mesh.size:
+            return idle
+        if len(idle.stages) != self.stages:
+            raise ValueError(f"pipeline: idle_everywhere needs one figure per stage ({self.stages}"
+                             f"), got {len(idle.stages)}")
+        rows = []
+        for s, mesh in enumerate(self.meshes):  # the holder's figures, then its log's seconds
+            mine = idle.stages[s]
+            row = [mine.devices, mine.computing_seconds, mine.communication_seconds]
+            row += [seconds for _, _, seconds in idle.log]
+            x = tessel.copy_to_mesh(np.asarray(row, np.float64), tessel.Layout([U], mesh))
+            rows.append(np.asarray(tessel.to_host(self.everywhere(x))))
+        logs = [[(f, t, float(r[3 + i])) for i, (f, t, _) in enumerate(idle.log)] for r in rows]
+        transfers = pipeline_idle.shorter_sides(logs)
+        wall = idle.wall_seconds
+        stages = [pipeline_idle.StageIdle(int(r[0]), float(r[1]), float(r[2]), transfers[s],
+                                          1 - float(r[1]) / wall if r[0] > 0 else 0.0,
+                                          transfers[s] / wall)
+                  for s, r in enumerate(rows)]
+        return idle._replace(stages=stages)
+
     def stage_of_mesh(self, mesh):
         return next(s for s, m in enumerate(self.meshes) if m == mesh)
 

@@ -15,7 +15,10 @@ runtime drained (Runtime.synchronize, up to `timeout` seconds: DeadlineExceededE
 device still busy). A transfer's time is the least time any of its devices (of this process) spent
 in collectives during it: the device that arrived last waited for nobody, so that is the data's
 movement, not the wait for a late stage (which is the bubble's); it counts for both stages. A
-stage whose devices are all in other processes is not measured (devices 0, figures 0).
+stage whose devices are all in other processes is not measured (devices 0, figures 0); its
+figures come from the process that holds it with GptPipeline.idle_everywhere, which also
+recomputes each stage's transfer time from every process's log (shorter_sides: a transfer counts
+the shorter of its two sides, as the C++'s transfer_seconds_across).
 
 transfer() may be called from several threads at once (stage threads); then a device in two
 transfers at once counts both in each, and the least side still bounds the transfer.
@@ -29,7 +32,30 @@ import tessel
 StageIdle = collections.namedtuple("StageIdle", [
     "devices", "computing_seconds", "communication_seconds", "transfer_seconds",
     "idle_fraction", "transfer_fraction"])
-PipelineIdle = collections.namedtuple("PipelineIdle", ["wall_seconds", "transfers", "stages"])
+# log: each transfer as (from, to, seconds this process's devices spent in it; -1: none took part).
+PipelineIdle = collections.namedtuple("PipelineIdle",
+                                      ["wall_seconds", "transfers", "stages", "log"])
+
+
+def shorter_sides(logs):
+    """Each stage's transfer seconds from logs[s], the transfer log of the process holding stage
+    s (the same transfers in the same order on every process): each transfer counts the shorter
+    of its two sides' times (a side's time includes its wait for the other process; the side
+    that arrived last waited for nobody), for both its stages. Logs of other transfers:
+    ValueError."""
+    first = logs[0]
+    for log in logs:
+        if [(f, t) for f, t, _ in log] != [(f, t) for f, t, _ in first]:
+            raise ValueError(f"pipeline idle: the stages' transfer logs differ ({len(first)} and "
+                             f"{len(log)} transfers, or other stages): they are not of the same "
+                             f"schedule")
+    out = [0.0] * len(logs)
+    for i, (source, to, _) in enumerate(first):
+        sides = [logs[s][i][2] for s in (source, to) if logs[s][i][2] >= 0]
+        if sides:
+            for s in {source, to}:
+                out[s] += min(sides)
+    return out
 
 
 def transfer_seconds(before, after):
@@ -48,6 +74,7 @@ class IdleMeter:
         self._lock = threading.Lock()
         self._transfer = [0.0] * len(self.stages)
         self._transfers = 0
+        self._log = []
         self._drain()
         self._start = [[d.busy_time() for d in devices] for devices in self.stages]
         self._started = time.monotonic()
@@ -63,6 +90,7 @@ class IdleMeter:
             for s in {source, to}:
                 self._transfer[s] += seconds
             self._transfers += 1
+            self._log.append((source, to, seconds if devices else -1.0))
         return out
 
     def finish(self):
@@ -81,7 +109,7 @@ class IdleMeter:
                                 for b, a in zip(self._start[s], after)) / len(devices)
             stages.append(StageIdle(len(devices), computing, communicating, self._transfer[s],
                                     1 - computing / wall, self._transfer[s] / wall))
-        return PipelineIdle(wall, self._transfers, stages)
+        return PipelineIdle(wall, self._transfers, stages, list(self._log))
 
     def _drain(self):
         tessel.Runtime.global_runtime().synchronize(self.timeout)

@@ -604,6 +604,21 @@ def test_the_measured_idle_of_each_stage(threads):
         assert stage.transfer_fraction == pytest.approx(stage.transfer_seconds / idle.wall_seconds)
         assert stage.idle_fraction == pytest.approx(1 - stage.computing_seconds /
                                                     idle.wall_seconds)
+    assert len(idle.log) == 10 and {(f, t) for f, t, _ in idle.log} == {(0, 1), (1, 0)}
+    assert pipeline.idle_everywhere(idle) is idle  # one process: this process's figures
+
+
+def test_a_transfer_across_processes_counts_its_shorter_side():
+    """shorter_sides (the C++'s transfer_seconds_across): stage 0's process saw the transfers
+    0 -> 1 take 0.5 s (it waited) and 1 -> 0 0.1 s, stage 1's process 0.2 s and 0.3 s: each
+    counts the shorter side for both stages; a side that did not take part (-1) is skipped; logs
+    of other transfers are refused."""
+    from pipeline_idle import shorter_sides
+    logs = [[(0, 1, 0.5), (1, 0, 0.1)], [(0, 1, 0.2), (1, 0, 0.3)]]
+    assert shorter_sides(logs) == pytest.approx([0.3, 0.3])
+    assert shorter_sides([[(0, 1, -1.0)], [(0, 1, 0.4)]]) == pytest.approx([0.4, 0.4])
+    with pytest.raises(ValueError, match="the stages' transfer logs differ"):
+        shorter_sides([[(0, 1, 0.5)], [(1, 0, 0.5)]])
 
 
 def test_bad_configurations_are_refused_naming_the_values():

@@ -8,7 +8,7 @@ stage's batch x model mesh, within 1e-5: every process reports the step's loss (
 everywhere()) and clips by the same global norm. Cases: stage=2 (1f1b, interleaved with 2 chunks
 of 4 layers, zero-bubble with 4 microbatches) and stage=2 x model=2 (gpipe, zero-bubble; 2
 devices per process); stage threads are refused there (a stage per process); measure_idle
-measures this process's stage only. Then main() for 2 steps: only the first process prints. Prints "rank R:
+measures this process's stage only, idle_everywhere both. Then main() for 2 steps: only the first process prints. Prints "rank R:
 PASS".
 """
 import contextlib
@@ -90,6 +90,13 @@ def main():
     mine = idle.stages[rank]
     assert 0 <= mine.idle_fraction < 1 and mine.computing_seconds > 0, idle
     assert 0 < mine.transfer_seconds <= mine.communication_seconds * 1.001, idle
+    # idle_everywhere: both stages' figures from their processes; every transfer is between the
+    # two stages and counts its shorter side for both, no longer than either side.
+    every = pipeline.idle_everywhere(idle)
+    assert [s.devices for s in every.stages] == [1, 1], every
+    assert every.stages[rank].computing_seconds == mine.computing_seconds, every
+    assert every.stages[0].transfer_seconds == every.stages[1].transfer_seconds, every
+    assert 0 < every.stages[rank].transfer_seconds <= mine.transfer_seconds * 1.001, every
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1,model=1",
