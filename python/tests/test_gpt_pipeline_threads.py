@@ -56,8 +56,9 @@ def test_stage_threads_give_the_single_controllers_losses_bit_for_bit(mesh_name,
 
 def test_a_stage_thread_that_does_not_send_is_named_within_the_deadline():
     """Stage 0's thread stalls 1 s before its first forward: stage 1's wait for the activation
-    runs out after the 0.2 s deadline and the step raises DeadlineExceededError naming stage 0, the microbatch and the direction, once the stalled
-    thread has come back (1 s) and seen the failure; the next step works."""
+    runs out after the 0.2 s deadline and the step raises DeadlineExceededError naming stage 0,
+    the microbatch and the direction, once the stalled thread has come back (1 s) and seen the
+    failure; the next step works."""
     config = small_config()
     stalled_at = []
 

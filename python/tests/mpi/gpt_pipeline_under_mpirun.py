@@ -8,8 +8,8 @@ stage's batch x model mesh, within 1e-5: every process reports the step's loss (
 everywhere()) and clips by the same global norm. Cases: stage=2 (1f1b, interleaved with 2 chunks
 of 4 layers, zero-bubble with 4 microbatches) and stage=2 x model=2 (gpipe, zero-bubble; 2
 devices per process); stage threads are refused there (a stage per process); measure_idle
-measures this process's stage only, idle_everywhere both. Then main() for 2 steps: only the first process prints. Prints "rank R:
-PASS".
+measures this process's stage only, idle_everywhere both. Then main() for 2 steps: only the
+first process prints. Prints "rank R: PASS".
 """
 import contextlib
 import io
