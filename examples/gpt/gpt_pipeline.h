@@ -87,8 +87,9 @@ struct PipelineOptions {
   bool measure_idle = false;
   // Who issues a step's actions (docs/pipeline.md, "Stage threads"; GptPipeline::
   // stage_threads() says which a pipeline took).
-  //   kAuto (the default): a thread per stage when every device of the mesh is in this process,
-  //     else (a stage per process under mpirun) one controller per process.
+  //   kAuto (the default): a thread per stage when every device of the mesh is in this process
+  //     (and there are 2 stages or more), else (a stage per process under mpirun) one
+  //     controller per process.
   //   kOneController: one thread issues every action, in the simulated timeline's order (the
   //     groups of actions that start together issued at once, a thread each, when several
   //     stages are in this process).
