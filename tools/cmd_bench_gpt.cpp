@@ -40,7 +40,8 @@ constexpr const char* kHelp =
     "                        [--recompute none|selective|full] [--fsdp] [--dtype f32|bf16|f16]\n"
     "                        [--attention fused|composed]\n"
     "                        [--data FILE] [--json]\n"
-    "                        [--schedule gpipe|1f1b|interleaved|zero-bubble] [--microbatches M] [--chunks V]\n"
+    "                        [--schedule gpipe|1f1b|interleaved|zero-bubble] [--microbatches M] "
+    "[--chunks V]\n"
     "                        [--stage-threads]\n"
     "\n"
     "Times GPT training steps (examples/gpt: forward, backward, clipping, AdamW) on each mesh of\n"
@@ -81,8 +82,10 @@ constexpr const char* kHelp =
     "interleaved (p-1)/(v m+p-1), zero-bubble (p-1)/(3m+p-1)), the simulated one (forward 1,\n"
     "backward 2; zero-bubble's input and weight backwards 1 each), the measured\n"
     "transfer time between stages as a fraction of the wall time, and (idle - transfer) / bubble\n"
-    "(the goal: <= 1.2). --stage-threads: each stage mesh runs twice, with one controller thread\n"
-    "for the step and then with one per stage (PipelineOptions::stage_threads), for the ratio.\n";
+    "(the goal: <= 1.2). A stage mesh runs a controller thread per stage (the default in one\n"
+    "process; --stage-threads asks for it explicitly) or, with --one-controller, one thread for\n"
+    "the whole step (PipelineOptions::controllers). --compare-controllers: each stage mesh runs\n"
+    "twice, with one controller and then with a thread per stage, for the ratio.\n";
 
 struct MeshShape {
   int64_t stage = 0;  // 0: no stage dimension
@@ -104,7 +107,8 @@ struct Flags {
   bool json = false;
   std::string schedule;  // "": 1f1b (flags for the stage meshes only)
   int64_t microbatches = 0, chunks = 0;
-  bool stage_threads = false;  // each stage mesh with one controller, then a thread per stage
+  bool stage_threads = false, one_controller = false;  // the stage meshes' controllers
+  bool compare_controllers = false;  // each stage mesh with one controller, then stage threads
 };
 
 // FLOP/s of an n^3 sgemm on `threads` threads, best of 3 after a warm-up, the better of two ways
@@ -143,7 +147,7 @@ struct PipelineResult {
 struct MeshResult {
   int64_t stage = 0, batch = 1, model = 1;
   bool fsdp = false;
-  bool stage_threads = false;
+  bool stage_threads = false;  // a stage mesh's step ran a controller thread per stage
   std::optional<PipelineResult> pipeline;
   double step_seconds = 0, tokens_per_second = 0, mfu = 0;
   double collectives = 0, bytes = 0, collective_seconds = 0;  // per step; seconds per device
@@ -154,7 +158,8 @@ struct MeshResult {
 };
 
 // The pipeline options of a stage mesh from the flags (measuring each stage's idle time).
-gpt::PipelineOptions pipeline_options(const Flags& f, int64_t stages, bool stage_threads) {
+gpt::PipelineOptions pipeline_options(const Flags& f, int64_t stages,
+                                      gpt::Controllers controllers) {
   const train::ScheduleKind kind =
       train::parse_schedule_kind(f.schedule.empty() ? "1f1b" : f.schedule);
   return {.schedule = kind,
@@ -163,11 +168,12 @@ gpt::PipelineOptions pipeline_options(const Flags& f, int64_t stages, bool stage
                                      : kind == train::ScheduleKind::kInterleaved1F1B ? 2
                                                                                      : 1),
           .measure_idle = true,
-          .stage_threads = stage_threads};
+          .controllers = controllers};
 }
 
 MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data,
-                    const MeshShape& shape, const Flags& f, double peak, bool stage_threads) {
+                    const MeshShape& shape, const Flags& f, double peak,
+                    gpt::Controllers controllers) {
   const int64_t batch = shape.batch, model = shape.model,
                 stages = std::max<int64_t>(shape.stage, 1);
   const int64_t warmup = f.warmup, steps = f.steps;
@@ -176,7 +182,6 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data,
   r.batch = batch;
   r.model = model;
   r.fsdp = config.fsdp;
-  r.stage_threads = stage_threads;
   Runtime rt({.num_cpu_devices = static_cast<int>(stages * batch * model)});
   std::vector<std::string> names;
   for (const Device* d : rt.devices()) names.push_back(d->name());
@@ -186,8 +191,9 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data,
     const Mesh mesh = Mesh::create_on_devices(
         {{"stage", shape.stage}, {"batch", batch}, {"model", model}}, names);
     auto t = std::make_unique<gpt::GptPipelineTrainer>(
-        config, mesh, pipeline_options(f, shape.stage, stage_threads), data, &rt);
+        config, mesh, pipeline_options(f, shape.stage, controllers), data, &rt);
     piped = t.get();
+    r.stage_threads = t->pipeline().stage_threads();
     owned = std::move(t);
   } else {
     const Mesh mesh = Mesh::create_on_devices({{"batch", batch}, {"model", model}}, names);
@@ -245,10 +251,12 @@ MeshResult run_mesh(const gpt::GptConfig& config, const gpt::CharDataset& data,
   return r;
 }
 
-// "2x2", "2x2 fsdp" for a fully sharded run, "s2 1x1" with stages.
+// "2x2", "2x2 fsdp" for a fully sharded run; with stages "s2 1x1 threads" (a controller thread
+// per stage) or "s2 1x1 one controller".
 std::string mesh_label(const MeshResult& r) {
+  const char* controllers = r.stage == 0 ? "" : r.stage_threads ? " threads" : " one controller";
   return fmt::format("{}{}x{}{}{}", r.stage > 0 ? fmt::format("s{} ", r.stage) : "", r.batch,
-                     r.model, r.fsdp ? " fsdp" : "", r.stage_threads ? " threads" : "");
+                     r.model, r.fsdp ? " fsdp" : "", controllers);
 }
 
 // The text table of a stage mesh's idle per stage.
@@ -322,7 +330,12 @@ Flags parse(const Args& args) {
   flags.integer({"--microbatches"}, f.microbatches, 1, 4096);
   flags.integer({"--chunks"}, f.chunks, 1, 64);
   flags.set({"--stage-threads"}, f.stage_threads);
+  flags.set({"--one-controller"}, f.one_controller);
+  flags.set({"--compare-controllers"}, f.compare_controllers);
   flags.parse(args);
+  if (f.stage_threads + f.one_controller + f.compare_controllers > 1) {
+    flags.fail("--stage-threads, --one-controller and --compare-controllers exclude each other");
+  }
   // Named meshes ("stage=2,batch=1,model=1") hold commas: then ';' separates the meshes.
   const bool named = f.meshes.find('=') != std::string::npos;
   for (const std::string& item : split_list(f.meshes, named ? ';' : ',')) {
@@ -338,11 +351,12 @@ Flags parse(const Args& args) {
   }
   const bool stages = std::any_of(f.mesh_shapes.begin(), f.mesh_shapes.end(),
                                   [](const MeshShape& s) { return s.stage > 0; });
-  if (!stages && (!f.schedule.empty() || f.microbatches > 0 || f.chunks > 0 || f.stage_threads)) {
+  if (!stages && (!f.schedule.empty() || f.microbatches > 0 || f.chunks > 0 || f.stage_threads ||
+                  f.one_controller || f.compare_controllers)) {
     flags.fail(
-        "--schedule, --microbatches, --chunks and --stage-threads need a mesh with a stage "
-        "dimension in "
-        "--meshes (e.g. stage=2,batch=1,model=1)");
+        "--schedule, --microbatches, --chunks, --stage-threads, --one-controller and "
+        "--compare-controllers need a mesh with a stage dimension in --meshes (e.g. "
+        "stage=2,batch=1,model=1)");
   }
   if (stages && f.fsdp) flags.fail("--fsdp runs the meshes without stages only");
   if (!f.schedule.empty()) {
@@ -372,9 +386,15 @@ int gpt_benchmark(const Flags& f) {
   for (const MeshShape& shape : f.mesh_shapes) {
     for (const bool fsdp : f.fsdp ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
       config.fsdp = fsdp;
-      const bool both = shape.stage > 0 && f.stage_threads;
-      for (const bool threads : both ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-        results.push_back(run_mesh(config, data, shape, f, peak, threads));
+      using gpt::Controllers;
+      const Controllers chosen = f.stage_threads    ? Controllers::kStageThreads
+                                 : f.one_controller ? Controllers::kOneController
+                                                    : Controllers::kAuto;
+      const bool both = shape.stage > 0 && f.compare_controllers;
+      for (const Controllers c :
+           both ? std::vector{Controllers::kOneController, Controllers::kStageThreads}
+                : std::vector{chosen}) {
+        results.push_back(run_mesh(config, data, shape, f, peak, c));
       }
     }
   }
@@ -469,10 +489,11 @@ int gpt_benchmark(const Flags& f) {
     }
     std::cout << "\n" << pipeline_text(r);
   }
-  // Each stage-threads run against the single controller's on its mesh, the row before it.
-  for (size_t i = 1; i < results.size(); ++i) {
+  // Each stage-threads run against the single controller's on its mesh, the row before it
+  // (--compare-controllers).
+  for (size_t i = 1; f.compare_controllers && i < results.size(); ++i) {
     const MeshResult &one = results[i - 1], &threads = results[i];
-    if (!threads.stage_threads) continue;
+    if (!threads.stage_threads || one.stage_threads || one.stage != threads.stage) continue;
     std::cout << fmt::format(
         "{} / one controller: step time {:.3f}, schedule time {:.3f}\n", mesh_label(threads),
         threads.step_seconds / one.step_seconds,

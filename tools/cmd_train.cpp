@@ -62,8 +62,11 @@ constexpr const char* kHelp =
     "  --microbatches N    with stages: microbatches per step (default: the stages); the\n"
     "                      batch must split into them\n"
     "  --chunks V          with stages: model chunks per stage (interleaved: default 2)\n"
-    "  --stage-threads     with stages: a controller thread per stage instead of one for the\n"
-    "                      step (one process; docs/pipeline.md, \"Stage threads\")\n"
+    "  --stage-threads     with stages: a controller thread per stage (the default when every\n"
+    "                      stage is in this process; refused when the mesh spans processes;\n"
+    "                      docs/pipeline.md, \"Stage threads\")\n"
+    "  --one-controller    with stages: one controller thread issues the whole step's actions\n"
+    "                      (the default when the stages are in different processes)\n"
     "  --print-schedule    with stages: print the schedule (each stage's actions, the bubble,\n"
     "                      a time chart) and the layers of each stage, then exit\n"
     "  --device cpu|gpu    the mesh's devices: virtual CPU devices (default) or GPU devices\n"
@@ -132,8 +135,8 @@ struct Options {
   std::string schedule = "1f1b";
   int64_t microbatches = 0, chunks = 0;  // 0: the stages / 1 (interleaved: 2)
   bool print_schedule = false;
-  bool stage_threads = false;                                       // a controller thread per stage
-  std::string device_type = "CPU";                                  // --device: the mesh's devices
+  bool stage_threads = false, one_controller = false;  // explicit: PipelineOptions::controllers
+  std::string device_type = "CPU";                     // --device: the mesh's devices
   int64_t steps = 0, eval_interval = 0, eval_iters = 0, seed = -1;  // 0 / -1: the config's
   int64_t layers = 0;                                               // 0: the config's
   std::optional<double> dropout, lr;
@@ -181,6 +184,7 @@ Options parse(const Args& args) {
   flags.integer({"--chunks"}, o.chunks, 1, 1000);
   flags.set({"--print-schedule"}, o.print_schedule);
   flags.set({"--stage-threads"}, o.stage_threads);
+  flags.set({"--one-controller"}, o.one_controller);
   flags.integer({"--steps"}, o.steps, 1, 100000000);
   flags.integer({"--layers"}, o.layers, 1, 100000);
   flags.integer({"--eval-interval"}, o.eval_interval, 1, 100000000);
@@ -246,12 +250,14 @@ Options parse(const Args& args) {
     flags.fail("--dropout is gpt's: the llama has no dropout");
   }
   const bool pipeline_flags = o.microbatches > 0 || o.chunks > 0 || o.print_schedule ||
-                              o.schedule != "1f1b" || o.stage_threads;
+                              o.schedule != "1f1b" || o.stage_threads || o.one_controller;
   if (o.mesh_stage == 0 && pipeline_flags) {
     flags.fail(
-        "--schedule, --microbatches, --chunks, --print-schedule and --stage-threads need a "
-        "stage dimension "
-        "in --mesh (e.g. stage=2,batch=1,model=2)");
+        "--schedule, --microbatches, --chunks, --print-schedule, --stage-threads and "
+        "--one-controller need a stage dimension in --mesh (e.g. stage=2,batch=1,model=2)");
+  }
+  if (o.stage_threads && o.one_controller) {
+    flags.fail("--stage-threads and --one-controller exclude each other");
   }
   if (o.mesh_stage > 0) {
     if (o.model != "gpt") flags.fail("pipeline stages (--mesh stage=...) are gpt's");
@@ -339,13 +345,15 @@ std::string pipeline_text(const gpt::GptPipeline& pipeline) {
   return out;
 }
 
-// ", 1f1b schedule, 8 microbatches" for a pipelined trainer, else "".
+// ", 1f1b schedule, 8 microbatches, stage threads" for a pipelined trainer (or "one
+// controller": who issues the step's actions), else "".
 std::string pipeline_summary(const gpt::LanguageModelTrainer& trainer) {
   const auto* piped = dynamic_cast<const gpt::GptPipelineTrainer*>(&trainer);
   if (piped == nullptr) return "";
   const train::PipelineSchedule& s = piped->pipeline().schedule();
-  return fmt::format(", {} schedule, {} microbatches{}", train::schedule_kind_name(s.kind),
-                     s.microbatches, s.chunks > 1 ? fmt::format(", {} chunks", s.chunks) : "");
+  return fmt::format(", {} schedule, {} microbatches{}, {}", train::schedule_kind_name(s.kind),
+                     s.microbatches, s.chunks > 1 ? fmt::format(", {} chunks", s.chunks) : "",
+                     piped->pipeline().stage_threads() ? "stage threads" : "one controller");
 }
 
 // Each local device's peak memory over the run, split (gpt_memory.h), with Korthikanti's count.
@@ -493,7 +501,9 @@ int train_model(const Options& o) {
                                    : kind == train::ScheduleKind::kInterleaved1F1B ? 2
                                                                                    : 1),
         .measure_idle = o.json,  // --json reports each stage's measured idle
-        .stage_threads = o.stage_threads};
+        .controllers = o.stage_threads    ? gpt::Controllers::kStageThreads
+                       : o.one_controller ? gpt::Controllers::kOneController
+                                          : gpt::Controllers::kAuto};
     auto t = std::make_unique<gpt::GptPipelineTrainer>(*gpt_config, mesh, pipeline, std::move(data),
                                                        &rt, o.sp);
     shape = shape_of(t->config());
@@ -557,7 +567,10 @@ int train_model(const Options& o) {
   }
   if (o.json) {
     Json out = run_json(o, client, history, memory_json(*trainer, korthikanti));
-    if (idle) out["pipeline"] = pipeline_idle_json(piped->pipeline().schedule(), *idle);
+    if (idle) {
+      out["pipeline"] = pipeline_idle_json(piped->pipeline().schedule(), *idle);
+      out["pipeline"]["stage_threads"] = piped->pipeline().stage_threads();  // the controllers
+    }
     print_json(out);
     return kExitOk;
   }

@@ -6,9 +6,11 @@ model split, initial parameters, batches, microbatches and learning-rate schedul
 alternating the two (tessel first in even rounds, PyTorch first in odd ones) for --repeat
 rounds of every schedule and microbatch count. Run with Debian's python; PyTorch runs in the
 peers' venv (scripts/peers-venv.sh). --tessel-mode says how tessel runs its stages: in one
-process with one controller thread (`one-process`, the default), in one process with a
-controller thread per stage (`stage-threads`, `--stage-threads`), or one process per stage
-under `mpirun -np P --oversubscribe` (`mpirun`, the process layout of PyTorch's side).
+process as tessel does by default (`one-process`, the default: a controller thread per stage),
+in one process with a controller thread per stage asked for (`stage-threads`,
+`--stage-threads`), in one process with one controller thread for the step (`one-controller`,
+`--one-controller`), or one process per stage under `mpirun -np P --oversubscribe` (`mpirun`,
+the process layout of PyTorch's side).
 
     /usr/bin/python3 bench/peers/compare_pipeline.py --config tiny --stages 2 \
         --schedules gpipe,1f1b --microbatches 4,12 --steps 10 --warmup 3 --repeat 2
@@ -45,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCHEDULES = ("gpipe", "1f1b")
 LOSS_TOLERANCE = 1e-4  # run_peers.py's for the GPT's curves (float32 rounding over the steps)
 RUN_TIMEOUT_S = 1800
-TESSEL_MODES = ("one-process", "stage-threads", "mpirun")
+TESSEL_MODES = ("one-process", "stage-threads", "one-controller", "mpirun")
 
 
 def int_list(text: str) -> list[int]:
@@ -102,8 +104,8 @@ def tessel_command(args, schedule: str, microbatches: int, metrics: Path) -> lis
            str(microbatches), "--steps", str(total), "--eval-interval", str(10 * total),
            "--eval-iters", "1", "--sample", "0", "--dropout", "0", "--metrics", str(metrics),
            "--json"]
-    if args.tessel_mode == "stage-threads":
-        cmd.append("--stage-threads")
+    if args.tessel_mode in ("stage-threads", "one-controller"):
+        cmd.append(f"--{args.tessel_mode}")
     if args.tessel_mode == "mpirun":
         # Rank 0 writes the metrics and the JSON line.
         cmd = ["mpirun", "--oversubscribe", "-np", str(args.stages)] + cmd

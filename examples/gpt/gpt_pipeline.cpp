@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <condition_variable>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,25 +55,41 @@ class Mailbox {
     }
     changed_.notify_all();
   }
-  // The value under `key`, once there (taken out); nullopt when the step failed meanwhile. Not
-  // there by `deadline`: kDeadlineExceeded with `late` as the message.
+  // The value under `key`, once there (taken out); nullopt when the step failed meanwhile, or
+  // when it is not there by `deadline`: then the step fails with kDeadlineExceeded, `late` the
+  // message (a wait's failure, see error()).
   std::optional<DTensor> take(size_t key, std::chrono::steady_clock::time_point deadline,
                               const std::function<std::string()>& late) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!changed_.wait_until(lock, deadline, [&] { return failed_ || values_.count(key) > 0; })) {
-      throw Error(ErrorCode::kDeadlineExceeded, kComponent, late());
+      lock.unlock();
+      fail(std::make_exception_ptr(Error(ErrorCode::kDeadlineExceeded, kComponent, late())),
+           /*waiting=*/true);
+      return std::nullopt;
     }
     if (failed_) return std::nullopt;
     DTensor out = std::move(values_[key]);
     values_.erase(key);
     return out;
   }
-  void fail() {
+  // The step fails with `error`: a stage's own work's (waiting false) or a wait's that ran out.
+  void fail(std::exception_ptr error, bool waiting) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       failed_ = true;
+      std::exception_ptr& first = waiting ? wait_error_ : work_error_;
+      if (!first) first = std::move(error);
     }
     changed_.notify_all();
+  }
+  // What the step throws once every stage's thread has ended: the first failure of a stage's
+  // own work, else the first wait's. A wait that runs out names the stage that did not send,
+  // but that stage may be held in a launch or a transfer on a stalled device (its own, or the
+  // waiting stage's: a transfer needs both sides); that one's error, which comes by its own
+  // deadline, names the device that is late.
+  std::exception_ptr error() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return work_error_ ? work_error_ : wait_error_;
   }
   bool failed() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -84,9 +101,22 @@ class Mailbox {
   std::condition_variable changed_;
   std::map<size_t, DTensor> values_;
   bool failed_ = false;
+  std::exception_ptr work_error_, wait_error_;
 };
 
 }  // namespace
+
+const char* controllers_name(Controllers c) {
+  switch (c) {
+    case Controllers::kAuto:
+      return "auto";
+    case Controllers::kOneController:
+      return "one controller";
+    case Controllers::kStageThreads:
+      return "stage threads";
+  }
+  return "unknown";
+}
 
 std::vector<Mesh> stage_meshes(const Mesh& mesh) {
   if (mesh.rank() < 2) {
@@ -137,12 +167,15 @@ GptPipeline::GptPipeline(GptConfig config, const Mesh& mesh, PipelineOptions opt
   }
   const int p = static_cast<int>(mesh.dim_size("stage"));
   const int m = options_.microbatches, v = options_.chunks;
-  if (options_.stage_threads && mesh.num_local_devices() != mesh.size()) {
+  const bool all_local = mesh.num_local_devices() == mesh.size();
+  if (options_.controllers == Controllers::kStageThreads && !all_local) {
     invalid(
         fmt::format("stage threads run every stage in this process; {} of the mesh's {} "
                     "devices are here",
                     mesh.num_local_devices(), mesh.size()));
   }
+  stage_threads_ = p > 1 && (options_.controllers == Controllers::kStageThreads ||
+                             (options_.controllers == Controllers::kAuto && all_local));
   schedule_ = train::make_schedule(options_.schedule, p, m, v);
   order_ = train::simulate(schedule_);
   if (config_.n_layer < p * v) {
@@ -163,7 +196,7 @@ GptPipeline::GptPipeline(GptConfig config, const Mesh& mesh, PipelineOptions opt
   const auto local_stages = std::count_if(models_.begin(), models_.end(), [](const GptModel& m) {
     return m.mesh().num_local_devices() > 0;
   });
-  if (options_.stage_threads || local_stages > 1) {
+  if (stage_threads_ || local_stages > 1) {
     threads_ = std::make_shared<train::StageThreads>(p);
   }
   const GptModel& first = models_.front();
@@ -510,12 +543,12 @@ void GptPipeline::run_stage_threads(StepState& st, const Mover& move) const {
           }
         }
       } catch (...) {
-        mail.fail();
-        throw;
+        mail.fail(std::current_exception(), /*waiting=*/false);
       }
     });
   }
   threads_->run(std::move(jobs));
+  if (std::exception_ptr error = mail.error()) std::rethrow_exception(error);
 }
 
 void GptPipeline::run_one_controller(StepState& st, const Mover& move,
@@ -630,7 +663,7 @@ PipelineGradients GptPipeline::gradients(const std::vector<DTensor>& params, con
     DTensor& copy = st.views[static_cast<size_t>(p - 1)][wte_];
     if (p > 1 && !copy.defined()) copy = move(params[wte_], 0, p - 1, "the tied token embedding");
   };
-  if (options_.stage_threads && p > 1) {
+  if (stage_threads_) {
     copy_wte();
     run_stage_threads(st, move);
   } else {

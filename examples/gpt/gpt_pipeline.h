@@ -35,7 +35,11 @@
 // never receives) is kDeadlineExceeded from "pipeline" naming the late stage (the one whose
 // device the relayout names), the microbatch, the direction (forward activation or backward
 // gradient) and both stages, the relayout's error after it; it ends by the timeout + 10 %
-// (+ 50 ms). Any other failure of a transfer keeps its code and gets the same names.
+// (+ 50 ms). Any other failure of a transfer keeps its code and gets the same names. With stage
+// threads (the default in one process) a stage that waits longer than the timeout for what a
+// neighbour sends names that neighbour ("... (stage 0 is late): it was not sent"), unless a
+// stage's own work failed too (a launch or transfer that ran out names the late device): that
+// error is thrown, once every stage's thread has ended, up to two timeouts after the stall.
 //
 // Errors before anything runs (kInvalidArgument from "pipeline" naming the values): a mesh whose
 // first dimension is not `stage`; fewer layers than virtual stages; a batch size that does not
@@ -64,6 +68,11 @@
 
 namespace tessel::gpt {
 
+// Who issues a pipelined step's actions (PipelineOptions::controllers).
+enum class Controllers { kAuto, kOneController, kStageThreads };
+// "auto", "one controller", "stage threads".
+const char* controllers_name(Controllers c);
+
 struct PipelineOptions {
   train::ScheduleKind schedule = train::ScheduleKind::k1F1B;
   int microbatches = 1;
@@ -76,13 +85,21 @@ struct PipelineOptions {
   // devices' streams drained before the schedule's first action and after its last transfer,
   // which costs the overlap of a step's schedule with the work before and after it).
   bool measure_idle = false;
-  // One controller thread per stage instead of one for the step (docs/pipeline.md, "Stage
-  // threads"): each issues its stage's actions in the schedule's order, sends what its actions
-  // produce to the neighbouring stage as soon as they are enqueued, and waits (up to `timeout`)
-  // for what its actions receive, so a stage's work is not held behind another stage's transfer.
-  // One process only (every stage's devices local: kInvalidArgument otherwise); before_action is
-  // then called from the stage's thread.
-  bool stage_threads = false;
+  // Who issues a step's actions (docs/pipeline.md, "Stage threads"; GptPipeline::
+  // stage_threads() says which a pipeline took).
+  //   kAuto (the default): a thread per stage when every device of the mesh is in this process
+  //     (and there are 2 stages or more), else (a stage per process under mpirun) one
+  //     controller per process.
+  //   kOneController: one thread issues every action, in the simulated timeline's order (the
+  //     groups of actions that start together issued at once, a thread each, when several
+  //     stages are in this process).
+  //   kStageThreads: a controller thread per stage: each issues its stage's actions in the
+  //     schedule's order, sends what its actions produce to the neighbouring stage as soon as
+  //     they are enqueued, and waits (up to `timeout`) for what its actions receive, so a stage's
+  //     work is not held behind another stage's transfer. One process only (every stage's
+  //     devices local: kInvalidArgument otherwise).
+  // With stage threads, before_action is called from the stage's thread.
+  Controllers controllers = Controllers::kAuto;
 };
 
 // The sub-meshes of a mesh along its first dimension: for each index of that dimension, the
@@ -107,6 +124,9 @@ class GptPipeline {
   int stages() const { return static_cast<int>(models_.size()); }
   const train::PipelineSchedule& schedule() const { return schedule_; }
   const PipelineOptions& options() const { return options_; }
+  // Whether a step runs a controller thread per stage (options().controllers resolved against
+  // the mesh: kAuto takes them when every device of the mesh is in this process).
+  bool stage_threads() const { return stage_threads_; }
   const Mesh& stage_mesh(int stage) const { return models_.at(static_cast<size_t>(stage)).mesh(); }
   // The model on a stage's sub-mesh (its registry gives the layouts there).
   const GptModel& stage_model(int stage) const { return models_.at(static_cast<size_t>(stage)); }
@@ -166,7 +186,7 @@ class GptPipeline {
   void weight_backward(const train::PipelineAction& a, StepState& st) const;
   // Virtual stage k's parameters' gradients (in parameters_of(k)'s order) added to the sums.
   void add_to_sums(int k, const std::vector<DTensor>& grads, StepState& st) const;
-  // Every stage's actions, each stage on its own thread (PipelineOptions::stage_threads).
+  // Every stage's actions, each stage on its own thread (stage_threads()).
   void run_stage_threads(StepState& st, const Mover& move) const;
   // Every action from this thread, in the simulated timeline's order (gradients()); copy_wte
   // makes the last stage's copy of the tied embedding before its first forward.
@@ -200,8 +220,9 @@ class GptPipeline {
   train::PipelineSchedule schedule_;
   train::ScheduleSimulation order_;  // the timeline the single controller thread follows
   std::vector<int> placement_;       // stage of each parameter
+  bool stage_threads_ = false;       // options_.controllers resolved (stage_threads())
   size_t wte_ = 0, wpe_ = 0, ln_f_ = 0;
-  // With stage_threads, or one controller with several stages in this process: a thread per
+  // With stage threads, or one controller with several stages in this process: a thread per
   // stage (the stage's actions, or the single controller's groups of actions).
   std::shared_ptr<train::StageThreads> threads_;
 };

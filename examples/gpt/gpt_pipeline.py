@@ -5,6 +5,7 @@ C++ is examples/gpt/gpt_pipeline.h).
         --mesh stage=2,batch=1,model=2 --microbatches 4 --schedule 1f1b --steps 50
     ... --schedule interleaved --chunks 2          # 2 model chunks per stage
     ... --schedule zero-bubble                     # each backward as B (input) and W (weights)
+    ... --stage-threads                            # a controller thread per stage
     mpirun -np 2 ... examples/gpt/gpt_pipeline.py --mesh stage=2,batch=1,model=1   # a stage each
 
 The mesh is `stage x batch x model`: each stage's sub-mesh is the `batch x model` of its devices,
@@ -17,7 +18,16 @@ gradient back, added to the embedding's own (Megatron's tied-embedding all-reduc
 code is gpt.py's (embed, blocks, head), run piece by piece.
 
 A step runs the microbatches in the order of a schedule (pipeline_schedule.py: gpipe, 1f1b,
-interleaved or zero-bubble, issued by this one thread in its simulated timeline's order). A forward
+interleaved or zero-bubble), issued by this one thread in its simulated timeline's order or, with
+stage_threads, by a thread per stage in the schedule's order (stage_threads.py: each stage relays
+what it produced as soon as it is issued and waits up to the timeout for what it reads; the
+losses are the single controller's bit for bit; a stage that does not send is named by its
+neighbour, a stage that fails ends every other stage's wait). Tessel's ops, relayouts and tape
+gradients release the GIL while C++ runs them, so a stage waiting for a transfer or its neighbour
+does not hold the others; the Python between the ops holds it, so the threads issue their ops
+one at a time and overlap in the devices' streams only (not the default: its gain from Python is
+not measured). With measure_idle, each step measures every stage's idle and transfers
+(pipeline_idle.py; the last step's in self.idle). A forward
 records its virtual stage's ops on a GradientTape of its own (watching its input and its
 parameters) and relays its output to the next virtual stage's sub-mesh (a relayout to the same
 sharding there, pending sums reduced first); the last virtual stage computes the microbatch's mean
@@ -56,7 +66,9 @@ import tessel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt  # noqa: E402
+import pipeline_idle  # noqa: E402
 import pipeline_schedule  # noqa: E402
+import stage_threads  # noqa: E402
 
 U = tessel.UNSHARDED
 
@@ -82,14 +94,35 @@ def stage_meshes(mesh):
     return out
 
 
+class _Step:
+    """A step's state: the parameters as each stage reads them (views; the last stage's wte is
+    its copy), what each (virtual stage, microbatch) keeps between its forward and backward
+    (work), the gradients' sums, the loss's sum and the idle meter (None: not measured)."""
+
+    def __init__(self, params, idx, targets, dropout_seed, stages, microbatches):
+        self.params, self.idx, self.targets, self.dropout_seed = params, idx, targets, dropout_seed
+        self.rows = idx.shape[0] // microbatches
+        self.views = [dict(params) for _ in range(stages)]
+        self.work, self.sums, self.loss_sum, self.meter = {}, {}, None, None
+
+    def on_stage(self, array, mesh, mb):
+        """Microbatch mb's rows of a host array on a stage's mesh (split over batch)."""
+        layout = tessel.Layout(["batch" if "batch" in mesh.dim_names else U, U], mesh)
+        rows = slice(mb * self.rows, (mb + 1) * self.rows)
+        return tessel.copy_to_mesh(np.ascontiguousarray(array[rows]), layout)
+
+
 class GptPipeline:
     """gpt.py's model on a `stage x batch x model` mesh, run by a schedule of `microbatches`
     (and `chunks` model chunks per stage: interleaved). timeout: the deadline in seconds of each
-    transfer between stages (the relayout's); before_action: called with each Action of a step
-    before it runs (tracing; the tests stall a stage there)."""
+    transfer between stages (the relayout's) and of a stage thread's wait; before_action: called
+    with each Action of a step before it runs (tracing; the tests stall a stage there; with
+    stage threads, from the stage's thread). stage_threads: a controller thread per stage (one
+    process only: ValueError when some of the mesh's devices are elsewhere). measure_idle:
+    gradients() measures each stage's idle and transfers (self.idle, pipeline_idle.py)."""
 
     def __init__(self, config, mesh, schedule="1f1b", microbatches=1, timeout=60.0,
-                 before_action=None, chunks=1):
+                 before_action=None, chunks=1, stage_threads=False, measure_idle=False):
         if mesh.rank() < 2 or mesh.dim_names[0] != "stage":
             raise ValueError(f"pipeline: the pipeline's mesh must have `stage` as its first "
                              f"dimension (e.g. stage=2,batch=1,model=2), got dimensions "
@@ -97,6 +130,10 @@ class GptPipeline:
         if not timeout > 0:
             raise ValueError(f"pipeline: the transfers' timeout must be > 0 seconds, got {timeout}")
         p = mesh.dim_size("stage")
+        if stage_threads and mesh.num_local_devices() != mesh.size:
+            raise ValueError(f"pipeline: stage threads run every stage in this process; "
+                             f"{mesh.num_local_devices()} of the mesh's {mesh.size} devices are "
+                             f"here")
         self.schedule = pipeline_schedule.make_schedule(schedule, p, microbatches, chunks)
         if config.n_layer < p * chunks:
             raise ValueError(f"pipeline: {config.n_layer} layers do not fill {p * chunks} "
@@ -108,6 +145,8 @@ class GptPipeline:
         self.order = pipeline_schedule.simulate(self.schedule).timeline
         self.config, self.mesh, self.timeout = config, mesh, timeout
         self.before_action = before_action
+        self.stage_threads, self.measure_idle = stage_threads and p > 1, measure_idle
+        self.idle = None  # the last step's PipelineIdle, with measure_idle
         self.meshes = stage_meshes(mesh)
         self.names = [n for n, *_ in gpt.parameter_specs(config, self.meshes[0].dim_names)]
 
@@ -173,7 +212,7 @@ class GptPipeline:
         try:
             return tessel.relayout(x, tessel.Layout(layout.sharding_specs, target), self.timeout)
         except tessel.Error as e:
-            source = next(s for s, m in enumerate(self.meshes) if m == layout.mesh)
+            source = self.stage_of_mesh(layout.mesh)
             cause = str(e)
             waited = cause.find("for ranks [")
             named = cause[waited:cause.find("]", waited)] if waited >= 0 else cause
@@ -198,72 +237,208 @@ class GptPipeline:
 
     def gradients(self, params, idx, targets, dropout_seed=None):
         """(the step's loss, {name: gradient}) of host token ids and targets [B, T] through the
-        schedule; each gradient in its parameter's layout on its stage."""
+        schedule; each gradient in its parameter's layout on its stage. With measure_idle,
+        self.idle is then the step's PipelineIdle (pipeline_idle.py)."""
         idx, targets = np.asarray(idx), np.asarray(targets)
         self.check(params, idx, targets)
-        p, m = self.stages, self.microbatches
-        rows = idx.shape[0] // m
-        last, last_k = p - 1, self.virtual_stages - 1
-        views = [dict(params) for _ in range(p)]  # the parameters as each stage reads them
-        work = {}  # (virtual stage, microbatch) -> what it keeps between forward and backward
-        sums, loss_sum = {}, None
+        st = _Step(params, idx, targets, dropout_seed, self.stages, self.microbatches)
+        if self.measure_idle:
+            st.meter = pipeline_idle.IdleMeter(self.local_stage_devices(), self.timeout)
+        if self.stage_threads:
+            self.copy_wte(st)  # before the threads start (the C++'s order)
+            self.run_stage_threads(st)
+        else:
+            self.run_one_controller(st)
+        if "wte copy" in st.sums:  # the head's share of the tied embedding's gradient
+            st.sums["wte"] = st.sums["wte"] + self.move(st, st.sums.pop("wte copy"), 0,
+                                                        "the tied token embedding's gradient")
+        if st.meter is not None:
+            self.idle = st.meter.finish()
+        return self.read(st.loss_sum) / self.microbatches, {n: st.sums[n] for n in self.names}
 
-        def on_stage(array, stage, mb):
-            layout = tessel.Layout(["batch" if "batch" in self.meshes[stage].dim_names else U, U],
-                                   self.meshes[stage])
-            return tessel.copy_to_mesh(np.ascontiguousarray(array[mb * rows:(mb + 1) * rows]),
-                                       layout)
-
+    def run_one_controller(self, st):
+        """Every action from this thread, in the simulated timeline's order: a forward fetches
+        its input from the previous virtual stage, a backward sends its input's gradient back."""
+        p, last_k = self.stages, self.virtual_stages - 1
         for timed in self.order:
             s, mb, op, _ = timed.action
             k = self.virtual_stage(timed.action)
             if self.before_action is not None:
                 self.before_action(timed.action)
-            used = self.used_by(k)
-            view = views[s]
-            seed = None if dropout_seed is None else dropout_seed * 1009 + mb
             if op == "F":
-                w = work[k, mb] = {"tape": tessel.GradientTape()}
+                received = None
                 if k > 0:
-                    w["input"] = self.transfer(work[k - 1, mb]["output"], s,
-                                               f"the forward activation of microbatch {mb}")
-                if k == last_k and s > 0 and view["wte"] is params["wte"]:  # the head's copy
-                    view["wte"] = self.transfer(params["wte"], last, "the tied token embedding")
-                with w["tape"] as tape:
-                    if k > 0:
-                        tape.watch(w["input"])
-                    tape.watch([view[n] for n in used])
-                    x = (gpt.embed(view, on_stage(idx, 0, mb), self.config, seed) if k == 0
-                         else w["input"])
-                    x = gpt.blocks(view, x, self.config, self.layers(k), seed)
-                    if k == last_k:
-                        loss = gpt.cross_entropy(gpt.head(view, x, self.config),
-                                                 on_stage(targets, last, mb))
-                        loss_sum = loss if loss_sum is None else loss_sum + loss
-                        x = loss * (1.0 / m)
-                w["output"] = x
-                continue
-            w, weights = work[k, mb], [view[n] for n in used]
-            if op == "W":  # zero-bubble: the weights' half
-                del work[k, mb]  # the activations kept for this microbatch are let go after
-                self.add_to_sums(sums, k, w["tape"].backward_weight(weights))
-                continue
-            inputs = [w["input"]] if k > 0 else []
-            if self.schedule.splits_backward:  # B: the input's half; the weights' wait for W
-                grads = w["tape"].backward_input(w["output"], inputs,
-                                                 output_gradients=w.get("output_gradient"))
-                work[k, mb] = {"tape": w["tape"]}  # it keeps what the weights' gradients read
+                    received = self.move(st, st.work[k - 1, mb]["output"], s,
+                                         f"the forward activation of microbatch {mb}")
+                if k == last_k:
+                    self.copy_wte(st)
+                self.forward(st, timed.action, received)
+            elif op == "W":
+                self.weight_backward(st, timed.action)
             else:
-                del work[k, mb]  # the activations kept for this microbatch are let go after
-                grads = w["tape"].gradient(w["output"], inputs + weights, w.get("output_gradient"))
+                grad = self.backward(st, timed.action, st.work[k, mb].get("output_gradient"))
+                if k > 0:
+                    st.work[k - 1, mb]["output_gradient"] = self.move(
+                        st, grad, (k - 1) % p, f"the backward gradient of microbatch {mb}")
+
+    def run_stage_threads(self, st):
+        """Each stage's actions on a thread of its own, in the schedule's order (stage_threads.py):
+        a stage sends what its action produced to the neighbouring stage as soon as it is issued
+        and waits up to self.timeout for what its action reads; a stage that does not send is
+        named (DeadlineExceededError), and a failed stage ends every other stage's wait. Each
+        thread runs its actions in a RelayoutTimeoutScope of self.timeout (as the C++'s stages
+        do): a launch that waits for room on a stalled device's stream, or a collective inside
+        the stage, gives up by the same deadline and names the device."""
+        p, last_k = self.stages, self.virtual_stages - 1
+        mail = stage_threads.Mailbox()
+        ms = f"{self.timeout * 1000:.0f}"
+
+        def stage(s):
+            with tessel.RelayoutTimeoutScope(self.timeout):
+                run_actions(s)
+
+        def run_actions(s):
+            for action in self.schedule.per_stage[s]:
+                if mail.failed:
+                    return
+                if self.before_action is not None:
+                    self.before_action(action)
+                _, mb, op, _ = action
+                if op == "W":  # local: nothing moves
+                    self.weight_backward(st, action)
+                    continue
+                k = self.virtual_stage(action)
+                forward = op == "F"
+                received = None
+                if k > 0 if forward else k < last_k:
+                    source = (k - 1) % p if forward else (k + 1) % p
+                    what = (f"the {'forward activation' if forward else 'backward gradient'} of "
+                            f"microbatch {mb}")
+                    received = mail.take(
+                        (op, k, mb), self.timeout,
+                        lambda: (f"pipeline: {what} from stage {source} to stage {s} did not "
+                                 f"arrive within {ms} ms (stage {source} is late): it was not "
+                                 f"sent"))
+                    if received is None:
+                        return  # another stage failed: its error ends the step
+                if forward:
+                    out = self.forward(st, action, received)
+                    if k < last_k:
+                        mail.put(("F", k + 1, mb), self.move(
+                            st, out, (k + 1) % p, f"the forward activation of microbatch {mb}"))
+                    continue
+                grad = self.backward(st, action, received)
+                if k > 0:
+                    mail.put(("B", k - 1, mb), self.move(
+                        st, grad, (k - 1) % p, f"the backward gradient of microbatch {mb}"))
+
+        stage_threads.run([lambda s=s: stage(s) for s in range(p)], mail)
+
+    def copy_wte(self, st):
+        """The last stage's copy of the tied embedding (its head), made once a step."""
+        view = st.views[-1]
+        if self.stages > 1 and view["wte"] is st.params["wte"]:
+            view["wte"] = self.move(st, st.params["wte"], self.stages - 1,
+                                    "the tied token embedding")
+
+    def forward(self, st, action, received):
+        """Action `action`'s forward on `received` (None for the first virtual stage): its tape
+        recorded, its output kept in st.work and returned; the last virtual stage adds its
+        microbatch's loss to the step's."""
+        s, mb, _, _ = action
+        k, last_k = self.virtual_stage(action), self.virtual_stages - 1
+        view, used = st.views[s], self.used_by(k)
+        seed = None if st.dropout_seed is None else st.dropout_seed * 1009 + mb
+        w = st.work[k, mb] = {"tape": tessel.GradientTape()}
+        if k > 0:
+            w["input"] = received
+        with w["tape"] as tape:
             if k > 0:
-                work[k - 1, mb]["output_gradient"] = self.transfer(
-                    grads.pop(0), (k - 1) % p, f"the backward gradient of microbatch {mb}")
-            self.add_to_sums(sums, k, grads)  # none for B
-        if "wte copy" in sums:  # the head's share of the tied embedding's gradient
-            sums["wte"] = sums["wte"] + self.transfer(sums.pop("wte copy"), 0,
-                                                      "the tied token embedding's gradient")
-        return self.read(loss_sum) / m, {n: sums[n] for n in self.names}  # read once a step
+                tape.watch(w["input"])
+            tape.watch([view[n] for n in used])
+            x = (gpt.embed(view, st.on_stage(st.idx, self.meshes[0], mb), self.config, seed)
+                 if k == 0 else w["input"])
+            x = gpt.blocks(view, x, self.config, self.layers(k), seed)
+            if k == last_k:
+                loss = gpt.cross_entropy(gpt.head(view, x, self.config),
+                                         st.on_stage(st.targets, self.meshes[-1], mb))
+                st.loss_sum = loss if st.loss_sum is None else st.loss_sum + loss
+                x = loss * (1.0 / self.microbatches)
+        w["output"] = x
+        return x
+
+    def backward(self, st, action, output_gradient):
+        """Action `action`'s backward given its output's gradient (None for the last virtual
+        stage): the parameters' gradients added to st.sums (zero-bubble's B: only the input's,
+        the parameters' wait on the tape for W), the input's gradient returned (None for the
+        first virtual stage)."""
+        s, mb, _, _ = action
+        k = self.virtual_stage(action)
+        w, weights = st.work[k, mb], [st.views[s][n] for n in self.used_by(k)]
+        inputs = [w["input"]] if k > 0 else []
+        if self.schedule.splits_backward:  # B: the input's half; the weights' wait for W
+            grads = w["tape"].backward_input(w["output"], inputs, output_gradients=output_gradient)
+            st.work[k, mb] = {"tape": w["tape"]}  # it keeps what the weights' gradients read
+        else:
+            del st.work[k, mb]  # the activations kept for this microbatch are let go after
+            grads = w["tape"].gradient(w["output"], inputs + weights, output_gradient)
+        input_gradient = grads.pop(0) if k > 0 else None
+        self.add_to_sums(st.sums, k, grads)  # none for B
+        return input_gradient
+
+    def weight_backward(self, st, action):
+        """Zero-bubble's W: the parameters' gradients from the microbatch's tape, added to
+        st.sums; the activations it kept let go."""
+        s, mb, _, _ = action
+        k = self.virtual_stage(action)
+        w = st.work.pop((k, mb))
+        self.add_to_sums(st.sums, k,
+                         w["tape"].backward_weight([st.views[s][n] for n in self.used_by(k)]))
+
+    def move(self, st, x, to, what):
+        """transfer(), timed by the step's meter when it measures the idle."""
+        if st.meter is None:
+            return self.transfer(x, to, what)
+        source = self.stage_of_mesh(tessel.fetch_layout(x).mesh)
+        if source == to:
+            return x
+        return st.meter.transfer(source, to, lambda: self.transfer(x, to, what))
+
+    def idle_everywhere(self, idle):
+        """Each stage's figures of `idle` (gradients()' self.idle) as the process holding the
+        stage measured them, on every process, and each stage's transfer time recomputed from
+        every process's transfer log (pipeline_idle.shorter_sides); the wall time, the log and
+        the transfer count stay this process's. A collective when the mesh spans processes
+        (every process calls it, in the same order as its other collectives: one relayout per
+        stage); in one process `idle` itself (the C++'s GptPipeline::idle_everywhere)."""
+        if self.mesh.num_local_devices() == self.mesh.size:
+            return idle
+        if len(idle.stages) != self.stages:
+            raise ValueError(f"pipeline: idle_everywhere needs one figure per stage ({self.stages}"
+                             f"), got {len(idle.stages)}")
+        rows = []
+        for s, mesh in enumerate(self.meshes):  # the holder's figures, then its log's seconds
+            mine = idle.stages[s]
+            row = [mine.devices, mine.computing_seconds, mine.communication_seconds]
+            row += [seconds for _, _, seconds in idle.log]
+            x = tessel.copy_to_mesh(np.asarray(row, np.float64), tessel.Layout([U], mesh))
+            rows.append(np.asarray(tessel.to_host(self.everywhere(x))))
+        logs = [[(f, t, float(r[3 + i])) for i, (f, t, _) in enumerate(idle.log)] for r in rows]
+        transfers = pipeline_idle.shorter_sides(logs)
+        wall = idle.wall_seconds
+        stages = [pipeline_idle.StageIdle(int(r[0]), float(r[1]), float(r[2]), transfers[s],
+                                          1 - float(r[1]) / wall if r[0] > 0 else 0.0,
+                                          transfers[s] / wall)
+                  for s, r in enumerate(rows)]
+        return idle._replace(stages=stages)
+
+    def stage_of_mesh(self, mesh):
+        return next(s for s, m in enumerate(self.meshes) if m == mesh)
+
+    def local_stage_devices(self):
+        """Each stage's devices of this process (the idle meter's view)."""
+        runtime = tessel.Runtime.global_runtime()
+        return [[runtime.device(name) for name in mesh.local_devices()] for mesh in self.meshes]
 
     def add_to_sums(self, sums, k, grads):
         """Adds virtual stage k's parameter gradients (in used_by(k)'s order) to the step's
@@ -358,6 +533,8 @@ def main(argv=None):
     parser.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     parser.add_argument("--fsdp", action="store_true",
                         help="parameters sharded over each stage's batch (ZeRO-3)")
+    parser.add_argument("--stage-threads", action="store_true",
+                        help="a controller thread per stage (one process only)")
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                        "data", "shakespeare_char", "input.txt"))
     args = parser.parse_args(argv)
@@ -379,7 +556,7 @@ def train(args):
     chunks = args.chunks if args.chunks is not None else 2 if args.schedule == "interleaved" else 1
     say = print if tessel.client_config().client_id == 0 else lambda *a, **k: None
     pipeline = GptPipeline(config, process_mesh(args.mesh), args.schedule, args.microbatches,
-                           chunks=chunks)
+                           chunks=chunks, stage_threads=args.stage_threads)
     say(pipeline.schedule, flush=True)
     last = pipeline.virtual_stages - 1
     for k in range(pipeline.virtual_stages):

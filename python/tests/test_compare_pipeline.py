@@ -85,15 +85,18 @@ def test_both_sides_run_the_same_split_schedule_and_steps(tmp_path, fake_program
 
 
 def test_tessel_modes_run_its_stages_as_asked(tmp_path, fake_programs):
-    """one-process: the plain command; stage-threads: with --stage-threads; mpirun: a process
-    per stage, as PyTorch's side."""
+    """one-process: the plain command (tessel's default: a thread per stage); stage-threads:
+    with --stage-threads; one-controller: with --one-controller; mpirun: a process per stage, as
+    PyTorch's side."""
     def command(mode):
         args = compare_pipeline.parse_args(["--stages", "2", "--tessel-mode", mode]
                                            + fake_programs)
         return compare_pipeline.tessel_command(args, "1f1b", 4, tmp_path / "m.csv")
     plain = command("one-process")
     assert plain[0].endswith("tessel") and "--stage-threads" not in plain
+    assert "--one-controller" not in plain
     assert command("stage-threads") == plain + ["--stage-threads"]
+    assert command("one-controller") == plain + ["--one-controller"]
     assert command("mpirun") == ["mpirun", "--oversubscribe", "-np", "2"] + plain
 
 

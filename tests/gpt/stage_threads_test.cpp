@@ -1,8 +1,10 @@
 // A controller thread per pipeline stage (examples/train/stage_threads.h and
-// PipelineOptions::stage_threads): the threads run their jobs and report the first failure; the
-// pipelined GPT run by them gives the single controller's losses in every schedule on 2 and 4
-// stages and on stage=2 x model=2; a stage whose thread never sends is named by its neighbour
-// within the deadline; a mesh spanning processes is refused.
+// PipelineOptions::controllers): the threads run their jobs and report the first failure; the
+// pipelined GPT run by them (asked for, or the default in one process) gives the single
+// controller's losses bit for bit in every schedule on 2 and 4 stages and on stage=2 x model=2; a
+// stage whose thread never sends is named by its neighbour within the deadline; the default
+// takes them when every stage is in this process and not otherwise; asking for them on a mesh
+// spanning processes is refused.
 #include "stage_threads.h"
 
 #include <gtest/gtest.h>
@@ -100,20 +102,29 @@ TEST(GptPipelineStageThreads, GiveTheSingleControllersLosses) {
                               ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubble}) {
       PipelineOptions options{.schedule = kind,
                               .microbatches = 4,
-                              .chunks = kind == ScheduleKind::kInterleaved1F1B ? 2 : 1};
+                              .chunks = kind == ScheduleKind::kInterleaved1F1B ? 2 : 1,
+                              .controllers = Controllers::kOneController};
       const Mesh mesh = pipeline_mesh(stages, model, rt);
       const std::vector<double> want = losses(mesh, options, rt, data);
-      options.stage_threads = true;
+      options.controllers = Controllers::kStageThreads;
       options.measure_idle = true;
       EXPECT_EQ(losses(mesh, options, rt, data), want)
           << schedule_kind_name(kind) << " on " << stages << " stages x model " << model;
+      if (kind == ScheduleKind::k1F1B) {  // the default: stage threads here
+        options.controllers = Controllers::kAuto;
+        options.measure_idle = false;
+        EXPECT_EQ(losses(mesh, options, rt, data), want) << stages << " stages x model " << model;
+      }
     }
   }
 }
 
 // Stage 0's thread stalls 1 s before its first forward: stage 1 waits for the activation and
-// ends the step with kDeadlineExceeded naming stage 0, the microbatch and the direction.
-TEST(GptPipelineStageThreads, AStageThatDoesNotSendIsNamed) {
+// ends the step with kDeadlineExceeded naming stage 0, the microbatch and the direction; asked
+// for and as the default in one process.
+class StageThreadsOrDefault : public ::testing::TestWithParam<Controllers> {};
+
+TEST_P(StageThreadsOrDefault, AStageThatDoesNotSendIsNamed) {
   const CharDataset data = CharDataset::load(kText);
   Runtime rt({.num_cpu_devices = 2});
   const auto timeout = 400ms;
@@ -121,7 +132,7 @@ TEST(GptPipelineStageThreads, AStageThatDoesNotSendIsNamed) {
   PipelineOptions options{.schedule = ScheduleKind::k1F1B,
                           .microbatches = 2,
                           .timeout = timeout,
-                          .stage_threads = true};
+                          .controllers = GetParam()};
   options.before_action = [&](const train::PipelineAction& a) {
     if (a.stage == 0 && a.microbatch == 0 && a.pass == train::Pass::kForward) {
       stalled = std::chrono::steady_clock::now();
@@ -131,6 +142,7 @@ TEST(GptPipelineStageThreads, AStageThatDoesNotSendIsNamed) {
   GptConfig c = config();
   c.n_layer = 4;
   GptPipelineTrainer trainer(c, pipeline_mesh(2, 1, rt), options, data, &rt);
+  ASSERT_TRUE(trainer.pipeline().stage_threads());
   EXPECT_TESSEL_ERROR(trainer.step(), ErrorCode::kDeadlineExceeded,
                       "the forward activation of microbatch 0 from stage 0 to stage 1 did not "
                       "arrive within 400 ms (stage 0 is late)");
@@ -141,17 +153,42 @@ TEST(GptPipelineStageThreads, AStageThatDoesNotSendIsNamed) {
   EXPECT_LT(took, 3s);
 }
 
+INSTANTIATE_TEST_SUITE_P(Controllers, StageThreadsOrDefault,
+                         ::testing::Values(Controllers::kStageThreads, Controllers::kAuto),
+                         [](const auto& info) {
+                           return info.param == Controllers::kAuto ? "Default" : "AskedFor";
+                         });
+
+// The default (kAuto) takes stage threads when every stage is in this process and there are
+// several; one controller when asked for or with one stage.
+TEST(GptPipelineStageThreads, AreTheDefaultWhenEveryStageIsInThisProcess) {
+  Runtime rt({.num_cpu_devices = 4});
+  const auto taken = [&](const Mesh& mesh, Controllers c) {
+    return GptPipeline(config(), mesh, {.microbatches = 4, .controllers = c}, &rt).stage_threads();
+  };
+  EXPECT_TRUE(taken(pipeline_mesh(2, 2, rt), Controllers::kAuto));
+  EXPECT_TRUE(taken(pipeline_mesh(4, 1, rt), Controllers::kStageThreads));
+  EXPECT_FALSE(taken(pipeline_mesh(2, 2, rt), Controllers::kOneController));
+  EXPECT_FALSE(taken(pipeline_mesh(1, 2, rt), Controllers::kAuto));  // nothing to overlap
+  // A mesh across processes (kAuto: one controller) is mpi.gpt_pipeline_np2's (its JSON).
+  EXPECT_STREQ(controllers_name(Controllers::kAuto), "auto");
+  EXPECT_STREQ(controllers_name(Controllers::kOneController), "one controller");
+  EXPECT_STREQ(controllers_name(Controllers::kStageThreads), "stage threads");
+}
+
 TEST(GptPipelineStageThreads, RefuseAMeshAcrossProcesses) {
   Runtime rt({.num_cpu_devices = 2});
   // Two of the mesh's four devices are this process's.
   const Mesh mesh({"stage", "batch", "model"}, {2, 1, 2}, {0, 1, 2, 3}, {0, 1},
                   {rt.device(0).name(), rt.device(1).name()}, "");
-  EXPECT_TESSEL_ERROR(
-      GptPipeline(config(), mesh,
-                  {.schedule = ScheduleKind::k1F1B, .microbatches = 4, .stage_threads = true}, &rt),
-      ErrorCode::kInvalidArgument,
-      "stage threads run every stage in this process; 2 of the "
-      "mesh's 4 devices are here");
+  EXPECT_TESSEL_ERROR(GptPipeline(config(), mesh,
+                                  {.schedule = ScheduleKind::k1F1B,
+                                   .microbatches = 4,
+                                   .controllers = Controllers::kStageThreads},
+                                  &rt),
+                      ErrorCode::kInvalidArgument,
+                      "stage threads run every stage in this process; 2 of the "
+                      "mesh's 4 devices are here");
 }
 
 }  // namespace

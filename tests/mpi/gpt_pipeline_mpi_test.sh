@@ -48,6 +48,8 @@ ok = len(plain) == steps
 for schedule in ("gpipe", "1f1b", "interleaved", "zero-bubble"):
     run = json.load(open(f"{d}/{schedule}.json"))
     assert run["processes"] == 2 and run["mesh"] == [2, 1, 2], run
+    # A stage per process: the default keeps one controller per process (no stage threads).
+    assert run["pipeline"]["stage_threads"] is False, run["pipeline"]
     got = losses(schedule)
     worst = max(abs(a - b) for a, b in zip(plain, got))
     n = len(got)

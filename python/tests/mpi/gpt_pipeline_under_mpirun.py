@@ -7,8 +7,9 @@ same pipeline with every stage in this process alone, and against gpt.py's plain
 stage's batch x model mesh, within 1e-5: every process reports the step's loss (read after
 everywhere()) and clips by the same global norm. Cases: stage=2 (1f1b, interleaved with 2 chunks
 of 4 layers, zero-bubble with 4 microbatches) and stage=2 x model=2 (gpipe, zero-bubble; 2
-devices per process). Then main() for 2 steps: only the first process prints. Prints "rank R:
-PASS".
+devices per process); stage threads are refused there (a stage per process); measure_idle
+measures this process's stage only, idle_everywhere both. Then main() for 2 steps: only the
+first process prints. Prints "rank R: PASS".
 """
 import contextlib
 import io
@@ -54,6 +55,12 @@ def main():
         pipeline, piped = train(config, mesh, schedule, microbatches, chunks, data)
         here = [s for s, m in enumerate(pipeline.meshes) if m.num_local_devices() > 0]
         assert here == [rank], (here, rank)  # one stage per process
+        try:  # stage threads need every stage in this process
+            gpt_pipeline.GptPipeline(config, mesh, schedule, microbatches, chunks=chunks,
+                                     stage_threads=True)
+            raise AssertionError("stage threads were not refused across processes")
+        except ValueError as e:
+            assert "stage threads run every stage in this process" in str(e), e
         # The same mesh over this process's own devices (/job:worker/.../task:<rank>/...).
         prefix = mesh.local_devices()[0].rsplit(":", 1)[0]
         alone_mesh = tessel.create_mesh(list(zip(mesh.dim_names, mesh.shape())),
@@ -70,6 +77,26 @@ def main():
               f"largest difference to one process and to the plain run {worst:.3g}", flush=True)
         assert worst <= 1e-5, (piped, alone, plain)
         assert piped[-1] < piped[0], piped
+    # The measured idle: each process measures its own stage (devices 1), the other's not (0).
+    config = gpt.Config("test")
+    pipeline = gpt_pipeline.GptPipeline(config, gpt_pipeline.process_mesh(
+        "stage=2,batch=1,model=1"), "1f1b", 2, measure_idle=True)
+    (x, y), = np.random.default_rng(5).integers(
+        0, config.vocab_size, (1, 2, config.batch_size, config.block_size)).astype(np.int32)
+    pipeline.gradients(pipeline.init(3), x, y)
+    idle = pipeline.idle
+    assert idle.transfers == 6, idle  # 2 activations, 2 gradients, the tied wte and its gradient
+    assert [s.devices for s in idle.stages] == [int(rank == 0), int(rank == 1)], idle
+    mine = idle.stages[rank]
+    assert 0 <= mine.idle_fraction < 1 and mine.computing_seconds > 0, idle
+    assert 0 < mine.transfer_seconds <= mine.communication_seconds * 1.001, idle
+    # idle_everywhere: both stages' figures from their processes; every transfer is between the
+    # two stages and counts its shorter side for both, no longer than either side.
+    every = pipeline.idle_everywhere(idle)
+    assert [s.devices for s in every.stages] == [1, 1], every
+    assert every.stages[rank].computing_seconds == mine.computing_seconds, every
+    assert every.stages[0].transfer_seconds == every.stages[1].transfer_seconds, every
+    assert 0 < every.stages[rank].transfer_seconds <= mine.transfer_seconds * 1.001, every
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert gpt_pipeline.main(["--config", "test", "--mesh", "stage=2,batch=1,model=1",
