@@ -33,12 +33,15 @@
 #      f32; then the same with TF32 matmuls (tessel/core/matmul_precision.h, the default), whose
 #      losses must agree to 1e-2 (baby_tf32_losses: TF32 rounds each operand to 10 mantissa bits,
 #      about 1e-3 relative per product).
+#   8. train_baby_fused: 7's strict f32 runs again with the fused attention's CUDA kernels
+#      (TESSEL_GPU_FUSED_ATTENTION=1: opt-in until they have run on a GPU), losses to 1e-4
+#      (baby_fused_losses); the kernels themselves are checked against the CPU's in gpu_tests.
 # Checks 2 to 6 and the first half of 7 run with TESSEL_MATMUL_PRECISION=highest (strict f32
 # matmuls on the GPU, as on the CPU), so that they compare GPU and CPU results at f32's tolerance;
 # gpu_tests also checks the TF32 GEMMs themselves.
 # OUTDIR gets summary.txt (a line per check), machine.txt, gpu_tests.log, mesh_suites.log,
-# train.jsonl, bench.txt, python.log, train_baby.jsonl and train_baby_tf32.jsonl. The exit status
-# is that of the first failed check (0: all passed).
+# train.jsonl, bench.txt, python.log, train_baby.jsonl, train_baby_tf32.jsonl and
+# train_baby_fused.jsonl. The exit status is that of the first failed check (0: all passed).
 set -u -o pipefail
 
 mode=${1:-}
@@ -297,6 +300,18 @@ run() {
   done
   compare_losses --bound 1e-2 "$out/train_baby_tf32.jsonl" 1x1/3 >>"$out/summary.txt" 2>&1
   summary baby_tf32_losses $?
+  # The fused attention's CUDA kernels (gpu_attention.cu; opt-in until they have run here), in
+  # strict f32: the step time, and the losses against the CPU's within 1e-4.
+  : >"$out/train_baby_fused.jsonl"
+  for run in gpu:60 gpu:3 cpu:3; do
+    dev=${run%:*} steps=${run#*:}
+    timed "train_baby_fused_${dev}_$steps" 90 "$out/train_baby_fused.jsonl" \
+      env TESSEL_GPU_FUSED_ATTENTION=1 \
+      "$stage/tessel" train gpt --config baby --mesh 1x1 --device "$dev" --steps "$steps" \
+      --eval-interval 1000 --eval-iters 1 --sample 0 --json
+  done
+  compare_losses "$out/train_baby_fused.jsonl" 1x1/3 >>"$out/summary.txt" 2>&1
+  summary baby_fused_losses $?
   grep -h -E '^\[  FAILED  \]' "$out"/*.log | sort -u | head -40
   cat "$out/summary.txt"
   return "$status"

@@ -135,10 +135,12 @@ BLOCK_PARAMS = ("ln_1.weight", "attn.wq", "attn.wk", "attn.wv", "attn.c_proj", "
 
 
 def fused_attention_runs(attention, mesh):
-    """Whether attention "fused" runs as tessel.causal_attention on `mesh`: not on GPU devices
-    while the op has no GPU kernel (host-staged, every block would go to the host and back)."""
-    return attention == "fused" and (mesh.device_type() != "GPU" or
-                                     tessel.has_gpu_kernel("causal_attention"))
+    """Whether attention "fused" runs as tessel.causal_attention on `mesh`: on GPU devices only
+    when the op has a GPU kernel (host-staged, every block would go to the host and back) and
+    TESSEL_GPU_FUSED_ATTENTION=1 opts in to it, as the C++ GPT decides (gpt_config.h)."""
+    on_gpu = (tessel.has_gpu_kernel("causal_attention") and
+              os.environ.get("TESSEL_GPU_FUSED_ATTENTION") == "1")
+    return attention == "fused" and (mesh.device_type() != "GPU" or on_gpu)
 
 
 def causal_self_attention(q, k, v, scale, fused, rate=0.0, seed=0):

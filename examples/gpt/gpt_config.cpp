@@ -1,5 +1,7 @@
 #include "gpt_config.h"
 
+#include <cstdlib>
+
 #include "tessel/core/error.h"
 #include "tessel/dtensor/op_registry.h"
 
@@ -36,8 +38,19 @@ std::string_view attention_name(Attention attention) {
   return attention == Attention::kFused ? "fused" : "composed";
 }
 
+bool gpu_fused_attention_enabled() {
+  const char* v = std::getenv("TESSEL_GPU_FUSED_ATTENTION");
+  if (v == nullptr || std::string_view(v).empty() || std::string_view(v) == "0") return false;
+  if (std::string_view(v) == "1") return true;
+  throw Error(ErrorCode::kInvalidArgument, "gpt",
+              "TESSEL_GPU_FUSED_ATTENTION='" + std::string(v) + "' is not 0 or 1");
+}
+
 Attention attention_on(Attention requested, std::string_view device_type) {
-  if (device_type == "GPU" && !has_gpu_kernel("causal_attention")) return Attention::kComposed;
+  if (device_type == "GPU" &&
+      !(has_gpu_kernel("causal_attention") && gpu_fused_attention_enabled())) {
+    return Attention::kComposed;
+  }
   return requested;
 }
 

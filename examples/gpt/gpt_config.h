@@ -36,10 +36,14 @@ enum class Attention { kFused, kComposed };
 Attention parse_attention(std::string_view name);
 std::string_view attention_name(Attention attention);
 // The attention that runs on devices of `device_type` ("CPU", "GPU", ...) when `requested` is
-// asked for: kComposed on GPU devices while causal_attention has no GPU kernel (host-staged, it
-// would copy every block to the host and back), else `requested`. The models call it; the CLIs
+// asked for: on GPU devices kComposed unless causal_attention has a GPU kernel (host-staged, it
+// would copy every block to the host and back) and TESSEL_GPU_FUSED_ATTENTION=1 opts in (its
+// CUDA kernels are written and compiled, and are the default once they have run on a GPU;
+// another value than 0 or 1: kInvalidArgument), else `requested`. The models call it; the CLIs
 // put its answer in the config, so that memory plans and reports show what runs.
 Attention attention_on(Attention requested, std::string_view device_type);
+// Whether TESSEL_GPU_FUSED_ATTENTION is 1 (unset, empty or 0: false; else kInvalidArgument).
+bool gpu_fused_attention_enabled();
 
 // GptConfig::dtype from its name: "f32", "bf16" or "f16"; another name: kInvalidArgument
 // listing them.

@@ -115,9 +115,9 @@ def test_fully_sharded_parameters_train_as_the_replicated_ones(module, batch, mo
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)
 
 
-def test_the_fused_attention_falls_back_where_it_has_no_gpu_kernel():
-    """A GPU mesh would run causal_attention host-staged (no GPU kernel yet): gpt.py (and
-    llama.py, which asks the same function) take the composed ops there."""
+def test_the_fused_attention_runs_on_gpus_only_when_asked(monkeypatch):
+    """On a GPU mesh gpt.py (and llama.py, which asks the same function) take the composed ops
+    unless causal_attention has a GPU kernel and TESSEL_GPU_FUSED_ATTENTION=1 opts in."""
 
     class Devices:
         def __init__(self, kind):
@@ -127,5 +127,8 @@ def test_the_fused_attention_falls_back_where_it_has_no_gpu_kernel():
             return self.kind
 
     assert gpt.fused_attention_runs("fused", Devices("CPU"))
+    monkeypatch.delenv("TESSEL_GPU_FUSED_ATTENTION", raising=False)
+    assert not gpt.fused_attention_runs("fused", Devices("GPU"))
+    monkeypatch.setenv("TESSEL_GPU_FUSED_ATTENTION", "1")
     assert gpt.fused_attention_runs("fused", Devices("GPU")) == tessel.has_gpu_kernel("causal_attention")
     assert not gpt.fused_attention_runs("composed", Devices("CPU"))

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "char_dataset.h"
 #include "gpt_memory.h"
@@ -13,6 +14,8 @@
 #include "gpt_trainer.h"
 #include "tessel/core/error.h"
 #include "testing/batch_model_mesh.h"
+#include "testing/expect_error.h"
+#include "testing/scoped_env.h"
 #include "tessel/dtensor/autodiff.h"
 #include "tessel/dtensor/dtensor_api.h"
 #include "tessel/dtensor/op_registry.h"
@@ -203,11 +206,23 @@ TEST(Gpt, KorthikantisCountFollowsTheFormula) {
   EXPECT_EQ(parse_attention("composed"), Attention::kComposed);
   EXPECT_EQ(attention_name(parse_attention("fused")), "fused");
   EXPECT_THROW(parse_attention("flash"), Error);
-  // GPU devices take the composed ops while causal_attention has no GPU kernel.
+  // GPU devices take the composed ops unless causal_attention has a GPU kernel and
+  // TESSEL_GPU_FUSED_ATTENTION=1 opts in to it.
   EXPECT_EQ(attention_on(Attention::kFused, "CPU"), Attention::kFused);
   EXPECT_EQ(attention_on(Attention::kComposed, "CPU"), Attention::kComposed);
-  EXPECT_EQ(attention_on(Attention::kFused, "GPU"),
-            has_gpu_kernel("causal_attention") ? Attention::kFused : Attention::kComposed);
+  {
+    testing::ScopedEnv env("TESSEL_GPU_FUSED_ATTENTION", std::nullopt);
+    EXPECT_EQ(attention_on(Attention::kFused, "GPU"), Attention::kComposed);
+  }
+  {
+    testing::ScopedEnv env("TESSEL_GPU_FUSED_ATTENTION", "1");
+    EXPECT_EQ(attention_on(Attention::kFused, "GPU"),
+              has_gpu_kernel("causal_attention") ? Attention::kFused : Attention::kComposed);
+    EXPECT_EQ(attention_on(Attention::kFused, "CPU"), Attention::kFused);
+  }
+  testing::ScopedEnv env("TESSEL_GPU_FUSED_ATTENTION", "yes");
+  EXPECT_TESSEL_ERROR(attention_on(Attention::kFused, "GPU"), ErrorCode::kInvalidArgument,
+                      "TESSEL_GPU_FUSED_ATTENTION='yes' is not 0 or 1");
 }
 
 TEST(Gpt, SequenceParallelGivesTheSameLossAndGradients) {

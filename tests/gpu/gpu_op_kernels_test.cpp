@@ -735,6 +735,37 @@ TEST_F(GpuOpKernels, UnshardedCrossEntropyLabelsOutsideTheClassesAreReported) {
   }
 }
 
+// The fused causal attention's CUDA kernels (gpu_attention.cu) against its CPU kernels: the
+// forward op and the gradient op (dq, dk, dv stacked), head widths 32, 64 and 128 (f64: 32, 64), a
+// context that is not a multiple of the kernels' tiles (100), with and without dropout (the same
+// elements dropped), f32 and f64; a head width the kernels are not compiled for runs host-staged.
+TEST_F(GpuOpKernels, FusedCausalAttentionAndItsGradientMatchTheCpuKernels) {
+  for (DType dtype : kDtypes) {
+    for (int64_t d : {32, 64, 128}) {
+      if (dtype == DType::kF64 && d == 128) continue;
+      for (double rate : {0.0, 0.2}) {
+        SCOPED_TRACE("head width " + std::to_string(d) + ", dropout " + std::to_string(rate));
+        OpAttrs attrs;
+        attrs.scale = 1.0 / std::sqrt(static_cast<double>(d));
+        if (rate > 0) {
+          attrs.rate = rate;
+          attrs.seed = 99;
+        }
+        const Shape shape({2, 100, 3, d});
+        const Tensor q = uniform(shape, dtype, 31), k = uniform(shape, dtype, 32),
+                     v = uniform(shape, dtype, 33), g = uniform(shape, dtype, 34);
+        expect_matches_cpu("causal_attention", {q, k, v}, attrs, Match::kClose);
+        const Tensor out = cpu_value("causal_attention", {q, k, v}, attrs);
+        expect_matches_cpu("causal_attention_grad", {q, k, v, out, g}, attrs, Match::kClose);
+      }
+    }
+  }
+  const Shape odd({1, 40, 2, 48});
+  const Tensor q = uniform(odd, DType::kF32, 35), k = uniform(odd, DType::kF32, 36),
+               v = uniform(odd, DType::kF32, 37);
+  expect_matches_cpu("causal_attention", {q, k, v}, OpAttrs{}, Match::kClose, /*staged=*/true);
+}
+
 // f32 matmuls under MatmulPrecision::kHigh run on the TF32 tensor cores: within TF32's rounding
 // of the CPU's f32 product (each operand rounded to 10 mantissa bits, at most 2^-10 relative if
 // the hardware truncates, so 2^-9 for a product; positive terms, so a sum's relative error is at
@@ -842,6 +873,17 @@ TEST_F(GpuOpKernels, TheGptsOpsMatchTheCpuKernelsAtTrainingSizes) {
                      none, Match::kClose);
   expect_matches_cpu("matmul", {uniform(rows, f, 92, 0.5, 1.5), uniform(wide, f, 93, 0.5, 1.5)}, tn,
                      Match::kClose);
+  // The fused attention at the baby's context and heads (8 rows of the batch), with dropout.
+  OpAttrs fused;
+  fused.scale = 0.125;
+  fused.rate = 0.2;
+  fused.seed = 94;
+  const Shape qkv({8, 256, 6, 64});
+  const Tensor q = uniform(qkv, f, 95), k = uniform(qkv, f, 96), v = uniform(qkv, f, 97);
+  expect_matches_cpu("causal_attention", {q, k, v}, fused, Match::kClose);
+  expect_matches_cpu("causal_attention_grad",
+                     {q, k, v, cpu_value("causal_attention", {q, k, v}, fused), uniform(qkv, f, 98)},
+                     fused, Match::kClose);
   const Tensor ids = labels_in(Shape({64, 256}), DType::kI32, 82, 0, 65);
   const auto grad_attrs = [&](const Mesh& mesh) {
     OpAttrs attrs;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/counter_random.h"
+#include "dtensor/ops/attention_geometry.h"
 #include "dtensor/framework/op_util.h"
 #include "dtensor/ops/cpu_row_math.h"
 #include "dtensor/ops/op_families.h"
@@ -51,47 +52,6 @@ constexpr std::string_view kCausalAttentionGrad = "causal_attention_grad";
 // Queries per tile: a [kTile, T] f32 tile of a 256-token context is 64 KiB, in L2 with the
 // tile's q, out and g rows; small enough that the causal triangle skips most of the upper half.
 constexpr int64_t kTile = 64;
-
-// What the kernels need to know about a call: the local [B, T, H, D] block's extents, where it
-// lies in the global [B, H, T, T] probabilities (for the dropout draws) and the attributes.
-struct AttentionGeometry {
-  int64_t pairs = 0;  // local (b, h) pairs
-  int64_t local_heads = 0;
-  int64_t first_batch = 0, first_head = 0;  // the block's offsets in the global B and H
-  int64_t heads = 0;                        // global H
-  int64_t t = 0, d = 0;
-  int64_t row_stride = 0;  // elements from one position's row of a head to the next: H_local * D
-  double scale = 1.0, rate = 0.0;
-  uint64_t seed = 0;
-
-  // Where (pair, position 0) starts in the local block.
-  int64_t offset(int64_t pair) const {
-    return (pair / local_heads) * t * row_stride + (pair % local_heads) * d;
-  }
-  // The global flat index of probability (pair, query 0, key 0) in [B, H, T, T].
-  uint64_t first_index(int64_t pair) const {
-    const int64_t b = first_batch + pair / local_heads;
-    const int64_t h = first_head + pair % local_heads;
-    return static_cast<uint64_t>((b * heads + h) * t * t);
-  }
-};
-
-AttentionGeometry geometry(const Shape& local, const Box& block, const Shape& global,
-                           const OpAttrs& attrs) {
-  AttentionGeometry g;
-  g.local_heads = local[2];
-  g.pairs = local[0] * local[2];
-  g.first_batch = block.offsets[0];
-  g.first_head = block.offsets[2];
-  g.heads = global[2];
-  g.t = local[1];
-  g.d = local[3];
-  g.row_stride = local[2] * local[3];
-  g.scale = attrs.scale.value_or(1.0);
-  g.rate = attrs.rate.value_or(0.0);
-  g.seed = attrs.seed.value_or(0);
-  return g;
-}
 
 // z[0, n) = the dropout factors of probabilities index .. index + n - 1: 0 (dropped) or
 // keep_scale (dropout's 1 / (1 - rate)); float32 in vector lanes (cpu_row_math.h).
@@ -256,7 +216,7 @@ void register_causal_attention_grad(OpRegistry& registry) {
                   const LocalContext& context) {
     if (out.num_elements() == 0) return;
     const AttentionGeometry g =
-        geometry(in[0].shape(), context.input_blocks[0], context.input_shapes[0], attrs);
+        attention_geometry(in[0].shape(), context.input_blocks[0], context.input_shapes[0], attrs);
     const int64_t n = in[0].num_elements();
     dispatch_float(out.dtype(), kCausalAttentionGrad, [&]<typename T>() {
       T* d = out.data<T>();
@@ -293,7 +253,7 @@ void register_fused_attention_ops(OpRegistry& registry) {
                   const LocalContext& context) {
     if (out.num_elements() == 0) return;
     const AttentionGeometry g =
-        geometry(out.shape(), context.output_block, context.output_shape, attrs);
+        attention_geometry(out.shape(), context.output_block, context.output_shape, attrs);
     dispatch_float(out.dtype(), kCausalAttention, [&]<typename T>() {
       attention_forward(g, in[0].data<T>(), in[1].data<T>(), in[2].data<T>(), out.data<T>());
     });

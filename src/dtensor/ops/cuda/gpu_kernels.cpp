@@ -14,6 +14,7 @@ void register_gpu_kernels(OpRegistry& registry) {
   register_gpu_row_kernels(registry);
   register_gpu_move_kernels(registry);
   register_gpu_xent_kernels(registry);
+  register_gpu_attention_kernels(registry);
 }
 
 bool contiguous_blocks(const std::vector<Tensor>& inputs, const Tensor& output) {

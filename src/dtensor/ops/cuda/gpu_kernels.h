@@ -27,6 +27,8 @@ void register_gpu_move_kernels(OpRegistry& registry);         // gpu_move.cpp: s
 void register_gpu_xent_kernels(OpRegistry& registry);         // gpu_xent.cpp: the
                                                               // vocabulary-parallel cross
                                                               // entropy
+void register_gpu_attention_kernels(OpRegistry& registry);    // gpu_attention.cpp: the fused
+                                                              // causal attention
 
 // True when the output and every defined input are contiguous blocks of one dtype, f32 or f64:
 // what the kernels of gpu_launch.h read.

@@ -2,8 +2,8 @@
 // sizes and a stream: gpu_elementwise.cu (unary, scalar and broadcasting binary ops, whose math
 // is elementwise_math.h's, shared with the CPU kernels), gpu_rows.cu (reductions, softmax,
 // causal softmax, layer norm), gpu_move.cu (fills, copies, embeddings, dropout's mask, slice /
-// slice_grad / concat's box copies) and gpu_xent.cu (the cross entropy, unsharded and
-// vocabulary-parallel). Each enqueues its kernel on `stream` and returns the launch's status (the
+// slice_grad / concat's box copies), gpu_attention.cu (the fused causal attention and its
+// gradient) and gpu_xent.cu (the cross entropy, unsharded and vocabulary-parallel). Each enqueues its kernel on `stream` and returns the launch's status (the
 // caller checks it with check_cuda); nothing waits. Every function is instantiated for float and
 // double (the byte movers of gpu_move.cu for unsigned integers of 1, 2, 4 and 8 bytes, standing
 // for any dtype of that width) and computes what the op's CPU kernel in
@@ -178,6 +178,33 @@ template <typename T, typename I>
 cudaError_t launch_embedding_scatter_add(const I* ids, int64_t count, const T* g, int64_t dim,
                                          int64_t row_begin, int64_t rows, int64_t vocab, T* out,
                                          BadId* bad, cudaStream_t stream);
+
+// ---- gpu_attention.cu ----------------------------------------------------------------------
+// ops_fused_attention.cpp's causal_attention and causal_attention_grad on a [B, T, H, D] block
+// (its AttentionGeometry, attention_geometry.h): `pairs` = local B x local H, position rows
+// `row_stride` = local H x D apart; the block's offsets in the global B and H and the global H
+// locate its probabilities in [B, H, T, T] for the dropout draws.
+struct AttentionShape {
+  int64_t pairs = 0, local_heads = 0, t = 0, d = 0, row_stride = 0;
+  int64_t heads = 0, first_batch = 0, first_head = 0;
+  double scale = 1.0, rate = 0.0;
+  uint64_t seed = 0;
+};
+
+// Whether the kernels below are compiled for head width d (32, 64; float also 128).
+template <typename T>
+bool attention_head_width_compiled(int64_t d);
+
+// out = dropout(causal_softmax(scale q k^T), rate, seed) v per (b, h) pair.
+template <typename T>
+cudaError_t launch_causal_attention(const AttentionShape& g, const T* q, const T* k, const T* v,
+                                    T* out, cudaStream_t stream);
+
+// Its gradient from out and the output's gradient `grad`: dq, dk, dv (each a block like q).
+template <typename T>
+cudaError_t launch_causal_attention_grad(const AttentionShape& g, const T* q, const T* k,
+                                         const T* v, const T* out, const T* grad, T* dq, T* dk,
+                                         T* dv, cudaStream_t stream);
 
 // ---- gpu_xent.cu ---------------------------------------------------------------------------
 // ops_parallel_xent.cpp's stages, then ops_nn.cpp's unsharded cross entropy. A logits block is

@@ -6,6 +6,7 @@
 // Grid-stride loops cover any size.
 #include "dtensor/ops/cuda/gpu_launch.h"
 #include "dtensor/ops/cuda/gpu_math.cuh"
+#include "dtensor/ops/cuda/gpu_random.cuh"
 
 namespace tessel::detail::gpu {
 namespace {
@@ -43,21 +44,6 @@ template <typename T>
 __global__ void strided_scale_kernel(const T* src, T* out, int64_t n, StridedIndex index, T scale) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
     out[i] = scale * src[strided_offset(i, index)];
-}
-
-// tensor_random.cpp's counter hash and unit_open_high, bit for bit: splitmix64's output function
-// (Steele, Lea, Flood 2014) on the counter-th state of a stream started from the seed, and its
-// top 53 bits as a double in [0, 1).
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // splitmix64's Weyl increment
-
-__device__ inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-__device__ inline double uniform_at(uint64_t seed, uint64_t counter) {
-  const uint64_t bits = mix64(mix64(seed + kGolden) + counter * kGolden);
-  return static_cast<double>(bits >> 11) * 0x1p-53;
 }
 
 template <typename T>
