@@ -9,7 +9,11 @@
 # R times (default 3), alternating, over the same sizes (f32 sum, out of place; the timing of
 # bench/mpi/tessel_mpi_allreduce.cpp and bench/mpi_allreduce.c: median over iters of the
 # slowest rank's time per call, the ranks meeting before each call):
-#   mpirun -np 1 tessel_mpi_allreduce --devices-per-process 4   (in-process: 4 devices, 1 process)
+#   mpirun --bind-to none -np 1 tessel_mpi_allreduce --devices-per-process 4
+#                                              (in-process: 4 devices, 1 process, unbound: Open
+#                                              MPI binds each process of a job of 1 or 2 to one
+#                                              core, which left this one a single core until
+#                                              2026-11-30)
 #   mpirun -np 2 tessel_mpi_allreduce --devices-per-process 2   (2 processes x 2 devices)
 #   mpirun -np 4 tessel_mpi_allreduce                           (4 processes x 1 device)
 #   mpirun -np 2 mpi_allreduce, mpirun -np 4 mpi_allreduce      (Open MPI, 2 and 4 processes)
@@ -35,7 +39,7 @@ while [ $# -gt 0 ]; do
     -f) factor="$2"; shift 2 ;;
     -n) iters="$2"; shift 2 ;;
     -w) warmup="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare_shm.sh: error: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -56,7 +60,8 @@ sizes=(-b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warmup")
 echo "# compare_shm.sh: all-reduce f32 sum, 4 ranks on one host, sizes $min..$max x$factor, $iters iters ($warmup warm-up), $repeat repetition(s)"
 echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD -- src include 2>/dev/null || echo ' (+ uncommitted changes)'); machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((i = 1; i <= repeat; i++)); do
-  mpirun --oversubscribe -np 1 "$tessel" --devices-per-process 4 "${sizes[@]}" > "$work/inproc.$i.txt"
+  mpirun --oversubscribe --bind-to none -np 1 "$tessel" --devices-per-process 4 "${sizes[@]}" \
+    > "$work/inproc.$i.txt"
   mpirun --oversubscribe -np 2 "$tessel" --devices-per-process 2 "${sizes[@]}" > "$work/shm2x2.$i.txt"
   mpirun --oversubscribe -np 2 "$work/mpi_allreduce" "${sizes[@]}" > "$work/mpi2.$i.txt"
   mpirun --oversubscribe -np 4 "$tessel" "${sizes[@]}" > "$work/shm4x1.$i.txt"

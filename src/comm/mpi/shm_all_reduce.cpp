@@ -7,12 +7,13 @@
 // chunk's barrier, participant i reduces part i of the chunk over all slots (in group rank order,
 // with the reduce kernels of the in-process algorithms, so one host's result is the in-process
 // result bit for bit) into the chunk's result area, and after the next chunk's barrier every
-// participant copies the finished result out (chunks of 1 MiB, so that the slots stay in cache
-// between the copy in, the reduction and the copy out: on the 2-core development machine 256 KiB
-// and 1 MiB chunks beat 4 MiB ones at 16 and 256 MiB despite more barriers, and 1 MiB beat
-// 256 KiB with 4 processes, docs/benchmarks-history.md). Two
-// banks of slots and results alternate from barrier to barrier, so one barrier per chunk
-// suffices (and one more at the end). Small buffers: after one barrier each participant reduces all slots straight into its output.
+// participant copies the finished result out (from kStreamOutBytes with non-temporal stores).
+// Chunks are 1 MiB, so that the slots stay in cache between the copy in, the reduction and the
+// copy out: on the 2-core development machine 256 KiB and 1 MiB chunks beat 4 MiB ones at 16 and
+// 256 MiB despite more barriers, and 1 MiB beat 256 KiB with 4 processes
+// (docs/benchmarks-history.md). Two banks of slots and results alternate from barrier to barrier,
+// so one barrier per chunk suffices (and one more at the end). Small buffers: after one barrier
+// each participant reduces all slots straight into its output.
 // With several hosts, each chunk's host result (kMean: its sum) goes through a ring all-reduce
 // among the hosts' leaders over MPI before the participants copy it out.
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "comm/mpi/mpi_transport.h"
 #include "comm/reduce_kernels.h"
 #include "core/errors.h"
+#include "core/stream_copy.h"
 #include "tessel/mesh/shard_range.h"
 
 namespace tessel::detail {
@@ -31,6 +33,12 @@ namespace {
 
 // Up to this many bytes every participant reduces the whole buffer itself (one barrier).
 constexpr size_t kSmallBytes = 64 << 10;
+// From this many bytes the finished chunks are copied out with non-temporal stores
+// (core/stream_copy.h): an output line is then written without being read first, a third less
+// memory traffic for the copy. 2026-11-30, 4 processes x 1 device and 2 x 2, alternating:
+// 1.2-1.4x faster at 4, 16, 64 and 256 MiB; no clear gain or loss at 1 and 2 MiB, where the
+// output may be read again from cache (docs/benchmarks-history.md, "Session 21").
+constexpr size_t kStreamOutBytes = 4 << 20;
 
 // One host: the pipeline described above.
 void one_host(HostShm& shm, int me, const AllReduceArgs& a, int64_t group_size) {
@@ -57,6 +65,7 @@ void one_host(HostShm& shm, int me, const AllReduceArgs& a, int64_t group_size) 
   const int64_t chunk = static_cast<int64_t>(shm.slot_bytes() / item);
   const int64_t chunks = (a.count + chunk - 1) / chunk;
   const auto extent = [&](int64_t j) { return std::min(chunk, a.count - j * chunk); };
+  const bool streaming = bytes >= kStreamOutBytes;
   int previous_bank = 0;
   for (int64_t j = 0; j <= chunks; ++j) {
     const int bank = static_cast<int>(round & 1);
@@ -77,8 +86,13 @@ void one_host(HostShm& shm, int me, const AllReduceArgs& a, int64_t group_size) 
       }
     }
     if (j > 0) {
-      std::memcpy(out + static_cast<size_t>((j - 1) * chunk) * item, shm.result(previous_bank),
-                  static_cast<size_t>(extent(j - 1)) * item);
+      auto* to = out + static_cast<size_t>((j - 1) * chunk) * item;
+      const size_t n = static_cast<size_t>(extent(j - 1)) * item;
+      if (streaming) {
+        stream_copy(to, shm.result(previous_bank), n);
+      } else {
+        std::memcpy(to, shm.result(previous_bank), n);
+      }
     }
     previous_bank = bank;
   }
