@@ -60,11 +60,13 @@ test: build
 # test, the collectives, the GPT on meshes, on the visible GPUs) and the Python GPU tests. Without
 # a GPU the gpu cases report "skipped: no GPU" and the others run on simulated GPUs (make test
 # runs them all too). scripts/gpu-check.sh is the same for a GPU machine without the build's
-# dependencies.
+# dependencies. Strict f32 matmuls (TESSEL_MATMUL_PRECISION=highest), as the suites compare GPU
+# results with the CPU's or NumPy's at f32's tolerance; the TF32 GEMMs' own test sets TF32 itself.
 test-gpu: build
-	cd $(BUILD) && ctest --output-on-failure -L gpu
-	cd $(BUILD) && ctest --output-on-failure -R OnGpuDevices
-	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q -rs python/tests/test_gpu.py
+	cd $(BUILD) && TESSEL_MATMUL_PRECISION=highest ctest --output-on-failure -L gpu
+	cd $(BUILD) && TESSEL_MATMUL_PRECISION=highest ctest --output-on-failure -R OnGpuDevices
+	TESSEL_MATMUL_PRECISION=highest PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q -rs \
+	  python/tests/test_gpu.py
 
 # The Python module against PyPI's numpy 2 and pybind11 3 instead of Debian's numpy 1 and
 # pybind11 2.10 (scripts/test-numpy2.sh): a venv NP2_BUILD/venv from PyPI (reused once made),

@@ -464,7 +464,9 @@ int print_memory_plan(const Options& o, const std::optional<gpt::GptConfig>& gpt
 }
 
 int train_model(const Options& o) {
-  // A bad configuration fails before anything starts.
+  // A bad configuration fails before anything starts (TESSEL_MATMUL_PRECISION included: the
+  // JSON reads it only at the end).
+  matmul_precision();
   std::optional<gpt::GptConfig> gpt_config;
   std::optional<llama::LlamaConfig> llama_config;
   if (o.model == "gpt") {

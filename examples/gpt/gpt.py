@@ -138,8 +138,10 @@ def fused_attention_runs(attention, mesh):
     """Whether attention "fused" runs as tessel.causal_attention on `mesh`: on GPU devices only
     when the op has a GPU kernel (host-staged, every block would go to the host and back) and
     TESSEL_GPU_FUSED_ATTENTION=1 opts in to it, as the C++ GPT decides (gpt_config.h)."""
-    on_gpu = (tessel.has_gpu_kernel("causal_attention") and
-              os.environ.get("TESSEL_GPU_FUSED_ATTENTION") == "1")
+    opted_in = os.environ.get("TESSEL_GPU_FUSED_ATTENTION", "")
+    if opted_in not in ("", "0", "1"):
+        raise ValueError(f"gpt: TESSEL_GPU_FUSED_ATTENTION='{opted_in}' is not 0 or 1")
+    on_gpu = tessel.has_gpu_kernel("causal_attention") and opted_in == "1"
     return attention == "fused" and (mesh.device_type() != "GPU" or on_gpu)
 
 

@@ -47,8 +47,8 @@ bool gpu_fused_attention_enabled() {
 }
 
 Attention attention_on(Attention requested, std::string_view device_type) {
-  if (device_type == "GPU" &&
-      !(has_gpu_kernel("causal_attention") && gpu_fused_attention_enabled())) {
+  const bool opted_in = gpu_fused_attention_enabled();  // a bad value is refused on every build
+  if (device_type == "GPU" && !(opted_in && has_gpu_kernel("causal_attention"))) {
     return Attention::kComposed;
   }
   return requested;

@@ -132,3 +132,6 @@ def test_the_fused_attention_runs_on_gpus_only_when_asked(monkeypatch):
     monkeypatch.setenv("TESSEL_GPU_FUSED_ATTENTION", "1")
     assert gpt.fused_attention_runs("fused", Devices("GPU")) == tessel.has_gpu_kernel("causal_attention")
     assert not gpt.fused_attention_runs("composed", Devices("CPU"))
+    monkeypatch.setenv("TESSEL_GPU_FUSED_ATTENTION", "yes")
+    with pytest.raises(ValueError, match="TESSEL_GPU_FUSED_ATTENTION='yes' is not 0 or 1"):
+        gpt.fused_attention_runs("fused", Devices("CPU"))
