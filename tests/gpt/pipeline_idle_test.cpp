@@ -58,11 +58,13 @@ TEST(PipelineIdle, WindowsAddUpOverTheirTotalWallTime) {
   PipelineIdle a{.wall_seconds = 1.0,
                  .stages = {stage_idle({times(0, 0)}, {times(0.8, 0)}, 1.0, 0.1)},
                  .transfers = 2,
-                 .windows = 1};
+                 .windows = 1,
+                 .log = {}};
   PipelineIdle b{.wall_seconds = 3.0,
                  .stages = {stage_idle({times(0, 0)}, {times(1.2, 0)}, 3.0, 0.3)},
                  .transfers = 2,
-                 .windows = 1};
+                 .windows = 1,
+                 .log = {}};
   total.add(a);
   total.add(b);
   EXPECT_EQ(total.windows, 2);
