@@ -5,7 +5,7 @@ C++ is examples/gpt/gpt_pipeline.h).
         --mesh stage=2,batch=1,model=2 --microbatches 4 --schedule 1f1b --steps 50
     ... --schedule interleaved --chunks 2          # 2 model chunks per stage
     ... --schedule zero-bubble                     # each backward as B (input) and W (weights)
-    ... --stage-threads                            # a controller thread per stage
+    ... --one-controller                           # one controller thread, not one per stage
     mpirun -np 2 ... examples/gpt/gpt_pipeline.py --mesh stage=2,batch=1,model=1   # a stage each
 
 The mesh is `stage x batch x model`: each stage's sub-mesh is the `batch x model` of its devices,
@@ -18,16 +18,17 @@ gradient back, added to the embedding's own (Megatron's tied-embedding all-reduc
 code is gpt.py's (embed, blocks, head), run piece by piece.
 
 A step runs the microbatches in the order of a schedule (pipeline_schedule.py: gpipe, 1f1b,
-interleaved or zero-bubble), issued by this one thread in its simulated timeline's order or, with
-stage_threads, by a thread per stage in the schedule's order (stage_threads.py: each stage relays
+interleaved or zero-bubble), issued by one thread in its simulated timeline's order or, with
+stage_threads (the default when every stage is in this process), by a thread per stage in the
+schedule's order (stage_threads.py: each stage relays
 what it produced as soon as it is issued and waits up to the timeout for what it reads; the
 losses are the single controller's bit for bit; a stage that does not send is named by its
 neighbour, a stage that fails ends every other stage's wait). Tessel's ops, relayouts and tape
 gradients release the GIL while C++ runs them, so a stage waiting for a transfer or its neighbour
 does not hold the others; the Python between the ops holds it, so the threads issue their ops
-one at a time and overlap in the devices' streams only (not the default: its gain from Python is
-not measured). With measure_idle, each step measures every stage's idle and transfers
-(pipeline_idle.py; the last step's in self.idle). A forward
+one at a time and overlap in the devices' streams only (still 1.2-1.4x faster than one
+controller on `tiny`, docs/pipeline.md, "From Python"). With measure_idle, each step measures
+every stage's idle and transfers (pipeline_idle.py; the last step's in self.idle). A forward
 records its virtual stage's ops on a GradientTape of its own (watching its input and its
 parameters) and relays its output to the next virtual stage's sub-mesh (a relayout to the same
 sharding there, pending sums reduced first); the last virtual stage computes the microbatch's mean
@@ -117,12 +118,16 @@ class GptPipeline:
     (and `chunks` model chunks per stage: interleaved). timeout: the deadline in seconds of each
     transfer between stages (the relayout's) and of a stage thread's wait; before_action: called
     with each Action of a step before it runs (tracing; the tests stall a stage there; with
-    stage threads, from the stage's thread). stage_threads: a controller thread per stage (one
-    process only: ValueError when some of the mesh's devices are elsewhere). measure_idle:
+    stage threads, from the stage's thread). stage_threads: None (the default) a controller
+    thread per stage when every device of the mesh is in this process and there are 2 stages or
+    more, else one controller, as the C++ pipeline's kAuto (measured 1.2-1.4x faster than one
+    controller on `tiny`: docs/pipeline.md, "From Python"); True a thread per stage
+    (one process only: ValueError when some of the mesh's devices are elsewhere); False one
+    controller (whose before_action sees the schedule's order). measure_idle:
     gradients() measures each stage's idle and transfers (self.idle, pipeline_idle.py)."""
 
     def __init__(self, config, mesh, schedule="1f1b", microbatches=1, timeout=60.0,
-                 before_action=None, chunks=1, stage_threads=False, measure_idle=False):
+                 before_action=None, chunks=1, stage_threads=None, measure_idle=False):
         if mesh.rank() < 2 or mesh.dim_names[0] != "stage":
             raise ValueError(f"pipeline: the pipeline's mesh must have `stage` as its first "
                              f"dimension (e.g. stage=2,batch=1,model=2), got dimensions "
@@ -130,6 +135,8 @@ class GptPipeline:
         if not timeout > 0:
             raise ValueError(f"pipeline: the transfers' timeout must be > 0 seconds, got {timeout}")
         p = mesh.dim_size("stage")
+        if stage_threads is None:
+            stage_threads = mesh.num_local_devices() == mesh.size
         if stage_threads and mesh.num_local_devices() != mesh.size:
             raise ValueError(f"pipeline: stage threads run every stage in this process; "
                              f"{mesh.num_local_devices()} of the mesh's {mesh.size} devices are "
@@ -533,8 +540,12 @@ def main(argv=None):
     parser.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     parser.add_argument("--fsdp", action="store_true",
                         help="parameters sharded over each stage's batch (ZeRO-3)")
-    parser.add_argument("--stage-threads", action="store_true",
-                        help="a controller thread per stage (one process only)")
+    controllers = parser.add_mutually_exclusive_group()
+    controllers.add_argument("--stage-threads", action="store_true",
+                             help="a controller thread per stage (one process only; the default "
+                                  "when every stage is in this process)")
+    controllers.add_argument("--one-controller", action="store_true",
+                             help="one controller thread for the whole step")
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                        "data", "shakespeare_char", "input.txt"))
     args = parser.parse_args(argv)
@@ -556,7 +567,9 @@ def train(args):
     chunks = args.chunks if args.chunks is not None else 2 if args.schedule == "interleaved" else 1
     say = print if tessel.client_config().client_id == 0 else lambda *a, **k: None
     pipeline = GptPipeline(config, process_mesh(args.mesh), args.schedule, args.microbatches,
-                           chunks=chunks, stage_threads=args.stage_threads)
+                           chunks=chunks,
+                           stage_threads=(True if args.stage_threads else
+                                          False if args.one_controller else None))
     say(pipeline.schedule, flush=True)
     last = pipeline.virtual_stages - 1
     for k in range(pipeline.virtual_stages):

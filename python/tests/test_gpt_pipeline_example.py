@@ -356,7 +356,9 @@ def test_interleaved_placement_and_gradients_equal_the_plain_runs():
     config = small_config()
     config.n_layer = 5
     mesh = tessel.create_mesh(MESHES["stage=2,model=2"])
-    pipeline = gpt_pipeline.GptPipeline(config, mesh, "interleaved", 2, chunks=2)
+    # One controller: before_action then sees the schedule's order.
+    pipeline = gpt_pipeline.GptPipeline(config, mesh, "interleaved", 2, chunks=2,
+                                        stage_threads=False)
     assert [list(pipeline.layers(k)) for k in range(4)] == [[0, 1], [2], [3], [4]]
     assert {n: pipeline.stage_of(n) for n in ("wte", "wpe", "h.0.mlp.c_fc", "h.1.attn.wq",
                                               "h.2.ln_1.weight", "h.3.mlp.c_proj",

@@ -160,3 +160,15 @@ def test_a_transfer_across_processes_counts_its_shorter_side():
     assert shorter_sides([[(0, 1, -1.0)], [(0, 1, 0.4)]]) == pytest.approx([0.4, 0.4])
     with pytest.raises(ValueError, match="the stages' transfer logs differ"):
         shorter_sides([[(0, 1, 0.5)], [(1, 0, 0.5)]])
+
+
+def test_stage_threads_are_the_default_when_every_stage_is_here():
+    """None (the default) takes a thread per stage in one process with 2 stages or more, one
+    controller with a single stage; the losses are the single controller's bit for bit."""
+    config = small_config()
+    mesh = tessel.create_mesh(MESHES["stage=2"])
+    assert gpt_pipeline.GptPipeline(config, mesh, "1f1b", 2).stage_threads
+    assert not gpt_pipeline.GptPipeline(config, mesh, "1f1b", 2, stage_threads=False).stage_threads
+    one_stage = tessel.create_mesh([("stage", 1), ("batch", 1), ("model", 1)])
+    assert not gpt_pipeline.GptPipeline(config, one_stage, "1f1b", 2).stage_threads
+

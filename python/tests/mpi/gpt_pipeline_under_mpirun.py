@@ -55,6 +55,7 @@ def main():
         pipeline, piped = train(config, mesh, schedule, microbatches, chunks, data)
         here = [s for s, m in enumerate(pipeline.meshes) if m.num_local_devices() > 0]
         assert here == [rank], (here, rank)  # one stage per process
+        assert not pipeline.stage_threads  # the default across processes: one controller
         try:  # stage threads need every stage in this process
             gpt_pipeline.GptPipeline(config, mesh, schedule, microbatches, chunks=chunks,
                                      stage_threads=True)
