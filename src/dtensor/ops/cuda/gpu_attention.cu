@@ -71,16 +71,32 @@ __device__ __forceinline__ T dot(const T* x, const T* y) {
   return s;
 }
 
+// What every attention kernel's thread starts from: its block's (b, h) pair, the block's first
+// row and its own row (a query's, or dkv's key's), whether that row is inside the context, and
+// the scale and dropout's keep factor in T.
+template <typename T>
+struct RowThread {
+  int64_t pair, first, row;
+  bool active;
+  T scale, keep_scale;
+  __device__ explicit RowThread(const AttentionShape& g)
+      : pair(blockIdx.y),
+        first(static_cast<int64_t>(blockIdx.x) * kRows),
+        row(first + threadIdx.x),
+        active(row < g.t),
+        scale(static_cast<T>(g.scale)),
+        keep_scale(static_cast<T>(1.0 / (1.0 - g.rate))) {}
+};
+
 template <typename T, int D>
 __global__ void attention_forward_kernel(AttentionShape g, const T* q, const T* k, const T* v,
                                          T* out) {
   __shared__ T k_tile[kKeys][D];
   __shared__ T v_tile[kKeys][D];
-  const int64_t pair = blockIdx.y;
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kRows;
-  const int64_t i = first_row + threadIdx.x;
-  const bool active = i < g.t;
-  const T scale = static_cast<T>(g.scale), keep_scale = static_cast<T>(1.0 / (1.0 - g.rate));
+  const RowThread<T> t(g);
+  const int64_t pair = t.pair, first_row = t.first, i = t.row;
+  const bool active = t.active;
+  const T scale = t.scale, keep_scale = t.keep_scale;
   T qi[D], acc[D];
 #pragma unroll
   for (int d = 0; d < D; ++d) {
@@ -123,11 +139,10 @@ __global__ void attention_dq_kernel(AttentionShape g, const T* q, const T* k, co
                                     const T* out, const T* grad, T* dq, T* row_stats) {
   __shared__ T k_tile[kKeys][D];
   __shared__ T v_tile[kKeys][D];
-  const int64_t pair = blockIdx.y;
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kRows;
-  const int64_t i = first_row + threadIdx.x;
-  const bool active = i < g.t;
-  const T scale = static_cast<T>(g.scale), keep_scale = static_cast<T>(1.0 / (1.0 - g.rate));
+  const RowThread<T> t(g);
+  const int64_t pair = t.pair, first_row = t.first, i = t.row;
+  const bool active = t.active;
+  const T scale = t.scale, keep_scale = t.keep_scale;
   T qi[D], gi[D], dqi[D];
   T delta = 0;
 #pragma unroll
@@ -188,11 +203,10 @@ __global__ void attention_dkv_kernel(AttentionShape g, const T* q, const T* k, c
   __shared__ T q_tile[kKeys][D];
   __shared__ T g_tile[kKeys][D];
   __shared__ T stats_tile[kKeys][2];
-  const int64_t pair = blockIdx.y;
-  const int64_t first_key = static_cast<int64_t>(blockIdx.x) * kRows;
-  const int64_t j = first_key + threadIdx.x;
-  const bool active = j < g.t;
-  const T scale = static_cast<T>(g.scale), keep_scale = static_cast<T>(1.0 / (1.0 - g.rate));
+  const RowThread<T> t(g);
+  const int64_t pair = t.pair, first_key = t.first, j = t.row;
+  const bool active = t.active;
+  const T scale = t.scale, keep_scale = t.keep_scale;
   T kj[D], vj[D], dkj[D], dvj[D];
 #pragma unroll
   for (int d = 0; d < D; ++d) {
